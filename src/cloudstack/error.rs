@@ -1,0 +1,43 @@
+//! CloudStack client errors, split by what the caller does about them.
+
+/// What went wrong talking to CloudStack.
+#[derive(Debug, thiserror::Error)]
+pub enum CsError {
+    /// No answer: connect refused, DNS, TLS handshake, timeout, connection dropped. Retry later;
+    /// the autoscaler sees UNAVAILABLE.
+    #[error("CloudStack unreachable ({command}): {detail}")]
+    Unreachable { command: String, detail: String },
+    /// CloudStack answered with its error envelope (`errorcode`, `cserrorcode`, `errortext`).
+    #[error("CloudStack refused {command}: {errortext} (errorcode {errorcode}, cserrorcode {cserrorcode})")]
+    Api {
+        command: String,
+        http_status: u16,
+        errorcode: i64,
+        cserrorcode: i64,
+        errortext: String,
+    },
+    /// HTTP 401 / 432-with-auth text: the key or signature was refused.
+    #[error("CloudStack rejected the API key or signature for {command} (HTTP {http_status}): {detail}")]
+    Unauthorized { command: String, http_status: u16, detail: String },
+    /// A non-success HTTP status without a CloudStack envelope (proxy error page, 5xx HTML...).
+    #[error("CloudStack returned HTTP {http_status} for {command}: {snippet}")]
+    Http { command: String, http_status: u16, snippet: String },
+    /// The body could not be understood (not JSON, truncated, missing fields, wrong types).
+    #[error("CloudStack sent a response to {command} this provider cannot read: {detail}")]
+    Malformed { command: String, detail: String },
+    /// The client could not be built (bad URL, unreadable CA bundle).
+    #[error("CloudStack client configuration: {0}")]
+    Config(String),
+}
+
+impl CsError {
+    /// Worth retrying later (network, 5xx, garbage that may be a proxy hiccup).
+    pub fn is_transient(&self) -> bool {
+        match self {
+            CsError::Unreachable { .. } | CsError::Malformed { .. } => true,
+            CsError::Http { http_status, .. } => *http_status >= 500 || *http_status == 429,
+            CsError::Api { errorcode, .. } => *errorcode == 429,
+            CsError::Unauthorized { .. } | CsError::Config(_) => false,
+        }
+    }
+}

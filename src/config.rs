@@ -1,0 +1,1 @@
+//! Configuration sources: the CloudStack cloud-config (ini) and `--nodes` specs.

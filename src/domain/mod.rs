@@ -1,0 +1,15 @@
+//! The domain core: everything the provider decides, with no I/O.
+//!
+//! - [`cluster`]: a CKS cluster snapshot and the classification of its VMs into control, etcd,
+//!   worker and external nodes.
+//! - [`rules`]: the scaling rules CloudStack applies (Alert included), as one pure decision
+//!   function the provider runs before it sends anything to CloudStack.
+//! - [`status`]: how a worker VM and what the provider is doing to it map onto the autoscaler's
+//!   instance status.
+//! - [`nodeid`]: providerID parsing and node-to-VM matching.
+//!
+//! Nothing here touches the network, the clock or a lock; callers pass in what they observed.
+pub mod cluster;
+pub mod nodeid;
+pub mod rules;
+pub mod status;

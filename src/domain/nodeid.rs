@@ -1,0 +1,18 @@
+//! providerID parsing: how a Kubernetes node (or an autoscaler fake node) names a VM.
+
+/// The providerID CloudStack's cloud-controller-manager gives a CKS node.
+pub fn default_provider_id(vm_id: &str) -> String {
+    format!("external-cloudstack://{vm_id}")
+}
+
+/// The VM id a providerID names: the part after `://` for `external-cloudstack://<uuid>`,
+/// `cloudstack://<uuid>` (any scheme, as the CCM splits on `://`), or the string itself when it
+/// has no scheme. Returns `None` for an empty string or an empty id after the scheme.
+/// Surrounding whitespace is not trimmed: providerIDs are compared as exact strings.
+pub fn vm_id_from_provider_id(provider_id: &str) -> Option<&str> {
+    todo!("domain helper")
+}
+
+/// The annotation the autoscaler puts on the fake nodes it builds for unregistered or failed
+/// instances (name = providerID = instance id).
+pub const FAKE_NODE_REASON_ANNOTATION: &str = "k8s.io/cluster-autoscaler/fake-node-reason";

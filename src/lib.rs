@@ -1,0 +1,12 @@
+//! cks-autoscaler-provider: a Kubernetes cluster-autoscaler `externalgrpc` cloud provider for
+//! Apache CloudStack Kubernetes Service (CKS).
+//!
+//! See ARCHITECTURE.md for the code map.
+pub mod autoscaler;
+pub mod cloudstack;
+pub mod config;
+pub mod domain;
+pub mod options;
+pub mod pb;
+pub mod sim;
+pub mod template;

@@ -1,0 +1,1 @@
+//! NodeGroupGetOptions: per-cluster autoscaling option overrides.

@@ -1,0 +1,1 @@
+//! NodeGroupTemplateNodeInfo: the Kubernetes Node a new worker of a group would be.
