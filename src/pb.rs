@@ -4,4 +4,5 @@
 tonic::include_proto!("clusterautoscaler.cloudprovider.v1.externalgrpc");
 
 /// Encoded file descriptor set, served by gRPC reflection.
-pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("externalgrpc_descriptor");
+pub const FILE_DESCRIPTOR_SET: &[u8] =
+    tonic::include_file_descriptor_set!("externalgrpc_descriptor");

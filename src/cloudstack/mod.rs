@@ -60,7 +60,10 @@ impl Client {
     }
 
     /// `listKubernetesClusters name=…` (exact name).
-    pub async fn find_clusters_by_name(&self, name: &str) -> Result<Vec<KubernetesCluster>, CsError> {
+    pub async fn find_clusters_by_name(
+        &self,
+        name: &str,
+    ) -> Result<Vec<KubernetesCluster>, CsError> {
         todo!("client helper")
     }
 

@@ -85,7 +85,10 @@ pub enum JobOutcome {
     Pending,
     /// The job's `jobresult.kubernetescluster` when present.
     Succeeded(Option<Box<KubernetesCluster>>),
-    Failed { errorcode: i64, errortext: String },
+    Failed {
+        errorcode: i64,
+        errortext: String,
+    },
     Cancelled,
 }
 
@@ -97,7 +100,9 @@ impl AsyncJob {
 
     /// True for `scaleKubernetesCluster` jobs (by `cmd` class name).
     pub fn is_scale_cluster(&self) -> bool {
-        self.cmd.as_deref().is_some_and(|c| c.ends_with("ScaleKubernetesClusterCmd"))
+        self.cmd
+            .as_deref()
+            .is_some_and(|c| c.ends_with("ScaleKubernetesClusterCmd"))
     }
 }
 

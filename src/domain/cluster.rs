@@ -215,6 +215,8 @@ impl ClusterSnapshot {
 
     /// The offering new workers get: the worker offering, else the cluster offering.
     pub fn effective_worker_offering(&self) -> Option<&OfferingRef> {
-        self.worker_offering.as_ref().or(self.service_offering.as_ref())
+        self.worker_offering
+            .as_ref()
+            .or(self.service_offering.as_ref())
     }
 }

@@ -39,7 +39,10 @@ pub enum Refusal {
     /// A size change on a Stopped cluster.
     StoppedClusterSize { cluster: String },
     /// Alert on a CloudStack without Alert scaling (AlertScaling::Unsupported).
-    AlertUnsupported { cluster: String, cloudstack_error: String },
+    AlertUnsupported {
+        cluster: String,
+        cloudstack_error: String,
+    },
     /// Rule 2: neither the size nor the nodes would change (size equal to the current size, or
     /// an empty node list).
     NoChange { cluster: String, size: u32 },
@@ -49,15 +52,29 @@ pub enum Refusal {
     RemovesAllWorkers { cluster: String, workers: u32 },
     /// Rule 3: nodeids naming control, etcd or external nodes (refused in every state: scaling
     /// must never touch them), listed as (vm name, role).
-    NotWorkers { cluster: String, vms: Vec<(String, NodeRole)> },
+    NotWorkers {
+        cluster: String,
+        vms: Vec<(String, NodeRole)>,
+    },
     /// A node id that is not a VM of this cluster.
     UnknownVm { cluster: String, vm_id: String },
     /// Rule 4: the first control node's VM is not Running (name, state).
-    FirstControlNotRunning { cluster: String, vm: String, state: String },
+    FirstControlNotRunning {
+        cluster: String,
+        vm: String,
+        state: String,
+    },
     /// Rule 6: control or etcd VMs down, listed as (vm name, role, state).
-    ControlPlaneDown { cluster: String, vms: Vec<(String, NodeRole, String)> },
+    ControlPlaneDown {
+        cluster: String,
+        vms: Vec<(String, NodeRole, String)>,
+    },
     /// Rule 5: the VM count (external nodes left out) differs from control + etcd + size.
-    VmCountMismatch { cluster: String, vms: u32, nodes: u32 },
+    VmCountMismatch {
+        cluster: String,
+        vms: u32,
+        nodes: u32,
+    },
     /// Rule 7: Alert but no worker VM is down: scaling will not fix it.
     AlertWithoutDownWorker { cluster: String },
 }

@@ -68,7 +68,9 @@ pub fn scale_up_failure(job_id: &str, error_code: i64, error_text: &str) -> Inst
 
 /// The status of a placeholder: a VM requested by a scale-up that CloudStack has not shown yet
 /// (Creating, no error) or that a failed job will never create (Creating with `failure`).
-pub fn placeholder_status(failure: Option<&InstanceError>) -> (InstanceState, Option<InstanceError>) {
+pub fn placeholder_status(
+    failure: Option<&InstanceError>,
+) -> (InstanceState, Option<InstanceError>) {
     (InstanceState::Creating, failure.cloned())
 }
 

@@ -1,0 +1,289 @@
+//! Following scale jobs in the background: one task per job, polling
+//! `queryAsyncJobResult`, then installing the outcome (a fresh snapshot, failed instances,
+//! the next queued request). Also adopts jobs this provider did not start (after a restart
+//! or a lost answer), found through the cluster's Scaling state and `listAsyncJobs`.
+
+use super::ops::{is_alert_refusal, refused_error};
+use super::{Op, OpKind, Provider};
+use crate::cloudstack::types::JobOutcome;
+use crate::domain::cluster::ClusterState;
+use crate::domain::rules::{ScaleRequest, check_scale};
+use crate::domain::status::scale_up_failure;
+use std::time::{Duration, Instant};
+
+impl Provider {
+    pub(crate) fn spawn_follower(&self, gi: usize, job_id: String) {
+        let p = self.clone();
+        tokio::spawn(async move { p.follow(gi, job_id).await });
+    }
+
+    fn still_following(&self, gi: usize, job_id: &str) -> bool {
+        self.inner.groups[gi]
+            .lock()
+            .op
+            .as_ref()
+            .and_then(|o| o.job_id.as_deref())
+            == Some(job_id)
+    }
+
+    async fn follow(&self, gi: usize, job_id: String) {
+        let poll = self.inner.settings.job_poll_interval;
+        let started = Instant::now();
+        let mut stop = self.inner.shutdown.subscribe();
+        let mut delay = poll;
+        let mut failures = 0u32;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => {}
+                changed = stop.changed() => {
+                    if changed.is_err() || *stop.borrow() {
+                        return;
+                    }
+                }
+            }
+            if !self.still_following(gi, &job_id) {
+                return;
+            }
+            match self.inner.cs.query_job(&job_id).await {
+                Err(e) => {
+                    failures += 1;
+                    delay =
+                        (poll * 2u32.saturating_pow(failures.min(5))).min(Duration::from_secs(30));
+                    tracing::warn!(job = %job_id, error = %e, "polling the scale job failed; retrying");
+                }
+                Ok(job) => {
+                    failures = 0;
+                    delay = poll;
+                    match job.outcome() {
+                        JobOutcome::Pending => {
+                            if started.elapsed() > self.inner.settings.job_max_follow {
+                                tracing::error!(job = %job_id, "scale job still pending after the follow limit; no longer following it");
+                                let mut st = self.inner.groups[gi].lock();
+                                if st.op.as_ref().and_then(|o| o.job_id.as_deref())
+                                    == Some(job_id.as_str())
+                                {
+                                    st.op = None;
+                                }
+                                return;
+                            }
+                        }
+                        JobOutcome::Succeeded(_) => return self.finish(gi, &job_id, None).await,
+                        JobOutcome::Failed {
+                            errorcode,
+                            errortext,
+                        } => {
+                            return self.finish(gi, &job_id, Some((errorcode, errortext))).await;
+                        }
+                        JobOutcome::Cancelled => {
+                            return self
+                                .finish(gi, &job_id, Some((0, "the job was cancelled".into())))
+                                .await;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Installs a finished job's outcome atomically, then sends the queued request, if any.
+    async fn finish(&self, gi: usize, job_id: &str, failure: Option<(i64, String)>) {
+        let g = &self.inner.groups[gi];
+        let _ops = g.op_lock.lock().await;
+        let label = self.group_label(gi);
+        // The outcome is judged on a snapshot taken after the job ended.
+        let mut fetched = false;
+        for attempt in 0..3u32 {
+            match self.fetch_cluster_only(gi).await {
+                Ok(()) => {
+                    fetched = true;
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(group = %label, error = %e, "fetching the cluster after the job failed");
+                    tokio::time::sleep(self.inner.settings.job_poll_interval * (attempt + 1)).await;
+                }
+            }
+        }
+        let queued = {
+            let mut st = g.lock();
+            let ours = st.op.as_ref().and_then(|o| o.job_id.as_deref()) == Some(job_id);
+            if !ours {
+                return;
+            }
+            let Some(op) = st.op.take() else { return };
+            match &failure {
+                None => tracing::info!(group = %label, job = job_id, "scale job succeeded"),
+                Some((code, text)) => {
+                    tracing::warn!(group = %label, job = job_id, code, "scale job failed: {text}");
+                    if is_alert_refusal(text) {
+                        let alert = st
+                            .snap
+                            .as_ref()
+                            .is_some_and(|s| s.snap.state == ClusterState::Alert);
+                        if alert {
+                            self.set_alert_unsupported(text);
+                        }
+                    }
+                    if let OpKind::Increase {
+                        from,
+                        to,
+                        vms_before,
+                        placeholders,
+                    } = op.kind
+                    {
+                        let err = scale_up_failure(job_id, *code, text);
+                        let new_vms: Vec<String> = st
+                            .snap
+                            .as_ref()
+                            .map(|s| {
+                                s.snap
+                                    .workers()
+                                    .filter(|v| !vms_before.contains(&v.id) && !v.state.is_gone())
+                                    .map(|v| v.id.clone())
+                                    .collect()
+                            })
+                            .unwrap_or_default();
+                        // When the snapshot could not be refreshed, VMs may exist that we do not
+                        // see; report only placeholders for what is surely missing.
+                        let requested = to.saturating_sub(from) as usize;
+                        let missing = if fetched {
+                            requested.saturating_sub(new_vms.len())
+                        } else {
+                            requested
+                        };
+                        let ph: Vec<String> =
+                            placeholders.into_iter().rev().take(missing).collect();
+                        Provider::record_failed_increase(&mut st, &err, new_vms, ph);
+                    }
+                }
+            }
+            if st.queued_increase > 0 {
+                let n = std::mem::take(&mut st.queued_increase);
+                let ph = std::mem::take(&mut st.queued_placeholders);
+                Some((n, ph))
+            } else {
+                None
+            }
+        };
+        if let Some((n, placeholders)) = queued {
+            self.submit_queued(gi, n, placeholders).await;
+        }
+    }
+
+    async fn submit_queued(&self, gi: usize, n: u32, placeholders: Vec<String>) {
+        let g = &self.inner.groups[gi];
+        let label = self.group_label(gi);
+        let Some(snap) = g.lock().snap.clone() else {
+            return;
+        };
+        let new_size = snap.snap.size + n;
+        let request = ScaleRequest::Resize { new_size };
+        let refuse = |text: String| {
+            tracing::warn!(group = %label, "queued scale-up refused: {text}");
+            let mut st = g.lock();
+            Provider::record_failed_increase(
+                &mut st,
+                &refused_error(text),
+                Vec::new(),
+                placeholders.clone(),
+            );
+        };
+        if let Err(r) = check_scale(&snap.snap, &request, &self.alert_scaling()) {
+            return refuse(r.to_string());
+        }
+        tracing::info!(group = %label, to = new_size, "sending the queued scale-up");
+        let kind = OpKind::Increase {
+            from: snap.snap.size,
+            to: new_size,
+            vms_before: snap.snap.workers().map(|v| v.id.clone()).collect(),
+            placeholders: placeholders.clone(),
+        };
+        if let Err(status) = self.submit(gi, request, kind, None).await {
+            refuse(status.message().to_string());
+        }
+    }
+
+    /// Fetches the cluster without the adoption step (used while holding the op lock).
+    async fn fetch_cluster_only(&self, gi: usize) -> Result<(), crate::cloudstack::CsError> {
+        let id = self.inner.groups[gi].lock().cluster_id.clone();
+        let Some(id) = id else { return Ok(()) };
+        match self.inner.cs.get_cluster(&id).await? {
+            Some(c) => {
+                self.install_snapshot(gi, &c);
+                Ok(())
+            }
+            None => Err(crate::cloudstack::CsError::Malformed {
+                command: "listKubernetesClusters".into(),
+                detail: format!("cluster {id} is no longer listed"),
+            }),
+        }
+    }
+
+    /// After a snapshot: settles a submission whose answer was lost, and adopts a scale job
+    /// this provider did not start, so nothing is sent twice and the target stays right.
+    pub(crate) async fn after_snapshot(&self, gi: usize) {
+        let g = &self.inner.groups[gi];
+        let (scaling, unconfirmed, idle, cluster_id) = {
+            let st = g.lock();
+            let scaling = st
+                .snap
+                .as_ref()
+                .is_some_and(|s| s.snap.state == ClusterState::Scaling);
+            let unconfirmed = st.op.as_ref().is_some_and(|o| o.job_id.is_none());
+            (scaling, unconfirmed, st.op.is_none(), st.cluster_id.clone())
+        };
+        let Some(cluster_id) = cluster_id else { return };
+        if !scaling {
+            if unconfirmed {
+                let mut st = g.lock();
+                let age = st
+                    .op
+                    .as_ref()
+                    .map(|o| o.started.elapsed())
+                    .unwrap_or_default();
+                // Give CloudStack a moment to start the job before deciding it never came.
+                if age > self.inner.settings.job_poll_interval {
+                    tracing::warn!(group = %cluster_id, "the scale request whose answer was lost did not become a job; forgetting it");
+                    st.op = None;
+                }
+            }
+            return;
+        }
+        if !(idle || unconfirmed) {
+            return;
+        }
+        let jobs = match self.inner.cs.list_async_jobs().await {
+            Ok(j) => j,
+            Err(e) => {
+                tracing::warn!(error = %e, "listAsyncJobs failed; cannot adopt the running scale job yet");
+                return;
+            }
+        };
+        let Some(job) = jobs.into_iter().find(|j| {
+            j.jobstatus == 0
+                && j.is_scale_cluster()
+                && j.jobinstanceid.as_deref() == Some(cluster_id.as_str())
+        }) else {
+            return;
+        };
+        {
+            let mut st = g.lock();
+            match st.op.as_mut() {
+                Some(op) if op.job_id.is_none() => {
+                    tracing::info!(group = %cluster_id, job = %job.jobid, "the scale request whose answer was lost became a job; following it");
+                    op.job_id = Some(job.jobid.clone());
+                }
+                None => {
+                    tracing::info!(group = %cluster_id, job = %job.jobid, "adopting a running scale job this provider did not start");
+                    st.op = Some(Op {
+                        job_id: Some(job.jobid.clone()),
+                        kind: OpKind::Adopted,
+                        started: Instant::now(),
+                    });
+                }
+                Some(_) => return,
+            }
+        }
+        self.spawn_follower(gi, job.jobid);
+    }
+}

@@ -1,0 +1,591 @@
+//! The provider's state and behaviour behind the gRPC adapter: one [`Group`] per configured
+//! CKS cluster, its latest [`ClusterSnapshot`], the scale operation in flight, queued and
+//! failed requests, and the node↔VM pairings learned from the autoscaler.
+//!
+//! Reads (NodeGroups, NodeGroupForNode, NodeGroupNodes, NodeGroupTargetSize) are answered from
+//! memory. Only Refresh, the scale RPCs and the job followers call CloudStack.
+//!
+//! Locking: each group has a `std::sync::Mutex` over its state, never held across an `.await`,
+//! and a `tokio::sync::Mutex` (`op_lock`) that serialises everything that may send a
+//! scale request for that cluster, so at most one CloudStack scale job per cluster is started
+//! at a time and a decision is always made on the state it changes.
+
+mod follow;
+pub mod ops;
+mod view;
+
+pub use view::{InstanceView, NodeGroupView};
+
+use crate::cloudstack::types::{KubernetesCluster, ServiceOffering};
+use crate::cloudstack::{Client, CsError};
+use crate::config::{ClusterRef, NodeGroupSpec};
+use crate::domain::cluster::{
+    ClusterInput, ClusterSnapshot, ClusterState, OfferingRef, VmInput, VmState,
+};
+use crate::domain::rules::AlertScaling;
+use crate::domain::status::InstanceError;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+use tonic::Status;
+
+/// Whether the CloudStack behind the provider scales clusters in Alert.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum AlertScalingMode {
+    /// Assume it does until CloudStack refuses a request because the cluster is in Alert; from
+    /// then on refuse such requests locally with CloudStack's text.
+    Auto,
+    /// This CloudStack has the Alert-scaling change.
+    On,
+    /// This CloudStack refuses every scale request in Alert.
+    Off,
+}
+
+/// Provider behaviour settings (the `serve` flags).
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub groups: Vec<NodeGroupSpec>,
+    /// How often a followed job is polled with `queryAsyncJobResult`.
+    pub job_poll_interval: Duration,
+    /// A Refresh within this time of the last successful fetch reuses it (several autoscaler
+    /// loops, or a Refresh right after a job finished, cost no extra CloudStack call).
+    pub refresh_min_interval: Duration,
+    /// How old a snapshot may be and still be served when CloudStack cannot be reached.
+    pub staleness_bound: Duration,
+    /// How long a scale RPC watches the job it submitted for an immediate refusal
+    /// (CloudStack validates inside the job). Capped by the request's own deadline.
+    pub scale_watch: Duration,
+    /// The deadline assumed when a request carries no `grpc-timeout` (the autoscaler's
+    /// default is 5 s).
+    pub default_rpc_deadline: Duration,
+    pub alert_scaling: AlertScalingMode,
+    /// How long instances of a failed scale-up are reported (so the autoscaler deletes them
+    /// and backs off) before they are forgotten.
+    pub failed_instance_ttl: Duration,
+    /// How long a job is followed before the provider gives up on it (CloudStack's own scale
+    /// timeout is one hour by default).
+    pub job_max_follow: Duration,
+    /// GPULabel answer.
+    pub gpu_label: String,
+    /// GetAvailableGPUTypes answer.
+    pub gpu_types: Vec<String>,
+}
+
+impl Settings {
+    /// Defaults for everything but the groups.
+    pub fn with_groups(groups: Vec<NodeGroupSpec>) -> Self {
+        Settings {
+            groups,
+            job_poll_interval: Duration::from_secs(2),
+            refresh_min_interval: Duration::from_secs(5),
+            staleness_bound: Duration::from_secs(120),
+            scale_watch: Duration::from_millis(1500),
+            default_rpc_deadline: Duration::from_secs(5),
+            alert_scaling: AlertScalingMode::Auto,
+            failed_instance_ttl: Duration::from_secs(30 * 60),
+            job_max_follow: Duration::from_secs(2 * 3600),
+            gpu_label: String::new(),
+            gpu_types: Vec::new(),
+        }
+    }
+}
+
+/// The scale operation this provider has in flight for a cluster.
+#[derive(Debug, Clone)]
+pub(crate) struct Op {
+    /// `None` while a submission's answer was lost (timeout): CloudStack may or may not have
+    /// accepted it; nothing else is sent until a refresh tells.
+    pub job_id: Option<String>,
+    pub kind: OpKind,
+    pub started: Instant,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) enum OpKind {
+    Increase {
+        from: u32,
+        to: u32,
+        /// Worker VMs that existed before the job: the others are the job's.
+        vms_before: HashSet<String>,
+        /// Instance ids shown for requested VMs CloudStack has not listed yet.
+        placeholders: Vec<String>,
+    },
+    Remove {
+        from: u32,
+        vm_ids: Vec<String>,
+    },
+    /// A scale job found running that this provider did not start (restart, Cleanup).
+    Adopted,
+}
+
+/// An instance of a failed scale-up, reported as Creating with an error until the autoscaler
+/// deletes it (or it expires).
+#[derive(Debug, Clone)]
+pub(crate) struct FailedInstance {
+    pub id: String,
+    /// The VM CloudStack left behind, or `None` for a VM that was never created.
+    pub vm_id: Option<String>,
+    pub error: InstanceError,
+    pub since: Instant,
+}
+
+/// A node↔VM pairing learned from NodeGroupForNode: the node the autoscaler sees for a VM.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LearnedNode {
+    pub provider_id: String,
+    pub node_name: String,
+}
+
+/// A snapshot with lookup indexes, shared read-only.
+#[derive(Debug)]
+pub(crate) struct Indexed {
+    pub snap: ClusterSnapshot,
+    pub by_id: HashMap<String, usize>,
+    pub by_name: HashMap<String, usize>,
+    pub fetched_at: Instant,
+}
+
+impl Indexed {
+    fn new(snap: ClusterSnapshot, fetched_at: Instant) -> Self {
+        let mut by_id = HashMap::with_capacity(snap.vms.len());
+        let mut by_name = HashMap::with_capacity(snap.vms.len());
+        for (i, vm) in snap.vms.iter().enumerate() {
+            by_id.insert(vm.id.clone(), i);
+            by_name.insert(vm.name.to_ascii_lowercase(), i);
+        }
+        Indexed {
+            snap,
+            by_id,
+            by_name,
+            fetched_at,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct GroupState {
+    pub cluster_id: Option<String>,
+    pub snap: Option<Arc<Indexed>>,
+    pub last_error: Option<String>,
+    pub op: Option<Op>,
+    pub queued_increase: u32,
+    pub queued_placeholders: Vec<String>,
+    pub failed: Vec<FailedInstance>,
+    pub learned: HashMap<String, LearnedNode>,
+    /// Learned providerID → VM id, for fake nodes carrying an id we reported.
+    pub learned_by_provider_id: HashMap<String, String>,
+    pub next_placeholder: u64,
+    pub worker_offering: Option<ServiceOffering>,
+}
+
+pub(crate) struct Group {
+    pub spec: NodeGroupSpec,
+    pub state: Mutex<GroupState>,
+    pub op_lock: tokio::sync::Mutex<()>,
+}
+
+impl Group {
+    pub fn lock(&self) -> MutexGuard<'_, GroupState> {
+        // A panic while holding the lock would poison it; the state itself stays consistent
+        // (every change is made in one critical section), so keep serving.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+pub(crate) struct Inner {
+    pub cs: Client,
+    pub settings: Settings,
+    pub groups: Vec<Group>,
+    pub alert: Mutex<AlertScaling>,
+    pub refresh_lock: tokio::sync::Mutex<()>,
+    pub shutdown: watch::Sender<bool>,
+    pub ready: watch::Sender<bool>,
+}
+
+/// The provider. Cheap to clone.
+#[derive(Clone)]
+pub struct Provider {
+    pub(crate) inner: Arc<Inner>,
+}
+
+/// Maps a CloudStack error onto the gRPC status the autoscaler sees.
+pub(crate) fn cs_status(e: &CsError) -> Status {
+    match e {
+        CsError::Unreachable { .. } | CsError::Http { .. } | CsError::Malformed { .. } => {
+            Status::unavailable(e.to_string())
+        }
+        CsError::Unauthorized { .. } => Status::permission_denied(e.to_string()),
+        CsError::Api { .. } => Status::failed_precondition(e.to_string()),
+        CsError::Config(_) => Status::internal(e.to_string()),
+    }
+}
+
+/// Converts CloudStack's cluster object into the domain's input.
+pub(crate) fn cluster_input(c: &KubernetesCluster) -> ClusterInput {
+    let offering = |id: &Option<String>, name: &Option<String>| {
+        id.as_ref().map(|id| OfferingRef {
+            id: id.clone(),
+            name: name.clone().unwrap_or_default(),
+        })
+    };
+    let clamp = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
+    ClusterInput {
+        id: c.id.clone(),
+        name: c.name.clone(),
+        state: ClusterState::parse(&c.state),
+        size: clamp(c.size),
+        min_size: c.minsize.map(clamp),
+        max_size: c.maxsize.map(clamp),
+        autoscaling_enabled: c.autoscalingenabled,
+        control_nodes: clamp(c.controlnodes),
+        etcd_nodes: c.etcdnodes.map(clamp).unwrap_or(0),
+        service_offering: offering(&c.serviceofferingid, &c.serviceofferingname),
+        worker_offering: offering(&c.workerofferingid, &c.workerofferingname),
+        zone_id: c.zoneid.clone().unwrap_or_default(),
+        zone_name: c.zonename.clone().unwrap_or_default(),
+        vms: c
+            .virtualmachines
+            .iter()
+            .map(|v| VmInput {
+                id: v.id.clone(),
+                name: v.name.clone(),
+                state: VmState::parse(&v.state),
+                is_external: v.isexternalnode,
+                is_etcd: v.isetcdnode,
+            })
+            .collect(),
+    }
+}
+
+impl Provider {
+    /// Builds the provider; nothing is fetched yet (see [`Provider::refresh`]).
+    pub fn new(cs: Client, settings: Settings) -> Self {
+        let alert = match settings.alert_scaling {
+            AlertScalingMode::Auto => AlertScaling::Unknown,
+            AlertScalingMode::On => AlertScaling::Supported,
+            AlertScalingMode::Off => AlertScaling::Unsupported {
+                cloudstack_error: "configured with --alert-scaling=off".to_string(),
+            },
+        };
+        let groups = settings
+            .groups
+            .iter()
+            .map(|spec| {
+                let cluster_id = match &spec.cluster {
+                    ClusterRef::Id(id) => Some(id.clone()),
+                    ClusterRef::Name(_) => None,
+                };
+                Group {
+                    spec: spec.clone(),
+                    state: Mutex::new(GroupState {
+                        cluster_id,
+                        ..GroupState::default()
+                    }),
+                    op_lock: tokio::sync::Mutex::new(()),
+                }
+            })
+            .collect();
+        let (shutdown, _) = watch::channel(false);
+        let (ready, _) = watch::channel(false);
+        Provider {
+            inner: Arc::new(Inner {
+                cs,
+                settings,
+                groups,
+                alert: Mutex::new(alert),
+                refresh_lock: tokio::sync::Mutex::new(()),
+                shutdown,
+                ready,
+            }),
+        }
+    }
+
+    /// The settings this provider runs with.
+    pub fn settings(&self) -> &Settings {
+        &self.inner.settings
+    }
+
+    /// Becomes true once every group has a first snapshot (gRPC health SERVING).
+    pub fn ready(&self) -> watch::Receiver<bool> {
+        self.inner.ready.subscribe()
+    }
+
+    pub(crate) fn alert_scaling(&self) -> AlertScaling {
+        self.inner
+            .alert
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    pub(crate) fn set_alert_unsupported(&self, text: &str) {
+        let mut a = self.inner.alert.lock().unwrap_or_else(|p| p.into_inner());
+        if !matches!(*a, AlertScaling::Unsupported { .. }) {
+            tracing::warn!(
+                cloudstack_error = text,
+                "this CloudStack refuses to scale clusters in Alert (it predates the Alert-scaling change); \
+                 scale requests for clusters in Alert are now refused without calling CloudStack"
+            );
+            *a = AlertScaling::Unsupported {
+                cloudstack_error: text.to_string(),
+            };
+        }
+    }
+
+    /// The group with this node-group id (= resolved cluster id).
+    pub(crate) fn group(&self, id: &str) -> Result<(usize, &Group), Status> {
+        if id.is_empty() {
+            return Err(Status::invalid_argument("node group id is empty"));
+        }
+        for (i, g) in self.inner.groups.iter().enumerate() {
+            if g.lock().cluster_id.as_deref() == Some(id) {
+                return Ok((i, g));
+            }
+        }
+        Err(Status::not_found(format!(
+            "node group {id:?} is not configured in this provider (configured: {})",
+            self.configured_names().join(", ")
+        )))
+    }
+
+    fn configured_names(&self) -> Vec<String> {
+        self.inner
+            .groups
+            .iter()
+            .map(|g| match (&g.spec.cluster, g.lock().cluster_id.clone()) {
+                (_, Some(id)) => id,
+                (ClusterRef::Name(n), None) => format!("{n} (name, not resolved yet)"),
+                (ClusterRef::Id(id), None) => id.clone(),
+            })
+            .collect()
+    }
+
+    /// Stops background work (job followers). Jobs keep running in CloudStack; a later
+    /// Refresh adopts them again.
+    pub fn cleanup(&self) {
+        self.inner.shutdown.send_replace(true);
+        // Followers exit; forget their ops so the next Refresh re-adopts running jobs.
+        for g in &self.inner.groups {
+            let mut st = g.lock();
+            if let Some(op) = &st.op {
+                if op.job_id.is_some() {
+                    st.op = None;
+                }
+            }
+        }
+        self.inner.shutdown.send_replace(false);
+    }
+
+    /// Installs a freshly fetched cluster as the group's snapshot. Returns the new snapshot.
+    pub(crate) fn install_snapshot(&self, gi: usize, cluster: &KubernetesCluster) -> Arc<Indexed> {
+        let g = &self.inner.groups[gi];
+        let snap = ClusterSnapshot::classify(cluster_input(cluster));
+        if let Some(w) = &snap.classification_warning {
+            tracing::error!(cluster = %snap.name, "{w}");
+        }
+        let indexed = Arc::new(Indexed::new(snap, Instant::now()));
+        let mut st = g.lock();
+        st.cluster_id = Some(cluster.id.clone());
+        st.snap = Some(indexed.clone());
+        st.last_error = None;
+        // Failed instances whose VM is gone, or that expired, are forgotten.
+        let ttl = self.inner.settings.failed_instance_ttl;
+        let now = Instant::now();
+        st.failed.retain(|f| {
+            let vm_alive = f
+                .vm_id
+                .as_ref()
+                .is_none_or(|id| indexed.by_id.contains_key(id));
+            vm_alive && now.duration_since(f.since) < ttl
+        });
+        drop(st);
+        self.update_ready();
+        indexed
+    }
+
+    fn update_ready(&self) {
+        let all = self.inner.groups.iter().all(|g| g.lock().snap.is_some());
+        self.inner.ready.send_if_modified(|r| {
+            let changed = *r != all;
+            *r = all;
+            changed
+        });
+    }
+
+    /// Fetches one group's cluster (one `listKubernetesClusters` call).
+    pub(crate) async fn fetch_group(&self, gi: usize) -> Result<Arc<Indexed>, CsError> {
+        let g = &self.inner.groups[gi];
+        let id = g.lock().cluster_id.clone();
+        let cluster = match (id, &g.spec.cluster) {
+            (Some(id), _) => {
+                self.inner
+                    .cs
+                    .get_cluster(&id)
+                    .await?
+                    .ok_or_else(|| CsError::Malformed {
+                        command: "listKubernetesClusters".into(),
+                        detail: format!(
+                            "cluster {id} is not listed (deleted, or not visible to this API key)"
+                        ),
+                    })?
+            }
+            (None, ClusterRef::Name(name)) => {
+                let mut found = self.inner.cs.find_clusters_by_name(name).await?;
+                found.retain(|c| c.name == *name);
+                match found.len() {
+                    1 => found.remove(0),
+                    0 => {
+                        return Err(CsError::Malformed {
+                            command: "listKubernetesClusters".into(),
+                            detail: format!("no cluster named {name:?} is visible to this API key"),
+                        });
+                    }
+                    n => {
+                        return Err(CsError::Malformed {
+                            command: "listKubernetesClusters".into(),
+                            detail: format!(
+                                "{n} clusters are named {name:?}; name the cluster by id in --nodes"
+                            ),
+                        });
+                    }
+                }
+            }
+            (None, ClusterRef::Id(id)) => {
+                return Err(CsError::Config(format!("cluster id {id} not resolved")));
+            }
+        };
+        let snap = self.install_snapshot(gi, &cluster);
+        self.after_snapshot(gi).await;
+        Ok(snap)
+    }
+
+    /// Refresh: fetch every group whose snapshot is older than the refresh interval, in one
+    /// call per cluster (independent of the number of nodes). Fails only when a group has no
+    /// snapshot newer than the staleness bound.
+    pub async fn refresh(&self) -> Result<(), Status> {
+        let _one_at_a_time = self.inner.refresh_lock.lock().await;
+        let min_interval = self.inner.settings.refresh_min_interval;
+        let stale = self.inner.settings.staleness_bound;
+        let mut failures = Vec::new();
+        for gi in 0..self.inner.groups.len() {
+            let age = self.inner.groups[gi]
+                .lock()
+                .snap
+                .as_ref()
+                .map(|s| s.fetched_at.elapsed());
+            if age.is_some_and(|a| a < min_interval) {
+                continue;
+            }
+            if let Err(e) = self.fetch_group(gi).await {
+                let g = &self.inner.groups[gi];
+                let name = self.group_label(gi);
+                tracing::warn!(group = %name, error = %e, "refresh from CloudStack failed");
+                g.lock().last_error = Some(e.to_string());
+                if age.is_none_or(|a| a >= stale) {
+                    failures.push(format!("{name}: {e}"));
+                }
+            }
+        }
+        self.refresh_offerings().await;
+        if failures.is_empty() {
+            Ok(())
+        } else {
+            Err(Status::unavailable(format!(
+                "no CloudStack snapshot newer than {}s for: {}",
+                stale.as_secs(),
+                failures.join("; ")
+            )))
+        }
+    }
+
+    /// Reads the worker offering of each group when it is not cached or changed
+    /// (`listServiceOfferings`, at most once per change).
+    async fn refresh_offerings(&self) {
+        for gi in 0..self.inner.groups.len() {
+            let wanted = {
+                let st = self.inner.groups[gi].lock();
+                let Some(s) = &st.snap else { continue };
+                let Some(o) = s.snap.effective_worker_offering() else {
+                    continue;
+                };
+                if st.worker_offering.as_ref().is_some_and(|w| w.id == o.id) {
+                    continue;
+                }
+                o.id.clone()
+            };
+            match self.inner.cs.get_service_offering(&wanted).await {
+                Ok(Some(o)) => self.inner.groups[gi].lock().worker_offering = Some(o),
+                Ok(None) => {
+                    tracing::warn!(offering = %wanted, "worker service offering not listed")
+                }
+                Err(e) => {
+                    tracing::warn!(offering = %wanted, error = %e, "listServiceOfferings failed")
+                }
+            }
+        }
+    }
+
+    pub(crate) fn group_label(&self, gi: usize) -> String {
+        let g = &self.inner.groups[gi];
+        let st = g.lock();
+        if let Some(s) = &st.snap {
+            return s.snap.name.clone();
+        }
+        match (&g.spec.cluster, &st.cluster_id) {
+            (ClusterRef::Name(n), _) => n.clone(),
+            (_, Some(id)) => id.clone(),
+            (ClusterRef::Id(id), None) => id.clone(),
+        }
+    }
+
+    /// The worker offering last read for a group.
+    pub fn worker_offering(&self, group_id: &str) -> Option<ServiceOffering> {
+        let (_, g) = self.group(group_id).ok()?;
+        g.lock().worker_offering.clone()
+    }
+
+    /// The latest snapshot of a group.
+    pub fn snapshot(&self, group_id: &str) -> Option<ClusterSnapshot> {
+        let (_, g) = self.group(group_id).ok()?;
+        g.lock().snap.as_ref().map(|s| s.snap.clone())
+    }
+
+    /// Runs the first refresh in the background, retrying until every group has a snapshot,
+    /// so the server can serve (and report) while CloudStack is unreachable.
+    pub fn spawn_initial_refresh(&self) -> tokio::task::JoinHandle<()> {
+        let p = self.clone();
+        tokio::spawn(async move {
+            let mut delay = Duration::from_millis(200);
+            loop {
+                match p.refresh().await {
+                    Ok(()) if *p.inner.ready.borrow() => {
+                        tracing::info!("first CloudStack snapshot loaded for every node group");
+                        return;
+                    }
+                    Ok(()) => {}
+                    Err(e) => {
+                        tracing::warn!(error = %e.message(), "CloudStack not reachable yet; serving without a snapshot")
+                    }
+                }
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(10));
+            }
+        })
+    }
+}
+
+impl Provider {
+    /// SERVING for gRPC health: every group has a snapshot, and none has been failing to
+    /// refresh for longer than the staleness bound.
+    pub fn healthy(&self) -> bool {
+        let stale = self.inner.settings.staleness_bound;
+        self.inner.groups.iter().all(|g| {
+            let st = g.lock();
+            match &st.snap {
+                None => false,
+                Some(s) => st.last_error.is_none() || s.fetched_at.elapsed() < stale,
+            }
+        })
+    }
+}

@@ -1,0 +1,101 @@
+//! Serving: the CloudProvider service, gRPC health and reflection on one listener, with
+//! graceful shutdown. The binary decides the address and the signal; tests bind port 0.
+
+use crate::grpc::{CloudProviderService, Extras};
+use crate::pb;
+use crate::pb::cloud_provider_server::CloudProviderServer;
+use crate::provider::Provider;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tonic::transport::server::TcpIncoming;
+use tonic::transport::{Server, ServerTlsConfig};
+
+/// Largest request the server decodes: the autoscaler's biggest message is a DeleteNodes
+/// with a few hundred nodes; anything far larger is a misbehaving client.
+pub const MAX_REQUEST_BYTES: usize = 4 * 1024 * 1024;
+
+/// How the server is run.
+pub struct ServeOptions {
+    pub extras: Arc<dyn Extras>,
+    pub tls: Option<ServerTlsConfig>,
+    /// Concurrent requests per connection.
+    pub concurrency_per_connection: usize,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        ServeOptions {
+            extras: Arc::new(crate::grpc::NoExtras),
+            tls: None,
+            concurrency_per_connection: 256,
+        }
+    }
+}
+
+/// Serves until `shutdown` completes, then finishes in-flight RPCs.
+pub async fn serve(
+    listener: TcpListener,
+    provider: Provider,
+    options: ServeOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let (reporter, health) = tonic_health::server::health_reporter();
+    reporter
+        .set_not_serving::<CloudProviderServer<CloudProviderService>>()
+        .await;
+    reporter
+        .set_service_status("", tonic_health::ServingStatus::NotServing)
+        .await;
+    let health_task = tokio::spawn(track_health(provider.clone(), reporter));
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()?;
+    let service = CloudProviderServer::new(CloudProviderService::new(provider, options.extras))
+        .max_decoding_message_size(MAX_REQUEST_BYTES);
+    let mut builder = Server::builder()
+        .concurrency_limit_per_connection(options.concurrency_per_connection)
+        .tcp_nodelay(true)
+        .http2_keepalive_interval(Some(Duration::from_secs(30)));
+    if let Some(tls) = options.tls {
+        builder = builder.tls_config(tls)?;
+    }
+    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    let result = builder
+        .add_service(health)
+        .add_service(reflection)
+        .add_service(service)
+        .serve_with_incoming_shutdown(incoming, shutdown)
+        .await;
+    health_task.abort();
+    result.map_err(Into::into)
+}
+
+async fn track_health(provider: Provider, reporter: tonic_health::server::HealthReporter) {
+    let mut last = None;
+    loop {
+        let healthy = provider.healthy();
+        if last != Some(healthy) {
+            let status = if healthy {
+                tonic_health::ServingStatus::Serving
+            } else {
+                tonic_health::ServingStatus::NotServing
+            };
+            if healthy {
+                reporter
+                    .set_serving::<CloudProviderServer<CloudProviderService>>()
+                    .await;
+            } else {
+                reporter
+                    .set_not_serving::<CloudProviderServer<CloudProviderService>>()
+                    .await;
+            }
+            reporter.set_service_status("", status).await;
+            tracing::info!(serving = healthy, "health status changed");
+            last = Some(healthy);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
