@@ -9,6 +9,19 @@ use crate::provider::{InstanceView, NodeGroupView, Provider};
 use std::time::{Duration, Instant};
 use tonic::{Request, Response, Status};
 
+fn observe<T>(method: &'static str, started: Instant, result: &Result<T, Status>) {
+    let code = match result {
+        Ok(_) => tonic::Code::Ok,
+        Err(s) => s.code(),
+    };
+    crate::metrics::record_rpc(method, started, code);
+    if let Err(s) = result {
+        if s.code() != tonic::Code::Unimplemented {
+            tracing::debug!(rpc = method, code = ?s.code(), "{}", s.message());
+        }
+    }
+}
+
 /// The gRPC service.
 #[derive(Clone)]
 pub struct CloudProviderService {
@@ -112,9 +125,8 @@ fn error_pb(e: InstanceError) -> pb::InstanceErrorInfo {
     }
 }
 
-#[tonic::async_trait]
-impl CloudProvider for CloudProviderService {
-    async fn node_groups(
+impl CloudProviderService {
+    async fn node_groups_inner(
         &self,
         _request: Request<pb::NodeGroupsRequest>,
     ) -> Result<Response<pb::NodeGroupsResponse>, Status> {
@@ -128,7 +140,7 @@ impl CloudProvider for CloudProviderService {
         }))
     }
 
-    async fn node_group_for_node(
+    async fn node_group_for_node_inner(
         &self,
         request: Request<pb::NodeGroupForNodeRequest>,
     ) -> Result<Response<pb::NodeGroupForNodeResponse>, Status> {
@@ -147,7 +159,7 @@ impl CloudProvider for CloudProviderService {
         }))
     }
 
-    async fn gpu_label(
+    async fn gpu_label_inner(
         &self,
         _request: Request<pb::GpuLabelRequest>,
     ) -> Result<Response<pb::GpuLabelResponse>, Status> {
@@ -156,7 +168,7 @@ impl CloudProvider for CloudProviderService {
         }))
     }
 
-    async fn get_available_gpu_types(
+    async fn get_available_gpu_types_inner(
         &self,
         _request: Request<pb::GetAvailableGpuTypesRequest>,
     ) -> Result<Response<pb::GetAvailableGpuTypesResponse>, Status> {
@@ -172,7 +184,7 @@ impl CloudProvider for CloudProviderService {
         }))
     }
 
-    async fn cleanup(
+    async fn cleanup_inner(
         &self,
         _request: Request<pb::CleanupRequest>,
     ) -> Result<Response<pb::CleanupResponse>, Status> {
@@ -180,7 +192,7 @@ impl CloudProvider for CloudProviderService {
         Ok(Response::new(pb::CleanupResponse {}))
     }
 
-    async fn refresh(
+    async fn refresh_inner(
         &self,
         _request: Request<pb::RefreshRequest>,
     ) -> Result<Response<pb::RefreshResponse>, Status> {
@@ -188,7 +200,7 @@ impl CloudProvider for CloudProviderService {
         Ok(Response::new(pb::RefreshResponse {}))
     }
 
-    async fn node_group_target_size(
+    async fn node_group_target_size_inner(
         &self,
         request: Request<pb::NodeGroupTargetSizeRequest>,
     ) -> Result<Response<pb::NodeGroupTargetSizeResponse>, Status> {
@@ -198,7 +210,7 @@ impl CloudProvider for CloudProviderService {
         }))
     }
 
-    async fn node_group_increase_size(
+    async fn node_group_increase_size_inner(
         &self,
         request: Request<pb::NodeGroupIncreaseSizeRequest>,
     ) -> Result<Response<pb::NodeGroupIncreaseSizeResponse>, Status> {
@@ -210,7 +222,7 @@ impl CloudProvider for CloudProviderService {
         Ok(Response::new(pb::NodeGroupIncreaseSizeResponse {}))
     }
 
-    async fn node_group_delete_nodes(
+    async fn node_group_delete_nodes_inner(
         &self,
         request: Request<pb::NodeGroupDeleteNodesRequest>,
     ) -> Result<Response<pb::NodeGroupDeleteNodesResponse>, Status> {
@@ -229,7 +241,7 @@ impl CloudProvider for CloudProviderService {
         Ok(Response::new(pb::NodeGroupDeleteNodesResponse {}))
     }
 
-    async fn node_group_decrease_target_size(
+    async fn node_group_decrease_target_size_inner(
         &self,
         request: Request<pb::NodeGroupDecreaseTargetSizeRequest>,
     ) -> Result<Response<pb::NodeGroupDecreaseTargetSizeResponse>, Status> {
@@ -241,7 +253,7 @@ impl CloudProvider for CloudProviderService {
         Ok(Response::new(pb::NodeGroupDecreaseTargetSizeResponse {}))
     }
 
-    async fn node_group_nodes(
+    async fn node_group_nodes_inner(
         &self,
         request: Request<pb::NodeGroupNodesRequest>,
     ) -> Result<Response<pb::NodeGroupNodesResponse>, Status> {
@@ -251,7 +263,7 @@ impl CloudProvider for CloudProviderService {
         }))
     }
 
-    async fn node_group_template_node_info(
+    async fn node_group_template_node_info_inner(
         &self,
         request: Request<pb::NodeGroupTemplateNodeInfoRequest>,
     ) -> Result<Response<pb::NodeGroupTemplateNodeInfoResponse>, Status> {
@@ -264,7 +276,7 @@ impl CloudProvider for CloudProviderService {
         Ok(Response::new(resp))
     }
 
-    async fn node_group_get_options(
+    async fn node_group_get_options_inner(
         &self,
         request: Request<pb::NodeGroupAutoscalingOptionsRequest>,
     ) -> Result<Response<pb::NodeGroupAutoscalingOptionsResponse>, Status> {
@@ -272,6 +284,140 @@ impl CloudProvider for CloudProviderService {
             self.extras.get_options(&self.provider, request.get_ref())?,
         ))
     }
+}
+
+#[tonic::async_trait]
+impl CloudProvider for CloudProviderService {
+    async fn node_groups(
+        &self,
+        request: Request<pb::NodeGroupsRequest>,
+    ) -> Result<Response<pb::NodeGroupsResponse>, Status> {
+        let started = Instant::now();
+        let result = self.node_groups_inner(request).await;
+        observe("NodeGroups", started, &result);
+        result
+    }
+
+    async fn node_group_for_node(
+        &self,
+        request: Request<pb::NodeGroupForNodeRequest>,
+    ) -> Result<Response<pb::NodeGroupForNodeResponse>, Status> {
+        let started = Instant::now();
+        let result = self.node_group_for_node_inner(request).await;
+        observe("NodeGroupForNode", started, &result);
+        result
+    }
+
+    async fn gpu_label(
+        &self,
+        request: Request<pb::GpuLabelRequest>,
+    ) -> Result<Response<pb::GpuLabelResponse>, Status> {
+        let started = Instant::now();
+        let result = self.gpu_label_inner(request).await;
+        observe("GPULabel", started, &result);
+        result
+    }
+
+    async fn get_available_gpu_types(
+        &self,
+        request: Request<pb::GetAvailableGpuTypesRequest>,
+    ) -> Result<Response<pb::GetAvailableGpuTypesResponse>, Status> {
+        let started = Instant::now();
+        let result = self.get_available_gpu_types_inner(request).await;
+        observe("GetAvailableGPUTypes", started, &result);
+        result
+    }
+
+    async fn cleanup(
+        &self,
+        request: Request<pb::CleanupRequest>,
+    ) -> Result<Response<pb::CleanupResponse>, Status> {
+        let started = Instant::now();
+        let result = self.cleanup_inner(request).await;
+        observe("Cleanup", started, &result);
+        result
+    }
+
+    async fn refresh(
+        &self,
+        request: Request<pb::RefreshRequest>,
+    ) -> Result<Response<pb::RefreshResponse>, Status> {
+        let started = Instant::now();
+        let result = self.refresh_inner(request).await;
+        observe("Refresh", started, &result);
+        result
+    }
+
+    async fn node_group_target_size(
+        &self,
+        request: Request<pb::NodeGroupTargetSizeRequest>,
+    ) -> Result<Response<pb::NodeGroupTargetSizeResponse>, Status> {
+        let started = Instant::now();
+        let result = self.node_group_target_size_inner(request).await;
+        observe("NodeGroupTargetSize", started, &result);
+        result
+    }
+
+    async fn node_group_increase_size(
+        &self,
+        request: Request<pb::NodeGroupIncreaseSizeRequest>,
+    ) -> Result<Response<pb::NodeGroupIncreaseSizeResponse>, Status> {
+        let started = Instant::now();
+        let result = self.node_group_increase_size_inner(request).await;
+        observe("NodeGroupIncreaseSize", started, &result);
+        result
+    }
+
+    async fn node_group_delete_nodes(
+        &self,
+        request: Request<pb::NodeGroupDeleteNodesRequest>,
+    ) -> Result<Response<pb::NodeGroupDeleteNodesResponse>, Status> {
+        let started = Instant::now();
+        let result = self.node_group_delete_nodes_inner(request).await;
+        observe("NodeGroupDeleteNodes", started, &result);
+        result
+    }
+
+    async fn node_group_decrease_target_size(
+        &self,
+        request: Request<pb::NodeGroupDecreaseTargetSizeRequest>,
+    ) -> Result<Response<pb::NodeGroupDecreaseTargetSizeResponse>, Status> {
+        let started = Instant::now();
+        let result = self.node_group_decrease_target_size_inner(request).await;
+        observe("NodeGroupDecreaseTargetSize", started, &result);
+        result
+    }
+
+    async fn node_group_nodes(
+        &self,
+        request: Request<pb::NodeGroupNodesRequest>,
+    ) -> Result<Response<pb::NodeGroupNodesResponse>, Status> {
+        let started = Instant::now();
+        let result = self.node_group_nodes_inner(request).await;
+        observe("NodeGroupNodes", started, &result);
+        result
+    }
+
+    async fn node_group_template_node_info(
+        &self,
+        request: Request<pb::NodeGroupTemplateNodeInfoRequest>,
+    ) -> Result<Response<pb::NodeGroupTemplateNodeInfoResponse>, Status> {
+        let started = Instant::now();
+        let result = self.node_group_template_node_info_inner(request).await;
+        observe("NodeGroupTemplateNodeInfo", started, &result);
+        result
+    }
+
+    async fn node_group_get_options(
+        &self,
+        request: Request<pb::NodeGroupAutoscalingOptionsRequest>,
+    ) -> Result<Response<pb::NodeGroupAutoscalingOptionsResponse>, Status> {
+        let started = Instant::now();
+        let result = self.node_group_get_options_inner(request).await;
+        observe("NodeGroupGetOptions", started, &result);
+        result
+    }
+
 }
 
 #[cfg(test)]

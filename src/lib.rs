@@ -13,3 +13,6 @@ pub mod provider;
 pub mod server;
 pub mod sim;
 pub mod template;
+pub mod cli;
+pub mod demo;
+pub mod metrics;

@@ -1,1 +1,21 @@
-fn main() {}
+//! The `cks-autoscaler-provider` binary: argument parsing and the runtime only.
+
+use clap::Parser;
+use cks_autoscaler_provider::cli::{init_tracing, run_serve, Cli, Command};
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    init_tracing(cli.log_format);
+    let result = match cli.command {
+        Command::Serve(args) => run_serve(args).await,
+        Command::Demo(args) => cks_autoscaler_provider::demo::run(args).await,
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -589,3 +589,11 @@ impl Provider {
         })
     }
 }
+
+impl Provider {
+    /// How old a group's snapshot is.
+    pub fn snapshot_age(&self, group_id: &str) -> Option<Duration> {
+        let (_, g) = self.group(group_id).ok()?;
+        g.lock().snap.as_ref().map(|s| s.fetched_at.elapsed())
+    }
+}

@@ -1,0 +1,346 @@
+//! Command-line interface: `serve`, `demo`, `probe`. Every flag also reads an environment
+//! variable (`CKS_PROVIDER_…`). Secrets are never taken as flags: they come from the
+//! cloud-config file, a file path, or an environment variable.
+
+use crate::cloudstack::{Client, ClientConfig};
+use crate::config::{self, NodeGroupSpec};
+use crate::provider::{AlertScalingMode, Provider, Settings};
+use crate::server::{serve, ServeOptions};
+use anyhow::{bail, Context};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Parses `500ms`, `2s`, `5m`, `1h` (a bare number is seconds).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("invalid duration {s:?}: expected e.g. 500ms, 2s, 5m, 1h"))?;
+    let secs = match unit {
+        "" | "s" => n,
+        "ms" => n / 1000.0,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(format!("invalid duration unit in {s:?}: use ms, s, m or h")),
+    };
+    if !secs.is_finite() || secs < 0.0 || secs > 1e9 {
+        return Err(format!("duration {s:?} out of range"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// cks-autoscaler-provider: the Kubernetes cluster-autoscaler's externalgrpc cloud provider
+/// for Apache CloudStack Kubernetes Service (CKS).
+#[derive(Debug, Parser)]
+#[command(name = "cks-autoscaler-provider", version, about, long_about = None)]
+pub struct Cli {
+    /// Log format.
+    #[arg(long, global = true, env = "CKS_PROVIDER_LOG_FORMAT", default_value = "text")]
+    pub log_format: LogFormat,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the externalgrpc CloudProvider service.
+    Serve(ServeArgs),
+    /// Run the simulator, the provider and a mock autoscaler in one process and play the
+    /// scale-up, down-worker and failed-scale-up scenarios live.
+    Demo(crate::demo::DemoArgs),
+}
+
+/// `serve` flags.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// gRPC listen address.
+    #[arg(long, env = "CKS_PROVIDER_LISTEN", default_value = "127.0.0.1:8086")]
+    pub listen: SocketAddr,
+    /// CloudStack cloud-config (ini, `[Global]` api-url, api-key, secret-key, optional
+    /// ssl-no-verify, project-id, zone): the file the in-tree cloudstack provider uses.
+    #[arg(long, env = "CKS_PROVIDER_CLOUD_CONFIG")]
+    pub cloud_config: Option<PathBuf>,
+    /// A node group: MIN:MAX:CLUSTER (CKS cluster id or name). Repeatable. The cluster's own
+    /// minsize/maxsize win when CKS autoscaling is enabled on it.
+    #[arg(long = "nodes", env = "CKS_PROVIDER_NODES", value_delimiter = ';')]
+    pub nodes: Vec<String>,
+    /// Read the API key from this file instead of the cloud-config (env CKS_PROVIDER_API_KEY
+    /// also works).
+    #[arg(long, env = "CKS_PROVIDER_API_KEY_FILE")]
+    pub api_key_file: Option<PathBuf>,
+    /// Read the secret key from this file instead of the cloud-config (env
+    /// CKS_PROVIDER_SECRET_KEY also works).
+    #[arg(long, env = "CKS_PROVIDER_SECRET_KEY_FILE")]
+    pub secret_key_file: Option<PathBuf>,
+    /// Extra PEM CA bundle trusted for CloudStack's HTTPS certificate.
+    #[arg(long, env = "CKS_PROVIDER_CLOUDSTACK_CA")]
+    pub cloudstack_ca: Option<PathBuf>,
+    /// Timeout of one CloudStack API call.
+    #[arg(long, env = "CKS_PROVIDER_CLOUDSTACK_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub cloudstack_timeout: Duration,
+    /// How often a running scale job is polled (queryAsyncJobResult).
+    #[arg(long, env = "CKS_PROVIDER_JOB_POLL_INTERVAL", default_value = "2s", value_parser = parse_duration)]
+    pub job_poll_interval: Duration,
+    /// A Refresh within this time of the last fetch reuses it (no CloudStack call).
+    #[arg(long, env = "CKS_PROVIDER_REFRESH_MIN_INTERVAL", default_value = "5s", value_parser = parse_duration)]
+    pub refresh_min_interval: Duration,
+    /// How old a snapshot may be and still be served while CloudStack is unreachable;
+    /// beyond it Refresh fails (UNAVAILABLE) and health turns NOT_SERVING.
+    #[arg(long, env = "CKS_PROVIDER_STALENESS_BOUND", default_value = "2m", value_parser = parse_duration)]
+    pub staleness_bound: Duration,
+    /// How long a scale RPC watches its new job for an immediate refusal (capped by the
+    /// request's deadline).
+    #[arg(long, env = "CKS_PROVIDER_SCALE_WATCH", default_value = "1500ms", value_parser = parse_duration)]
+    pub scale_watch: Duration,
+    /// How long instances of a failed scale-up are reported before they are forgotten.
+    #[arg(long, env = "CKS_PROVIDER_FAILED_INSTANCE_TTL", default_value = "30m", value_parser = parse_duration)]
+    pub failed_instance_ttl: Duration,
+    /// Whether this CloudStack scales clusters in Alert (auto: learn it from CloudStack's
+    /// first refusal).
+    #[arg(long, env = "CKS_PROVIDER_ALERT_SCALING", default_value = "auto")]
+    pub alert_scaling: AlertScalingMode,
+    /// GPULabel answer (empty: no GPU label).
+    #[arg(long, env = "CKS_PROVIDER_GPU_LABEL", default_value = "")]
+    pub gpu_label: String,
+    /// A GPU type for GetAvailableGPUTypes. Repeatable.
+    #[arg(long = "gpu-type", env = "CKS_PROVIDER_GPU_TYPES", value_delimiter = ',')]
+    pub gpu_types: Vec<String>,
+    /// Run against an embedded CloudStack simulator (no cloud-config needed) and print the
+    /// cloud-config a cluster-autoscaler would use to connect.
+    #[arg(long, env = "CKS_PROVIDER_SIMULATE")]
+    pub simulate: bool,
+    /// Serve Prometheus `/metrics`, `/healthz` and `/readyz` over plain HTTP on this address.
+    #[arg(long, env = "CKS_PROVIDER_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
+    /// Allow plaintext gRPC on a non-loopback address.
+    #[arg(long, env = "CKS_PROVIDER_INSECURE")]
+    pub insecure: bool,
+}
+
+/// Sets up tracing (`RUST_LOG`-style filter, default info).
+pub fn init_tracing(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+}
+
+fn read_secret_file(path: &PathBuf, what: &str) -> anyhow::Result<String> {
+    let s = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the {what} from {}", path.display()))?;
+    let s = s.trim().to_string();
+    if s.is_empty() {
+        bail!("the {what} file {} is empty", path.display());
+    }
+    Ok(s)
+}
+
+impl ServeArgs {
+    /// The provider settings these flags describe.
+    pub fn settings(&self, groups: Vec<NodeGroupSpec>) -> Settings {
+        let mut s = Settings::with_groups(groups);
+        s.job_poll_interval = self.job_poll_interval;
+        s.refresh_min_interval = self.refresh_min_interval;
+        s.staleness_bound = self.staleness_bound;
+        s.scale_watch = self.scale_watch;
+        s.failed_instance_ttl = self.failed_instance_ttl;
+        s.alert_scaling = self.alert_scaling;
+        s.gpu_label = self.gpu_label.clone();
+        s.gpu_types = self.gpu_types.clone();
+        s
+    }
+
+    fn groups(&self) -> anyhow::Result<Vec<NodeGroupSpec>> {
+        self.nodes
+            .iter()
+            .map(|n| config::parse_nodes_spec(n).map_err(|e| anyhow::anyhow!("--nodes: {e}")))
+            .collect()
+    }
+
+    fn client_config(&self) -> anyhow::Result<ClientConfig> {
+        let Some(path) = &self.cloud_config else {
+            bail!("--cloud-config is required (or --simulate to run against the built-in simulator)");
+        };
+        let mut cc = config::load_cloud_config(path)?;
+        let api_key = match (&self.api_key_file, std::env::var("CKS_PROVIDER_API_KEY").ok()) {
+            (Some(p), _) => Some(read_secret_file(p, "API key")?),
+            (None, Some(v)) if !v.is_empty() => Some(v),
+            _ => None,
+        };
+        let secret_key = match (&self.secret_key_file, std::env::var("CKS_PROVIDER_SECRET_KEY").ok()) {
+            (Some(p), _) => Some(read_secret_file(p, "secret key")?),
+            (None, Some(v)) if !v.is_empty() => Some(v),
+            _ => None,
+        };
+        cc = cc.with_overrides(api_key, secret_key);
+        let mut client = cc.client_config(self.cloudstack_timeout);
+        if let Some(ca) = &self.cloudstack_ca {
+            client.ca_bundle_pem = Some(
+                std::fs::read(ca).with_context(|| format!("reading --cloudstack-ca {}", ca.display()))?,
+            );
+        }
+        if client.ssl_no_verify {
+            tracing::warn!("ssl-no-verify is set: CloudStack's TLS certificate is NOT verified");
+        }
+        Ok(client)
+    }
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+    tracing::info!("shutdown requested: finishing in-flight requests");
+}
+
+/// `serve`.
+pub async fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
+    if !args.insecure && !args.listen.ip().is_loopback() {
+        bail!(
+            "refusing to serve plaintext gRPC on non-loopback address {} without --insecure \
+             (TLS flags arrive in a later release; use a loopback address or --insecure)",
+            args.listen
+        );
+    }
+    if args.insecure && !args.listen.ip().is_loopback() {
+        tracing::warn!(listen = %args.listen, "serving plaintext gRPC on a non-loopback address (--insecure)");
+    }
+    let mut _sim = None;
+    let (client_cfg, groups) = if args.simulate {
+        let sim = crate::sim::spawn(crate::sim::SimConfig::default()).await?;
+        let mut groups = args.groups()?;
+        if groups.is_empty() {
+            groups = sim
+                .cluster_ids()
+                .into_iter()
+                .map(|id| NodeGroupSpec {
+                    min: 1,
+                    max: 10,
+                    cluster: config::ClusterRef::Id(id),
+                })
+                .collect();
+        }
+        let cfg = ClientConfig {
+            api_url: sim.api_url.clone(),
+            api_key: sim.api_key.clone(),
+            secret_key: sim.secret_key.clone(),
+            ssl_no_verify: false,
+            ca_bundle_pem: None,
+            project_id: None,
+            request_timeout: args.cloudstack_timeout,
+        };
+        println!("Embedded CloudStack simulator at {}", sim.api_url);
+        println!("cluster-autoscaler cloud-config (--cloud-provider=externalgrpc --cloud-config=FILE):\n");
+        println!("address: \"{}\"\ngrpc_timeout: 5s\n", args.listen);
+        for g in &groups {
+            println!("node group: {}:{}:{:?}", g.min, g.max, g.cluster);
+        }
+        _sim = Some(sim);
+        (cfg, groups)
+    } else {
+        (args.client_config()?, args.groups()?)
+    };
+    if groups.is_empty() {
+        bail!("no node groups: give at least one --nodes MIN:MAX:CLUSTER");
+    }
+    let client = Client::new(client_cfg).context("building the CloudStack client")?;
+    let provider = Provider::new(client, args.settings(groups));
+    provider.spawn_initial_refresh();
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("binding {}", args.listen))?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    if let Some(addr) = args.metrics_listen {
+        crate::metrics::install();
+        let http = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("binding --metrics-listen {addr}"))?;
+        let mut rx = stop_rx.clone();
+        let p = provider.clone();
+        tokio::spawn(async move {
+            let stop = async move {
+                let _ = rx.wait_for(|s| *s).await;
+            };
+            if let Err(e) = crate::metrics::serve_http(http, p, stop).await {
+                tracing::error!(error = %e, "metrics endpoint failed");
+            }
+        });
+        tracing::info!(metrics = %addr, "serving /metrics, /healthz, /readyz");
+    }
+    tracing::info!(listen = %args.listen, "serving externalgrpc CloudProvider");
+    let signal = async move {
+        shutdown_signal().await;
+        let _ = stop_tx.send(true);
+    };
+    serve(listener, provider.clone(), ServeOptions::default(), signal).await?;
+    provider.cleanup();
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
+        assert!(parse_duration("5x").is_err());
+        assert!(parse_duration("").is_err());
+        assert!(parse_duration("-1s").is_err());
+    }
+
+    #[test]
+    fn cli_parses_serve_flags() {
+        let cli = Cli::try_parse_from([
+            "cks-autoscaler-provider",
+            "serve",
+            "--nodes",
+            "1:5:abc",
+            "--nodes",
+            "0:3:def",
+            "--job-poll-interval",
+            "250ms",
+        ])
+        .expect("parses");
+        let Command::Serve(s) = cli.command else {
+            panic!("expected serve")
+        };
+        assert_eq!(s.nodes, vec!["1:5:abc", "0:3:def"]);
+        assert_eq!(s.job_poll_interval, Duration::from_millis(250));
+    }
+}
