@@ -25,12 +25,40 @@ impl ClusterState {
     /// Parses CloudStack's state name (exact, case-sensitive as CloudStack sends it; unknown
     /// names become [`ClusterState::Other`]).
     pub fn parse(s: &str) -> Self {
-        todo!("domain helper")
+        match s {
+            "Created" => ClusterState::Created,
+            "Starting" => ClusterState::Starting,
+            "Running" => ClusterState::Running,
+            "Stopping" => ClusterState::Stopping,
+            "Stopped" => ClusterState::Stopped,
+            "Scaling" => ClusterState::Scaling,
+            "Upgrading" => ClusterState::Upgrading,
+            "Alert" => ClusterState::Alert,
+            "Recovering" => ClusterState::Recovering,
+            "Destroyed" => ClusterState::Destroyed,
+            "Destroying" => ClusterState::Destroying,
+            "Error" => ClusterState::Error,
+            other => ClusterState::Other(other.to_string()),
+        }
     }
 
     /// The name CloudStack uses for this state.
     pub fn as_str(&self) -> &str {
-        todo!("domain helper")
+        match self {
+            ClusterState::Created => "Created",
+            ClusterState::Starting => "Starting",
+            ClusterState::Running => "Running",
+            ClusterState::Stopping => "Stopping",
+            ClusterState::Stopped => "Stopped",
+            ClusterState::Scaling => "Scaling",
+            ClusterState::Upgrading => "Upgrading",
+            ClusterState::Alert => "Alert",
+            ClusterState::Recovering => "Recovering",
+            ClusterState::Destroyed => "Destroyed",
+            ClusterState::Destroying => "Destroying",
+            ClusterState::Error => "Error",
+            ClusterState::Other(s) => s,
+        }
     }
 }
 
@@ -59,25 +87,59 @@ pub enum VmState {
 }
 
 impl VmState {
-    /// Parses CloudStack's VM state name; unknown names become [`VmState::Other`].
+    /// Parses CloudStack's VM state name (exact, case-sensitive as CloudStack sends it);
+    /// unknown names become [`VmState::Other`].
     pub fn parse(s: &str) -> Self {
-        todo!("domain helper")
+        match s {
+            "Starting" => VmState::Starting,
+            "Running" => VmState::Running,
+            "Stopping" => VmState::Stopping,
+            "Stopped" => VmState::Stopped,
+            "Destroyed" => VmState::Destroyed,
+            "Expunging" => VmState::Expunging,
+            "Migrating" => VmState::Migrating,
+            "Error" => VmState::Error,
+            "Unknown" => VmState::Unknown,
+            "Shutdown" => VmState::Shutdown,
+            "Restoring" => VmState::Restoring,
+            other => VmState::Other(other.to_string()),
+        }
     }
 
     /// The name CloudStack uses for this state.
     pub fn as_str(&self) -> &str {
-        todo!("domain helper")
+        match self {
+            VmState::Starting => "Starting",
+            VmState::Running => "Running",
+            VmState::Stopping => "Stopping",
+            VmState::Stopped => "Stopped",
+            VmState::Destroyed => "Destroyed",
+            VmState::Expunging => "Expunging",
+            VmState::Migrating => "Migrating",
+            VmState::Error => "Error",
+            VmState::Unknown => "Unknown",
+            VmState::Shutdown => "Shutdown",
+            VmState::Restoring => "Restoring",
+            VmState::Other(s) => s,
+        }
     }
 
     /// A down VM in CKS's sense: Stopped, Shutdown, Error, Destroyed or Expunging.
     /// Migrating, Unknown (host disconnected) and every other state are not down.
     pub fn is_down(&self) -> bool {
-        todo!("domain helper")
+        matches!(
+            self,
+            VmState::Stopped
+                | VmState::Shutdown
+                | VmState::Error
+                | VmState::Destroyed
+                | VmState::Expunging
+        )
     }
 
     /// Destroyed or Expunging: the VM is on its way out of CloudStack.
     pub fn is_gone(&self) -> bool {
-        todo!("domain helper")
+        matches!(self, VmState::Destroyed | VmState::Expunging)
     }
 }
 
@@ -193,8 +255,91 @@ impl ClusterSnapshot {
     ///
     /// When the number of VMs matching the control name pattern differs from `control_nodes`,
     /// `classification_warning` says so, naming the counts and the VMs.
+    ///
+    /// Only VMs that are neither external nor etcd are matched against the name pattern or
+    /// counted (the flags win). Destroyed or Expunging VMs keep their place in the creation order:
+    /// CloudStack still lists them as cluster VMs.
     pub fn classify(input: ClusterInput) -> ClusterSnapshot {
-        todo!("domain helper")
+        let ClusterInput {
+            id,
+            name,
+            state,
+            size,
+            min_size,
+            max_size,
+            autoscaling_enabled,
+            control_nodes,
+            etcd_nodes,
+            service_offering,
+            worker_offering,
+            zone_id,
+            zone_name,
+            vms: inputs,
+        } = input;
+
+        let mut vms = Vec::with_capacity(inputs.len());
+        let mut pattern_matches: Vec<String> = Vec::new();
+        let mut by_position = 0u32;
+        for vm in inputs {
+            let role = if vm.is_external {
+                NodeRole::External
+            } else if vm.is_etcd {
+                NodeRole::Etcd
+            } else {
+                let named = is_control_name(&vm.name);
+                if named {
+                    pattern_matches.push(vm.name.clone());
+                }
+                let among_first = by_position < control_nodes;
+                by_position += 1;
+                if named || among_first {
+                    NodeRole::Control
+                } else {
+                    NodeRole::Worker
+                }
+            };
+            vms.push(Vm {
+                id: vm.id,
+                name: vm.name,
+                state: vm.state,
+                role,
+            });
+        }
+
+        let classification_warning = (pattern_matches.len() != control_nodes as usize).then(|| {
+            let controls: Vec<&str> = vms
+                .iter()
+                .filter(|v| v.role == NodeRole::Control)
+                .map(|v| v.name.as_str())
+                .collect();
+            format!(
+                "cluster {name:?}: {} VM(s) match the control name pattern <prefix>-control-<hex> ({}) \
+                 but CloudStack reports controlnodes={control_nodes}; every VM matching either signal \
+                 (name pattern, or among the first {control_nodes} non-etcd non-external VMs) is treated \
+                 as a control node and never removed: {}",
+                pattern_matches.len(),
+                list_or_none(&pattern_matches),
+                list_or_none(&controls),
+            )
+        });
+
+        ClusterSnapshot {
+            id,
+            name,
+            state,
+            size,
+            min_size,
+            max_size,
+            autoscaling_enabled,
+            control_nodes,
+            etcd_nodes,
+            service_offering,
+            worker_offering,
+            zone_id,
+            zone_name,
+            vms,
+            classification_warning,
+        }
     }
 
     /// The worker VMs, in creation order.
@@ -218,5 +363,38 @@ impl ClusterSnapshot {
         self.worker_offering
             .as_ref()
             .or(self.service_offering.as_ref())
+    }
+}
+
+/// Whether `name` follows CKS's control VM naming: `<anything>-control-<hex>` at the end of the
+/// name, "control" in any case, the suffix one or more lower-case hex digits (CloudStack writes
+/// `Long.toHexString`, which is lower-case).
+pub fn is_control_name(name: &str) -> bool {
+    let Some((head, hex)) = name.rsplit_once('-') else {
+        return false;
+    };
+    if hex.is_empty()
+        || !hex
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    {
+        return false;
+    }
+    const CONTROL: &str = "-control";
+    head.len() >= CONTROL.len()
+        && head.is_char_boundary(head.len() - CONTROL.len())
+        && head[head.len() - CONTROL.len()..].eq_ignore_ascii_case(CONTROL)
+}
+
+/// Comma-separated names, or "none" for an empty list (for messages).
+fn list_or_none<S: AsRef<str>>(names: &[S]) -> String {
+    if names.is_empty() {
+        "none".to_string()
+    } else {
+        names
+            .iter()
+            .map(AsRef::as_ref)
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }

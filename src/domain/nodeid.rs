@@ -10,7 +10,11 @@ pub fn default_provider_id(vm_id: &str) -> String {
 /// has no scheme. Returns `None` for an empty string or an empty id after the scheme.
 /// Surrounding whitespace is not trimmed: providerIDs are compared as exact strings.
 pub fn vm_id_from_provider_id(provider_id: &str) -> Option<&str> {
-    todo!("domain helper")
+    let id = match provider_id.split_once("://") {
+        Some((_scheme, id)) => id,
+        None => provider_id,
+    };
+    (!id.is_empty()).then_some(id)
 }
 
 /// The annotation the autoscaler puts on the fake nodes it builds for unregistered or failed

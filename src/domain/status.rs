@@ -54,8 +54,64 @@ pub enum VmActivity {
 /// - everything else (Running, Migrating, Unknown, Stopping, Restoring, unknown states) →
 ///   Running, no error.
 pub fn vm_status(vm: &Vm, activity: &VmActivity) -> (InstanceState, Option<InstanceError>) {
-    todo!("domain helper")
+    match activity {
+        VmActivity::CreateFailed(error) => (InstanceState::Creating, Some(error.clone())),
+        VmActivity::BeingRemoved => (InstanceState::Deleting, None),
+        _ if vm.state.is_gone() => (InstanceState::Deleting, None),
+        VmActivity::BeingCreated if vm.state.is_down() => (
+            InstanceState::Creating,
+            Some(InstanceError {
+                code: down_code(&vm.state),
+                message: format!(
+                    "worker VM {} (id {}) was created by a scale-up but is {}: it cannot become a \
+                     Ready node; the autoscaler gives up on it and removes it through \
+                     NodeGroupDeleteNodes (scaleKubernetesCluster nodeids={}), or an operator \
+                     starts it again",
+                    vm.name, vm.id, vm.state, vm.id
+                ),
+                class: ErrorClass::Other,
+            }),
+        ),
+        VmActivity::BeingCreated => (InstanceState::Creating, None),
+        VmActivity::Idle if vm.state.is_down() => (
+            InstanceState::Running,
+            Some(InstanceError {
+                code: down_code(&vm.state),
+                message: format!(
+                    "worker VM {} (id {}) is down ({}): its node cannot be Ready, yet it still \
+                     counts in the cluster size; the autoscaler removes it through \
+                     NodeGroupDeleteNodes (scaleKubernetesCluster nodeids={}), or an operator \
+                     starts it again",
+                    vm.name, vm.id, vm.state, vm.id
+                ),
+                class: ErrorClass::Other,
+            }),
+        ),
+        VmActivity::Idle if vm.state == VmState::Starting => (InstanceState::Creating, None),
+        VmActivity::Idle => (InstanceState::Running, None),
+    }
 }
+
+/// The error code of a down VM: "vm-" and the state's name in lower case ("vm-stopped").
+fn down_code(state: &VmState) -> String {
+    format!("vm-{}", state.as_str().to_ascii_lowercase())
+}
+
+/// `errortext` fragments (matched case-insensitively) by which CloudStack says capacity or a
+/// resource limit ran out. A failed scale job reports most errors under code 530, so the text
+/// is what tells.
+const OUT_OF_RESOURCES_TEXTS: [&str; 6] = [
+    "insufficient capacity",
+    "insufficientservercapacityexception",
+    "unable to create a deployment",
+    "resource limit",
+    "resourceallocationexception",
+    "maximum number of resources",
+];
+
+/// CloudStack error codes for capacity and resource-limit failures: 533
+/// (INSUFFICIENT_CAPACITY_ERROR) and 535 (RESOURCE_ALLOCATION_ERROR).
+const OUT_OF_RESOURCES_CODES: [i64; 2] = [533, 535];
 
 /// The error for an instance of a failed scale-up job: class OutOfResources when CloudStack's
 /// error says capacity or a resource limit ran out (`jobresultcode`/`errorcode` 533 or 535, or
@@ -63,7 +119,27 @@ pub fn vm_status(vm: &Vm, activity: &VmActivity) -> (InstanceState, Option<Insta
 /// code "out-of-resources"; otherwise class Other, code "scale-up-failed". The message names
 /// the job and carries CloudStack's text.
 pub fn scale_up_failure(job_id: &str, error_code: i64, error_text: &str) -> InstanceError {
-    todo!("domain helper")
+    let text = error_text.to_ascii_lowercase();
+    let out_of_resources = OUT_OF_RESOURCES_CODES.contains(&error_code)
+        || OUT_OF_RESOURCES_TEXTS.iter().any(|t| text.contains(t));
+    if out_of_resources {
+        InstanceError {
+            code: "out-of-resources".to_string(),
+            message: format!(
+                "scale-up job {job_id} failed: CloudStack ran out of capacity or hit a resource \
+                 limit (error {error_code}): {error_text}"
+            ),
+            class: ErrorClass::OutOfResources,
+        }
+    } else {
+        InstanceError {
+            code: "scale-up-failed".to_string(),
+            message: format!(
+                "scale-up job {job_id} failed (CloudStack error {error_code}): {error_text}"
+            ),
+            class: ErrorClass::Other,
+        }
+    }
 }
 
 /// The status of a placeholder: a VM requested by a scale-up that CloudStack has not shown yet
@@ -73,6 +149,3 @@ pub fn placeholder_status(
 ) -> (InstanceState, Option<InstanceError>) {
     (InstanceState::Creating, failure.cloned())
 }
-
-#[allow(dead_code)]
-fn _uses(_: VmState) {}
