@@ -8,7 +8,9 @@ pub enum CsError {
     #[error("CloudStack unreachable ({command}): {detail}")]
     Unreachable { command: String, detail: String },
     /// CloudStack answered with its error envelope (`errorcode`, `cserrorcode`, `errortext`).
-    #[error("CloudStack refused {command}: {errortext} (errorcode {errorcode}, cserrorcode {cserrorcode})")]
+    #[error(
+        "CloudStack refused {command}: {errortext} (errorcode {errorcode}, cserrorcode {cserrorcode})"
+    )]
     Api {
         command: String,
         http_status: u16,
@@ -17,11 +19,21 @@ pub enum CsError {
         errortext: String,
     },
     /// HTTP 401 / 432-with-auth text: the key or signature was refused.
-    #[error("CloudStack rejected the API key or signature for {command} (HTTP {http_status}): {detail}")]
-    Unauthorized { command: String, http_status: u16, detail: String },
+    #[error(
+        "CloudStack rejected the API key or signature for {command} (HTTP {http_status}): {detail}"
+    )]
+    Unauthorized {
+        command: String,
+        http_status: u16,
+        detail: String,
+    },
     /// A non-success HTTP status without a CloudStack envelope (proxy error page, 5xx HTML...).
     #[error("CloudStack returned HTTP {http_status} for {command}: {snippet}")]
-    Http { command: String, http_status: u16, snippet: String },
+    Http {
+        command: String,
+        http_status: u16,
+        snippet: String,
+    },
     /// The body could not be understood (not JSON, truncated, missing fields, wrong types).
     #[error("CloudStack sent a response to {command} this provider cannot read: {detail}")]
     Malformed { command: String, detail: String },
