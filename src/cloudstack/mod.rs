@@ -553,9 +553,11 @@ impl Client {
         redact_query_param(&out, "signature")
     }
 
-    /// A short, single-line, redacted excerpt of an unexpected body.
+    /// A short, single-line, redacted excerpt of an unexpected body. Redaction runs on the
+    /// whole text first so truncation cannot leave part of a key behind.
     fn snippet(&self, text: &str) -> String {
-        let collapsed = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        let redacted = self.redact(text);
+        let collapsed = redacted.split_whitespace().collect::<Vec<_>>().join(" ");
         let mut short: String = collapsed.chars().take(SNIPPET_CHARS).collect();
         if collapsed.chars().count() > SNIPPET_CHARS {
             short.push('…');
@@ -563,7 +565,7 @@ impl Client {
         if short.is_empty() {
             short.push_str("(empty body)");
         }
-        self.redact(&short)
+        short
     }
 }
 
@@ -668,3 +670,6 @@ fn redact_query_param(text: &str, name: &str) -> String {
     out.push_str(rest);
     out
 }
+
+#[cfg(test)]
+mod tests;
