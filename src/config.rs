@@ -329,3 +329,270 @@ fn is_uuid(s: &str) -> bool {
             .zip([8, 4, 4, 4, 12])
             .all(|(g, len)| g.len() == len && g.chars().all(|c| c.is_ascii_hexdigit()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const URL: &str = "https://cloud.example.com/client/api";
+
+    fn ok(text: &str) -> CloudConfig {
+        parse_cloud_config(text, "cloud-config").unwrap_or_else(|e| panic!("{e}\n---\n{text}"))
+    }
+
+    #[test]
+    fn cloud_config_accepts_what_operators_have() {
+        struct Case {
+            name: &'static str,
+            text: &'static str,
+            key: &'static str,
+            secret: &'static str,
+            ssl_no_verify: bool,
+            project: Option<&'static str>,
+            zone: Option<&'static str>,
+        }
+        let cases = [
+            Case {
+                name: "minimal",
+                text: "[Global]\napi-url = https://cloud.example.com/client/api\napi-key = AK\nsecret-key = SK\n",
+                key: "AK",
+                secret: "SK",
+                ssl_no_verify: false,
+                project: None,
+                zone: None,
+            },
+            Case {
+                name: "all keys, CRLF, comments, unknown keys and sections",
+                text: "; written by deploy-cloudstack-secret\r\n# another comment\r\n[Global]\r\n\
+                       api-url=https://cloud.example.com/client/api\r\napi-key=AK\r\nsecret-key=SK\r\n\
+                       ssl-no-verify=true\r\nproject-id=p-1\r\nzone=zone1\r\nregion=r1\r\n\
+                       [LoadBalancer]\r\nfoo=bar\r\n",
+                key: "AK",
+                secret: "SK",
+                ssl_no_verify: true,
+                project: Some("p-1"),
+                zone: Some("zone1"),
+            },
+            Case {
+                name: "secrets with = and backslashes stay verbatim",
+                text: "[Global]\napi-url = https://cloud.example.com/client/api\n\
+                       api-key = ab=cd==\nsecret-key = s\\e\\\\cr=et\\n\n",
+                key: "ab=cd==",
+                secret: "s\\e\\\\cr=et\\n",
+                ssl_no_verify: false,
+                project: None,
+                zone: None,
+            },
+            Case {
+                name: "quoted values and case-insensitive names (gcfg compatible)",
+                text: "[global]\nAPI-URL = \"https://cloud.example.com/client/api\"\nApi-Key = \"AK\"\n\
+                       secret-key = \"S K\"\nssl-no-verify = FALSE\nproject-id =\n",
+                key: "AK",
+                secret: "S K",
+                ssl_no_verify: false,
+                project: None,
+                zone: None,
+            },
+        ];
+        for case in cases {
+            let cfg = ok(case.text);
+            assert_eq!(cfg.api_url, URL, "{}", case.name);
+            assert_eq!(cfg.api_key, case.key, "{}", case.name);
+            assert_eq!(cfg.secret_key, case.secret, "{}", case.name);
+            assert_eq!(cfg.ssl_no_verify, case.ssl_no_verify, "{}", case.name);
+            assert_eq!(cfg.project_id.as_deref(), case.project, "{}", case.name);
+            assert_eq!(cfg.zone.as_deref(), case.zone, "{}", case.name);
+        }
+    }
+
+    #[test]
+    fn cloud_config_errors_name_the_source_and_the_key() {
+        let cases: [(&str, &str, &[&str]); 7] = [
+            ("api-url = x\n", "no section", &["my.ini", "[Global]"]),
+            (
+                "[Other]\napi-url = https://a/\n",
+                "wrong section",
+                &["my.ini", "[Global]"],
+            ),
+            (
+                "[Global]\napi-key = a\nsecret-key = b\n",
+                "no url",
+                &["my.ini", "`api-url`", "missing"],
+            ),
+            (
+                "[Global]\napi-url = https://a/\nsecret-key = b\n",
+                "no key",
+                &["my.ini", "`api-key`"],
+            ),
+            (
+                "[Global]\napi-url = https://a/\napi-key = a\nsecret-key =\n",
+                "empty secret",
+                &["`secret-key`"],
+            ),
+            (
+                "[Global]\napi-url = https://a/\napi-key = a\nsecret-key = b\nssl-no-verify = maybe\n",
+                "bad bool",
+                &["`ssl-no-verify`", "maybe"],
+            ),
+            (
+                "[Global]\napi-url = cloud.example.com\napi-key = a\nsecret-key = b\n",
+                "bad url",
+                &["`api-url`", "invalid"],
+            ),
+        ];
+        for (text, name, needles) in cases {
+            let err = parse_cloud_config(text, "my.ini")
+                .expect_err(name)
+                .to_string();
+            for needle in needles {
+                assert!(err.contains(needle), "{name}: {err:?} lacks {needle:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn invalid_value_errors_never_quote_secrets() {
+        let err = parse_cloud_config(
+            "[Global]\napi-url = ftp://x/\napi-key = AKEY\nsecret-key = SKEY\n",
+            "f",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(!err.contains("SKEY") && !err.contains("AKEY"), "{err}");
+    }
+
+    #[test]
+    fn keys_from_elsewhere_override_or_fill_in() {
+        let text = "[Global]\napi-url = https://cloud.example.com/client/api\n";
+        assert!(matches!(
+            parse_cloud_config(text, "f"),
+            Err(ConfigError::MissingKey { key, .. }) if key == "api-key"
+        ));
+        let cfg = parse_cloud_config_with_keys(text, "f", Some("AK\n".into()), Some("SK".into()))
+            .unwrap();
+        assert_eq!(
+            (cfg.api_key.as_str(), cfg.secret_key.as_str()),
+            ("AK", "SK")
+        );
+
+        let cfg = ok(
+            "[Global]\napi-url = https://cloud.example.com/client/api\napi-key = A\nsecret-key = S\n",
+        );
+        let replaced = cfg.clone().with_overrides(None, Some("S2\n".into()));
+        assert_eq!(
+            (replaced.api_key.as_str(), replaced.secret_key.as_str()),
+            ("A", "S2")
+        );
+        assert_eq!(cfg.clone().with_overrides(Some(String::new()), None), cfg);
+    }
+
+    #[test]
+    fn debug_masks_secrets_and_client_config_carries_settings() {
+        let cfg = ok(
+            "[Global]\napi-url = https://cloud.example.com/client/api\napi-key = APIKEY123\n\
+                      secret-key = TOPSECRET\nssl-no-verify = true\nproject-id = p\n",
+        );
+        let shown = format!("{cfg:?}");
+        assert!(
+            !shown.contains("TOPSECRET") && !shown.contains("APIKEY123"),
+            "{shown}"
+        );
+        let client = cfg.client_config(Duration::from_secs(7));
+        assert_eq!(client.api_url, URL);
+        assert_eq!(
+            (client.api_key.as_str(), client.secret_key.as_str()),
+            ("APIKEY123", "TOPSECRET")
+        );
+        assert!(client.ssl_no_verify);
+        assert_eq!(client.project_id.as_deref(), Some("p"));
+        assert_eq!(client.request_timeout, Duration::from_secs(7));
+        assert!(client.ca_bundle_pem.is_none());
+    }
+
+    #[test]
+    fn load_reads_a_file_and_names_it_in_errors() {
+        let dir = std::env::temp_dir().join(format!("cks-config-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("cloud-config");
+        std::fs::write(
+            &path,
+            "[Global]\napi-url = https://cloud.example.com/client/api\napi-key = A\n",
+        )
+        .unwrap();
+        let err = load_cloud_config(&path).unwrap_err().to_string();
+        assert!(
+            err.contains(&path.display().to_string()) && err.contains("`secret-key`"),
+            "{err}"
+        );
+        let cfg = load_cloud_config_with_keys(&path, None, Some("S".into())).unwrap();
+        assert_eq!(cfg.secret_key, "S");
+        let missing = dir.join("absent");
+        let err = load_cloud_config(&missing).unwrap_err();
+        assert!(
+            matches!(&err, ConfigError::Read { path, .. } if path.ends_with("absent")),
+            "{err}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    const UUID: &str = "177d0eeb-ee9f-4bd6-b3b3-2e8e1bf4e1a4";
+
+    #[test]
+    fn nodes_spec_accepts_ids_and_names() {
+        let cases: [(&str, u32, u32, ClusterRef); 7] = [
+            (
+                "1:5:177d0eeb-ee9f-4bd6-b3b3-2e8e1bf4e1a4",
+                1,
+                5,
+                ClusterRef::Id(UUID.into()),
+            ),
+            (
+                "0:10:177D0EEB-EE9F-4BD6-B3B3-2E8E1BF4E1A4",
+                0,
+                10,
+                ClusterRef::Id(UUID.to_uppercase()),
+            ),
+            ("2:2:prod", 2, 2, ClusterRef::Name("prod".into())),
+            (" 1 : 3 : prod ", 1, 3, ClusterRef::Name("prod".into())),
+            (
+                "1:3:name=177d0eeb-ee9f-4bd6-b3b3-2e8e1bf4e1a4",
+                1,
+                3,
+                ClusterRef::Name(UUID.into()),
+            ),
+            ("1:3:id=legacy-id", 1, 3, ClusterRef::Id("legacy-id".into())),
+            (
+                "0:10000:177d0eeb-ee9f-4bd6-b3b3-2e8e1bf4e1a",
+                0,
+                10_000,
+                ClusterRef::Name(UUID[..35].into()),
+            ),
+        ];
+        for (input, min, max, cluster) in cases {
+            let spec = parse_nodes_spec(input).unwrap_or_else(|e| panic!("{input}: {e}"));
+            assert_eq!(spec, NodeGroupSpec { min, max, cluster }, "{input}");
+        }
+    }
+
+    #[test]
+    fn nodes_spec_errors_quote_the_input_and_the_format() {
+        let cases: [(&str, &str); 10] = [
+            ("1:5", "2 colon-separated part(s)"),
+            ("1:5:a:b", "4 colon-separated part(s)"),
+            ("", "1 colon-separated part(s)"),
+            ("x:5:prod", "MIN \"x\""),
+            ("1:-5:prod", "MAX \"-5\""),
+            ("1:2.5:prod", "MAX \"2.5\""),
+            ("6:5:prod", "MIN 6 is greater than MAX 5"),
+            ("1:10001:prod", "exceeds the limit of 10000"),
+            ("1:5:", "CLUSTER is empty"),
+            ("1:5:id=", "CLUSTER is empty"),
+        ];
+        for (input, reason) in cases {
+            let err = parse_nodes_spec(input).expect_err(input).to_string();
+            assert!(err.contains(&format!("{input:?}")), "{err}");
+            assert!(err.contains(reason), "{input}: {err}");
+            assert!(err.contains("MIN:MAX:CLUSTER"), "{err}");
+        }
+    }
+}
