@@ -135,7 +135,11 @@ pub fn parse_cloud_config_with_keys(
         enabled_escape: false,
         ..ParseOption::default()
     };
-    let ini = Ini::load_from_str_opt(text, opt).map_err(|e| ConfigError::Syntax {
+    // rust-ini treats backslash-newline as a line continuation even with escapes off, which
+    // would glue the next line onto a secret ending in `\`. A space after the backslash stops
+    // that and is trimmed from the value.
+    let text = text.replace("\\\n", "\\ \n");
+    let ini = Ini::load_from_str_opt(&text, opt).map_err(|e| ConfigError::Syntax {
         source_name: source_name.into(),
         detail: e.to_string(),
     })?;
@@ -382,6 +386,15 @@ mod tests {
                 ssl_no_verify: false,
                 project: None,
                 zone: None,
+            },
+            Case {
+                name: "trailing backslash and comment characters inside a secret",
+                text: "[Global]\napi-url = https://cloud.example.com/client/api\napi-key = a;b#c\nsecret-key = abc\\\nzone = z\n",
+                key: "a;b#c",
+                secret: "abc\\",
+                ssl_no_verify: false,
+                project: None,
+                zone: Some("z"),
             },
             Case {
                 name: "quoted values and case-insensitive names (gcfg compatible)",
