@@ -6,23 +6,23 @@ use serde::Deserialize;
 
 /// One element of `listkubernetesclustersresponse.kubernetescluster[]` (and of a scale job's
 /// `jobresult.kubernetescluster`).
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 pub struct KubernetesCluster {
     pub id: String,
     pub name: String,
     pub state: String,
     /// Worker count.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient::u64")]
     pub size: u64,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient::u64")]
     pub controlnodes: u64,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient::opt_u64")]
     pub etcdnodes: Option<u64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient::opt_u64")]
     pub minsize: Option<u64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient::opt_u64")]
     pub maxsize: Option<u64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient::bool")]
     pub autoscalingenabled: bool,
     #[serde(default)]
     pub serviceofferingid: Option<String>,
@@ -43,15 +43,15 @@ pub struct KubernetesCluster {
 }
 
 /// One element of a cluster's `virtualmachines[]` (KubernetesUserVmResponse).
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 pub struct ClusterVm {
     pub id: String,
     pub name: String,
     #[serde(default)]
     pub state: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient::bool")]
     pub isexternalnode: bool,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient::bool")]
     pub isetcdnode: bool,
     #[serde(default)]
     pub kubernetesnodeversion: Option<String>,
@@ -64,8 +64,9 @@ pub struct ClusterVm {
 pub struct AsyncJob {
     pub jobid: String,
     /// 0 in progress, 1 succeeded, 2 failed, 3 cancelled.
+    #[serde(deserialize_with = "lenient::i64")]
     pub jobstatus: i64,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient::i64")]
     pub jobresultcode: i64,
     #[serde(default)]
     pub jobresult: Option<serde_json::Value>,
@@ -95,7 +96,65 @@ pub enum JobOutcome {
 impl AsyncJob {
     /// Interprets `jobstatus`/`jobresult` (failure text from `jobresult.errortext`).
     pub fn outcome(&self) -> JobOutcome {
-        todo!("client helper")
+        match self.jobstatus {
+            0 => JobOutcome::Pending,
+            1 => JobOutcome::Succeeded(self.result_cluster().map(Box::new)),
+            2 => {
+                let (errorcode, errortext) = self.failure_details();
+                JobOutcome::Failed {
+                    errorcode,
+                    errortext,
+                }
+            }
+            3 => JobOutcome::Cancelled,
+            other => {
+                let (errorcode, detail) = self.failure_details();
+                JobOutcome::Failed {
+                    errorcode,
+                    errortext: format!("job {} has unknown status {other}: {detail}", self.jobid),
+                }
+            }
+        }
+    }
+
+    /// `jobresult.kubernetescluster`, when present and readable.
+    fn result_cluster(&self) -> Option<KubernetesCluster> {
+        let value = self.jobresult.as_ref()?.get("kubernetescluster")?;
+        match KubernetesCluster::deserialize(value) {
+            Ok(cluster) => Some(cluster),
+            Err(err) => {
+                tracing::debug!(jobid = %self.jobid, error = %err, "job result cluster unreadable");
+                None
+            }
+        }
+    }
+
+    /// Error code and text of a failed job: `jobresult.errorcode`/`errortext` first (the shape
+    /// CloudStack uses), then `jobresultcode` and a generic text.
+    fn failure_details(&self) -> (i64, String) {
+        let result = self.jobresult.as_ref();
+        let code_in_result = result.and_then(|r| r.get("errorcode")).and_then(|c| {
+            c.as_i64()
+                .or_else(|| c.as_str().and_then(|s| s.trim().parse().ok()))
+        });
+        let errorcode = code_in_result.unwrap_or(self.jobresultcode);
+        let text = match result {
+            // `jobresulttype: "text"` jobs carry the message as a bare string.
+            Some(serde_json::Value::String(s)) if !s.trim().is_empty() => Some(s.clone()),
+            Some(r) => r
+                .get("errortext")
+                .and_then(|t| t.as_str())
+                .filter(|t| !t.trim().is_empty())
+                .map(str::to_string),
+            None => None,
+        };
+        let errortext = text.unwrap_or_else(|| {
+            format!(
+                "job {} failed without an error text (result code {errorcode})",
+                self.jobid
+            )
+        });
+        (errorcode, errortext)
     }
 
     /// True for `scaleKubernetesCluster` jobs (by `cmd` class name).
@@ -111,23 +170,23 @@ impl AsyncJob {
 pub struct ServiceOffering {
     pub id: String,
     pub name: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient::opt_u64")]
     pub cpunumber: Option<u64>,
     /// MiB.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient::opt_u64")]
     pub memory: Option<u64>,
     /// MHz.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient::opt_u64")]
     pub cpuspeed: Option<u64>,
     /// GiB, when the offering fixes the root disk size.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient::opt_u64")]
     pub rootdisksize: Option<u64>,
     /// e.g. GPU details (`pciDevice`, `vgpuType`) on GPU offerings.
     #[serde(default)]
     pub serviceofferingdetails: Option<std::collections::BTreeMap<String, String>>,
     #[serde(default)]
     pub vgpuprofilename: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient::opt_u64")]
     pub gpucount: Option<u64>,
     #[serde(default)]
     pub gpucardname: Option<String>,
@@ -145,8 +204,130 @@ pub struct Zone {
 pub struct Capabilities {
     #[serde(default)]
     pub cloudstackversion: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient::opt_i64")]
     pub apilimitinterval: Option<i64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient::opt_i64")]
     pub apilimitmax: Option<i64>,
+}
+
+/// Deserializers for numbers and booleans that CloudStack sends either natively or as strings
+/// (`"cpunumber": "4"`). Used with `#[serde(deserialize_with = "…")]`.
+pub mod lenient {
+    use serde::de::{self, Deserializer, Visitor};
+    use std::fmt;
+
+    /// A JSON number or numeric string, as `u64`.
+    pub fn u64<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        match d.deserialize_any(NumVisitor)? {
+            Some(n) => u64::try_from(n)
+                .map_err(|_| de::Error::custom(format!("{n} is not an unsigned count"))),
+            None => Err(de::Error::custom(
+                "expected a number, got null or an empty string",
+            )),
+        }
+    }
+
+    /// Like [`u64()`], with `null` and `""` as `None`.
+    pub fn opt_u64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+        match d.deserialize_any(NumVisitor)? {
+            Some(n) => u64::try_from(n)
+                .map(Some)
+                .map_err(|_| de::Error::custom(format!("{n} is not an unsigned count"))),
+            None => Ok(None),
+        }
+    }
+
+    /// A JSON number or numeric string, as `i64`.
+    pub fn i64<'de, D: Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
+        match d.deserialize_any(NumVisitor)? {
+            Some(n) => {
+                i64::try_from(n).map_err(|_| de::Error::custom(format!("{n} is out of range")))
+            }
+            None => Err(de::Error::custom(
+                "expected a number, got null or an empty string",
+            )),
+        }
+    }
+
+    /// Like [`i64()`], with `null` and `""` as `None`.
+    pub fn opt_i64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+        match d.deserialize_any(NumVisitor)? {
+            Some(n) => i64::try_from(n)
+                .map(Some)
+                .map_err(|_| de::Error::custom(format!("{n} is out of range"))),
+            None => Ok(None),
+        }
+    }
+
+    /// A JSON boolean or `"true"`/`"false"` string; `null` is false.
+    pub fn bool<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+        d.deserialize_any(BoolVisitor)
+    }
+
+    /// Any integer as `i128`, so one visitor serves both signed and unsigned targets.
+    struct NumVisitor;
+
+    impl<'de> Visitor<'de> for NumVisitor {
+        type Value = Option<i128>;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("an integer or a string holding an integer")
+        }
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+            Ok(Some(i128::from(v)))
+        }
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+            Ok(Some(i128::from(v)))
+        }
+        fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+            // Whole floats (`4096.0`) are accepted; fractions are not counts.
+            if v.fract() == 0.0 && v.is_finite() && v.abs() < 9.0e18 {
+                #[allow(clippy::cast_possible_truncation)]
+                Ok(Some(v as i128))
+            } else {
+                Err(E::custom(format!("{v} is not a whole number")))
+            }
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            let t = v.trim();
+            if t.is_empty() {
+                return Ok(None);
+            }
+            t.parse::<i128>()
+                .map(Some)
+                .map_err(|_| E::custom(format!("{v:?} is not an integer")))
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+    }
+
+    struct BoolVisitor;
+
+    impl<'de> Visitor<'de> for BoolVisitor {
+        type Value = bool;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a boolean or \"true\"/\"false\"")
+        }
+        fn visit_bool<E: de::Error>(self, v: bool) -> Result<bool, E> {
+            Ok(v)
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<bool, E> {
+            match v.trim().to_ascii_lowercase().as_str() {
+                "true" => Ok(true),
+                "false" | "" => Ok(false),
+                _ => Err(E::custom(format!("{v:?} is not a boolean"))),
+            }
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<bool, E> {
+            Ok(false)
+        }
+        fn visit_none<E: de::Error>(self) -> Result<bool, E> {
+            Ok(false)
+        }
+    }
 }
