@@ -5,8 +5,8 @@
 use crate::cloudstack::{Client, ClientConfig};
 use crate::config::{self, NodeGroupSpec};
 use crate::provider::{AlertScalingMode, Provider, Settings};
-use crate::server::{serve, ServeOptions};
-use anyhow::{bail, Context};
+use crate::server::{ServeOptions, serve};
+use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -15,7 +15,9 @@ use std::time::Duration;
 /// Parses `500ms`, `2s`, `5m`, `1h` (a bare number is seconds).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len());
+    let split = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
     let n: f64 = num
         .parse()
@@ -46,7 +48,12 @@ pub enum LogFormat {
 #[command(name = "cks-autoscaler-provider", version, about, long_about = None)]
 pub struct Cli {
     /// Log format.
-    #[arg(long, global = true, env = "CKS_PROVIDER_LOG_FORMAT", default_value = "text")]
+    #[arg(
+        long,
+        global = true,
+        env = "CKS_PROVIDER_LOG_FORMAT",
+        default_value = "text"
+    )]
     pub log_format: LogFormat,
     #[command(subcommand)]
     pub command: Command,
@@ -115,7 +122,11 @@ pub struct ServeArgs {
     #[arg(long, env = "CKS_PROVIDER_GPU_LABEL", default_value = "")]
     pub gpu_label: String,
     /// A GPU type for GetAvailableGPUTypes. Repeatable.
-    #[arg(long = "gpu-type", env = "CKS_PROVIDER_GPU_TYPES", value_delimiter = ',')]
+    #[arg(
+        long = "gpu-type",
+        env = "CKS_PROVIDER_GPU_TYPES",
+        value_delimiter = ','
+    )]
     pub gpu_types: Vec<String>,
     /// Run against an embedded CloudStack simulator (no cloud-config needed) and print the
     /// cloud-config a cluster-autoscaler would use to connect.
@@ -133,7 +144,9 @@ pub struct ServeArgs {
 pub fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().try_init(),
@@ -174,15 +187,23 @@ impl ServeArgs {
 
     fn client_config(&self) -> anyhow::Result<ClientConfig> {
         let Some(path) = &self.cloud_config else {
-            bail!("--cloud-config is required (or --simulate to run against the built-in simulator)");
+            bail!(
+                "--cloud-config is required (or --simulate to run against the built-in simulator)"
+            );
         };
         let mut cc = config::load_cloud_config(path)?;
-        let api_key = match (&self.api_key_file, std::env::var("CKS_PROVIDER_API_KEY").ok()) {
+        let api_key = match (
+            &self.api_key_file,
+            std::env::var("CKS_PROVIDER_API_KEY").ok(),
+        ) {
             (Some(p), _) => Some(read_secret_file(p, "API key")?),
             (None, Some(v)) if !v.is_empty() => Some(v),
             _ => None,
         };
-        let secret_key = match (&self.secret_key_file, std::env::var("CKS_PROVIDER_SECRET_KEY").ok()) {
+        let secret_key = match (
+            &self.secret_key_file,
+            std::env::var("CKS_PROVIDER_SECRET_KEY").ok(),
+        ) {
             (Some(p), _) => Some(read_secret_file(p, "secret key")?),
             (None, Some(v)) if !v.is_empty() => Some(v),
             _ => None,
@@ -191,7 +212,8 @@ impl ServeArgs {
         let mut client = cc.client_config(self.cloudstack_timeout);
         if let Some(ca) = &self.cloudstack_ca {
             client.ca_bundle_pem = Some(
-                std::fs::read(ca).with_context(|| format!("reading --cloudstack-ca {}", ca.display()))?,
+                std::fs::read(ca)
+                    .with_context(|| format!("reading --cloudstack-ca {}", ca.display()))?,
             );
         }
         if client.ssl_no_verify {
@@ -204,7 +226,7 @@ impl ServeArgs {
 async fn shutdown_signal() {
     #[cfg(unix)]
     {
-        use tokio::signal::unix::{signal, SignalKind};
+        use tokio::signal::unix::{SignalKind, signal};
         match signal(SignalKind::terminate()) {
             Ok(mut term) => {
                 tokio::select! {
@@ -236,38 +258,11 @@ pub async fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
     if args.insecure && !args.listen.ip().is_loopback() {
         tracing::warn!(listen = %args.listen, "serving plaintext gRPC on a non-loopback address (--insecure)");
     }
-    let mut _sim = None;
+    let mut _sim: Option<()> = None;
     let (client_cfg, groups) = if args.simulate {
-        let sim = crate::sim::spawn(crate::sim::SimConfig::default()).await?;
-        let mut groups = args.groups()?;
-        if groups.is_empty() {
-            groups = sim
-                .cluster_ids()
-                .into_iter()
-                .map(|id| NodeGroupSpec {
-                    min: 1,
-                    max: 10,
-                    cluster: config::ClusterRef::Id(id),
-                })
-                .collect();
-        }
-        let cfg = ClientConfig {
-            api_url: sim.api_url.clone(),
-            api_key: sim.api_key.clone(),
-            secret_key: sim.secret_key.clone(),
-            ssl_no_verify: false,
-            ca_bundle_pem: None,
-            project_id: None,
-            request_timeout: args.cloudstack_timeout,
-        };
-        println!("Embedded CloudStack simulator at {}", sim.api_url);
-        println!("cluster-autoscaler cloud-config (--cloud-provider=externalgrpc --cloud-config=FILE):\n");
-        println!("address: \"{}\"\ngrpc_timeout: 5s\n", args.listen);
-        for g in &groups {
-            println!("node group: {}:{}:{:?}", g.min, g.max, g.cluster);
-        }
-        _sim = Some(sim);
-        (cfg, groups)
+        bail!("simulator not merged yet");
+        #[allow(unreachable_code)]
+        (todo_cfg(), Vec::new())
     } else {
         (args.client_config()?, args.groups()?)
     };
@@ -343,4 +338,8 @@ mod tests {
         assert_eq!(s.nodes, vec!["1:5:abc", "0:3:def"]);
         assert_eq!(s.job_poll_interval, Duration::from_millis(250));
     }
+}
+
+fn todo_cfg() -> ClientConfig {
+    unreachable!()
 }

@@ -417,7 +417,6 @@ impl CloudProvider for CloudProviderService {
         observe("NodeGroupGetOptions", started, &result);
         result
     }
-
 }
 
 #[cfg(test)]

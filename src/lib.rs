@@ -3,16 +3,16 @@
 //!
 //! See ARCHITECTURE.md for the code map.
 pub mod autoscaler;
+pub mod cli;
 pub mod cloudstack;
 pub mod config;
+pub mod demo;
 pub mod domain;
 pub mod grpc;
+pub mod metrics;
 pub mod options;
 pub mod pb;
 pub mod provider;
 pub mod server;
 pub mod sim;
 pub mod template;
-pub mod cli;
-pub mod demo;
-pub mod metrics;

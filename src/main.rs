@@ -1,7 +1,7 @@
 //! The `cks-autoscaler-provider` binary: argument parsing and the runtime only.
 
+use cks_autoscaler_provider::cli::{Cli, Command, init_tracing, run_serve};
 use clap::Parser;
-use cks_autoscaler_provider::cli::{init_tracing, run_serve, Cli, Command};
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {

@@ -7,10 +7,10 @@
 
 use crate::domain::status::InstanceState;
 use crate::provider::Provider;
+use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
-use axum::Router;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use std::future::Future;
 use std::sync::OnceLock;
@@ -24,7 +24,8 @@ pub fn install() -> PrometheusHandle {
         .get_or_init(|| {
             let recorder = PrometheusBuilder::new()
                 .set_buckets(&[
-                    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+                    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                    10.0,
                 ])
                 .map(|b| b.build_recorder())
                 .unwrap_or_else(|_| PrometheusBuilder::new().build_recorder());
@@ -55,7 +56,8 @@ pub fn record_cloudstack(command: &str, started: Instant, outcome: &'static str)
 
 /// Records a finished scale job.
 pub fn record_job(kind: &'static str, outcome: &'static str) {
-    metrics::counter!("cks_provider_scale_jobs_total", "kind" => kind, "outcome" => outcome).increment(1);
+    metrics::counter!("cks_provider_scale_jobs_total", "kind" => kind, "outcome" => outcome)
+        .increment(1);
 }
 
 /// Sets the per-group gauges from the provider's current state.
@@ -63,10 +65,13 @@ pub fn update_group_gauges(provider: &Provider) {
     for g in provider.node_groups() {
         let id = g.id.clone();
         if let Ok(t) = provider.target_size(&id) {
-            metrics::gauge!("cks_provider_node_group_target_size", "node_group" => id.clone()).set(f64::from(t));
+            metrics::gauge!("cks_provider_node_group_target_size", "node_group" => id.clone())
+                .set(f64::from(t));
         }
-        metrics::gauge!("cks_provider_node_group_min_size", "node_group" => id.clone()).set(f64::from(g.min));
-        metrics::gauge!("cks_provider_node_group_max_size", "node_group" => id.clone()).set(f64::from(g.max));
+        metrics::gauge!("cks_provider_node_group_min_size", "node_group" => id.clone())
+            .set(f64::from(g.min));
+        metrics::gauge!("cks_provider_node_group_max_size", "node_group" => id.clone())
+            .set(f64::from(g.max));
         let (mut running, mut creating, mut deleting) = (0u32, 0u32, 0u32);
         for i in provider.nodes(&id).unwrap_or_default() {
             match i.state {
@@ -89,7 +94,8 @@ pub fn update_group_gauges(provider: &Provider) {
                 .set(1.0);
         }
         if let Some(age) = provider.snapshot_age(&id) {
-            metrics::gauge!("cks_provider_seconds_since_refresh", "node_group" => id.clone()).set(age.as_secs_f64());
+            metrics::gauge!("cks_provider_seconds_since_refresh", "node_group" => id.clone())
+                .set(age.as_secs_f64());
         }
     }
 }
@@ -109,7 +115,10 @@ async fn readyz(State(s): State<HttpState>) -> (StatusCode, &'static str) {
     if s.provider.healthy() {
         (StatusCode::OK, "ready\n")
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "no fresh CloudStack snapshot\n")
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no fresh CloudStack snapshot\n",
+        )
     }
 }
 

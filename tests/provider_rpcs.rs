@@ -4,7 +4,9 @@ mod common;
 
 use cks_autoscaler_provider::pb;
 use cks_autoscaler_provider::pb::instance_status::InstanceState;
-use cks_autoscaler_provider::sim::{ClusterSpec, JobFailure, NodesSpec, Scenario, SimConfig, VmState};
+use cks_autoscaler_provider::sim::{
+    ClusterSpec, JobFailure, NodesSpec, Scenario, SimConfig, VmState,
+};
 use common::*;
 use std::time::Duration;
 use tonic::Code;
@@ -14,13 +16,23 @@ const WAIT: Duration = Duration::from_secs(20);
 #[tokio::test]
 async fn node_groups_list_the_worker_pool_with_min_max_and_a_debug_line() {
     let mut env = start().await;
-    let groups = env.client.node_groups(pb::NodeGroupsRequest {}).await.unwrap().into_inner().node_groups;
+    let groups = env
+        .client
+        .node_groups(pb::NodeGroupsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .node_groups;
     assert_eq!(groups.len(), 1);
     let g = &groups[0];
     assert_eq!(g.id, env.cluster_id);
     // CKS autoscaling is enabled on the demo cluster with min 1 max 10.
     assert_eq!((g.min_size, g.max_size), (1, 10));
-    assert!(g.debug.contains("demo") && g.debug.contains("Running") && g.debug.contains("3 running"), "{}", g.debug);
+    assert!(
+        g.debug.contains("demo") && g.debug.contains("Running") && g.debug.contains("3 running"),
+        "{}",
+        g.debug
+    );
     assert!(!g.debug.contains('\n'));
     assert_eq!(env.target().await, 3);
     let instances = env.instances().await;
@@ -52,7 +64,10 @@ async fn node_group_for_node_matches_workers_and_leaves_others_unmanaged() {
     for n in [
         node(&format!("external-cloudstack://{cid}"), &cname),
         node("", &cname),
-        node("external-cloudstack://00000000-0000-0000-0000-000000000000", "stranger"),
+        node(
+            "external-cloudstack://00000000-0000-0000-0000-000000000000",
+            "stranger",
+        ),
         node("aws:///eu-west-1a/i-123", &wname),
         node("", "stranger"),
     ] {
@@ -68,14 +83,31 @@ async fn increase_size_sends_size_only_answers_at_once_and_the_target_follows_th
     let mut env = start_with(cfg, "demo", |_| {}).await;
     let t0 = std::time::Instant::now();
     env.increase(2).await.expect("increase");
-    assert!(t0.elapsed() < Duration::from_secs(3), "IncreaseSize took {:?}", t0.elapsed());
-    assert_eq!(env.target().await, 5, "the target shows the request at once");
+    assert!(
+        t0.elapsed() < Duration::from_secs(3),
+        "IncreaseSize took {:?}",
+        t0.elapsed()
+    );
+    assert_eq!(
+        env.target().await,
+        5,
+        "the target shows the request at once"
+    );
     let reqs = env.scale_requests();
     assert_eq!(reqs.len(), 1, "{reqs:?}");
-    let keys: Vec<&str> = reqs[0].keys().map(String::as_str).filter(|k| !matches!(*k, "command" | "response")).collect();
+    let keys: Vec<&str> = reqs[0]
+        .keys()
+        .map(String::as_str)
+        .filter(|k| !matches!(*k, "command" | "response"))
+        .collect();
     assert_eq!(keys, vec!["id", "size"], "only id and size are sent");
     assert_eq!(reqs[0]["size"], "5");
-    let creating = env.instances().await.iter().filter(|i| state_of(i) == InstanceState::InstanceCreating).count();
+    let creating = env
+        .instances()
+        .await
+        .iter()
+        .filter(|i| state_of(i) == InstanceState::InstanceCreating)
+        .count();
     assert_eq!(creating, 2, "requested VMs show as creating");
     wait_for("the scale job to finish", WAIT, || {
         let s = env.sim.cluster_json(&env.cluster_id);
@@ -85,7 +117,15 @@ async fn increase_size_sends_size_only_answers_at_once_and_the_target_follows_th
     wait_for("the provider to see the job end", WAIT, || {
         let p = env.provider.clone();
         let id = env.cluster_id.clone();
-        async move { p.nodes(&id).map(|n| n.len() == 5 && n.iter().all(|i| i.state == cks_autoscaler_provider::domain::status::InstanceState::Running)).unwrap_or(false) }
+        async move {
+            p.nodes(&id)
+                .map(|n| {
+                    n.len() == 5 && n.iter().all(|i| {
+                        i.state == cks_autoscaler_provider::domain::status::InstanceState::Running
+                    })
+                })
+                .unwrap_or(false)
+        }
     })
     .await;
     env.refresh().await.unwrap();
@@ -103,10 +143,24 @@ async fn bad_increase_requests_are_refused_without_calling_cloudstack() {
     assert_eq!(e.code(), Code::InvalidArgument);
     let e = env.increase(8).await.unwrap_err();
     assert_eq!(e.code(), Code::OutOfRange);
-    assert!(e.message().contains("11") && e.message().contains("10"), "{}", e.message());
-    let mut unknown = tonic::Request::new(pb::NodeGroupIncreaseSizeRequest { delta: 1, id: "nope".into() });
+    assert!(
+        e.message().contains("11") && e.message().contains("10"),
+        "{}",
+        e.message()
+    );
+    let mut unknown = tonic::Request::new(pb::NodeGroupIncreaseSizeRequest {
+        delta: 1,
+        id: "nope".into(),
+    });
     unknown.set_timeout(Duration::from_secs(5));
-    assert_eq!(env.client.node_group_increase_size(unknown).await.unwrap_err().code(), Code::NotFound);
+    assert_eq!(
+        env.client
+            .node_group_increase_size(unknown)
+            .await
+            .unwrap_err()
+            .code(),
+        Code::NotFound
+    );
     assert!(env.scale_requests().is_empty());
     env.stop().await;
 }
@@ -124,14 +178,23 @@ async fn a_stopped_worker_is_reported_down_and_the_cluster_still_scales_in_alert
     .await;
     env.refresh().await.unwrap();
     let instances = env.instances().await;
-    let down = instances.iter().find(|i| i.id.ends_with(&wid)).expect("down worker listed");
+    let down = instances
+        .iter()
+        .find(|i| i.id.ends_with(&wid))
+        .expect("down worker listed");
     assert_eq!(state_of(down), InstanceState::InstanceRunning);
     let err = error_of(down).expect("down worker carries an error");
     assert!(err.error_code.contains("stopped"), "{err:?}");
     assert!(err.error_message.contains(&wname), "{err:?}");
-    assert_eq!(env.target().await, 3, "a down worker still counts in the size");
+    assert_eq!(
+        env.target().await,
+        3,
+        "a down worker still counts in the size"
+    );
 
-    env.increase(1).await.expect("Alert permits a size change while a worker is down");
+    env.increase(1)
+        .await
+        .expect("Alert permits a size change while a worker is down");
     assert_eq!(env.target().await, 4);
     wait_for("scale-up done", WAIT, || {
         let s = env.sim.cluster_json(&env.cluster_id);
@@ -141,19 +204,31 @@ async fn a_stopped_worker_is_reported_down_and_the_cluster_still_scales_in_alert
     wait_for("provider idle", WAIT, || {
         let p = env.provider.clone();
         let id = env.cluster_id.clone();
-        async move { p.nodes(&id).map(|n| n.iter().all(|i| i.state != cks_autoscaler_provider::domain::status::InstanceState::Creating)).unwrap_or(false) }
+        async move {
+            p.nodes(&id)
+                .map(|n| {
+                    n.iter().all(|i| {
+                        i.state != cks_autoscaler_provider::domain::status::InstanceState::Creating
+                    })
+                })
+                .unwrap_or(false)
+        }
     })
     .await;
     env.refresh().await.unwrap();
     // The autoscaler removes the NotReady node through DeleteNodes with the real node.
-    env.delete(vec![node(&format!("external-cloudstack://{wid}"), &wname)]).await.expect("remove the down worker");
+    env.delete(vec![node(&format!("external-cloudstack://{wid}"), &wname)])
+        .await
+        .expect("remove the down worker");
     assert_eq!(env.target().await, 3);
     let last = env.scale_requests().last().cloned().unwrap();
     assert_eq!(last.get("nodeids").map(String::as_str), Some(wid.as_str()));
     assert!(!last.contains_key("size"));
     // Idempotent: the same node again sends nothing new.
     let before = env.scale_requests().len();
-    env.delete(vec![node(&format!("external-cloudstack://{wid}"), &wname)]).await.expect("repeat is accepted");
+    env.delete(vec![node(&format!("external-cloudstack://{wid}"), &wname)])
+        .await
+        .expect("repeat is accepted");
     assert_eq!(env.scale_requests().len(), before);
     env.sim.scan_now();
     wait_for("back to Running", WAIT, || {
@@ -181,11 +256,27 @@ async fn alert_with_the_control_plane_down_is_refused_locally_naming_the_vm() {
     assert_eq!(e.code(), Code::FailedPrecondition);
     assert!(e.message().contains(&cname), "{}", e.message());
     let (wid, wname, _) = env.workers()[0].clone();
-    let e = env.delete(vec![node(&format!("external-cloudstack://{wid}"), &wname)]).await.unwrap_err();
+    let e = env
+        .delete(vec![node(&format!("external-cloudstack://{wid}"), &wname)])
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), Code::FailedPrecondition);
-    assert!(env.scale_requests().is_empty(), "nothing reached CloudStack");
-    let groups = env.client.node_groups(pb::NodeGroupsRequest {}).await.unwrap().into_inner().node_groups;
-    assert!(groups[0].debug.contains("cannot scale"), "{}", groups[0].debug);
+    assert!(
+        env.scale_requests().is_empty(),
+        "nothing reached CloudStack"
+    );
+    let groups = env
+        .client
+        .node_groups(pb::NodeGroupsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .node_groups;
+    assert!(
+        groups[0].debug.contains("cannot scale"),
+        "{}",
+        groups[0].debug
+    );
     env.stop().await;
 }
 
@@ -197,17 +288,37 @@ async fn control_etcd_and_unknown_nodes_are_never_deleted() {
     cfg.scenario = Scenario::with_cluster(spec);
     let mut env = start_with(cfg, "ha", |s| s.groups[0].min = 1).await;
     let (cid, cname) = env.control();
-    let e = env.delete(vec![node(&format!("external-cloudstack://{cid}"), &cname)]).await.unwrap_err();
+    let e = env
+        .delete(vec![node(&format!("external-cloudstack://{cid}"), &cname)])
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), Code::FailedPrecondition, "{}", e.message());
-    let etcd = env.sim.vms(&env.cluster_id).into_iter().find(|(_, n, _)| n.contains("etcd")).expect("etcd vm");
-    let e = env.delete(vec![node(&format!("external-cloudstack://{}", etcd.0), &etcd.1)]).await.unwrap_err();
+    let etcd = env
+        .sim
+        .vms(&env.cluster_id)
+        .into_iter()
+        .find(|(_, n, _)| n.contains("etcd"))
+        .expect("etcd vm");
+    let e = env
+        .delete(vec![node(
+            &format!("external-cloudstack://{}", etcd.0),
+            &etcd.1,
+        )])
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), Code::FailedPrecondition, "{}", e.message());
-    let e = env.delete(vec![node("external-cloudstack://nope", "nope")]).await.unwrap_err();
+    let e = env
+        .delete(vec![node("external-cloudstack://nope", "nope")])
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), Code::NotFound);
     // A mixed request is refused whole.
     let (wid, wname, _) = env.workers()[0].clone();
     let e = env
-        .delete(vec![node(&format!("external-cloudstack://{wid}"), &wname), node("", &cname)])
+        .delete(vec![
+            node(&format!("external-cloudstack://{wid}"), &wname),
+            node("", &cname),
+        ])
         .await
         .unwrap_err();
     assert_eq!(e.code(), Code::FailedPrecondition);
@@ -217,11 +328,18 @@ async fn control_etcd_and_unknown_nodes_are_never_deleted() {
 
 #[tokio::test]
 async fn deleting_below_the_minimum_is_refused() {
-    let mut env = start_with(SimConfig::for_tests(API_KEY, SECRET_KEY), "demo", |s| s.groups[0].min = 3).await;
+    let mut env = start_with(SimConfig::for_tests(API_KEY, SECRET_KEY), "demo", |s| {
+        s.groups[0].min = 3
+    })
+    .await;
     // The demo cluster has CKS autoscaling on (min 1): its own min wins, so use a cluster
     // without autoscaling for the --nodes minimum.
     let ws = env.workers();
-    let nodes: Vec<_> = ws.iter().take(3).map(|(id, n, _)| node(&format!("external-cloudstack://{id}"), n)).collect();
+    let nodes: Vec<_> = ws
+        .iter()
+        .take(3)
+        .map(|(id, n, _)| node(&format!("external-cloudstack://{id}"), n))
+        .collect();
     let e = env.delete(nodes).await.unwrap_err();
     assert_eq!(e.code(), Code::FailedPrecondition, "{}", e.message());
     assert!(e.message().contains("minimum"), "{}", e.message());
@@ -234,23 +352,53 @@ async fn a_capacity_failure_is_reported_as_out_of_resources_and_cleared_by_delet
     let mut cfg = SimConfig::for_tests(API_KEY, SECRET_KEY);
     cfg.settings.job_failure = JobFailure::Capacity;
     let mut env = start_with(cfg, "demo", |s| s.scale_watch = Duration::from_millis(1)).await;
-    env.increase(2).await.expect("accepted: the job fails later");
+    env.increase(2)
+        .await
+        .expect("accepted: the job fails later");
     wait_for("failed instances", WAIT, || {
         let p = env.provider.clone();
         let id = env.cluster_id.clone();
-        async move { p.nodes(&id).map(|n| n.iter().filter(|i| i.error.is_some()).count() == 2).unwrap_or(false) }
+        async move {
+            p.nodes(&id)
+                .map(|n| n.iter().filter(|i| i.error.is_some()).count() == 2)
+                .unwrap_or(false)
+        }
     })
     .await;
-    let failed: Vec<pb::Instance> = env.instances().await.into_iter().filter(|i| error_of(i).is_some()).collect();
+    let failed: Vec<pb::Instance> = env
+        .instances()
+        .await
+        .into_iter()
+        .filter(|i| error_of(i).is_some())
+        .collect();
     for f in &failed {
         assert_eq!(state_of(f), InstanceState::InstanceCreating);
-        assert_eq!(error_of(f).unwrap().instance_error_class, 1, "OutOfResources");
+        assert_eq!(
+            error_of(f).unwrap().instance_error_class,
+            1,
+            "OutOfResources"
+        );
     }
-    assert_eq!(env.target().await, 5, "failed instances count until the autoscaler deletes them");
+    assert_eq!(
+        env.target().await,
+        5,
+        "failed instances count until the autoscaler deletes them"
+    );
     let before = env.scale_requests().len();
-    env.delete(failed.iter().map(|f| fake_node(&f.id, "create-error")).collect()).await.expect("delete failed");
+    env.delete(
+        failed
+            .iter()
+            .map(|f| fake_node(&f.id, "create-error"))
+            .collect(),
+    )
+    .await
+    .expect("delete failed");
     assert_eq!(env.target().await, 3, "target returns to what exists");
-    assert_eq!(env.scale_requests().len(), before, "placeholders are dropped without calling CloudStack");
+    assert_eq!(
+        env.scale_requests().len(),
+        before,
+        "placeholders are dropped without calling CloudStack"
+    );
     assert_eq!(env.instances().await.len(), 3);
     env.stop().await;
 }
@@ -261,16 +409,33 @@ async fn decrease_target_size_only_cancels_what_does_not_exist() {
     cfg.settings.job_duration = Duration::from_secs(5);
     let mut env = start_with(cfg, "demo", |_| {}).await;
     env.increase(1).await.unwrap();
-    env.increase(2).await.expect("queued behind the running job");
+    env.increase(2)
+        .await
+        .expect("queued behind the running job");
     assert_eq!(env.target().await, 6);
-    assert_eq!(env.scale_requests().len(), 1, "the second request waits for the first job");
+    assert_eq!(
+        env.scale_requests().len(),
+        1,
+        "the second request waits for the first job"
+    );
     let dec = |d: i32, id: String| pb::NodeGroupDecreaseTargetSizeRequest { delta: d, id };
-    let e = env.client.node_group_decrease_target_size(dec(1, env.cluster_id.clone())).await.unwrap_err();
+    let e = env
+        .client
+        .node_group_decrease_target_size(dec(1, env.cluster_id.clone()))
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument);
-    let e = env.client.node_group_decrease_target_size(dec(-3, env.cluster_id.clone())).await.unwrap_err();
+    let e = env
+        .client
+        .node_group_decrease_target_size(dec(-3, env.cluster_id.clone()))
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), Code::FailedPrecondition, "{}", e.message());
     assert_eq!(env.target().await, 6, "a refused decrease changes nothing");
-    env.client.node_group_decrease_target_size(dec(-2, env.cluster_id.clone())).await.expect("cancel the queued two");
+    env.client
+        .node_group_decrease_target_size(dec(-2, env.cluster_id.clone()))
+        .await
+        .expect("cancel the queued two");
     assert_eq!(env.target().await, 4);
     env.stop().await;
 }
@@ -299,15 +464,25 @@ async fn concurrent_increases_never_run_two_jobs_and_are_merged() {
     assert_eq!(ok, 6);
     let deadline = std::time::Instant::now() + WAIT;
     loop {
-        assert!(env.sim.running_jobs(&env.cluster_id) <= 1, "two scale jobs at once");
+        assert!(
+            env.sim.running_jobs(&env.cluster_id) <= 1,
+            "two scale jobs at once"
+        );
         let s = env.sim.cluster_json(&env.cluster_id);
         if s["size"] == 9 && s["state"] == "Running" {
             break;
         }
-        assert!(std::time::Instant::now() < deadline, "never reached size 9: {s}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never reached size 9: {s}"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let sizes: Vec<String> = env.scale_requests().iter().map(|r| r["size"].clone()).collect();
+    let sizes: Vec<String> = env
+        .scale_requests()
+        .iter()
+        .map(|r| r["size"].clone())
+        .collect();
     assert!(sizes.len() <= 3, "requests were merged: {sizes:?}");
     assert_eq!(sizes.last().map(String::as_str), Some("9"));
     env.stop().await;
@@ -320,7 +495,9 @@ async fn refresh_serves_a_recent_snapshot_while_cloudstack_is_down_then_reports_
     })
     .await;
     env.sim.configure(|s| s.error_rate = 1.0);
-    env.refresh().await.expect("a snapshot within the staleness bound is served");
+    env.refresh()
+        .await
+        .expect("a snapshot within the staleness bound is served");
     assert_eq!(env.target().await, 3);
     tokio::time::sleep(Duration::from_millis(500)).await;
     let e = env.refresh().await.unwrap_err();
@@ -335,16 +512,25 @@ async fn refresh_serves_a_recent_snapshot_while_cloudstack_is_down_then_reports_
 }
 
 #[tokio::test]
-async fn a_vm_whose_node_has_another_provider_id_is_reported_under_it_and_never_deleted_as_unregistered() {
+async fn a_vm_whose_node_has_another_provider_id_is_reported_under_it_and_never_deleted_as_unregistered()
+ {
     let mut env = start().await;
     let (wid, wname, _) = env.workers()[0].clone();
     // The node registered without the CCM's providerID convention.
-    let g = env.group_for(node(&format!("openstack:///{wid}-x"), &wname)).await;
+    let g = env
+        .group_for(node(&format!("openstack:///{wid}-x"), &wname))
+        .await;
     assert_eq!(g.id, "", "a providerID of another provider is not ours");
     let g = env.group_for(node("", &wname)).await;
     assert_eq!(g.id, env.cluster_id);
     // The autoscaler sees the instance as unregistered and tries to delete it with a fake node.
-    let e = env.delete(vec![fake_node(&format!("external-cloudstack://{wid}"), "unregistered")]).await.unwrap_err();
+    let e = env
+        .delete(vec![fake_node(
+            &format!("external-cloudstack://{wid}"),
+            "unregistered",
+        )])
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), Code::FailedPrecondition);
     assert!(e.message().contains(&wname), "{}", e.message());
     assert!(env.scale_requests().is_empty());
@@ -367,13 +553,29 @@ async fn alert_scaling_off_passes_cloudstacks_refusal_through_once_then_refuses_
     env.refresh().await.unwrap();
     let e = env.increase(1).await.unwrap_err();
     assert_eq!(e.code(), Code::FailedPrecondition);
-    assert!(e.message().contains("Alert state and can not be scaled"), "{}", e.message());
-    assert!(e.message().contains("does not scale clusters in Alert"), "{}", e.message());
+    assert!(
+        e.message().contains("Alert state and can not be scaled"),
+        "{}",
+        e.message()
+    );
+    assert!(
+        e.message().contains("does not scale clusters in Alert"),
+        "{}",
+        e.message()
+    );
     assert_eq!(env.scale_requests().len(), 1);
-    assert_eq!(env.target().await, 3, "a refused request leaves the target alone");
+    assert_eq!(
+        env.target().await,
+        3,
+        "a refused request leaves the target alone"
+    );
     let e = env.increase(1).await.unwrap_err();
     assert_eq!(e.code(), Code::FailedPrecondition);
-    assert_eq!(env.scale_requests().len(), 1, "no retry storm: refused locally");
+    assert_eq!(
+        env.scale_requests().len(),
+        1,
+        "no retry storm: refused locally"
+    );
     env.stop().await;
 }
 
@@ -388,17 +590,26 @@ async fn a_restarted_provider_adopts_the_running_job_and_sends_nothing_twice() {
     let (p2, mut c2, _, stop2) = start_provider(&env.sim, settings).await;
     c2.refresh(pb::RefreshRequest {}).await.unwrap();
     let t = c2
-        .node_group_target_size(pb::NodeGroupTargetSizeRequest { id: env.cluster_id.clone() })
+        .node_group_target_size(pb::NodeGroupTargetSizeRequest {
+            id: env.cluster_id.clone(),
+        })
         .await
         .unwrap()
         .into_inner()
         .target_size;
     assert!(t >= 3);
-    let mut r = tonic::Request::new(pb::NodeGroupIncreaseSizeRequest { delta: 1, id: env.cluster_id.clone() });
+    let mut r = tonic::Request::new(pb::NodeGroupIncreaseSizeRequest {
+        delta: 1,
+        id: env.cluster_id.clone(),
+    });
     r.set_timeout(Duration::from_secs(5));
     let res = c2.node_group_increase_size(r).await;
     assert!(res.is_ok(), "queued behind the adopted job: {res:?}");
-    assert_eq!(env.scale_requests().len(), 1, "nothing sent while the adopted job runs");
+    assert_eq!(
+        env.scale_requests().len(),
+        1,
+        "nothing sent while the adopted job runs"
+    );
     wait_for("both requests done", WAIT, || {
         let s = env.sim.cluster_json(&env.cluster_id);
         async move { s["size"] == 6 && s["state"] == "Running" }
@@ -414,9 +625,19 @@ async fn a_restarted_provider_adopts_the_running_job_and_sends_nothing_twice() {
 #[tokio::test]
 async fn gpu_and_optional_rpcs_answer_as_the_autoscaler_expects() {
     let mut env = start().await;
-    let l = env.client.gpu_label(pb::GpuLabelRequest {}).await.expect("GPULabel succeeds").into_inner();
+    let l = env
+        .client
+        .gpu_label(pb::GpuLabelRequest {})
+        .await
+        .expect("GPULabel succeeds")
+        .into_inner();
     assert_eq!(l.label, "");
-    let t = env.client.get_available_gpu_types(pb::GetAvailableGpuTypesRequest {}).await.expect("succeeds").into_inner();
+    let t = env
+        .client
+        .get_available_gpu_types(pb::GetAvailableGpuTypesRequest {})
+        .await
+        .expect("succeeds")
+        .into_inner();
     assert!(t.gpu_types.is_empty());
     let e = env
         .client
@@ -424,7 +645,10 @@ async fn gpu_and_optional_rpcs_answer_as_the_autoscaler_expects() {
         .await
         .unwrap_err();
     assert_eq!(e.code(), Code::Unimplemented);
-    env.client.cleanup(pb::CleanupRequest {}).await.expect("cleanup");
+    env.client
+        .cleanup(pb::CleanupRequest {})
+        .await
+        .expect("cleanup");
     env.stop().await;
 }
 

@@ -6,7 +6,7 @@ use cks_autoscaler_provider::config::{ClusterRef, NodeGroupSpec};
 use cks_autoscaler_provider::pb;
 use cks_autoscaler_provider::pb::cloud_provider_client::CloudProviderClient;
 use cks_autoscaler_provider::provider::{Provider, Settings};
-use cks_autoscaler_provider::server::{serve, ServeOptions};
+use cks_autoscaler_provider::server::{ServeOptions, serve};
 use cks_autoscaler_provider::sim::{self, SimConfig, SimHandle};
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -52,9 +52,19 @@ pub fn client_config(sim: &SimHandle) -> ClientConfig {
 }
 
 /// Starts a provider (and its gRPC server) for `cluster` of a running simulator.
-pub async fn start_provider(sim: &SimHandle, settings: Settings) -> (Provider, CloudProviderClient<Channel>, SocketAddr, tokio::sync::oneshot::Sender<()>) {
+pub async fn start_provider(
+    sim: &SimHandle,
+    settings: Settings,
+) -> (
+    Provider,
+    CloudProviderClient<Channel>,
+    SocketAddr,
+    tokio::sync::oneshot::Sender<()>,
+) {
     let provider = Provider::new(Client::new(client_config(sim)).expect("client"), settings);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
     let addr = listener.local_addr().expect("addr");
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let p = provider.clone();
@@ -64,7 +74,9 @@ pub async fn start_provider(sim: &SimHandle, settings: Settings) -> (Provider, C
         })
         .await;
     });
-    let client = CloudProviderClient::connect(format!("http://{addr}")).await.expect("connect");
+    let client = CloudProviderClient::connect(format!("http://{addr}"))
+        .await
+        .expect("connect");
     (provider, client, addr, tx)
 }
 
@@ -75,7 +87,14 @@ pub async fn start_with(config: SimConfig, name: &str, tweak: impl FnOnce(&mut S
     let mut settings = fast_settings(&cluster_id, 1, 10);
     tweak(&mut settings);
     let (provider, client, addr, stop) = start_provider(&sim, settings).await;
-    let mut env = Env { sim, provider, client, addr, cluster_id, stop: Some(stop) };
+    let mut env = Env {
+        sim,
+        provider,
+        client,
+        addr,
+        cluster_id,
+        stop: Some(stop),
+    };
     env.refresh().await.expect("first refresh");
     env
 }
@@ -96,7 +115,10 @@ pub fn node(provider_id: &str, name: &str) -> pb::ExternalGrpcNode {
 
 pub fn fake_node(instance_id: &str, reason: &str) -> pb::ExternalGrpcNode {
     let mut n = node(instance_id, instance_id);
-    n.annotations.insert("k8s.io/cluster-autoscaler/fake-node-reason".into(), reason.into());
+    n.annotations.insert(
+        "k8s.io/cluster-autoscaler/fake-node-reason".into(),
+        reason.into(),
+    );
     n
 }
 
@@ -107,7 +129,9 @@ impl Env {
 
     pub async fn target(&mut self) -> i32 {
         self.client
-            .node_group_target_size(pb::NodeGroupTargetSizeRequest { id: self.cluster_id.clone() })
+            .node_group_target_size(pb::NodeGroupTargetSizeRequest {
+                id: self.cluster_id.clone(),
+            })
             .await
             .expect("target size")
             .into_inner()
@@ -116,7 +140,9 @@ impl Env {
 
     pub async fn instances(&mut self) -> Vec<pb::Instance> {
         self.client
-            .node_group_nodes(pb::NodeGroupNodesRequest { id: self.cluster_id.clone() })
+            .node_group_nodes(pb::NodeGroupNodesRequest {
+                id: self.cluster_id.clone(),
+            })
             .await
             .expect("nodes")
             .into_inner()
@@ -124,13 +150,19 @@ impl Env {
     }
 
     pub async fn increase(&mut self, delta: i32) -> Result<(), tonic::Status> {
-        let mut req = tonic::Request::new(pb::NodeGroupIncreaseSizeRequest { delta, id: self.cluster_id.clone() });
+        let mut req = tonic::Request::new(pb::NodeGroupIncreaseSizeRequest {
+            delta,
+            id: self.cluster_id.clone(),
+        });
         req.set_timeout(Duration::from_secs(5));
         self.client.node_group_increase_size(req).await.map(|_| ())
     }
 
     pub async fn delete(&mut self, nodes: Vec<pb::ExternalGrpcNode>) -> Result<(), tonic::Status> {
-        let mut req = tonic::Request::new(pb::NodeGroupDeleteNodesRequest { nodes, id: self.cluster_id.clone() });
+        let mut req = tonic::Request::new(pb::NodeGroupDeleteNodesRequest {
+            nodes,
+            id: self.cluster_id.clone(),
+        });
         req.set_timeout(Duration::from_secs(5));
         self.client.node_group_delete_nodes(req).await.map(|_| ())
     }
@@ -175,7 +207,10 @@ impl Env {
     }
 
     pub fn cluster_state(&self) -> String {
-        self.sim.cluster_json(&self.cluster_id)["state"].as_str().unwrap_or_default().to_string()
+        self.sim.cluster_json(&self.cluster_id)["state"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
     }
 
     pub async fn stop(mut self) {
