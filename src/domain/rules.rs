@@ -108,16 +108,30 @@ impl Refusal {
 
 impl fmt::Display for Refusal {
     /// One sentence an operator acts on: the cluster, the rule, the VMs involved and what to do,
-    /// e.g. "cluster k8s: control VM k8s-control-1a2b is Stopped; CloudStack refuses scaling
-    /// until the control plane is recovered (start the VM)".
+    /// e.g. `cluster "k8s": control VM k8s-control-1a2b is Stopped; CloudStack refuses scaling
+    /// until the control plane is recovered (start the VM) (CKS Alert rule 6)`. Rules numbered in
+    /// the CKS scaling rules end with their number.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Refusal::StateNotScalable { cluster, state } => write!(
-                f,
-                "cluster {cluster:?} is in state {state}, in which CloudStack scales nothing \
-                 (\"is in {state} state and can not be scaled\"); wait until it is Running \
-                 again, or have an operator recover it if it stays {state}"
-            ),
+            Refusal::StateNotScalable { cluster, state } => {
+                let advice = match state.as_str() {
+                    "Destroyed" | "Destroying" => {
+                        "the cluster is being removed; take its node group out of the \
+                         autoscaler's configuration"
+                    }
+                    "Error" => "its creation failed; an operator must recover or recreate it",
+                    "Starting" | "Stopping" | "Scaling" | "Upgrading" | "Recovering" => {
+                        "wait for the operation in progress to finish (an operator recovers \
+                         the cluster if it stays in this state)"
+                    }
+                    _ => "an operator must bring the cluster back to Running",
+                };
+                write!(
+                    f,
+                    "cluster {cluster:?} is in state {state}, in which CloudStack scales nothing \
+                     (\"is in {state} state and can not be scaled\"); {advice}"
+                )
+            }
             Refusal::StoppedClusterSize { cluster } => write!(
                 f,
                 "cluster {cluster:?} is Stopped: CloudStack refuses a size change on a stopped \
@@ -581,7 +595,19 @@ mod tests {
         let msg = refusal.to_string();
         assert!(msg.starts_with("cluster \"k8s\""), "{msg}");
         assert!(msg.contains("is in state Scaling"), "{msg}");
-        assert!(msg.contains("wait until it is Running"), "{msg}");
+        assert!(msg.contains("wait for the operation in progress"), "{msg}");
+        for (state, advice) in [
+            ("Destroyed", "take its node group out"),
+            ("Error", "recover or recreate"),
+            ("Importing", "back to Running"),
+        ] {
+            let msg = Refusal::StateNotScalable {
+                cluster: "k8s".into(),
+                state: state.into(),
+            }
+            .to_string();
+            assert!(msg.contains(advice), "{state}: {msg}");
+        }
 
         let odd = base()
             .state(ClusterState::Other("Importing".into()))
