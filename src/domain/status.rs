@@ -149,3 +149,199 @@ pub fn placeholder_status(
 ) -> (InstanceState, Option<InstanceError>) {
     (InstanceState::Creating, failure.cloned())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::cluster::NodeRole;
+
+    fn worker(state: VmState) -> Vm {
+        Vm {
+            id: "5a1e7c9e-vm".to_string(),
+            name: "k8s-node-18c0c1".to_string(),
+            state,
+            role: NodeRole::Worker,
+        }
+    }
+
+    type Expect = (InstanceState, Option<&'static str>);
+    const RUN: Expect = (InstanceState::Running, None);
+    const NEW: Expect = (InstanceState::Creating, None);
+    const DEL: Expect = (InstanceState::Deleting, None);
+    const FAIL: Expect = (InstanceState::Creating, Some("out-of-resources"));
+
+    #[test]
+    fn every_vm_state_and_activity_maps_to_an_instance_status() {
+        let failure = scale_up_failure("job-1", 533, "Insufficient capacity");
+        let activities = [
+            VmActivity::Idle,
+            VmActivity::BeingCreated,
+            VmActivity::BeingRemoved,
+            VmActivity::CreateFailed(failure.clone()),
+        ];
+        let down = |code| (InstanceState::Running, Some(code));
+        let new_down = |code| (InstanceState::Creating, Some(code));
+        // Columns: Idle, BeingCreated, BeingRemoved, CreateFailed.
+        let table: Vec<(VmState, [Expect; 4])> = vec![
+            (VmState::Starting, [NEW, NEW, DEL, FAIL]),
+            (VmState::Running, [RUN, NEW, DEL, FAIL]),
+            (VmState::Stopping, [RUN, NEW, DEL, FAIL]),
+            (
+                VmState::Stopped,
+                [down("vm-stopped"), new_down("vm-stopped"), DEL, FAIL],
+            ),
+            (VmState::Destroyed, [DEL, DEL, DEL, FAIL]),
+            (VmState::Expunging, [DEL, DEL, DEL, FAIL]),
+            (VmState::Migrating, [RUN, NEW, DEL, FAIL]),
+            (
+                VmState::Error,
+                [down("vm-error"), new_down("vm-error"), DEL, FAIL],
+            ),
+            (VmState::Unknown, [RUN, NEW, DEL, FAIL]),
+            (
+                VmState::Shutdown,
+                [down("vm-shutdown"), new_down("vm-shutdown"), DEL, FAIL],
+            ),
+            (VmState::Restoring, [RUN, NEW, DEL, FAIL]),
+            (VmState::Other("Hibernated".into()), [RUN, NEW, DEL, FAIL]),
+        ];
+        for (state, expected) in table {
+            let vm = worker(state.clone());
+            for (activity, (want_state, want_code)) in activities.iter().zip(expected) {
+                let (got_state, got_error) = vm_status(&vm, activity);
+                assert_eq!(got_state, want_state, "{state} / {activity:?}");
+                assert_eq!(
+                    got_error.as_ref().map(|e| e.code.as_str()),
+                    want_code,
+                    "{state} / {activity:?}"
+                );
+                if let VmActivity::CreateFailed(error) = activity {
+                    assert_eq!(
+                        got_error.as_ref(),
+                        Some(error),
+                        "the job's error is passed through"
+                    );
+                } else if let Some(error) = got_error {
+                    assert_eq!(error.class, ErrorClass::Other, "{state} / {activity:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_down_worker_says_what_is_wrong_and_how_it_goes_away() {
+        let (state, error) = vm_status(&worker(VmState::Stopped), &VmActivity::Idle);
+        assert_eq!(state, InstanceState::Running);
+        let error = error.expect("a down worker carries an error");
+        assert_eq!(error.code, "vm-stopped");
+        assert_eq!(error.class, ErrorClass::Other);
+        for part in [
+            "k8s-node-18c0c1",
+            "5a1e7c9e-vm",
+            "down (Stopped)",
+            "cannot be Ready",
+            "counts in the cluster size",
+            "NodeGroupDeleteNodes",
+            "scaleKubernetesCluster nodeids=5a1e7c9e-vm",
+            "operator starts it again",
+        ] {
+            assert!(error.message.contains(part), "{part} in {}", error.message);
+        }
+    }
+
+    #[test]
+    fn a_new_worker_that_went_down_is_reported_while_creating() {
+        let (state, error) = vm_status(&worker(VmState::Error), &VmActivity::BeingCreated);
+        assert_eq!(state, InstanceState::Creating);
+        let error = error.expect("error");
+        assert_eq!(
+            (error.code.as_str(), error.class),
+            ("vm-error", ErrorClass::Other)
+        );
+        assert!(
+            error.message.contains("k8s-node-18c0c1") && error.message.contains("is Error"),
+            "{}",
+            error.message
+        );
+    }
+
+    #[test]
+    fn scale_up_failures_out_of_resources_by_text() {
+        let texts = [
+            "Insufficient capacity to deploy",
+            "Unable to deploy: INSUFFICIENT CAPACITY",
+            "com.cloud.exception.InsufficientServerCapacityException: Unable to create a deployment for VM",
+            "Unable to create a deployment for VM[User|k8s-node-1]",
+            "Maximum number of resources of type 'user_vm' for account name=a has been exceeded.",
+            "resource limit exceeded for cpu",
+            "com.cloud.exception.ResourceAllocationException: instance",
+        ];
+        for text in texts {
+            let error = scale_up_failure("job-42", 530, text);
+            assert_eq!(error.class, ErrorClass::OutOfResources, "{text}");
+            assert_eq!(error.code, "out-of-resources", "{text}");
+            assert!(
+                error.message.contains("job-42") && error.message.contains(text),
+                "{}",
+                error.message
+            );
+        }
+    }
+
+    #[test]
+    fn scale_up_failures_out_of_resources_by_code() {
+        for code in [533, 535] {
+            let error = scale_up_failure("job-7", code, "something went wrong");
+            assert_eq!(
+                (error.code.as_str(), error.class),
+                ("out-of-resources", ErrorClass::OutOfResources)
+            );
+            assert!(
+                error.message.contains(&code.to_string()),
+                "{}",
+                error.message
+            );
+        }
+    }
+
+    #[test]
+    fn other_scale_up_failures_are_class_other() {
+        for (code, text) in [
+            (
+                530,
+                "Scaling unsuccessful for Kubernetes cluster : k8s as it does not have desired number of nodes in ready state",
+            ),
+            (530, "capacity is fine"),
+            (534, "resource unavailable"),
+            (0, ""),
+        ] {
+            let error = scale_up_failure("job-9", code, text);
+            assert_eq!(
+                (error.code.as_str(), error.class),
+                ("scale-up-failed", ErrorClass::Other),
+                "{text}"
+            );
+            assert!(
+                error.message.contains("job-9") && error.message.contains(text),
+                "{}",
+                error.message
+            );
+        }
+    }
+
+    #[test]
+    fn placeholders_are_creating_with_the_failure_if_any() {
+        assert_eq!(placeholder_status(None), (InstanceState::Creating, None));
+        let failure = scale_up_failure("job-1", 535, "limit");
+        assert_eq!(
+            placeholder_status(Some(&failure)),
+            (InstanceState::Creating, Some(failure.clone()))
+        );
+    }
+
+    #[test]
+    fn error_classes_have_the_protocol_values() {
+        assert_eq!(ErrorClass::OutOfResources as i32, 1);
+        assert_eq!(ErrorClass::Other as i32, 99);
+    }
+}
