@@ -1,1 +1,646 @@
-//! NodeGroupGetOptions: per-cluster autoscaling option overrides.
+//! NodeGroupGetOptions: per-cluster autoscaling option overrides, and what to answer.
+//!
+//! This module owns the pure logic: the override set ([`OptionOverrides`]), its command-line
+//! form ([`parse_overrides_spec`]), its validation, the merge with the defaults the autoscaler
+//! sends ([`merged_options`]) and the start-up warning ([`startup_warning`]). It does no I/O;
+//! the gRPC layer answers from a precomputed map because the autoscaler calls NodeGroupGetOptions
+//! for every node in every loop and never caches the answer.
+//!
+//! # Two traps
+//!
+//! 1. **Unset fields become zero.** The autoscaler's client takes the response message as the
+//!    complete option set: any field left unset arrives as 0 (a scale-down-unneeded time of 0 s
+//!    means "scale down at once"). So every field that is not overridden must echo the
+//!    `defaults` the request carries. [`merged_options`] starts from those defaults (all fields,
+//!    including `maxNodeStartupDuration` (11) and `allowNonAtomicScaleUpToMax` (12), so that an
+//!    autoscaler that sends them gets them back) and only then applies overrides.
+//! 2. **Max node startup time becomes 0.** The autoscaler's externalgrpc client reads no
+//!    max-node-startup time from the response (kubernetes/autoscaler#10245), so whenever a
+//!    provider returns options at all, that group's max node startup time is 0: nodes that
+//!    are booting and not yet Ready are counted as *unready* rather than *not started*, stop
+//!    counting as upcoming capacity (extra scale-ups), count against cluster health and become
+//!    scale-down candidates after scale-down-unready time. There is no way around it from the
+//!    provider side, so: with no overrides configured the provider answers UNIMPLEMENTED (the
+//!    autoscaler keeps its own flags, startup time included), and with overrides configured it
+//!    logs [`startup_warning`] once at start.
+
+use std::time::Duration;
+
+use crate::pb;
+
+/// A max node provision time suited to CKS, for operators who override it (the autoscaler's
+/// own default is 15 minutes).
+///
+/// Why 25 minutes: a CKS scale-up is one CloudStack job that deploys the new worker VMs one
+/// after another; each VM then boots, sets up its Kubernetes binaries from the CKS ISO and runs
+/// `kubeadm join`, which commonly takes several minutes per VM and more on busy hosts. The
+/// autoscaler counts max-node-provision time from the moment it asked for the node, so the last
+/// VM of a multi-node scale-up starts late. If the time runs out the autoscaler deletes the
+/// still-joining node as "unregistered" and backs the group off, wasting the work. 25 minutes
+/// covers a few sequential VMs with margin, and still gives up well before CloudStack's own
+/// scale job times out (`cloud.kubernetes.cluster.scale.timeout`, one hour by default).
+pub const RECOMMENDED_MAX_NODE_PROVISION: Duration = Duration::from_secs(25 * 60);
+
+/// The cluster-autoscaler's own flag defaults for the per-group options
+/// (`--scale-down-utilization-threshold=0.5`, `--scale-down-gpu-utilization-threshold=0.5`,
+/// `--scale-down-unneeded-time=10m`, `--scale-down-unready-time=20m`,
+/// `--max-node-provision-time=15m`, `--ignore-daemonsets-utilization=false`, zero-or-max off).
+/// Used only when a request carries no `defaults`, which the autoscaler's client always sends;
+/// falling back to these beats echoing zeros. Fields 11 and 12 stay unset: there is no flag
+/// value to echo.
+pub fn autoscaler_flag_defaults() -> pb::NodeGroupAutoscalingOptions {
+    pb::NodeGroupAutoscalingOptions {
+        scale_down_utilization_threshold: 0.5,
+        scale_down_gpu_utilization_threshold: 0.5,
+        zero_or_max_node_scaling: false,
+        ignore_daemon_sets_utilization: false,
+        scale_down_unneeded_duration: Some(proto_duration(Duration::from_secs(10 * 60))),
+        scale_down_unready_duration: Some(proto_duration(Duration::from_secs(20 * 60))),
+        max_node_provision_duration: Some(proto_duration(Duration::from_secs(15 * 60))),
+        max_node_startup_duration: None,
+        allow_non_atomic_scale_up_to_max: false,
+    }
+}
+
+/// Per-cluster overrides; `None` means "echo the autoscaler's default".
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct OptionOverrides {
+    /// `scaleDownUtilizationThreshold` (0..=1).
+    pub scale_down_utilization_threshold: Option<f64>,
+    /// `scaleDownGpuUtilizationThreshold` (0..=1).
+    pub scale_down_gpu_utilization_threshold: Option<f64>,
+    /// `scaleDownUnneededDuration` (> 0).
+    pub scale_down_unneeded: Option<Duration>,
+    /// `scaleDownUnreadyDuration` (> 0).
+    pub scale_down_unready: Option<Duration>,
+    /// `MaxNodeProvisionDuration` (> 0); see [`RECOMMENDED_MAX_NODE_PROVISION`].
+    pub max_node_provision: Option<Duration>,
+    /// `zeroOrMaxNodeScaling`.
+    pub zero_or_max_node_scaling: Option<bool>,
+    /// `ignoreDaemonSetsUtilization`.
+    pub ignore_daemonsets_utilization: Option<bool>,
+}
+
+/// The keys [`parse_overrides_spec`] accepts, canonical spelling first. The autoscaler's flag
+/// names (`scale-down-unneeded-time`, …) are accepted as aliases.
+pub const OVERRIDE_KEYS: &[&str] = &[
+    "scale-down-utilization-threshold",
+    "scale-down-gpu-utilization-threshold",
+    "scale-down-unneeded",
+    "scale-down-unready",
+    "max-node-provision",
+    "zero-or-max-node-scaling",
+    "ignore-daemonsets-utilization",
+];
+
+impl OptionOverrides {
+    /// True when nothing is overridden (the provider then answers UNIMPLEMENTED).
+    pub fn is_empty(&self) -> bool {
+        self.overridden_keys().is_empty()
+    }
+
+    /// The canonical keys (see [`OVERRIDE_KEYS`]) that are set, in that order; for logs.
+    pub fn overridden_keys(&self) -> Vec<&'static str> {
+        let set = [
+            self.scale_down_utilization_threshold.is_some(),
+            self.scale_down_gpu_utilization_threshold.is_some(),
+            self.scale_down_unneeded.is_some(),
+            self.scale_down_unready.is_some(),
+            self.max_node_provision.is_some(),
+            self.zero_or_max_node_scaling.is_some(),
+            self.ignore_daemonsets_utilization.is_some(),
+        ];
+        OVERRIDE_KEYS
+            .iter()
+            .zip(set)
+            .filter_map(|(k, on)| on.then_some(*k))
+            .collect()
+    }
+
+    /// Thresholds must lie in [0, 1]; durations must be greater than zero (a zero duration is
+    /// exactly the failure the merge exists to avoid).
+    pub fn validate(&self) -> Result<(), String> {
+        let thresholds = [
+            (
+                "scale-down-utilization-threshold",
+                self.scale_down_utilization_threshold,
+            ),
+            (
+                "scale-down-gpu-utilization-threshold",
+                self.scale_down_gpu_utilization_threshold,
+            ),
+        ];
+        for (key, value) in thresholds {
+            if let Some(v) = value {
+                if !(0.0..=1.0).contains(&v) {
+                    return Err(format!("{key} must be between 0 and 1, got {v}"));
+                }
+            }
+        }
+        let durations = [
+            ("scale-down-unneeded", self.scale_down_unneeded),
+            ("scale-down-unready", self.scale_down_unready),
+            ("max-node-provision", self.max_node_provision),
+        ];
+        for (key, value) in durations {
+            if value.is_some_and(|d| d.is_zero()) {
+                return Err(format!("{key} must be greater than 0"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The options to answer: the request's `defaults` with the overrides applied. Every field
+/// that is not overridden (fields 11 and 12 included) is the request's value unchanged. Without
+/// `defaults` (the autoscaler always sends them) the autoscaler's flag defaults stand in
+/// ([`autoscaler_flag_defaults`]).
+pub fn merged_options(
+    defaults: Option<&pb::NodeGroupAutoscalingOptions>,
+    overrides: &OptionOverrides,
+) -> pb::NodeGroupAutoscalingOptions {
+    let mut out = defaults.copied().unwrap_or_else(autoscaler_flag_defaults);
+    if let Some(v) = overrides.scale_down_utilization_threshold {
+        out.scale_down_utilization_threshold = v;
+    }
+    if let Some(v) = overrides.scale_down_gpu_utilization_threshold {
+        out.scale_down_gpu_utilization_threshold = v;
+    }
+    if let Some(d) = overrides.scale_down_unneeded {
+        out.scale_down_unneeded_duration = Some(proto_duration(d));
+    }
+    if let Some(d) = overrides.scale_down_unready {
+        out.scale_down_unready_duration = Some(proto_duration(d));
+    }
+    if let Some(d) = overrides.max_node_provision {
+        out.max_node_provision_duration = Some(proto_duration(d));
+    }
+    if let Some(v) = overrides.zero_or_max_node_scaling {
+        out.zero_or_max_node_scaling = v;
+    }
+    if let Some(v) = overrides.ignore_daemonsets_utilization {
+        out.ignore_daemon_sets_utilization = v;
+    }
+    out
+}
+
+/// The warning to log once at start when any cluster has overrides (`None` when none has),
+/// naming the consequence an operator would otherwise discover the hard way.
+pub fn startup_warning(overrides_present_for: &[String]) -> Option<String> {
+    if overrides_present_for.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "NodeGroupGetOptions overrides are configured for {}. For these node groups the \
+         cluster-autoscaler will use a max node startup time of 0, because the externalgrpc \
+         protocol cannot carry it (kubernetes/autoscaler#10245): a worker that is still booting \
+         and joining counts as unready instead of starting, no longer counts as upcoming \
+         capacity (which can cause extra scale-ups), counts against cluster health, and can be \
+         scaled down after scale-down-unready time. Remove the overrides to keep the \
+         autoscaler's own flags.",
+        overrides_present_for
+            .iter()
+            .map(|c| format!("'{c}'"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
+}
+
+/// Parses `CLUSTER:key=value[,key=value...]`, e.g.
+/// `prod:scale-down-unneeded=5m,max-node-provision=25m,scale-down-utilization-threshold=0.6`.
+///
+/// The cluster is everything before the last `:` (no value contains one). Keys are listed in
+/// [`OVERRIDE_KEYS`]; durations are written like `90s`, `5m`, `1h30m`; booleans are `true` or
+/// `false`. Unknown keys, repeated keys and invalid values are errors naming the key. The
+/// result is validated ([`OptionOverrides::validate`]).
+pub fn parse_overrides_spec(s: &str) -> Result<(String, OptionOverrides), String> {
+    const FORM: &str = "expected CLUSTER:key=value[,key=value...]";
+    let (cluster, list) = s
+        .rsplit_once(':')
+        .ok_or_else(|| format!("option overrides '{s}': {FORM}"))?;
+    let cluster = cluster.trim();
+    if cluster.is_empty() {
+        return Err(format!(
+            "option overrides '{s}': cluster name is empty ({FORM})"
+        ));
+    }
+    let mut o = OptionOverrides::default();
+    let mut seen: Vec<&'static str> = Vec::new();
+    for item in list.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let (key, value) = item.split_once('=').ok_or_else(|| {
+            format!("option overrides for '{cluster}': '{item}' is not key=value")
+        })?;
+        let (key, value) = (key.trim(), value.trim());
+        let canonical = canonical_key(key).ok_or_else(|| {
+            format!(
+                "option overrides for '{cluster}': unknown key '{key}'; known keys: {}",
+                OVERRIDE_KEYS.join(", ")
+            )
+        })?;
+        if seen.contains(&canonical) {
+            return Err(format!(
+                "option overrides for '{cluster}': key '{canonical}' is given twice"
+            ));
+        }
+        seen.push(canonical);
+        let bad = |why: String| format!("option overrides for '{cluster}': {canonical}: {why}");
+        match canonical {
+            "scale-down-utilization-threshold" => {
+                o.scale_down_utilization_threshold = Some(parse_threshold(value).map_err(bad)?)
+            }
+            "scale-down-gpu-utilization-threshold" => {
+                o.scale_down_gpu_utilization_threshold = Some(parse_threshold(value).map_err(bad)?)
+            }
+            "scale-down-unneeded" => {
+                o.scale_down_unneeded = Some(parse_duration(value).map_err(bad)?)
+            }
+            "scale-down-unready" => {
+                o.scale_down_unready = Some(parse_duration(value).map_err(bad)?)
+            }
+            "max-node-provision" => {
+                o.max_node_provision = Some(parse_duration(value).map_err(bad)?)
+            }
+            "zero-or-max-node-scaling" => {
+                o.zero_or_max_node_scaling = Some(parse_bool(value).map_err(bad)?)
+            }
+            _ => o.ignore_daemonsets_utilization = Some(parse_bool(value).map_err(bad)?),
+        }
+    }
+    if o.is_empty() {
+        return Err(format!(
+            "option overrides for '{cluster}': no key=value given ({FORM})"
+        ));
+    }
+    o.validate()
+        .map_err(|e| format!("option overrides for '{cluster}': {e}"))?;
+    Ok((cluster.to_string(), o))
+}
+
+/// Parses a duration written as one or more `<integer><unit>` parts with units `ms`, `s`, `m`,
+/// `h` (`90s`, `5m`, `1h30m`). A bare number is refused: the unit must be explicit.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let text = s.trim();
+    if text.is_empty() {
+        return Err("empty duration; write e.g. 90s, 5m or 1h".into());
+    }
+    let mut total = Duration::ZERO;
+    let mut rest = text;
+    while !rest.is_empty() {
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            return Err(format!(
+                "duration '{text}' is not of the form 90s, 5m, 1h or 1h30m"
+            ));
+        }
+        let amount: u64 = rest[..digits]
+            .parse()
+            .map_err(|_| format!("duration '{text}' is too large"))?;
+        rest = &rest[digits..];
+        let unit_len = rest.bytes().take_while(|b| b.is_ascii_alphabetic()).count();
+        let part = match &rest[..unit_len] {
+            "ms" => Some(Duration::from_millis(amount)),
+            "s" => Some(Duration::from_secs(amount)),
+            "m" => amount.checked_mul(60).map(Duration::from_secs),
+            "h" => amount.checked_mul(3600).map(Duration::from_secs),
+            "" => {
+                return Err(format!(
+                    "duration '{text}' needs a unit (ms, s, m or h), e.g. 90s, 5m, 1h"
+                ));
+            }
+            other => {
+                return Err(format!(
+                    "duration '{text}' has unknown unit '{other}' (use ms, s, m or h)"
+                ));
+            }
+        };
+        total = part
+            .and_then(|p| total.checked_add(p))
+            .ok_or_else(|| format!("duration '{text}' is too large"))?;
+        rest = &rest[unit_len..];
+    }
+    Ok(total)
+}
+
+fn canonical_key(key: &str) -> Option<&'static str> {
+    let alias = match key {
+        "scale-down-unneeded-time" => "scale-down-unneeded",
+        "scale-down-unready-time" => "scale-down-unready",
+        "max-node-provision-time" => "max-node-provision",
+        other => other,
+    };
+    OVERRIDE_KEYS.iter().copied().find(|k| *k == alias)
+}
+
+fn parse_threshold(v: &str) -> Result<f64, String> {
+    let x: f64 = v
+        .parse()
+        .map_err(|_| format!("'{v}' is not a number between 0 and 1"))?;
+    if x.is_finite() && (0.0..=1.0).contains(&x) {
+        Ok(x)
+    } else {
+        Err(format!("'{v}' is not between 0 and 1"))
+    }
+}
+
+fn parse_bool(v: &str) -> Result<bool, String> {
+    if v.eq_ignore_ascii_case("true") {
+        Ok(true)
+    } else if v.eq_ignore_ascii_case("false") {
+        Ok(false)
+    } else {
+        Err(format!("'{v}' is not true or false"))
+    }
+}
+
+/// `std` duration → protobuf duration, saturating at the protobuf maximum (durations here are
+/// minutes long; saturation only guards against absurd configuration).
+fn proto_duration(d: Duration) -> prost_types::Duration {
+    prost_types::Duration {
+        seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        nanos: i32::try_from(d.subsec_nanos()).unwrap_or(0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn d(secs: i64) -> Option<prost_types::Duration> {
+        Some(prost_types::Duration {
+            seconds: secs,
+            nanos: 0,
+        })
+    }
+
+    /// Defaults as a newer autoscaler might send them, every field set to a distinctive value.
+    fn request_defaults() -> pb::NodeGroupAutoscalingOptions {
+        pb::NodeGroupAutoscalingOptions {
+            scale_down_utilization_threshold: 0.45,
+            scale_down_gpu_utilization_threshold: 0.35,
+            zero_or_max_node_scaling: true,
+            ignore_daemon_sets_utilization: true,
+            scale_down_unneeded_duration: d(600),
+            scale_down_unready_duration: d(1200),
+            max_node_provision_duration: d(900),
+            max_node_startup_duration: d(840),
+            allow_non_atomic_scale_up_to_max: true,
+        }
+    }
+
+    #[test]
+    fn unset_fields_echo_the_request_defaults_including_fields_11_and_12() {
+        let one = OptionOverrides {
+            max_node_provision: Some(Duration::from_secs(25 * 60)),
+            ..OptionOverrides::default()
+        };
+        let got = merged_options(Some(&request_defaults()), &one);
+        let want = pb::NodeGroupAutoscalingOptions {
+            max_node_provision_duration: d(1500),
+            ..request_defaults()
+        };
+        assert_eq!(got, want);
+        assert_eq!(got.max_node_startup_duration, d(840));
+        assert!(got.allow_non_atomic_scale_up_to_max);
+        assert_eq!(got.scale_down_unneeded_duration, d(600), "never 0 s");
+    }
+
+    #[test]
+    fn every_override_wins_over_the_defaults() {
+        let all = OptionOverrides {
+            scale_down_utilization_threshold: Some(0.6),
+            scale_down_gpu_utilization_threshold: Some(0.0),
+            scale_down_unneeded: Some(Duration::from_secs(300)),
+            scale_down_unready: Some(Duration::from_secs(3600)),
+            max_node_provision: Some(Duration::from_millis(1500)),
+            zero_or_max_node_scaling: Some(false),
+            ignore_daemonsets_utilization: Some(false),
+        };
+        let got = merged_options(Some(&request_defaults()), &all);
+        assert_eq!(
+            got,
+            pb::NodeGroupAutoscalingOptions {
+                scale_down_utilization_threshold: 0.6,
+                scale_down_gpu_utilization_threshold: 0.0,
+                zero_or_max_node_scaling: false,
+                ignore_daemon_sets_utilization: false,
+                scale_down_unneeded_duration: d(300),
+                scale_down_unready_duration: d(3600),
+                max_node_provision_duration: Some(prost_types::Duration {
+                    seconds: 1,
+                    nanos: 500_000_000
+                }),
+                // Not overridable: still the request's.
+                max_node_startup_duration: d(840),
+                allow_non_atomic_scale_up_to_max: true,
+            }
+        );
+    }
+
+    #[test]
+    fn without_request_defaults_the_autoscaler_flag_defaults_stand_in() {
+        let got = merged_options(None, &OptionOverrides::default());
+        assert_eq!(got.scale_down_utilization_threshold, 0.5);
+        assert_eq!(got.scale_down_gpu_utilization_threshold, 0.5);
+        assert_eq!(got.scale_down_unneeded_duration, d(600));
+        assert_eq!(got.scale_down_unready_duration, d(1200));
+        assert_eq!(got.max_node_provision_duration, d(900));
+        assert!(!got.zero_or_max_node_scaling);
+        assert!(!got.ignore_daemon_sets_utilization);
+    }
+
+    #[test]
+    fn emptiness_and_overridden_keys() {
+        assert!(OptionOverrides::default().is_empty());
+        let o = OptionOverrides {
+            zero_or_max_node_scaling: Some(false),
+            scale_down_unready: Some(Duration::from_secs(60)),
+            ..OptionOverrides::default()
+        };
+        assert!(!o.is_empty(), "an explicit false is still an override");
+        assert_eq!(
+            o.overridden_keys(),
+            vec!["scale-down-unready", "zero-or-max-node-scaling"]
+        );
+    }
+
+    #[test]
+    fn validation_rejects_out_of_range_thresholds_and_zero_durations() {
+        let bad = [
+            (
+                OptionOverrides {
+                    scale_down_utilization_threshold: Some(1.5),
+                    ..OptionOverrides::default()
+                },
+                "scale-down-utilization-threshold must be between 0 and 1",
+            ),
+            (
+                OptionOverrides {
+                    scale_down_gpu_utilization_threshold: Some(-0.1),
+                    ..OptionOverrides::default()
+                },
+                "scale-down-gpu-utilization-threshold",
+            ),
+            (
+                OptionOverrides {
+                    scale_down_utilization_threshold: Some(f64::NAN),
+                    ..OptionOverrides::default()
+                },
+                "scale-down-utilization-threshold",
+            ),
+            (
+                OptionOverrides {
+                    scale_down_unneeded: Some(Duration::ZERO),
+                    ..OptionOverrides::default()
+                },
+                "scale-down-unneeded must be greater than 0",
+            ),
+            (
+                OptionOverrides {
+                    max_node_provision: Some(Duration::ZERO),
+                    ..OptionOverrides::default()
+                },
+                "max-node-provision must be greater than 0",
+            ),
+        ];
+        for (o, needle) in bad {
+            let err = o.validate().unwrap_err();
+            assert!(err.contains(needle), "{err}");
+        }
+        let good = OptionOverrides {
+            scale_down_utilization_threshold: Some(0.0),
+            scale_down_gpu_utilization_threshold: Some(1.0),
+            scale_down_unneeded: Some(Duration::from_millis(1)),
+            ..OptionOverrides::default()
+        };
+        assert_eq!(good.validate(), Ok(()));
+    }
+
+    #[test]
+    fn startup_warning_names_clusters_and_the_consequence() {
+        assert_eq!(startup_warning(&[]), None);
+        let w = startup_warning(&["prod".to_string(), "ci".to_string()]).unwrap();
+        for needle in [
+            "'prod', 'ci'",
+            "max node startup time of 0",
+            "kubernetes/autoscaler#10245",
+            "counts as unready",
+            "extra scale-ups",
+        ] {
+            assert!(w.contains(needle), "missing {needle:?} in {w}");
+        }
+    }
+
+    #[test]
+    fn recommended_provision_time_is_longer_than_the_autoscaler_default() {
+        assert!(RECOMMENDED_MAX_NODE_PROVISION > Duration::from_secs(15 * 60));
+        assert!(RECOMMENDED_MAX_NODE_PROVISION < Duration::from_secs(3600));
+    }
+
+    #[test]
+    fn parse_spec_accepts_the_documented_form_and_aliases() {
+        let (cluster, o) = parse_overrides_spec(
+            "prod:scale-down-unneeded=5m,max-node-provision=25m,scale-down-utilization-threshold=0.6",
+        )
+        .unwrap();
+        assert_eq!(cluster, "prod");
+        assert_eq!(
+            o,
+            OptionOverrides {
+                scale_down_unneeded: Some(Duration::from_secs(300)),
+                max_node_provision: Some(Duration::from_secs(1500)),
+                scale_down_utilization_threshold: Some(0.6),
+                ..OptionOverrides::default()
+            }
+        );
+
+        let (cluster, o) = parse_overrides_spec(
+            "team:a:scale-down-unneeded-time=90s, scale-down-unready-time=1h30m, \
+             max-node-provision-time=20m, zero-or-max-node-scaling=TRUE, \
+             ignore-daemonsets-utilization=false, scale-down-gpu-utilization-threshold=1",
+        )
+        .unwrap();
+        assert_eq!(
+            cluster, "team:a",
+            "cluster is everything before the last ':'"
+        );
+        assert_eq!(
+            o,
+            OptionOverrides {
+                scale_down_unneeded: Some(Duration::from_secs(90)),
+                scale_down_unready: Some(Duration::from_secs(5400)),
+                max_node_provision: Some(Duration::from_secs(1200)),
+                zero_or_max_node_scaling: Some(true),
+                ignore_daemonsets_utilization: Some(false),
+                scale_down_gpu_utilization_threshold: Some(1.0),
+                ..OptionOverrides::default()
+            }
+        );
+    }
+
+    #[test]
+    fn parse_spec_errors_name_what_is_wrong() {
+        for (spec, needle) in [
+            ("prod", "expected CLUSTER:key=value"),
+            (":scale-down-unneeded=5m", "cluster name is empty"),
+            ("prod:", "no key=value given"),
+            (
+                "prod:scale-down-unneeded",
+                "'scale-down-unneeded' is not key=value",
+            ),
+            (
+                "prod:scale-down-uneeded=5m",
+                "unknown key 'scale-down-uneeded'",
+            ),
+            (
+                "prod:scale-down-unneeded=5m,scale-down-unneeded-time=6m",
+                "key 'scale-down-unneeded' is given twice",
+            ),
+            (
+                "prod:scale-down-unneeded=5",
+                "scale-down-unneeded: duration '5' needs a unit",
+            ),
+            (
+                "prod:max-node-provision=0s",
+                "max-node-provision must be greater than 0",
+            ),
+            ("prod:max-node-provision=5d", "unknown unit 'd'"),
+            (
+                "prod:scale-down-utilization-threshold=1.2",
+                "scale-down-utilization-threshold: '1.2' is not between 0 and 1",
+            ),
+            (
+                "prod:scale-down-utilization-threshold=half",
+                "'half' is not a number",
+            ),
+            (
+                "prod:zero-or-max-node-scaling=yes",
+                "'yes' is not true or false",
+            ),
+        ] {
+            let err = parse_overrides_spec(spec).unwrap_err();
+            assert!(err.contains(needle), "{spec}: {err}");
+        }
+        let err = parse_overrides_spec("prod:bogus=1").unwrap_err();
+        assert!(
+            err.contains("known keys: scale-down-utilization-threshold"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn duration_table() {
+        for (s, secs) in [
+            ("90s", 90),
+            ("5m", 300),
+            ("1h", 3600),
+            ("1h30m", 5400),
+            ("2m30s", 150),
+        ] {
+            assert_eq!(parse_duration(s), Ok(Duration::from_secs(secs)), "{s}");
+        }
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        for bad in ["", "m", "5", "5x", "-5m", "1.5h", "99999999999999999999s"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+}
