@@ -128,6 +128,39 @@ pub struct ServeArgs {
         value_delimiter = ','
     )]
     pub gpu_types: Vec<String>,
+    /// Pods per node in the template node (the kubelet's --max-pods on CKS workers).
+    #[arg(long, env = "CKS_PROVIDER_MAX_PODS", default_value_t = 110)]
+    pub max_pods: u64,
+    /// CPU (millicores) reserved by the kubelet (system + kube reserved) on workers, left out
+    /// of the template's allocatable.
+    #[arg(long, env = "CKS_PROVIDER_RESERVED_CPU_MILLIS", default_value_t = 0)]
+    pub reserved_cpu_millis: u64,
+    /// Memory (MiB) reserved by the kubelet (system + kube reserved) on workers.
+    #[arg(long, env = "CKS_PROVIDER_RESERVED_MEMORY_MIB", default_value_t = 0)]
+    pub reserved_memory_mib: u64,
+    /// A label KEY=VALUE added to every template node. Repeatable.
+    #[arg(
+        long = "template-label",
+        env = "CKS_PROVIDER_TEMPLATE_LABELS",
+        value_delimiter = ','
+    )]
+    pub template_labels: Vec<String>,
+    /// A taint KEY[=VALUE]:EFFECT added to every template node. Repeatable.
+    #[arg(
+        long = "template-taint",
+        env = "CKS_PROVIDER_TEMPLATE_TAINTS",
+        value_delimiter = ';'
+    )]
+    pub template_taints: Vec<String>,
+    /// Per-cluster autoscaling options (NodeGroupGetOptions), e.g.
+    /// `CLUSTER:scale-down-unneeded=5m,max-node-provision=25m`. Repeatable. Without any, the
+    /// autoscaler's own flags apply (recommended: see the warning printed when set).
+    #[arg(
+        long = "node-group-options",
+        env = "CKS_PROVIDER_NODE_GROUP_OPTIONS",
+        value_delimiter = ';'
+    )]
+    pub node_group_options: Vec<String>,
     /// Run against an embedded CloudStack simulator (no cloud-config needed) and print the
     /// cloud-config a cluster-autoscaler would use to connect.
     #[arg(long, env = "CKS_PROVIDER_SIMULATE")]
@@ -176,6 +209,54 @@ impl ServeArgs {
         s.gpu_label = self.gpu_label.clone();
         s.gpu_types = self.gpu_types.clone();
         s
+    }
+
+    /// The optional-RPC configuration (template node, option overrides) these flags describe.
+    pub fn extras(&self) -> anyhow::Result<crate::extras::ProviderExtras> {
+        use crate::template::{Reserved, TemplateSettings, parse_taint};
+        let mut t = TemplateSettings {
+            pods: self.max_pods,
+            ..TemplateSettings::default()
+        };
+        t.kube_reserved = Reserved {
+            cpu_millis: self.reserved_cpu_millis,
+            memory_mib: self.reserved_memory_mib,
+            ephemeral_gib: 0,
+        };
+        for l in &self.template_labels {
+            let Some((k, v)) = l.split_once('=') else {
+                bail!("--template-label {l:?}: expected KEY=VALUE");
+            };
+            crate::template::validate_label_key(k)
+                .map_err(|e| anyhow::anyhow!("--template-label {l:?}: {e}"))?;
+            crate::template::validate_label_value(v)
+                .map_err(|e| anyhow::anyhow!("--template-label {l:?}: {e}"))?;
+            t.extra_labels.insert(k.to_string(), v.to_string());
+        }
+        for taint in &self.template_taints {
+            t.extra_taints.push(
+                parse_taint(taint)
+                    .map_err(|e| anyhow::anyhow!("--template-taint {taint:?}: {e}"))?,
+            );
+        }
+        if !self.gpu_label.is_empty() {
+            t.gpu_label = Some(self.gpu_label.clone());
+        }
+        let mut overrides = std::collections::HashMap::new();
+        for spec in &self.node_group_options {
+            let (cluster, o) = crate::options::parse_overrides_spec(spec)
+                .map_err(|e| anyhow::anyhow!("--node-group-options {spec:?}: {e}"))?;
+            overrides.insert(cluster, o);
+        }
+        let mut names: Vec<String> = overrides.keys().cloned().collect();
+        names.sort();
+        if let Some(w) = crate::options::startup_warning(&names) {
+            tracing::warn!("{w}");
+        }
+        Ok(crate::extras::ProviderExtras {
+            template: t,
+            overrides,
+        })
     }
 
     fn groups(&self) -> anyhow::Result<Vec<NodeGroupSpec>> {
@@ -258,6 +339,7 @@ pub async fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
     if args.insecure && !args.listen.ip().is_loopback() {
         tracing::warn!(listen = %args.listen, "serving plaintext gRPC on a non-loopback address (--insecure)");
     }
+    let extras = args.extras()?;
     let mut _sim: Option<()> = None;
     let (client_cfg, groups) = if args.simulate {
         bail!("simulator not merged yet");
@@ -298,7 +380,11 @@ pub async fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
         shutdown_signal().await;
         let _ = stop_tx.send(true);
     };
-    serve(listener, provider.clone(), ServeOptions::default(), signal).await?;
+    let options = ServeOptions {
+        extras: std::sync::Arc::new(extras),
+        ..ServeOptions::default()
+    };
+    serve(listener, provider.clone(), options, signal).await?;
     provider.cleanup();
     Ok(())
 }

@@ -151,7 +151,12 @@ impl CloudProviderService {
         };
         let group = self
             .provider
-            .node_group_for_node(&node.provider_id, &node.name, &node.annotations)
+            .node_group_for_node(
+                &node.provider_id,
+                &node.name,
+                &node.labels,
+                &node.annotations,
+            )
             .map(group_pb)
             .unwrap_or_default();
         Ok(Response::new(pb::NodeGroupForNodeResponse {

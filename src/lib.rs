@@ -8,6 +8,7 @@ pub mod cloudstack;
 pub mod config;
 pub mod demo;
 pub mod domain;
+pub mod extras;
 pub mod grpc;
 pub mod metrics;
 pub mod options;

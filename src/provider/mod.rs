@@ -177,6 +177,8 @@ pub(crate) struct GroupState {
     pub learned_by_provider_id: HashMap<String, String>,
     pub next_placeholder: u64,
     pub worker_offering: Option<ServiceOffering>,
+    /// Labels of a real node of this group, copied into the template node.
+    pub sample_labels: Option<std::collections::BTreeMap<String, String>>,
 }
 
 pub(crate) struct Group {
@@ -595,5 +597,16 @@ impl Provider {
     pub fn snapshot_age(&self, group_id: &str) -> Option<Duration> {
         let (_, g) = self.group(group_id).ok()?;
         g.lock().snap.as_ref().map(|s| s.fetched_at.elapsed())
+    }
+}
+
+impl Provider {
+    /// Labels of a real worker node of the group seen through NodeGroupForNode.
+    pub fn sample_labels(
+        &self,
+        group_id: &str,
+    ) -> Option<std::collections::BTreeMap<String, String>> {
+        let (_, g) = self.group(group_id).ok()?;
+        g.lock().sample_labels.clone()
     }
 }

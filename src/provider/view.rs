@@ -346,6 +346,7 @@ impl Provider {
         &self,
         provider_id: &str,
         name: &str,
+        labels: &HashMap<String, String>,
         annotations: &HashMap<String, String>,
     ) -> Option<NodeGroupView> {
         let fake = annotations.contains_key(FAKE_NODE_REASON_ANNOTATION);
@@ -363,6 +364,10 @@ impl Provider {
                     }
                     if !fake && !name.is_empty() {
                         st.learn(&vm.id, provider_id, name);
+                        if !labels.is_empty() && st.sample_labels.is_none() {
+                            st.sample_labels =
+                                Some(labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect());
+                        }
                     }
                 }
                 Hit::Pending(_) | Hit::FailedPlaceholder(_) => {}
