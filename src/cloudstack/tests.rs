@@ -1028,3 +1028,68 @@ fn lenient_numbers_reject_garbage() {
         (0, None, None)
     );
 }
+
+const TEST_CA: &str = include_str!("testdata/test-ca.pem");
+const TEST_SERVER_CERT: &str = include_str!("testdata/test-server.pem");
+const TEST_SERVER_KEY: &str = include_str!("testdata/test-server.key");
+
+/// An HTTPS CloudStack stand-in whose certificate is signed by the test CA only.
+async fn start_tls_server() -> SocketAddr {
+    use tonic::transport::{Identity, Server, ServerTlsConfig};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = Router::new().route(
+        "/client/api",
+        get(|| async {
+            (
+                [(header::CONTENT_TYPE, "application/json")],
+                r#"{"listzonesresponse":{"count":1,"zone":[{"id":"z-1","name":"zone1"}]}}"#,
+            )
+        }),
+    );
+    let tls =
+        ServerTlsConfig::new().identity(Identity::from_pem(TEST_SERVER_CERT, TEST_SERVER_KEY));
+    let server = Server::builder()
+        .tls_config(tls)
+        .unwrap()
+        .accept_http1(true)
+        .add_routes(tonic::service::Routes::from(app));
+    tokio::spawn(
+        server.serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    addr
+}
+
+#[tokio::test]
+async fn https_verifies_certificates_unless_told_otherwise() {
+    let addr = start_tls_server().await;
+    let url = format!("https://{addr}/client/api");
+
+    let err = Client::new(test_config(&url))
+        .unwrap()
+        .get_zone("z-1")
+        .await
+        .unwrap_err();
+    match &err {
+        CsError::Unreachable { command, detail } => {
+            assert_eq!(command, "listZones");
+            assert!(detail.to_lowercase().contains("certificate"), "{detail}");
+        }
+        other => panic!("an untrusted certificate must fail, got {other:?}"),
+    }
+    assert_no_secrets(&err, &[]);
+
+    let mut with_ca = test_config(&url);
+    with_ca.ca_bundle_pem = Some(TEST_CA.as_bytes().to_vec());
+    let zone = Client::new(with_ca).unwrap().get_zone("z-1").await.unwrap();
+    assert_eq!(zone.map(|z| z.name).as_deref(), Some("zone1"));
+
+    let mut no_verify = test_config(&url);
+    no_verify.ssl_no_verify = true;
+    let zone = Client::new(no_verify)
+        .unwrap()
+        .get_zone("z-1")
+        .await
+        .unwrap();
+    assert_eq!(zone.map(|z| z.name).as_deref(), Some("zone1"));
+}
