@@ -1,2 +1,384 @@
-//! A CloudStack API simulator that behaves like CKS (Alert rules included). Test fixture,
-//! kept separate from the provider: it shares no decision logic with it.
+//! A CloudStack API simulator that behaves like CKS (Alert rules included): the fixture every
+//! test, benchmark and demo of this crate talks to. It is kept apart from the provider and shares
+//! no decision logic with it, so that tests can catch the two disagreeing.
+//!
+//! # What it serves
+//! `POST|GET /client/api` with `response=json`, signed like CloudStack requests (HMAC-SHA1 over
+//! the sorted, lower-cased, URL-encoded query): `listKubernetesClusters`, `scaleKubernetesCluster`, `queryAsyncJobResult`,
+//! `listAsyncJobs`, `listVirtualMachines`, `startVirtualMachine`, `stopVirtualMachine`,
+//! `listServiceOfferings`, `listZones`, `listCapabilities`. Errors use CloudStack's envelope
+//! (`{"<cmd>response":{"uuidList":[],"errorcode":..,"cserrorcode":..,"errortext":..}}`, HTTP status
+//! = errorcode): 401 for authentication, 431 for malformed parameters, 432 for unknown commands.
+//! Scale refusals are failed jobs (`jobstatus` 2, `jobresultcode` 530), as on CloudStack.
+//!
+//! Simulator-only commands, unsigned and never subject to faults: `simListNodes[&clusterid=]`
+//! (the emulated kubelet's nodes), `simConfigure` (timings and faults, see
+//! [`SimSettings::apply`]), `simRequests[&cmd=]`, `simResetRequests`, `simSetVmState&id=&state=`.
+//!
+//! # Modules
+//! - `model`: clusters, VMs, jobs, the kubelet view, the status scanner pass.
+//! - `rules`: scale validation (CloudStack's checks and the seven Alert rules).
+//! - `jobs`: the async job tasks (scale up/down, VM start/stop).
+//! - `api`: parameter checking and the commands; `render`: CloudStack's JSON shapes.
+//! - `http`: the axum server, faults, request recording; `signing`: signature checks.
+//! - [`scenario`]: scenario files and the demo cluster; [`config`]: settings.
+//!
+//! # Use from Rust
+//! ```no_run
+//! # async fn demo() -> anyhow::Result<()> {
+//! use cks_autoscaler_provider::sim::{self, SimConfig};
+//! let sim = sim::spawn(SimConfig::for_tests("key", "secret")).await?;
+//! let cluster = sim.cluster_ids()[0].clone();
+//! println!("{} serves {}", sim.api_url, cluster);
+//! sim.shutdown().await;
+//! # Ok(()) }
+//! ```
+
+mod api;
+mod clock;
+pub mod config;
+mod http;
+mod ids;
+mod jobs;
+mod model;
+mod render;
+mod rules;
+pub mod scenario;
+mod signing;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use anyhow::Context;
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinHandle;
+
+pub use config::{JobFailure, SimConfig, SimSettings};
+pub use model::{ClusterState, RecordedRequest, SimNode, VmState};
+pub use scenario::{ClusterSpec, NodesSpec, OfferingSpec, Scenario};
+
+use api::Spawn;
+use clock::Clock;
+use ids::IdGen;
+use model::World;
+
+/// State shared by the HTTP handlers, the job tasks and the scanner.
+pub(crate) struct Shared {
+    /// Everything simulated. A std mutex: it is never held across an `.await`, and each
+    /// critical section is short (one command, one job step, one scanner pass).
+    world: Mutex<World>,
+    clock: Clock,
+    api_key: String,
+    secret_key: String,
+    version: String,
+    /// Wakes the scanner when its interval changes.
+    settings_changed: Notify,
+    /// `true` once the simulator shuts down; job tasks and the scanner stop at their next sleep.
+    shutdown: watch::Sender<bool>,
+    /// Job tasks still running, so that shutdown can wait for them.
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, World> {
+        // A panic in another holder leaves plain data behind; keep serving it.
+        self.world.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn spawn_job(self: &Arc<Self>, spawn: Spawn) {
+        let sh = self.clone();
+        let handle = match spawn {
+            Spawn::Scale {
+                job_id,
+                cluster_id,
+                plan,
+                settings,
+            } => tokio::spawn(jobs::run_scale(sh, job_id, cluster_id, plan, settings)),
+            Spawn::VmOp {
+                job_id,
+                vm_id,
+                start,
+                duration,
+            } => tokio::spawn(jobs::run_vm_op(sh, job_id, vm_id, start, duration)),
+        };
+        let mut tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
+        tasks.retain(|t| !t.is_finished());
+        tasks.push(handle);
+    }
+}
+
+/// The keys a config will use: its own, or fresh random keys where it has none. Keys are not
+/// derived from the seed: a simulator reachable from elsewhere should not have guessable keys.
+pub fn resolve_keys(config: &SimConfig) -> (String, String) {
+    let mut ids = IdGen::new(rand::random());
+    let api_key = if config.api_key.is_empty() {
+        ids.key()
+    } else {
+        config.api_key.clone()
+    };
+    let secret_key = if config.secret_key.is_empty() {
+        ids.key()
+    } else {
+        config.secret_key.clone()
+    };
+    (api_key, secret_key)
+}
+
+/// Builds the shared state from a config: world from the scenario, keys generated when empty.
+fn build(config: SimConfig) -> anyhow::Result<Arc<Shared>> {
+    let (api_key, secret_key) = resolve_keys(&config);
+    let ids = IdGen::new(config.seed);
+    let fault_rng = IdGen::new(config.seed ^ 0x5eed_fa17);
+    let world = config
+        .scenario
+        .build(config.settings, ids, fault_rng)
+        .context("building the simulated CloudStack")?;
+    let (shutdown, _) = watch::channel(false);
+    Ok(Arc::new(Shared {
+        world: Mutex::new(world),
+        clock: Clock::new(),
+        api_key,
+        secret_key,
+        version: config.cloudstack_version,
+        settings_changed: Notify::new(),
+        shutdown,
+        tasks: Mutex::new(Vec::new()),
+    }))
+}
+
+/// The status scanner: every `scanner_interval`, Running -> Alert when a VM is down or missing,
+/// Alert -> Running when every VM runs and every node is Ready.
+async fn scanner(sh: Arc<Shared>) {
+    let mut stop = sh.shutdown.subscribe();
+    loop {
+        let interval = sh.lock().settings.scanner_interval;
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = sh.settings_changed.notified() => continue,
+            _ = stop.changed() => return,
+        }
+        if *stop.borrow() {
+            return;
+        }
+        let changes = sh.lock().scan(sh.clock.now_ms());
+        for (id, from, to) in changes {
+            tracing::info!(cluster = %id, %from, %to, "status scanner changed cluster state");
+        }
+    }
+}
+
+/// Serves the simulator on `listener` until `shutdown` completes.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    config: SimConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let sh = build(config)?;
+    run(sh, listener, shutdown).await
+}
+
+async fn run(
+    sh: Arc<Shared>,
+    listener: tokio::net::TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let scanner_task = tokio::spawn(scanner(sh.clone()));
+    let app = http::router(sh.clone()).into_make_service_with_connect_info::<http::ConnKill>();
+    let stop = sh.shutdown.clone();
+    let result = axum::serve(http::KillableListener(listener), app)
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            let _ = stop.send(true);
+        })
+        .await;
+    let _ = sh.shutdown.send(true);
+    let _ = scanner_task.await;
+    let tasks: Vec<_> = std::mem::take(&mut *sh.tasks.lock().unwrap_or_else(|e| e.into_inner()));
+    for t in tasks {
+        let _ = t.await;
+    }
+    result.context("simulator HTTP server failed")
+}
+
+/// A running simulator (started by [`spawn`]) and direct access to its state for tests.
+pub struct SimHandle {
+    /// Where it listens (127.0.0.1 and an ephemeral port).
+    pub addr: SocketAddr,
+    /// `http://127.0.0.1:PORT/client/api`.
+    pub api_url: String,
+    pub api_key: String,
+    pub secret_key: String,
+    shared: Arc<Shared>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    server: Option<JoinHandle<anyhow::Result<()>>>,
+}
+
+/// Starts a simulator on `127.0.0.1:0`.
+pub async fn spawn(config: SimConfig) -> anyhow::Result<SimHandle> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .context("binding 127.0.0.1:0")?;
+    let addr = listener.local_addr()?;
+    let shared = build(config)?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(run(shared.clone(), listener, async move {
+        let _ = stopped.await;
+    }));
+    Ok(SimHandle {
+        addr,
+        api_url: format!("http://{addr}/client/api"),
+        api_key: shared.api_key.clone(),
+        secret_key: shared.secret_key.clone(),
+        shared,
+        stop: Some(stop),
+        server: Some(server),
+    })
+}
+
+impl SimHandle {
+    /// Ids of all clusters, in creation order.
+    pub fn cluster_ids(&self) -> Vec<String> {
+        self.shared
+            .lock()
+            .clusters
+            .iter()
+            .map(|c| c.id.clone())
+            .collect()
+    }
+
+    /// The id of the cluster named `name`.
+    pub fn cluster_id(&self, name: &str) -> Option<String> {
+        self.shared
+            .lock()
+            .clusters
+            .iter()
+            .find(|c| c.name == name)
+            .map(|c| c.id.clone())
+    }
+
+    /// What `listKubernetesClusters` shows for cluster `id` (`null` if there is none).
+    pub fn cluster_json(&self, id: &str) -> serde_json::Value {
+        let mut w = self.shared.lock();
+        w.refresh_nodes(self.shared.clock.now_ms());
+        match (w.cluster(id), w.zones.first()) {
+            (Some(c), Some(z)) => {
+                serde_json::to_value(render::cluster(&w, c, z)).unwrap_or_default()
+            }
+            _ => serde_json::Value::Null,
+        }
+    }
+
+    /// The state of cluster `id`.
+    pub fn cluster_state(&self, id: &str) -> Option<ClusterState> {
+        self.shared.lock().cluster(id).map(|c| c.state)
+    }
+
+    /// Sets a cluster's state at once (tests: e.g. put a cluster in Alert without waiting for
+    /// the scanner).
+    pub fn set_cluster_state(&self, id: &str, state: ClusterState) -> bool {
+        match self.shared.lock().cluster_mut(id) {
+            Some(c) => {
+                c.state = state;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// VM ids of a cluster with their names and states, in creation order.
+    pub fn vms(&self, cluster_id: &str) -> Vec<(String, String, VmState)> {
+        self.shared
+            .lock()
+            .cluster(cluster_id)
+            .map(|c| {
+                c.vms
+                    .iter()
+                    .map(|v| (v.id.clone(), v.name.clone(), v.state))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Stops a VM at once (its node stays registered, NotReady). `false` if no such VM.
+    pub fn stop_vm(&self, vm_id: &str) -> bool {
+        self.set_vm_state(vm_id, VmState::Stopped)
+    }
+
+    /// Starts a VM at once; its node is Ready again after the kubelet delay.
+    pub fn start_vm(&self, vm_id: &str) -> bool {
+        self.set_vm_state(vm_id, VmState::Running)
+    }
+
+    /// Sets a VM's state at once.
+    pub fn set_vm_state(&self, vm_id: &str, state: VmState) -> bool {
+        let now = self.shared.clock.now_ms();
+        self.shared.lock().set_vm_state(vm_id, state, now)
+    }
+
+    /// The registered Kubernetes nodes (what `simListNodes` returns).
+    pub fn nodes(&self) -> Vec<SimNode> {
+        let now = self.shared.clock.now_ms();
+        let mut w = self.shared.lock();
+        w.refresh_nodes(now);
+        w.nodes(None, now)
+    }
+
+    /// Every CloudStack request received so far (what `simRequests` returns).
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.shared.lock().requests.clone()
+    }
+
+    /// Forgets the recorded requests.
+    pub fn reset_requests(&self) {
+        self.shared.lock().requests.clear();
+    }
+
+    /// The current settings.
+    pub fn settings(&self) -> SimSettings {
+        self.shared.lock().settings.clone()
+    }
+
+    /// Changes timings and faults (like `simConfigure`).
+    pub fn configure(&self, f: impl FnOnce(&mut SimSettings)) {
+        f(&mut self.shared.lock().settings);
+        self.shared.settings_changed.notify_waiters();
+    }
+
+    /// Scale jobs of this cluster still in progress.
+    pub fn running_jobs(&self, cluster_id: &str) -> usize {
+        api::running_jobs(&self.shared.lock(), cluster_id)
+    }
+
+    /// Runs one status-scanner pass now, whatever the interval.
+    pub fn scan_now(&self) {
+        let now = self.shared.clock.now_ms();
+        self.shared.lock().scan(now);
+    }
+
+    /// Milliseconds since the simulator started (the time base of `atms` and `registeredms`).
+    pub fn now_ms(&self) -> u64 {
+        self.shared.clock.now_ms()
+    }
+
+    /// Stops serving, ends the job tasks and the scanner, and waits for them.
+    pub async fn shutdown(mut self) {
+        self.stop_now();
+        if let Some(server) = self.server.take() {
+            let _ = server.await;
+        }
+    }
+
+    fn stop_now(&mut self) {
+        let _ = self.shared.shutdown.send(true);
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+impl Drop for SimHandle {
+    fn drop(&mut self) {
+        self.stop_now();
+    }
+}

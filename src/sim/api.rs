@@ -1,0 +1,679 @@
+//! The CloudStack commands and the simulator-only commands: parameter checking (CloudStack's
+//! synchronous 431/432 errors), and the answer of each command. Handlers run under the world
+//! lock and return what to send plus any job task to start once the lock is released.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use super::config::SimSettings;
+use super::ids::is_uuid;
+use super::jobs::{self, INTERNAL_ERROR};
+use super::model::{ClusterState, JobKind, JobStatus, RecordedRequest, VmState, World};
+use super::render;
+use super::rules::{self, ScalePlan, ScaleRequest, SizePlan};
+
+/// The CloudStack commands served (exact, case-sensitive names as CloudStack matches them).
+pub const COMMANDS: &[&str] = &[
+    "listKubernetesClusters",
+    "scaleKubernetesCluster",
+    "queryAsyncJobResult",
+    "listAsyncJobs",
+    "listVirtualMachines",
+    "startVirtualMachine",
+    "stopVirtualMachine",
+    "listServiceOfferings",
+    "listZones",
+    "listCapabilities",
+];
+
+/// The simulator-only commands (no signature, no faults, not recorded).
+pub const SIM_COMMANDS: &[&str] = &[
+    "simListNodes",
+    "simConfigure",
+    "simRequests",
+    "simResetRequests",
+    "simSetVmState",
+];
+
+/// An HTTP answer: status and JSON bytes.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub body: Vec<u8>,
+}
+
+impl Reply {
+    pub fn ok<T: Serialize + ?Sized>(value: &T) -> Self {
+        match serde_json::to_vec(value) {
+            Ok(body) => Self { status: 200, body },
+            Err(e) => Self::error(
+                "errorresponse",
+                530,
+                9999,
+                &format!("serialization failed: {e}"),
+            ),
+        }
+    }
+
+    /// CloudStack's error envelope; the HTTP status is the error code.
+    pub fn error(response_name: &str, code: u16, cs_code: u32, text: &str) -> Self {
+        let mut inner = serde_json::Map::new();
+        inner.insert("uuidList".into(), json!([]));
+        inner.insert("errorcode".into(), json!(code));
+        if cs_code != 0 {
+            inner.insert("cserrorcode".into(), json!(cs_code));
+        }
+        inner.insert("errortext".into(), json!(text));
+        let body = serde_json::to_vec(&json!({ response_name: inner })).unwrap_or_default();
+        Self { status: code, body }
+    }
+}
+
+/// A job task to start after the lock is released.
+#[derive(Debug)]
+pub enum Spawn {
+    Scale {
+        job_id: String,
+        cluster_id: String,
+        plan: ScalePlan,
+        settings: SimSettings,
+    },
+    VmOp {
+        job_id: String,
+        vm_id: String,
+        start: bool,
+        duration: Duration,
+    },
+}
+
+/// The request's parameters, first value of each name kept, as CloudStack does.
+#[derive(Debug, Clone, Default)]
+pub struct Params {
+    pub pairs: Vec<(String, String)>,
+}
+
+impl Params {
+    pub fn from_pairs(all: Vec<(String, String)>) -> Self {
+        let mut pairs: Vec<(String, String)> = Vec::with_capacity(all.len());
+        for (k, v) in all {
+            if !pairs.iter().any(|(x, _)| *x == k) {
+                pairs.push((k, v));
+            }
+        }
+        Self { pairs }
+    }
+
+    /// Case-insensitive lookup; an empty value counts as absent, as CloudStack treats it.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.pairs
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+            .filter(|v| !v.is_empty())
+    }
+
+    /// Everything but the secrets, for the request log.
+    pub fn recorded(&self) -> BTreeMap<String, String> {
+        self.pairs
+            .iter()
+            .filter(|(k, _)| {
+                !k.eq_ignore_ascii_case("apikey")
+                    && !k.eq_ignore_ascii_case("signature")
+                    && k != "command"
+            })
+            .cloned()
+            .collect()
+    }
+}
+
+/// The context of one command: its response name and parameters.
+struct Cmd<'a> {
+    lower: String,
+    p: &'a Params,
+}
+
+impl Cmd<'_> {
+    fn response(&self) -> String {
+        format!("{}response", self.lower)
+    }
+
+    fn ok(&self, inner: Value) -> Reply {
+        Reply::ok(&json!({ self.response(): inner }))
+    }
+
+    fn invalid(&self, name: &str, value: &str) -> Reply {
+        Reply::error(
+            &self.response(),
+            431,
+            4350,
+            &format!(
+                "Unable to execute API command {} due to invalid value. Invalid parameter {name} value={value} due to incorrect long value format, or entity does not exist or due to incorrect parameter annotation for the field in api cmd class.",
+                self.lower
+            ),
+        )
+    }
+
+    fn missing(&self, name: &str) -> Reply {
+        Reply::error(
+            &self.response(),
+            431,
+            9999,
+            &format!(
+                "Unable to execute API command {} due to missing parameter {name}",
+                self.lower
+            ),
+        )
+    }
+
+    fn required(&self, name: &str) -> Result<&str, Reply> {
+        self.p.get(name).ok_or_else(|| self.missing(name))
+    }
+
+    /// A UUID parameter naming an entity that must exist.
+    fn entity(&self, name: &str, exists: impl Fn(&str) -> bool) -> Result<Option<String>, Reply> {
+        match self.p.get(name) {
+            None => Ok(None),
+            Some(v) if is_uuid(v) && exists(v) => Ok(Some(v.to_string())),
+            Some(v) => Err(self.invalid(name, v)),
+        }
+    }
+
+    fn long(&self, name: &str) -> Result<Option<i64>, Reply> {
+        match self.p.get(name) {
+            None => Ok(None),
+            Some(v) => v
+                .trim()
+                .parse::<i64>()
+                .map(Some)
+                .map_err(|_| self.invalid(name, v)),
+        }
+    }
+
+    /// Java's `Boolean.parseBoolean`: `true` in any case is true, anything else false.
+    fn boolean(&self, name: &str) -> Option<bool> {
+        self.p.get(name).map(|v| v.eq_ignore_ascii_case("true"))
+    }
+
+    fn uuid_list(
+        &self,
+        name: &str,
+        exists: impl Fn(&str) -> bool,
+    ) -> Result<Option<Vec<String>>, Reply> {
+        let Some(v) = self.p.get(name) else {
+            return Ok(None);
+        };
+        let mut out = Vec::new();
+        for id in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            if !is_uuid(id) || !exists(id) {
+                return Err(self.invalid(name, id));
+            }
+            out.push(id.to_string());
+        }
+        Ok(Some(out))
+    }
+
+    /// `page`/`pagesize` applied to a list.
+    fn page<T>(&self, items: Vec<T>) -> Result<Vec<T>, Reply> {
+        let page = self.long("page")?;
+        let size = self.long("pagesize")?;
+        match (page, size) {
+            (Some(p), Some(s)) if p >= 1 && s >= 1 => {
+                let start = ((p - 1) * s) as usize;
+                Ok(items.into_iter().skip(start).take(s as usize).collect())
+            }
+            _ => Ok(items),
+        }
+    }
+}
+
+/// `{"<cmd>response": {}}` for an empty list, `{count, <key>: [...]}` otherwise.
+fn list_reply<T: Serialize>(cmd: &Cmd<'_>, key: &str, items: &[T]) -> Reply {
+    #[derive(Serialize)]
+    struct Inner<'a, T> {
+        count: usize,
+        #[serde(flatten)]
+        items: BTreeMap<&'a str, &'a [T]>,
+    }
+    if items.is_empty() {
+        return cmd.ok(json!({}));
+    }
+    let mut map = BTreeMap::new();
+    map.insert(key, items);
+    let mut outer = BTreeMap::new();
+    let name = cmd.response();
+    outer.insert(
+        name.as_str(),
+        Inner {
+            count: items.len(),
+            items: map,
+        },
+    );
+    Reply::ok(&outer)
+}
+
+/// Answers an authenticated CloudStack command.
+pub fn dispatch(
+    w: &mut World,
+    name: &str,
+    p: &Params,
+    now_ms: u64,
+    version: &str,
+) -> (Reply, Option<Spawn>) {
+    let cmd = Cmd {
+        lower: name.to_ascii_lowercase(),
+        p,
+    };
+    w.refresh_nodes(now_ms);
+    let result = match name {
+        "listKubernetesClusters" => list_clusters(w, &cmd).map(|r| (r, None)),
+        "scaleKubernetesCluster" => scale(w, &cmd),
+        "queryAsyncJobResult" => query_job(w, &cmd).map(|r| (r, None)),
+        "listAsyncJobs" => list_jobs(w, &cmd).map(|r| (r, None)),
+        "listVirtualMachines" => list_vms(w, &cmd).map(|r| (r, None)),
+        "startVirtualMachine" => vm_op(w, &cmd, true),
+        "stopVirtualMachine" => vm_op(w, &cmd, false),
+        "listServiceOfferings" => list_offerings(w, &cmd).map(|r| (r, None)),
+        "listZones" => list_zones(w, &cmd).map(|r| (r, None)),
+        "listCapabilities" => Ok((capabilities(&cmd, version), None)),
+        _ => Ok((unknown_command(name), None)),
+    };
+    result.unwrap_or_else(|r| (r, None))
+}
+
+/// CloudStack's answer to a command it does not have.
+pub fn unknown_command(name: &str) -> Reply {
+    Reply::error(
+        &format!("{}response", name.to_ascii_lowercase()),
+        432,
+        9999,
+        "The given command does not exist or it is not available for user",
+    )
+}
+
+fn list_clusters(w: &World, cmd: &Cmd<'_>) -> Result<Reply, Reply> {
+    let id = cmd.entity("id", |v| w.cluster(v).is_some())?;
+    let name = cmd.p.get("name");
+    let keyword = cmd.p.get("keyword").map(str::to_ascii_lowercase);
+    let state = cmd.p.get("state");
+    let Some(fallback_zone) = w.zones.first() else {
+        return Ok(cmd.ok(json!({})));
+    };
+    let selected: Vec<_> = w
+        .clusters
+        .iter()
+        .filter(|c| id.as_deref().is_none_or(|i| c.id == i))
+        .filter(|c| name.is_none_or(|n| c.name == n))
+        .filter(|c| {
+            keyword
+                .as_deref()
+                .is_none_or(|k| c.name.to_ascii_lowercase().contains(k))
+        })
+        .filter(|c| state.is_none_or(|s| c.state.as_str().eq_ignore_ascii_case(s)))
+        .collect();
+    let views: Vec<_> = cmd
+        .page(selected)?
+        .into_iter()
+        .map(|c| render::cluster(w, c, fallback_zone))
+        .collect();
+    Ok(list_reply(cmd, "kubernetescluster", &views))
+}
+
+fn scale(w: &mut World, cmd: &Cmd<'_>) -> Result<(Reply, Option<Spawn>), Reply> {
+    let cluster_id = match cmd.entity("id", |v| w.cluster(v).is_some())? {
+        Some(id) => id,
+        None => return Err(cmd.missing("id")),
+    };
+    let size = cmd.long("size")?;
+    let min_size = cmd.long("minsize")?;
+    let max_size = cmd.long("maxsize")?;
+    let node_ids = cmd.uuid_list("nodeids", |v| w.vm_known(v))?;
+    let service_offering_id = cmd.entity("serviceofferingid", |v| w.offering(v).is_some())?;
+    let autoscaling = cmd.boolean("autoscalingenabled");
+    let node_offerings = node_offerings(cmd.p);
+    let req = ScaleRequest {
+        cluster_id: cluster_id.clone(),
+        size,
+        node_ids,
+        service_offering_id,
+        node_offerings,
+        autoscaling,
+        min_size,
+        max_size,
+    };
+    let job_id = jobs::new_job(w, JobKind::ScaleCluster, &cluster_id);
+    let reply = cmd.ok(json!({ "jobid": job_id }));
+    let Some(c) = w.cluster(&cluster_id) else {
+        jobs::fail(w, &job_id, INTERNAL_ERROR, "Invalid Kubernetes cluster ID");
+        return Ok((reply, None));
+    };
+    let plan = match rules::validate(w, c, &req).and_then(|plan| {
+        rules::pre_transition_checks(w, c, &plan, w.settings.job_failure).map(|()| plan)
+    }) {
+        Ok(plan) => plan,
+        Err(text) => {
+            jobs::fail(w, &job_id, INTERNAL_ERROR, &text);
+            return Ok((reply, None));
+        }
+    };
+    if let SizePlan::Record { new_size } = plan.size
+        && let Some(c) = w.cluster_mut(&cluster_id)
+    {
+        c.size = new_size;
+    }
+    if plan.is_noop() || matches!(plan.size, SizePlan::Record { .. }) {
+        let result = jobs::cluster_result(w, &cluster_id);
+        jobs::succeed(w, &job_id, result);
+        return Ok((reply, None));
+    }
+    if let Some(c) = w.cluster_mut(&cluster_id)
+        && matches!(c.state, ClusterState::Running | ClusterState::Alert)
+    {
+        c.state = ClusterState::Scaling;
+    }
+    let settings = w.settings.clone();
+    Ok((
+        reply,
+        Some(Spawn::Scale {
+            job_id,
+            cluster_id,
+            plan,
+            settings,
+        }),
+    ))
+}
+
+/// `nodeofferings[i].node` / `nodeofferings[i].offering` pairs, node types upper-cased.
+fn node_offerings(p: &Params) -> Vec<(String, Option<String>)> {
+    let mut by_index: BTreeMap<String, (Option<String>, Option<String>)> = BTreeMap::new();
+    for (k, v) in &p.pairs {
+        let lower = k.to_ascii_lowercase();
+        let Some(rest) = lower.strip_prefix("nodeofferings[") else {
+            continue;
+        };
+        let Some((index, field)) = rest.split_once("].") else {
+            continue;
+        };
+        let entry = by_index.entry(index.to_string()).or_default();
+        match field {
+            "node" => entry.0 = Some(v.to_ascii_uppercase()),
+            "offering" => entry.1 = Some(v.clone()).filter(|s| !s.is_empty()),
+            _ => {}
+        }
+    }
+    by_index
+        .into_values()
+        .filter_map(|(node, offering)| node.map(|n| (n, offering)))
+        .collect()
+}
+
+fn query_job(w: &World, cmd: &Cmd<'_>) -> Result<Reply, Reply> {
+    let id = cmd.required("jobid")?;
+    let Some(job) = w.jobs.get(id) else {
+        return Err(cmd.invalid("jobid", id));
+    };
+    Ok(cmd.ok(render::job(w, job)))
+}
+
+fn list_jobs(w: &World, cmd: &Cmd<'_>) -> Result<Reply, Reply> {
+    let keyword = cmd.p.get("keyword").map(str::to_ascii_lowercase);
+    let jobs: Vec<Value> = w
+        .job_order
+        .iter()
+        .filter_map(|id| w.jobs.get(id))
+        .filter(|j| {
+            keyword
+                .as_deref()
+                .is_none_or(|k| j.kind.class().to_ascii_lowercase().contains(k))
+        })
+        .map(|j| render::job(w, j))
+        .collect();
+    let jobs = cmd.page(jobs)?;
+    Ok(list_reply(cmd, "asyncjobs", &jobs))
+}
+
+fn list_vms(w: &World, cmd: &Cmd<'_>) -> Result<Reply, Reply> {
+    let id = cmd.entity("id", |v| w.vm_known(v))?;
+    let ids = cmd.uuid_list("ids", |v| w.vm_known(v))?;
+    let state = cmd.p.get("state");
+    let name = cmd.p.get("name");
+    let keyword = cmd.p.get("keyword").map(str::to_ascii_lowercase);
+    let Some(fallback_zone) = w.zones.first() else {
+        return Ok(cmd.ok(json!({})));
+    };
+    let mut views = Vec::new();
+    for c in &w.clusters {
+        let zone = w.zone(&c.zone_id).unwrap_or(fallback_zone);
+        for vm in &c.vms {
+            let wanted = id.as_deref().is_none_or(|i| vm.id == i)
+                && ids.as_ref().is_none_or(|l| l.contains(&vm.id))
+                && name.is_none_or(|n| vm.name == n)
+                && keyword
+                    .as_deref()
+                    .is_none_or(|k| vm.name.to_ascii_lowercase().contains(k))
+                && match state {
+                    Some(s) => vm.state.as_str().eq_ignore_ascii_case(s),
+                    // Destroyed VMs are hidden unless asked for.
+                    None => vm.state != VmState::Destroyed,
+                };
+            if wanted {
+                views.push(render::vm(w, c, zone, vm));
+            }
+        }
+    }
+    let views = cmd.page(views)?;
+    Ok(list_reply(cmd, "virtualmachine", &views))
+}
+
+fn vm_op(w: &mut World, cmd: &Cmd<'_>, start: bool) -> Result<(Reply, Option<Spawn>), Reply> {
+    let vm_id = match cmd.entity("id", |v| w.vm_known(v))? {
+        Some(id) => id,
+        None => return Err(cmd.missing("id")),
+    };
+    let kind = if start {
+        JobKind::StartVm
+    } else {
+        JobKind::StopVm
+    };
+    let job_id = jobs::new_job(w, kind, &vm_id);
+    let reply = cmd.ok(json!({ "jobid": job_id }));
+    let now = 0;
+    let Some((_, vm)) = w.find_vm(&vm_id) else {
+        jobs::fail(
+            w,
+            &job_id,
+            INTERNAL_ERROR,
+            &format!("Unable to find VM with ID {vm_id}, it may have been expunged"),
+        );
+        return Ok((reply, None));
+    };
+    let (state, vm_name) = (vm.state, vm.name.clone());
+    let next = match (start, state) {
+        (true, VmState::Running) | (false, VmState::Stopped) => None,
+        (true, VmState::Stopped | VmState::Shutdown) => Some(VmState::Starting),
+        (false, VmState::Running | VmState::Starting | VmState::Unknown | VmState::Migrating) => {
+            Some(VmState::Stopping)
+        }
+        (_, s) => {
+            let verb = if start { "started" } else { "stopped" };
+            jobs::fail(
+                w,
+                &job_id,
+                INTERNAL_ERROR,
+                &format!("VM {vm_name} is in {s} state and can not be {verb}"),
+            );
+            return Ok((reply, None));
+        }
+    };
+    match next {
+        None => {
+            let result = jobs::vm_result(w, &vm_id);
+            jobs::succeed(w, &job_id, result);
+            Ok((reply, None))
+        }
+        Some(s) => {
+            w.set_vm_state(&vm_id, s, now);
+            let duration = w.settings.vm_op_duration;
+            Ok((
+                reply,
+                Some(Spawn::VmOp {
+                    job_id,
+                    vm_id,
+                    start,
+                    duration,
+                }),
+            ))
+        }
+    }
+}
+
+fn list_offerings(w: &World, cmd: &Cmd<'_>) -> Result<Reply, Reply> {
+    let id = cmd.entity("id", |v| w.offering(v).is_some())?;
+    let name = cmd.p.get("name");
+    let keyword = cmd.p.get("keyword").map(str::to_ascii_lowercase);
+    let list: Vec<Value> = w
+        .offerings
+        .iter()
+        .filter(|o| id.as_deref().is_none_or(|i| o.id == i))
+        .filter(|o| name.is_none_or(|n| o.name == n))
+        .filter(|o| {
+            keyword
+                .as_deref()
+                .is_none_or(|k| o.name.to_ascii_lowercase().contains(k))
+        })
+        .map(render::offering)
+        .collect();
+    let list = cmd.page(list)?;
+    Ok(list_reply(cmd, "serviceoffering", &list))
+}
+
+fn list_zones(w: &World, cmd: &Cmd<'_>) -> Result<Reply, Reply> {
+    let id = cmd.entity("id", |v| w.zone(v).is_some())?;
+    let name = cmd.p.get("name");
+    let list: Vec<Value> = w
+        .zones
+        .iter()
+        .filter(|z| id.as_deref().is_none_or(|i| z.id == i))
+        .filter(|z| name.is_none_or(|n| z.name == n))
+        .map(render::zone)
+        .collect();
+    Ok(list_reply(cmd, "zone", &list))
+}
+
+fn capabilities(cmd: &Cmd<'_>, version: &str) -> Reply {
+    cmd.ok(json!({
+        "capability": {
+            "cloudstackversion": version,
+            "securitygroupsenabled": false,
+            "userpublictemplateenabled": true,
+            "supportELB": "false",
+            "projectinviterequired": false,
+            "allowusercreateprojects": true,
+            "customdiskofferingminsize": 1,
+            "customdiskofferingmaxsize": 1024,
+            "regionsecondaryenabled": false,
+            "kvmsnapshotenabled": true,
+            "allowuserviewdestroyedvm": false,
+            "allowuserexpungerecovervm": false,
+            "dynamicrolesenabled": true,
+            "kubernetesserviceenabled": true,
+            "kubernetesclusterexperimentalfeaturesenabled": false,
+            "apilimitinterval": 1,
+            "apilimitmax": 0,
+        }
+    }))
+}
+
+/// Answers a simulator-only command.
+pub fn dispatch_sim(w: &mut World, name: &str, p: &Params, now_ms: u64) -> (Reply, bool) {
+    let cmd = Cmd {
+        lower: name.to_ascii_lowercase(),
+        p,
+    };
+    w.refresh_nodes(now_ms);
+    let mut settings_changed = false;
+    let reply = match name {
+        "simListNodes" => match cmd.entity("clusterid", |v| w.cluster(v).is_some()) {
+            Err(r) => r,
+            Ok(id) => {
+                let nodes = w.nodes(id.as_deref(), now_ms);
+                cmd.ok(json!({ "count": nodes.len(), "node": nodes }))
+            }
+        },
+        "simConfigure" => {
+            let mut next = w.settings.clone();
+            let mut error = None;
+            for (k, v) in &p.pairs {
+                let key = k.to_ascii_lowercase();
+                if key == "command" || key == "response" {
+                    continue;
+                }
+                match next.apply(&key, v) {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        error = Some(format!(
+                            "unknown simConfigure parameter {k:?}; known: latencyms, errorrate, droprate, malformedrate, jobdurationms, jobfailure, alertscaling, kubeletdelayms, scannerintervalms, vmopms, readypollms, scaletimeoutms, maxclustersize"
+                        ));
+                        break;
+                    }
+                    Err(e) => {
+                        error = Some(e);
+                        break;
+                    }
+                }
+            }
+            match error {
+                Some(e) => Reply::error(&cmd.response(), 431, 4350, &e),
+                None => {
+                    settings_changed = next != w.settings;
+                    w.settings = next;
+                    cmd.ok(w.settings.to_json())
+                }
+            }
+        }
+        "simRequests" => {
+            let filter = p.get("cmd");
+            let list: Vec<&RecordedRequest> = w
+                .requests
+                .iter()
+                .filter(|r| filter.is_none_or(|f| r.command.eq_ignore_ascii_case(f)))
+                .collect();
+            cmd.ok(json!({ "count": list.len(), "request": list }))
+        }
+        "simResetRequests" => {
+            let n = w.requests.len();
+            w.requests.clear();
+            cmd.ok(json!({ "count": n }))
+        }
+        "simSetVmState" => {
+            let r = (|| {
+                let id = cmd
+                    .entity("id", |v| w.find_vm(v).is_some())?
+                    .ok_or_else(|| cmd.missing("id"))?;
+                let state_text = cmd.required("state")?;
+                let state: VmState = state_text
+                    .parse()
+                    .map_err(|_| cmd.invalid("state", state_text))?;
+                w.set_vm_state(&id, state, now_ms);
+                Ok::<_, Reply>(cmd.ok(jobs::vm_result(w, &id)))
+            })();
+            r.unwrap_or_else(|e| e)
+        }
+        _ => unknown_command(name),
+    };
+    (reply, settings_changed)
+}
+
+/// Counts in-progress scale jobs of a cluster.
+pub fn running_jobs(w: &World, cluster_id: &str) -> usize {
+    w.jobs
+        .values()
+        .filter(|j| {
+            j.kind == JobKind::ScaleCluster
+                && j.status == JobStatus::InProgress
+                && j.instance_id == cluster_id
+        })
+        .count()
+}

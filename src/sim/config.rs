@@ -1,0 +1,287 @@
+//! The simulator's settings: what a run starts with ([`SimConfig`]) and the part a running test
+//! may change through `simConfigure` or [`super::SimHandle::configure`] ([`SimSettings`]).
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use super::scenario::Scenario;
+
+/// How scale-up jobs fail, for reliability tests. Applies to every scale-up job accepted while
+/// it is set; scale-down jobs are not affected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum JobFailure {
+    /// Jobs run normally.
+    #[default]
+    None,
+    /// The capacity plan fails before any VM is created, as when CloudStack finds no host: the
+    /// job fails with CloudStack's "insufficient capacity" text and the cluster state is kept.
+    Capacity,
+    /// Provisioning fails part-way: the VMs before the last start, the last one ends in `Error`,
+    /// the cluster goes to `Alert` and `size` is not updated.
+    Partial,
+    /// The job never finishes (the cluster stays in `Scaling`).
+    Never,
+}
+
+impl JobFailure {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Capacity => "capacity",
+            Self::Partial => "partial",
+            Self::Never => "never",
+        }
+    }
+}
+
+impl fmt::Display for JobFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for JobFailure {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "none" => Ok(Self::None),
+            "capacity" => Ok(Self::Capacity),
+            "partial" => Ok(Self::Partial),
+            "never" => Ok(Self::Never),
+            _ => Err(format!(
+                "unknown job failure {s:?}: expected none, capacity, partial or never"
+            )),
+        }
+    }
+}
+
+/// Parses `on`/`off` (also `true`/`false`), the spelling of `--alert-scaling` and
+/// `alertscaling`.
+pub fn parse_on_off(s: &str) -> Result<bool, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "on" | "true" => Ok(true),
+        "off" | "false" => Ok(false),
+        _ => Err(format!("expected on or off, got {s:?}")),
+    }
+}
+
+/// Timings and faults: everything `simConfigure` can change while the simulator runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimSettings {
+    /// Added to every CloudStack command before it is handled (not to `sim*` commands).
+    pub latency: Duration,
+    /// Share (0..=1) of requests answered with an HTTP 5xx HTML page, as a proxy in front of
+    /// CloudStack would; such a request is not executed.
+    pub error_rate: f64,
+    /// Share (0..=1) of requests executed whose connection is then closed without a response
+    /// (the client cannot know whether the command ran).
+    pub drop_rate: f64,
+    /// Share (0..=1) of requests executed whose JSON answer is cut in half.
+    pub malformed_rate: f64,
+    /// How long a scale job takes (provisioning or removal), before waiting for nodes.
+    pub job_duration: Duration,
+    /// Forced failure of scale-up jobs.
+    pub job_failure: JobFailure,
+    /// `true`: CloudStack with the change that lets a cluster in Alert be scaled under seven
+    /// rules. `false`: an older CloudStack that refuses every request in Alert.
+    pub alert_scaling: bool,
+    /// Delay between a VM reaching `Running` and its Kubernetes node being registered and Ready.
+    pub kubelet_delay: Duration,
+    /// Period of the status scanner (Running -> Alert on a down VM, Alert -> Running on recovery).
+    /// CloudStack runs it every 30 s.
+    pub scanner_interval: Duration,
+    /// Duration of `startVirtualMachine` / `stopVirtualMachine` jobs.
+    pub vm_op_duration: Duration,
+    /// How often a scale-up job checks whether the nodes are Ready (CloudStack: 15 s).
+    pub ready_poll: Duration,
+    /// How long a scale-up job waits for Ready nodes before failing
+    /// (`cloud.kubernetes.cluster.scale.timeout`, 3600 s on CloudStack).
+    pub scale_timeout: Duration,
+    /// `cloud.kubernetes.cluster.max.size`: the largest worker count plus control nodes allowed.
+    pub max_cluster_size: u64,
+}
+
+impl Default for SimSettings {
+    fn default() -> Self {
+        Self {
+            latency: Duration::ZERO,
+            error_rate: 0.0,
+            drop_rate: 0.0,
+            malformed_rate: 0.0,
+            job_duration: Duration::from_secs(3),
+            job_failure: JobFailure::None,
+            alert_scaling: true,
+            kubelet_delay: Duration::from_secs(2),
+            scanner_interval: Duration::from_secs(5),
+            vm_op_duration: Duration::from_secs(1),
+            ready_poll: Duration::from_millis(250),
+            scale_timeout: Duration::from_secs(3600),
+            max_cluster_size: 50,
+        }
+    }
+}
+
+impl SimSettings {
+    /// Millisecond-scale timings for tests: jobs of 40 ms, nodes Ready 20 ms after their VM
+    /// runs, a 20 ms status scanner, 10 ms VM operations.
+    pub fn fast() -> Self {
+        Self {
+            job_duration: Duration::from_millis(40),
+            kubelet_delay: Duration::from_millis(20),
+            scanner_interval: Duration::from_millis(20),
+            vm_op_duration: Duration::from_millis(10),
+            ready_poll: Duration::from_millis(5),
+            scale_timeout: Duration::from_secs(30),
+            ..Self::default()
+        }
+    }
+
+    /// Applies one `simConfigure` parameter (`latencyms=250`, `jobfailure=capacity`, ...).
+    /// Returns `Ok(false)` when `name` is not a setting.
+    pub fn apply(&mut self, name: &str, value: &str) -> Result<bool, String> {
+        let ms = |v: &str| -> Result<Duration, String> {
+            v.trim()
+                .parse::<u64>()
+                .map(Duration::from_millis)
+                .map_err(|_| format!("{name} must be a whole number of milliseconds, got {v:?}"))
+        };
+        let rate = |v: &str| -> Result<f64, String> {
+            match v.trim().parse::<f64>() {
+                Ok(r) if (0.0..=1.0).contains(&r) => Ok(r),
+                _ => Err(format!(
+                    "{name} must be a number between 0 and 1, got {v:?}"
+                )),
+            }
+        };
+        match name {
+            "latencyms" => self.latency = ms(value)?,
+            "errorrate" => self.error_rate = rate(value)?,
+            "droprate" => self.drop_rate = rate(value)?,
+            "malformedrate" => self.malformed_rate = rate(value)?,
+            "jobdurationms" => self.job_duration = ms(value)?,
+            "jobfailure" => self.job_failure = value.parse()?,
+            "alertscaling" => {
+                self.alert_scaling =
+                    parse_on_off(value).map_err(|e| format!("alertscaling: {e}"))?
+            }
+            "kubeletdelayms" => self.kubelet_delay = ms(value)?,
+            "scannerintervalms" => {
+                let d = ms(value)?;
+                if d.is_zero() {
+                    return Err("scannerintervalms must be at least 1".into());
+                }
+                self.scanner_interval = d;
+            }
+            "vmopms" => self.vm_op_duration = ms(value)?,
+            "readypollms" => {
+                let d = ms(value)?;
+                if d.is_zero() {
+                    return Err("readypollms must be at least 1".into());
+                }
+                self.ready_poll = d;
+            }
+            "scaletimeoutms" => self.scale_timeout = ms(value)?,
+            "maxclustersize" => {
+                self.max_cluster_size = value
+                    .trim()
+                    .parse()
+                    .map_err(|_| format!("maxclustersize must be a whole number, got {value:?}"))?
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// The settings as `simConfigure` echoes them.
+    pub fn to_json(&self) -> serde_json::Value {
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        serde_json::json!({
+            "latencyms": ms(self.latency),
+            "errorrate": self.error_rate,
+            "droprate": self.drop_rate,
+            "malformedrate": self.malformed_rate,
+            "jobdurationms": ms(self.job_duration),
+            "jobfailure": self.job_failure.as_str(),
+            "alertscaling": if self.alert_scaling { "on" } else { "off" },
+            "kubeletdelayms": ms(self.kubelet_delay),
+            "scannerintervalms": ms(self.scanner_interval),
+            "vmopms": ms(self.vm_op_duration),
+            "readypollms": ms(self.ready_poll),
+            "scaletimeoutms": ms(self.scale_timeout),
+            "maxclustersize": self.max_cluster_size,
+        })
+    }
+}
+
+/// Everything a simulator run starts from. The listen address is not part of it: [`super::spawn`]
+/// binds `127.0.0.1:0`, [`super::serve`] takes a bound listener.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// The API key requests must carry. Empty: a random one is generated.
+    pub api_key: String,
+    /// The secret key requests are signed with. Empty: a random one is generated.
+    pub secret_key: String,
+    /// Seed of every generated id (zone, offerings, clusters, VMs, jobs) and of fault decisions.
+    pub seed: u64,
+    /// Timings and faults at start.
+    pub settings: SimSettings,
+    /// Zone, offerings and clusters at start.
+    pub scenario: Scenario,
+    /// What `listCapabilities` reports as `cloudstackversion`.
+    pub cloudstack_version: String,
+}
+
+impl Default for SimConfig {
+    /// The demo cluster, generated keys, seed 1, default (second-scale) timings.
+    fn default() -> Self {
+        Self {
+            api_key: String::new(),
+            secret_key: String::new(),
+            seed: 1,
+            settings: SimSettings::default(),
+            scenario: Scenario::demo(),
+            cloudstack_version: "4.22.0.0".into(),
+        }
+    }
+}
+
+impl SimConfig {
+    /// Fixed keys and millisecond timings: the usual start of a test.
+    pub fn for_tests(api_key: &str, secret_key: &str) -> Self {
+        Self {
+            api_key: api_key.into(),
+            secret_key: secret_key.into(),
+            settings: SimSettings::fast(),
+            ..Self::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn apply_parses_and_rejects() {
+        let mut s = SimSettings::default();
+        assert_eq!(s.apply("latencyms", "250"), Ok(true));
+        assert_eq!(s.latency, Duration::from_millis(250));
+        assert_eq!(s.apply("jobfailure", "Capacity"), Ok(true));
+        assert_eq!(s.job_failure, JobFailure::Capacity);
+        assert_eq!(s.apply("alertscaling", "off"), Ok(true));
+        assert!(!s.alert_scaling);
+        assert!(
+            s.apply("errorrate", "1.5")
+                .unwrap_err()
+                .contains("between 0 and 1")
+        );
+        assert!(
+            s.apply("jobdurationms", "-3")
+                .unwrap_err()
+                .contains("milliseconds")
+        );
+        assert_eq!(s.apply("colour", "red"), Ok(false));
+        assert_eq!(s.to_json()["latencyms"], 250);
+    }
+}

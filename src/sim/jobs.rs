@@ -1,0 +1,410 @@
+//! Async jobs: creation, completion, and the tasks that carry out accepted scale requests and
+//! VM start/stop. Each step takes the world lock briefly and releases it before sleeping.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::Shared;
+use super::clock::now_stamp;
+use super::config::{JobFailure, SimSettings};
+use super::model::{ClusterState, Job, JobKind, JobStatus, VmRole, VmState, World};
+use super::render;
+use super::rules::{ScalePlan, SizePlan};
+
+/// CloudStack's INTERNAL_ERROR, the code of every failed scale job.
+pub const INTERNAL_ERROR: u32 = 530;
+
+/// Registers a new in-progress job and returns its id.
+pub fn new_job(w: &mut World, kind: JobKind, instance_id: &str) -> String {
+    let id = w.ids.uuid();
+    w.jobs.insert(
+        id.clone(),
+        Job {
+            id: id.clone(),
+            kind,
+            instance_id: instance_id.to_string(),
+            created: now_stamp(),
+            completed: None,
+            status: JobStatus::InProgress,
+            result_code: 0,
+            result: None,
+        },
+    );
+    w.job_order.push(id.clone());
+    id
+}
+
+/// Marks a job succeeded with `result` as its `jobresult`.
+pub fn succeed(w: &mut World, job_id: &str, result: serde_json::Value) {
+    if let Some(j) = w.jobs.get_mut(job_id) {
+        j.status = JobStatus::Succeeded;
+        j.result_code = 0;
+        j.result = Some(result);
+        j.completed = Some(now_stamp());
+    }
+}
+
+/// Marks a job failed with CloudStack's `{errorcode, errortext}` result.
+pub fn fail(w: &mut World, job_id: &str, code: u32, text: &str) {
+    tracing::debug!(job = job_id, code, text, "job failed");
+    if let Some(j) = w.jobs.get_mut(job_id) {
+        j.status = JobStatus::Failed;
+        j.result_code = code;
+        j.result = Some(json!({ "errorcode": code, "errortext": text }));
+        j.completed = Some(now_stamp());
+    }
+}
+
+/// `{"kubernetescluster": {...}}` for a cluster, or null if it is gone.
+pub fn cluster_result(w: &World, cluster_id: &str) -> serde_json::Value {
+    match (w.cluster(cluster_id), w.zones.first()) {
+        (Some(c), Some(z)) => {
+            json!({ "kubernetescluster": serde_json::to_value(render::cluster(w, c, z)).unwrap_or_default() })
+        }
+        _ => serde_json::Value::Null,
+    }
+}
+
+/// Sleeps `d`, or returns `false` at once if the simulator shuts down.
+async fn pause(sh: &Shared, d: Duration) -> bool {
+    let mut rx = sh.shutdown.subscribe();
+    if *rx.borrow() {
+        return false;
+    }
+    tokio::select! {
+        _ = tokio::time::sleep(d) => true,
+        _ = rx.changed() => false,
+    }
+}
+
+/// Changes cores/memory as CloudStack's size scaling records them: the worker type's previous
+/// capacity is replaced by the *cluster* offering times the new size (a known CloudStack quirk).
+fn record_size(w: &mut World, cluster_id: &str, new_size: u64) {
+    let Some(c) = w.cluster(cluster_id) else {
+        return;
+    };
+    let prev = w
+        .offering(c.existing_offering_for(VmRole::Worker))
+        .map(|o| (o.cpu, o.memory))
+        .unwrap_or((0, 0));
+    let cur = w
+        .offering(&c.offering_id)
+        .map(|o| (o.cpu, o.memory))
+        .unwrap_or((0, 0));
+    let old_size = c.size;
+    if let Some(c) = w.cluster_mut(cluster_id) {
+        c.cores = (c.cores + cur.0 * new_size).saturating_sub(prev.0 * old_size);
+        c.memory = (c.memory + cur.1 * new_size).saturating_sub(prev.1 * old_size);
+        c.size = new_size;
+    }
+}
+
+fn apply_offerings(w: &mut World, cluster_id: &str, plan: &ScalePlan) {
+    for (role, new_id) in &plan.offerings {
+        let Some(c) = w.cluster(cluster_id) else {
+            return;
+        };
+        let count = match role {
+            VmRole::Control => c.control_count,
+            VmRole::Etcd => c.etcd_count,
+            _ => c.size,
+        };
+        let prev = w
+            .offering(c.existing_offering_for(*role))
+            .map(|o| (o.cpu, o.memory))
+            .unwrap_or((0, 0));
+        let new = w
+            .offering(new_id)
+            .map(|o| (o.cpu, o.memory))
+            .unwrap_or((0, 0));
+        let Some(c) = w.cluster_mut(cluster_id) else {
+            return;
+        };
+        for vm in c
+            .vms
+            .iter_mut()
+            .filter(|v| v.role == *role || (*role == VmRole::Worker && v.role == VmRole::External))
+        {
+            if vm.role == *role {
+                vm.offering_id = new_id.clone();
+            }
+        }
+        c.cores = (c.cores + new.0 * count).saturating_sub(prev.0 * count);
+        c.memory = (c.memory + new.1 * count).saturating_sub(prev.1 * count);
+        match role {
+            VmRole::Control => c.control_offering_id = Some(new_id.clone()),
+            VmRole::Etcd => c.etcd_offering_id = Some(new_id.clone()),
+            _ => c.worker_offering_id = Some(new_id.clone()),
+        }
+    }
+    if let Some(o) = &plan.cluster_offering
+        && let Some(c) = w.cluster_mut(cluster_id)
+    {
+        c.offering_id = o.clone();
+    }
+}
+
+/// Carries out an accepted scale job; the cluster is already in Scaling (or Created/Stopped).
+pub async fn run_scale(
+    sh: Arc<Shared>,
+    job_id: String,
+    cluster_id: String,
+    plan: ScalePlan,
+    s: SimSettings,
+) {
+    let started = tokio::time::Instant::now();
+    let outcome = scale_steps(&sh, &cluster_id, &plan, &s, started).await;
+    let Some(outcome) = outcome else { return }; // shut down mid-job
+    let mut w = sh.lock();
+    let in_scaling = w
+        .cluster(&cluster_id)
+        .is_some_and(|c| c.state == ClusterState::Scaling);
+    match outcome {
+        Ok(()) => {
+            if in_scaling && let Some(c) = w.cluster_mut(&cluster_id) {
+                c.state = ClusterState::Running;
+            }
+            let result = cluster_result(&w, &cluster_id);
+            succeed(&mut w, &job_id, result);
+        }
+        Err(text) => {
+            if in_scaling && let Some(c) = w.cluster_mut(&cluster_id) {
+                c.state = ClusterState::Alert;
+            }
+            fail(&mut w, &job_id, INTERNAL_ERROR, &text);
+        }
+    }
+}
+
+/// The job's steps. `None` when the simulator shut down; `Some(Err)` with CloudStack's text
+/// when the job fails.
+async fn scale_steps(
+    sh: &Shared,
+    cid: &str,
+    plan: &ScalePlan,
+    s: &SimSettings,
+    started: tokio::time::Instant,
+) -> Option<Result<(), String>> {
+    let name = sh
+        .lock()
+        .cluster(cid)
+        .map(|c| c.name.clone())
+        .unwrap_or_default();
+    if !plan.offerings.is_empty() || plan.cluster_offering.is_some() {
+        if plan.size == SizePlan::None && !pause(sh, s.job_duration).await {
+            return None;
+        }
+        apply_offerings(&mut sh.lock(), cid, plan);
+    }
+    if let Some((enabled, min, max)) = plan.autoscale {
+        if !pause(sh, s.job_duration).await {
+            return None;
+        }
+        let mut w = sh.lock();
+        if let Some(c) = w.cluster_mut(cid) {
+            c.autoscaling = enabled;
+            c.min_size = min;
+            c.max_size = max;
+        }
+        return Some(Ok(()));
+    }
+    match &plan.size {
+        SizePlan::None | SizePlan::Record { .. } => Some(Ok(())),
+        SizePlan::Up { new_size, add } => {
+            scale_up(sh, cid, &name, *new_size, *add, s, started).await
+        }
+        SizePlan::Down { new_size, remove } => {
+            scale_down(sh, cid, &name, *new_size, remove, s).await
+        }
+    }
+}
+
+async fn scale_up(
+    sh: &Shared,
+    cid: &str,
+    name: &str,
+    new_size: u64,
+    add: u64,
+    s: &SimSettings,
+    started: tokio::time::Instant,
+) -> Option<Result<(), String>> {
+    let new_vms: Vec<String> = {
+        let mut w = sh.lock();
+        let now = sh.clock.now_ms();
+        let Some(ci) = w.clusters.iter().position(|c| c.id == cid) else {
+            return Some(Err(format!(
+                "Scaling failed for Kubernetes cluster : {name}, cluster not found"
+            )));
+        };
+        (0..add)
+            .map(|_| w.new_vm(ci, VmRole::Worker, VmState::Starting, now))
+            .collect()
+    };
+    if !pause(sh, s.job_duration / 2).await {
+        return None;
+    }
+    {
+        let mut w = sh.lock();
+        let now = sh.clock.now_ms();
+        let partial = s.job_failure == JobFailure::Partial;
+        for (i, id) in new_vms.iter().enumerate() {
+            if partial && i + 1 == new_vms.len() {
+                w.set_vm_state(id, VmState::Error, now);
+            } else {
+                w.set_vm_running(id, now);
+            }
+        }
+        if partial {
+            return Some(Err(format!(
+                "Scaling failed for Kubernetes cluster : {name}, unable to provision node VM in the cluster"
+            )));
+        }
+    }
+    if s.job_failure == JobFailure::Never {
+        loop {
+            if !pause(sh, Duration::from_secs(3600)).await {
+                return None;
+            }
+        }
+    }
+    let earliest = started + s.job_duration;
+    let deadline = started + s.scale_timeout;
+    loop {
+        let ready = {
+            let mut w = sh.lock();
+            let now = sh.clock.now_ms();
+            w.refresh_nodes(now);
+            match w.cluster(cid) {
+                None => {
+                    return Some(Err(format!(
+                        "Scaling failed for Kubernetes cluster : {name}, cluster not found"
+                    )));
+                }
+                Some(c) => c
+                    .vms
+                    .iter()
+                    .filter(|v| v.role.is_kubernetes_node())
+                    .all(|v| {
+                        let must_be_ready =
+                            !s.alert_scaling || !v.state.is_down() || new_vms.contains(&v.id);
+                        !must_be_ready || w.node_ready(v, now)
+                    }),
+            }
+        };
+        let now = tokio::time::Instant::now();
+        if ready && now >= earliest {
+            break;
+        }
+        if now >= deadline {
+            return Some(Err(format!(
+                "Scaling unsuccessful for Kubernetes cluster : {name} as it does not have desired number of nodes in ready state"
+            )));
+        }
+        let wait = if ready {
+            earliest - now
+        } else {
+            s.ready_poll.min(deadline - now)
+        };
+        if !pause(sh, wait).await {
+            return None;
+        }
+    }
+    record_size(&mut sh.lock(), cid, new_size);
+    Some(Ok(()))
+}
+
+async fn scale_down(
+    sh: &Shared,
+    cid: &str,
+    name: &str,
+    new_size: u64,
+    remove: &[String],
+    s: &SimSettings,
+) -> Option<Result<(), String>> {
+    let step = s.job_duration / (remove.len().max(1) as u32);
+    for id in remove {
+        {
+            let mut w = sh.lock();
+            let now = sh.clock.now_ms();
+            w.refresh_nodes(now);
+            let Some((_, vm)) = w.find_vm(id) else {
+                continue;
+            };
+            // A down VM's node is deleted without a drain when Alert scaling is on; otherwise
+            // `kubectl drain` needs a Ready node and fails on a NotReady or missing one.
+            let drain_skipped = s.alert_scaling && vm.state.is_down();
+            let drainable = vm.role.is_kubernetes_node() && w.node_ready(vm, now);
+            if vm.role.is_kubernetes_node() && !drain_skipped && !drainable {
+                return Some(Err(format!(
+                    "Scaling failed for Kubernetes cluster {name}, failed to remove Kubernetes node: {} running on VM : {}",
+                    vm.node_name(),
+                    vm.name
+                )));
+            }
+            if let Some(vm) = w.find_vm_mut(id) {
+                vm.node_registered_ms = None;
+                vm.state = VmState::Expunging;
+            }
+        }
+        if !pause(sh, step / 2).await {
+            return None;
+        }
+        sh.lock().set_vm_state(id, VmState::Destroyed, 0);
+        if !pause(sh, step - step / 2).await {
+            return None;
+        }
+        let mut w = sh.lock();
+        if let Some(c) = w.cluster_mut(cid) {
+            c.vms.retain(|v| &v.id != id);
+        }
+        w.removed_vms.insert(id.clone());
+    }
+    record_size(&mut sh.lock(), cid, new_size);
+    Some(Ok(()))
+}
+
+/// Carries out `startVirtualMachine` (`start`) or `stopVirtualMachine`.
+pub async fn run_vm_op(sh: Arc<Shared>, job_id: String, vm_id: String, start: bool, d: Duration) {
+    if !pause(&sh, d).await {
+        return;
+    }
+    let mut w = sh.lock();
+    let now = sh.clock.now_ms();
+    let state = w.find_vm(&vm_id).map(|(_, v)| v.state);
+    match state {
+        Some(VmState::Starting) if start => {
+            w.set_vm_running(&vm_id, now);
+        }
+        Some(VmState::Stopping) if !start => {
+            w.set_vm_state(&vm_id, VmState::Stopped, now);
+        }
+        Some(_) => {}
+        None => {
+            fail(
+                &mut w,
+                &job_id,
+                INTERNAL_ERROR,
+                &format!("Unable to find VM with ID {vm_id}"),
+            );
+            return;
+        }
+    }
+    let result = vm_result(&w, &vm_id);
+    succeed(&mut w, &job_id, result);
+}
+
+/// `{"virtualmachine": {...}}` for a VM.
+pub fn vm_result(w: &World, vm_id: &str) -> serde_json::Value {
+    let Some((ci, vm)) = w.find_vm(vm_id) else {
+        return serde_json::Value::Null;
+    };
+    let c = &w.clusters[ci];
+    match w.zone(&c.zone_id).or(w.zones.first()) {
+        Some(z) => {
+            json!({ "virtualmachine": serde_json::to_value(render::vm(w, c, z, vm)).unwrap_or_default() })
+        }
+        None => serde_json::Value::Null,
+    }
+}

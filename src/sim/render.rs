@@ -1,0 +1,357 @@
+//! The JSON CloudStack returns for clusters, VMs, offerings, zones and jobs: field names, types
+//! and shapes as CloudStack serializes them. Views borrow from the model so that listing a
+//! cluster of thousands of VMs serializes straight into the response buffer.
+
+use serde::Serialize;
+
+use super::model::{Cluster, Job, JobStatus, Offering, Vm, VmRole, World, Zone};
+
+#[derive(Serialize)]
+pub struct NicView<'a> {
+    id: &'a str,
+    networkid: &'a str,
+    networkname: &'a str,
+    netmask: &'static str,
+    gateway: &'static str,
+    ipaddress: &'a str,
+    isolationuri: &'static str,
+    broadcasturi: &'static str,
+    traffictype: &'static str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    isdefault: bool,
+    macaddress: &'a str,
+    secondaryip: [(); 0],
+    extradhcpoption: [(); 0],
+    deviceid: &'static str,
+}
+
+/// A VM: inside `listKubernetesClusters` (`KubernetesUserVmResponse`, built with the `nics`
+/// details only, so no offering or template fields, plus the CKS flags) or in
+/// `listVirtualMachines` (full details, no CKS flags). Serialized by hand, entry by entry, so
+/// that thousands of them stay cheap and optional parts are simply left out.
+pub struct VmView<'a> {
+    id: &'a str,
+    name: &'a str,
+    account: &'a str,
+    userid: &'a str,
+    username: &'a str,
+    domainid: &'a str,
+    domain: &'a str,
+    created: &'a str,
+    state: &'static str,
+    zoneid: &'a str,
+    zonename: &'a str,
+    hypervisor: &'a str,
+    nic: [NicView<'a>; 1],
+    cks: Option<CksFlags<'a>>,
+    full: Option<FullVm<'a>>,
+}
+
+struct CksFlags<'a> {
+    isexternalnode: bool,
+    isetcdnode: bool,
+    kubernetesnodeversion: Option<&'a str>,
+}
+
+struct FullVm<'a> {
+    serviceofferingid: &'a str,
+    serviceofferingname: &'a str,
+    cpunumber: u64,
+    cpuspeed: u64,
+    memory: u64,
+    templateid: &'a str,
+    guestosid: &'a str,
+}
+
+impl Serialize for VmView<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("id", self.id)?;
+        m.serialize_entry("name", self.name)?;
+        m.serialize_entry("displayname", self.name)?;
+        m.serialize_entry("account", self.account)?;
+        m.serialize_entry("userid", self.userid)?;
+        m.serialize_entry("username", self.username)?;
+        m.serialize_entry("domainid", self.domainid)?;
+        m.serialize_entry("domain", self.domain)?;
+        m.serialize_entry("created", self.created)?;
+        m.serialize_entry("state", self.state)?;
+        m.serialize_entry("haenable", &false)?;
+        m.serialize_entry("zoneid", self.zoneid)?;
+        m.serialize_entry("zonename", self.zonename)?;
+        m.serialize_entry("hypervisor", self.hypervisor)?;
+        if let Some(f) = &self.full {
+            m.serialize_entry("serviceofferingid", f.serviceofferingid)?;
+            m.serialize_entry("serviceofferingname", f.serviceofferingname)?;
+            m.serialize_entry("cpunumber", &f.cpunumber)?;
+            m.serialize_entry("cpuspeed", &f.cpuspeed)?;
+            m.serialize_entry("memory", &f.memory)?;
+            m.serialize_entry("templateid", f.templateid)?;
+            m.serialize_entry("templatename", "cks-template")?;
+            m.serialize_entry("templatedisplaytext", "CKS node template")?;
+            m.serialize_entry("passwordenabled", &false)?;
+            m.serialize_entry("guestosid", f.guestosid)?;
+            m.serialize_entry("ostypeid", f.guestosid)?;
+            m.serialize_entry("osdisplayname", "Ubuntu 22.04 LTS")?;
+            m.serialize_entry("rootdeviceid", &0)?;
+            m.serialize_entry("rootdevicetype", "ROOT")?;
+            m.serialize_entry("pooltype", "NetworkFilesystem")?;
+            m.serialize_entry("securitygroup", &[(); 0])?;
+            m.serialize_entry("affinitygroup", &[(); 0])?;
+            m.serialize_entry("tags", &[(); 0])?;
+        }
+        m.serialize_entry("nic", &self.nic)?;
+        m.serialize_entry("displayvm", &true)?;
+        m.serialize_entry("isdynamicallyscalable", &false)?;
+        m.serialize_entry("hasannotations", &false)?;
+        if let Some(k) = &self.cks {
+            m.serialize_entry("isexternalnode", &k.isexternalnode)?;
+            m.serialize_entry("isetcdnode", &k.isetcdnode)?;
+            if let Some(v) = k.kubernetesnodeversion {
+                m.serialize_entry("kubernetesnodeversion", v)?;
+            }
+        }
+        m.end()
+    }
+}
+
+fn nic<'a>(c: &'a Cluster, vm: &'a Vm) -> NicView<'a> {
+    NicView {
+        id: &vm.nic_id,
+        networkid: &c.network_id,
+        networkname: &c.network_name,
+        netmask: "255.255.0.0",
+        gateway: "10.1.0.1",
+        ipaddress: &vm.ip,
+        isolationuri: "vlan://1001",
+        broadcasturi: "vlan://1001",
+        traffictype: "Guest",
+        kind: "Isolated",
+        isdefault: true,
+        macaddress: &vm.mac,
+        secondaryip: [],
+        extradhcpoption: [],
+        deviceid: "0",
+    }
+}
+
+fn vm_base<'a>(w: &'a World, c: &'a Cluster, zone: &'a Zone, vm: &'a Vm) -> VmView<'a> {
+    VmView {
+        id: &vm.id,
+        name: &vm.name,
+        account: &w.owner.account,
+        userid: &w.owner.user_id,
+        username: &w.owner.username,
+        domainid: &w.owner.domain_id,
+        domain: &w.owner.domain,
+        created: &vm.created,
+        state: vm.state.as_str(),
+        zoneid: &zone.id,
+        zonename: &zone.name,
+        hypervisor: &w.hypervisor,
+        nic: [nic(c, vm)],
+        cks: None,
+        full: None,
+    }
+}
+
+/// A VM as its cluster lists it.
+pub fn cluster_vm<'a>(w: &'a World, c: &'a Cluster, zone: &'a Zone, vm: &'a Vm) -> VmView<'a> {
+    VmView {
+        cks: Some(CksFlags {
+            isexternalnode: vm.role == VmRole::External,
+            isetcdnode: vm.role == VmRole::Etcd,
+            kubernetesnodeversion: (vm.role != VmRole::Etcd).then_some(c.version_name.as_str()),
+        }),
+        ..vm_base(w, c, zone, vm)
+    }
+}
+
+/// A VM as `listVirtualMachines` shows it.
+pub fn vm<'a>(w: &'a World, c: &'a Cluster, zone: &'a Zone, vm: &'a Vm) -> VmView<'a> {
+    let o = w.offering(&vm.offering_id);
+    VmView {
+        full: Some(FullVm {
+            serviceofferingid: &vm.offering_id,
+            serviceofferingname: o.map(|o| o.name.as_str()).unwrap_or(""),
+            cpunumber: o.map(|o| o.cpu).unwrap_or(0),
+            cpuspeed: o.map(|o| o.speed).unwrap_or(0),
+            memory: o.map(|o| o.memory).unwrap_or(0),
+            templateid: &c.template_id,
+            guestosid: &w.template_id,
+        }),
+        ..vm_base(w, c, zone, vm)
+    }
+}
+
+/// `KubernetesClusterResponse`.
+#[derive(Serialize)]
+pub struct ClusterView<'a> {
+    id: &'a str,
+    name: &'a str,
+    description: &'a str,
+    zoneid: &'a str,
+    zonename: &'a str,
+    serviceofferingid: &'a str,
+    serviceofferingname: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    workerofferingid: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    workerofferingname: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    controlofferingid: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    controlofferingname: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    etcdofferingid: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    etcdofferingname: Option<&'a str>,
+    templateid: &'a str,
+    networkid: &'a str,
+    associatednetworkname: &'a str,
+    kubernetesversionid: &'a str,
+    kubernetesversionname: &'a str,
+    account: &'a str,
+    domainid: &'a str,
+    domain: &'a str,
+    domainpath: &'static str,
+    masternodes: u64,
+    controlnodes: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    etcdnodes: Option<u64>,
+    size: u64,
+    state: &'static str,
+    cpunumber: String,
+    memory: String,
+    endpoint: String,
+    ipaddress: &'a str,
+    ipaddressid: &'a str,
+    autoscalingenabled: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    minsize: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    maxsize: Option<u64>,
+    clustertype: &'static str,
+    created: &'a str,
+    hasannotations: bool,
+    virtualmachines: Vec<VmView<'a>>,
+}
+
+pub fn cluster<'a>(w: &'a World, c: &'a Cluster, fallback_zone: &'a Zone) -> ClusterView<'a> {
+    let zone = w.zone(&c.zone_id).unwrap_or(fallback_zone);
+    let offering_name = |id: &str| {
+        w.offering(id)
+            .map(|o: &Offering| o.name.as_str())
+            .unwrap_or("")
+    };
+    ClusterView {
+        id: &c.id,
+        name: &c.name,
+        description: &c.description,
+        zoneid: &zone.id,
+        zonename: &zone.name,
+        serviceofferingid: &c.offering_id,
+        serviceofferingname: offering_name(&c.offering_id),
+        workerofferingid: c.worker_offering_id.as_deref(),
+        workerofferingname: c.worker_offering_id.as_deref().map(offering_name),
+        controlofferingid: c.control_offering_id.as_deref(),
+        controlofferingname: c.control_offering_id.as_deref().map(offering_name),
+        etcdofferingid: c.etcd_offering_id.as_deref(),
+        etcdofferingname: c.etcd_offering_id.as_deref().map(offering_name),
+        templateid: &c.template_id,
+        networkid: &c.network_id,
+        associatednetworkname: &c.network_name,
+        kubernetesversionid: &c.version_id,
+        kubernetesversionname: &c.version_name,
+        account: &w.owner.account,
+        domainid: &w.owner.domain_id,
+        domain: &w.owner.domain,
+        domainpath: "/",
+        masternodes: c.control_count,
+        controlnodes: c.control_count,
+        etcdnodes: (c.etcd_count > 0).then_some(c.etcd_count),
+        size: c.size,
+        state: c.state.as_str(),
+        cpunumber: c.cores.to_string(),
+        memory: c.memory.to_string(),
+        endpoint: format!("https://{}:6443/", c.ip),
+        ipaddress: &c.ip,
+        ipaddressid: &c.ip_id,
+        autoscalingenabled: c.autoscaling,
+        minsize: c.min_size,
+        maxsize: c.max_size,
+        clustertype: "CloudManaged",
+        created: &c.created,
+        hasannotations: false,
+        virtualmachines: c.vms.iter().map(|vm| cluster_vm(w, c, zone, vm)).collect(),
+    }
+}
+
+pub fn offering(o: &Offering) -> serde_json::Value {
+    serde_json::json!({
+        "id": o.id,
+        "name": o.name,
+        "displaytext": o.name,
+        "cpunumber": o.cpu,
+        "cpuspeed": o.speed,
+        "memory": o.memory,
+        "created": o.created,
+        "storagetype": "shared",
+        "provisioningtype": "thin",
+        "offerha": false,
+        "limitcpuuse": false,
+        "isvolatile": false,
+        "issystem": false,
+        "defaultuse": false,
+        "iscustomized": o.customized,
+        "hasannotations": false,
+    })
+}
+
+pub fn zone(z: &Zone) -> serde_json::Value {
+    serde_json::json!({
+        "id": z.id,
+        "name": z.name,
+        "networktype": "Advanced",
+        "securitygroupsenabled": false,
+        "allocationstate": "Enabled",
+        "dhcpprovider": "VirtualRouter",
+        "localstorageenabled": false,
+        "type": "Core",
+        "tags": [],
+        "hasannotations": false,
+    })
+}
+
+/// An async job as `queryAsyncJobResult` and `listAsyncJobs` show it.
+pub fn job(w: &World, j: &Job) -> serde_json::Value {
+    let mut v = serde_json::json!({
+        "accountid": w.owner.account_id,
+        "userid": w.owner.user_id,
+        "cmd": j.kind.class(),
+        "jobstatus": j.status as u8,
+        "jobprocstatus": 0,
+        "jobresultcode": j.result_code,
+        "jobinstancetype": j.kind.instance_type(),
+        "jobinstanceid": j.instance_id,
+        "created": j.created,
+        "jobid": j.id,
+        "account": w.owner.account,
+        "domainid": w.owner.domain_id,
+        "domainpath": "/",
+    });
+    if j.status != JobStatus::InProgress
+        && let Some(obj) = v.as_object_mut()
+    {
+        obj.insert("jobresulttype".into(), "object".into());
+        if let Some(r) = &j.result {
+            obj.insert("jobresult".into(), r.clone());
+        }
+        if let Some(done) = &j.completed {
+            obj.insert("completed".into(), done.clone().into());
+        }
+    }
+    v
+}

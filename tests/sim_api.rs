@@ -1,0 +1,340 @@
+//! The simulator's CloudStack surface: signing, errors, and response shapes.
+
+mod sim_support;
+
+use cks_autoscaler_provider::sim::{ClusterSpec, NodesSpec, Scenario, SimConfig, VmState};
+use sim_support::*;
+
+#[tokio::test]
+async fn good_signature_is_accepted_by_get_and_post() {
+    let sim = start_default().await;
+    let c = Client::new(&sim);
+    assert_eq!(c.get("listZones", &[]).await.status, 200);
+    let a = c.post("listZones", &[("name", "zone1")]).await;
+    assert_eq!(a.status, 200, "{}", a.text);
+    assert_eq!(a.json()["listzonesresponse"]["count"], 1);
+    // Values needing encoding (space, brackets, tilde) sign the way CloudStack rebuilds them.
+    let a = c
+        .get("listKubernetesClusters", &[("keyword", "de mo~[x]")])
+        .await;
+    assert_eq!(a.status, 200, "{}", a.text);
+}
+
+#[tokio::test]
+async fn bad_missing_and_wrong_key_signatures_get_401() {
+    let sim = start_default().await;
+    let c = Client::new(&sim);
+    let expect_401 = |a: Answer| {
+        assert_eq!(a.status, 401, "{}", a.text);
+        let j = a.json();
+        assert_eq!(j["listzonesresponse"]["errorcode"], 401, "{j}");
+        assert_eq!(
+            j["listzonesresponse"]["errortext"],
+            "unable to verify user credentials and/or request signature"
+        );
+        assert_eq!(j["listzonesresponse"]["uuidList"], serde_json::json!([]));
+    };
+    // Wrong secret.
+    expect_401(
+        Client::with_keys(&sim, KEY, "not-the-secret")
+            .get("listZones", &[])
+            .await,
+    );
+    // Unknown API key.
+    expect_401(
+        Client::with_keys(&sim, "someone-else", SECRET)
+            .get("listZones", &[])
+            .await,
+    );
+    // Missing signature.
+    let url = format!(
+        "{}?command=listZones&response=json&apiKey={KEY}",
+        sim.api_url
+    );
+    expect_401(c.raw(&url).await.unwrap());
+    // Tampered parameters: signature computed for other values.
+    let q = c
+        .signed_query("listZones", &[("name", "zone1")])
+        .replace("name=zone1", "name=zone2");
+    expect_401(c.raw(&format!("{}?{q}", sim.api_url)).await.unwrap());
+    // Signature version 3 without `expires`, and with an expired one.
+    expect_401(c.get("listZones", &[("signatureVersion", "3")]).await);
+    expect_401(
+        c.get(
+            "listZones",
+            &[
+                ("signatureVersion", "3"),
+                ("expires", "2020-01-01T00:00:00+0000"),
+            ],
+        )
+        .await,
+    );
+    assert_eq!(
+        c.get(
+            "listZones",
+            &[
+                ("signatureVersion", "3"),
+                ("expires", "2999-01-01T00:00:00Z")
+            ]
+        )
+        .await
+        .status,
+        200
+    );
+}
+
+#[tokio::test]
+async fn unknown_command_is_432_and_malformed_parameters_431() {
+    let sim = start_default().await;
+    let c = Client::new(&sim);
+    let a = c.get("deployVirtualMachine", &[]).await;
+    assert_eq!(a.status, 432);
+    let e = &a.json()["deployvirtualmachineresponse"];
+    assert_eq!(e["errorcode"], 432);
+    assert_eq!(
+        e["errortext"],
+        "The given command does not exist or it is not available for user"
+    );
+
+    let a = c
+        .get(
+            "scaleKubernetesCluster",
+            &[("id", "not-a-uuid"), ("size", "3")],
+        )
+        .await;
+    assert_eq!(a.status, 431, "{}", a.text);
+    let e = &a.json()["scalekubernetesclusterresponse"];
+    assert_eq!(e["errorcode"], 431);
+    assert_eq!(e["cserrorcode"], 4350);
+    assert!(
+        e["errortext"]
+            .as_str()
+            .unwrap()
+            .contains("Invalid parameter id value=not-a-uuid"),
+        "{e}"
+    );
+
+    let id = sim.cluster_ids()[0].clone();
+    let a = c
+        .get("scaleKubernetesCluster", &[("id", &id), ("size", "three")])
+        .await;
+    assert_eq!(a.status, 431);
+    assert!(
+        a.text.contains("Invalid parameter size value=three"),
+        "{}",
+        a.text
+    );
+
+    let a = c.get("scaleKubernetesCluster", &[("size", "3")]).await;
+    assert_eq!(a.status, 431);
+    assert!(a.text.contains("due to missing parameter id"), "{}", a.text);
+
+    // A well-formed id that names nothing is refused the same way.
+    let a = c
+        .get(
+            "listVirtualMachines",
+            &[("id", "00000000-0000-4000-8000-000000000000")],
+        )
+        .await;
+    assert_eq!(a.status, 431, "{}", a.text);
+    let a = c
+        .get(
+            "queryAsyncJobResult",
+            &[("jobid", "00000000-0000-4000-8000-000000000000")],
+        )
+        .await;
+    assert_eq!(a.status, 431, "{}", a.text);
+}
+
+#[tokio::test]
+async fn cluster_listing_has_cloudstack_shapes() {
+    let sim = start_default().await;
+    let c = Client::new(&sim);
+    let all = c.ok("listKubernetesClusters", &[]).await;
+    assert_eq!(all["count"], 1);
+    let cl = &all["kubernetescluster"][0];
+    assert_eq!(cl["name"], "demo");
+    assert_eq!(cl["state"], "Running");
+    assert_eq!(cl["size"], 3);
+    assert_eq!(cl["controlnodes"], 1);
+    assert_eq!(cl["masternodes"], 1);
+    assert_eq!(cl["minsize"], 1);
+    assert_eq!(cl["maxsize"], 10);
+    assert_eq!(cl["autoscalingenabled"], true);
+    assert!(
+        cl["cpunumber"].is_string() && cl["memory"].is_string(),
+        "{cl}"
+    );
+    assert_eq!(cl["cpunumber"], "8");
+    assert_eq!(cl["memory"], "16384");
+    assert_eq!(cl["serviceofferingname"], "cks-medium");
+    assert!(cl.get("etcdnodes").is_none());
+    let vms = cl["virtualmachines"].as_array().unwrap();
+    assert_eq!(vms.len(), 4);
+    for (i, vm) in vms.iter().enumerate() {
+        let name = vm["name"].as_str().unwrap();
+        let (prefix, hex) = name.rsplit_once('-').unwrap();
+        assert_eq!(prefix, if i == 0 { "demo-control" } else { "demo-node" });
+        assert_eq!(hex.len(), 11, "{name}");
+        assert!(hex.chars().all(|c| c.is_ascii_hexdigit()));
+        assert_eq!(vm["displayname"], vm["name"]);
+        assert_eq!(vm["isexternalnode"], false);
+        assert_eq!(vm["isetcdnode"], false);
+        assert!(vm["kubernetesnodeversion"].is_string());
+        assert!(vm.get("iscontrolnode").is_none());
+        assert!(
+            vm.get("serviceofferingid").is_none(),
+            "cluster VMs carry nics details only"
+        );
+        assert_eq!(vm["state"], "Running");
+    }
+    // By name, and the empty list form.
+    assert_eq!(
+        c.ok("listKubernetesClusters", &[("name", "demo")]).await["count"],
+        1
+    );
+    assert_eq!(
+        c.ok("listKubernetesClusters", &[("name", "nope")]).await,
+        serde_json::json!({})
+    );
+}
+
+#[tokio::test]
+async fn minsize_and_maxsize_are_omitted_when_unset_and_etcd_vms_are_flagged() {
+    let mut spec = ClusterSpec::new("plain", 1, 2);
+    spec.etcd = NodesSpec::Count(1);
+    spec.external = NodesSpec::Count(1);
+    let sim = start(SimConfig {
+        scenario: Scenario::with_cluster(spec),
+        ..SimConfig::for_tests(KEY, SECRET)
+    })
+    .await;
+    let c = Client::new(&sim);
+    let cl = c.cluster(&sim.cluster_ids()[0]).await;
+    assert!(
+        cl.get("minsize").is_none() && cl.get("maxsize").is_none(),
+        "{cl}"
+    );
+    assert_eq!(cl["autoscalingenabled"], false);
+    assert_eq!(cl["etcdnodes"], 1);
+    assert_eq!(cl["size"], 3, "external nodes count in size");
+    let etcd: Vec<_> = cl["virtualmachines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|v| v["isetcdnode"] == true)
+        .collect();
+    assert_eq!(etcd.len(), 1);
+    assert!(
+        etcd[0]["name"]
+            .as_str()
+            .unwrap()
+            .starts_with("plain-etcd-1-")
+    );
+    assert!(etcd[0].get("kubernetesnodeversion").is_none());
+    let ext: Vec<_> = cl["virtualmachines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|v| v["isexternalnode"] == true)
+        .collect();
+    assert_eq!(ext.len(), 1);
+}
+
+#[tokio::test]
+async fn vms_offerings_zones_and_capabilities() {
+    let sim = start_default().await;
+    let c = Client::new(&sim);
+    let cl = c.cluster(&sim.cluster_ids()[0]).await;
+    let ids = vm_ids(&cl, "-node-");
+    let one = c.ok("listVirtualMachines", &[("id", &ids[0])]).await;
+    assert_eq!(one["count"], 1);
+    let vm = &one["virtualmachine"][0];
+    assert_eq!(vm["id"], ids[0].as_str());
+    assert_eq!(vm["serviceofferingname"], "cks-medium");
+    assert_eq!(vm["cpunumber"], 2);
+    let joined = format!("{},{}", ids[0], ids[1]);
+    assert_eq!(
+        c.ok("listVirtualMachines", &[("ids", &joined)]).await["count"],
+        2
+    );
+    assert_eq!(c.ok("listVirtualMachines", &[]).await["count"], 4);
+
+    let offerings = c.ok("listServiceOfferings", &[]).await;
+    assert!(offerings["count"].as_u64().unwrap() >= 3);
+    let medium = offerings["serviceoffering"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["name"] == "cks-medium")
+        .unwrap();
+    assert_eq!(medium["cpunumber"], 2);
+    assert_eq!(medium["memory"], 4096);
+    let by_id = c
+        .ok(
+            "listServiceOfferings",
+            &[("id", medium["id"].as_str().unwrap())],
+        )
+        .await;
+    assert_eq!(by_id["count"], 1);
+
+    let zones = c.ok("listZones", &[]).await;
+    assert_eq!(zones["zone"][0]["name"], "zone1");
+    let caps = c.ok("listCapabilities", &[]).await;
+    assert_eq!(caps["capability"]["cloudstackversion"], "4.22.0.0");
+}
+
+#[tokio::test]
+async fn stop_and_start_virtual_machine_are_async_jobs() {
+    let sim = start_default().await;
+    let c = Client::new(&sim);
+    let cid = sim.cluster_ids()[0].clone();
+    let worker = vm_ids(&c.cluster(&cid).await, "-node-")[0].clone();
+    let job = c.submit("stopVirtualMachine", &[("id", &worker)]).await;
+    let r = c.wait_job(&job).await;
+    assert_eq!(r["jobstatus"], 1, "{r}");
+    assert_eq!(
+        r["cmd"],
+        "org.apache.cloudstack.api.command.user.vm.StopVMCmd"
+    );
+    assert_eq!(r["jobinstancetype"], "VirtualMachine");
+    assert_eq!(r["jobresult"]["virtualmachine"]["state"], "Stopped");
+    assert!(
+        sim.vms(&cid)
+            .iter()
+            .any(|(id, _, s)| id == &worker && *s == VmState::Stopped)
+    );
+    let job = c.submit("startVirtualMachine", &[("id", &worker)]).await;
+    assert_eq!(
+        c.wait_job(&job).await["jobresult"]["virtualmachine"]["state"],
+        "Running"
+    );
+    let jobs = c.ok("listAsyncJobs", &[]).await;
+    assert_eq!(jobs["count"], 2);
+    assert!(jobs["asyncjobs"][0]["jobid"].is_string());
+}
+
+#[tokio::test]
+async fn requests_are_recorded_without_secrets() {
+    let sim = start_default().await;
+    let c = Client::new(&sim);
+    let id = sim.cluster_ids()[0].clone();
+    c.get("listKubernetesClusters", &[("id", &id)]).await;
+    let recorded = c.sim("simRequests", &[]).await;
+    assert_eq!(
+        recorded["count"], 1,
+        "sim commands are not recorded: {recorded}"
+    );
+    let r = &recorded["request"][0];
+    assert_eq!(r["command"], "listKubernetesClusters");
+    assert_eq!(r["params"]["id"], id.as_str());
+    assert_eq!(r["params"]["response"], "json");
+    assert!(
+        r["params"].get("apiKey").is_none() && r["params"].get("signature").is_none(),
+        "{r}"
+    );
+    assert!(r["atms"].is_u64());
+    assert_eq!(sim.requests().len(), 1);
+    assert_eq!(c.sim("simResetRequests", &[]).await["count"], 1);
+    assert!(sim.requests().is_empty());
+}
