@@ -340,11 +340,40 @@ pub async fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
         tracing::warn!(listen = %args.listen, "serving plaintext gRPC on a non-loopback address (--insecure)");
     }
     let extras = args.extras()?;
-    let mut _sim: Option<()> = None;
+    let mut _sim = None;
     let (client_cfg, groups) = if args.simulate {
-        bail!("simulator not merged yet");
-        #[allow(unreachable_code)]
-        (todo_cfg(), Vec::new())
+        let sim = crate::sim::spawn(crate::sim::SimConfig::default()).await?;
+        let mut groups = args.groups()?;
+        if groups.is_empty() {
+            groups = sim
+                .cluster_ids()
+                .into_iter()
+                .map(|id| NodeGroupSpec {
+                    min: 1,
+                    max: 10,
+                    cluster: config::ClusterRef::Id(id),
+                })
+                .collect();
+        }
+        let cfg = ClientConfig {
+            api_url: sim.api_url.clone(),
+            api_key: sim.api_key.clone(),
+            secret_key: sim.secret_key.clone(),
+            ssl_no_verify: false,
+            ca_bundle_pem: None,
+            project_id: None,
+            request_timeout: args.cloudstack_timeout,
+        };
+        println!("Embedded CloudStack simulator at {}", sim.api_url);
+        println!(
+            "cluster-autoscaler cloud-config (--cloud-provider=externalgrpc --cloud-config=FILE):\n"
+        );
+        println!("address: \"{}\"\ngrpc_timeout: 5s\n", args.listen);
+        for g in &groups {
+            println!("node group: {}:{}:{:?}", g.min, g.max, g.cluster);
+        }
+        _sim = Some(sim);
+        (cfg, groups)
     } else {
         (args.client_config()?, args.groups()?)
     };
@@ -424,8 +453,4 @@ mod tests {
         assert_eq!(s.nodes, vec!["1:5:abc", "0:3:def"]);
         assert_eq!(s.job_poll_interval, Duration::from_millis(250));
     }
-}
-
-fn todo_cfg() -> ClientConfig {
-    unreachable!()
 }
