@@ -477,12 +477,12 @@ pub fn validate_label_key(key: &str) -> Result<(), String> {
         Some((p, n)) => (Some(p), n),
         None => (None, key),
     };
-    if let Some(prefix) = prefix {
-        if !is_dns_subdomain(prefix) {
-            return Err(format!(
-                "key prefix '{prefix}' must be a lower-case DNS subdomain of at most 253 characters"
-            ));
-        }
+    if let Some(prefix) = prefix
+        && !is_dns_subdomain(prefix)
+    {
+        return Err(format!(
+            "key prefix '{prefix}' must be a lower-case DNS subdomain of at most 253 characters"
+        ));
     }
     if name.is_empty() {
         return Err("key name is empty".into());
