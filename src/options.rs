@@ -131,10 +131,10 @@ impl OptionOverrides {
             ),
         ];
         for (key, value) in thresholds {
-            if let Some(v) = value {
-                if !(0.0..=1.0).contains(&v) {
-                    return Err(format!("{key} must be between 0 and 1, got {v}"));
-                }
+            if let Some(v) = value
+                && !(0.0..=1.0).contains(&v)
+            {
+                return Err(format!("{key} must be between 0 and 1, got {v}"));
             }
         }
         let durations = [

@@ -9,9 +9,10 @@
 //! - labels pods select on: `kubernetes.io/os`, `kubernetes.io/arch`,
 //!   `node.kubernetes.io/instance-type` (the offering name sanitised exactly as CloudStack's
 //!   cloud-controller-manager does, see [`sanitize_label_value`]), `topology.kubernetes.io/zone`
-//!   and `topology.kubernetes.io/region` (the zone name, as the CCM's zone interface reports
-//!   both), `kubernetes.io/hostname`, labels copied from a Ready worker, configured labels and the
-//!   GPU label;
+//!   (the sanitised zone name) and `topology.kubernetes.io/region` (the zone name again, as the
+//!   CCM's zone interface reports it; the newest CCM leaves the region unset, so an operator
+//!   who selects on region can override it with a configured label), `kubernetes.io/hostname`,
+//!   labels copied from a Ready worker, configured labels and the GPU label;
 //! - `status.capacity` and `status.allocatable` for `cpu`, `memory`, `pods`,
 //!   `ephemeral-storage` and the GPU resource, computed the way the kubelet computes them
 //!   (allocatable = capacity − kube-reserved − system-reserved − hard eviction threshold);
@@ -382,9 +383,11 @@ pub fn build_template_node(
 /// `metadata`, as Go always writes that field, so a caller can never answer OK with empty
 /// `nodeBytes`.
 ///
-/// Bytes differ from Go's in one respect only: Go also writes every empty non-pointer field
-/// (`namespace: ""`, `generation: 0`, an empty `creationTimestamp`, …) while prost leaves unset
-/// fields out. Go's `Unmarshal` gives the same struct either way.
+/// Bytes differ from Go's in two respects only, neither visible after decoding: Go also writes
+/// every empty non-pointer field (`namespace: ""`, `generation: 0`, an empty
+/// `creationTimestamp`, …) while prost leaves unset fields out; and Go writes the value of a
+/// map entry even when it is empty (a label `key=""`) while prost leaves an entry's default
+/// value out. Go's `Unmarshal` gives the same struct either way.
 pub fn encode_node(node: &Node) -> Vec<u8> {
     let bytes = node.encode_to_vec();
     if !bytes.is_empty() {
@@ -477,12 +480,12 @@ pub fn validate_label_key(key: &str) -> Result<(), String> {
         Some((p, n)) => (Some(p), n),
         None => (None, key),
     };
-    if let Some(prefix) = prefix {
-        if !is_dns_subdomain(prefix) {
-            return Err(format!(
-                "key prefix '{prefix}' must be a lower-case DNS subdomain of at most 253 characters"
-            ));
-        }
+    if let Some(prefix) = prefix
+        && !is_dns_subdomain(prefix)
+    {
+        return Err(format!(
+            "key prefix '{prefix}' must be a lower-case DNS subdomain of at most 253 characters"
+        ));
     }
     if name.is_empty() {
         return Err("key name is empty".into());
