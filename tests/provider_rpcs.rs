@@ -654,3 +654,101 @@ async fn gpu_and_optional_rpcs_answer_as_the_autoscaler_expects() {
 
 #[allow(dead_code)]
 fn _uses(_: VmState) {}
+
+#[tokio::test]
+async fn template_node_info_describes_a_new_worker_from_the_offering() {
+    use cks_autoscaler_provider::extras::ProviderExtras;
+    use cks_autoscaler_provider::server::ServeOptions;
+    use prost::Message;
+    let sim = cks_autoscaler_provider::sim::spawn(SimConfig::for_tests(API_KEY, SECRET_KEY))
+        .await
+        .unwrap();
+    let id = sim.cluster_id("demo").unwrap();
+    let mut extras = ProviderExtras::default();
+    extras.overrides.insert(
+        "demo".into(),
+        cks_autoscaler_provider::options::parse_overrides_spec("demo:scale-down-unneeded=5m")
+            .unwrap()
+            .1,
+    );
+    let options = ServeOptions {
+        extras: std::sync::Arc::new(extras),
+        ..ServeOptions::default()
+    };
+    let (_p, mut client, _, stop) =
+        start_provider_with(&sim, fast_settings(&id, 1, 10), options).await;
+    client.refresh(pb::RefreshRequest {}).await.unwrap();
+    let bytes = client
+        .node_group_template_node_info(pb::NodeGroupTemplateNodeInfoRequest { id: id.clone() })
+        .await
+        .expect("template")
+        .into_inner()
+        .node_bytes;
+    assert!(!bytes.is_empty());
+    let node =
+        k8s_pb::api::core::v1::Node::decode(bytes.as_slice()).expect("Kubernetes protobuf Node");
+    let status = node.status.expect("status");
+    let cap = status.capacity;
+    assert!(
+        cap.contains_key("cpu") && cap.contains_key("memory") && cap.contains_key("pods"),
+        "{cap:?}"
+    );
+    let labels = node.metadata.expect("metadata").labels;
+    assert_eq!(
+        labels
+            .get("node.kubernetes.io/instance-type")
+            .map(String::as_str),
+        Some("cks-medium")
+    );
+    assert!(labels.contains_key("topology.kubernetes.io/zone"));
+    let ready = status
+        .conditions
+        .iter()
+        .find(|c| c.r#type.as_deref() == Some("Ready"))
+        .expect("Ready");
+    assert_eq!(ready.status.as_deref(), Some("True"));
+    // GetOptions: overrides win, every other field echoes the request's defaults.
+    let defaults = pb::NodeGroupAutoscalingOptions {
+        scale_down_utilization_threshold: 0.42,
+        scale_down_unready_duration: Some(prost_types::Duration {
+            seconds: 1200,
+            nanos: 0,
+        }),
+        max_node_startup_duration: Some(prost_types::Duration {
+            seconds: 900,
+            nanos: 0,
+        }),
+        ..Default::default()
+    };
+    let o = client
+        .node_group_get_options(pb::NodeGroupAutoscalingOptionsRequest {
+            id: id.clone(),
+            defaults: Some(defaults),
+        })
+        .await
+        .expect("options")
+        .into_inner()
+        .node_group_autoscaling_options
+        .expect("options");
+    assert_eq!(o.scale_down_utilization_threshold, 0.42);
+    assert_eq!(o.scale_down_unneeded_duration.map(|d| d.seconds), Some(300));
+    assert_eq!(o.scale_down_unready_duration.map(|d| d.seconds), Some(1200));
+    assert_eq!(o.max_node_startup_duration.map(|d| d.seconds), Some(900));
+    let _ = stop.send(());
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn get_options_without_overrides_is_unimplemented_so_the_autoscaler_keeps_its_flags() {
+    let mut env = start().await;
+    let e = env
+        .client
+        .node_group_get_options(pb::NodeGroupAutoscalingOptionsRequest {
+            id: env.cluster_id.clone(),
+            defaults: None,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::Unimplemented);
+    env.stop().await;
+}

@@ -111,10 +111,32 @@ impl Provider {
                 return;
             }
             let Some(op) = st.op.take() else { return };
+            if let OpKind::Remove { vm_ids, .. } = &op.kind {
+                let now = Instant::now();
+                st.recently_removed
+                    .retain(|_, t| now.duration_since(*t) < Duration::from_secs(3600));
+                let names: Vec<String> = st
+                    .snap
+                    .as_ref()
+                    .map(|s| {
+                        vm_ids
+                            .iter()
+                            .filter_map(|id| s.snap.vm(id).map(|v| v.name.to_ascii_lowercase()))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                for key in vm_ids.iter().cloned().chain(names) {
+                    st.recently_removed.insert(key, now);
+                }
+            }
             match &failure {
-                None => tracing::info!(group = %label, job = job_id, "scale job succeeded"),
+                None => {
+                    tracing::info!(group = %label, job = job_id, "scale job succeeded");
+                    crate::metrics::record_job(op_kind_label(&op.kind), "succeeded");
+                }
                 Some((code, text)) => {
                     tracing::warn!(group = %label, job = job_id, code, "scale job failed: {text}");
+                    crate::metrics::record_job(op_kind_label(&op.kind), "failed");
                     if is_alert_refusal(text) {
                         let alert = st
                             .snap
@@ -285,5 +307,13 @@ impl Provider {
             }
         }
         self.spawn_follower(gi, job.jobid);
+    }
+}
+
+fn op_kind_label(kind: &OpKind) -> &'static str {
+    match kind {
+        OpKind::Increase { .. } => "scale_up",
+        OpKind::Remove { .. } => "remove_nodes",
+        OpKind::Adopted => "adopted",
     }
 }

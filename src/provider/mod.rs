@@ -179,6 +179,9 @@ pub(crate) struct GroupState {
     pub worker_offering: Option<ServiceOffering>,
     /// Labels of a real node of this group, copied into the template node.
     pub sample_labels: Option<std::collections::BTreeMap<String, String>>,
+    /// VMs this provider removed (id and lower-cased name → when), so a repeated DeleteNodes
+    /// for a node already gone is a no-op rather than an error.
+    pub recently_removed: HashMap<String, Instant>,
 }
 
 pub(crate) struct Group {

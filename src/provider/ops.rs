@@ -394,6 +394,16 @@ impl Provider {
                 .get(FAKE_NODE_REASON_ANNOTATION)
                 .map(String::as_str);
             let Some(hit) = st.resolve(&n.provider_id, &n.name) else {
+                let gone = crate::domain::nodeid::vm_id_from_provider_id(&n.provider_id)
+                    .is_some_and(|id| st.recently_removed.contains_key(id))
+                    || (!n.name.is_empty()
+                        && st
+                            .recently_removed
+                            .contains_key(&n.name.to_ascii_lowercase()));
+                if gone {
+                    // Already removed by this provider: deleting it again is done.
+                    continue;
+                }
                 return Err(Status::not_found(format!(
                     "node {shown} (providerID {:?}) is not a worker VM of node group {label}; nothing was deleted",
                     n.provider_id

@@ -61,6 +61,20 @@ pub async fn start_provider(
     SocketAddr,
     tokio::sync::oneshot::Sender<()>,
 ) {
+    start_provider_with(sim, settings, ServeOptions::default()).await
+}
+
+/// Like [`start_provider`] with serve options (extras, TLS).
+pub async fn start_provider_with(
+    sim: &SimHandle,
+    settings: Settings,
+    options: ServeOptions,
+) -> (
+    Provider,
+    CloudProviderClient<Channel>,
+    SocketAddr,
+    tokio::sync::oneshot::Sender<()>,
+) {
     let provider = Provider::new(Client::new(client_config(sim)).expect("client"), settings);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -69,7 +83,7 @@ pub async fn start_provider(
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let p = provider.clone();
     tokio::spawn(async move {
-        let _ = serve(listener, p, ServeOptions::default(), async {
+        let _ = serve(listener, p, options, async {
             let _ = rx.await;
         })
         .await;
