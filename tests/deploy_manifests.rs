@@ -1122,15 +1122,24 @@ fn check_network_policy(b: &Base) -> Vec<String> {
             }
             if !all_ports && ports.contains(&metrics) {
                 metrics_admitted = true;
+                if peers.is_empty() {
+                    problems.push(format!("{}: the metrics port is open to everyone", np.id()));
+                }
                 for peer in peers {
-                    let empty = |ptr: &str| {
+                    let selective = |ptr: &str| {
                         peer.pointer(ptr).is_some_and(|s| {
-                            labels_at(s, "/matchLabels").is_empty()
-                                && arr_at(s, "/matchExpressions").is_empty()
+                            !labels_at(s, "/matchLabels").is_empty()
+                                || !arr_at(s, "/matchExpressions").is_empty()
                         })
                     };
-                    if peers.is_empty() || empty("/podSelector") && empty("/namespaceSelector") {
-                        problems.push(format!("{}: the metrics port is open to all pods", np.id()));
+                    if !(selective("/podSelector")
+                        || selective("/namespaceSelector")
+                        || peer.pointer("/ipBlock").is_some())
+                    {
+                        problems.push(format!(
+                            "{}: the metrics port is open to all pods ({peer})",
+                            np.id()
+                        ));
                     }
                 }
             }
@@ -2140,6 +2149,19 @@ fn a_grpc_port_open_to_every_namespace_is_caught() {
         serde_json::json!({ "namespaceSelector": {} }),
     );
     assert_caught(check_network_policy(&b), "besides the autoscaler");
+}
+
+#[test]
+fn a_metrics_port_open_to_all_pods_is_caught() {
+    let mut b = load_base();
+    edit(
+        &mut b,
+        "NetworkPolicy",
+        "cks-autoscaler-provider",
+        "/spec/ingress/1/from/0",
+        serde_json::json!({ "namespaceSelector": {}, "podSelector": {} }),
+    );
+    assert_caught(check_network_policy(&b), "metrics port is open to all pods");
 }
 
 #[test]
