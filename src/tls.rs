@@ -307,7 +307,10 @@ fn parse_key(
 fn check_pem_text(what: &'static str, path: &Path, pem: &[u8]) -> Result<(), TlsError> {
     let detail = if pem.iter().all(u8::is_ascii_whitespace) {
         "the file is empty"
-    } else if !pem.windows(b"-----BEGIN ".len()).any(|w| w == b"-----BEGIN ") {
+    } else if !pem
+        .windows(b"-----BEGIN ".len())
+        .any(|w| w == b"-----BEGIN ")
+    {
         "no '-----BEGIN ...-----' line found"
     } else {
         return Ok(());

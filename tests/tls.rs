@@ -23,6 +23,7 @@ use tokio::task::JoinHandle;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint, Server};
 use tonic_health::ServingStatus;
 use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_check_response::ServingStatus as WireStatus;
 use tonic_health::pb::health_client::HealthClient;
 
 /// Upper bound for anything that should take milliseconds; generous for a loaded machine.
@@ -134,9 +135,10 @@ impl Ca {
 
     fn leaf(&self, common_name: &str, sans: &[&str], usage: ExtendedKeyUsagePurpose) -> Leaf {
         let mut params =
-            CertificateParams::new(sans.iter().map(|s| s.to_string()).collect::<Vec<_>>())
-                .unwrap();
-        params.distinguished_name.push(DnType::CommonName, common_name);
+            CertificateParams::new(sans.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap();
+        params
+            .distinguished_name
+            .push(DnType::CommonName, common_name);
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         params.extended_key_usages = vec![usage];
         let key = KeyPair::generate().unwrap();
@@ -156,7 +158,11 @@ impl Ca {
     }
 
     fn client(&self) -> Leaf {
-        self.leaf("cluster-autoscaler", &[], ExtendedKeyUsagePurpose::ClientAuth)
+        self.leaf(
+            "cluster-autoscaler",
+            &[],
+            ExtendedKeyUsagePurpose::ClientAuth,
+        )
     }
 }
 
@@ -170,7 +176,12 @@ fn server_files(dir: &TempDir, server: &Leaf, client_ca: Option<&Ca>) -> TlsFile
 }
 
 /// Client TLS trusting `server_ca` and presenting `identity` when given.
-fn client_tls(dir: &TempDir, name: &str, server_ca: &Ca, identity: Option<&Leaf>) -> ClientTlsConfig {
+fn client_tls(
+    dir: &TempDir,
+    name: &str,
+    server_ca: &Ca,
+    identity: Option<&Leaf>,
+) -> ClientTlsConfig {
     let ca = dir.write(&format!("{name}-ca.pem"), &server_ca.pem);
     let identity = identity.map(|leaf| {
         (
@@ -220,10 +231,12 @@ impl TestServer {
                     .serve_with_incoming_shutdown(incoming(listener, tls), shutdown),
             ),
             Some(timeout) => tokio::spawn(
-                Server::builder().add_service(health).serve_with_incoming_shutdown(
-                    incoming_with_timeout(listener, tls, timeout),
-                    shutdown,
-                ),
+                Server::builder()
+                    .add_service(health)
+                    .serve_with_incoming_shutdown(
+                        incoming_with_timeout(listener, tls, timeout),
+                        shutdown,
+                    ),
             ),
         };
         TestServer {
@@ -241,11 +254,15 @@ impl TestServer {
             .map_err(|e| format!("{e:?}"))?
             .connect_timeout(PATIENCE)
             .timeout(PATIENCE);
-        endpoint.connect().await.map_err(|e| format!("{e:?}"))
+        // connect_timeout covers TCP only; the TLS handshake needs its own bound.
+        tokio::time::timeout(PATIENCE, endpoint.connect())
+            .await
+            .map_err(|_| "connecting timed out".to_owned())?
+            .map_err(|e| format!("{e:?}"))
     }
 
     /// One health check on a new connection: the status, or the error text.
-    async fn check(&self, tls: ClientTlsConfig) -> Result<ServingStatus, String> {
+    async fn check(&self, tls: ClientTlsConfig) -> Result<WireStatus, String> {
         let channel = self.connect(tls).await?;
         check_on(channel).await
     }
@@ -262,7 +279,7 @@ impl TestServer {
     }
 }
 
-async fn check_on(channel: Channel) -> Result<ServingStatus, String> {
+async fn check_on(channel: Channel) -> Result<WireStatus, String> {
     let response = tokio::time::timeout(
         PATIENCE,
         HealthClient::new(channel).check(HealthCheckRequest {
@@ -272,20 +289,23 @@ async fn check_on(channel: Channel) -> Result<ServingStatus, String> {
     .await
     .map_err(|_| "health check timed out".to_owned())?
     .map_err(|status| format!("{status:?}"))?;
-    ServingStatus::try_from(response.into_inner().status).map_err(|e| format!("{e:?}"))
+    WireStatus::try_from(response.into_inner().status).map_err(|e| format!("{e:?}"))
 }
 
 /// Polls `condition` until it holds, failing the test after [`PATIENCE`].
 async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + PATIENCE;
     while !condition() {
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
-fn serving() -> Result<ServingStatus, String> {
-    Ok(ServingStatus::Serving)
+fn serving() -> Result<WireStatus, String> {
+    Ok(WireStatus::Serving)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -298,7 +318,8 @@ async fn mutual_tls_admits_only_clients_with_a_certificate_from_the_client_ca() 
     let client_ca = Ca::new("client CA");
     let other_ca = Ca::new("some other CA");
     let files = server_files(&dir, &server_ca.server(), Some(&client_ca));
-    let server = TestServer::start(ReloadingTls::new(files, Duration::from_secs(60)).unwrap()).await;
+    let server =
+        TestServer::start(ReloadingTls::new(files, Duration::from_secs(60)).unwrap()).await;
 
     let good = client_tls(&dir, "good", &server_ca, Some(&client_ca.client()));
     assert_eq!(server.check(good).await, serving());
@@ -339,7 +360,8 @@ async fn without_a_client_ca_any_tls_client_is_served() {
     let dir = TempDir::new("tls");
     let server_ca = Ca::new("server CA");
     let files = server_files(&dir, &server_ca.server(), None);
-    let server = TestServer::start(ReloadingTls::new(files, Duration::from_secs(60)).unwrap()).await;
+    let server =
+        TestServer::start(ReloadingTls::new(files, Duration::from_secs(60)).unwrap()).await;
 
     let anonymous = client_tls(&dir, "anonymous", &server_ca, None);
     assert_eq!(server.check(anonymous).await, serving());
@@ -352,29 +374,52 @@ async fn without_a_client_ca_any_tls_client_is_served() {
 }
 
 #[tokio::test]
-async fn a_stalled_handshake_neither_blocks_others_nor_stays_open() {
+async fn a_stalled_handshake_does_not_block_other_clients() {
     let dir = TempDir::new("stall");
     let server_ca = Ca::new("server CA");
     let client_ca = Ca::new("client CA");
     let files = server_files(&dir, &server_ca.server(), Some(&client_ca));
     let tls = ReloadingTls::new(files, Duration::from_secs(60)).unwrap();
-    let server = TestServer::start_with(tls, Some(Duration::from_millis(500))).await;
+    // Longer than the client's patience: were handshakes run one after another, the good
+    // client below would time out behind the silent one.
+    let server = TestServer::start_with(tls, Some(PATIENCE * 4)).await;
 
-    // Connects and never says a word.
-    let mut stalled = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    // Connect and never say a word.
+    let _silent = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    let _half_hello = {
+        let mut stream = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+        // The start of a TLS record header, then nothing.
+        tokio::io::AsyncWriteExt::write_all(&mut stream, &[0x16, 0x03, 0x01])
+            .await
+            .unwrap();
+        stream
+    };
     let good = client_tls(&dir, "good", &server_ca, Some(&client_ca.client()));
     assert_eq!(server.check(good).await, serving());
+    server.stop().await;
+}
 
-    // The server gives up on it after the handshake timeout and closes the connection.
+#[tokio::test]
+async fn a_stalled_handshake_is_closed_after_the_timeout() {
+    let dir = TempDir::new("timeout");
+    let server_ca = Ca::new("server CA");
+    let files = server_files(&dir, &server_ca.server(), None);
+    let tls = ReloadingTls::new(files, Duration::from_secs(60)).unwrap();
+    let server = TestServer::start_with(tls, Some(Duration::from_millis(300))).await;
+
+    let mut silent = tokio::net::TcpStream::connect(server.addr).await.unwrap();
     let mut buf = [0u8; 64];
-    let read = tokio::time::timeout(PATIENCE, stalled.read(&mut buf))
+    let read = tokio::time::timeout(PATIENCE, silent.read(&mut buf))
         .await
         .expect("the server closes a stalled handshake");
-    assert!(matches!(read, Ok(0) | Err(_)), "connection closed: {read:?}");
+    assert!(
+        matches!(read, Ok(0) | Err(_)),
+        "connection closed: {read:?}"
+    );
 
     // And keeps serving.
-    let good = client_tls(&dir, "good-again", &server_ca, Some(&client_ca.client()));
-    assert_eq!(server.check(good).await, serving());
+    let anonymous = client_tls(&dir, "anonymous", &server_ca, None);
+    assert_eq!(server.check(anonymous).await, serving());
     server.stop().await;
 }
 
@@ -398,12 +443,18 @@ async fn rotated_certificates_are_served_without_a_restart() {
     let renewed = new_ca.server();
     dir.write("server-key.pem", &renewed.key);
     dir.write("server.pem", &renewed.cert);
-    eventually("the renewed certificate to be loaded", || watcher.reloads() >= 1).await;
+    eventually("the renewed certificate to be loaded", || {
+        watcher.reloads() >= 1
+    })
+    .await;
 
     let trusts_new = client_tls(&dir, "after", &new_ca, Some(&client_ca.client()));
     assert_eq!(server.check(trusts_new).await, serving());
     let stale = server.check(trusts_old("stale")).await;
-    assert!(stale.is_err(), "the old certificate is no longer presented: {stale:?}");
+    assert!(
+        stale.is_err(),
+        "the old certificate is no longer presented: {stale:?}"
+    );
 
     // A connection made before the rotation keeps working, and the server never restarted.
     assert_eq!(check_on(before).await, serving());
@@ -423,7 +474,10 @@ async fn broken_files_keep_the_previous_certificate_and_log_an_error() {
     let server = TestServer::start(tls).await;
 
     dir.write("server.pem", "this is not a certificate\n");
-    eventually("the broken file to be noticed", || watcher.failed_reloads() >= 1).await;
+    eventually("the broken file to be noticed", || {
+        watcher.failed_reloads() >= 1
+    })
+    .await;
 
     let good = client_tls(&dir, "good", &server_ca, Some(&client_ca.client()));
     assert_eq!(server.check(good).await, serving());
@@ -433,7 +487,9 @@ async fn broken_files_keep_the_previous_certificate_and_log_an_error() {
         .filter(|line| line.contains("ERROR"))
         .collect();
     assert!(
-        errors.iter().any(|line| line.contains("not PEM") && line.contains("previous")),
+        errors
+            .iter()
+            .any(|line| line.contains("not PEM") && line.contains("previous")),
         "an error names the broken file: {errors:?}"
     );
 
@@ -445,7 +501,10 @@ async fn broken_files_keep_the_previous_certificate_and_log_an_error() {
     let fixed = server_ca.server();
     dir.write("server-key.pem", &fixed.key);
     dir.write("server.pem", &fixed.cert);
-    eventually("the fixed certificate to be loaded", || watcher.reloads() >= 1).await;
+    eventually("the fixed certificate to be loaded", || {
+        watcher.reloads() >= 1
+    })
+    .await;
     let good = client_tls(&dir, "good-again", &server_ca, Some(&client_ca.client()));
     assert_eq!(server.check(good).await, serving());
     server.stop().await;
@@ -475,28 +534,52 @@ fn load_errors_name_the_bad_file() {
 
     let missing = dir.path("absent.pem");
     let e = error(files(&missing, &key, None));
-    assert!(matches!(e, TlsError::Read { .. }) && shows(&e, &missing), "{e}");
+    assert!(
+        matches!(e, TlsError::Read { .. }) && shows(&e, &missing),
+        "{e}"
+    );
     let e = error(files(&cert, &missing, None));
-    assert!(matches!(e, TlsError::Read { .. }) && shows(&e, &missing), "{e}");
+    assert!(
+        matches!(e, TlsError::Read { .. }) && shows(&e, &missing),
+        "{e}"
+    );
     let e = error(files(&cert, &key, Some(&missing)));
-    assert!(matches!(e, TlsError::Read { .. }) && shows(&e, &missing), "{e}");
+    assert!(
+        matches!(e, TlsError::Read { .. }) && shows(&e, &missing),
+        "{e}"
+    );
 
     let garbage = dir.write("garbage.pem", "hello\n");
     let e = error(files(&garbage, &key, None));
-    assert!(matches!(e, TlsError::NotPem { .. }) && shows(&e, &garbage), "{e}");
+    assert!(
+        matches!(e, TlsError::NotPem { .. }) && shows(&e, &garbage),
+        "{e}"
+    );
     let empty = dir.write("empty.pem", "");
     let e = error(files(&cert, &empty, None));
-    assert!(matches!(e, TlsError::NotPem { .. }) && shows(&e, &empty), "{e}");
+    assert!(
+        matches!(e, TlsError::NotPem { .. }) && shows(&e, &empty),
+        "{e}"
+    );
     assert!(e.to_string().contains("empty"), "{e}");
     let truncated = dir.write("truncated.pem", &server.cert[..server.cert.len() / 2]);
     let e = error(files(&truncated, &key, None));
-    assert!(matches!(e, TlsError::NotPem { .. }) && shows(&e, &truncated), "{e}");
+    assert!(
+        matches!(e, TlsError::NotPem { .. }) && shows(&e, &truncated),
+        "{e}"
+    );
 
     // The certificate and key files swapped.
     let e = error(files(&key, &cert, None));
-    assert!(matches!(e, TlsError::NoCertificate { .. }) && shows(&e, &key), "{e}");
+    assert!(
+        matches!(e, TlsError::NoCertificate { .. }) && shows(&e, &key),
+        "{e}"
+    );
     let e = error(files(&cert, &cert, None));
-    assert!(matches!(e, TlsError::NoPrivateKey { .. }) && shows(&e, &cert), "{e}");
+    assert!(
+        matches!(e, TlsError::NoPrivateKey { .. }) && shows(&e, &cert),
+        "{e}"
+    );
 
     let other_key = dir.write("other-key.pem", &other.key);
     let e = error(files(&cert, &other_key, None));
@@ -506,9 +589,15 @@ fn load_errors_name_the_bad_file() {
     );
 
     let e = error(files(&cert, &key, Some(&garbage)));
-    assert!(shows(&e, &garbage) && e.to_string().contains("client CA"), "{e}");
+    assert!(
+        shows(&e, &garbage) && e.to_string().contains("client CA"),
+        "{e}"
+    );
     let e = error(files(&cert, &key, Some(&key)));
-    assert!(matches!(e, TlsError::NoCertificate { .. }) && shows(&e, &key), "{e}");
+    assert!(
+        matches!(e, TlsError::NoCertificate { .. }) && shows(&e, &key),
+        "{e}"
+    );
 
     // The reloading wrapper fails fast the same way.
     let e = ReloadingTls::new(files(&cert, &other_key, None), Duration::from_secs(1)).unwrap_err();
