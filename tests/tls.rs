@@ -3,8 +3,8 @@
 //! the file at fault. Certificates are generated per test into a private temporary directory.
 
 use cks_autoscaler_provider::tls::{
-    ReloadingTls, TlsError, TlsFiles, client_tls_config, incoming, incoming_with_timeout,
-    load_server_config,
+    ReloadOutcome, ReloadingTls, TlsError, TlsFiles, client_tls_config, incoming,
+    incoming_with_timeout, load_server_config,
 };
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
@@ -14,7 +14,7 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, Once};
+use std::sync::{Arc, Mutex, Once};
 use std::time::Duration;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpListener;
@@ -609,4 +609,44 @@ fn load_errors_name_the_bad_file() {
     let e = client_tls_config(&client_ca, Some((&cert, &other_key)), "localhost").unwrap_err();
     assert!(matches!(e, TlsError::KeyMismatch { .. }), "{e}");
     client_tls_config(&client_ca, Some((&cert, &key)), "localhost").unwrap();
+}
+
+#[test]
+fn check_now_reports_what_it_did_and_only_swaps_on_success() {
+    let dir = TempDir::new("check-now");
+    let ca = Ca::new("server CA");
+    let files = server_files(&dir, &ca.server(), None);
+    // Far longer than the test: only explicit checks look at the files.
+    let tls = ReloadingTls::new(files, Duration::from_secs(3600)).unwrap();
+    let first = tls.current();
+    assert_eq!(tls.check_now(), ReloadOutcome::Unchanged);
+    assert!(Arc::ptr_eq(&first, &tls.current()));
+
+    let renewed = ca.server();
+    dir.write("server-key.pem", &renewed.key);
+    assert_eq!(
+        tls.check_now(),
+        ReloadOutcome::Failed,
+        "new key, old certificate"
+    );
+    assert!(Arc::ptr_eq(&first, &tls.current()));
+    dir.write("server.pem", &renewed.cert);
+    assert_eq!(tls.check_now(), ReloadOutcome::Reloaded);
+    let second = tls.current();
+    assert!(!Arc::ptr_eq(&first, &second));
+    assert_eq!((tls.reloads(), tls.failed_reloads()), (1, 1));
+
+    std::fs::remove_file(dir.path("server.pem")).unwrap();
+    assert_eq!(
+        tls.check_now(),
+        ReloadOutcome::Failed,
+        "certificate file gone"
+    );
+    assert_eq!(tls.check_now(), ReloadOutcome::Failed);
+    assert!(Arc::ptr_eq(&second, &tls.current()));
+    assert_eq!(
+        (tls.reloads(), tls.failed_reloads()),
+        (1, 2),
+        "a lasting failure counts once"
+    );
 }
