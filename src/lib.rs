@@ -17,3 +17,4 @@ pub mod provider;
 pub mod server;
 pub mod sim;
 pub mod template;
+pub mod tls;
