@@ -297,6 +297,10 @@ async fn start(
         .unwrap()
 }
 
+fn loop_start(ca: &MockAutoscaler, loop_no: u64) -> Duration {
+    ca.timeline().loops()[usize::try_from(loop_no).unwrap() - 1].at
+}
+
 const WAIT: Duration = Duration::from_secs(20);
 
 fn for_node_calls(ca: &MockAutoscaler, provider_id: &str, loop_no: u64) -> usize {
@@ -538,15 +542,57 @@ async fn a_failed_increase_backs_off_with_doubling_durations() {
             Duration::from_millis(1200)
         ]
     );
-    // Attempts are spaced by the backoff, not by the loop interval.
+    // Attempts are spaced by the backoff (counted from the failing loop's start), not by the
+    // loop interval.
     let inc = ca.calls(Rpc::NodeGroupIncreaseSize);
-    assert!(inc[1].at - inc[0].at >= Duration::from_millis(300));
-    assert!(inc[2].at - inc[1].at >= Duration::from_millis(600));
+    assert!(inc[1].at - loop_start(&ca, inc[0].loop_no) >= Duration::from_millis(300));
+    assert!(inc[2].at - loop_start(&ca, inc[1].loop_no) >= Duration::from_millis(600));
     assert!(
         inc.iter()
             .all(|c| c.error().unwrap().code == tonic::Code::FailedPrecondition)
     );
     assert_eq!(fake.target(), 1);
+}
+
+#[tokio::test]
+async fn a_scale_up_that_never_completes_is_reverted_and_backed_off() {
+    let fake = FakeProvider::with_group(1, 5, 1, vec![running(&pid("w1"))]);
+    let nodes = StaticNodeSource::new(vec![worker("w1")]);
+    let mut ca = start(&fake, &nodes, config()).await;
+    ca.set_demand(2);
+    let first = ca.run_once().await;
+    assert_eq!(first.count(Rpc::NodeGroupIncreaseSize), 1);
+    assert_eq!(fake.target(), 3);
+
+    ca.run_until(WAIT, |ca| {
+        !ca.calls(Rpc::NodeGroupDecreaseTargetSize).is_empty()
+    })
+    .await
+    .unwrap();
+    let dec = ca.calls(Rpc::NodeGroupDecreaseTargetSize)[0].clone();
+    assert!(matches!(
+        dec.request,
+        Request::NodeGroupDecreaseTargetSize { delta: -2, .. }
+    ));
+    assert!(dec.at - first.at >= Duration::from_millis(400));
+    let summary = ca.last_loop().unwrap();
+    assert!(summary.decisions.contains(&Decision::ScaleUpTimedOut {
+        group: G.into(),
+        increase: 2
+    }));
+    assert!(summary.decisions.iter().any(
+        |d| matches!(d, Decision::BackOff { error_code, error_class: 99, .. } if error_code == "timeout")
+    ));
+    assert_eq!(fake.target(), 1);
+    // Backed off: the still pending demand waits.
+    let next = ca.run_once().await;
+    assert_eq!(next.count(Rpc::NodeGroupIncreaseSize), 0, "{next}");
+    assert_eq!(
+        ca.calls(Rpc::NodeGroupDecreaseTargetSize).len(),
+        1,
+        "{}",
+        ca.timeline()
+    );
 }
 
 #[tokio::test]
