@@ -131,6 +131,8 @@ struct Snapshot {
     now: Instant,
     nodes: Vec<KubeNode>,
     groups: Vec<GroupView>,
+    /// Every instance without a node (id, past the provision time), whatever its group.
+    unregistered: Vec<(String, bool)>,
     unmanaged: usize,
     unready_total: usize,
     ready_managed: usize,
@@ -349,10 +351,9 @@ impl MockAutoscaler {
             .map_err(|e| format!("Refresh failed: {e}"))?;
         let groups = self.client.node_groups(&mut self.rec).await;
 
-        let mut node_group = Vec::with_capacity(nodes.len());
+        // The template pass looks up every node's group first.
         for node in &nodes {
-            let answer = self.client.node_group_for_node(node, &mut self.rec).await;
-            node_group.push(answer.ok().flatten());
+            let _ = self.client.node_group_for_node(node, &mut self.rec).await;
         }
 
         let mut targets = Vec::with_capacity(groups.len());
@@ -377,7 +378,36 @@ impl MockAutoscaler {
             }
         }
 
-        let snap = self.build_snapshot(now, nodes, &node_group, groups, targets, instances);
+        // Readiness: clusterstate asks twice per node, then once per unregistered instance (its
+        // fake node), and counts the instance in whatever group the answer names.
+        let mut node_group = Vec::with_capacity(nodes.len());
+        for node in &nodes {
+            let _ = self.client.node_group_for_node(node, &mut self.rec).await;
+            let answer = self.client.node_group_for_node(node, &mut self.rec).await;
+            node_group.push(answer.ok().flatten());
+        }
+        let unregistered = self.state.track_unregistered(
+            &nodes,
+            &instances,
+            now,
+            self.config.max_node_provision_time,
+        );
+        let mut unregistered_group = HashMap::new();
+        for (id, _) in &unregistered {
+            let fake = KubeNode::fake(id, FAKE_NODE_UNREGISTERED);
+            if let Ok(Some(group)) = self.client.node_group_for_node(&fake, &mut self.rec).await {
+                unregistered_group.insert(id.clone(), group.id);
+            }
+        }
+
+        let snap = self.build_snapshot(
+            now,
+            nodes,
+            &node_group,
+            (groups, targets, instances),
+            unregistered,
+            &unregistered_group,
+        );
         self.observe(&snap);
         self.update_scale_requests(&snap).await;
         self.handle_creation_errors(&snap);
@@ -403,21 +433,15 @@ impl MockAutoscaler {
     }
 
     fn build_snapshot(
-        &mut self,
+        &self,
         now: Instant,
         nodes: Vec<KubeNode>,
         node_group: &[Option<pb::NodeGroup>],
-        groups: Vec<pb::NodeGroup>,
-        targets: Vec<i32>,
-        instances: Vec<Vec<pb::Instance>>,
+        (groups, targets, instances): (Vec<pb::NodeGroup>, Vec<i32>, Vec<Vec<pb::Instance>>),
+        unregistered: Vec<(String, bool)>,
+        unregistered_group: &HashMap<String, String>,
     ) -> Snapshot {
-        let st = &mut self.state;
-        let provider_ids: HashSet<&str> = nodes
-            .iter()
-            .map(|n| n.provider_id.as_str())
-            .filter(|p| !p.is_empty())
-            .collect();
-        let mut still_unregistered = HashSet::new();
+        let st = &self.state;
         let mut views = Vec::with_capacity(groups.len());
         for ((group, target), instances) in groups.into_iter().zip(targets).zip(instances) {
             let mut view = GroupView {
@@ -447,25 +471,23 @@ impl MockAutoscaler {
                     view.unready.push(i);
                 }
             }
-            for inst in &view.instances {
-                if is_create_error(inst) {
-                    view.create_errors.push(inst.id.clone());
-                }
-                if provider_ids.contains(inst.id.as_str()) || !expected_to_register(inst) {
-                    continue;
-                }
-                still_unregistered.insert(inst.id.clone());
-                let since = *st.unregistered_since.entry(inst.id.clone()).or_insert(now);
-                if since + self.config.max_node_provision_time < now {
-                    view.long_unregistered.push(inst.id.clone());
-                } else {
-                    view.unregistered.push(inst.id.clone());
+            view.create_errors = view
+                .instances
+                .iter()
+                .filter(|i| is_create_error(i))
+                .map(|i| i.id.clone())
+                .collect();
+            for (id, long) in &unregistered {
+                if unregistered_group.get(id) == Some(&view.group.id) {
+                    if *long {
+                        view.long_unregistered.push(id.clone());
+                    } else {
+                        view.unregistered.push(id.clone());
+                    }
                 }
             }
             views.push(view);
         }
-        st.unregistered_since
-            .retain(|id, _| still_unregistered.contains(id));
 
         let unmanaged = node_group.iter().filter(|g| g.is_none()).count();
         let unready_total = nodes
@@ -482,6 +504,7 @@ impl MockAutoscaler {
             now,
             nodes,
             groups: views,
+            unregistered,
             unmanaged,
             unready_total,
             ready_managed,
@@ -687,7 +710,8 @@ impl MockAutoscaler {
     /// deleted with fake nodes, through the group NodeGroupForNode names, down to its min.
     async fn remove_old_unregistered(&mut self, snap: &Snapshot) {
         let mut by_group: Vec<(pb::NodeGroup, Vec<KubeNode>)> = Vec::new();
-        for id in snap.groups.iter().flat_map(|v| v.long_unregistered.iter()) {
+        let long = snap.unregistered.iter().filter(|(_, long)| *long);
+        for (id, _) in long {
             let fake = KubeNode::fake(id, FAKE_NODE_UNREGISTERED);
             let reason = match self.client.node_group_for_node(&fake, &mut self.rec).await {
                 Ok(Some(group)) => {
@@ -1117,6 +1141,39 @@ impl MockAutoscaler {
 }
 
 impl CoreState {
+    /// Instances listed by NodeGroupNodes whose id is no node's providerID and that should
+    /// register (not Deleting, no error), with whether they passed the provision time.
+    fn track_unregistered(
+        &mut self,
+        nodes: &[KubeNode],
+        instances: &[Vec<pb::Instance>],
+        now: Instant,
+        provision: Duration,
+    ) -> Vec<(String, bool)> {
+        let provider_ids: HashSet<&str> = nodes
+            .iter()
+            .map(|n| n.provider_id.as_str())
+            .filter(|p| !p.is_empty())
+            .collect();
+        let mut out: Vec<(String, bool)> = Vec::new();
+        for inst in instances.iter().flatten() {
+            if provider_ids.contains(inst.id.as_str())
+                || !expected_to_register(inst)
+                || out.iter().any(|(id, _)| *id == inst.id)
+            {
+                continue;
+            }
+            let since = *self
+                .unregistered_since
+                .entry(inst.id.clone())
+                .or_insert(now);
+            out.push((inst.id.clone(), since + provision < now));
+        }
+        self.unregistered_since
+            .retain(|id, _| out.iter().any(|(u, _)| u == id));
+        out
+    }
+
     fn track_nodes(&mut self, nodes: &[KubeNode], now: Instant) {
         let keys: HashSet<String> = nodes.iter().map(KubeNode::cache_key).collect();
         for node in nodes {
