@@ -855,7 +855,12 @@ async fn not_ready_nodes_are_removed_after_the_unready_time_down_to_min() {
     assert_eq!(sent.len(), 1);
     assert!(sent[0].name == "w2" || sent[0].name == "w3");
     ca.run_loops(5).await;
-    assert_eq!(ca.calls(Rpc::NodeGroupDeleteNodes).len(), 1, "{}", ca.timeline());
+    assert_eq!(
+        ca.calls(Rpc::NodeGroupDeleteNodes).len(),
+        1,
+        "{}",
+        ca.timeline()
+    );
 }
 
 #[tokio::test]
