@@ -6,9 +6,12 @@
 //! 1. list the Kubernetes nodes from a [`NodeSource`] (the simulator's kubelet emulation through
 //!    [`SimNodeSource`], or a [`StaticNodeSource`] a test edits);
 //! 2. `Refresh` (an error aborts the loop); `NodeGroups` (cached until the next Refresh);
-//!    `NodeGroupForNode` for every node (cached by name+providerID until the next Refresh, except
-//!    answers with id "", which are asked again every time); `NodeGroupTargetSize` and
-//!    `NodeGroupNodes` per group (an error aborts the loop);
+//!    `NodeGroupForNode` for every node; `NodeGroupTargetSize` and `NodeGroupNodes` per group
+//!    (an error aborts the loop); then cluster state: `NodeGroupForNode` twice per node and once
+//!    per instance without a node (its fake node decides which group counts it). Like the real
+//!    client, NodeGroupForNode answers are cached by name+providerID until the next Refresh,
+//!    except answers with id "": a managed node costs one RPC per loop, a control-plane node
+//!    four (template pass, readiness twice, scale-down pre-filter);
 //! 3. decisions, in the real order: instances without a node past the max provision time are
 //!    deleted with fake nodes (name = providerID = instance id), down to the group's min;
 //!    instances Creating with an errorInfo are deleted with fake nodes and back the group off;
@@ -25,6 +28,10 @@
 //! observations, decisions with reasons, and one [`LoopSummary`] per loop whose `Display` is the
 //! demo's progress line. Each `MockAutoscaler` owns all its state, so several can drive the same
 //! provider at once.
+//!
+//! Node timing uses the mock's own clock: a node's age counts from when the mock first listed
+//! it, and a NotReady node that was never Ready is "starting" (upcoming) for
+//! [`AutoscalerConfig::max_node_startup_time`].
 //!
 //! What the real autoscaler does that this one does not: `NodeGroupGetOptions`,
 //! `NodeGroupTemplateNodeInfo`, `GPULabel` and pricing calls, pod scheduling simulation (the

@@ -234,7 +234,9 @@ async fn serve(fake: FakeProvider) -> SocketAddr {
     tokio::spawn(async move {
         tonic::transport::Server::builder()
             .add_service(CloudProviderServer::new(fake))
-            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
+            .serve_with_incoming(
+                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+            )
             .await
     });
     addr
@@ -978,6 +980,7 @@ async fn the_timeline_records_observations_decisions_and_a_readable_line_per_loo
         upcoming: 0
     }));
     let line = summary.to_string();
+    println!("{line}\n{}", ca.timeline());
     for part in [
         "loop 1",
         "target 2",
