@@ -31,6 +31,18 @@ pub enum Rpc {
 }
 
 impl Rpc {
+    /// Every RPC the mock autoscaler issues.
+    pub const ALL: [Rpc; 8] = [
+        Rpc::Refresh,
+        Rpc::NodeGroups,
+        Rpc::NodeGroupForNode,
+        Rpc::NodeGroupTargetSize,
+        Rpc::NodeGroupNodes,
+        Rpc::NodeGroupIncreaseSize,
+        Rpc::NodeGroupDeleteNodes,
+        Rpc::NodeGroupDecreaseTargetSize,
+    ];
+
     /// The RPC's name in the proto service.
     pub fn name(self) -> &'static str {
         match self {
@@ -53,6 +65,18 @@ impl Rpc {
                 | Rpc::NodeGroupDeleteNodes
                 | Rpc::NodeGroupDecreaseTargetSize
         )
+    }
+}
+
+impl std::str::FromStr for Rpc {
+    type Err = String;
+
+    /// Parses the proto name, e.g. `"NodeGroupIncreaseSize"`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Rpc::ALL
+            .into_iter()
+            .find(|rpc| rpc.name() == s)
+            .ok_or_else(|| format!("{s:?} is not an RPC the mock autoscaler issues"))
     }
 }
 
@@ -914,4 +938,62 @@ fn secs(d: Duration) -> String {
 
 fn ms(d: Duration) -> String {
     format!("{:.1}ms", d.as_secs_f64() * 1000.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rpc_names_round_trip() {
+        for rpc in Rpc::ALL {
+            assert_eq!(rpc.name().parse::<Rpc>(), Ok(rpc));
+        }
+        assert!(
+            "NodeGroupGetOptions"
+                .parse::<Rpc>()
+                .unwrap_err()
+                .contains("NodeGroupGetOptions")
+        );
+    }
+
+    #[test]
+    fn instance_counts_follow_the_client_rules() {
+        let with = |state: i32, code: &str| pb::Instance {
+            id: "i".into(),
+            status: Some(pb::InstanceStatus {
+                instance_state: state,
+                error_info: Some(pb::InstanceErrorInfo {
+                    error_code: code.into(),
+                    error_message: "m".into(),
+                    instance_error_class: 99,
+                }),
+            }),
+        };
+        let counts = InstanceCounts::of(&[
+            with(1, ""),
+            with(2, ""),
+            with(2, "QUOTA"),
+            with(3, ""),
+            pb::Instance {
+                id: "n".into(),
+                status: None,
+            },
+        ]);
+        // An errorInfo with an empty code is no error.
+        assert_eq!(
+            counts,
+            InstanceCounts {
+                running: 1,
+                creating: 1,
+                deleting: 1,
+                unspecified: 1,
+                errored: 1
+            }
+        );
+        assert_eq!(
+            counts.to_string(),
+            "1 running 1 creating 1 deleting 1 failed 1 unknown"
+        );
+    }
 }
