@@ -29,7 +29,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         "h" => n * 3600.0,
         _ => return Err(format!("invalid duration unit in {s:?}: use ms, s, m or h")),
     };
-    if !secs.is_finite() || secs < 0.0 || secs > 1e9 {
+    if !secs.is_finite() || !(0.0..=1e9).contains(&secs) {
         return Err(format!("duration {s:?} out of range"));
     }
     Ok(Duration::from_secs_f64(secs))
@@ -63,7 +63,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve the externalgrpc CloudProvider service.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Run the simulator, the provider and a mock autoscaler in one process and play the
     /// scale-up, down-worker and failed-scale-up scenarios live.
     Demo(crate::demo::DemoArgs),

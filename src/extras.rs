@@ -9,7 +9,7 @@ use crate::provider::Provider;
 use crate::template::{
     TemplateInput, TemplateSettings, build_template_node, encode_node, gpu_from_offering,
 };
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use tonic::Status;
 
 /// Template settings and option overrides for every group.
@@ -54,9 +54,7 @@ impl ProviderExtras {
             root_disk_gib: offering.rootdisksize.filter(|g| *g > 0),
             zone_name: snap.zone_name.clone(),
             arch: "amd64".to_string(),
-            copied_labels: provider
-                .sample_labels(group_id)
-                .unwrap_or_else(BTreeMap::new),
+            copied_labels: provider.sample_labels(group_id).unwrap_or_default(),
             gpu: gpu_from_offering(
                 &details,
                 offering.gpucount,

@@ -15,10 +15,10 @@ fn observe<T>(method: &'static str, started: Instant, result: &Result<T, Status>
         Err(s) => s.code(),
     };
     crate::metrics::record_rpc(method, started, code);
-    if let Err(s) = result {
-        if s.code() != tonic::Code::Unimplemented {
-            tracing::debug!(rpc = method, code = ?s.code(), "{}", s.message());
-        }
+    if let Err(s) = result
+        && s.code() != tonic::Code::Unimplemented
+    {
+        tracing::debug!(rpc = method, code = ?s.code(), "{}", s.message());
     }
 }
 

@@ -8,7 +8,7 @@ async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     init_tracing(cli.log_format);
     let result = match cli.command {
-        Command::Serve(args) => run_serve(args).await,
+        Command::Serve(args) => run_serve(*args).await,
         Command::Demo(args) => cks_autoscaler_provider::demo::run(args).await,
     };
     match result {

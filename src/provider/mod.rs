@@ -373,10 +373,10 @@ impl Provider {
         // Followers exit; forget their ops so the next Refresh re-adopts running jobs.
         for g in &self.inner.groups {
             let mut st = g.lock();
-            if let Some(op) = &st.op {
-                if op.job_id.is_some() {
-                    st.op = None;
-                }
+            if let Some(op) = &st.op
+                && op.job_id.is_some()
+            {
+                st.op = None;
             }
         }
         self.inner.shutdown.send_replace(false);

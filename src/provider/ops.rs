@@ -420,16 +420,16 @@ impl Provider {
                             s.snap.name
                         )));
                     }
-                    if reason == Some("unregistered") {
-                        if let Some(l) = st.learned.get(&vm.id) {
-                            tracing::error!(vm = %vm.name, node = %l.node_name, provider_id = %l.provider_id,
+                    if reason == Some("unregistered")
+                        && let Some(l) = st.learned.get(&vm.id)
+                    {
+                        tracing::error!(vm = %vm.name, node = %l.node_name, provider_id = %l.provider_id,
                                 "refusing to delete a VM as unregistered: its Kubernetes node is registered under another providerID");
-                            return Err(Status::failed_precondition(format!(
-                                "refusing to delete VM {} as unregistered: its node {} is registered (providerID {:?}); \
+                        return Err(Status::failed_precondition(format!(
+                            "refusing to delete VM {} as unregistered: its node {} is registered (providerID {:?}); \
                                  the autoscaler matched instance {} to no node because the providerIDs differ; nothing was deleted",
-                                vm.name, l.node_name, l.provider_id, n.provider_id
-                            )));
-                        }
+                            vm.name, l.node_name, l.provider_id, n.provider_id
+                        )));
                     }
                     let removing = st.op.as_ref().is_some_and(|op| {
                         matches!(&op.kind, OpKind::Remove { vm_ids, .. } if vm_ids.contains(&vm.id))

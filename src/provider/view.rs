@@ -47,12 +47,12 @@ impl GroupState {
     pub(crate) fn min_max(&self, spec: &NodeGroupSpec) -> (u32, u32) {
         if let Some(s) = &self.snap {
             let c = &s.snap;
-            if c.autoscaling_enabled {
-                if let (Some(min), Some(max)) = (c.min_size, c.max_size) {
-                    if max > 0 && min <= max {
-                        return (min, max);
-                    }
-                }
+            if c.autoscaling_enabled
+                && let (Some(min), Some(max)) = (c.min_size, c.max_size)
+                && max > 0
+                && min <= max
+            {
+                return (min, max);
             }
         }
         (spec.min, spec.max)
@@ -93,23 +93,22 @@ impl GroupState {
 
     fn pending_placeholders(&self, s: &Indexed) -> Vec<String> {
         let mut out = Vec::new();
-        if let Some(op) = &self.op {
-            if let OpKind::Increase {
+        if let Some(op) = &self.op
+            && let OpKind::Increase {
                 from,
                 to,
                 vms_before,
                 placeholders,
             } = &op.kind
-            {
-                let requested = to.saturating_sub(*from) as usize;
-                let appeared = s
-                    .snap
-                    .workers()
-                    .filter(|v| !vms_before.contains(&v.id))
-                    .count();
-                let missing = requested.saturating_sub(appeared).min(placeholders.len());
-                out.extend(placeholders[placeholders.len() - missing..].iter().cloned());
-            }
+        {
+            let requested = to.saturating_sub(*from) as usize;
+            let appeared = s
+                .snap
+                .workers()
+                .filter(|v| !vms_before.contains(&v.id))
+                .count();
+            let missing = requested.saturating_sub(appeared).min(placeholders.len());
+            out.extend(placeholders[placeholders.len() - missing..].iter().cloned());
         }
         out.extend(self.queued_placeholders.iter().cloned());
         out
@@ -170,10 +169,10 @@ impl GroupState {
     pub(crate) fn resolve(&self, provider_id: &str, name: &str) -> Option<Hit> {
         let s = self.snap.as_ref()?;
         if !provider_id.is_empty() {
-            if let Some(vm_id) = self.learned_by_provider_id.get(provider_id) {
-                if let Some(&i) = s.by_id.get(vm_id) {
-                    return Some(Hit::Vm(i));
-                }
+            if let Some(vm_id) = self.learned_by_provider_id.get(provider_id)
+                && let Some(&i) = s.by_id.get(vm_id)
+            {
+                return Some(Hit::Vm(i));
             }
             if self
                 .failed
@@ -189,10 +188,10 @@ impl GroupState {
             {
                 return Some(Hit::Pending(provider_id.to_string()));
             }
-            if let Some(vm_id) = vm_id_from_provider_id(provider_id) {
-                if let Some(&i) = s.by_id.get(vm_id) {
-                    return Some(Hit::Vm(i));
-                }
+            if let Some(vm_id) = vm_id_from_provider_id(provider_id)
+                && let Some(&i) = s.by_id.get(vm_id)
+            {
+                return Some(Hit::Vm(i));
             }
             // A providerID naming something else entirely is not ours, whatever the name.
             if provider_id.contains("://") {
@@ -301,10 +300,10 @@ impl GroupState {
                 self.failed.len()
             ));
         }
-        if self.op.is_none() {
-            if let Some(r) = blocked_reason(c, alert) {
-                line.push_str(&format!("; cannot scale: {r}"));
-            }
+        if self.op.is_none()
+            && let Some(r) = blocked_reason(c, alert)
+        {
+            line.push_str(&format!("; cannot scale: {r}"));
         }
         if let Some(w) = &c.classification_warning {
             line.push_str(&format!("; WARNING: {w}"));

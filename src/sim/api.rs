@@ -74,6 +74,7 @@ impl Reply {
 
 /// A job task to start after the lock is released.
 #[derive(Debug)]
+#[allow(clippy::large_enum_variant)] // built once per job, moved straight into a task
 pub enum Spawn {
     Scale {
         job_id: String,
