@@ -168,6 +168,17 @@ pub struct ServeArgs {
     /// Serve Prometheus `/metrics`, `/healthz` and `/readyz` over plain HTTP on this address.
     #[arg(long, env = "CKS_PROVIDER_METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
+    /// Server certificate (PEM) for gRPC TLS; re-read when the file changes.
+    #[arg(long, env = "CKS_PROVIDER_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// Server private key (PEM) for gRPC TLS.
+    #[arg(long, env = "CKS_PROVIDER_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// CA (PEM) that client certificates must chain to: turns on mutual TLS (the autoscaler's
+    /// cloud-config `cert`/`key`); clients without a valid certificate are refused at the
+    /// handshake.
+    #[arg(long, env = "CKS_PROVIDER_TLS_CLIENT_CA", requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
     /// Allow plaintext gRPC on a non-loopback address.
     #[arg(long, env = "CKS_PROVIDER_INSECURE")]
     pub insecure: bool,
@@ -329,14 +340,31 @@ async fn shutdown_signal() {
 
 /// `serve`.
 pub async fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
-    if !args.insecure && !args.listen.ip().is_loopback() {
+    crate::tls::ensure_crypto_provider();
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(crate::tls::ReloadingTls::new(
+            crate::tls::TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+                client_ca: args.tls_client_ca.clone(),
+            },
+            crate::tls::DEFAULT_CHECK_INTERVAL,
+        )?),
+        _ => None,
+    };
+    if tls.is_none() && !args.insecure && !args.listen.ip().is_loopback() {
         bail!(
-            "refusing to serve plaintext gRPC on non-loopback address {} without --insecure \
-             (TLS flags arrive in a later release; use a loopback address or --insecure)",
+            "refusing to serve plaintext gRPC on non-loopback address {}: give --tls-cert and \
+             --tls-key (and --tls-client-ca for mutual TLS), or --insecure",
             args.listen
         );
     }
-    if args.insecure && !args.listen.ip().is_loopback() {
+    if tls.as_ref().is_some_and(|_| args.tls_client_ca.is_none()) {
+        tracing::warn!(
+            "TLS without --tls-client-ca: any client can call the provider; the autoscaler's cloud-config supports mutual TLS (cert/key/cacert)"
+        );
+    }
+    if tls.is_none() && !args.listen.ip().is_loopback() {
         tracing::warn!(listen = %args.listen, "serving plaintext gRPC on a non-loopback address (--insecure)");
     }
     let extras = args.extras()?;
@@ -370,7 +398,7 @@ pub async fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
         );
         println!("address: \"{}\"\ngrpc_timeout: 5s\n", args.listen);
         for g in &groups {
-            println!("node group: {}:{}:{:?}", g.min, g.max, g.cluster);
+            println!("node group (--nodes): {}:{}:{}", g.min, g.max, g.cluster);
         }
         _sim = Some(sim);
         (cfg, groups)
@@ -411,6 +439,7 @@ pub async fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     let options = ServeOptions {
         extras: std::sync::Arc::new(extras),
+        tls,
         ..ServeOptions::default()
     };
     serve(listener, provider.clone(), options, signal).await?;

@@ -9,8 +9,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
+use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
-use tonic::transport::{Server, ServerTlsConfig};
 
 /// Largest request the server decodes: the autoscaler's biggest message is a DeleteNodes
 /// with a few hundred nodes; anything far larger is a misbehaving client.
@@ -19,7 +19,8 @@ pub const MAX_REQUEST_BYTES: usize = 4 * 1024 * 1024;
 /// How the server is run.
 pub struct ServeOptions {
     pub extras: Arc<dyn Extras>,
-    pub tls: Option<ServerTlsConfig>,
+    /// TLS (mutual when a client CA is configured), re-read when the files change.
+    pub tls: Option<crate::tls::ReloadingTls>,
     /// Concurrent requests per connection.
     pub concurrency_per_connection: usize,
 }
@@ -59,16 +60,23 @@ pub async fn serve(
         .concurrency_limit_per_connection(options.concurrency_per_connection)
         .tcp_nodelay(true)
         .http2_keepalive_interval(Some(Duration::from_secs(30)));
-    if let Some(tls) = options.tls {
-        builder = builder.tls_config(tls)?;
-    }
-    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-    let result = builder
+    let router = builder
         .add_service(health)
         .add_service(reflection)
-        .add_service(service)
-        .serve_with_incoming_shutdown(incoming, shutdown)
-        .await;
+        .add_service(service);
+    let result = match options.tls {
+        Some(tls) => {
+            router
+                .serve_with_incoming_shutdown(crate::tls::incoming(listener, tls), shutdown)
+                .await
+        }
+        None => {
+            let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+            router
+                .serve_with_incoming_shutdown(incoming, shutdown)
+                .await
+        }
+    };
     health_task.abort();
     result.map_err(Into::into)
 }
