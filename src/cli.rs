@@ -67,6 +67,9 @@ pub enum Command {
     /// Run the simulator, the provider and a mock autoscaler in one process and play the
     /// scale-up, down-worker and failed-scale-up scenarios live.
     Demo(crate::demo::DemoArgs),
+    /// Show what the autoscaler sees through the provider's RPCs: node groups, target
+    /// sizes, instances with their status and errors, why a group cannot scale.
+    Probe(crate::probe::ProbeArgs),
 }
 
 /// `serve` flags.
@@ -179,9 +182,98 @@ pub struct ServeArgs {
     /// handshake.
     #[arg(long, env = "CKS_PROVIDER_TLS_CLIENT_CA", requires = "tls_cert")]
     pub tls_client_ca: Option<PathBuf>,
+    /// A YAML (.yaml/.yml) or TOML (.toml) file with any of these flags as keys (long names,
+    /// e.g. `job-poll-interval: 2s`, `nodes: ["1:10:prod"]`). Flags and environment variables
+    /// override it; an unknown key is an error that names it.
+    #[arg(long, env = "CKS_PROVIDER_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// On SIGTERM: after in-flight RPCs finish, keep following running scale jobs for at most
+    /// this long.
+    #[arg(long, env = "CKS_PROVIDER_SHUTDOWN_GRACE", default_value = "10s", value_parser = parse_duration)]
+    pub shutdown_grace: Duration,
     /// Allow plaintext gRPC on a non-loopback address.
     #[arg(long, env = "CKS_PROVIDER_INSECURE")]
     pub insecure: bool,
+}
+
+/// Parses the command line, folding in `serve --config FILE` (flags and environment variables
+/// win over the file).
+pub fn parse_args(argv: Vec<std::ffi::OsString>) -> Result<Cli, clap::Error> {
+    use clap::{CommandFactory, FromArgMatches};
+    let cmd = Cli::command();
+    let matches = cmd.clone().try_get_matches_from(argv.clone())?;
+    let Some(("serve", sub)) = matches.subcommand() else {
+        return Cli::from_arg_matches(&matches);
+    };
+    let Some(path) = sub.get_one::<PathBuf>("config").cloned() else {
+        return Cli::from_arg_matches(&matches);
+    };
+    let serve_cmd = cmd.find_subcommand("serve").cloned().unwrap_or_default();
+    let tokens = config_tokens(&path, &serve_cmd, sub)
+        .map_err(|e| clap::Error::raw(clap::error::ErrorKind::InvalidValue, format!("{e}\n")))?;
+    let pos = argv.iter().position(|a| a == "serve").unwrap_or(argv.len());
+    let mut merged: Vec<std::ffi::OsString> = argv[..=pos.min(argv.len().saturating_sub(1))].to_vec();
+    merged.extend(tokens.into_iter().map(Into::into));
+    merged.extend(argv[pos + 1..].iter().cloned());
+    let matches = cmd.try_get_matches_from(merged)?;
+    Cli::from_arg_matches(&matches)
+}
+
+/// The `--flag=value` tokens a config file stands for, leaving out flags already given on
+/// the command line or in the environment.
+fn config_tokens(
+    path: &std::path::Path,
+    serve_cmd: &clap::Command,
+    given: &clap::ArgMatches,
+) -> anyhow::Result<Vec<String>> {
+    use clap::parser::ValueSource;
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading --config {}", path.display()))?;
+    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
+    let value: serde_json::Value = match ext.as_str() {
+        "yaml" | "yml" => serde_saphyr::from_str(&text).with_context(|| format!("parsing YAML in {}", path.display()))?,
+        "toml" => toml::from_str(&text).with_context(|| format!("parsing TOML in {}", path.display()))?,
+        _ => bail!("--config {}: the file must end in .yaml, .yml or .toml", path.display()),
+    };
+    let Some(table) = value.as_object() else {
+        bail!("--config {}: expected a mapping of flag names to values", path.display());
+    };
+    let mut tokens = Vec::new();
+    for (key, v) in table {
+        let Some(arg) = serve_cmd
+            .get_arguments()
+            .find(|a| a.get_long() == Some(key.as_str()) && key != "config")
+        else {
+            let known: Vec<&str> = serve_cmd.get_arguments().filter_map(|a| a.get_long()).filter(|l| *l != "config").collect();
+            bail!("--config {}: unknown key {key:?} (known keys: {})", path.display(), known.join(", "));
+        };
+        let id = arg.get_id().as_str();
+        if matches!(given.value_source(id), Some(ValueSource::CommandLine | ValueSource::EnvVariable)) {
+            continue;
+        }
+        let scalar = |v: &serde_json::Value| -> anyhow::Result<String> {
+            Ok(match v {
+                serde_json::Value::String(s) => s.clone(),
+                serde_json::Value::Number(n) => n.to_string(),
+                serde_json::Value::Bool(b) => b.to_string(),
+                _ => bail!("--config {}: key {key:?} must be a string, number or boolean", path.display()),
+            })
+        };
+        let takes_value = arg.get_num_args().is_none_or(|n| n.takes_values());
+        match v {
+            serde_json::Value::Bool(b) if !takes_value => {
+                if *b {
+                    tokens.push(format!("--{key}"));
+                }
+            }
+            serde_json::Value::Array(items) => {
+                for item in items {
+                    tokens.push(format!("--{key}={}", scalar(item)?));
+                }
+            }
+            other => tokens.push(format!("--{key}={}", scalar(other)?)),
+        }
+    }
+    Ok(tokens)
 }
 
 /// Sets up tracing (`RUST_LOG`-style filter, default info).
@@ -443,6 +535,7 @@ pub async fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
         ..ServeOptions::default()
     };
     serve(listener, provider.clone(), options, signal).await?;
+    provider.wait_idle(args.shutdown_grace).await;
     provider.cleanup();
     Ok(())
 }
@@ -450,6 +543,58 @@ pub async fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn write_temp(name: &str, text: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("cks-cli-test-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let p = dir.join(name);
+        std::fs::write(&p, text).expect("write");
+        p
+    }
+
+    fn serve_args(argv: &[&str]) -> Result<ServeArgs, String> {
+        let argv: Vec<std::ffi::OsString> = argv.iter().map(Into::into).collect();
+        match parse_args(argv).map_err(|e| e.to_string())?.command {
+            Command::Serve(s) => Ok(*s),
+            _ => Err("not serve".into()),
+        }
+    }
+
+    #[test]
+    fn config_file_values_apply_and_flags_override_them() {
+        let yaml = write_temp(
+            "c.yaml",
+            "listen: 127.0.0.1:9000\njob-poll-interval: 3s\nnodes: [\"1:4:alpha\", \"0:2:beta\"]\nsimulate: true\n",
+        );
+        let y = yaml.to_string_lossy().to_string();
+        let s = serve_args(&["p", "serve", "--config", &y]).expect("parses");
+        assert_eq!(s.listen.to_string(), "127.0.0.1:9000");
+        assert_eq!(s.job_poll_interval, Duration::from_secs(3));
+        assert_eq!(s.nodes, vec!["1:4:alpha", "0:2:beta"]);
+        assert!(s.simulate);
+        let s = serve_args(&["p", "serve", "--config", &y, "--job-poll-interval", "250ms", "--nodes", "2:3:gamma"])
+            .expect("parses");
+        assert_eq!(s.job_poll_interval, Duration::from_millis(250), "the flag wins");
+        assert_eq!(s.nodes, vec!["2:3:gamma"], "the flag wins");
+        assert_eq!(s.listen.to_string(), "127.0.0.1:9000", "the file still applies");
+        let toml = write_temp("c.toml", "staleness-bound = \"5m\"\nmax-pods = 64\n");
+        let s = serve_args(&["p", "serve", "--config", &toml.to_string_lossy()]).expect("parses");
+        assert_eq!(s.staleness_bound, Duration::from_secs(300));
+        assert_eq!(s.max_pods, 64);
+    }
+
+    #[test]
+    fn config_file_unknown_keys_and_bad_values_are_named() {
+        let bad = write_temp("bad.yaml", "listen: 127.0.0.1:9000\njob-pol-interval: 3s\n");
+        let e = serve_args(&["p", "serve", "--config", &bad.to_string_lossy()]).unwrap_err();
+        assert!(e.contains("unknown key \"job-pol-interval\""), "{e}");
+        let bad = write_temp("bad2.yaml", "job-poll-interval: soon\n");
+        let e = serve_args(&["p", "serve", "--config", &bad.to_string_lossy()]).unwrap_err();
+        assert!(e.contains("soon"), "{e}");
+        let bad = write_temp("bad.json", "{}");
+        let e = serve_args(&["p", "serve", "--config", &bad.to_string_lossy()]).unwrap_err();
+        assert!(e.contains(".yaml"), "{e}");
+    }
 
     #[test]
     fn durations() {

@@ -18,3 +18,4 @@ pub mod server;
 pub mod sim;
 pub mod template;
 pub mod tls;
+pub mod probe;

@@ -1,15 +1,18 @@
 //! The `cks-autoscaler-provider` binary: argument parsing and the runtime only.
 
 use cks_autoscaler_provider::cli::{Cli, Command, init_tracing, run_serve};
-use clap::Parser;
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    let cli = match parse_args(std::env::args_os().collect()) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     init_tracing(cli.log_format);
     let result = match cli.command {
         Command::Serve(args) => run_serve(*args).await,
         Command::Demo(args) => cks_autoscaler_provider::demo::run(args).await,
+        Command::Probe(args) => cks_autoscaler_provider::probe::run(args).await,
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -613,3 +613,23 @@ impl Provider {
         g.lock().sample_labels.clone()
     }
 }
+
+impl Provider {
+    /// Waits until no scale job is being followed, or `grace` passes: on shutdown, running
+    /// jobs are followed only as long as the grace period allows (CloudStack finishes them
+    /// anyway; a restarted provider adopts them).
+    pub async fn wait_idle(&self, grace: Duration) -> bool {
+        let until = Instant::now() + grace;
+        loop {
+            let busy = self.inner.groups.iter().any(|g| g.lock().op.is_some());
+            if !busy {
+                return true;
+            }
+            if Instant::now() >= until {
+                tracing::warn!("shutdown grace period over with a scale job still running; a restarted provider adopts it");
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
