@@ -5,7 +5,9 @@ mod sim_support;
 
 use std::time::Duration;
 
-use cks_autoscaler_provider::sim::{ClusterSpec, ClusterState, NodesSpec, Scenario, SimConfig, VmState};
+use cks_autoscaler_provider::sim::{
+    ClusterSpec, ClusterState, NodesSpec, Scenario, SimConfig, VmState,
+};
 use serde_json::Value;
 use sim_support::*;
 
@@ -54,7 +56,12 @@ async fn fixture(cfg: SimConfig) -> Fixture {
     let id = sim.cluster_ids()[0].clone();
     let cluster = c.cluster(&id).await;
     assert_eq!(cluster["state"], "Alert");
-    Fixture { sim, c, id, cluster }
+    Fixture {
+        sim,
+        c,
+        id,
+        cluster,
+    }
 }
 
 impl Fixture {
@@ -76,7 +83,10 @@ impl Fixture {
 
     async fn accepted(&self, extra: &[(&str, &str)]) -> Value {
         let job = self.scale(extra).await;
-        assert_eq!(job["jobstatus"], 1, "expected acceptance of {extra:?}: {job}");
+        assert_eq!(
+            job["jobstatus"], 1,
+            "expected acceptance of {extra:?}: {job}"
+        );
         self.c.cluster(&self.id).await
     }
 
@@ -86,7 +96,10 @@ impl Fixture {
 
     async fn offering_id(&self, name: &str) -> String {
         let list = self.c.ok("listServiceOfferings", &[("name", name)]).await;
-        list["serviceoffering"][0]["id"].as_str().unwrap().to_string()
+        list["serviceoffering"][0]["id"]
+            .as_str()
+            .unwrap()
+            .to_string()
     }
 }
 
@@ -97,14 +110,20 @@ async fn size_changes_and_worker_removal_are_accepted_in_alert() {
     // Scale up: waits only for the nodes whose VMs are not down.
     let after = f.accepted(&[("size", "4")]).await;
     assert_eq!(after["size"], 4);
-    assert_eq!(after["state"], "Running", "success moves the cluster to Running; the scanner brings Alert back");
+    assert_eq!(
+        after["state"], "Running",
+        "success moves the cluster to Running; the scanner brings Alert back"
+    );
     assert_eq!(f.sim.cluster_state(&f.id), Some(ClusterState::Running));
     f.sim.scan_now();
     assert_eq!(f.sim.cluster_state(&f.id), Some(ClusterState::Alert));
 
     // Scale down by size: the stopped worker goes first.
     let after = f.accepted(&[("size", "3")]).await;
-    assert!(vm_state(&after, &workers[1]).is_none(), "stopped worker removed: {after}");
+    assert!(
+        vm_state(&after, &workers[1]).is_none(),
+        "stopped worker removed: {after}"
+    );
     assert_eq!(vm_ids(&after, "-node-").len(), 3);
 }
 
@@ -116,32 +135,58 @@ async fn removing_the_down_worker_by_nodeids_is_accepted() {
     assert!(vm_state(&after, &down).is_none());
     assert_eq!(after["size"], 2);
     f.sim.scan_now();
-    assert_eq!(f.sim.cluster_state(&f.id), Some(ClusterState::Running), "nothing down any more");
+    assert_eq!(
+        f.sim.cluster_state(&f.id),
+        Some(ClusterState::Running),
+        "nothing down any more"
+    );
 }
 
 #[tokio::test]
 async fn rule_1_offering_change_refused_same_offering_accepted() {
     let f = fixture(usual()).await;
     let large = f.offering_id("cks-large").await;
-    let text = f.refused(&[("serviceofferingid", &large), ("size", "4")]).await;
+    let text = f
+        .refused(&[("serviceofferingid", &large), ("size", "4")])
+        .await;
     assert_eq!(
         text,
         "Kubernetes cluster alpha is in Alert state and its service offering can not be changed; only its size can be changed or worker nodes removed"
     );
-    let text = f.refused(&[("nodeofferings[0].node", "worker"), ("nodeofferings[0].offering", &large), ("size", "4")]).await;
-    assert!(text.contains("service offering can not be changed"), "{text}");
+    let text = f
+        .refused(&[
+            ("nodeofferings[0].node", "worker"),
+            ("nodeofferings[0].offering", &large),
+            ("size", "4"),
+        ])
+        .await;
+    assert!(
+        text.contains("service offering can not be changed"),
+        "{text}"
+    );
     let medium = f.offering_id("cks-medium").await;
-    f.accepted(&[("serviceofferingid", &medium), ("size", "4")]).await;
+    f.accepted(&[("serviceofferingid", &medium), ("size", "4")])
+        .await;
 }
 
 #[tokio::test]
 async fn rule_1_autoscaling_change_refused_same_values_accepted() {
     let f = fixture(usual()).await;
     let expected = "Kubernetes cluster alpha is in Alert state and its autoscaling settings can not be changed; only its size can be changed or worker nodes removed";
-    assert_eq!(f.refused(&[("autoscalingenabled", "false")]).await, expected);
-    assert_eq!(f.refused(&[("minsize", "2"), ("size", "4")]).await, expected);
-    assert_eq!(f.refused(&[("maxsize", "9"), ("size", "4")]).await, expected);
-    f.accepted(&[("minsize", "1"), ("maxsize", "10"), ("size", "4")]).await;
+    assert_eq!(
+        f.refused(&[("autoscalingenabled", "false")]).await,
+        expected
+    );
+    assert_eq!(
+        f.refused(&[("minsize", "2"), ("size", "4")]).await,
+        expected
+    );
+    assert_eq!(
+        f.refused(&[("maxsize", "9"), ("size", "4")]).await,
+        expected
+    );
+    f.accepted(&[("minsize", "1"), ("maxsize", "10"), ("size", "4")])
+        .await;
 }
 
 #[tokio::test]
@@ -158,12 +203,21 @@ async fn rule_2_a_request_that_changes_nothing_is_refused() {
 async fn rule_3_only_worker_nodes_may_be_removed() {
     let f = fixture(alpha(vec![R, R], vec![R], vec![R, S, R], vec![R], true)).await;
     let vms = f.cluster["virtualmachines"].as_array().unwrap().clone();
-    let by = |pred: &dyn Fn(&Value) -> bool| vms.iter().find(|v| pred(v)).unwrap()["id"].as_str().unwrap().to_string();
+    let by = |pred: &dyn Fn(&Value) -> bool| {
+        vms.iter().find(|v| pred(v)).unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
     let control = f.ids("-control-")[1].clone();
     let etcd = by(&|v| v["isetcdnode"] == true);
     let external = by(&|v| v["isexternalnode"] == true);
     let down_worker = f.ids("-node-")[1].clone();
-    for (id, role) in [(&control, "control"), (&etcd, "etcd"), (&external, "external")] {
+    for (id, role) in [
+        (&control, "control"),
+        (&etcd, "etcd"),
+        (&external, "external"),
+    ] {
         let list = format!("{down_worker},{id}");
         let text = f.refused(&[("nodeids", &list)]).await;
         assert!(
@@ -195,7 +249,10 @@ async fn rule_5_as_many_vms_as_nodes() {
     cfg.scenario.clusters[0].size = Some(4);
     let f = fixture(cfg).await;
     let text = f.refused(&[("size", "2")]).await;
-    assert_eq!(text, "Kubernetes cluster alpha is in Alert state and can not be scaled while it has 4 VMs for 5 nodes");
+    assert_eq!(
+        text,
+        "Kubernetes cluster alpha is in Alert state and can not be scaled while it has 4 VMs for 5 nodes"
+    );
 }
 
 #[tokio::test]
@@ -208,7 +265,10 @@ async fn rule_6_control_and_etcd_vms_must_be_up() {
 
     let f = fixture(alpha(vec![R], vec![R, S], vec![R, S], vec![], true)).await;
     let text = f.refused(&[("size", "1")]).await;
-    assert!(text.contains("control or etcd node VMs are down: alpha-etcd-2-"), "{text}");
+    assert!(
+        text.contains("control or etcd node VMs are down: alpha-etcd-2-"),
+        "{text}"
+    );
     assert!(text.contains("(Stopped)"), "{text}");
 }
 
@@ -221,9 +281,23 @@ async fn rule_7_some_worker_vm_must_be_down() {
     let f = fixture(alpha(vec![R], vec![], vec![R, R], vec![S], true)).await;
     assert_eq!(f.refused(&[("size", "4")]).await, expected);
     // Migrating and Unknown VMs are not down either.
-    let f = fixture(alpha(vec![R], vec![], vec![R, VmState::Unknown], vec![], true)).await;
+    let f = fixture(alpha(
+        vec![R],
+        vec![],
+        vec![R, VmState::Unknown],
+        vec![],
+        true,
+    ))
+    .await;
     assert_eq!(f.refused(&[("size", "3")]).await, expected);
-    let f = fixture(alpha(vec![R], vec![], vec![R, VmState::Error], vec![], true)).await;
+    let f = fixture(alpha(
+        vec![R],
+        vec![],
+        vec![R, VmState::Error],
+        vec![],
+        true,
+    ))
+    .await;
     f.accepted(&[("size", "3")]).await;
 }
 
@@ -250,5 +324,8 @@ async fn other_states_are_refused_with_cloudstacks_text() {
     let f = fixture(usual()).await;
     f.sim.set_cluster_state(&f.id, ClusterState::Upgrading);
     let job = f.scale(&[("size", "4")]).await;
-    assert_eq!(failure_text(&job), "Kubernetes cluster alpha is in Upgrading state and can not be scaled");
+    assert_eq!(
+        failure_text(&job),
+        "Kubernetes cluster alpha is in Upgrading state and can not be scaled"
+    );
 }

@@ -29,15 +29,33 @@ async fn sim_list_nodes_reports_registered_nodes_with_ccm_metadata() {
         assert_eq!(node.clusterid, id);
         assert!(node.ready);
         assert_eq!(node.labels["kubernetes.io/hostname"], node.name);
-        assert_eq!(node.labels["node.kubernetes.io/instance-type"], "cks-medium");
+        assert_eq!(
+            node.labels["node.kubernetes.io/instance-type"],
+            "cks-medium"
+        );
         assert_eq!(node.labels["topology.kubernetes.io/zone"], "zone1");
     }
     assert_eq!(nodes[0].role, "control");
-    assert!(nodes[0].labels.contains_key("node-role.kubernetes.io/control-plane"));
-    assert!(nodes[1..].iter().all(|n| n.role == "worker" && !n.labels.contains_key("node-role.kubernetes.io/control-plane")));
+    assert!(
+        nodes[0]
+            .labels
+            .contains_key("node-role.kubernetes.io/control-plane")
+    );
+    assert!(nodes[1..].iter().all(|n| {
+        n.role == "worker"
+            && !n
+                .labels
+                .contains_key("node-role.kubernetes.io/control-plane")
+    }));
     assert_eq!(sim.nodes(), nodes);
     // Unknown cluster ids are a parameter error.
-    let a = c.raw(&format!("{}?command=simListNodes&clusterid=00000000-0000-4000-8000-000000000000", sim.api_url)).await.unwrap();
+    let a = c
+        .raw(&format!(
+            "{}?command=simListNodes&clusterid=00000000-0000-4000-8000-000000000000",
+            sim.api_url
+        ))
+        .await
+        .unwrap();
     assert_eq!(a.status, 431);
 }
 
@@ -52,14 +70,26 @@ async fn a_new_vms_node_registers_the_kubelet_delay_after_the_vm_runs() {
     let c = Client::new(&sim);
     let id = sim.cluster_ids()[0].clone();
     let submitted_at = sim.now_ms();
-    let job = c.submit("scaleKubernetesCluster", &[("id", &id), ("size", "4")]).await;
+    let job = c
+        .submit("scaleKubernetesCluster", &[("id", &id), ("size", "4")])
+        .await;
     let new_vm = sim.vms(&id)[4].0.clone();
     // Running after half the job; not registered until the delay has passed.
-    eventually("new VM running", || sim.vms(&id)[4].2 == cks_autoscaler_provider::sim::VmState::Running).await;
-    eventually("node registered", || sim.nodes().iter().any(|n| n.vmid == new_vm)).await;
+    eventually("new VM running", || {
+        sim.vms(&id)[4].2 == cks_autoscaler_provider::sim::VmState::Running
+    })
+    .await;
+    eventually("node registered", || {
+        sim.nodes().iter().any(|n| n.vmid == new_vm)
+    })
+    .await;
     let node = sim.nodes().into_iter().find(|n| n.vmid == new_vm).unwrap();
     assert!(node.ready);
-    assert!(node.registeredms >= submitted_at + 300, "registered at {} for a VM created at {submitted_at}", node.registeredms);
+    assert!(
+        node.registeredms >= submitted_at + 300,
+        "registered at {} for a VM created at {submitted_at}",
+        node.registeredms
+    );
     // The job waited for that node to be Ready.
     let done = c.wait_job(&job).await;
     assert_eq!(done["jobstatus"], 1, "{done}");
@@ -81,9 +111,14 @@ async fn a_down_vms_node_stays_not_ready_and_a_removed_vms_node_goes() {
     c.wait_job(&job).await;
     let n = node(&workers[0]).expect("a down VM's node stays registered");
     assert!(!n.ready);
-    let job = c.submit("startVirtualMachine", &[("id", &workers[0])]).await;
+    let job = c
+        .submit("startVirtualMachine", &[("id", &workers[0])])
+        .await;
     c.wait_job(&job).await;
-    eventually("node Ready again", || node(&workers[0]).is_some_and(|n| n.ready)).await;
+    eventually("node Ready again", || {
+        node(&workers[0]).is_some_and(|n| n.ready)
+    })
+    .await;
 
     let done = c.scale(&[("id", &id), ("nodeids", &workers[1])]).await;
     assert_eq!(done["jobstatus"], 1, "{done}");
@@ -102,9 +137,14 @@ async fn a_vm_stopped_before_registering_never_registers() {
     .await;
     let c = Client::new(&sim);
     let id = sim.cluster_ids()[0].clone();
-    let job = c.submit("scaleKubernetesCluster", &[("id", &id), ("size", "4")]).await;
+    let job = c
+        .submit("scaleKubernetesCluster", &[("id", &id), ("size", "4")])
+        .await;
     let new_vm = sim.vms(&id)[4].0.clone();
-    eventually("new VM running", || sim.vms(&id)[4].2 == cks_autoscaler_provider::sim::VmState::Running).await;
+    eventually("new VM running", || {
+        sim.vms(&id)[4].2 == cks_autoscaler_provider::sim::VmState::Running
+    })
+    .await;
     sim.stop_vm(&new_vm);
     let done = c.wait_job(&job).await;
     assert!(failure_text(&done).contains("does not have desired number of nodes in ready state"));

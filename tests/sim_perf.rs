@@ -26,8 +26,12 @@ async fn a_5000_vm_cluster_lists_completely() {
     let cl = &list["kubernetescluster"][0];
     assert_eq!(cl["size"], 4997);
     assert_eq!(cl["virtualmachines"].as_array().unwrap().len(), 5000);
-    let names: std::collections::HashSet<_> =
-        cl["virtualmachines"].as_array().unwrap().iter().map(|v| v["name"].as_str().unwrap()).collect();
+    let names: std::collections::HashSet<_> = cl["virtualmachines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["name"].as_str().unwrap())
+        .collect();
     assert_eq!(names.len(), 5000, "VM names are unique");
     assert_eq!(c.ok("listVirtualMachines", &[]).await["count"], 5000);
     assert_eq!(c.sim("simListNodes", &[]).await["count"], 5000);
@@ -39,7 +43,10 @@ async fn measure_listing_a_5000_vm_cluster() {
     let sim = start(big()).await;
     let c = Client::new(&sim);
     let id = sim.cluster_ids()[0].clone();
-    for (label, command) in [("listKubernetesClusters", "listKubernetesClusters"), ("listVirtualMachines", "listVirtualMachines")] {
+    for (label, command) in [
+        ("listKubernetesClusters", "listKubernetesClusters"),
+        ("listVirtualMachines", "listVirtualMachines"),
+    ] {
         let mut times = Vec::new();
         for _ in 0..50 {
             let t = Instant::now();

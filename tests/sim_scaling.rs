@@ -20,12 +20,20 @@ async fn scale_up_goes_through_scaling_and_starting_vms_then_updates_size() {
     .await;
     let c = Client::new(&sim);
     let id = sim.cluster_ids()[0].clone();
-    let job = c.submit("scaleKubernetesCluster", &[("id", &id), ("size", "5")]).await;
+    let job = c
+        .submit("scaleKubernetesCluster", &[("id", &id), ("size", "5")])
+        .await;
 
     let during = c.cluster(&id).await;
     assert_eq!(during["state"], "Scaling");
     assert_eq!(during["size"], 3, "size changes only when the job succeeds");
-    let new: Vec<_> = during["virtualmachines"].as_array().unwrap().iter().skip(4).cloned().collect();
+    let new: Vec<_> = during["virtualmachines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .skip(4)
+        .cloned()
+        .collect();
     assert_eq!(new.len(), 2, "{during}");
     for vm in &new {
         assert_eq!(vm["state"], "Starting");
@@ -33,7 +41,10 @@ async fn scale_up_goes_through_scaling_and_starting_vms_then_updates_size() {
     }
     let q = c.ok("queryAsyncJobResult", &[("jobid", &job)]).await;
     assert_eq!(q["jobstatus"], 0);
-    assert_eq!(q["cmd"], "org.apache.cloudstack.api.command.user.kubernetes.cluster.ScaleKubernetesClusterCmd");
+    assert_eq!(
+        q["cmd"],
+        "org.apache.cloudstack.api.command.user.kubernetes.cluster.ScaleKubernetesClusterCmd"
+    );
     assert_eq!(q["jobinstancetype"], "KubernetesCluster");
     assert_eq!(q["jobinstanceid"], id.as_str());
     assert!(q.get("jobresult").is_none());
@@ -49,7 +60,13 @@ async fn scale_up_goes_through_scaling_and_starting_vms_then_updates_size() {
     assert_eq!(after["state"], "Running");
     assert_eq!(after["size"], 5);
     assert_eq!(after["cpunumber"], "12", "6 VMs of 2 vCPUs");
-    assert!(after["virtualmachines"].as_array().unwrap().iter().all(|v| v["state"] == "Running"));
+    assert!(
+        after["virtualmachines"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|v| v["state"] == "Running")
+    );
     assert_eq!(sim.running_jobs(&id), 0);
 }
 
@@ -70,7 +87,9 @@ async fn scale_down_removes_down_workers_first_then_the_newest() {
     let id = sim.cluster_ids()[0].clone();
     let w = vm_ids(&c.cluster(&id).await, "-node-");
     assert!(sim.stop_vm(&w[1]));
-    let job = c.submit("scaleKubernetesCluster", &[("id", &id), ("size", "2")]).await;
+    let job = c
+        .submit("scaleKubernetesCluster", &[("id", &id), ("size", "2")])
+        .await;
 
     // Removed VMs pass through Expunging and Destroyed before they vanish.
     let mut seen = std::collections::HashSet::new();
@@ -84,13 +103,23 @@ async fn scale_down_removes_down_workers_first_then_the_newest() {
         }
         tokio::time::sleep(ms(5)).await;
     }
-    assert!(seen.contains("Expunging") && seen.contains("Destroyed"), "{seen:?}");
+    assert!(
+        seen.contains("Expunging") && seen.contains("Destroyed"),
+        "{seen:?}"
+    );
     let cl = c.cluster(&id).await;
     assert_eq!(c.wait_job(&job).await["jobstatus"], 1);
-    assert_eq!(vm_ids(&cl, "-node-"), vec![w[0].clone(), w[2].clone()], "stopped w1, then newest w3");
+    assert_eq!(
+        vm_ids(&cl, "-node-"),
+        vec![w[0].clone(), w[2].clone()],
+        "stopped w1, then newest w3"
+    );
     assert_eq!(cl["size"], 2);
     // Expunged VMs are still known ids: listing them is empty, not an error.
-    assert_eq!(c.ok("listVirtualMachines", &[("id", &w[3])]).await, serde_json::json!({}));
+    assert_eq!(
+        c.ok("listVirtualMachines", &[("id", &w[3])]).await,
+        serde_json::json!({})
+    );
 }
 
 #[tokio::test]
@@ -108,11 +137,19 @@ async fn without_alert_scaling_scale_down_takes_the_newest_even_when_one_is_down
     sim.stop_vm(&w[0]);
     let done = c.scale(&[("id", &id), ("size", "2")]).await;
     assert_eq!(done["jobstatus"], 1, "{done}");
-    assert_eq!(vm_ids(&c.cluster(&id).await, "-node-"), vec![w[0].clone(), w[1].clone()]);
+    assert_eq!(
+        vm_ids(&c.cluster(&id).await, "-node-"),
+        vec![w[0].clone(), w[1].clone()]
+    );
     // ...but removing the down worker itself fails on the drain of its NotReady node.
     let done = c.scale(&[("id", &id), ("nodeids", &w[0])]).await;
     let text = failure_text(&done);
-    assert!(text.starts_with("Scaling failed for Kubernetes cluster four, failed to remove Kubernetes node:"), "{text}");
+    assert!(
+        text.starts_with(
+            "Scaling failed for Kubernetes cluster four, failed to remove Kubernetes node:"
+        ),
+        "{text}"
+    );
     assert_eq!(c.cluster(&id).await["state"], "Alert");
 }
 
@@ -141,7 +178,12 @@ async fn cloudstack_parameter_checks_fail_the_job_with_their_texts() {
     let workers = vm_ids(&cl, "-node-");
     let offerings = c.ok("listServiceOfferings", &[]).await;
     let offering = |name: &str| {
-        offerings["serviceoffering"].as_array().unwrap().iter().find(|o| o["name"] == name).unwrap()["id"]
+        offerings["serviceoffering"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["name"] == name)
+            .unwrap()["id"]
             .as_str()
             .unwrap()
             .to_string()
@@ -198,7 +240,11 @@ async fn cloudstack_parameter_checks_fail_the_job_with_their_texts() {
         let done = c.scale(&p).await;
         assert_eq!(done["jobresultcode"], 530, "{done}");
         assert_eq!(failure_text(&done), expected, "params {params:?}");
-        assert_eq!(c.cluster(&id).await["state"], "Running", "a refused request changes nothing");
+        assert_eq!(
+            c.cluster(&id).await["state"],
+            "Running",
+            "a refused request changes nothing"
+        );
     }
     // A VM of another cluster (or an unknown one) is refused: known VM, wrong cluster.
     assert_eq!(sim.vms(&id).len(), 4);
@@ -211,17 +257,38 @@ async fn same_size_in_running_is_a_successful_no_op_and_autoscaling_settings_cha
     let id = sim.cluster_ids()[0].clone();
     let done = c.scale(&[("id", &id), ("size", "3")]).await;
     assert_eq!(done["jobstatus"], 1, "{done}");
-    assert_eq!(c.cluster(&id).await["virtualmachines"].as_array().unwrap().len(), 4);
+    assert_eq!(
+        c.cluster(&id).await["virtualmachines"]
+            .as_array()
+            .unwrap()
+            .len(),
+        4
+    );
 
-    let done = c.scale(&[("id", &id), ("autoscalingenabled", "true"), ("minsize", "2"), ("maxsize", "8")]).await;
+    let done = c
+        .scale(&[
+            ("id", &id),
+            ("autoscalingenabled", "true"),
+            ("minsize", "2"),
+            ("maxsize", "8"),
+        ])
+        .await;
     assert_eq!(done["jobstatus"], 1, "{done}");
     let cl = c.cluster(&id).await;
-    assert_eq!((cl["minsize"].as_u64(), cl["maxsize"].as_u64()), (Some(2), Some(8)));
-    let done = c.scale(&[("id", &id), ("autoscalingenabled", "false")]).await;
+    assert_eq!(
+        (cl["minsize"].as_u64(), cl["maxsize"].as_u64()),
+        (Some(2), Some(8))
+    );
+    let done = c
+        .scale(&[("id", &id), ("autoscalingenabled", "false")])
+        .await;
     assert_eq!(done["jobstatus"], 1, "{done}");
     let cl = c.cluster(&id).await;
     assert_eq!(cl["autoscalingenabled"], false);
-    assert!(cl.get("minsize").is_none() && cl.get("maxsize").is_none(), "{cl}");
+    assert!(
+        cl.get("minsize").is_none() && cl.get("maxsize").is_none(),
+        "{cl}"
+    );
 }
 
 #[tokio::test]
@@ -232,7 +299,10 @@ async fn capacity_failure_happens_before_any_vm_and_keeps_the_state() {
     let echo = c.sim("simConfigure", &[("jobfailure", "capacity")]).await;
     assert_eq!(echo["jobfailure"], "capacity");
     let done = c.scale(&[("id", &id), ("size", "5")]).await;
-    assert_eq!(failure_text(&done), "Scaling failed for Kubernetes cluster : demo in zone : zone1, insufficient capacity");
+    assert_eq!(
+        failure_text(&done),
+        "Scaling failed for Kubernetes cluster : demo in zone : zone1, insufficient capacity"
+    );
     let cl = c.cluster(&id).await;
     assert_eq!(cl["state"], "Running");
     assert_eq!(cl["size"], 3);
@@ -257,7 +327,12 @@ async fn partial_failure_leaves_an_error_vm_alert_and_the_old_size() {
     let cl = c.cluster(&id).await;
     assert_eq!(cl["state"], "Alert");
     assert_eq!(cl["size"], 3);
-    let states: Vec<_> = cl["virtualmachines"].as_array().unwrap().iter().map(|v| v["state"].clone()).collect();
+    let states: Vec<_> = cl["virtualmachines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["state"].clone())
+        .collect();
     assert_eq!(states.len(), 6);
     assert_eq!(states[4], "Running");
     assert_eq!(states[5], "Error");
@@ -272,9 +347,14 @@ async fn a_never_ending_job_keeps_the_cluster_scaling() {
     let c = Client::new(&sim);
     let id = sim.cluster_ids()[0].clone();
     c.sim("simConfigure", &[("jobfailure", "never")]).await;
-    let job = c.submit("scaleKubernetesCluster", &[("id", &id), ("size", "4")]).await;
+    let job = c
+        .submit("scaleKubernetesCluster", &[("id", &id), ("size", "4")])
+        .await;
     tokio::time::sleep(ms(300)).await;
-    assert_eq!(c.ok("queryAsyncJobResult", &[("jobid", &job)]).await["jobstatus"], 0);
+    assert_eq!(
+        c.ok("queryAsyncJobResult", &[("jobid", &job)]).await["jobstatus"],
+        0
+    );
     assert_eq!(sim.cluster_state(&id), Some(ClusterState::Scaling));
     assert_eq!(sim.running_jobs(&id), 1);
     sim.shutdown().await;
@@ -296,7 +376,10 @@ async fn nodes_that_never_become_ready_time_the_scale_up_out() {
         "Scaling unsuccessful for Kubernetes cluster : demo as it does not have desired number of nodes in ready state"
     );
     let cl = c.cluster(&id).await;
-    assert_eq!((cl["state"].as_str(), cl["size"].as_u64()), (Some("Alert"), Some(3)));
+    assert_eq!(
+        (cl["state"].as_str(), cl["size"].as_u64()),
+        (Some("Alert"), Some(3))
+    );
 }
 
 #[tokio::test]
@@ -304,18 +387,29 @@ async fn a_second_request_while_scaling_is_refused_and_one_job_runs_at_a_time() 
     let sim = start(config(|c| c.settings.job_duration = ms(300))).await;
     let c = Client::new(&sim);
     let id = sim.cluster_ids()[0].clone();
-    let (p5, p6, p2) = ([("id", id.as_str()), ("size", "5")], [("id", id.as_str()), ("size", "6")], [("id", id.as_str()), ("size", "2")]);
+    let (p5, p6, p2) = (
+        [("id", id.as_str()), ("size", "5")],
+        [("id", id.as_str()), ("size", "6")],
+        [("id", id.as_str()), ("size", "2")],
+    );
     let (a, b, d) = tokio::join!(
         c.submit("scaleKubernetesCluster", &p5),
         c.submit("scaleKubernetesCluster", &p6),
         c.submit("scaleKubernetesCluster", &p2),
     );
     assert!(sim.running_jobs(&id) <= 1);
-    let results = [c.wait_job(&a).await, c.wait_job(&b).await, c.wait_job(&d).await];
+    let results = [
+        c.wait_job(&a).await,
+        c.wait_job(&b).await,
+        c.wait_job(&d).await,
+    ];
     let ok = results.iter().filter(|r| r["jobstatus"] == 1).count();
     assert_eq!(ok, 1, "{results:?}");
     for r in results.iter().filter(|r| r["jobstatus"] == 2) {
-        assert_eq!(failure_text(r), "Kubernetes cluster demo is in Scaling state and can not be scaled");
+        assert_eq!(
+            failure_text(r),
+            "Kubernetes cluster demo is in Scaling state and can not be scaled"
+        );
     }
 }
 
@@ -326,9 +420,15 @@ async fn the_status_scanner_moves_running_to_alert_and_back() {
     let id = sim.cluster_ids()[0].clone();
     let worker = vm_ids(&c.cluster(&id).await, "-node-")[1].clone();
     sim.stop_vm(&worker);
-    eventually("cluster in Alert", || sim.cluster_state(&id) == Some(ClusterState::Alert)).await;
+    eventually("cluster in Alert", || {
+        sim.cluster_state(&id) == Some(ClusterState::Alert)
+    })
+    .await;
     sim.start_vm(&worker);
-    eventually("cluster back to Running", || sim.cluster_state(&id) == Some(ClusterState::Running)).await;
+    eventually("cluster back to Running", || {
+        sim.cluster_state(&id) == Some(ClusterState::Running)
+    })
+    .await;
 }
 
 #[tokio::test]

@@ -1,6 +1,7 @@
 //! `cks-sim`: the CloudStack (CKS) API simulator on its own. Parses flags, builds a
 //! [`SimConfig`], binds the listen address and serves until Ctrl-C.
 
+use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -138,9 +139,12 @@ async fn main() -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding {listen}"))?;
     let addr = listener.local_addr()?;
-    println!("cks-sim listening on http://{addr}/client/api");
-    println!("api-key:    {api_key}");
-    println!("secret-key: {secret_key}");
+    // Written without println!: a closed stdout must not stop the simulator.
+    let mut out = std::io::stdout();
+    let _ = writeln!(out, "cks-sim listening on http://{addr}/client/api");
+    let _ = writeln!(out, "api-key:    {api_key}");
+    let _ = writeln!(out, "secret-key: {secret_key}");
+    let _ = out.flush();
     sim::serve(listener, config, async {
         let _ = tokio::signal::ctrl_c().await;
     })
