@@ -142,7 +142,15 @@ impl Cmd<'_> {
     }
 
     fn ok(&self, inner: Value) -> Reply {
-        Reply::ok(&json!({ self.response(): inner }))
+        self.ok_with(&inner)
+    }
+
+    /// `{"<cmd>response": inner}` serialized straight from `inner`.
+    fn ok_with<T: Serialize + ?Sized>(&self, inner: &T) -> Reply {
+        let name = self.response();
+        let mut outer = BTreeMap::new();
+        outer.insert(name.as_str(), inner);
+        Reply::ok(&outer)
     }
 
     fn invalid(&self, name: &str, value: &str) -> Reply {
@@ -415,12 +423,12 @@ fn query_job(w: &World, cmd: &Cmd<'_>) -> Result<Reply, Reply> {
     let Some(job) = w.jobs.get(id) else {
         return Err(cmd.invalid("jobid", id));
     };
-    Ok(cmd.ok(render::job(w, job)))
+    Ok(cmd.ok_with(&render::job(w, job)))
 }
 
 fn list_jobs(w: &World, cmd: &Cmd<'_>) -> Result<Reply, Reply> {
     let keyword = cmd.p.get("keyword").map(str::to_ascii_lowercase);
-    let jobs: Vec<Value> = w
+    let jobs: Vec<render::JobView<'_>> = w
         .job_order
         .iter()
         .filter_map(|id| w.jobs.get(id))
@@ -662,7 +670,7 @@ pub fn dispatch_sim(w: &mut World, name: &str, p: &Params, now_ms: u64) -> (Repl
                     .parse()
                     .map_err(|_| cmd.invalid("state", state_text))?;
                 w.set_vm_state(&id, state, now_ms);
-                Ok::<_, Reply>(cmd.ok(jobs::vm_result(w, &id)))
+                Ok::<_, Reply>(cmd.ok(jobs::vm_json(w, &id)))
             })();
             r.unwrap_or_else(|e| e)
         }
