@@ -1,6 +1,7 @@
 //! `cks-sim`: the CloudStack (CKS) API simulator on its own. Parses flags, builds a
 //! [`SimConfig`], binds the listen address and serves until Ctrl-C.
 
+use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -34,7 +35,7 @@ struct Cli {
     seed: u64,
     /// on: CloudStack with Alert scaling (a cluster in Alert may be scaled under seven rules).
     /// off: an older CloudStack that refuses every scale request in Alert.
-    #[arg(long, default_value = "on", value_parser = sim::config::parse_on_off)]
+    #[arg(long, default_value = "on", value_name = "on|off", action = clap::ArgAction::Set, value_parser = sim::config::parse_on_off)]
     alert_scaling: bool,
     /// The version listCapabilities reports.
     #[arg(long, default_value = "4.22.0.0")]
@@ -138,9 +139,12 @@ async fn main() -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding {listen}"))?;
     let addr = listener.local_addr()?;
-    println!("cks-sim listening on http://{addr}/client/api");
-    println!("api-key:    {api_key}");
-    println!("secret-key: {secret_key}");
+    // Written without println!: a closed stdout must not stop the simulator.
+    let mut out = std::io::stdout();
+    let _ = writeln!(out, "cks-sim listening on http://{addr}/client/api");
+    let _ = writeln!(out, "api-key:    {api_key}");
+    let _ = writeln!(out, "secret-key: {secret_key}");
+    let _ = out.flush();
     sim::serve(listener, config, async {
         let _ = tokio::signal::ctrl_c().await;
     })

@@ -76,11 +76,12 @@ impl Reply {
 #[derive(Debug)]
 #[allow(clippy::large_enum_variant)] // built once per job, moved straight into a task
 pub enum Spawn {
+    /// Boxed: plan and settings make this variant much larger than the other.
     Scale {
         job_id: String,
         cluster_id: String,
-        plan: ScalePlan,
-        settings: SimSettings,
+        plan: Box<ScalePlan>,
+        settings: Box<SimSettings>,
     },
     VmOp {
         job_id: String,
@@ -142,7 +143,15 @@ impl Cmd<'_> {
     }
 
     fn ok(&self, inner: Value) -> Reply {
-        Reply::ok(&json!({ self.response(): inner }))
+        self.ok_with(&inner)
+    }
+
+    /// `{"<cmd>response": inner}` serialized straight from `inner`.
+    fn ok_with<T: Serialize + ?Sized>(&self, inner: &T) -> Reply {
+        let name = self.response();
+        let mut outer = BTreeMap::new();
+        outer.insert(name.as_str(), inner);
+        Reply::ok(&outer)
     }
 
     fn invalid(&self, name: &str, value: &str) -> Reply {
@@ -274,8 +283,8 @@ pub fn dispatch(
         "queryAsyncJobResult" => query_job(w, &cmd).map(|r| (r, None)),
         "listAsyncJobs" => list_jobs(w, &cmd).map(|r| (r, None)),
         "listVirtualMachines" => list_vms(w, &cmd).map(|r| (r, None)),
-        "startVirtualMachine" => vm_op(w, &cmd, true),
-        "stopVirtualMachine" => vm_op(w, &cmd, false),
+        "startVirtualMachine" => vm_op(w, &cmd, true, now_ms),
+        "stopVirtualMachine" => vm_op(w, &cmd, false, now_ms),
         "listServiceOfferings" => list_offerings(w, &cmd).map(|r| (r, None)),
         "listZones" => list_zones(w, &cmd).map(|r| (r, None)),
         "listCapabilities" => Ok((capabilities(&cmd, version), None)),
@@ -374,13 +383,13 @@ fn scale(w: &mut World, cmd: &Cmd<'_>) -> Result<(Reply, Option<Spawn>), Reply> 
     {
         c.state = ClusterState::Scaling;
     }
-    let settings = w.settings.clone();
+    let settings = Box::new(w.settings.clone());
     Ok((
         reply,
         Some(Spawn::Scale {
             job_id,
             cluster_id,
-            plan,
+            plan: Box::new(plan),
             settings,
         }),
     ))
@@ -415,12 +424,12 @@ fn query_job(w: &World, cmd: &Cmd<'_>) -> Result<Reply, Reply> {
     let Some(job) = w.jobs.get(id) else {
         return Err(cmd.invalid("jobid", id));
     };
-    Ok(cmd.ok(render::job(w, job)))
+    Ok(cmd.ok_with(&render::job(w, job)))
 }
 
 fn list_jobs(w: &World, cmd: &Cmd<'_>) -> Result<Reply, Reply> {
     let keyword = cmd.p.get("keyword").map(str::to_ascii_lowercase);
-    let jobs: Vec<Value> = w
+    let jobs: Vec<render::JobView<'_>> = w
         .job_order
         .iter()
         .filter_map(|id| w.jobs.get(id))
@@ -468,7 +477,12 @@ fn list_vms(w: &World, cmd: &Cmd<'_>) -> Result<Reply, Reply> {
     Ok(list_reply(cmd, "virtualmachine", &views))
 }
 
-fn vm_op(w: &mut World, cmd: &Cmd<'_>, start: bool) -> Result<(Reply, Option<Spawn>), Reply> {
+fn vm_op(
+    w: &mut World,
+    cmd: &Cmd<'_>,
+    start: bool,
+    now: u64,
+) -> Result<(Reply, Option<Spawn>), Reply> {
     let vm_id = match cmd.entity("id", |v| w.vm_known(v))? {
         Some(id) => id,
         None => return Err(cmd.missing("id")),
@@ -480,7 +494,6 @@ fn vm_op(w: &mut World, cmd: &Cmd<'_>, start: bool) -> Result<(Reply, Option<Spa
     };
     let job_id = jobs::new_job(w, kind, &vm_id);
     let reply = cmd.ok(json!({ "jobid": job_id }));
-    let now = 0;
     let Some((_, vm)) = w.find_vm(&vm_id) else {
         jobs::fail(
             w,
@@ -658,7 +671,7 @@ pub fn dispatch_sim(w: &mut World, name: &str, p: &Params, now_ms: u64) -> (Repl
                     .parse()
                     .map_err(|_| cmd.invalid("state", state_text))?;
                 w.set_vm_state(&id, state, now_ms);
-                Ok::<_, Reply>(cmd.ok(jobs::vm_result(w, &id)))
+                Ok::<_, Reply>(cmd.ok(jobs::vm_json(w, &id)))
             })();
             r.unwrap_or_else(|e| e)
         }
@@ -677,4 +690,71 @@ pub fn running_jobs(w: &World, cluster_id: &str) -> usize {
                 && j.instance_id == cluster_id
         })
         .count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::ids::IdGen;
+    use crate::sim::scenario::{ClusterSpec, Scenario};
+
+    fn big_world() -> World {
+        let scenario = Scenario::with_cluster(ClusterSpec::new("big", 3, 4997));
+        scenario
+            .build(SimSettings::default(), IdGen::new(1), IdGen::new(2))
+            .unwrap()
+    }
+
+    fn params(pairs: &[(&str, &str)]) -> Params {
+        Params::from_pairs(
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn lists_a_5000_vm_cluster() {
+        let mut w = big_world();
+        let (reply, _) = dispatch(
+            &mut w,
+            "listKubernetesClusters",
+            &params(&[]),
+            0,
+            "4.22.0.0",
+        );
+        assert_eq!(reply.status, 200);
+        let v: Value = serde_json::from_slice(&reply.body).unwrap();
+        let vms = v["listkubernetesclustersresponse"]["kubernetescluster"][0]["virtualmachines"]
+            .as_array()
+            .unwrap();
+        assert_eq!(vms.len(), 5000);
+    }
+
+    /// Server-side cost of listing a 5,000-VM cluster (lock held, render, serialize), without
+    /// HTTP. Run with `cargo test --release --lib sim::api -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "measurement, run by hand in release mode"]
+    fn measure_server_side_listing() {
+        let mut w = big_world();
+        for (command, p) in [
+            ("listKubernetesClusters", params(&[])),
+            ("listVirtualMachines", params(&[])),
+        ] {
+            let mut times = Vec::new();
+            let mut bytes = 0;
+            for _ in 0..100 {
+                let t = std::time::Instant::now();
+                let (reply, _) = dispatch(&mut w, command, &p, 0, "4.22.0.0");
+                times.push(t.elapsed());
+                bytes = reply.body.len();
+            }
+            times.sort();
+            println!(
+                "{command}: {bytes} bytes, median {:?}, min {:?}",
+                times[50], times[0]
+            );
+        }
+    }
 }

@@ -9,7 +9,7 @@ use serde_json::json;
 use super::Shared;
 use super::clock::now_stamp;
 use super::config::{JobFailure, SimSettings};
-use super::model::{ClusterState, Job, JobKind, JobStatus, VmRole, VmState, World};
+use super::model::{ClusterState, Job, JobKind, JobResult, JobStatus, VmRole, VmState, World};
 use super::render;
 use super::rules::{ScalePlan, SizePlan};
 
@@ -37,7 +37,7 @@ pub fn new_job(w: &mut World, kind: JobKind, instance_id: &str) -> String {
 }
 
 /// Marks a job succeeded with `result` as its `jobresult`.
-pub fn succeed(w: &mut World, job_id: &str, result: serde_json::Value) {
+pub fn succeed(w: &mut World, job_id: &str, result: JobResult) {
     if let Some(j) = w.jobs.get_mut(job_id) {
         j.status = JobStatus::Succeeded;
         j.result_code = 0;
@@ -52,18 +52,18 @@ pub fn fail(w: &mut World, job_id: &str, code: u32, text: &str) {
     if let Some(j) = w.jobs.get_mut(job_id) {
         j.status = JobStatus::Failed;
         j.result_code = code;
-        j.result = Some(json!({ "errorcode": code, "errortext": text }));
+        j.result = Some(JobResult::Json(
+            json!({ "errorcode": code, "errortext": text }),
+        ));
         j.completed = Some(now_stamp());
     }
 }
 
-/// `{"kubernetescluster": {...}}` for a cluster, or null if it is gone.
-pub fn cluster_result(w: &World, cluster_id: &str) -> serde_json::Value {
-    match (w.cluster(cluster_id), w.zones.first()) {
-        (Some(c), Some(z)) => {
-            json!({ "kubernetescluster": serde_json::to_value(render::cluster(w, c, z)).unwrap_or_default() })
-        }
-        _ => serde_json::Value::Null,
+/// `{"kubernetescluster": {...}}` for a cluster as it is now (null if it is gone).
+pub fn cluster_result(w: &World, cluster_id: &str) -> JobResult {
+    match w.cluster(cluster_id) {
+        Some(c) => JobResult::Cluster(Box::new(c.clone())),
+        None => JobResult::Json(serde_json::Value::Null),
     }
 }
 
@@ -396,7 +396,12 @@ pub async fn run_vm_op(sh: Arc<Shared>, job_id: String, vm_id: String, start: bo
 }
 
 /// `{"virtualmachine": {...}}` for a VM.
-pub fn vm_result(w: &World, vm_id: &str) -> serde_json::Value {
+pub fn vm_result(w: &World, vm_id: &str) -> JobResult {
+    JobResult::Json(vm_json(w, vm_id))
+}
+
+/// `{"virtualmachine": {...}}` for a VM, as JSON.
+pub fn vm_json(w: &World, vm_id: &str) -> serde_json::Value {
     let Some((ci, vm)) = w.find_vm(vm_id) else {
         return serde_json::Value::Null;
     };

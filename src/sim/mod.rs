@@ -94,7 +94,7 @@ impl Shared {
                 cluster_id,
                 plan,
                 settings,
-            } => tokio::spawn(jobs::run_scale(sh, job_id, cluster_id, plan, settings)),
+            } => tokio::spawn(jobs::run_scale(sh, job_id, cluster_id, *plan, *settings)),
             Spawn::VmOp {
                 job_id,
                 vm_id,

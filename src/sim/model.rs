@@ -318,7 +318,16 @@ pub struct Job {
     pub status: JobStatus,
     pub result_code: u32,
     /// `jobresult` once finished.
-    pub result: Option<serde_json::Value>,
+    pub result: Option<JobResult>,
+}
+
+/// A finished job's `jobresult`. A cluster result is kept as a snapshot and serialized when
+/// asked for: turning a 5,000-VM cluster into a JSON tree at completion would stall the lock.
+#[derive(Debug, Clone)]
+pub enum JobResult {
+    Json(serde_json::Value),
+    /// `{"kubernetescluster": {...}}` of the cluster as it was when the job finished.
+    Cluster(Box<Cluster>),
 }
 
 /// A request as received (secrets removed), for `simRequests`.

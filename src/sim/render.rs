@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use super::model::{Cluster, Job, JobStatus, Offering, Vm, VmRole, World, Zone};
+use super::model::{Cluster, Job, JobResult, JobStatus, Offering, Vm, VmRole, World, Zone};
 
 #[derive(Serialize)]
 pub struct NicView<'a> {
@@ -326,32 +326,57 @@ pub fn zone(z: &Zone) -> serde_json::Value {
 }
 
 /// An async job as `queryAsyncJobResult` and `listAsyncJobs` show it.
-pub fn job(w: &World, j: &Job) -> serde_json::Value {
-    let mut v = serde_json::json!({
-        "accountid": w.owner.account_id,
-        "userid": w.owner.user_id,
-        "cmd": j.kind.class(),
-        "jobstatus": j.status as u8,
-        "jobprocstatus": 0,
-        "jobresultcode": j.result_code,
-        "jobinstancetype": j.kind.instance_type(),
-        "jobinstanceid": j.instance_id,
-        "created": j.created,
-        "jobid": j.id,
-        "account": w.owner.account,
-        "domainid": w.owner.domain_id,
-        "domainpath": "/",
-    });
-    if j.status != JobStatus::InProgress
-        && let Some(obj) = v.as_object_mut()
-    {
-        obj.insert("jobresulttype".into(), "object".into());
-        if let Some(r) = &j.result {
-            obj.insert("jobresult".into(), r.clone());
+pub struct JobView<'a> {
+    w: &'a World,
+    j: &'a Job,
+}
+
+pub fn job<'a>(w: &'a World, j: &'a Job) -> JobView<'a> {
+    JobView { w, j }
+}
+
+#[derive(Serialize)]
+struct ClusterResult<'a> {
+    kubernetescluster: ClusterView<'a>,
+}
+
+impl Serialize for JobView<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let (w, j) = (self.w, self.j);
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("accountid", &w.owner.account_id)?;
+        m.serialize_entry("userid", &w.owner.user_id)?;
+        m.serialize_entry("cmd", j.kind.class())?;
+        m.serialize_entry("jobstatus", &(j.status as u8))?;
+        m.serialize_entry("jobprocstatus", &0)?;
+        m.serialize_entry("jobresultcode", &j.result_code)?;
+        if j.status != JobStatus::InProgress {
+            m.serialize_entry("jobresulttype", "object")?;
+            match &j.result {
+                Some(JobResult::Json(v)) => m.serialize_entry("jobresult", v)?,
+                Some(JobResult::Cluster(c)) => match w.zone(&c.zone_id).or(w.zones.first()) {
+                    Some(z) => m.serialize_entry(
+                        "jobresult",
+                        &ClusterResult {
+                            kubernetescluster: cluster(w, c, z),
+                        },
+                    )?,
+                    None => m.serialize_entry("jobresult", &serde_json::Value::Null)?,
+                },
+                None => {}
+            }
         }
+        m.serialize_entry("jobinstancetype", j.kind.instance_type())?;
+        m.serialize_entry("jobinstanceid", &j.instance_id)?;
+        m.serialize_entry("created", &j.created)?;
         if let Some(done) = &j.completed {
-            obj.insert("completed".into(), done.clone().into());
+            m.serialize_entry("completed", done)?;
         }
+        m.serialize_entry("jobid", &j.id)?;
+        m.serialize_entry("account", &w.owner.account)?;
+        m.serialize_entry("domainid", &w.owner.domain_id)?;
+        m.serialize_entry("domainpath", "/")?;
+        m.end()
     }
-    v
 }

@@ -88,7 +88,17 @@ pub enum NodesSpec {
     States(Vec<VmState>),
 }
 
+/// Bounds a scenario so that a typo cannot exhaust memory.
+const MAX_VMS_PER_CLUSTER: u64 = 100_000;
+
 impl NodesSpec {
+    fn count(&self) -> u64 {
+        match self {
+            Self::Count(n) => *n,
+            Self::States(s) => s.len() as u64,
+        }
+    }
+
     fn states(&self) -> Vec<VmState> {
         match self {
             Self::Count(n) => vec![VmState::Running; *n as usize],
@@ -296,8 +306,15 @@ impl Scenario {
             if !names.insert(c.name.as_str()) {
                 bail!("cluster name {:?} is used twice", c.name);
             }
-            if c.control.states().is_empty() {
+            if c.control.count() == 0 {
                 bail!("cluster {:?} needs at least one control node", c.name);
+            }
+            let total = c.control.count() + c.etcd.count() + c.workers.count() + c.external.count();
+            if total > MAX_VMS_PER_CLUSTER {
+                bail!(
+                    "cluster {:?} has {total} VMs; the simulator allows at most {MAX_VMS_PER_CLUSTER}",
+                    c.name
+                );
             }
             for o in [
                 &c.offering,
@@ -498,6 +515,15 @@ mod tests {
         assert!(e.to_string().contains("nope"), "{e}");
         let e = Scenario::from_yaml("clusters:\n  - name: a\n    colour: red\n").unwrap_err();
         assert!(e.to_string().contains("colour"), "{e}");
+    }
+
+    #[test]
+    fn absurd_sizes_are_refused() {
+        let e =
+            Scenario::from_yaml("clusters:\n  - name: a\n    workers: 99999999999\n").unwrap_err();
+        assert!(e.to_string().contains("at most 100000"), "{e}");
+        let e = Scenario::from_yaml("clusters:\n  - name: a\n    control: 0\n").unwrap_err();
+        assert!(e.to_string().contains("at least one control node"), "{e}");
     }
 
     #[test]

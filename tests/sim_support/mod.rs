@@ -231,3 +231,20 @@ pub fn vm_ids(cluster: &Value, pattern: &str) -> Vec<String> {
         .map(|v| v["id"].as_str().unwrap().to_string())
         .collect()
 }
+
+/// Test config (fixed keys, millisecond timings) changed by `f`.
+pub fn config(f: impl FnOnce(&mut SimConfig)) -> SimConfig {
+    let mut c = SimConfig::for_tests(KEY, SECRET);
+    f(&mut c);
+    c
+}
+
+/// States of a cluster's VMs by id, from the API view.
+pub fn vm_state(cluster: &Value, id: &str) -> Option<String> {
+    cluster["virtualmachines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["id"] == id)
+        .map(|v| v["state"].as_str().unwrap().to_string())
+}

@@ -1,0 +1,452 @@
+//! Scale jobs: lifecycle, removal order, CloudStack's checks, failures and concurrency.
+
+mod sim_support;
+
+use std::time::Duration;
+
+use cks_autoscaler_provider::sim::{ClusterSpec, ClusterState, NodesSpec, Scenario, VmState};
+use sim_support::*;
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+#[tokio::test]
+async fn scale_up_goes_through_scaling_and_starting_vms_then_updates_size() {
+    let sim = start(config(|c| {
+        c.settings.job_duration = ms(400);
+        c.settings.scanner_interval = ms(60_000);
+    }))
+    .await;
+    let c = Client::new(&sim);
+    let id = sim.cluster_ids()[0].clone();
+    let job = c
+        .submit("scaleKubernetesCluster", &[("id", &id), ("size", "5")])
+        .await;
+
+    let during = c.cluster(&id).await;
+    assert_eq!(during["state"], "Scaling");
+    assert_eq!(during["size"], 3, "size changes only when the job succeeds");
+    let new: Vec<_> = during["virtualmachines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .skip(4)
+        .cloned()
+        .collect();
+    assert_eq!(new.len(), 2, "{during}");
+    for vm in &new {
+        assert_eq!(vm["state"], "Starting");
+        assert!(vm["name"].as_str().unwrap().starts_with("demo-node-"));
+    }
+    let q = c.ok("queryAsyncJobResult", &[("jobid", &job)]).await;
+    assert_eq!(q["jobstatus"], 0);
+    assert_eq!(
+        q["cmd"],
+        "org.apache.cloudstack.api.command.user.kubernetes.cluster.ScaleKubernetesClusterCmd"
+    );
+    assert_eq!(q["jobinstancetype"], "KubernetesCluster");
+    assert_eq!(q["jobinstanceid"], id.as_str());
+    assert!(q.get("jobresult").is_none());
+    assert_eq!(sim.running_jobs(&id), 1);
+
+    let done = c.wait_job(&job).await;
+    assert_eq!(done["jobstatus"], 1, "{done}");
+    assert_eq!(done["jobresultcode"], 0);
+    assert_eq!(done["jobresulttype"], "object");
+    assert!(done["completed"].is_string());
+    assert_eq!(done["jobresult"]["kubernetescluster"]["size"], 5);
+    let after = c.cluster(&id).await;
+    assert_eq!(after["state"], "Running");
+    assert_eq!(after["size"], 5);
+    assert_eq!(after["cpunumber"], "12", "6 VMs of 2 vCPUs");
+    assert!(
+        after["virtualmachines"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|v| v["state"] == "Running")
+    );
+    assert_eq!(sim.running_jobs(&id), 0);
+}
+
+/// A cluster with workers w0..w3 in creation order.
+fn four_workers(alert_scaling: bool) -> cks_autoscaler_provider::sim::SimConfig {
+    config(|c| {
+        c.scenario = Scenario::with_cluster(ClusterSpec::new("four", 1, 4));
+        c.settings.alert_scaling = alert_scaling;
+        c.settings.job_duration = ms(200);
+        c.settings.scanner_interval = ms(60_000);
+    })
+}
+
+#[tokio::test]
+async fn scale_down_removes_down_workers_first_then_the_newest() {
+    let sim = start(four_workers(true)).await;
+    let c = Client::new(&sim);
+    let id = sim.cluster_ids()[0].clone();
+    let w = vm_ids(&c.cluster(&id).await, "-node-");
+    assert!(sim.stop_vm(&w[1]));
+    let job = c
+        .submit("scaleKubernetesCluster", &[("id", &id), ("size", "2")])
+        .await;
+
+    // Removed VMs pass through Expunging and Destroyed before they vanish.
+    let mut seen = std::collections::HashSet::new();
+    loop {
+        let cl = c.cluster(&id).await;
+        for vm in cl["virtualmachines"].as_array().unwrap() {
+            seen.insert(vm["state"].as_str().unwrap().to_string());
+        }
+        if c.ok("queryAsyncJobResult", &[("jobid", &job)]).await["jobstatus"] != 0 {
+            break;
+        }
+        tokio::time::sleep(ms(5)).await;
+    }
+    assert!(
+        seen.contains("Expunging") && seen.contains("Destroyed"),
+        "{seen:?}"
+    );
+    let cl = c.cluster(&id).await;
+    assert_eq!(c.wait_job(&job).await["jobstatus"], 1);
+    assert_eq!(
+        vm_ids(&cl, "-node-"),
+        vec![w[0].clone(), w[2].clone()],
+        "stopped w1, then newest w3"
+    );
+    assert_eq!(cl["size"], 2);
+    // Expunged VMs are still known ids: listing them is empty, not an error.
+    assert_eq!(
+        c.ok("listVirtualMachines", &[("id", &w[3])]).await,
+        serde_json::json!({})
+    );
+}
+
+#[tokio::test]
+async fn without_alert_scaling_scale_down_takes_the_newest_even_when_one_is_down() {
+    let sim = start(four_workers(false)).await;
+    let c = Client::new(&sim);
+    let id = sim.cluster_ids()[0].clone();
+    let w = vm_ids(&c.cluster(&id).await, "-node-");
+    let done = c.scale(&[("id", &id), ("size", "3")]).await;
+    assert_eq!(done["jobstatus"], 1, "{done}");
+    assert_eq!(vm_ids(&c.cluster(&id).await, "-node-"), w[..3].to_vec());
+
+    // A Running cluster whose worker is already down (scanner not yet run): an older CloudStack
+    // removes the newest and drains it fine...
+    sim.stop_vm(&w[0]);
+    let done = c.scale(&[("id", &id), ("size", "2")]).await;
+    assert_eq!(done["jobstatus"], 1, "{done}");
+    assert_eq!(
+        vm_ids(&c.cluster(&id).await, "-node-"),
+        vec![w[0].clone(), w[1].clone()]
+    );
+    // ...but removing the down worker itself fails on the drain of its NotReady node.
+    let done = c.scale(&[("id", &id), ("nodeids", &w[0])]).await;
+    let text = failure_text(&done);
+    assert!(
+        text.starts_with(
+            "Scaling failed for Kubernetes cluster four, failed to remove Kubernetes node:"
+        ),
+        "{text}"
+    );
+    assert_eq!(c.cluster(&id).await["state"], "Alert");
+}
+
+#[tokio::test]
+async fn nodeids_removes_exactly_those_workers() {
+    let sim = start(four_workers(true)).await;
+    let c = Client::new(&sim);
+    let id = sim.cluster_ids()[0].clone();
+    let w = vm_ids(&c.cluster(&id).await, "-node-");
+    let list = format!("{},{}", w[0], w[2]);
+    let done = c.scale(&[("id", &id), ("nodeids", &list)]).await;
+    assert_eq!(done["jobstatus"], 1, "{done}");
+    let cl = c.cluster(&id).await;
+    assert_eq!(vm_ids(&cl, "-node-"), vec![w[1].clone(), w[3].clone()]);
+    assert_eq!(cl["size"], 2);
+    assert_eq!(cl["state"], "Running");
+}
+
+#[tokio::test]
+async fn cloudstack_parameter_checks_fail_the_job_with_their_texts() {
+    let sim = start_default().await;
+    let c = Client::new(&sim);
+    let id = sim.cluster_ids()[0].clone();
+    let cl = c.cluster(&id).await;
+    let control = vm_ids(&cl, "-control-")[0].clone();
+    let workers = vm_ids(&cl, "-node-");
+    let offerings = c.ok("listServiceOfferings", &[]).await;
+    let offering = |name: &str| {
+        offerings["serviceoffering"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["name"] == name)
+            .unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let all_workers = workers.join(",");
+    let cases: Vec<(Vec<(&str, String)>, String)> = vec![
+        (
+            vec![],
+            "Kubernetes cluster demo cannot be scaled, either service offering or cluster size or nodeids to be removed or autoscaling must be passed".into(),
+        ),
+        (vec![("size", "0".into())], "Kubernetes cluster : demo cannot be scaled for size, 0".into()),
+        (
+            vec![("size", "50".into())],
+            "Maximum cluster size can not exceed 50. Please contact your administrator".into(),
+        ),
+        (
+            vec![("autoscalingenabled", "true".into()), ("size", "4".into())],
+            "Autoscaling can not be passed along with nodeids or clustersize".into(),
+        ),
+        (
+            vec![("autoscalingenabled", "true".into())],
+            "Autoscaling requires minsize and maxsize to be passed".into(),
+        ),
+        (
+            vec![("autoscalingenabled", "true".into()), ("minsize", "0".into()), ("maxsize", "5".into())],
+            "Minsize must be at least than 1".into(),
+        ),
+        (
+            vec![("autoscalingenabled", "true".into()), ("minsize", "3".into()), ("maxsize", "3".into())],
+            "Maxsize must be greater than minsize".into(),
+        ),
+        (
+            vec![("nodeids", workers[0].clone()), ("size", "2".into())],
+            "nodeids can not be passed along with clustersize or service offering".into(),
+        ),
+        (vec![("nodeids", control.clone())], "Can not remove all control nodes from a cluster".into()),
+        (vec![("nodeids", all_workers)], "Can not remove all nodes from a cluster".into()),
+        (
+            vec![("serviceofferingid", offering("cks-small"))],
+            "Kubernetes cluster cannot be scaled down for service offering. Service offering : cks-small offers lesser resources as compared to service offering : cks-medium of Kubernetes cluster : demo".into(),
+        ),
+        (
+            vec![("serviceofferingid", offering("cks-custom"))],
+            "Custom service offerings are not supported for Kubernetes clusters. Kubernetes cluster : demo, service offering : cks-custom".into(),
+        ),
+        (
+            vec![("serviceofferingid", offering("cks-large"))],
+            "Scaling Kubernetes cluster : demo failed, scaling Kubernetes cluster with running VMs on hypervisor KVM is not supported!".into(),
+        ),
+    ];
+    for (params, expected) in cases {
+        let mut p: Vec<(&str, &str)> = vec![("id", &id)];
+        p.extend(params.iter().map(|(k, v)| (*k, v.as_str())));
+        let done = c.scale(&p).await;
+        assert_eq!(done["jobresultcode"], 530, "{done}");
+        assert_eq!(failure_text(&done), expected, "params {params:?}");
+        assert_eq!(
+            c.cluster(&id).await["state"],
+            "Running",
+            "a refused request changes nothing"
+        );
+    }
+    // A VM of another cluster (or an unknown one) is refused: known VM, wrong cluster.
+    assert_eq!(sim.vms(&id).len(), 4);
+}
+
+#[tokio::test]
+async fn same_size_in_running_is_a_successful_no_op_and_autoscaling_settings_change() {
+    let sim = start_default().await;
+    let c = Client::new(&sim);
+    let id = sim.cluster_ids()[0].clone();
+    let done = c.scale(&[("id", &id), ("size", "3")]).await;
+    assert_eq!(done["jobstatus"], 1, "{done}");
+    assert_eq!(
+        c.cluster(&id).await["virtualmachines"]
+            .as_array()
+            .unwrap()
+            .len(),
+        4
+    );
+
+    let done = c
+        .scale(&[
+            ("id", &id),
+            ("autoscalingenabled", "true"),
+            ("minsize", "2"),
+            ("maxsize", "8"),
+        ])
+        .await;
+    assert_eq!(done["jobstatus"], 1, "{done}");
+    let cl = c.cluster(&id).await;
+    assert_eq!(
+        (cl["minsize"].as_u64(), cl["maxsize"].as_u64()),
+        (Some(2), Some(8))
+    );
+    let done = c
+        .scale(&[("id", &id), ("autoscalingenabled", "false")])
+        .await;
+    assert_eq!(done["jobstatus"], 1, "{done}");
+    let cl = c.cluster(&id).await;
+    assert_eq!(cl["autoscalingenabled"], false);
+    assert!(
+        cl.get("minsize").is_none() && cl.get("maxsize").is_none(),
+        "{cl}"
+    );
+}
+
+#[tokio::test]
+async fn capacity_failure_happens_before_any_vm_and_keeps_the_state() {
+    let sim = start_default().await;
+    let c = Client::new(&sim);
+    let id = sim.cluster_ids()[0].clone();
+    let echo = c.sim("simConfigure", &[("jobfailure", "capacity")]).await;
+    assert_eq!(echo["jobfailure"], "capacity");
+    let done = c.scale(&[("id", &id), ("size", "5")]).await;
+    assert_eq!(
+        failure_text(&done),
+        "Scaling failed for Kubernetes cluster : demo in zone : zone1, insufficient capacity"
+    );
+    let cl = c.cluster(&id).await;
+    assert_eq!(cl["state"], "Running");
+    assert_eq!(cl["size"], 3);
+    assert_eq!(cl["virtualmachines"].as_array().unwrap().len(), 4);
+    // Scale-down jobs are not affected.
+    assert_eq!(c.scale(&[("id", &id), ("size", "2")]).await["jobstatus"], 1);
+    c.sim("simConfigure", &[("jobfailure", "none")]).await;
+    assert_eq!(c.scale(&[("id", &id), ("size", "3")]).await["jobstatus"], 1);
+}
+
+#[tokio::test]
+async fn partial_failure_leaves_an_error_vm_alert_and_the_old_size() {
+    let sim = start(config(|c| c.settings.scanner_interval = ms(60_000))).await;
+    let c = Client::new(&sim);
+    let id = sim.cluster_ids()[0].clone();
+    sim.configure(|s| s.job_failure = cks_autoscaler_provider::sim::JobFailure::Partial);
+    let done = c.scale(&[("id", &id), ("size", "5")]).await;
+    assert_eq!(
+        failure_text(&done),
+        "Scaling failed for Kubernetes cluster : demo, unable to provision node VM in the cluster"
+    );
+    let cl = c.cluster(&id).await;
+    assert_eq!(cl["state"], "Alert");
+    assert_eq!(cl["size"], 3);
+    let states: Vec<_> = cl["virtualmachines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["state"].clone())
+        .collect();
+    assert_eq!(states.len(), 6);
+    assert_eq!(states[4], "Running");
+    assert_eq!(states[5], "Error");
+    // With VMs left behind, the cluster has more VMs than nodes: Alert rule 5 refuses.
+    let text = failure_text(&c.scale(&[("id", &id), ("size", "4")]).await);
+    assert!(text.contains("6 VMs for 4 nodes"), "{text}");
+}
+
+#[tokio::test]
+async fn a_never_ending_job_keeps_the_cluster_scaling() {
+    let sim = start_default().await;
+    let c = Client::new(&sim);
+    let id = sim.cluster_ids()[0].clone();
+    c.sim("simConfigure", &[("jobfailure", "never")]).await;
+    let job = c
+        .submit("scaleKubernetesCluster", &[("id", &id), ("size", "4")])
+        .await;
+    tokio::time::sleep(ms(300)).await;
+    assert_eq!(
+        c.ok("queryAsyncJobResult", &[("jobid", &job)]).await["jobstatus"],
+        0
+    );
+    assert_eq!(sim.cluster_state(&id), Some(ClusterState::Scaling));
+    assert_eq!(sim.running_jobs(&id), 1);
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn nodes_that_never_become_ready_time_the_scale_up_out() {
+    let sim = start(config(|c| {
+        c.settings.kubelet_delay = ms(60_000);
+        c.settings.scale_timeout = ms(300);
+        c.settings.scanner_interval = ms(60_000);
+    }))
+    .await;
+    let c = Client::new(&sim);
+    let id = sim.cluster_ids()[0].clone();
+    let done = c.scale(&[("id", &id), ("size", "4")]).await;
+    assert_eq!(
+        failure_text(&done),
+        "Scaling unsuccessful for Kubernetes cluster : demo as it does not have desired number of nodes in ready state"
+    );
+    let cl = c.cluster(&id).await;
+    assert_eq!(
+        (cl["state"].as_str(), cl["size"].as_u64()),
+        (Some("Alert"), Some(3))
+    );
+}
+
+#[tokio::test]
+async fn a_second_request_while_scaling_is_refused_and_one_job_runs_at_a_time() {
+    let sim = start(config(|c| c.settings.job_duration = ms(300))).await;
+    let c = Client::new(&sim);
+    let id = sim.cluster_ids()[0].clone();
+    let (p5, p6, p2) = (
+        [("id", id.as_str()), ("size", "5")],
+        [("id", id.as_str()), ("size", "6")],
+        [("id", id.as_str()), ("size", "2")],
+    );
+    let (a, b, d) = tokio::join!(
+        c.submit("scaleKubernetesCluster", &p5),
+        c.submit("scaleKubernetesCluster", &p6),
+        c.submit("scaleKubernetesCluster", &p2),
+    );
+    assert!(sim.running_jobs(&id) <= 1);
+    let results = [
+        c.wait_job(&a).await,
+        c.wait_job(&b).await,
+        c.wait_job(&d).await,
+    ];
+    let ok = results.iter().filter(|r| r["jobstatus"] == 1).count();
+    assert_eq!(ok, 1, "{results:?}");
+    for r in results.iter().filter(|r| r["jobstatus"] == 2) {
+        assert_eq!(
+            failure_text(r),
+            "Kubernetes cluster demo is in Scaling state and can not be scaled"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_status_scanner_moves_running_to_alert_and_back() {
+    let sim = start_default().await;
+    let c = Client::new(&sim);
+    let id = sim.cluster_ids()[0].clone();
+    let worker = vm_ids(&c.cluster(&id).await, "-node-")[1].clone();
+    sim.stop_vm(&worker);
+    eventually("cluster in Alert", || {
+        sim.cluster_state(&id) == Some(ClusterState::Alert)
+    })
+    .await;
+    sim.start_vm(&worker);
+    eventually("cluster back to Running", || {
+        sim.cluster_state(&id) == Some(ClusterState::Running)
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn draining_a_running_vm_whose_node_never_joined_fails_the_job() {
+    let mut spec = ClusterSpec::new("late", 1, 3);
+    spec.nodes_registered = false;
+    let sim = start(config(|c| {
+        c.scenario = Scenario::with_cluster(spec);
+        c.settings.kubelet_delay = ms(60_000);
+        c.settings.scanner_interval = ms(60_000);
+    }))
+    .await;
+    let c = Client::new(&sim);
+    let id = sim.cluster_ids()[0].clone();
+    let w = vm_ids(&c.cluster(&id).await, "-node-");
+    let text = failure_text(&c.scale(&[("id", &id), ("nodeids", &w[0])]).await);
+    assert!(text.contains("failed to remove Kubernetes node"), "{text}");
+    assert_eq!(sim.cluster_state(&id), Some(ClusterState::Alert));
+    let _ = NodesSpec::Count(0);
+    let _ = VmState::Running;
+}
