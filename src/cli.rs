@@ -276,10 +276,10 @@ fn config_tokens(
     Ok(tokens)
 }
 
-/// Sets up tracing (`RUST_LOG`-style filter, default info).
-pub fn init_tracing(format: LogFormat) {
+/// Sets up tracing (`RUST_LOG`-style filter, else `default_filter`).
+pub fn init_tracing(format: LogFormat, default_filter: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

@@ -78,7 +78,7 @@ impl Demo {
             s.ready,
             s.not_ready,
             if down > 0 { format!(", {down} worker VM(s) down") } else { String::new() },
-            if errored > 0 { format!(", {errored} failed instance(s)") } else { String::new() },
+            if errored > 0 { format!(", {errored} instance(s) with an error") } else { String::new() },
         );
         if let Some(a) = &s.aborted {
             line.push_str(&format!(" — loop aborted: {a}"));
@@ -174,8 +174,17 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         timeout: Duration::from_secs(args.scenario_timeout_secs),
     };
 
+    // The kubelets of the running workers register first.
+    let boot = Instant::now();
+    while demo.sim.nodes().iter().filter(|n| n.role == "worker" && n.ready).count() < 3 {
+        if boot.elapsed() > demo.timeout {
+            anyhow::bail!("the demo cluster's nodes never became Ready");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    demo.mock.set_needed_nodes(3);
+    demo.run_until("3 Ready nodes", |d| d.ready_workers() == 3).await?;
     println!("== 1. Running cluster, pending pods need 2 more nodes");
-    demo.mock.run_loops(1).await;
     demo.mock.set_needed_nodes(5);
     demo.run_until("5 Ready nodes", |d| d.ready_workers() == 5 && d.cluster().0 == "Running").await?;
     println!("   -> one scaleKubernetesCluster size=5; the RPC returned at once, the job ran in the background\n");
@@ -189,8 +198,9 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         .context("a worker")?;
     demo.sim.stop_vm(&vm_id);
     println!("   stopVirtualMachine {vm_name}");
+    println!("   its node turns NotReady; its pods wait for a replacement, the status scanner moves the cluster to Alert");
     demo.run_until("Alert", |d| d.cluster().0 == "Alert").await?;
-    println!("   pending pods need one more node while the worker is down");
+    println!("   pending pods need one more node while the cluster is in Alert (a size change is permitted)");
     demo.mock.set_needed_nodes(6);
     demo.run_until("the down worker removed and the cluster Running", |d| {
         let (state, _, down) = d.cluster();
@@ -214,7 +224,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     println!("   -> failed instances reported as OutOfResources, deleted by the autoscaler, group backed off\n");
 
     let timeline = demo.mock.timeline();
-    let calls = timeline.all_calls();
+    let calls: Vec<_> = timeline.all_calls().collect();
     let errors = timeline.errors();
     let slowest = calls.iter().map(|c| c.latency).max().unwrap_or_default();
     let mut by_rpc = Vec::new();
@@ -236,7 +246,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     }
     println!("  scaleKubernetesCluster requests CloudStack received: {}", scale.len());
     for r in &scale {
-        let what: Vec<String> = r.iter().filter(|(k, _)| *k != "id").map(|(k, v)| format!("{k}={v}")).collect();
+        let what: Vec<String> = r.iter().filter(|(k, _)| *k != "id" && *k != "response").map(|(k, v)| format!("{k}={v}")).collect();
         println!("    {}", what.join(" "));
     }
     let (state, size, down) = demo.cluster();

@@ -1,6 +1,6 @@
 //! The `cks-autoscaler-provider` binary: argument parsing and the runtime only.
 
-use cks_autoscaler_provider::cli::{Cli, Command, init_tracing, run_serve};
+use cks_autoscaler_provider::cli::{Command, init_tracing, parse_args, run_serve};
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
@@ -8,7 +8,12 @@ async fn main() -> std::process::ExitCode {
         Ok(cli) => cli,
         Err(e) => e.exit(),
     };
-    init_tracing(cli.log_format);
+    // The demo prints its own timeline; logs below warnings would drown it.
+    let default_filter = match cli.command {
+        Command::Demo(_) => "warn",
+        _ => "info",
+    };
+    init_tracing(cli.log_format, default_filter);
     let result = match cli.command {
         Command::Serve(args) => run_serve(*args).await,
         Command::Demo(args) => cks_autoscaler_provider::demo::run(args).await,
