@@ -78,6 +78,7 @@ async fn scale_up_is_answered_inside_the_deadline_while_the_job_outlasts_it() {
     }
     assert_eq!(ca.loops_run(), before + 10);
 
+    show("scenario 1", &ca);
     assert!(ca.errors().is_empty(), "failed calls:\n{}", ca.timeline());
     assert_eq!(ca.calls(Rpc::NodeGroupIncreaseSize).len(), 1);
     let reqs = stack.scale_requests();
@@ -162,6 +163,7 @@ async fn a_stopped_worker_in_alert_is_reported_replaced_and_removed_by_nodeids()
     )
     .await;
 
+    show("scenario 2", &ca);
     let reqs = stack.scale_requests();
     assert_eq!(reqs.len(), 2, "one scale-up, one removal: {reqs:?}");
     assert_eq!(scale_keys(&reqs[1]), ["id", "nodeids"], "nodeids only");
@@ -231,6 +233,7 @@ async fn empty_nodes_are_removed_by_nodeids_down_to_the_min_and_control_nodes_ar
     loop_for(&mut ca, Duration::from_millis(1500), 20).await;
     assert_eq!(stack.scale_requests().len(), removals_so_far);
 
+    show("scenario 5", &ca);
     let control_ids: BTreeSet<String> = controls_before.iter().map(|c| c.0.clone()).collect();
     let mut removed = BTreeSet::new();
     for r in stack.scale_requests() {

@@ -399,6 +399,21 @@ pub fn assert_latencies_below(ca: &MockAutoscaler, limit: Duration) {
     }
 }
 
+/// Prints the loop summaries of `ca` when `SCENARIO_TIMELINE` is set (with `--nocapture`),
+/// the full timeline when it is `full`.
+pub fn show(what: &str, ca: &MockAutoscaler) {
+    match std::env::var("SCENARIO_TIMELINE").as_deref() {
+        Ok("full") => eprintln!("== {what}\n{}", ca.timeline()),
+        Ok(_) => {
+            eprintln!("== {what}");
+            for l in ca.timeline().loops() {
+                eprintln!("{l}");
+            }
+        }
+        Err(_) => {}
+    }
+}
+
 /// The parameters a scale request carried besides command/response (sorted).
 pub fn scale_keys(params: &BTreeMap<String, String>) -> Vec<String> {
     params
