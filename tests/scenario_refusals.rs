@@ -264,7 +264,7 @@ async fn without_alert_scaling_a_stopped_worker_gets_clear_refusals_and_no_retry
         );
     }
     assert!(
-        deletes.len() <= 10 && ca.loops_run() >= 60,
+        (deletes.len() as u64) * 2 < ca.loops_run(),
         "{} removals in {} loops\n{}",
         deletes.len(),
         ca.loops_run(),
