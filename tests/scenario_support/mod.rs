@@ -238,6 +238,20 @@ impl Stack {
         .await;
     }
 
+    /// Waits until the provider has caught up with CloudStack: its target equals CloudStack's
+    /// size and every instance it lists is Running (no job it still follows, no placeholder).
+    pub async fn wait_provider_settled(&self) {
+        use cks_autoscaler_provider::domain::status::InstanceState as S;
+        wait_until("the provider to catch up with CloudStack", || {
+            let size = self.cluster_size();
+            self.provider.target_size(&self.cluster_id).ok().map(i64::from) == Some(size)
+                && self.provider.nodes(&self.cluster_id).is_ok_and(|n| {
+                    n.len() as i64 == size && n.iter().all(|i| i.state == S::Running)
+                })
+        })
+        .await;
+    }
+
     /// The provider's answers, read through a plain gRPC client (not through a mock, so no
     /// decision is taken): (target size, instances).
     pub async fn provider_view(&self) -> (i32, Vec<pb::Instance>) {
@@ -380,6 +394,33 @@ pub fn backoffs(ca: &MockAutoscaler) -> Vec<(u64, i32, String, String)> {
             _ => None,
         })
         .collect()
+}
+
+/// Asserts that no scale-up was tried while the group was backed off: after each back-off
+/// decision (taken in a loop, for a duration counted from that loop's start), the next
+/// NodeGroupIncreaseSize comes in a loop starting after the backoff ends. 10 ms of slack
+/// cover the loop's own bookkeeping before its clock reading. Returns the backoffs.
+pub fn assert_backoffs_respected(ca: &MockAutoscaler) -> Vec<Duration> {
+    let loops = ca.timeline().loops();
+    let start = |n: u64| loops[(n - 1) as usize].at;
+    let increases = ca.calls(Rpc::NodeGroupIncreaseSize);
+    let mut out = Vec::new();
+    for (l, d) in ca.timeline().decisions() {
+        let Decision::BackOff { duration, .. } = d else {
+            continue;
+        };
+        out.push(*duration);
+        let ends = start(l) + *duration;
+        if let Some(c) = increases.iter().find(|c| c.loop_no > l) {
+            assert!(
+                start(c.loop_no) + Duration::from_millis(10) >= ends,
+                "scale-up in loop {} while backed off (loop {l}, {duration:?})\n{}",
+                c.loop_no,
+                ca.timeline()
+            );
+        }
+    }
+    out
 }
 
 /// Asserts that every RPC of `ca` was answered within `limit`, naming the slowest.
