@@ -33,7 +33,9 @@ async fn capacity_failure_after_the_call(alert_scaling: bool) {
     loop_until(&mut ca, "the failed instances deleted", |ca| {
         ok_calls(ca, Rpc::NodeGroupDeleteNodes).iter().any(|c| {
             deleted_nodes(c).iter().any(|n| {
-                n.annotations.get(FAKE_NODE_REASON_ANNOTATION).map(String::as_str)
+                n.annotations
+                    .get(FAKE_NODE_REASON_ANNOTATION)
+                    .map(String::as_str)
                     == Some(FAKE_NODE_CREATE_ERROR)
             })
         })
@@ -42,7 +44,9 @@ async fn capacity_failure_after_the_call(alert_scaling: bool) {
     loop_until(&mut ca, "the target back to what exists", |ca| {
         ca.last_loop().is_some_and(|l| {
             l.target(&stack.cluster_id) == Some(3)
-                && l.groups.first().is_some_and(|g| g.instances.running == 3 && g.instances.errored == 0)
+                && l.groups
+                    .first()
+                    .is_some_and(|g| g.instances.running == 3 && g.instances.errored == 0)
         })
     })
     .await;
@@ -83,7 +87,9 @@ async fn capacity_failure_after_the_call(alert_scaling: bool) {
         .collect();
     assert!(!backoffs.is_empty());
     assert!(
-        backoffs.iter().all(|b| *b == (1, "out-of-resources".to_string())),
+        backoffs
+            .iter()
+            .all(|b| *b == (1, "out-of-resources".to_string())),
         "{backoffs:?}"
     );
     assert_backoffs_respected(&ca);
@@ -92,7 +98,9 @@ async fn capacity_failure_after_the_call(alert_scaling: bool) {
         assert!(c.is_ok(), "{c}");
         for n in deleted_nodes(c) {
             assert_eq!(
-                n.annotations.get(FAKE_NODE_REASON_ANNOTATION).map(String::as_str),
+                n.annotations
+                    .get(FAKE_NODE_REASON_ANNOTATION)
+                    .map(String::as_str),
                 Some(FAKE_NODE_CREATE_ERROR),
                 "{c}"
             );
@@ -109,7 +117,11 @@ async fn capacity_failure_after_the_call(alert_scaling: bool) {
         assert_eq!(r["size"], "5");
     }
     assert_eq!(stack.cluster_size(), 3);
-    assert_eq!(stack.cluster_state(), "Running", "a capacity failure leaves the cluster as it was");
+    assert_eq!(
+        stack.cluster_state(),
+        "Running",
+        "a capacity failure leaves the cluster as it was"
+    );
 
     // Capacity comes back: after its backoff the autoscaler scales up and the nodes arrive.
     stack.sim.configure(|s| s.job_failure = JobFailure::None);
@@ -121,10 +133,16 @@ async fn capacity_failure_after_the_call(alert_scaling: bool) {
     show("scenario 4", &ca);
     assert_backoffs_respected(&ca);
     assert_eq!(stack.cluster_size(), 5);
-    assert_eq!(stack.scale_requests().len(), ok_calls(&ca, Rpc::NodeGroupIncreaseSize).len());
+    assert_eq!(
+        stack.scale_requests().len(),
+        ok_calls(&ca, Rpc::NodeGroupIncreaseSize).len()
+    );
     let (target, instances) = stack.provider_view().await;
     assert_eq!(target, 5);
-    assert!(instances.iter().all(|i| error_info(i).is_none()), "{instances:?}");
+    assert!(
+        instances.iter().all(|i| error_info(i).is_none()),
+        "{instances:?}"
+    );
     stack.shutdown().await;
 }
 
@@ -176,7 +194,10 @@ async fn a_capacity_failure_inside_the_watch_fails_increase_size_and_backs_off()
     // Each refused call reached CloudStack once; none was repeated behind the autoscaler's back.
     assert_eq!(stack.scale_requests().len(), increases.len());
     for (_, i) in all_instances_seen(&ca) {
-        assert!(error_info(&i).is_none(), "no failed instance to clean up: {i:?}");
+        assert!(
+            error_info(&i).is_none(),
+            "no failed instance to clean up: {i:?}"
+        );
     }
     for l in ca.timeline().loops() {
         assert_eq!(l.target(&stack.cluster_id), Some(3), "{l}");
@@ -228,7 +249,8 @@ async fn cloudstack_going_away_mid_job_loses_and_repeats_nothing() {
     show("scenario 6 (outage)", &ca);
 
     // During the outage the provider said so, and the autoscaler decided nothing.
-    let outage: Vec<_> = ca.timeline().loops()[(outage_from - 1) as usize..outage_to as usize].to_vec();
+    let outage: Vec<_> =
+        ca.timeline().loops()[(outage_from - 1) as usize..outage_to as usize].to_vec();
     assert!(
         outage.iter().any(|l| l
             .aborted
@@ -308,7 +330,12 @@ async fn a_scale_request_whose_answer_is_lost_is_adopted_not_repeated() {
     // Past the backoff: the pods found room, nothing more is asked.
     loop_for(&mut ca, Duration::from_millis(3500), 10).await;
     show("scenario 6 (lost answer)", &ca);
-    assert_eq!(ca.calls(Rpc::NodeGroupIncreaseSize).len(), 1, "{}", ca.timeline());
+    assert_eq!(
+        ca.calls(Rpc::NodeGroupIncreaseSize).len(),
+        1,
+        "{}",
+        ca.timeline()
+    );
     let reqs = stack.scale_requests();
     assert_eq!(reqs.len(), 1, "{reqs:?}");
     assert_eq!(stack.cluster_size(), 5);
@@ -360,11 +387,22 @@ async fn a_provider_restart_mid_job_at_the_same_address_loses_and_repeats_nothin
     stack.wait_settled().await;
     ca.run_loops(5).await;
     show("scenario 6 (restart, same address)", &ca);
-    assert_eq!(ca.calls(Rpc::NodeGroupIncreaseSize).len(), 1, "{}", ca.timeline());
+    assert_eq!(
+        ca.calls(Rpc::NodeGroupIncreaseSize).len(),
+        1,
+        "{}",
+        ca.timeline()
+    );
     let reqs = stack.scale_requests();
     assert_eq!(reqs.len(), 1, "{reqs:?}");
     assert_eq!(stack.cluster_size(), 5);
-    for l in ca.timeline().loops().iter().filter(|l| l.aborted.is_none()).skip(1) {
+    for l in ca
+        .timeline()
+        .loops()
+        .iter()
+        .filter(|l| l.aborted.is_none())
+        .skip(1)
+    {
         assert_eq!(l.target(&stack.cluster_id), Some(5), "{l}");
     }
     let (target, instances) = stack.provider_view().await;

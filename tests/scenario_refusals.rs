@@ -19,7 +19,11 @@ fn config() -> cks_autoscaler_provider::autoscaler::AutoscalerConfig {
 /// `rule`, and spaced by at least the backoff the autoscaler announced after each.
 fn assert_refused_with_backoff(ca: &MockAutoscaler, rule: &str) {
     let increases = ca.calls(Rpc::NodeGroupIncreaseSize);
-    assert!(!increases.is_empty(), "no scale-up tried\n{}", ca.timeline());
+    assert!(
+        !increases.is_empty(),
+        "no scale-up tried\n{}",
+        ca.timeline()
+    );
     for c in &increases {
         let e = c.error().unwrap_or_else(|| panic!("accepted: {c}"));
         assert_eq!(e.code, Code::FailedPrecondition, "{c}");
@@ -36,7 +40,10 @@ fn assert_refused_with_backoff(ca: &MockAutoscaler, rule: &str) {
                 error_class,
                 ..
             } => {
-                assert_eq!((error_class, error_code.as_str()), (&99, "cloudProviderError"));
+                assert_eq!(
+                    (error_class, error_code.as_str()),
+                    (&99, "cloudProviderError")
+                );
                 Some(*duration)
             }
             _ => None,
@@ -241,7 +248,12 @@ async fn without_alert_scaling_a_stopped_worker_gets_clear_refusals_and_no_retry
             e.message.contains("does not scale clusters in Alert"),
             "{c}"
         );
-        assert!(deleted_nodes(c).iter().any(|n| n.name == wname.to_lowercase() || n.provider_id.ends_with(&wid)), "{c}");
+        assert!(
+            deleted_nodes(c)
+                .iter()
+                .any(|n| n.name == wname.to_lowercase() || n.provider_id.ends_with(&wid)),
+            "{c}"
+        );
     }
     let loop_start = |n: u64| ca.timeline().loops()[(n - 1) as usize].at;
     let delay = ca.config().scale_down_delay_after_failure;

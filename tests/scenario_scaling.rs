@@ -25,7 +25,10 @@ async fn scale_up_is_answered_inside_the_deadline_while_the_job_outlasts_it() {
     let first = ca.run_once().await;
     assert_eq!(first.target(&stack.cluster_id), Some(3), "{first}");
     assert_eq!(first.ready, 3, "{first}");
-    assert_eq!(first.unmanaged, 1, "the control node is no group's: {first}");
+    assert_eq!(
+        first.unmanaged, 1,
+        "the control node is no group's: {first}"
+    );
 
     ca.set_demand(2);
     let up = ca.run_once().await;
@@ -137,12 +140,18 @@ async fn a_stopped_worker_in_alert_is_reported_replaced_and_removed_by_nodeids()
     );
     let err = error_info(&down).expect("error info");
     assert!(err.error_message.contains(&wname), "{err:?}");
-    assert_eq!(ca.last_target(&stack.cluster_id), Some(3), "it counts in the size");
+    assert_eq!(
+        ca.last_target(&stack.cluster_id),
+        Some(3),
+        "it counts in the size"
+    );
 
     // One node's worth of pending pods.
     ca.set_demand(1);
     loop_until(&mut ca, "a scale-up in Alert", |ca| {
-        ca.calls(Rpc::NodeGroupIncreaseSize).iter().any(|c| c.is_ok())
+        ca.calls(Rpc::NodeGroupIncreaseSize)
+            .iter()
+            .any(|c| c.is_ok())
     })
     .await;
     let reqs = stack.scale_requests();
@@ -155,7 +164,8 @@ async fn a_stopped_worker_in_alert_is_reported_replaced_and_removed_by_nodeids()
         "the down worker removed and the cluster Running again",
         |ca| {
             stack.sim.scan_now();
-            ca.last_loop().is_some_and(|l| l.ready == 3 && l.not_ready == 0)
+            ca.last_loop()
+                .is_some_and(|l| l.ready == 3 && l.not_ready == 0)
                 && stack.cluster_state() == "Running"
                 && stack.cluster_size() == 3
                 && stack.sim.running_jobs(&stack.cluster_id) == 0
@@ -185,7 +195,11 @@ async fn a_stopped_worker_in_alert_is_reported_replaced_and_removed_by_nodeids()
     let nodes = deleted_nodes(&removal[0]);
     assert_eq!(nodes.len(), 1);
     assert_eq!(nodes[0].provider_id, provider_id);
-    assert!(!nodes[0].annotations.contains_key(FAKE_NODE_REASON_ANNOTATION));
+    assert!(
+        !nodes[0]
+            .annotations
+            .contains_key(FAKE_NODE_REASON_ANNOTATION)
+    );
     assert!(ca.timeline().decisions().iter().any(|(_, d)| matches!(
         d,
         Decision::ScaleDown { nodes, .. } if nodes.iter().any(|n| n.provider_id == provider_id
@@ -243,7 +257,11 @@ async fn empty_nodes_are_removed_by_nodeids_down_to_the_min_and_control_nodes_ar
             assert!(removed.insert(id.to_string()), "{id} named twice");
         }
     }
-    assert_eq!(removed.len(), 3, "5 workers down to the min of 2: {removed:?}");
+    assert_eq!(
+        removed.len(),
+        3,
+        "5 workers down to the min of 2: {removed:?}"
+    );
     assert_eq!(stack.cluster_size(), 2);
     assert_eq!(stack.workers().len(), 2);
     assert_eq!(stack.controls(), controls_before, "control VMs untouched");

@@ -87,7 +87,11 @@ fn client_config(sim: &SimHandle) -> ClientConfig {
 }
 
 /// A provider for `sim` serving on `bind` (e.g. `127.0.0.1:0`).
-async fn start_provider(sim: &SimHandle, settings: Settings, bind: SocketAddr) -> (Provider, SocketAddr, Server) {
+async fn start_provider(
+    sim: &SimHandle,
+    settings: Settings,
+    bind: SocketAddr,
+) -> (Provider, SocketAddr, Server) {
     let provider = Provider::new(
         Client::new(client_config(sim)).expect("CloudStack client"),
         settings,
@@ -193,7 +197,10 @@ impl Stack {
     }
 
     pub fn cluster_state(&self) -> String {
-        self.cluster()["state"].as_str().unwrap_or_default().to_string()
+        self.cluster()["state"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
     }
 
     pub fn cluster_size(&self) -> i64 {
@@ -244,7 +251,11 @@ impl Stack {
         use cks_autoscaler_provider::domain::status::InstanceState as S;
         wait_until("the provider to catch up with CloudStack", || {
             let size = self.cluster_size();
-            self.provider.target_size(&self.cluster_id).ok().map(i64::from) == Some(size)
+            self.provider
+                .target_size(&self.cluster_id)
+                .ok()
+                .map(i64::from)
+                == Some(size)
                 && self.provider.nodes(&self.cluster_id).is_ok_and(|n| {
                     n.len() as i64 == size && n.iter().all(|i| i.state == S::Running)
                 })
@@ -345,7 +356,11 @@ pub fn all_instances_seen(ca: &MockAutoscaler) -> Vec<(u64, pb::Instance)> {
     ca.calls(Rpc::NodeGroupNodes)
         .iter()
         .filter_map(|c| match &c.outcome {
-            Ok(Reply::Instances(list)) => Some(list.iter().map(|i| (c.loop_no, i.clone())).collect::<Vec<_>>()),
+            Ok(Reply::Instances(list)) => Some(
+                list.iter()
+                    .map(|i| (c.loop_no, i.clone()))
+                    .collect::<Vec<_>>(),
+            ),
             _ => None,
         })
         .flatten()
@@ -368,7 +383,11 @@ pub fn state_of(i: &pb::Instance) -> pb::instance_status::InstanceState {
 
 /// Mutating calls that succeeded.
 pub fn ok_calls(ca: &MockAutoscaler, rpc: Rpc) -> Vec<Call> {
-    ca.calls(rpc).into_iter().filter(|c| c.is_ok()).cloned().collect()
+    ca.calls(rpc)
+        .into_iter()
+        .filter(|c| c.is_ok())
+        .cloned()
+        .collect()
 }
 
 /// The nodes a NodeGroupDeleteNodes call carried.
@@ -425,11 +444,7 @@ pub fn assert_backoffs_respected(ca: &MockAutoscaler) -> Vec<Duration> {
 
 /// Asserts that every RPC of `ca` was answered within `limit`, naming the slowest.
 pub fn assert_latencies_below(ca: &MockAutoscaler, limit: Duration) {
-    let slowest = ca
-        .timeline()
-        .all_calls()
-        .max_by_key(|c| c.latency)
-        .cloned();
+    let slowest = ca.timeline().all_calls().max_by_key(|c| c.latency).cloned();
     if let Some(c) = slowest {
         assert!(
             c.latency < limit,
