@@ -186,7 +186,7 @@ async fn a_capacity_failure_inside_the_watch_fails_increase_size_and_backs_off()
     let backoffs = assert_backoffs_respected(&ca);
     assert_eq!(backoffs.len(), increases.len(), "{}", ca.timeline());
     assert!(
-        increases.len() <= 5 && ca.loops_run() >= 40,
+        (increases.len() as u64) * 2 < ca.loops_run(),
         "{} scale-ups in {} loops",
         increases.len(),
         ca.loops_run()
