@@ -14,14 +14,16 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use tonic::Code;
 
-/// Runs `ca` in its own task, loop after loop, until `stop` is set.
+/// Runs `ca` in its own task, loop after loop, until `stop` is set; `loops` counts them.
 fn spawn_loops(
     mut ca: MockAutoscaler,
     stop: Arc<AtomicBool>,
+    loops: Arc<AtomicUsize>,
 ) -> tokio::task::JoinHandle<MockAutoscaler> {
     tokio::spawn(async move {
         while !stop.load(Ordering::Relaxed) {
             ca.run_once().await;
+            loops.fetch_add(1, Ordering::Relaxed);
             tokio::time::sleep(ca.config().loop_interval).await;
         }
         ca
@@ -29,7 +31,7 @@ fn spawn_loops(
 }
 
 /// Three autoscalers with conflicting workloads (8, 6 and 2 nodes needed) loop concurrently
-/// for 5 s against one provider: scale-ups and removals race. Throughout, CloudStack runs at
+/// for at least 4 s against one provider: scale-ups and removals race. Throughout, CloudStack runs at
 /// most one scale job for the cluster; afterwards the provider's target and instances match
 /// CloudStack's cluster exactly.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -63,16 +65,32 @@ async fn concurrent_autoscalers_never_run_two_jobs_and_leave_a_consistent_state(
     };
 
     let mut tasks = Vec::new();
+    let mut counters = Vec::new();
     for needed in [8, 6, 2] {
         let mut ca = stack.autoscaler(autoscaler_config(600, 20, WAIT)).await;
         ca.set_needed_nodes(needed);
-        tasks.push(spawn_loops(ca, stop.clone()));
+        let loops = Arc::new(AtomicUsize::new(0));
+        counters.push(loops.clone());
+        tasks.push(spawn_loops(ca, stop.clone(), loops));
     }
+    // Race for 4 s, and longer on a slow machine: until every autoscaler has run 10 loops and
+    // CloudStack has received both scale-ups and removals.
     let started = Instant::now();
-    while started.elapsed() < Duration::from_secs(5) {
+    loop {
         assert!(
             stack.sim.running_jobs(&stack.cluster_id) <= 1,
             "two scale jobs at once"
+        );
+        let reqs = stack.scale_requests();
+        let raced = reqs.iter().any(|r| r.contains_key("size"))
+            && reqs.iter().any(|r| r.contains_key("nodeids"));
+        let looped = counters.iter().all(|c| c.load(Ordering::Relaxed) >= 10);
+        if started.elapsed() >= Duration::from_secs(4) && raced && looped {
+            break;
+        }
+        assert!(
+            started.elapsed() < WAIT,
+            "no race after {WAIT:?}: {reqs:?}, loops {counters:?}"
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
@@ -111,7 +129,7 @@ async fn concurrent_autoscalers_never_run_two_jobs_and_leave_a_consistent_state(
     assert!(accepted(Rpc::NodeGroupDeleteNodes) > 0);
     // Refusals are the provider serialising the callers, never a crash or a timeout.
     for ca in &mocks {
-        assert!(ca.loops_run() >= 5, "{} loops only", ca.loops_run());
+        assert!(ca.loops_run() >= 10, "{} loops only", ca.loops_run());
         for c in ca.errors() {
             let code = c.error().expect("error").code;
             assert!(

@@ -53,25 +53,41 @@ async fn capacity_failure_after_the_call(alert_scaling: bool) {
 
     let first = &ca.calls(Rpc::NodeGroupIncreaseSize)[0];
     assert!(first.is_ok(), "accepted, the job fails later: {first}");
-    // The failed instances as the autoscaler saw them.
-    let failed: Vec<_> = all_instances_seen(&ca)
-        .into_iter()
-        .filter(|(_, i)| error_info(i).is_some())
-        .collect();
-    assert!(!failed.is_empty(), "{}", ca.timeline());
+    assert_eq!(stack.cluster_size(), 3);
+    assert_eq!(
+        stack.cluster_state(),
+        "Running",
+        "a capacity failure leaves the cluster as it was"
+    );
+
+    // Capacity comes back: after its backoff the autoscaler scales up and the nodes arrive.
+    // (On a slow machine a second scale-up may have been sent, and failed, before this.)
+    stack.sim.configure(|s| s.job_failure = JobFailure::None);
+    loop_until(&mut ca, "5 Ready nodes", |ca| {
+        ca.last_loop().is_some_and(|l| l.ready == 5)
+    })
+    .await;
+    stack.wait_settled().await;
+    show("scenario 4", &ca);
+
+    // Every accepted IncreaseSize but the last failed in CloudStack.
+    let accepted = ok_calls(&ca, Rpc::NodeGroupIncreaseSize).len();
+    let failed_ups = accepted - 1;
+    assert!(failed_ups >= 1, "{}", ca.timeline());
+    // The failed instances as the autoscaler saw them: Creating, OutOfResources.
     let mut failed_ids = BTreeSet::new();
-    for (_, i) in &failed {
-        assert_eq!(state_of(i), InstanceState::InstanceCreating, "{i:?}");
-        let e = error_info(i).expect("error");
+    for (_, i) in all_instances_seen(&ca) {
+        let Some(e) = error_info(&i) else { continue };
+        assert_eq!(state_of(&i), InstanceState::InstanceCreating, "{i:?}");
         assert_eq!(e.instance_error_class, 1, "OutOfResources: {e:?}");
         assert_eq!(e.error_code, "out-of-resources");
         assert!(e.error_message.contains("insufficient capacity"), "{e:?}");
         failed_ids.insert(i.id.clone());
     }
-    // Each failed scale-up shows its 2 requested instances as failed.
-    let failed_ups = ok_calls(&ca, Rpc::NodeGroupIncreaseSize).len();
+    // Each failed scale-up showed its 2 requested instances as failed.
     assert_eq!(failed_ids.len(), 2 * failed_ups, "{failed_ids:?}");
-    // The autoscaler backed off with the instances' class and deleted exactly them.
+    // The autoscaler backed off once per failure, with the instances' class, respected it,
+    // and deleted exactly the failed instances with create-error fake nodes.
     let backoffs: Vec<_> = ca
         .timeline()
         .decisions()
@@ -85,7 +101,7 @@ async fn capacity_failure_after_the_call(alert_scaling: bool) {
             _ => None,
         })
         .collect();
-    assert!(!backoffs.is_empty());
+    assert_eq!(backoffs.len(), failed_ups, "{backoffs:?}");
     assert!(
         backoffs
             .iter()
@@ -111,32 +127,12 @@ async fn capacity_failure_after_the_call(alert_scaling: bool) {
     // One CloudStack request per accepted IncreaseSize, each size only; nothing for the
     // deletions (the failed instances never existed).
     let reqs = stack.scale_requests();
-    assert_eq!(reqs.len(), failed_ups, "{reqs:?}");
+    assert_eq!(reqs.len(), accepted, "{reqs:?}");
     for r in &reqs {
         assert_eq!(scale_keys(r), ["id", "size"]);
         assert_eq!(r["size"], "5");
     }
-    assert_eq!(stack.cluster_size(), 3);
-    assert_eq!(
-        stack.cluster_state(),
-        "Running",
-        "a capacity failure leaves the cluster as it was"
-    );
-
-    // Capacity comes back: after its backoff the autoscaler scales up and the nodes arrive.
-    stack.sim.configure(|s| s.job_failure = JobFailure::None);
-    loop_until(&mut ca, "5 Ready nodes", |ca| {
-        ca.last_loop().is_some_and(|l| l.ready == 5)
-    })
-    .await;
-    stack.wait_settled().await;
-    show("scenario 4", &ca);
-    assert_backoffs_respected(&ca);
     assert_eq!(stack.cluster_size(), 5);
-    assert_eq!(
-        stack.scale_requests().len(),
-        ok_calls(&ca, Rpc::NodeGroupIncreaseSize).len()
-    );
     let (target, instances) = stack.provider_view().await;
     assert_eq!(target, 5);
     assert!(
@@ -350,7 +346,8 @@ async fn a_scale_request_whose_answer_is_lost_is_adopted_not_repeated() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_provider_restart_mid_job_at_the_same_address_loses_and_repeats_nothing() {
     let mut config = sim_config();
-    config.settings.job_duration = Duration::from_secs(3);
+    // Long enough for a restart on a loaded machine; the test waits for its end.
+    config.settings.job_duration = Duration::from_secs(4);
     let mut stack = Stack::start(config, "demo", |_| {}).await;
     let mut ca = stack.autoscaler(autoscaler_config(100, 30, WAIT)).await;
     ca.set_demand(2);
@@ -367,19 +364,11 @@ async fn a_provider_restart_mid_job_at_the_same_address_loses_and_repeats_nothin
         .start_new_provider(fast_settings(&stack.cluster_id, 1, 10), port)
         .await;
     assert_eq!(stack.addr.port(), port);
+    stack.assert_adopts_running_job(5).await;
 
     let after = ca.run_once().await;
     assert!(after.aborted.is_none(), "{after}");
-    assert_eq!(
-        stack.sim.running_jobs(&stack.cluster_id),
-        1,
-        "the job still runs: the new provider saw it running"
-    );
-    assert_eq!(
-        after.target(&stack.cluster_id),
-        Some(5),
-        "the new provider shows the running job's size: {after}"
-    );
+    assert_eq!(after.target(&stack.cluster_id), Some(5), "{after}");
     loop_until(&mut ca, "5 Ready nodes", |ca| {
         ca.last_loop().is_some_and(|l| l.ready == 5)
     })
@@ -417,7 +406,8 @@ async fn a_provider_restart_mid_job_at_the_same_address_loses_and_repeats_nothin
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_provider_restart_mid_job_on_a_new_port_adopts_the_job() {
     let mut config = sim_config();
-    config.settings.job_duration = Duration::from_secs(3);
+    // Long enough for a restart on a loaded machine; the test waits for its end.
+    config.settings.job_duration = Duration::from_secs(4);
     let mut stack = Stack::start(config, "demo", |_| {}).await;
     let mut ca = stack.autoscaler(autoscaler_config(100, 30, WAIT)).await;
     ca.set_demand(2);
@@ -430,13 +420,9 @@ async fn a_provider_restart_mid_job_on_a_new_port_adopts_the_job() {
         .start_new_provider(fast_settings(&stack.cluster_id, 1, 10), 0)
         .await;
     assert_ne!(stack.addr.port(), old_port);
+    stack.assert_adopts_running_job(5).await;
     let mut ca2 = stack.autoscaler(autoscaler_config(100, 30, WAIT)).await;
     let first = ca2.run_once().await;
-    assert_eq!(
-        stack.sim.running_jobs(&stack.cluster_id),
-        1,
-        "the job still runs: the new provider saw it running"
-    );
     assert_eq!(first.target(&stack.cluster_id), Some(5), "{first}");
 
     loop_until(&mut ca2, "5 Ready nodes", |ca| {

@@ -180,6 +180,26 @@ impl Stack {
         self.server = Some(server);
     }
 
+    /// The first Refresh of a freshly started provider, while CloudStack still runs a scale
+    /// job of the cluster: the provider must adopt the job and report `target` at once.
+    pub async fn assert_adopts_running_job(&self, target: u32) {
+        self.provider
+            .refresh()
+            .await
+            .expect("first refresh of the new provider");
+        // Checked after the refresh: the job ran during it.
+        assert_eq!(
+            self.sim.running_jobs(&self.cluster_id),
+            1,
+            "the job ended before the new provider's first refresh; nothing to adopt"
+        );
+        assert_eq!(
+            self.provider.target_size(&self.cluster_id).ok(),
+            Some(target),
+            "the new provider shows the running job's size"
+        );
+    }
+
     /// `scaleKubernetesCluster` requests CloudStack executed (requests the simulator answered
     /// with an injected 5xx page never ran), as their parameters.
     pub fn scale_requests(&self) -> Vec<BTreeMap<String, String>> {
