@@ -418,23 +418,6 @@ pub fn deleted_nodes(call: &Call) -> Vec<pb::ExternalGrpcNode> {
     }
 }
 
-/// Every back-off decision: (loop, error class, error code, message).
-pub fn backoffs(ca: &MockAutoscaler) -> Vec<(u64, i32, String, String)> {
-    ca.timeline()
-        .decisions()
-        .into_iter()
-        .filter_map(|(l, d)| match d {
-            Decision::BackOff {
-                error_class,
-                error_code,
-                message,
-                ..
-            } => Some((l, *error_class, error_code.clone(), message.clone())),
-            _ => None,
-        })
-        .collect()
-}
-
 /// Asserts that no scale-up was tried while the group was backed off: after each back-off
 /// decision (taken in a loop, for a duration counted from that loop's start), the next
 /// NodeGroupIncreaseSize comes in a loop starting after the backoff ends. 10 ms of slack
