@@ -363,11 +363,33 @@ impl Provider {
             })
             .collect();
         tracing::info!(group = %label, vms = %names.join(", "), "scale-down: sending scaleKubernetesCluster nodeids");
+        // Keys under which a later DeleteNodes may name these VMs once they are gone.
+        let removed_keys: Vec<String> = vm_ids
+            .iter()
+            .cloned()
+            .chain(
+                vm_ids
+                    .iter()
+                    .filter_map(|v| snap.snap.vm(v).map(|vm| vm.name.to_ascii_lowercase())),
+            )
+            .collect();
         let kind = OpKind::Remove {
             from: snap.snap.size,
             vm_ids,
         };
         self.submit(gi, request, kind, Some(deadline)).await?;
+        // CloudStack destroys the VMs one by one while the job runs, so a VM can leave the
+        // listing long before the job ends and its follower records it as removed. A
+        // DeleteNodes naming it in that window (a second autoscaler replica, a node list that
+        // lags) must be a no-op, not NotFound. Recording the VMs as soon as CloudStack accepted
+        // the job is safe: a VM still listed (the job failed) resolves as a VM first.
+        {
+            let mut st = g.lock();
+            let now = Instant::now();
+            for key in removed_keys {
+                st.recently_removed.insert(key, now);
+            }
+        }
         self.apply_local_drops(gi, &plan);
         Ok(())
     }
