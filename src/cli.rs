@@ -212,7 +212,8 @@ pub fn parse_args(argv: Vec<std::ffi::OsString>) -> Result<Cli, clap::Error> {
     let tokens = config_tokens(&path, &serve_cmd, sub)
         .map_err(|e| clap::Error::raw(clap::error::ErrorKind::InvalidValue, format!("{e}\n")))?;
     let pos = argv.iter().position(|a| a == "serve").unwrap_or(argv.len());
-    let mut merged: Vec<std::ffi::OsString> = argv[..=pos.min(argv.len().saturating_sub(1))].to_vec();
+    let mut merged: Vec<std::ffi::OsString> =
+        argv[..=pos.min(argv.len().saturating_sub(1))].to_vec();
     merged.extend(tokens.into_iter().map(Into::into));
     merged.extend(argv[pos + 1..].iter().cloned());
     let matches = cmd.try_get_matches_from(merged)?;
@@ -227,15 +228,29 @@ fn config_tokens(
     given: &clap::ArgMatches,
 ) -> anyhow::Result<Vec<String>> {
     use clap::parser::ValueSource;
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading --config {}", path.display()))?;
-    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading --config {}", path.display()))?;
+    let ext = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .unwrap_or("")
+        .to_ascii_lowercase();
     let value: serde_json::Value = match ext.as_str() {
-        "yaml" | "yml" => serde_saphyr::from_str(&text).with_context(|| format!("parsing YAML in {}", path.display()))?,
-        "toml" => toml::from_str(&text).with_context(|| format!("parsing TOML in {}", path.display()))?,
-        _ => bail!("--config {}: the file must end in .yaml, .yml or .toml", path.display()),
+        "yaml" | "yml" => serde_saphyr::from_str(&text)
+            .with_context(|| format!("parsing YAML in {}", path.display()))?,
+        "toml" => {
+            toml::from_str(&text).with_context(|| format!("parsing TOML in {}", path.display()))?
+        }
+        _ => bail!(
+            "--config {}: the file must end in .yaml, .yml or .toml",
+            path.display()
+        ),
     };
     let Some(table) = value.as_object() else {
-        bail!("--config {}: expected a mapping of flag names to values", path.display());
+        bail!(
+            "--config {}: expected a mapping of flag names to values",
+            path.display()
+        );
     };
     let mut tokens = Vec::new();
     for (key, v) in table {
@@ -243,11 +258,22 @@ fn config_tokens(
             .get_arguments()
             .find(|a| a.get_long() == Some(key.as_str()) && key != "config")
         else {
-            let known: Vec<&str> = serve_cmd.get_arguments().filter_map(|a| a.get_long()).filter(|l| *l != "config").collect();
-            bail!("--config {}: unknown key {key:?} (known keys: {})", path.display(), known.join(", "));
+            let known: Vec<&str> = serve_cmd
+                .get_arguments()
+                .filter_map(|a| a.get_long())
+                .filter(|l| *l != "config")
+                .collect();
+            bail!(
+                "--config {}: unknown key {key:?} (known keys: {})",
+                path.display(),
+                known.join(", ")
+            );
         };
         let id = arg.get_id().as_str();
-        if matches!(given.value_source(id), Some(ValueSource::CommandLine | ValueSource::EnvVariable)) {
+        if matches!(
+            given.value_source(id),
+            Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+        ) {
             continue;
         }
         let scalar = |v: &serde_json::Value| -> anyhow::Result<String> {
@@ -255,7 +281,10 @@ fn config_tokens(
                 serde_json::Value::String(s) => s.clone(),
                 serde_json::Value::Number(n) => n.to_string(),
                 serde_json::Value::Bool(b) => b.to_string(),
-                _ => bail!("--config {}: key {key:?} must be a string, number or boolean", path.display()),
+                _ => bail!(
+                    "--config {}: key {key:?} must be a string, number or boolean",
+                    path.display()
+                ),
             })
         };
         let takes_value = arg.get_num_args().is_none_or(|n| n.takes_values());
@@ -572,11 +601,28 @@ mod tests {
         assert_eq!(s.job_poll_interval, Duration::from_secs(3));
         assert_eq!(s.nodes, vec!["1:4:alpha", "0:2:beta"]);
         assert!(s.simulate);
-        let s = serve_args(&["p", "serve", "--config", &y, "--job-poll-interval", "250ms", "--nodes", "2:3:gamma"])
-            .expect("parses");
-        assert_eq!(s.job_poll_interval, Duration::from_millis(250), "the flag wins");
+        let s = serve_args(&[
+            "p",
+            "serve",
+            "--config",
+            &y,
+            "--job-poll-interval",
+            "250ms",
+            "--nodes",
+            "2:3:gamma",
+        ])
+        .expect("parses");
+        assert_eq!(
+            s.job_poll_interval,
+            Duration::from_millis(250),
+            "the flag wins"
+        );
         assert_eq!(s.nodes, vec!["2:3:gamma"], "the flag wins");
-        assert_eq!(s.listen.to_string(), "127.0.0.1:9000", "the file still applies");
+        assert_eq!(
+            s.listen.to_string(),
+            "127.0.0.1:9000",
+            "the file still applies"
+        );
         let toml = write_temp("c.toml", "staleness-bound = \"5m\"\nmax-pods = 64\n");
         let s = serve_args(&["p", "serve", "--config", &toml.to_string_lossy()]).expect("parses");
         assert_eq!(s.staleness_bound, Duration::from_secs(300));

@@ -8,7 +8,7 @@ use crate::cloudstack::{Client, ClientConfig};
 use crate::config::{ClusterRef, NodeGroupSpec};
 use crate::pb::cloud_provider_client::CloudProviderClient;
 use crate::provider::{Provider, Settings};
-use crate::server::{serve, ServeOptions};
+use crate::server::{ServeOptions, serve};
 use crate::sim::{self, JobFailure, SimConfig, SimHandle, SimSettings};
 use anyhow::Context;
 use std::collections::BTreeMap;
@@ -45,7 +45,13 @@ impl Demo {
             .sim
             .vms(&self.cluster_id)
             .iter()
-            .filter(|(_, n, s)| n.contains("-node-") && matches!(s, sim::VmState::Stopped | sim::VmState::Error | sim::VmState::Shutdown))
+            .filter(|(_, n, s)| {
+                n.contains("-node-")
+                    && matches!(
+                        s,
+                        sim::VmState::Stopped | sim::VmState::Error | sim::VmState::Shutdown
+                    )
+            })
             .count();
         (state, size, down)
     }
@@ -65,7 +71,12 @@ impl Demo {
                 format!("{} {}", c.rpc().name(), outcome)
             })
             .collect();
-        let key = format!("{target}/{}/{}/{state}/{size}/{down}/{}", s.ready, s.not_ready, mutations.join(";"));
+        let key = format!(
+            "{target}/{}/{}/{state}/{size}/{down}/{}",
+            s.ready,
+            s.not_ready,
+            mutations.join(";")
+        );
         if !self.verbose && key == self.last_line && mutations.is_empty() {
             return;
         }
@@ -77,8 +88,16 @@ impl Demo {
             s.loop_no,
             s.ready,
             s.not_ready,
-            if down > 0 { format!(", {down} worker VM(s) down") } else { String::new() },
-            if errored > 0 { format!(", {errored} instance(s) with an error") } else { String::new() },
+            if down > 0 {
+                format!(", {down} worker VM(s) down")
+            } else {
+                String::new()
+            },
+            if errored > 0 {
+                format!(", {errored} instance(s) with an error")
+            } else {
+                String::new()
+            },
         );
         if let Some(a) = &s.aborted {
             line.push_str(&format!(" — loop aborted: {a}"));
@@ -92,7 +111,11 @@ impl Demo {
         }
     }
 
-    async fn run_until(&mut self, what: &str, mut done: impl FnMut(&Demo) -> bool) -> anyhow::Result<()> {
+    async fn run_until(
+        &mut self,
+        what: &str,
+        mut done: impl FnMut(&Demo) -> bool,
+    ) -> anyhow::Result<()> {
         let give_up = Instant::now() + self.timeout;
         loop {
             let s = self.mock.run_once().await;
@@ -132,7 +155,11 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         ready_poll: Duration::from_millis(100),
         ..SimSettings::default()
     };
-    let sim = sim::spawn(SimConfig { settings, ..SimConfig::default() }).await?;
+    let sim = sim::spawn(SimConfig {
+        settings,
+        ..SimConfig::default()
+    })
+    .await?;
     let cluster_id = sim.cluster_id("demo").context("the demo cluster")?;
     let client = Client::new(ClientConfig {
         api_url: sim.api_url.clone(),
@@ -143,18 +170,30 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         project_id: None,
         request_timeout: Duration::from_secs(3),
     })?;
-    let mut ps = Settings::with_groups(vec![NodeGroupSpec { min: 1, max: 10, cluster: ClusterRef::Id(cluster_id.clone()) }]);
+    let mut ps = Settings::with_groups(vec![NodeGroupSpec {
+        min: 1,
+        max: 10,
+        cluster: ClusterRef::Id(cluster_id.clone()),
+    }]);
     ps.job_poll_interval = Duration::from_millis(200);
     ps.refresh_min_interval = Duration::ZERO;
     ps.scale_watch = Duration::from_millis(200);
     let provider = Provider::new(client, ps);
-    provider.refresh().await.map_err(|s| anyhow::anyhow!("first refresh: {}", s.message()))?;
+    provider
+        .refresh()
+        .await
+        .map_err(|s| anyhow::anyhow!("first refresh: {}", s.message()))?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(serve(listener, provider.clone(), ServeOptions::default(), async {
-        let _ = stop_rx.await;
-    }));
+    let server = tokio::spawn(serve(
+        listener,
+        provider.clone(),
+        ServeOptions::default(),
+        async {
+            let _ = stop_rx.await;
+        },
+    ));
     let grpc = CloudProviderClient::connect(format!("http://{addr}")).await?;
     let nodes = Arc::new(SimNodeSource::new(&sim.api_url)?.for_cluster(cluster_id.clone()));
     // Autoscaler timers divided by 100: 10 s unready time, 9 s provision time, 3 s backoff.
@@ -162,8 +201,13 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     config.loop_interval = Duration::from_millis(250);
     let mock = MockAutoscaler::new(grpc, nodes, config);
     println!("cks-autoscaler-provider demo");
-    println!("  CloudStack simulator {}  (CKS cluster \"demo\": 1 control, 3 workers, min 1, max 10)", sim.api_url);
-    println!("  provider gRPC {addr}; mock cluster-autoscaler with 5 s call deadline, timers / 100\n");
+    println!(
+        "  CloudStack simulator {}  (CKS cluster \"demo\": 1 control, 3 workers, min 1, max 10)",
+        sim.api_url
+    );
+    println!(
+        "  provider gRPC {addr}; mock cluster-autoscaler with 5 s call deadline, timers / 100\n"
+    );
     let mut demo = Demo {
         sim,
         mock,
@@ -176,18 +220,31 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
 
     // The kubelets of the running workers register first.
     let boot = Instant::now();
-    while demo.sim.nodes().iter().filter(|n| n.role == "worker" && n.ready).count() < 3 {
+    while demo
+        .sim
+        .nodes()
+        .iter()
+        .filter(|n| n.role == "worker" && n.ready)
+        .count()
+        < 3
+    {
         if boot.elapsed() > demo.timeout {
             anyhow::bail!("the demo cluster's nodes never became Ready");
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     demo.mock.set_needed_nodes(3);
-    demo.run_until("3 Ready nodes", |d| d.ready_workers() == 3).await?;
+    demo.run_until("3 Ready nodes", |d| d.ready_workers() == 3)
+        .await?;
     println!("== 1. Running cluster, pending pods need 2 more nodes");
     demo.mock.set_needed_nodes(5);
-    demo.run_until("5 Ready nodes", |d| d.ready_workers() == 5 && d.cluster().0 == "Running").await?;
-    println!("   -> one scaleKubernetesCluster size=5; the RPC returned at once, the job ran in the background\n");
+    demo.run_until("5 Ready nodes", |d| {
+        d.ready_workers() == 5 && d.cluster().0 == "Running"
+    })
+    .await?;
+    println!(
+        "   -> one scaleKubernetesCluster size=5; the RPC returned at once, the job ran in the background\n"
+    );
 
     println!("== 2. A worker VM is stopped: the cluster goes to Alert");
     let (vm_id, vm_name, _) = demo
@@ -198,16 +255,23 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         .context("a worker")?;
     demo.sim.stop_vm(&vm_id);
     println!("   stopVirtualMachine {vm_name}");
-    println!("   its node turns NotReady; its pods wait for a replacement, the status scanner moves the cluster to Alert");
-    demo.run_until("Alert", |d| d.cluster().0 == "Alert").await?;
-    println!("   pending pods need one more node while the cluster is in Alert (a size change is permitted)");
+    println!(
+        "   its node turns NotReady; its pods wait for a replacement, the status scanner moves the cluster to Alert"
+    );
+    demo.run_until("Alert", |d| d.cluster().0 == "Alert")
+        .await?;
+    println!(
+        "   pending pods need one more node while the cluster is in Alert (a size change is permitted)"
+    );
     demo.mock.set_needed_nodes(6);
     demo.run_until("the down worker removed and the cluster Running", |d| {
         let (state, _, down) = d.cluster();
         down == 0 && state == "Running" && d.ready_workers() >= 5
     })
     .await?;
-    println!("   -> Alert permitted a size change, then the autoscaler removed the NotReady node by nodeids\n");
+    println!(
+        "   -> Alert permitted a size change, then the autoscaler removed the NotReady node by nodeids\n"
+    );
 
     println!("== 3. A scale-up fails: CloudStack has no capacity left");
     demo.sim.configure(|s| s.job_failure = JobFailure::Capacity);
@@ -215,13 +279,20 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     demo.mock.set_needed_nodes(8);
     demo.run_until("failed instances deleted, group backed off", |d| {
         let l = d.mock.last_loop();
-        let backed_off = l.and_then(|l| l.groups.first()).is_some_and(|g| g.backed_off);
-        let target = l.and_then(|l| l.groups.first()).map(|g| g.target).unwrap_or(-1);
+        let backed_off = l
+            .and_then(|l| l.groups.first())
+            .is_some_and(|g| g.backed_off);
+        let target = l
+            .and_then(|l| l.groups.first())
+            .map(|g| g.target)
+            .unwrap_or(-1);
         backed_off && target == size_before as i32
     })
     .await?;
     demo.sim.configure(|s| s.job_failure = JobFailure::None);
-    println!("   -> failed instances reported as OutOfResources, deleted by the autoscaler, group backed off\n");
+    println!(
+        "   -> failed instances reported as OutOfResources, deleted by the autoscaler, group backed off\n"
+    );
 
     let timeline = demo.mock.timeline();
     let calls: Vec<_> = timeline.all_calls().collect();
@@ -237,16 +308,28 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let scale = demo.scale_requests();
     println!("== Summary ({:.1}s)", started.elapsed().as_secs_f64());
     println!("  autoscaler loops: {}", demo.mock.loops_run());
-    println!("  gRPC calls: {} ({}), slowest {:?}", calls.len(), by_rpc.join(", "), slowest);
+    println!(
+        "  gRPC calls: {} ({}), slowest {:?}",
+        calls.len(),
+        by_rpc.join(", "),
+        slowest
+    );
     println!("  refusals/errors the autoscaler saw: {}", errors.len());
     for e in errors.iter().take(5) {
         if let Some(err) = e.error() {
             println!("    {} {:?}: {}", e.rpc().name(), err.code, err.message);
         }
     }
-    println!("  scaleKubernetesCluster requests CloudStack received: {}", scale.len());
+    println!(
+        "  scaleKubernetesCluster requests CloudStack received: {}",
+        scale.len()
+    );
     for r in &scale {
-        let what: Vec<String> = r.iter().filter(|(k, _)| *k != "id" && *k != "response").map(|(k, v)| format!("{k}={v}")).collect();
+        let what: Vec<String> = r
+            .iter()
+            .filter(|(k, _)| *k != "id" && *k != "response")
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
         println!("    {}", what.join(" "));
     }
     let (state, size, down) = demo.cluster();

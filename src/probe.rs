@@ -37,8 +37,17 @@ pub struct ProbeArgs {
 }
 
 async fn connect(args: &ProbeArgs) -> anyhow::Result<CloudProviderClient<Channel>> {
-    let host = args.address.rsplit_once(':').map(|(h, _)| h).unwrap_or(&args.address).to_string();
-    let scheme = if args.cacert.is_some() { "https" } else { "http" };
+    let host = args
+        .address
+        .rsplit_once(':')
+        .map(|(h, _)| h)
+        .unwrap_or(&args.address)
+        .to_string();
+    let scheme = if args.cacert.is_some() {
+        "https"
+    } else {
+        "http"
+    };
     let mut ep = Endpoint::from_shared(format!("{scheme}://{}", args.address))
         .with_context(|| format!("invalid --address {:?}", args.address))?
         .connect_timeout(args.timeout)
@@ -52,7 +61,10 @@ async fn connect(args: &ProbeArgs) -> anyhow::Result<CloudProviderClient<Channel
         let name = args.server_name.clone().unwrap_or(host);
         ep = ep.tls_config(crate::tls::client_tls_config(ca, client, &name)?)?;
     }
-    let ch = ep.connect().await.with_context(|| format!("connecting to {}", args.address))?;
+    let ch = ep
+        .connect()
+        .await
+        .with_context(|| format!("connecting to {}", args.address))?;
     Ok(CloudProviderClient::new(ch))
 }
 
@@ -74,24 +86,43 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<()> {
             Err(e) => println!("Refresh: {:?}: {}", e.code(), e.message()),
         }
     }
-    let groups = c.node_groups(pb::NodeGroupsRequest {}).await.context("NodeGroups")?.into_inner().node_groups;
+    let groups = c
+        .node_groups(pb::NodeGroupsRequest {})
+        .await
+        .context("NodeGroups")?
+        .into_inner()
+        .node_groups;
     if groups.is_empty() {
         println!("No node groups (no CloudStack snapshot yet, or no cluster resolved).");
     }
     for g in groups {
-        println!("\nnode group {} (min {}, max {})", g.id, g.min_size, g.max_size);
+        println!(
+            "\nnode group {} (min {}, max {})",
+            g.id, g.min_size, g.max_size
+        );
         println!("  {}", g.debug);
-        match c.node_group_target_size(pb::NodeGroupTargetSizeRequest { id: g.id.clone() }).await {
+        match c
+            .node_group_target_size(pb::NodeGroupTargetSizeRequest { id: g.id.clone() })
+            .await
+        {
             Ok(t) => println!("  target size: {}", t.into_inner().target_size),
             Err(e) => println!("  target size: {:?}: {}", e.code(), e.message()),
         }
-        match c.node_group_nodes(pb::NodeGroupNodesRequest { id: g.id.clone() }).await {
+        match c
+            .node_group_nodes(pb::NodeGroupNodesRequest { id: g.id.clone() })
+            .await
+        {
             Ok(n) => {
                 let instances = n.into_inner().instances;
                 println!("  instances: {}", instances.len());
                 for i in instances {
                     let state = state_name(i.status.as_ref());
-                    match i.status.as_ref().and_then(|s| s.error_info.as_ref()).filter(|e| !e.error_code.is_empty()) {
+                    match i
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.error_info.as_ref())
+                        .filter(|e| !e.error_code.is_empty())
+                    {
                         Some(e) => println!(
                             "    {:<60} {:<9} error {} (class {}): {}",
                             i.id, state, e.error_code, e.instance_error_class, e.error_message

@@ -19,7 +19,10 @@ struct Capture(Arc<Mutex<Vec<u8>>>);
 
 impl Write for Capture {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).extend_from_slice(buf);
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend_from_slice(buf);
         Ok(buf.len())
     }
     fn flush(&mut self) -> std::io::Result<()> {
@@ -63,7 +66,9 @@ async fn no_secret_in_any_output_at_trace_level() {
     .await;
     env.refresh().await.expect("refresh");
     let (wid, wname, _) = env.workers()[0].clone();
-    env.delete(vec![node(&format!("external-cloudstack://{wid}"), &wname)]).await.expect("scale down");
+    env.delete(vec![node(&format!("external-cloudstack://{wid}"), &wname)])
+        .await
+        .expect("scale down");
     // A client with a wrong secret: CloudStack refuses it; the error must not echo keys.
     let mut bad = client_config(&env.sim);
     bad.secret_key = "WrongSecret-Qa1Ws2Ed3Rf4Tg5Yh6".into();
@@ -75,11 +80,27 @@ async fn no_secret_in_any_output_at_trace_level() {
     tracing::info!("client: {:?}", Client::new(good).expect("client"));
     env.stop().await;
 
-    let out = String::from_utf8_lossy(&capture.0.lock().unwrap_or_else(|p| p.into_inner())).to_string();
-    assert!(out.len() > 1000, "the scenario produced logs ({} bytes)", out.len());
-    assert!(out.contains("scaleKubernetesCluster") || out.contains("scale"), "logs cover the scale path");
+    let out =
+        String::from_utf8_lossy(&capture.0.lock().unwrap_or_else(|p| p.into_inner())).to_string();
+    assert!(
+        out.len() > 1000,
+        "the scenario produced logs ({} bytes)",
+        out.len()
+    );
+    assert!(
+        out.contains("scaleKubernetesCluster") || out.contains("scale"),
+        "logs cover the scale path"
+    );
     for needle in [SECRET, API, "WrongSecret-Qa1Ws2Ed3Rf4Tg5Yh6", "signature="] {
-        assert!(!out.contains(needle), "{needle:?} appears in the output:\n{}", out.lines().filter(|l| l.contains(needle)).take(5).collect::<Vec<_>>().join("\n"));
+        assert!(
+            !out.contains(needle),
+            "{needle:?} appears in the output:\n{}",
+            out.lines()
+                .filter(|l| l.contains(needle))
+                .take(5)
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
     }
     // URL-encoded forms too.
     let enc = SECRET.replace('-', "%2D");

@@ -35,6 +35,7 @@ impl Provider {
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(delay) => {}
+                _ = self.inner.groups[gi].poke.notified() => {}
                 changed = stop.changed() => {
                     if changed.is_err() || *stop.borrow() {
                         return;

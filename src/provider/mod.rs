@@ -186,6 +186,8 @@ pub(crate) struct GroupState {
 
 pub(crate) struct Group {
     pub spec: NodeGroupSpec,
+    /// Wakes the job follower early (a snapshot shows the job may be over).
+    pub poke: tokio::sync::Notify,
     pub state: Mutex<GroupState>,
     pub op_lock: tokio::sync::Mutex<()>,
 }
@@ -288,6 +290,7 @@ impl Provider {
                         ..GroupState::default()
                     }),
                     op_lock: tokio::sync::Mutex::new(()),
+                    poke: tokio::sync::Notify::new(),
                 }
             })
             .collect();
@@ -391,6 +394,13 @@ impl Provider {
         }
         let indexed = Arc::new(Indexed::new(snap, Instant::now()));
         let mut st = g.lock();
+        // A followed job whose cluster is no longer Scaling is probably over: poll it now
+        // rather than after the follower's (possibly backed-off) delay.
+        if st.op.as_ref().is_some_and(|o| o.job_id.is_some())
+            && indexed.snap.state != ClusterState::Scaling
+        {
+            g.poke.notify_one();
+        }
         st.cluster_id = Some(cluster.id.clone());
         st.snap = Some(indexed.clone());
         st.last_error = None;
@@ -497,8 +507,8 @@ impl Provider {
             Ok(())
         } else {
             Err(Status::unavailable(format!(
-                "no CloudStack snapshot newer than {}s for: {}",
-                stale.as_secs(),
+                "no CloudStack snapshot newer than {:?} for: {}",
+                stale,
                 failures.join("; ")
             )))
         }
@@ -626,7 +636,9 @@ impl Provider {
                 return true;
             }
             if Instant::now() >= until {
-                tracing::warn!("shutdown grace period over with a scale job still running; a restarted provider adopts it");
+                tracing::warn!(
+                    "shutdown grace period over with a scale job still running; a restarted provider adopts it"
+                );
                 return false;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;

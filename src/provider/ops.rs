@@ -225,6 +225,16 @@ impl Provider {
                      it may still accept it, so nothing more is sent for this cluster until the next refresh tells"
                 )));
             }
+            Ok(Err(e)) if e.is_transient() => {
+                // The request may have reached CloudStack (a dropped connection, a garbled
+                // or proxied answer): keep it as "answer lost" so nothing more is sent until a
+                // refresh shows whether it became a job.
+                tracing::warn!(group = %label, error = %e, "scaleKubernetesCluster answer lost; the next refresh tells whether CloudStack accepted it");
+                return Err(Status::unavailable(format!(
+                    "node group {label}: {e}; CloudStack may still have accepted the request, so nothing more \
+                     is sent for this cluster until the next refresh tells"
+                )));
+            }
             Ok(Err(e)) => {
                 g.lock().op = None;
                 tracing::warn!(group = %label, error = %e, "scaleKubernetesCluster refused");
