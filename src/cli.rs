@@ -287,7 +287,7 @@ fn config_tokens(
                 ),
             })
         };
-        let takes_value = arg.get_num_args().is_none_or(|n| n.takes_values());
+        let takes_value = arg.get_action().takes_values();
         match v {
             serde_json::Value::Bool(b) if !takes_value => {
                 if *b {
