@@ -135,7 +135,7 @@ pub fn expected_roles(input: &ClusterInput) -> Vec<NodeRole> {
 }
 
 /// Whether CloudStack accepts `request` on the cluster `input` describes, from the CKS scaling
-/// rules (cks-scaling.md) and the provider's own stricter limits (never remove every worker,
+/// rules (Alert included) and the provider's own stricter limits (never remove every worker,
 /// never ask for fewer than one).
 pub fn expected_accept(input: &ClusterInput, request: &ScaleRequest, alert: &AlertScaling) -> bool {
     let roles = expected_roles(input);

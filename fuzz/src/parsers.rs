@@ -177,7 +177,7 @@ fn lenient_i64(v: &serde_json::Value) -> Option<i64> {
         .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
 }
 
-/// `AsyncJob::outcome` as cloudstack-api.md states it: 0 pending, 1 succeeded (with the
+/// `AsyncJob::outcome` as CloudStack defines `jobstatus`: 0 pending, 1 succeeded (with the
 /// readable `jobresult.kubernetescluster`), 2 failed, 3 cancelled, anything else a failure that
 /// names the job and the status. A failure's code is `jobresult.errorcode` when readable, else
 /// `jobresultcode`; its text is never blank and is CloudStack's own when it sent one.
