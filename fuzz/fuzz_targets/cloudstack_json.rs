@@ -1,0 +1,9 @@
+//! Bytes as a CloudStack response body: every response type, the way the client reads them,
+//! and job outcomes.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    cks_fuzz::parsers::check_cloudstack_json(data);
+});

@@ -1,0 +1,660 @@
+//! Property tests of the parsers: the cloud-config, `--nodes` specs, providerIDs, CloudStack's
+//! JSON responses and job outcomes, and request signing.
+//!
+//! The invariants live in `fuzz/src/parsers.rs`, shared with the fuzz targets. Each property
+//! runs a bounded number of cases (`PROPTEST_CASES` raises it for a longer run).
+
+#[path = "../fuzz/src/parsers.rs"]
+mod parsers;
+
+use cks_autoscaler_provider::cloudstack::sign::{parse_query, signed_query, verify_query};
+use cks_autoscaler_provider::cloudstack::types::{AsyncJob, KubernetesCluster};
+use cks_autoscaler_provider::config::{
+    ClusterRef, MAX_NODES_LIMIT, NodeGroupSpec, parse_cloud_config, parse_nodes_spec,
+};
+use parsers::{
+    check_cloud_config, check_cloudstack_json, check_job_outcome, check_nodes_spec,
+    check_provider_id,
+};
+use proptest::prelude::*;
+use proptest::test_runner::Config;
+use serde_json::{Value, json};
+
+/// `cases` unless `PROPTEST_CASES` says otherwise; no regression files in the source tree.
+fn config(cases: u32) -> Config {
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(cases);
+    Config {
+        cases,
+        failure_persistence: None,
+        // A failing case's messages carry whole clusters; bound the time spent shrinking them.
+        max_shrink_time: 30_000,
+        ..Config::default()
+    }
+}
+
+// ---- cloud-config ----
+
+/// A secret or key as operators have them: printable ASCII with the characters ini parsers
+/// like to eat (`=`, `\`, `;`, `#`, `"`, `:`, `[`, spaces inside), some non-ASCII, never
+/// surrounding whitespace.
+fn secret() -> impl Strategy<Value = String> {
+    prop_oneof![
+        "[A-Za-z0-9_-]{20,86}",
+        "[!-~]{1,40}",
+        "[!-~][ -~\u{e9}\u{20ac}]{0,38}[!-~]",
+        "[A-Za-z0-9+/]{20,40}={0,2}",
+        "[a-z]{1,10}[\\\\;#=:\"\\[\\] ]{1,4}[a-z]{1,10}\\\\{0,2}",
+    ]
+}
+
+/// How a value is written: bare, or in double quotes (gcfg style). A value that itself starts
+/// and ends with a double quote can only be written quoted.
+fn written(value: &str, quoted: bool) -> String {
+    let needs_quotes = value.len() >= 2 && value.starts_with('"') && value.ends_with('"');
+    if quoted || needs_quotes {
+        format!("\"{value}\"")
+    } else {
+        value.to_string()
+    }
+}
+
+/// A key as operators write it: any ASCII case, spaces around.
+fn key_spelling(key: &'static str) -> impl Strategy<Value = String> {
+    (
+        prop::collection::vec(any::<bool>(), key.len()),
+        "[ \t]{0,2}",
+        "[ \t]{0,2}",
+    )
+        .prop_map(move |(upper, before, after)| {
+            let key: String = key
+                .chars()
+                .zip(upper)
+                .map(|(c, u)| if u { c.to_ascii_uppercase() } else { c })
+                .collect();
+            format!("{before}{key}{after}")
+        })
+}
+
+#[derive(Debug, Clone)]
+struct GeneratedConfig {
+    text: String,
+    api_url: String,
+    api_key: String,
+    secret_key: String,
+    ssl_no_verify: bool,
+    project_id: Option<String>,
+    zone: Option<String>,
+}
+
+fn url() -> impl Strategy<Value = String> {
+    (
+        prop::sample::select(&["http", "https"][..]),
+        "[a-z][a-z0-9-]{0,10}(\\.[a-z]{2,5}){0,2}",
+        prop::option::of(1..65535u16),
+        prop::sample::select(&["/client/api", "", "/", "/cloud/client/api"][..]),
+    )
+        .prop_map(|(scheme, host, port, path)| match port {
+            Some(port) => format!("{scheme}://{host}:{port}{path}"),
+            None => format!("{scheme}://{host}{path}"),
+        })
+}
+
+/// A valid cloud-config with every key written in a random style, decoy keys and sections,
+/// comments, and `\n` or `\r\n` line ends; with the values it must yield.
+fn cloud_config() -> impl Strategy<Value = GeneratedConfig> {
+    let bool_word = prop::sample::select(
+        &[
+            ("true", true),
+            ("TRUE", true),
+            ("yes", true),
+            ("on", true),
+            ("1", true),
+            ("false", false),
+            ("No", false),
+            ("off", false),
+            ("0", false),
+        ][..],
+    );
+    (
+        (url(), secret(), secret(), prop::option::of(bool_word)),
+        (
+            prop::option::of("[0-9a-f-]{1,36}"),
+            prop::option::of("[A-Za-z0-9]([A-Za-z0-9 _-]{0,8}[A-Za-z0-9])?"),
+        ),
+        (
+            key_spelling("api-url"),
+            key_spelling("api-key"),
+            key_spelling("secret-key"),
+            key_spelling("ssl-no-verify"),
+            key_spelling("project-id"),
+            key_spelling("zone"),
+        ),
+        (
+            prop::collection::vec(any::<bool>(), 6),
+            prop::sample::select(&["Global", "global", "GLOBAL", " Global "][..]),
+            prop::sample::select(&["\n", "\r\n"][..]),
+            any::<bool>(),
+            any::<bool>(),
+        ),
+        prop::collection::vec(0..6usize, 0..6),
+    )
+        .prop_map(
+            |(
+                (api_url, api_key, secret_key, ssl),
+                (project_id, zone),
+                keys,
+                (quoted, section, eol, decoy_section, comments),
+                order_seed,
+            )| {
+                let (url_key, key_key, secret_key_name, ssl_key, project_key, zone_key) = keys;
+                let mut lines: Vec<(String, String)> = vec![
+                    (url_key, written(&api_url, quoted[0])),
+                    (key_key, written(&api_key, quoted[1])),
+                    (secret_key_name, written(&secret_key, quoted[2])),
+                ];
+                if let Some((word, _)) = ssl {
+                    lines.push((ssl_key, written(word, quoted[3])));
+                }
+                if let Some(p) = &project_id {
+                    lines.push((project_key, written(p, quoted[4])));
+                }
+                if let Some(z) = &zone {
+                    lines.push((zone_key, written(z, quoted[5])));
+                }
+                // Reorder a little: the parser does not care about key order.
+                for (i, j) in order_seed.iter().enumerate() {
+                    let len = lines.len();
+                    lines.swap(i % len, j % len);
+                }
+                let mut text = String::new();
+                if comments {
+                    text.push_str("; written by hand");
+                    text.push_str(eol);
+                    text.push_str("# secret-key = not-this-one");
+                    text.push_str(eol);
+                }
+                if decoy_section {
+                    text.push_str("[Other]");
+                    text.push_str(eol);
+                    text.push_str("api-key = not-this-one");
+                    text.push_str(eol);
+                }
+                text.push_str(&format!("[{section}]{eol}"));
+                // An earlier, overridden value of the secret: later keys win.
+                text.push_str(&format!("secret-key = overridden{eol}"));
+                text.push_str(&format!("unknown-key = ignored{eol}"));
+                for (k, v) in &lines {
+                    text.push_str(&format!("{k} = {v}{eol}"));
+                }
+                if decoy_section {
+                    text.push_str(&format!("[Labels]{eol}zone = not-this-one{eol}"));
+                }
+                GeneratedConfig {
+                    text,
+                    api_url,
+                    api_key,
+                    secret_key,
+                    ssl_no_verify: ssl.is_some_and(|(_, b)| b),
+                    project_id,
+                    zone,
+                }
+            },
+        )
+}
+
+/// Bytes that look a bit like ini: brackets, equals signs, quotes, backslashes, line ends.
+fn ini_garbage() -> impl Strategy<Value = String> {
+    prop_oneof![
+        "\\PC{0,80}",
+        "[\\[\\]=:;#\"'\\\\ \t\r\na-zA-Z-]{0,80}",
+        "(\\[[Gg]lobal\\]\r?\n)?([a-z-]{0,12} ?[=:] ?[ -~]{0,16}\\\\?\r?\n){0,6}",
+        any::<Vec<u8>>().prop_map(|b| String::from_utf8_lossy(&b).into_owned()),
+    ]
+}
+
+proptest! {
+    #![proptest_config(config(512))]
+
+    /// Generated valid files give back exactly the values written, whatever the secret holds.
+    #[test]
+    fn cloud_config_round_trips_its_keys(generated in cloud_config()) {
+        let parsed = parse_cloud_config(&generated.text, "cloud.conf")
+            .unwrap_or_else(|e| panic!("{e}\n---\n{}", generated.text));
+        prop_assert_eq!(&parsed.api_url, &generated.api_url, "{}", generated.text);
+        prop_assert_eq!(&parsed.api_key, &generated.api_key, "{}", generated.text);
+        prop_assert_eq!(&parsed.secret_key, &generated.secret_key, "{}", generated.text);
+        prop_assert_eq!(parsed.ssl_no_verify, generated.ssl_no_verify);
+        prop_assert_eq!(&parsed.project_id, &generated.project_id);
+        prop_assert_eq!(&parsed.zone, &generated.zone);
+        check_cloud_config(&generated.text, "cloud.conf");
+    }
+
+    /// Anything at all: no panic; a refusal names the source.
+    #[test]
+    fn cloud_config_garbage_never_panics(text in ini_garbage(), source in "[a-z/._-]{1,20}") {
+        check_cloud_config(&text, &source);
+    }
+
+    /// A valid file with one key broken: refused, naming the key and the source, and the
+    /// message never carries the secret.
+    #[test]
+    fn cloud_config_names_the_bad_key_and_keeps_the_secret(
+        generated in cloud_config(),
+        breakage in 0..4usize,
+    ) {
+        prop_assume!(generated.secret_key.len() >= 8 && !generated.secret_key.contains("overridden"));
+        let replace_line = |text: &str, key: &str, new: &str| -> String {
+            text.split_inclusive('\n')
+                .map(|line| {
+                    let name = line.split(['=', ':']).next().unwrap_or("").trim();
+                    if name.eq_ignore_ascii_case(key) { new.to_string() } else { line.to_string() }
+                })
+                .collect()
+        };
+        let text = &generated.text;
+        let (text, key) = match breakage {
+            0 => (replace_line(text, "api-url", "api-url = ftp://x\n"), "api-url"),
+            1 => (replace_line(text, "api-url", "api-url = not a url\n"), "api-url"),
+            2 => {
+                let bad = "ssl-no-verify = maybe\n";
+                (replace_line(&replace_line(text, "unknown-key", bad), "ssl-no-verify", bad), "ssl-no-verify")
+            }
+            _ => (replace_line(text, "api-key", "api-key = \"\"\n"), "api-key"),
+        };
+        let err = parse_cloud_config(&text, "cloud.conf").expect_err(&text);
+        let message = err.to_string();
+        prop_assert!(message.contains("cloud.conf") && message.contains(key), "{}", message);
+        prop_assert!(!message.contains(&generated.secret_key), "{}", message);
+        check_cloud_config(&text, "cloud.conf");
+    }
+}
+
+// ---- --nodes ----
+
+fn uuid() -> impl Strategy<Value = String> {
+    "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+}
+
+proptest! {
+    #![proptest_config(config(512))]
+
+    /// `MIN:MAX:CLUSTER` with MIN ≤ MAX ≤ the limit parses to what was written: a UUID or
+    /// `id=` is an id, anything else a name; spaces around parts are ignored.
+    #[test]
+    fn nodes_spec_round_trips(
+        max in 0..=MAX_NODES_LIMIT,
+        min_frac in 0.0..=1.0f64,
+        cluster in prop_oneof![
+            uuid().prop_map(|u| (u.clone(), ClusterRef::Id(u))),
+            "[a-zA-Z0-9_.-]{1,20}".prop_map(|n| (format!("id={n}"), ClusterRef::Id(n))),
+            "[a-zA-Z0-9_.=-]([a-zA-Z0-9 _.=-]{0,20}[a-zA-Z0-9_.-])?"
+                .prop_map(|n| (format!("name={n}"), ClusterRef::Name(n))),
+            "[a-hj-mo-z][a-zA-Z0-9_.-]{0,20}".prop_map(|n| (n.clone(), ClusterRef::Name(n))),
+        ],
+        pad in prop::collection::vec("[ \t]{0,2}", 6),
+    ) {
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let min = (f64::from(max) * min_frac).floor() as u32;
+        let (written, expected) = cluster;
+        let text = format!("{}{min}{}:{}{max}{}:{}{written}{}", pad[0], pad[1], pad[2], pad[3], pad[4], pad[5]);
+        let spec = parse_nodes_spec(&text).unwrap_or_else(|e| panic!("{e}"));
+        prop_assert_eq!(spec, NodeGroupSpec { min, max, cluster: expected });
+        check_nodes_spec(&text);
+    }
+
+    /// MIN greater than MAX, or MAX over the limit, is refused with both numbers named.
+    #[test]
+    fn nodes_spec_refuses_min_over_max_and_max_over_limit(
+        a in 0..=MAX_NODES_LIMIT + 10,
+        b in 0..=MAX_NODES_LIMIT + 10,
+        cluster in uuid(),
+    ) {
+        let text = format!("{a}:{b}:{cluster}");
+        let result = parse_nodes_spec(&text);
+        if a > b || b > MAX_NODES_LIMIT {
+            let message = result.expect_err(&text).to_string();
+            prop_assert!(message.contains(&format!("{text:?}")), "{}", message);
+            if a > b {
+                prop_assert!(message.contains(&format!("MIN {a} is greater than MAX {b}")), "{}", message);
+            } else {
+                prop_assert!(message.contains(&format!("MAX {b} exceeds")), "{}", message);
+            }
+        } else {
+            prop_assert_eq!(result.expect(&text).max, b);
+        }
+    }
+
+    /// Anything at all: no panic; a refusal quotes the input; an acceptance keeps MIN ≤ MAX.
+    #[test]
+    fn nodes_spec_garbage_never_panics(s in prop_oneof![
+        "\\PC{0,40}",
+        "[0-9: =a-z-]{0,30}",
+        "-?[0-9]{1,12}:-?[0-9]{1,12}:(id=|name=)?\\PC{0,12}",
+    ]) {
+        check_nodes_spec(&s);
+    }
+}
+
+// ---- providerID ----
+
+proptest! {
+    #![proptest_config(config(512))]
+
+    /// The default providerID of a VM id names that id; any string parses to the part after
+    /// its first `://`, never to an empty id.
+    #[test]
+    fn provider_ids_round_trip(id in prop_oneof![
+        "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
+        "[^:/]{1,20}",
+        "\\PC{0,20}",
+        "(\\PC{0,5}://){1,3}\\PC{0,5}",
+    ]) {
+        check_provider_id(&id);
+        if !id.is_empty() && !id.contains("://") {
+            let provider_id = cks_autoscaler_provider::domain::nodeid::default_provider_id(&id);
+            prop_assert_eq!(
+                cks_autoscaler_provider::domain::nodeid::vm_id_from_provider_id(&provider_id),
+                Some(id.as_str())
+            );
+            prop_assert_eq!(
+                cks_autoscaler_provider::domain::nodeid::vm_id_from_provider_id(&id),
+                Some(id.as_str())
+            );
+        }
+    }
+}
+
+// ---- CloudStack JSON ----
+
+/// A JSON number CloudStack may send as a number, a string, a padded string or a whole float.
+fn lenient_number(n: u64) -> impl Strategy<Value = Value> {
+    let mut forms = vec![json!(n), json!(n.to_string()), json!(format!(" {n} "))];
+    if n < (1 << 52) {
+        #[allow(clippy::cast_precision_loss)]
+        forms.push(json!(n as f64));
+    }
+    prop::sample::select(forms)
+}
+
+fn lenient_bool(b: bool) -> impl Strategy<Value = Value> {
+    let mut forms = vec![
+        json!(b),
+        json!(b.to_string()),
+        json!(b.to_string().to_uppercase()),
+    ];
+    if !b {
+        forms.extend([json!(""), Value::Null]);
+    }
+    prop::sample::select(forms)
+}
+
+/// An optional field: absent, null, `""` (for numbers), or present.
+fn optional_number(n: Option<u64>) -> BoxedStrategy<Option<Value>> {
+    match n {
+        Some(n) => lenient_number(n).prop_map(Some).boxed(),
+        None => prop::sample::select(vec![None, Some(Value::Null), Some(json!(""))]).boxed(),
+    }
+}
+
+fn cluster_json() -> impl Strategy<Value = (Value, KubernetesCluster)> {
+    let vm = (
+        "[0-9a-f-]{1,36}",
+        "\\PC{0,20}",
+        "[A-Za-z]{0,10}",
+        any::<bool>(),
+        any::<bool>(),
+    )
+        .prop_flat_map(|(id, name, state, ext, etcd)| {
+            (
+                Just((id, name, state, ext, etcd)),
+                lenient_bool(ext),
+                lenient_bool(etcd),
+            )
+        });
+    (
+        ("[0-9a-f-]{1,36}", "\\PC{0,20}", "[A-Za-z]{1,12}"),
+        (
+            0..50u64,
+            0..5u64,
+            prop::option::of(0..5u64),
+            prop::option::of(0..10u64),
+            prop::option::of(0..100u64),
+        ),
+        any::<bool>(),
+        prop::collection::vec(vm, 0..5),
+    )
+        .prop_flat_map(
+            |(strings, (size, controls, etcd, min, max), autoscaling, vms)| {
+                (
+                    Just((strings, vms.clone())),
+                    (lenient_number(size), lenient_number(controls)),
+                    (
+                        optional_number(etcd),
+                        optional_number(min),
+                        optional_number(max),
+                    ),
+                    lenient_bool(autoscaling),
+                    Just((size, controls, etcd, min, max, autoscaling)),
+                )
+            },
+        )
+        .prop_map(
+            |((strings, vms), (size_v, controls_v), (etcd_v, min_v, max_v), auto_v, plain)| {
+                let (id, name, state) = strings;
+                let (size, controls, etcd, min, max, autoscaling) = plain;
+                let mut obj = json!({
+                    "id": id, "name": name, "state": state,
+                    "size": size_v, "controlnodes": controls_v, "autoscalingenabled": auto_v,
+                    "serviceofferingid": "so-1", "zonename": "zone1",
+                    "unknownfield": {"nested": [1, 2, 3]},
+                });
+                for (key, v) in [
+                    ("etcdnodes", etcd_v),
+                    ("minsize", min_v),
+                    ("maxsize", max_v),
+                ] {
+                    if let Some(v) = v {
+                        obj[key] = v;
+                    }
+                }
+                obj["virtualmachines"] = Value::Array(
+                    vms.iter()
+                        .map(|((id, name, state, _, _), ext_v, etcd_v)| {
+                            json!({"id": id, "name": name, "state": state,
+                               "isexternalnode": ext_v, "isetcdnode": etcd_v})
+                        })
+                        .collect(),
+                );
+                let expected = KubernetesCluster {
+                    id,
+                    name,
+                    state,
+                    size,
+                    controlnodes: controls,
+                    etcdnodes: etcd,
+                    minsize: min,
+                    maxsize: max,
+                    autoscalingenabled: autoscaling,
+                    serviceofferingid: Some("so-1".into()),
+                    zonename: Some("zone1".into()),
+                    virtualmachines: vms
+                        .iter()
+                        .map(|((id, name, state, ext, etcd), _, _)| {
+                            cks_autoscaler_provider::cloudstack::types::ClusterVm {
+                                id: id.clone(),
+                                name: name.clone(),
+                                state: state.clone(),
+                                isexternalnode: *ext,
+                                isetcdnode: *etcd,
+                                ..Default::default()
+                            }
+                        })
+                        .collect(),
+                    ..Default::default()
+                };
+                (obj, expected)
+            },
+        )
+}
+
+fn job_json() -> impl Strategy<Value = Value> {
+    let status = prop_oneof![
+        4 => (0..=3i64).prop_map(|s| json!(s)),
+        1 => (0..=3i64).prop_map(|s| json!(s.to_string())),
+        1 => any::<i64>().prop_map(|s| json!(s)),
+    ];
+    let code = prop_oneof![
+        Just(json!(530)),
+        Just(json!("533")),
+        Just(json!(" 535 ")),
+        any::<i64>().prop_map(|c| json!(c)),
+        Just(json!("x")),
+    ]
+    .boxed();
+    let result = prop_oneof![
+        Just(None),
+        Just(Some(Value::Null)),
+        "\\PC{0,20}".prop_map(|s| Some(json!(s))),
+        (
+            prop::option::of(code.clone()),
+            prop::option::of("\\PC{0,20}")
+        )
+            .prop_map(|(c, t)| {
+                let mut r = json!({});
+                if let Some(c) = c {
+                    r["errorcode"] = c;
+                }
+                if let Some(t) = t {
+                    r["errortext"] = json!(t);
+                }
+                Some(r)
+            }),
+        cluster_json().prop_map(|(c, _)| Some(json!({"kubernetescluster": c}))),
+        Just(Some(json!({"kubernetescluster": {"id": 5}}))),
+    ];
+    let result_code = prop_oneof![
+        Just(json!(530)),
+        Just(json!("530")),
+        Just(json!(0)),
+        any::<i64>().prop_map(|c| json!(c)),
+    ];
+    ("[0-9a-f-]{1,36}", status, prop::option::of(result_code), result).prop_map(|(jobid, status, code, result)| {
+        let mut job = json!({"jobid": jobid, "jobstatus": status,
+                             "cmd": "org.apache.cloudstack.api.command.user.kubernetes.cluster.ScaleKubernetesClusterCmd"});
+        if let Some(c) = code { job["jobresultcode"] = c; }
+        if let Some(r) = result { job["jobresult"] = r; }
+        job
+    })
+}
+
+/// Any byte string, and valid JSON cut short or with a byte flipped.
+fn json_bytes() -> impl Strategy<Value = Vec<u8>> {
+    let valid = prop_oneof![
+        cluster_json().prop_map(|(c, _)| json!({"listkubernetesclustersresponse": {"count": 1, "kubernetescluster": [c]}})),
+        job_json().prop_map(|j| json!({"queryasyncjobresultresponse": j})),
+        job_json(),
+        cluster_json().prop_map(|(c, _)| c),
+    ]
+    .prop_map(|v| v.to_string().into_bytes())
+    .boxed();
+    prop_oneof![
+        any::<Vec<u8>>(),
+        "[\\[\\]{}\":,0-9a-z. -]{0,60}".prop_map(String::into_bytes),
+        (valid.clone(), any::<prop::sample::Index>())
+            .prop_map(|(b, i)| b[..i.index(b.len())].to_vec()),
+        (valid.clone(), any::<prop::sample::Index>(), any::<u8>()).prop_map(|(mut b, i, x)| {
+            let i = i.index(b.len());
+            b[i] = x;
+            b
+        }),
+        valid,
+    ]
+}
+
+proptest! {
+    #![proptest_config(config(512))]
+
+    /// A cluster parses to the same value whichever form CloudStack uses for its numbers and
+    /// booleans (native, string, padded string, whole float; null/"" for absent options).
+    #[test]
+    fn clusters_parse_numbers_sent_as_strings((value, expected) in cluster_json()) {
+        let text = value.to_string();
+        let parsed: KubernetesCluster = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+        prop_assert_eq!(&parsed, &expected);
+        let via_value: KubernetesCluster = serde::Deserialize::deserialize(&value).unwrap();
+        prop_assert_eq!(&via_value, &expected);
+    }
+
+    /// Counts that are not whole non-negative numbers are refused, not wrapped or truncated.
+    #[test]
+    fn clusters_refuse_counts_that_are_not_counts(bad in prop_oneof![
+        (i64::MIN..0).prop_map(|n| json!(n)),
+        (i64::MIN..0).prop_map(|n| json!(n.to_string())),
+        Just(json!(4.5)),
+        Just(json!("4.5")),
+        Just(json!("four")),
+        Just(json!(1.0e300)),
+        Just(json!("99999999999999999999999")),
+        Just(json!(true)),
+        Just(json!([1])),
+    ]) {
+        let text = json!({"id": "c", "name": "k8s", "state": "Running", "size": bad}).to_string();
+        prop_assert!(serde_json::from_str::<KubernetesCluster>(&text).is_err(), "{}", text);
+    }
+
+    /// Job outcomes follow jobstatus; failures carry CloudStack's code and text.
+    #[test]
+    fn job_outcomes_follow_the_status(value in job_json()) {
+        let text = value.to_string();
+        let job: AsyncJob = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+        check_job_outcome(&job);
+    }
+
+    /// Arbitrary, truncated and corrupted JSON: no panic in any response type or job outcome.
+    #[test]
+    fn cloudstack_json_garbage_never_panics(bytes in json_bytes()) {
+        check_cloudstack_json(&bytes);
+    }
+}
+
+// ---- request signing (what the simulator checks on every request) ----
+
+fn param() -> impl Strategy<Value = (String, String)> {
+    (
+        prop_oneof!["[a-zA-Z]{1,12}", "\\PC{0,8}"],
+        prop_oneof!["[ -~]{0,20}", "\\PC{0,12}"],
+    )
+        .prop_filter("reserved names", |(n, _)| n != "apiKey" && n != "signature")
+}
+
+proptest! {
+    #![proptest_config(config(256))]
+
+    /// A signed query verifies with its secret, and not with another secret or with a value
+    /// changed; parsing any query string never panics.
+    #[test]
+    fn signed_queries_verify(
+        params in prop::collection::vec(param(), 0..6),
+        api_key in "[!-~]{1,30}",
+        secret in "[!-~]{1,30}",
+        other in "[!-~]{1,30}",
+        garbage in "\\PC{0,60}",
+    ) {
+        let query = signed_query(&params, &api_key, &secret);
+        prop_assert!(verify_query(&query, &secret), "{}", query);
+        if other != secret {
+            prop_assert!(!verify_query(&query, &other), "{}", query);
+        }
+        let parsed = parse_query(&query);
+        for (name, value) in &params {
+            prop_assert!(parsed.contains(&(name.clone(), value.clone())), "{:?} in {}", name, query);
+        }
+        let tampered = query.replacen("apiKey=", "apiKey=x", 1);
+        prop_assert!(!verify_query(&tampered, &secret), "{}", tampered);
+        let _ = parse_query(&garbage);
+        let _ = verify_query(&garbage, &secret);
+    }
+}
