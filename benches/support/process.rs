@@ -30,6 +30,8 @@ pub struct ProviderArgs {
     /// gRPC port to listen on; 0 picks a free one. A restarted provider reuses its port, as a
     /// Kubernetes Service would keep the autoscaler's address.
     pub port: u16,
+    /// Extra environment variables (e.g. allocator settings).
+    pub env: Vec<(String, String)>,
 }
 
 impl ProviderArgs {
@@ -42,6 +44,7 @@ impl ProviderArgs {
             flags: Vec::new(),
             metrics: false,
             port: 0,
+            env: Vec::new(),
         }
     }
 
@@ -139,6 +142,7 @@ impl ProviderProcess {
             } else {
                 None
             };
+            cmd.envs(args.env.iter().map(|(k, v)| (k, v)));
             cmd.args(&args.flags)
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
@@ -222,6 +226,11 @@ impl ProviderProcess {
             );
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
+    }
+
+    /// `Some` once the process has exited (it should not while a test runs).
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
     }
 
     /// The process's log so far.
