@@ -1,0 +1,906 @@
+//! Fault injection: what the autoscaler sees (codes, target size, instance status) when
+//! CloudStack is slow, fails, drops connections, sends broken JSON, runs jobs that fail or never
+//! end, rejects a rotated key, or when the provider itself is killed or frozen mid-job. Every
+//! test also checks that nothing is lost or sent twice: the `scaleKubernetesCluster` requests
+//! CloudStack received are counted, and a sampler checks that the cluster never has two scale
+//! jobs at once.
+//!
+//! Clock jumps: the provider never reads the wall clock (every timer, snapshot age and deadline
+//! is a monotonic `Instant`; no CloudStack timestamp feeds a decision, and requests are signed
+//! without `expires`), so stepping the system clock cannot affect it and is not tested. What can
+//! happen to a monotonic clock is a sudden gap, when the process is frozen (SIGSTOP, a paused
+//! VM or container) while CloudStack goes on: `a_frozen_provider_catches_up_after_a_time_gap`
+//! covers that with the real binary.
+
+mod common;
+#[path = "../benches/support/process.rs"]
+mod process;
+
+use cks_autoscaler_provider::cloudstack::{Client, ClientConfig};
+use cks_autoscaler_provider::pb;
+use cks_autoscaler_provider::pb::cloud_provider_client::CloudProviderClient;
+use cks_autoscaler_provider::pb::instance_status::InstanceState;
+use cks_autoscaler_provider::provider::{Provider, Settings};
+use cks_autoscaler_provider::server::{ServeOptions, serve};
+use cks_autoscaler_provider::sim::{
+    self, JobFailure, RecordedRequest, SimConfig, SimHandle,
+};
+use common::{API_KEY, SECRET_KEY, client_config, fast_settings, node, state_of};
+use process::{ProviderArgs, ProviderProcess};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+use tonic::Code;
+use tonic::transport::Channel;
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_client::HealthClient;
+
+/// Generous: the machine may be loaded.
+const WAIT: Duration = Duration::from_secs(30);
+const SCALE: &str = "scaleKubernetesCluster";
+
+fn with_deadline<T>(msg: T, d: Duration) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(msg);
+    r.set_timeout(d);
+    r
+}
+
+/// Polls `f` until it holds or `timeout` passes.
+async fn wait_until(what: &str, timeout: Duration, mut f: impl AsyncFnMut() -> bool) {
+    let start = Instant::now();
+    while !f().await {
+        assert!(
+            start.elapsed() < timeout,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// Samples the number of running scale jobs of a cluster until dropped.
+struct JobSampler {
+    max: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+}
+
+impl JobSampler {
+    fn start(sim: &Arc<SimHandle>, cluster: &str) -> Self {
+        let max = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (m, s, sim, cluster) = (max.clone(), stop.clone(), sim.clone(), cluster.to_string());
+        tokio::spawn(async move {
+            while !s.load(Ordering::Relaxed) {
+                m.fetch_max(sim.running_jobs(&cluster), Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        });
+        JobSampler { max, stop }
+    }
+
+    fn max(&self) -> usize {
+        self.max.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for JobSampler {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// A simulator, an in-process provider on loopback and a client.
+struct Stack {
+    sim: Arc<SimHandle>,
+    client: CloudProviderClient<Channel>,
+    cluster: String,
+    jobs: JobSampler,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+impl Stack {
+    async fn start(cfg: SimConfig, tweak: impl FnOnce(&mut Settings)) -> Self {
+        let sim = Arc::new(sim::spawn(cfg).await.expect("simulator"));
+        let cluster = sim.cluster_id("demo").expect("demo cluster");
+        let mut settings = fast_settings(&cluster, 1, 10);
+        tweak(&mut settings);
+        let (_provider, client, _addr, stop) = common::start_provider(&sim, settings).await;
+        let jobs = JobSampler::start(&sim, &cluster);
+        let mut s = Stack {
+            sim,
+            client,
+            cluster,
+            jobs,
+            _stop: stop,
+        };
+        s.refresh().await.expect("first refresh");
+        s
+    }
+
+    async fn refresh(&mut self) -> Result<(), tonic::Status> {
+        self.client
+            .refresh(with_deadline(pb::RefreshRequest {}, Duration::from_secs(5)))
+            .await
+            .map(|_| ())
+    }
+
+    async fn target(&mut self) -> Result<i32, tonic::Status> {
+        target_of(&mut self.client, &self.cluster).await
+    }
+
+    async fn instances(&mut self) -> Vec<pb::Instance> {
+        self.client
+            .node_group_nodes(with_deadline(
+                pb::NodeGroupNodesRequest {
+                    id: self.cluster.clone(),
+                },
+                Duration::from_secs(5),
+            ))
+            .await
+            .expect("NodeGroupNodes")
+            .into_inner()
+            .instances
+    }
+
+    async fn increase(&mut self, delta: i32, deadline: Duration) -> Result<(), tonic::Status> {
+        increase(&mut self.client, &self.cluster, delta, deadline).await
+    }
+
+    fn scale_requests(&self) -> Vec<RecordedRequest> {
+        scale_requests(&self.sim)
+    }
+
+    fn cs_size(&self) -> u64 {
+        self.sim.cluster_json(&self.cluster)["size"]
+            .as_u64()
+            .unwrap_or(0)
+    }
+
+    fn cs_state(&self) -> String {
+        self.sim.cluster_json(&self.cluster)["state"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    /// Waits for CloudStack to be idle at `size`, then for the provider to report that size.
+    async fn settle_at(&mut self, size: u64) {
+        let sim = self.sim.clone();
+        let cluster = self.cluster.clone();
+        wait_until(&format!("CloudStack idle at size {size}"), WAIT, async || {
+            let c = sim.cluster_json(&cluster);
+            sim.running_jobs(&cluster) == 0 && c["size"] == size && c["state"] == "Running"
+        })
+        .await;
+        let start = Instant::now();
+        loop {
+            let _ = self.refresh().await;
+            if self.target().await.ok() == Some(size as i32) {
+                break;
+            }
+            assert!(
+                start.elapsed() < WAIT,
+                "the provider's target never matched CloudStack's size {size}: {:?}",
+                self.target().await
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+async fn target_of(c: &mut CloudProviderClient<Channel>, id: &str) -> Result<i32, tonic::Status> {
+    c.node_group_target_size(with_deadline(
+        pb::NodeGroupTargetSizeRequest { id: id.to_string() },
+        Duration::from_secs(5),
+    ))
+    .await
+    .map(|r| r.into_inner().target_size)
+}
+
+async fn increase(
+    c: &mut CloudProviderClient<Channel>,
+    id: &str,
+    delta: i32,
+    deadline: Duration,
+) -> Result<(), tonic::Status> {
+    c.node_group_increase_size(with_deadline(
+        pb::NodeGroupIncreaseSizeRequest {
+            delta,
+            id: id.to_string(),
+        },
+        deadline,
+    ))
+    .await
+    .map(|_| ())
+}
+
+fn scale_requests(sim: &SimHandle) -> Vec<RecordedRequest> {
+    sim.requests()
+        .into_iter()
+        .filter(|r| r.command == SCALE)
+        .collect()
+}
+
+/// Requests CloudStack carried out: everything but the ones a proxy answered with a 5xx page.
+fn executed(reqs: &[RecordedRequest]) -> Vec<&RecordedRequest> {
+    reqs.iter()
+        .filter(|r| r.fault.as_deref() != Some("error"))
+        .collect()
+}
+
+#[tokio::test]
+async fn cloudstack_slower_than_the_deadline_keeps_reads_fast_and_sends_nothing_twice() {
+    let mut s = Stack::start(SimConfig::for_tests(API_KEY, SECRET_KEY), |_| {}).await;
+    let (wid, wname, _) = s.sim.vms(&s.cluster)[1].clone();
+    s.sim.configure(|c| c.latency = Duration::from_millis(3000));
+
+    // Reads come from memory: fast and right although CloudStack takes 3 s per call.
+    let t0 = Instant::now();
+    assert_eq!(s.target().await.unwrap(), 3);
+    assert_eq!(s.instances().await.len(), 3);
+    let g = s
+        .client
+        .node_group_for_node(with_deadline(
+            pb::NodeGroupForNodeRequest {
+                node: Some(node(&format!("external-cloudstack://{wid}"), &wname)),
+            },
+            Duration::from_secs(1),
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(g.node_group.unwrap().id, s.cluster);
+    assert!(
+        t0.elapsed() < Duration::from_secs(2),
+        "three reads took {:?} while CloudStack was slow",
+        t0.elapsed()
+    );
+
+    // A scale-up cannot get CloudStack's answer within its 2 s deadline: it says so in time.
+    let t0 = Instant::now();
+    let e = s.increase(1, Duration::from_secs(2)).await.unwrap_err();
+    assert_eq!(e.code(), Code::Unavailable, "{}", e.message());
+    assert!(e.message().contains("deadline"), "{}", e.message());
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    // CloudStack may still accept that request, so the next one is refused without a call.
+    let sent = s.scale_requests().len();
+    let e = s.increase(1, Duration::from_secs(2)).await.unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition, "{}", e.message());
+    assert!(e.message().contains("lost"), "{}", e.message());
+    assert_eq!(s.scale_requests().len(), sent, "nothing sent while unsure");
+    // The request CloudStack may have accepted is counted until a refresh tells.
+    assert_eq!(s.target().await.unwrap(), 4);
+
+    // CloudStack recovers. Whether or not it ran the lost request, the provider settles on
+    // what CloudStack has, and the cluster grew by at most the one node asked for.
+    s.sim.configure(|c| c.latency = Duration::ZERO);
+    let sim = s.sim.clone();
+    let cluster = s.cluster.clone();
+    wait_until("CloudStack idle", WAIT, async || {
+        sim.running_jobs(&cluster) == 0 && sim.cluster_json(&cluster)["state"] == "Running"
+    })
+    .await;
+    let size = s.cs_size();
+    assert!(size == 3 || size == 4, "size {size}");
+    // The lost submission is forgotten (or adopted) on a refresh a poll interval later.
+    let start = Instant::now();
+    loop {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        s.refresh().await.unwrap();
+        match s.increase(1, Duration::from_secs(5)).await {
+            Ok(()) => break,
+            Err(e) => {
+                assert_eq!(e.code(), Code::FailedPrecondition, "{}", e.message());
+                assert!(start.elapsed() < WAIT, "never unblocked: {}", e.message());
+            }
+        }
+    }
+    s.settle_at(size + 1).await;
+    assert!(executed(&s.scale_requests()).len() as u64 <= size - 3 + 1);
+    assert_eq!(s.jobs.max(), 1, "never two scale jobs at once");
+}
+
+#[tokio::test]
+async fn http_5xx_pages_are_unavailable_and_a_retried_scale_up_runs_once() {
+    let mut s = Stack::start(SimConfig::for_tests(API_KEY, SECRET_KEY), |_| {}).await;
+    let (wid, wname, _) = s.sim.vms(&s.cluster)[1].clone();
+    s.sim.configure(|c| c.error_rate = 1.0);
+
+    // A recent snapshot is served; the autoscaler's loop goes on.
+    s.refresh().await.expect("Refresh within the staleness bound");
+    assert_eq!(s.target().await.unwrap(), 3);
+    let e = s.increase(1, Duration::from_secs(5)).await.unwrap_err();
+    assert_eq!(e.code(), Code::Unavailable, "{}", e.message());
+    assert!(e.message().contains("HTTP 50"), "{}", e.message());
+    assert!(!e.message().contains(SECRET_KEY), "{}", e.message());
+    let mut d = tonic::Request::new(pb::NodeGroupDeleteNodesRequest {
+        nodes: vec![node(&format!("external-cloudstack://{wid}"), &wname)],
+        id: s.cluster.clone(),
+    });
+    d.set_timeout(Duration::from_secs(5));
+    let e = s.client.node_group_delete_nodes(d).await.unwrap_err();
+    assert_eq!(e.code(), Code::Unavailable, "{}", e.message());
+    // Nothing ran: a 5xx page from a proxy means CloudStack never saw the request.
+    assert!(executed(&s.scale_requests()).is_empty());
+    assert_eq!(s.target().await.unwrap(), 3);
+    assert!(
+        s.instances()
+            .await
+            .iter()
+            .all(|i| state_of(i) == InstanceState::InstanceRunning)
+    );
+
+    // Half the requests fail: the autoscaler retries until one is accepted.
+    s.sim.configure(|c| c.error_rate = 0.5);
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        match s.increase(1, Duration::from_secs(5)).await {
+            Ok(()) => break,
+            Err(e) => {
+                assert_eq!(e.code(), Code::Unavailable, "{}", e.message());
+                assert!(attempts < 100, "never accepted");
+            }
+        }
+    }
+    assert_eq!(s.target().await.unwrap(), 4);
+    s.sim.configure(|c| c.error_rate = 0.0);
+    s.settle_at(4).await;
+    let ran = s.scale_requests();
+    assert_eq!(executed(&ran).len(), 1, "one scale-up ran: {ran:?}");
+    assert_eq!(s.jobs.max(), 1);
+}
+
+#[tokio::test]
+async fn a_dropped_answer_to_a_scale_up_is_adopted_not_repeated() {
+    let mut cfg = SimConfig::for_tests(API_KEY, SECRET_KEY);
+    cfg.settings.job_duration = Duration::from_millis(800);
+    let mut s = Stack::start(cfg, |_| {}).await;
+    s.sim.configure(|c| c.drop_rate = 1.0);
+    s.refresh().await.expect("a recent snapshot is served");
+    assert_eq!(s.target().await.unwrap(), 3);
+
+    let e = s.increase(1, Duration::from_secs(5)).await.unwrap_err();
+    assert_eq!(e.code(), Code::Unavailable, "{}", e.message());
+    // CloudStack ran it: the connection was closed after the command.
+    let sim = s.sim.clone();
+    let cluster = s.cluster.clone();
+    wait_until("the job to start", WAIT, async || {
+        sim.running_jobs(&cluster) == 1
+    })
+    .await;
+
+    s.sim.configure(|c| c.drop_rate = 0.0);
+    // The next refresh finds the cluster Scaling and adopts the job: the requested node shows.
+    s.refresh().await.unwrap();
+    assert_eq!(s.target().await.unwrap(), 4);
+    // Another scale-up waits for that job and is sent after it.
+    s.increase(1, Duration::from_secs(5)).await.unwrap();
+    assert_eq!(s.target().await.unwrap(), 5);
+    assert_eq!(s.scale_requests().len(), 1, "nothing sent while the job runs");
+    s.settle_at(5).await;
+    let sizes: Vec<_> = s
+        .scale_requests()
+        .iter()
+        .map(|r| r.params["size"].clone())
+        .collect();
+    assert_eq!(sizes, vec!["4", "5"]);
+    assert_eq!(s.jobs.max(), 1);
+}
+
+#[tokio::test]
+async fn truncated_json_is_unavailable_until_cloudstack_answers_whole() {
+    // First with no snapshot at all.
+    let mut cfg = SimConfig::for_tests(API_KEY, SECRET_KEY);
+    cfg.settings.malformed_rate = 1.0;
+    cfg.settings.job_duration = Duration::from_millis(800);
+    let sim = Arc::new(sim::spawn(cfg).await.unwrap());
+    let cluster = sim.cluster_id("demo").unwrap();
+    let (_p, mut client, addr, _stop) =
+        common::start_provider(&sim, fast_settings(&cluster, 1, 10)).await;
+    let e = client
+        .refresh(with_deadline(pb::RefreshRequest {}, Duration::from_secs(5)))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::Unavailable);
+    assert!(e.message().contains("cannot read"), "{}", e.message());
+    let e = target_of(&mut client, &cluster).await.unwrap_err();
+    assert_eq!(e.code(), Code::Unavailable, "{}", e.message());
+    let e = increase(&mut client, &cluster, 1, Duration::from_secs(5))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::Unavailable, "{}", e.message());
+    assert!(scale_requests(&sim).is_empty());
+    assert_eq!(health(addr).await, 2, "NOT_SERVING without a snapshot");
+
+    // CloudStack answers whole again: serving.
+    sim.configure(|c| c.malformed_rate = 0.0);
+    client
+        .refresh(with_deadline(pb::RefreshRequest {}, Duration::from_secs(5)))
+        .await
+        .unwrap();
+    assert_eq!(target_of(&mut client, &cluster).await.unwrap(), 3);
+    let start = Instant::now();
+    while health(addr).await != 1 {
+        assert!(start.elapsed() < WAIT, "never SERVING");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // A truncated answer to a scale-up: CloudStack ran it; the provider adopts, not repeats.
+    let jobs = JobSampler::start(&sim, &cluster);
+    sim.configure(|c| c.malformed_rate = 1.0);
+    let e = increase(&mut client, &cluster, 1, Duration::from_secs(5))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::Unavailable, "{}", e.message());
+    sim.configure(|c| c.malformed_rate = 0.0);
+    let start = Instant::now();
+    loop {
+        client
+            .refresh(with_deadline(pb::RefreshRequest {}, Duration::from_secs(5)))
+            .await
+            .unwrap();
+        let c = sim.cluster_json(&cluster);
+        if c["size"] == 4 && c["state"] == "Running" && sim.running_jobs(&cluster) == 0 {
+            break;
+        }
+        assert!(start.elapsed() < WAIT, "never reached size 4: {c}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let start = Instant::now();
+    while target_of(&mut client, &cluster).await.unwrap() != 4 {
+        assert!(start.elapsed() < WAIT, "target never 4");
+        client
+            .refresh(with_deadline(pb::RefreshRequest {}, Duration::from_secs(5)))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(scale_requests(&sim).len(), 1, "not repeated");
+    assert_eq!(jobs.max(), 1);
+}
+
+/// gRPC health of the whole server: 1 SERVING, 2 NOT_SERVING.
+async fn health(addr: SocketAddr) -> i32 {
+    let ch = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    HealthClient::new(ch)
+        .check(HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .status
+}
+
+#[tokio::test]
+async fn a_partly_failed_scale_up_reports_its_instances_as_failed_creations_and_is_not_retried() {
+    let mut cfg = SimConfig::for_tests(API_KEY, SECRET_KEY);
+    cfg.settings.job_failure = JobFailure::Partial;
+    // The job fails half-way, well after the RPC returned, as provisioning failures do.
+    cfg.settings.job_duration = Duration::from_millis(2000);
+    let mut s = Stack::start(cfg, |_| {}).await;
+    s.increase(2, Duration::from_secs(5)).await.unwrap();
+    assert_eq!(s.target().await.unwrap(), 5);
+    let sim = s.sim.clone();
+    let cluster = s.cluster.clone();
+    wait_until("the job to fail", WAIT, async || {
+        sim.running_jobs(&cluster) == 0 && sim.cluster_json(&cluster)["state"] == "Alert"
+    })
+    .await;
+    let start = Instant::now();
+    let failed = loop {
+        s.refresh().await.unwrap();
+        let failed: Vec<pb::Instance> = s
+            .instances()
+            .await
+            .into_iter()
+            .filter(|i| i.status.as_ref().is_some_and(|st| st.error_info.is_some()))
+            .collect();
+        if failed.len() == 2 {
+            break failed;
+        }
+        assert!(start.elapsed() < WAIT, "failed instances never shown");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    for i in &failed {
+        assert_eq!(state_of(i), InstanceState::InstanceCreating, "{i:?}");
+        let e = i.status.as_ref().unwrap().error_info.as_ref().unwrap();
+        assert_eq!(e.error_code, "scale-up-failed", "{e:?}");
+        assert!(e.error_message.contains("unable to provision"), "{e:?}");
+    }
+    // CloudStack did not update its size; the failed instances still count until the
+    // autoscaler deletes them.
+    assert_eq!(s.cs_size(), 3);
+    assert_eq!(s.target().await.unwrap(), 5);
+    // Nothing retries the failed job behind the autoscaler's back.
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        s.refresh().await.unwrap();
+    }
+    assert_eq!(s.scale_requests().len(), 1);
+    assert_eq!(s.jobs.max(), 1);
+}
+
+#[tokio::test]
+async fn a_job_that_never_ends_blocks_further_jobs_and_keeps_the_target() {
+    let mut cfg = SimConfig::for_tests(API_KEY, SECRET_KEY);
+    cfg.settings.job_failure = JobFailure::Never;
+    cfg.settings.job_duration = Duration::from_millis(100);
+    let mut s = Stack::start(cfg, |p| p.job_max_follow = Duration::from_millis(500)).await;
+    s.increase(1, Duration::from_secs(5)).await.unwrap();
+    assert_eq!(s.target().await.unwrap(), 4);
+    // A second request queues behind the job; cancelling it works, cancelling the running
+    // job's node does not.
+    s.increase(1, Duration::from_secs(5)).await.unwrap();
+    assert_eq!(s.target().await.unwrap(), 5);
+    let dec = |delta| {
+        with_deadline(
+            pb::NodeGroupDecreaseTargetSizeRequest {
+                delta,
+                id: s.cluster.clone(),
+            },
+            Duration::from_secs(5),
+        )
+    };
+    let (r1, r2) = (dec(-1), dec(-1));
+    s.client.node_group_decrease_target_size(r1).await.unwrap();
+    assert_eq!(s.target().await.unwrap(), 4);
+    let e = s
+        .client
+        .node_group_decrease_target_size(r2)
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition, "{}", e.message());
+    // Past the follow limit the provider stops following the job, but the cluster stays
+    // Scaling and the next refresh finds the job again through listAsyncJobs: the target is
+    // the requested size again (between a give-up and that refresh it is CloudStack's size),
+    // and nothing else is sent.
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(1500) {
+        s.refresh().await.unwrap();
+        let t = s.target().await.unwrap();
+        assert!(t == 4 || t == 3, "target {t}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let start = Instant::now();
+    loop {
+        s.refresh().await.unwrap();
+        if s.target().await.unwrap() == 4 {
+            break;
+        }
+        assert!(start.elapsed() < WAIT, "the running job was never adopted again");
+    }
+    let e = s.increase(1, Duration::from_secs(5)).await;
+    // Either queued behind the re-adopted job (OK) or refused while it runs.
+    if let Err(e) = &e {
+        assert_eq!(e.code(), Code::FailedPrecondition, "{}", e.message());
+    }
+    assert_eq!(s.scale_requests().len(), 1, "nothing sent while the job runs");
+    assert_eq!(s.cs_state(), "Scaling");
+    assert_eq!(s.jobs.max(), 1);
+}
+
+/// A provider for `sim`'s cluster, with the given CloudStack client settings.
+async fn provider_with(
+    cc: ClientConfig,
+    settings: Settings,
+) -> (
+    CloudProviderClient<Channel>,
+    SocketAddr,
+    tokio::sync::oneshot::Sender<()>,
+) {
+    let provider = Provider::new(Client::new(cc).unwrap(), settings);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(serve(listener, provider, ServeOptions::default(), async {
+        let _ = rx.await;
+    }));
+    let client = CloudProviderClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    (client, addr, tx)
+}
+
+#[tokio::test]
+async fn a_wrong_secret_is_unavailable_and_named_without_leaking_keys() {
+    let sim = sim::spawn(SimConfig::for_tests(API_KEY, SECRET_KEY))
+        .await
+        .unwrap();
+    let cluster = sim.cluster_id("demo").unwrap();
+    let mut cc = client_config(&sim);
+    cc.secret_key = "a-wrong-secret".into();
+    let (mut client, addr, _stop) = provider_with(cc, fast_settings(&cluster, 1, 10)).await;
+    let e = client.refresh(pb::RefreshRequest {}).await.unwrap_err();
+    assert_eq!(e.code(), Code::Unavailable);
+    assert!(e.message().contains("rejected the API key"), "{}", e.message());
+    for secret in ["a-wrong-secret", SECRET_KEY] {
+        assert!(!e.message().contains(secret), "{}", e.message());
+    }
+    let e = target_of(&mut client, &cluster).await.unwrap_err();
+    assert_eq!(e.code(), Code::Unavailable);
+    let e = increase(&mut client, &cluster, 1, Duration::from_secs(5))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::Unavailable);
+    assert_eq!(health(addr).await, 2);
+    assert!(scale_requests(&sim).is_empty());
+}
+
+#[tokio::test]
+async fn after_a_key_rotation_scale_requests_are_permission_denied_and_run_nothing() {
+    let first = sim::spawn(SimConfig::for_tests(API_KEY, SECRET_KEY))
+        .await
+        .unwrap();
+    let sim_addr = first.addr;
+    let cluster = first.cluster_id("demo").unwrap();
+    let cc = client_config(&first);
+    let mut settings = fast_settings(&cluster, 1, 10);
+    settings.staleness_bound = Duration::from_millis(1500);
+    let (mut client, addr, _stop) = provider_with(cc.clone(), settings).await;
+    client.refresh(pb::RefreshRequest {}).await.unwrap();
+    let fetched = Instant::now();
+
+    // CloudStack comes back on the same address with the same cluster but new keys.
+    first.shutdown().await;
+    let rotated = SimConfig::for_tests("rotated-key", "rotated-secret");
+    let listener = tokio::net::TcpListener::bind(sim_addr).await.unwrap();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(sim::serve(listener, rotated, async {
+        let _ = stop_rx.await;
+    }));
+    let admin = Client::new(ClientConfig {
+        api_key: "rotated-key".into(),
+        secret_key: "rotated-secret".into(),
+        ..cc
+    })
+    .unwrap();
+    assert!(admin.get_cluster(&cluster).await.unwrap().is_some());
+
+    if fetched.elapsed() < Duration::from_millis(1000) {
+        client
+            .refresh(pb::RefreshRequest {})
+            .await
+            .expect("a recent snapshot is still served");
+    }
+    assert_eq!(target_of(&mut client, &cluster).await.unwrap(), 3);
+    let e = increase(&mut client, &cluster, 1, Duration::from_secs(5))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "{}", e.message());
+    assert!(e.message().contains("rejected the API key"), "{}", e.message());
+    assert!(!e.message().contains(SECRET_KEY), "{}", e.message());
+    let c = admin.get_cluster(&cluster).await.unwrap().unwrap();
+    assert_eq!((c.size, c.state.as_str()), (3, "Running"), "nothing ran");
+    assert_eq!(target_of(&mut client, &cluster).await.unwrap(), 3);
+
+    // Past the staleness bound the provider stops pretending.
+    tokio::time::sleep(Duration::from_millis(1600).saturating_sub(fetched.elapsed())).await;
+    let e = client.refresh(pb::RefreshRequest {}).await.unwrap_err();
+    assert_eq!(e.code(), Code::Unavailable);
+    let start = Instant::now();
+    while health(addr).await != 2 {
+        assert!(start.elapsed() < WAIT, "still SERVING on a stale snapshot");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _ = stop_tx.send(());
+    let _ = server.await;
+}
+
+/// The real binary against an in-process simulator.
+async fn provider_process(sim: &SimHandle, cluster: &str, flags: &[(&str, &str)]) -> ProviderProcess {
+    let mut args = ProviderArgs::new(
+        &sim.api_url,
+        &sim.api_key,
+        &sim.secret_key,
+        vec![format!("1:10:{cluster}")],
+    );
+    for (k, v) in flags {
+        args = args.flag(k, v);
+    }
+    let p = ProviderProcess::spawn(bin(), &work_dir(), args).await;
+    p.wait_serving(WAIT).await;
+    p
+}
+
+fn bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_cks-autoscaler-provider"))
+}
+
+fn work_dir() -> std::path::PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("faults")
+}
+
+const FAST_FLAGS: [(&str, &str); 4] = [
+    ("--job-poll-interval", "50ms"),
+    ("--refresh-min-interval", "0s"),
+    ("--scale-watch", "200ms"),
+    ("--staleness-bound", "60s"),
+];
+
+#[tokio::test]
+async fn a_provider_killed_during_a_scale_up_is_replaced_by_one_that_adopts_the_job() {
+    let mut cfg = SimConfig::for_tests(API_KEY, SECRET_KEY);
+    cfg.settings.job_duration = Duration::from_millis(2500);
+    let sim = Arc::new(sim::spawn(cfg).await.unwrap());
+    let cluster = sim.cluster_id("demo").unwrap();
+    let jobs = JobSampler::start(&sim, &cluster);
+    let mut p = provider_process(&sim, &cluster, &FAST_FLAGS).await;
+    let mut c = p.client();
+    increase(&mut c, &cluster, 2, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(target_of(&mut c, &cluster).await.unwrap(), 5);
+
+    p.restart(bin(), &work_dir()).await;
+    p.wait_serving(WAIT).await;
+    assert_eq!(sim.cluster_json(&cluster)["state"], "Scaling", "job still running");
+    c.refresh(pb::RefreshRequest {}).await.unwrap();
+    assert!(
+        sim.requests().iter().any(|r| r.command == "listAsyncJobs"),
+        "the new process looked for running jobs"
+    );
+    // The requested VMs exist in CloudStack (Starting), so the target is what was asked.
+    assert_eq!(target_of(&mut c, &cluster).await.unwrap(), 5);
+    // A removal is refused while the adopted job runs; a scale-up queues behind it.
+    let vm = sim.vms(&cluster)[1].clone();
+    let mut d = tonic::Request::new(pb::NodeGroupDeleteNodesRequest {
+        nodes: vec![node(&format!("external-cloudstack://{}", vm.0), &vm.1)],
+        id: cluster.clone(),
+    });
+    d.set_timeout(Duration::from_secs(5));
+    let e = c.node_group_delete_nodes(d).await.unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition, "{}", e.message());
+    increase(&mut c, &cluster, 1, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(target_of(&mut c, &cluster).await.unwrap(), 6);
+    assert_eq!(scale_requests(&sim).len(), 1, "nothing sent while the job runs");
+
+    let start = Instant::now();
+    loop {
+        let s = sim.cluster_json(&cluster);
+        if s["size"] == 6 && s["state"] == "Running" && sim.running_jobs(&cluster) == 0 {
+            break;
+        }
+        assert!(start.elapsed() < WAIT, "never reached 6: {s}\n{}", p.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    c.refresh(pb::RefreshRequest {}).await.unwrap();
+    assert_eq!(target_of(&mut c, &cluster).await.unwrap(), 6);
+    let sizes: Vec<_> = scale_requests(&sim)
+        .iter()
+        .map(|r| r.params["size"].clone())
+        .collect();
+    assert_eq!(sizes, vec!["5", "6"]);
+    assert_eq!(jobs.max(), 1);
+}
+
+#[tokio::test]
+async fn a_provider_killed_during_a_removal_is_replaced_by_one_that_waits_for_it() {
+    let mut cfg = SimConfig::for_tests(API_KEY, SECRET_KEY);
+    cfg.settings.job_duration = Duration::from_millis(2500);
+    let sim = Arc::new(sim::spawn(cfg).await.unwrap());
+    let cluster = sim.cluster_id("demo").unwrap();
+    let jobs = JobSampler::start(&sim, &cluster);
+    let mut p = provider_process(&sim, &cluster, &FAST_FLAGS).await;
+    let mut c = p.client();
+    let (vid, vname, _) = sim.vms(&cluster)[3].clone();
+    let mut d = tonic::Request::new(pb::NodeGroupDeleteNodesRequest {
+        nodes: vec![node(&format!("external-cloudstack://{vid}"), &vname)],
+        id: cluster.clone(),
+    });
+    d.set_timeout(Duration::from_secs(5));
+    c.node_group_delete_nodes(d).await.unwrap();
+    assert_eq!(target_of(&mut c, &cluster).await.unwrap(), 2);
+
+    p.restart(bin(), &work_dir()).await;
+    p.wait_serving(WAIT).await;
+    c.refresh(pb::RefreshRequest {}).await.unwrap();
+    // The new process cannot know which nodes the running job removes; it never reports
+    // fewer nodes than CloudStack's size (2 or 3 here: it is updated when the job ends).
+    let t = target_of(&mut c, &cluster).await.unwrap();
+    assert!((2..=3).contains(&t), "target {t}");
+    // Nothing more is sent for the cluster until the job ends: a scale-up queues behind it
+    // (or is refused while the job is not adopted yet).
+    let queued = match increase(&mut c, &cluster, 1, Duration::from_secs(5)).await {
+        Ok(()) => 1,
+        Err(e) => {
+            assert_eq!(e.code(), Code::FailedPrecondition, "{}", e.message());
+            0
+        }
+    };
+    assert_eq!(scale_requests(&sim).len(), 1, "nothing sent while the job runs");
+    let want = 2 + queued;
+    let start = Instant::now();
+    loop {
+        c.refresh(pb::RefreshRequest {}).await.unwrap();
+        let s = sim.cluster_json(&cluster);
+        let idle = sim.running_jobs(&cluster) == 0 && s["state"] == "Running";
+        if idle && s["size"] == want && target_of(&mut c, &cluster).await.unwrap() == want as i32
+        {
+            break;
+        }
+        assert!(start.elapsed() < WAIT, "never settled at {want}: {}\n{}", s["size"], p.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(scale_requests(&sim).len(), 1 + queued as usize);
+    assert!(
+        !sim.vms(&cluster).iter().any(|v| v.0 == vid),
+        "the removed VM is gone"
+    );
+    assert_eq!(jobs.max(), 1);
+}
+
+#[tokio::test]
+async fn a_frozen_provider_catches_up_after_a_time_gap() {
+    let mut cfg = SimConfig::for_tests(API_KEY, SECRET_KEY);
+    cfg.settings.job_duration = Duration::from_millis(600);
+    let sim = Arc::new(sim::spawn(cfg).await.unwrap());
+    let cluster = sim.cluster_id("demo").unwrap();
+    let jobs = JobSampler::start(&sim, &cluster);
+    let flags = [
+        ("--job-poll-interval", "50ms"),
+        ("--refresh-min-interval", "0s"),
+        ("--scale-watch", "100ms"),
+        ("--staleness-bound", "1s"),
+    ];
+    let p = provider_process(&sim, &cluster, &flags).await;
+    let mut c = p.client();
+    increase(&mut c, &cluster, 1, Duration::from_secs(5))
+        .await
+        .unwrap();
+
+    // Frozen for longer than the job and the staleness bound: when it runs again, its
+    // follower's sleep and its snapshot's age have jumped by 2.5 s at once.
+    p.freeze();
+    let sim2 = sim.clone();
+    let cl = cluster.clone();
+    wait_until("the job to end while the provider is frozen", WAIT, async || {
+        sim2.running_jobs(&cl) == 0 && sim2.cluster_json(&cl)["state"] == "Running"
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    p.thaw();
+
+    // The first answers after the gap are right: the job's outcome, not a stale snapshot.
+    assert_eq!(target_of(&mut c, &cluster).await.unwrap(), 4);
+    c.refresh(pb::RefreshRequest {})
+        .await
+        .expect("Refresh fetches a fresh snapshot after the gap");
+    let start = Instant::now();
+    loop {
+        let n = c
+            .node_group_nodes(pb::NodeGroupNodesRequest { id: cluster.clone() })
+            .await
+            .unwrap()
+            .into_inner()
+            .instances;
+        if n.len() == 4 && n.iter().all(|i| state_of(i) == InstanceState::InstanceRunning) {
+            break;
+        }
+        assert!(start.elapsed() < WAIT, "instances after the gap: {n:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        c.refresh(pb::RefreshRequest {}).await.unwrap();
+    }
+    p.wait_serving(WAIT).await;
+    // Nothing was re-sent, and the provider scales again.
+    assert_eq!(scale_requests(&sim).len(), 1);
+    increase(&mut c, &cluster, 1, Duration::from_secs(5))
+        .await
+        .unwrap();
+    let start = Instant::now();
+    while sim.cluster_json(&cluster)["size"] != 5 {
+        assert!(start.elapsed() < WAIT, "second scale-up never ran");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(scale_requests(&sim).len(), 2);
+    assert_eq!(jobs.max(), 1);
+}
+

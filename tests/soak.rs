@@ -1,0 +1,504 @@
+//! A bounded load test: many concurrent clients call every RPC of the provider (the real
+//! binary, so its memory is its own) while the simulated CloudStack adds latency, answers some
+//! requests with 5xx pages, drops some connections after running the command and truncates
+//! some answers. Two clusters are scaled up and down at random the whole time.
+//!
+//! Asserted:
+//! - the provider process never dies or panics;
+//! - every answer carries an expected code for what was asked:
+//!   - reads (NodeGroups, NodeGroupForNode, NodeGroupNodes, NodeGroupTargetSize, GPULabel,
+//!     GetAvailableGPUTypes, Cleanup): OK;
+//!   - Refresh: OK, or UNAVAILABLE when no snapshot is within the staleness bound;
+//!   - NodeGroupTemplateNodeInfo: OK, UNAVAILABLE, FAILED_PRECONDITION;
+//!   - NodeGroupGetOptions (no overrides configured): UNIMPLEMENTED;
+//!   - NodeGroupIncreaseSize: OK, FAILED_PRECONDITION (a job or a lost answer in the way, a
+//!     CloudStack refusal), OUT_OF_RANGE (beyond max), UNAVAILABLE (CloudStack failing);
+//!   - NodeGroupDeleteNodes: OK, FAILED_PRECONDITION (job running, min size, instance being
+//!     created), NOT_FOUND (the VM went away meanwhile), UNAVAILABLE;
+//!   - NodeGroupDecreaseTargetSize: OK, FAILED_PRECONDITION;
+//!   - invalid requests (delta 0, an unknown group): INVALID_ARGUMENT, NOT_FOUND;
+//! - the provider's resident memory at the end is at most 4× what it was after warm-up (a
+//!   runaway leak fails), or 1.5× with `SOAK_STRICT_MEMORY=1`. The strict bound does not hold
+//!   today, and not because of a leak (heap profiles show the live heap back under 1 MiB once
+//!   the load stops): every adoption check (a cluster Scaling with no job known to the provider,
+//!   after a lost answer or a Cleanup) fetches CloudStack's whole job list with `listAsyncJobs`,
+//!   unfiltered, every job with its result, and that list grows with every job the soak runs,
+//!   so each check parses a bigger answer and the allocator keeps the high-water mark;
+//! - no cluster ever has two scale jobs at once (sampled every few milliseconds);
+//! - once the faults stop and the jobs settle (and failed instances are deleted, as the
+//!   autoscaler does), the provider's target size equals CloudStack's size for every cluster.
+//!
+//! `SOAK_SECS` (default 40) sets the load duration, `SOAK_CLIENTS` (default 24) the number of
+//! concurrent clients.
+
+mod common;
+#[path = "../benches/support/process.rs"]
+mod process;
+
+use cks_autoscaler_provider::pb;
+use cks_autoscaler_provider::pb::cloud_provider_client::CloudProviderClient;
+use cks_autoscaler_provider::sim::{self, ClusterSpec, Scenario, SimConfig, SimHandle};
+use process::{ProviderArgs, ProviderProcess};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tonic::Code;
+use tonic::transport::Channel;
+
+const DEADLINE: Duration = Duration::from_secs(5);
+
+fn env_or(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum Kind {
+    NodeGroups,
+    ForNode,
+    Nodes,
+    TargetSize,
+    Refresh,
+    Increase,
+    Delete,
+    Decrease,
+    Template,
+    GetOptions,
+    GpuLabel,
+    GpuTypes,
+    Cleanup,
+    InvalidDelta,
+    UnknownGroup,
+}
+
+impl Kind {
+    /// The mix: reads dominate, as in an autoscaler loop; scale requests are frequent enough
+    /// to keep jobs running most of the time.
+    const MIX: [(Kind, u32); 15] = [
+        (Kind::NodeGroups, 8),
+        (Kind::ForNode, 30),
+        (Kind::Nodes, 10),
+        (Kind::TargetSize, 10),
+        (Kind::Refresh, 8),
+        (Kind::Increase, 6),
+        (Kind::Delete, 6),
+        (Kind::Decrease, 3),
+        (Kind::Template, 2),
+        (Kind::GetOptions, 2),
+        (Kind::GpuLabel, 1),
+        (Kind::GpuTypes, 1),
+        (Kind::Cleanup, 1),
+        (Kind::InvalidDelta, 1),
+        (Kind::UnknownGroup, 1),
+    ];
+
+    fn allowed(self) -> &'static [Code] {
+        use Code::*;
+        match self {
+            Kind::NodeGroups
+            | Kind::ForNode
+            | Kind::Nodes
+            | Kind::TargetSize
+            | Kind::GpuLabel
+            | Kind::GpuTypes
+            | Kind::Cleanup => &[Ok],
+            Kind::Refresh => &[Ok, Unavailable],
+            Kind::Template => &[Ok, Unavailable, FailedPrecondition],
+            Kind::GetOptions => &[Unimplemented],
+            Kind::Increase => &[Ok, FailedPrecondition, OutOfRange, Unavailable],
+            Kind::Delete => &[Ok, FailedPrecondition, NotFound, Unavailable],
+            Kind::Decrease => &[Ok, FailedPrecondition],
+            Kind::InvalidDelta => &[InvalidArgument],
+            Kind::UnknownGroup => &[NotFound],
+        }
+    }
+
+    fn pick(rng: &mut StdRng) -> Kind {
+        let total: u32 = Self::MIX.iter().map(|(_, w)| w).sum();
+        let mut x = rng.random_range(0..total);
+        for (k, w) in Self::MIX {
+            if x < w {
+                return k;
+            }
+            x -= w;
+        }
+        Kind::NodeGroups
+    }
+}
+
+fn req<T>(msg: T) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(msg);
+    r.set_timeout(DEADLINE);
+    r
+}
+
+fn grpc_node(provider_id: String, name: String, fake: Option<&str>) -> pb::ExternalGrpcNode {
+    let mut annotations = HashMap::new();
+    if let Some(reason) = fake {
+        annotations.insert(
+            "k8s.io/cluster-autoscaler/fake-node-reason".to_string(),
+            reason.to_string(),
+        );
+    }
+    pb::ExternalGrpcNode {
+        provider_id,
+        name,
+        labels: HashMap::new(),
+        annotations,
+    }
+}
+
+/// One call of `kind`; returns its code.
+async fn call(
+    c: &mut CloudProviderClient<Channel>,
+    sim: &SimHandle,
+    clusters: &[String],
+    kind: Kind,
+    rng: &mut StdRng,
+) -> Code {
+    let group = clusters[rng.random_range(0..clusters.len())].clone();
+    let code = |r: Result<(), tonic::Status>| r.err().map_or(Code::Ok, |s| s.code());
+    match kind {
+        Kind::NodeGroups => code(c.node_groups(req(pb::NodeGroupsRequest {})).await.map(|_| ())),
+        Kind::ForNode => {
+            let nodes = sim.nodes();
+            let node = if nodes.is_empty() || rng.random_bool(0.05) {
+                grpc_node(
+                    "external-cloudstack://00000000-0000-0000-0000-000000000000".into(),
+                    "stranger".into(),
+                    None,
+                )
+            } else {
+                let n = &nodes[rng.random_range(0..nodes.len())];
+                grpc_node(n.providerid.clone(), n.name.clone(), None)
+            };
+            code(
+                c.node_group_for_node(req(pb::NodeGroupForNodeRequest { node: Some(node) }))
+                    .await
+                    .map(|_| ()),
+            )
+        }
+        Kind::Nodes => code(
+            c.node_group_nodes(req(pb::NodeGroupNodesRequest { id: group }))
+                .await
+                .map(|_| ()),
+        ),
+        Kind::TargetSize => code(
+            c.node_group_target_size(req(pb::NodeGroupTargetSizeRequest { id: group }))
+                .await
+                .map(|_| ()),
+        ),
+        Kind::Refresh => code(c.refresh(req(pb::RefreshRequest {})).await.map(|_| ())),
+        Kind::Increase => code(
+            c.node_group_increase_size(req(pb::NodeGroupIncreaseSizeRequest {
+                delta: rng.random_range(1..=2),
+                id: group,
+            }))
+            .await
+            .map(|_| ()),
+        ),
+        Kind::Delete => {
+            let mut nodes = Vec::new();
+            for _ in 0..rng.random_range(1..=2) {
+                if rng.random_bool(0.7) {
+                    // A worker VM as its Kubernetes node.
+                    let workers: Vec<_> = sim
+                        .vms(&group)
+                        .into_iter()
+                        .filter(|(_, n, _)| n.contains("-node-"))
+                        .collect();
+                    if let Some((id, name, _)) = workers.get(rng.random_range(0..workers.len().max(1))) {
+                        nodes.push(grpc_node(
+                            format!("external-cloudstack://{id}"),
+                            name.to_lowercase(),
+                            None,
+                        ));
+                    }
+                } else {
+                    // An instance as the autoscaler sees it, deleted through a fake node
+                    // when it has no node (placeholders, failed creations).
+                    let list = c
+                        .node_group_nodes(req(pb::NodeGroupNodesRequest { id: group.clone() }))
+                        .await
+                        .map(|r| r.into_inner().instances)
+                        .unwrap_or_default();
+                    if let Some(i) = list.get(rng.random_range(0..list.len().max(1))) {
+                        let failed = i.status.as_ref().is_some_and(|s| s.error_info.is_some());
+                        let reason = if failed { "create-error" } else { "unregistered" };
+                        nodes.push(grpc_node(i.id.clone(), i.id.clone(), Some(reason)));
+                    }
+                }
+            }
+            if nodes.is_empty() {
+                return Code::Ok;
+            }
+            code(
+                c.node_group_delete_nodes(req(pb::NodeGroupDeleteNodesRequest { nodes, id: group }))
+                    .await
+                    .map(|_| ()),
+            )
+        }
+        Kind::Decrease => code(
+            c.node_group_decrease_target_size(req(pb::NodeGroupDecreaseTargetSizeRequest {
+                delta: -1,
+                id: group,
+            }))
+            .await
+            .map(|_| ()),
+        ),
+        Kind::Template => code(
+            c.node_group_template_node_info(req(pb::NodeGroupTemplateNodeInfoRequest {
+                id: group,
+            }))
+            .await
+            .map(|_| ()),
+        ),
+        Kind::GetOptions => code(
+            c.node_group_get_options(req(pb::NodeGroupAutoscalingOptionsRequest {
+                id: group,
+                defaults: None,
+            }))
+            .await
+            .map(|_| ()),
+        ),
+        Kind::GpuLabel => code(c.gpu_label(req(pb::GpuLabelRequest {})).await.map(|_| ())),
+        Kind::GpuTypes => code(
+            c.get_available_gpu_types(req(pb::GetAvailableGpuTypesRequest {}))
+                .await
+                .map(|_| ()),
+        ),
+        Kind::Cleanup => code(c.cleanup(req(pb::CleanupRequest {})).await.map(|_| ())),
+        Kind::InvalidDelta => code(
+            c.node_group_increase_size(req(pb::NodeGroupIncreaseSizeRequest { delta: 0, id: group }))
+                .await
+                .map(|_| ()),
+        ),
+        Kind::UnknownGroup => code(
+            c.node_group_target_size(req(pb::NodeGroupTargetSizeRequest {
+                id: "no-such-group".into(),
+            }))
+            .await
+            .map(|_| ()),
+        ),
+    }
+}
+
+fn cluster(name: &str, workers: u64) -> ClusterSpec {
+    let mut c = ClusterSpec::new(name, 1, workers);
+    c.min_size = Some(1);
+    c.max_size = Some(12);
+    c.autoscaling = true;
+    c
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_clients_against_a_faulty_cloudstack() {
+    let secs = env_or("SOAK_SECS", 40);
+    let clients = env_or("SOAK_CLIENTS", 24) as usize;
+    let mut cfg = SimConfig::for_tests(common::API_KEY, common::SECRET_KEY);
+    cfg.scenario = Scenario {
+        clusters: vec![cluster("alpha", 4), cluster("beta", 3)],
+        ..Scenario::empty()
+    };
+    cfg.settings.job_duration = Duration::from_millis(150);
+    let sim = Arc::new(sim::spawn(cfg).await.expect("simulator"));
+    let clusters = sim.cluster_ids();
+    let args = ProviderArgs::new(
+        &sim.api_url,
+        &sim.api_key,
+        &sim.secret_key,
+        clusters.iter().map(|c| format!("1:12:{c}")).collect(),
+    )
+    .flag("--job-poll-interval", "50ms")
+    .flag("--refresh-min-interval", "100ms")
+    .flag("--scale-watch", "100ms")
+    .flag("--staleness-bound", "30s")
+    .flag("--cloudstack-timeout", "2s");
+    let bin = Path::new(env!("CARGO_BIN_EXE_cks-autoscaler-provider"));
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("soak");
+    let mut provider = ProviderProcess::spawn(bin, &dir, args).await;
+    provider.wait_serving(Duration::from_secs(60)).await;
+
+    sim.configure(|s| {
+        s.latency = Duration::from_millis(15);
+        s.error_rate = 0.05;
+        s.drop_rate = 0.03;
+        s.malformed_rate = 0.02;
+    });
+
+    // At most one scale job per cluster, sampled all along.
+    let stop = Arc::new(AtomicBool::new(false));
+    let max_jobs = Arc::new(AtomicUsize::new(0));
+    let sampler = {
+        let (sim, clusters, stop, max_jobs) =
+            (sim.clone(), clusters.clone(), stop.clone(), max_jobs.clone());
+        tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                for c in &clusters {
+                    max_jobs.fetch_max(sim.running_jobs(c), Ordering::Relaxed);
+                }
+                tokio::time::sleep(Duration::from_millis(3)).await;
+            }
+        })
+    };
+
+    let counts: Arc<Mutex<BTreeMap<(Kind, String), u64>>> = Arc::default();
+    let unexpected: Arc<Mutex<Vec<String>>> = Arc::default();
+    let load_until = Instant::now() + Duration::from_secs(secs);
+    let mut tasks = Vec::new();
+    for k in 0..clients {
+        let mut c = provider.client();
+        let (sim, clusters, counts, unexpected) =
+            (sim.clone(), clusters.clone(), counts.clone(), unexpected.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut rng = StdRng::seed_from_u64(0x50a4 + k as u64);
+            while Instant::now() < load_until {
+                let kind = Kind::pick(&mut rng);
+                let code = call(&mut c, &sim, &clusters, kind, &mut rng).await;
+                *counts
+                    .lock()
+                    .unwrap()
+                    .entry((kind, format!("{code:?}")))
+                    .or_default() += 1;
+                if !kind.allowed().contains(&code) {
+                    unexpected.lock().unwrap().push(format!("{kind:?} -> {code:?}"));
+                }
+            }
+        }));
+    }
+
+    // Memory after warm-up, then at the end of the load.
+    let warm_up = Duration::from_secs((secs / 4).clamp(3, 15));
+    tokio::time::sleep(warm_up).await;
+    let rss_warm = provider.rss_kib().expect("VmRSS");
+    let mut rss_max = rss_warm;
+    let mut trace = vec![rss_warm];
+    while Instant::now() < load_until {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = provider.rss_kib().unwrap_or(0);
+        trace.push(now);
+        rss_max = rss_max.max(now);
+    }
+    eprintln!("provider RSS every 0.5 s after warm-up (KiB): {trace:?}");
+    for t in tasks {
+        t.await.expect("client task");
+    }
+    let rss_end = provider.rss_kib().expect("VmRSS");
+
+    // Faults off; let the jobs (and what queued behind them) finish, deleting failed
+    // creations as the autoscaler does, until every target equals CloudStack's size.
+    sim.configure(|s| {
+        s.latency = Duration::ZERO;
+        s.error_rate = 0.0;
+        s.drop_rate = 0.0;
+        s.malformed_rate = 0.0;
+    });
+    let mut c = provider.client();
+    let settle_start = Instant::now();
+    let mut stable = 0;
+    let mut last = String::new();
+    while stable < 3 {
+        assert!(
+            settle_start.elapsed() < Duration::from_secs(90),
+            "never settled; last: {last}\nprovider log:\n{}",
+            provider.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let _ = c.refresh(req(pb::RefreshRequest {})).await;
+        let mut all_equal = true;
+        last.clear();
+        for id in &clusters {
+            let instances = c
+                .node_group_nodes(req(pb::NodeGroupNodesRequest { id: id.clone() }))
+                .await
+                .map(|r| r.into_inner().instances)
+                .unwrap_or_default();
+            let failed: Vec<_> = instances
+                .iter()
+                .filter(|i| {
+                    i.status.as_ref().is_some_and(|s| {
+                        s.error_info.is_some()
+                            && s.instance_state
+                                == pb::instance_status::InstanceState::InstanceCreating as i32
+                    })
+                })
+                .map(|i| grpc_node(i.id.clone(), i.id.clone(), Some("create-error")))
+                .collect();
+            if !failed.is_empty() {
+                let _ = c
+                    .node_group_delete_nodes(req(pb::NodeGroupDeleteNodesRequest {
+                        nodes: failed,
+                        id: id.clone(),
+                    }))
+                    .await;
+            }
+            let target = c
+                .node_group_target_size(req(pb::NodeGroupTargetSizeRequest { id: id.clone() }))
+                .await
+                .map(|r| r.into_inner().target_size);
+            let cs = sim.cluster_json(id);
+            let idle = sim.running_jobs(id) == 0;
+            let size = cs["size"].as_i64().unwrap_or(-1);
+            last.push_str(&format!(
+                "[{} target {target:?} size {size} state {} jobs {}] ",
+                cs["name"], cs["state"], sim.running_jobs(id)
+            ));
+            all_equal &= idle && target.as_ref().ok().map(|t| i64::from(*t)) == Some(size);
+        }
+        stable = if all_equal { stable + 1 } else { 0 };
+    }
+    stop.store(true, Ordering::Relaxed);
+    let _ = sampler.await;
+
+    let counts = counts.lock().unwrap().clone();
+    let total: u64 = counts.values().sum();
+    let mut summary = String::new();
+    for ((kind, code), n) in &counts {
+        summary.push_str(&format!("{kind:?} {code}: {n}\n"));
+    }
+    let scale_requests = sim
+        .requests()
+        .iter()
+        .filter(|r| r.command == "scaleKubernetesCluster")
+        .count();
+    eprintln!(
+        "{total} calls by {clients} clients in {secs} s; {scale_requests} scaleKubernetesCluster \
+         requests; RSS after warm-up {rss_warm} KiB, max {rss_max} KiB, end {rss_end} KiB\n{summary}"
+    );
+
+    assert!(provider.exited().is_none(), "the provider died:\n{}", provider.log());
+    assert!(!provider.log().contains("panicked"), "{}", provider.log());
+    let unexpected = unexpected.lock().unwrap().clone();
+    assert!(
+        unexpected.is_empty(),
+        "unexpected codes ({}): {:?}\n{summary}",
+        unexpected.len(),
+        &unexpected[..unexpected.len().min(20)]
+    );
+    for kind in [Kind::Increase, Kind::Delete] {
+        assert!(
+            counts.get(&(kind, "Ok".to_string())).copied().unwrap_or(0) > 0,
+            "no {kind:?} ever succeeded, so the load did not scale anything:\n{summary}"
+        );
+    }
+    let factor = if std::env::var("SOAK_STRICT_MEMORY").is_ok() {
+        1.5
+    } else {
+        4.0
+    };
+    assert!(
+        (rss_end as f64) <= factor * rss_warm as f64,
+        "memory grew: {rss_warm} KiB after warm-up, {rss_end} KiB at the end (bound {factor}×)"
+    );
+    assert_eq!(
+        max_jobs.load(Ordering::Relaxed),
+        1,
+        "a cluster had two scale jobs at once (or none ran)"
+    );
+}
