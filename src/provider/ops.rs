@@ -4,6 +4,7 @@
 //! for the job. All-or-nothing: a refused request changes nothing.
 
 use super::{FailedInstance, Indexed, Op, OpKind, Provider, cs_status};
+use crate::cloudstack::CsError;
 use crate::domain::cluster::NodeRole;
 use crate::domain::nodeid::FAKE_NODE_REASON_ANNOTATION;
 use crate::domain::rules::{ScaleRequest, check_scale};
@@ -225,10 +226,11 @@ impl Provider {
                      it may still accept it, so nothing more is sent for this cluster until the next refresh tells"
                 )));
             }
-            Ok(Err(e)) if e.is_transient() => {
+            Ok(Err(e @ (CsError::Unreachable { .. } | CsError::Malformed { .. }))) => {
                 // The request may have reached CloudStack (a dropped connection, a garbled
-                // or proxied answer): keep it as "answer lost" so nothing more is sent until a
-                // refresh shows whether it became a job.
+                // answer): keep it as "answer lost" so nothing more is sent until a refresh
+                // shows whether it became a job. (An HTTP error page means a proxy answered
+                // instead of CloudStack.)
                 tracing::warn!(group = %label, error = %e, "scaleKubernetesCluster answer lost; the next refresh tells whether CloudStack accepted it");
                 return Err(Status::unavailable(format!(
                     "node group {label}: {e}; CloudStack may still have accepted the request, so nothing more \
