@@ -294,6 +294,16 @@ impl Client {
         let started = Instant::now();
         let result = self.call_inner(command, params).await;
         let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let outcome = match &result {
+            Ok(_) => "ok",
+            Err(CsError::Unreachable { .. }) => "unreachable",
+            Err(CsError::Api { .. }) => "api_error",
+            Err(CsError::Unauthorized { .. }) => "unauthorized",
+            Err(CsError::Http { .. }) => "http_error",
+            Err(CsError::Malformed { .. }) => "malformed",
+            Err(CsError::Config(_)) => "config",
+        };
+        crate::metrics::record_cloudstack(command, started, outcome);
         match &result {
             Ok(_) => tracing::debug!(command, elapsed_ms, outcome = "ok", "CloudStack call"),
             Err(err) => {
