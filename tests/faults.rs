@@ -22,9 +22,7 @@ use cks_autoscaler_provider::pb::cloud_provider_client::CloudProviderClient;
 use cks_autoscaler_provider::pb::instance_status::InstanceState;
 use cks_autoscaler_provider::provider::{Provider, Settings};
 use cks_autoscaler_provider::server::{ServeOptions, serve};
-use cks_autoscaler_provider::sim::{
-    self, JobFailure, RecordedRequest, SimConfig, SimHandle,
-};
+use cks_autoscaler_provider::sim::{self, JobFailure, RecordedRequest, SimConfig, SimHandle};
 use common::{API_KEY, SECRET_KEY, client_config, fast_settings, node, state_of};
 use process::{ProviderArgs, ProviderProcess};
 use std::net::SocketAddr;
@@ -168,10 +166,14 @@ impl Stack {
     async fn settle_at(&mut self, size: u64) {
         let sim = self.sim.clone();
         let cluster = self.cluster.clone();
-        wait_until(&format!("CloudStack idle at size {size}"), WAIT, async || {
-            let c = sim.cluster_json(&cluster);
-            sim.running_jobs(&cluster) == 0 && c["size"] == size && c["state"] == "Running"
-        })
+        wait_until(
+            &format!("CloudStack idle at size {size}"),
+            WAIT,
+            async || {
+                let c = sim.cluster_json(&cluster);
+                sim.running_jobs(&cluster) == 0 && c["size"] == size && c["state"] == "Running"
+            },
+        )
         .await;
         let start = Instant::now();
         loop {
@@ -308,7 +310,9 @@ async fn http_5xx_pages_are_unavailable_and_a_retried_scale_up_runs_once() {
     s.sim.configure(|c| c.error_rate = 1.0);
 
     // A recent snapshot is served; the autoscaler's loop goes on.
-    s.refresh().await.expect("Refresh within the staleness bound");
+    s.refresh()
+        .await
+        .expect("Refresh within the staleness bound");
     assert_eq!(s.target().await.unwrap(), 3);
     let e = s.increase(1, Duration::from_secs(5)).await.unwrap_err();
     assert_eq!(e.code(), Code::Unavailable, "{}", e.message());
@@ -378,7 +382,11 @@ async fn a_dropped_answer_to_a_scale_up_is_adopted_not_repeated() {
     // Another scale-up waits for that job and is sent after it.
     s.increase(1, Duration::from_secs(5)).await.unwrap();
     assert_eq!(s.target().await.unwrap(), 5);
-    assert_eq!(s.scale_requests().len(), 1, "nothing sent while the job runs");
+    assert_eq!(
+        s.scale_requests().len(),
+        1,
+        "nothing sent while the job runs"
+    );
     s.settle_at(5).await;
     let sizes: Vec<_> = s
         .scale_requests()
@@ -574,14 +582,21 @@ async fn a_job_that_never_ends_blocks_further_jobs_and_keeps_the_target() {
         if s.target().await.unwrap() == 4 {
             break;
         }
-        assert!(start.elapsed() < WAIT, "the running job was never adopted again");
+        assert!(
+            start.elapsed() < WAIT,
+            "the running job was never adopted again"
+        );
     }
     let e = s.increase(1, Duration::from_secs(5)).await;
     // Either queued behind the re-adopted job (OK) or refused while it runs.
     if let Err(e) = &e {
         assert_eq!(e.code(), Code::FailedPrecondition, "{}", e.message());
     }
-    assert_eq!(s.scale_requests().len(), 1, "nothing sent while the job runs");
+    assert_eq!(
+        s.scale_requests().len(),
+        1,
+        "nothing sent while the job runs"
+    );
     assert_eq!(s.cs_state(), "Scaling");
     assert_eq!(s.jobs.max(), 1);
 }
@@ -619,7 +634,11 @@ async fn a_wrong_secret_is_unavailable_and_named_without_leaking_keys() {
     let (mut client, addr, _stop) = provider_with(cc, fast_settings(&cluster, 1, 10)).await;
     let e = client.refresh(pb::RefreshRequest {}).await.unwrap_err();
     assert_eq!(e.code(), Code::Unavailable);
-    assert!(e.message().contains("rejected the API key"), "{}", e.message());
+    assert!(
+        e.message().contains("rejected the API key"),
+        "{}",
+        e.message()
+    );
     for secret in ["a-wrong-secret", SECRET_KEY] {
         assert!(!e.message().contains(secret), "{}", e.message());
     }
@@ -674,7 +693,11 @@ async fn after_a_key_rotation_scale_requests_are_permission_denied_and_run_nothi
         .await
         .unwrap_err();
     assert_eq!(e.code(), Code::PermissionDenied, "{}", e.message());
-    assert!(e.message().contains("rejected the API key"), "{}", e.message());
+    assert!(
+        e.message().contains("rejected the API key"),
+        "{}",
+        e.message()
+    );
     assert!(!e.message().contains(SECRET_KEY), "{}", e.message());
     let c = admin.get_cluster(&cluster).await.unwrap().unwrap();
     assert_eq!((c.size, c.state.as_str()), (3, "Running"), "nothing ran");
@@ -694,7 +717,11 @@ async fn after_a_key_rotation_scale_requests_are_permission_denied_and_run_nothi
 }
 
 /// The real binary against an in-process simulator.
-async fn provider_process(sim: &SimHandle, cluster: &str, flags: &[(&str, &str)]) -> ProviderProcess {
+async fn provider_process(
+    sim: &SimHandle,
+    cluster: &str,
+    flags: &[(&str, &str)],
+) -> ProviderProcess {
     let mut args = ProviderArgs::new(
         &sim.api_url,
         &sim.api_key,
@@ -740,7 +767,11 @@ async fn a_provider_killed_during_a_scale_up_is_replaced_by_one_that_adopts_the_
 
     p.restart(bin(), &work_dir()).await;
     p.wait_serving(WAIT).await;
-    assert_eq!(sim.cluster_json(&cluster)["state"], "Scaling", "job still running");
+    assert_eq!(
+        sim.cluster_json(&cluster)["state"],
+        "Scaling",
+        "job still running"
+    );
     c.refresh(pb::RefreshRequest {}).await.unwrap();
     assert!(
         sim.requests().iter().any(|r| r.command == "listAsyncJobs"),
@@ -761,7 +792,11 @@ async fn a_provider_killed_during_a_scale_up_is_replaced_by_one_that_adopts_the_
         .await
         .unwrap();
     assert_eq!(target_of(&mut c, &cluster).await.unwrap(), 6);
-    assert_eq!(scale_requests(&sim).len(), 1, "nothing sent while the job runs");
+    assert_eq!(
+        scale_requests(&sim).len(),
+        1,
+        "nothing sent while the job runs"
+    );
 
     let start = Instant::now();
     loop {
@@ -816,18 +851,26 @@ async fn a_provider_killed_during_a_removal_is_replaced_by_one_that_waits_for_it
             0
         }
     };
-    assert_eq!(scale_requests(&sim).len(), 1, "nothing sent while the job runs");
+    assert_eq!(
+        scale_requests(&sim).len(),
+        1,
+        "nothing sent while the job runs"
+    );
     let want = 2 + queued;
     let start = Instant::now();
     loop {
         c.refresh(pb::RefreshRequest {}).await.unwrap();
         let s = sim.cluster_json(&cluster);
         let idle = sim.running_jobs(&cluster) == 0 && s["state"] == "Running";
-        if idle && s["size"] == want && target_of(&mut c, &cluster).await.unwrap() == want as i32
-        {
+        if idle && s["size"] == want && target_of(&mut c, &cluster).await.unwrap() == want as i32 {
             break;
         }
-        assert!(start.elapsed() < WAIT, "never settled at {want}: {}\n{}", s["size"], p.log());
+        assert!(
+            start.elapsed() < WAIT,
+            "never settled at {want}: {}\n{}",
+            s["size"],
+            p.log()
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(scale_requests(&sim).len(), 1 + queued as usize);
@@ -862,9 +905,11 @@ async fn a_frozen_provider_catches_up_after_a_time_gap() {
     p.freeze();
     let sim2 = sim.clone();
     let cl = cluster.clone();
-    wait_until("the job to end while the provider is frozen", WAIT, async || {
-        sim2.running_jobs(&cl) == 0 && sim2.cluster_json(&cl)["state"] == "Running"
-    })
+    wait_until(
+        "the job to end while the provider is frozen",
+        WAIT,
+        async || sim2.running_jobs(&cl) == 0 && sim2.cluster_json(&cl)["state"] == "Running",
+    )
     .await;
     tokio::time::sleep(Duration::from_millis(2500)).await;
     p.thaw();
@@ -877,12 +922,17 @@ async fn a_frozen_provider_catches_up_after_a_time_gap() {
     let start = Instant::now();
     loop {
         let n = c
-            .node_group_nodes(pb::NodeGroupNodesRequest { id: cluster.clone() })
+            .node_group_nodes(pb::NodeGroupNodesRequest {
+                id: cluster.clone(),
+            })
             .await
             .unwrap()
             .into_inner()
             .instances;
-        if n.len() == 4 && n.iter().all(|i| state_of(i) == InstanceState::InstanceRunning) {
+        if n.len() == 4
+            && n.iter()
+                .all(|i| state_of(i) == InstanceState::InstanceRunning)
+        {
             break;
         }
         assert!(start.elapsed() < WAIT, "instances after the gap: {n:?}");
@@ -903,4 +953,3 @@ async fn a_frozen_provider_catches_up_after_a_time_gap() {
     assert_eq!(scale_requests(&sim).len(), 2);
     assert_eq!(jobs.max(), 1);
 }
-

@@ -165,7 +165,11 @@ async fn call(
     let group = clusters[rng.random_range(0..clusters.len())].clone();
     let code = |r: Result<(), tonic::Status>| r.err().map_or(Code::Ok, |s| s.code());
     match kind {
-        Kind::NodeGroups => code(c.node_groups(req(pb::NodeGroupsRequest {})).await.map(|_| ())),
+        Kind::NodeGroups => code(
+            c.node_groups(req(pb::NodeGroupsRequest {}))
+                .await
+                .map(|_| ()),
+        ),
         Kind::ForNode => {
             let nodes = sim.nodes();
             let node = if nodes.is_empty() || rng.random_bool(0.05) {
@@ -213,7 +217,9 @@ async fn call(
                         .into_iter()
                         .filter(|(_, n, _)| n.contains("-node-"))
                         .collect();
-                    if let Some((id, name, _)) = workers.get(rng.random_range(0..workers.len().max(1))) {
+                    if let Some((id, name, _)) =
+                        workers.get(rng.random_range(0..workers.len().max(1)))
+                    {
                         nodes.push(grpc_node(
                             format!("external-cloudstack://{id}"),
                             name.to_lowercase(),
@@ -230,7 +236,11 @@ async fn call(
                         .unwrap_or_default();
                     if let Some(i) = list.get(rng.random_range(0..list.len().max(1))) {
                         let failed = i.status.as_ref().is_some_and(|s| s.error_info.is_some());
-                        let reason = if failed { "create-error" } else { "unregistered" };
+                        let reason = if failed {
+                            "create-error"
+                        } else {
+                            "unregistered"
+                        };
                         nodes.push(grpc_node(i.id.clone(), i.id.clone(), Some(reason)));
                     }
                 }
@@ -239,9 +249,12 @@ async fn call(
                 return Code::Ok;
             }
             code(
-                c.node_group_delete_nodes(req(pb::NodeGroupDeleteNodesRequest { nodes, id: group }))
-                    .await
-                    .map(|_| ()),
+                c.node_group_delete_nodes(req(pb::NodeGroupDeleteNodesRequest {
+                    nodes,
+                    id: group,
+                }))
+                .await
+                .map(|_| ()),
             )
         }
         Kind::Decrease => code(
@@ -275,9 +288,12 @@ async fn call(
         ),
         Kind::Cleanup => code(c.cleanup(req(pb::CleanupRequest {})).await.map(|_| ())),
         Kind::InvalidDelta => code(
-            c.node_group_increase_size(req(pb::NodeGroupIncreaseSizeRequest { delta: 0, id: group }))
-                .await
-                .map(|_| ()),
+            c.node_group_increase_size(req(pb::NodeGroupIncreaseSizeRequest {
+                delta: 0,
+                id: group,
+            }))
+            .await
+            .map(|_| ()),
         ),
         Kind::UnknownGroup => code(
             c.node_group_target_size(req(pb::NodeGroupTargetSizeRequest {
@@ -336,8 +352,12 @@ async fn many_clients_against_a_faulty_cloudstack() {
     let stop = Arc::new(AtomicBool::new(false));
     let max_jobs = Arc::new(AtomicUsize::new(0));
     let sampler = {
-        let (sim, clusters, stop, max_jobs) =
-            (sim.clone(), clusters.clone(), stop.clone(), max_jobs.clone());
+        let (sim, clusters, stop, max_jobs) = (
+            sim.clone(),
+            clusters.clone(),
+            stop.clone(),
+            max_jobs.clone(),
+        );
         tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
                 for c in &clusters {
@@ -354,8 +374,12 @@ async fn many_clients_against_a_faulty_cloudstack() {
     let mut tasks = Vec::new();
     for k in 0..clients {
         let mut c = provider.client();
-        let (sim, clusters, counts, unexpected) =
-            (sim.clone(), clusters.clone(), counts.clone(), unexpected.clone());
+        let (sim, clusters, counts, unexpected) = (
+            sim.clone(),
+            clusters.clone(),
+            counts.clone(),
+            unexpected.clone(),
+        );
         tasks.push(tokio::spawn(async move {
             let mut rng = StdRng::seed_from_u64(0x50a4 + k as u64);
             while Instant::now() < load_until {
@@ -367,7 +391,10 @@ async fn many_clients_against_a_faulty_cloudstack() {
                     .entry((kind, format!("{code:?}")))
                     .or_default() += 1;
                 if !kind.allowed().contains(&code) {
-                    unexpected.lock().unwrap().push(format!("{kind:?} -> {code:?}"));
+                    unexpected
+                        .lock()
+                        .unwrap()
+                        .push(format!("{kind:?} -> {code:?}"));
                 }
             }
         }));
@@ -447,7 +474,9 @@ async fn many_clients_against_a_faulty_cloudstack() {
             let size = cs["size"].as_i64().unwrap_or(-1);
             last.push_str(&format!(
                 "[{} target {target:?} size {size} state {} jobs {}] ",
-                cs["name"], cs["state"], sim.running_jobs(id)
+                cs["name"],
+                cs["state"],
+                sim.running_jobs(id)
             ));
             all_equal &= idle && target.as_ref().ok().map(|t| i64::from(*t)) == Some(size);
         }
@@ -472,7 +501,11 @@ async fn many_clients_against_a_faulty_cloudstack() {
          requests; RSS after warm-up {rss_warm} KiB, max {rss_max} KiB, end {rss_end} KiB\n{summary}"
     );
 
-    assert!(provider.exited().is_none(), "the provider died:\n{}", provider.log());
+    assert!(
+        provider.exited().is_none(),
+        "the provider died:\n{}",
+        provider.log()
+    );
     assert!(!provider.log().contains("panicked"), "{}", provider.log());
     let unexpected = unexpected.lock().unwrap().clone();
     assert!(
