@@ -19,6 +19,14 @@ pub struct BenchArgs {
 impl BenchArgs {
     pub fn parse() -> Self {
         let mut a = BenchArgs::default();
+        // `cargo test --all-targets` runs bench binaries without `--bench`: measurements
+        // belong to `cargo bench`, so a test run only says how to run them.
+        if !std::env::args().any(|a| a == "--bench") {
+            println!(
+                "benchmark skipped under `cargo test`; run it with `cargo bench --bench <name>`"
+            );
+            std::process::exit(0);
+        }
         for arg in std::env::args().skip(1) {
             match arg.as_str() {
                 "--write" => a.write = true,
