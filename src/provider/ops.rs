@@ -33,6 +33,17 @@ pub(crate) fn is_alert_refusal(text: &str) -> bool {
         .contains("in alert state and can not be scaled")
 }
 
+/// IncreaseSize may not take the target above the group's maximum.
+fn check_max(label: &str, target: u32, delta: u32, max: u32) -> Result<(), Status> {
+    let wanted = u64::from(target) + u64::from(delta);
+    if wanted > u64::from(max) {
+        return Err(Status::out_of_range(format!(
+            "node group {label}: target size {target} + {delta} = {wanted} exceeds the maximum {max}"
+        )));
+    }
+    Ok(())
+}
+
 fn before(deadline: Instant) -> tokio::time::Instant {
     let now = Instant::now();
     let d = deadline
@@ -110,12 +121,7 @@ impl Provider {
                 Status::unavailable(format!("node group {label}: no CloudStack snapshot yet"))
             })?;
             let (_, max) = st.min_max(&g.spec);
-            let wanted = u64::from(target) + u64::from(delta_u);
-            if wanted > u64::from(max) {
-                return Err(Status::out_of_range(format!(
-                    "node group {label}: target size {target} + {delta} = {wanted} exceeds the maximum {max}"
-                )));
-            }
+            check_max(&label, target, delta_u, max)?;
             if let Some(op) = &st.op {
                 if op.job_id.is_none() {
                     return Err(Status::failed_precondition(format!(
@@ -147,12 +153,7 @@ impl Provider {
             }
             let target = st.target().unwrap_or(snap.snap.size);
             let (_, max) = st.min_max(&g.spec);
-            let wanted = u64::from(target) + u64::from(delta_u);
-            if wanted > u64::from(max) {
-                return Err(Status::out_of_range(format!(
-                    "node group {label}: target size {target} + {delta} = {wanted} exceeds the maximum {max}"
-                )));
-            }
+            check_max(&label, target, delta_u, max)?;
             (snap.snap.size, snap.snap.size + delta_u)
         };
         let request = ScaleRequest::Resize { new_size };
@@ -267,11 +268,8 @@ impl Provider {
                 };
                 use crate::cloudstack::types::JobOutcome;
                 match job.outcome() {
-                    JobOutcome::Pending | JobOutcome::Succeeded(_) => {
-                        if !matches!(job.outcome(), JobOutcome::Pending) {
-                            break;
-                        }
-                    }
+                    JobOutcome::Pending => {}
+                    JobOutcome::Succeeded(_) => break,
                     JobOutcome::Failed {
                         errortext,
                         errorcode,
