@@ -101,7 +101,7 @@ fn group_pb(v: NodeGroupView) -> pb::NodeGroup {
     }
 }
 
-fn instance_pb(i: InstanceView) -> pb::Instance {
+fn instance_pb(i: &InstanceView) -> pb::Instance {
     use pb::instance_status::InstanceState as S;
     let state = match i.state {
         InstanceState::Running => S::InstanceRunning,
@@ -109,10 +109,10 @@ fn instance_pb(i: InstanceView) -> pb::Instance {
         InstanceState::Deleting => S::InstanceDeleting,
     };
     pb::Instance {
-        id: i.id,
+        id: i.id.clone(),
         status: Some(pb::InstanceStatus {
             instance_state: state as i32,
-            error_info: i.error.map(error_pb),
+            error_info: i.error.clone().map(error_pb),
         }),
     }
 }
@@ -264,7 +264,7 @@ impl CloudProviderService {
     ) -> Result<Response<pb::NodeGroupNodesResponse>, Status> {
         let instances = self.provider.nodes(&request.get_ref().id)?;
         Ok(Response::new(pb::NodeGroupNodesResponse {
-            instances: instances.into_iter().map(instance_pb).collect(),
+            instances: instances.iter().map(instance_pb).collect(),
         }))
     }
 

@@ -73,7 +73,7 @@ pub fn update_group_gauges(provider: &Provider) {
         metrics::gauge!("cks_provider_node_group_max_size", "node_group" => id.clone())
             .set(f64::from(g.max));
         let (mut running, mut creating, mut deleting) = (0u32, 0u32, 0u32);
-        for i in provider.nodes(&id).unwrap_or_default() {
+        for i in provider.nodes(&id).unwrap_or_default().iter() {
             match i.state {
                 InstanceState::Running => running += 1,
                 InstanceState::Creating => creating += 1,

@@ -12,6 +12,8 @@ use types::{AsyncJob, Capabilities, KubernetesCluster, ServiceOffering, Zone};
 
 use serde::Deserialize as _;
 use serde::de::DeserializeOwned;
+use serde_json::value::RawValue;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -246,10 +248,11 @@ impl Client {
 
     /// `queryAsyncJobResult jobid=…`.
     pub async fn query_job(&self, job_id: &str) -> Result<AsyncJob, CsError> {
-        let body = self
-            .call(QUERY_JOB, &[("jobid", job_id.to_string())])
-            .await?;
-        AsyncJob::deserialize(&body).map_err(|e| malformed(QUERY_JOB, format!("job {job_id}: {e}")))
+        self.call_with(QUERY_JOB, &[("jobid", job_id.to_string())], |inner| {
+            serde_json::from_str(inner.raw.get())
+                .map_err(|e| malformed(QUERY_JOB, format!("job {job_id}: {e}")))
+        })
+        .await
     }
 
     /// `listAsyncJobs` (all pages): used after a restart to find scale jobs still running.
@@ -291,8 +294,28 @@ impl Client {
         command: &str,
         params: &[(&str, String)],
     ) -> Result<serde_json::Value, CsError> {
+        self.call_with(command, params, |inner| {
+            serde_json::from_str(inner.raw.get()).map_err(|e| malformed(command, e.to_string()))
+        })
+        .await
+    }
+
+    /// Like [`Client::call`], but hands the inner object to `read` as raw JSON borrowed from
+    /// the body, so a large answer (a cluster with thousands of VMs) is deserialised once,
+    /// straight into typed structs, with no intermediate `serde_json::Value` or copy.
+    async fn call_with<T>(
+        &self,
+        command: &str,
+        params: &[(&str, String)],
+        read: impl FnOnce(&Answer<'_>) -> Result<T, CsError>,
+    ) -> Result<T, CsError> {
         let started = Instant::now();
-        let result = self.call_inner(command, params).await;
+        let result = match self.fetch(command, params).await {
+            Ok((status, body)) => self
+                .interpret(command, status, &body)
+                .and_then(|inner| read(&inner)),
+            Err(e) => Err(e),
+        };
         let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         let outcome = match &result {
             Ok(_) => "ok",
@@ -313,11 +336,12 @@ impl Client {
         result
     }
 
-    async fn call_inner(
+    /// Sends the signed request; returns the HTTP status and the whole body.
+    async fn fetch(
         &self,
         command: &str,
         params: &[(&str, String)],
-    ) -> Result<serde_json::Value, CsError> {
+    ) -> Result<(u16, Vec<u8>), CsError> {
         let inner = &self.inner;
         let mut all: Vec<(String, String)> = Vec::with_capacity(params.len() + 2);
         all.push(("command".to_string(), command.to_string()));
@@ -334,7 +358,7 @@ impl Client {
             .map_err(|e| self.transport_error(command, e))?;
         let status = response.status().as_u16();
         let body = self.read_body(command, response).await?;
-        self.interpret(command, status, &body)
+        Ok((status, body))
     }
 
     async fn read_body(
@@ -342,7 +366,13 @@ impl Client {
         command: &str,
         mut response: reqwest::Response,
     ) -> Result<Vec<u8>, CsError> {
-        let mut body = Vec::new();
+        // Sized once from Content-Length (bounded) so a large answer is not copied while growing.
+        let expected = response
+            .content_length()
+            .and_then(|n| usize::try_from(n).ok())
+            .unwrap_or(0)
+            .min(MAX_BODY_BYTES);
+        let mut body = Vec::with_capacity(expected);
         loop {
             match response.chunk().await {
                 Ok(Some(chunk)) => {
@@ -382,85 +412,80 @@ impl Client {
         }
     }
 
-    /// Turns status + body into the inner response object or the matching error.
-    fn interpret(
+    /// Turns status + body into the inner response object (raw JSON borrowed from `body`) or
+    /// the matching error.
+    fn interpret<'b>(
         &self,
         command: &str,
         status: u16,
-        body: &[u8],
-    ) -> Result<serde_json::Value, CsError> {
-        let text = String::from_utf8_lossy(body);
-        let parsed: Result<serde_json::Value, _> = serde_json::from_slice(body);
+        body: &'b [u8],
+    ) -> Result<Answer<'b>, CsError> {
         let success = (200..300).contains(&status);
-        let json = match parsed {
-            Ok(json) => json,
+        let unauthorized = |detail: String| CsError::Unauthorized {
+            command: command.into(),
+            http_status: status,
+            detail,
+        };
+        let http = |snippet: String| CsError::Http {
+            command: command.into(),
+            http_status: status,
+            snippet,
+        };
+        let snippet = || self.snippet(&String::from_utf8_lossy(body));
+        // Only the top level is read here; every value stays raw (not copied, not built).
+        let top: Option<HashMap<String, &RawValue>> = match serde_json::from_slice(body) {
+            Ok(top) => Some(top),
+            // Valid JSON that is not an object has no envelope; anything else is unreadable.
+            Err(_) if serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok() => None,
             Err(e) => {
-                let snippet = self.snippet(&text);
                 return Err(if status == 401 {
-                    CsError::Unauthorized {
-                        command: command.into(),
-                        http_status: status,
-                        detail: snippet,
-                    }
+                    unauthorized(snippet())
                 } else if !success {
-                    CsError::Http {
-                        command: command.into(),
-                        http_status: status,
-                        snippet,
-                    }
-                } else if looks_like_json(&text) {
+                    http(snippet())
+                } else if looks_like_json(&String::from_utf8_lossy(body)) {
                     malformed(command, format!("invalid JSON ({e})"))
                 } else {
-                    malformed(command, format!("expected JSON, got: {snippet}"))
+                    malformed(command, format!("expected JSON, got: {}", snippet()))
                 });
             }
         };
-        let Some(inner) = envelope(&json, command) else {
-            let snippet = self.snippet(&text);
+        let Some(inner) = top.as_ref().and_then(|top| envelope(top, command)) else {
             return Err(if status == 401 {
-                CsError::Unauthorized {
-                    command: command.into(),
-                    http_status: status,
-                    detail: snippet,
-                }
+                unauthorized(snippet())
             } else if !success {
-                CsError::Http {
-                    command: command.into(),
-                    http_status: status,
-                    snippet,
-                }
+                http(snippet())
             } else {
                 malformed(
                     command,
                     format!(
-                        "no \"{}response\" object in: {snippet}",
-                        command.to_lowercase()
+                        "no \"{}response\" object in: {}",
+                        command.to_lowercase(),
+                        snippet()
                     ),
                 )
             });
         };
-        if let Some(errorcode) = inner.get("errorcode") {
-            let errorcode = errorcode
-                .as_i64()
-                .or_else(|| errorcode.as_str().and_then(|s| s.trim().parse().ok()))
-                .unwrap_or(i64::from(status));
-            let cserrorcode = inner
+        let fields: HashMap<String, &RawValue> = serde_json::from_str(inner.get())
+            .map_err(|e| malformed(command, format!("invalid response object ({e})")))?;
+        if let Some(errorcode) = fields.get("errorcode") {
+            let number = |raw: &RawValue| -> Option<i64> {
+                match serde_json::from_str::<serde_json::Value>(raw.get()).ok()? {
+                    serde_json::Value::Number(n) => n.as_i64(),
+                    serde_json::Value::String(s) => s.trim().parse().ok(),
+                    _ => None,
+                }
+            };
+            let errorcode = number(errorcode).unwrap_or(i64::from(status));
+            let cserrorcode = fields
                 .get("cserrorcode")
-                .and_then(|c| {
-                    c.as_i64()
-                        .or_else(|| c.as_str().and_then(|s| s.trim().parse().ok()))
-                })
+                .and_then(|c| number(c))
                 .unwrap_or(0);
-            let errortext = inner
+            let errortext = fields
                 .get("errortext")
-                .and_then(|t| t.as_str())
-                .map_or_else(|| "(no error text)".to_string(), |t| self.redact(t));
+                .and_then(|t| serde_json::from_str::<String>(t.get()).ok())
+                .map_or_else(|| "(no error text)".to_string(), |t| self.redact(&t));
             if status == 401 || errorcode == 401 || is_auth_text(&errortext) {
-                return Err(CsError::Unauthorized {
-                    command: command.into(),
-                    http_status: status,
-                    detail: format!("{errortext} (errorcode {errorcode})"),
-                });
+                return Err(unauthorized(format!("{errortext} (errorcode {errorcode})")));
             }
             return Err(CsError::Api {
                 command: command.into(),
@@ -471,20 +496,12 @@ impl Client {
             });
         }
         if status == 401 {
-            return Err(CsError::Unauthorized {
-                command: command.into(),
-                http_status: status,
-                detail: self.snippet(&text),
-            });
+            return Err(unauthorized(snippet()));
         }
         if !success {
-            return Err(CsError::Http {
-                command: command.into(),
-                http_status: status,
-                snippet: self.snippet(&text),
-            });
+            return Err(http(snippet()));
         }
-        Ok(inner.clone())
+        Ok(Answer { raw: inner, fields })
     }
 
     /// Submits an async command and returns its `jobid`.
@@ -493,11 +510,17 @@ impl Client {
         command: &str,
         params: Vec<(&str, String)>,
     ) -> Result<String, CsError> {
-        let body = self.call(command, &params).await?;
-        match body.get("jobid") {
-            Some(serde_json::Value::String(id)) if !id.is_empty() => Ok(id.clone()),
-            _ => Err(malformed(command, "no \"jobid\" in the response".into())),
-        }
+        self.call_with(command, &params, |inner| {
+            match inner
+                .fields
+                .get("jobid")
+                .and_then(|raw| serde_json::from_str::<String>(raw.get()).ok())
+            {
+                Some(id) if !id.is_empty() => Ok(id),
+                _ => Err(malformed(command, "no \"jobid\" in the response".into())),
+            }
+        })
+        .await
     }
 
     /// List params plus `projectid` when configured.
@@ -514,8 +537,10 @@ impl Client {
         params: Vec<(&str, String)>,
     ) -> Result<Vec<T>, CsError> {
         let params = self.list_params(params);
-        let body = self.call(spec.command, &params).await?;
-        Ok(parse_list(spec, &body)?.0)
+        let (items, _) = self
+            .call_with(spec.command, &params, |inner| parse_list(spec, inner))
+            .await?;
+        Ok(items)
     }
 
     async fn list_all_pages<T: DeserializeOwned>(
@@ -530,8 +555,9 @@ impl Client {
             let mut params = base.clone();
             params.push(("page", page.to_string()));
             params.push(("pagesize", page_size.to_string()));
-            let body = self.call(spec.command, &params).await?;
-            let (mut batch, count) = parse_list::<T>(spec, &body)?;
+            let (mut batch, count) = self
+                .call_with(spec.command, &params, |inner| parse_list::<T>(spec, inner))
+                .await?;
             let got = batch.len();
             items.append(&mut batch);
             let page_full = u32::try_from(got).is_ok_and(|g| g >= page_size);
@@ -579,42 +605,67 @@ impl Client {
     }
 }
 
+/// The object inside a successful answer's envelope, as raw JSON borrowed from the body, and
+/// its fields (each still raw: nothing is built until a caller deserialises it).
+struct Answer<'b> {
+    raw: &'b RawValue,
+    fields: HashMap<String, &'b RawValue>,
+}
+
 /// The object under `<command lower>response`, or the only `…response` key (some error paths
 /// answer with `errorresponse`).
-fn envelope<'a>(json: &'a serde_json::Value, command: &str) -> Option<&'a serde_json::Value> {
-    let obj = json.as_object()?;
+fn envelope<'b>(top: &HashMap<String, &'b RawValue>, command: &str) -> Option<&'b RawValue> {
+    let is_object = |raw: &RawValue| raw.get().trim_start().starts_with('{');
     let key = format!("{}response", command.to_lowercase());
-    if let Some(inner) = obj.get(&key) {
-        return inner.is_object().then_some(inner);
+    if let Some(inner) = top.get(&key) {
+        return is_object(inner).then_some(*inner);
     }
-    let mut responses = obj
+    let mut responses = top
         .iter()
-        .filter(|(k, v)| k.ends_with("response") && v.is_object());
+        .filter(|(k, v)| k.ends_with("response") && is_object(v));
     match (responses.next(), responses.next()) {
-        (Some((_, inner)), None) => Some(inner),
+        (Some((_, inner)), None) => Some(*inner),
         _ => None,
     }
 }
 
-/// The items and `count` of a list response; `{}` is an empty list.
+/// The items and `count` of a list response; `{}` is an empty list. The items are read straight
+/// from the raw JSON into `T`; only when that fails is the list walked item by item, to name
+/// the item that is wrong.
 fn parse_list<T: DeserializeOwned>(
     spec: &ListSpec,
-    body: &serde_json::Value,
+    inner: &Answer<'_>,
 ) -> Result<(Vec<T>, Option<u64>), CsError> {
-    let count = body.get("count").and_then(|c| {
-        c.as_u64()
-            .or_else(|| c.as_str().and_then(|s| s.trim().parse().ok()))
-    });
-    let items = match body.get(spec.field) {
-        None | Some(serde_json::Value::Null) => Vec::new(),
-        Some(serde_json::Value::Array(items)) => items
-            .iter()
-            .enumerate()
-            .map(|(i, item)| {
-                T::deserialize(item)
-                    .map_err(|e| malformed(spec.command, format!("{}[{i}]: {e}", spec.field)))
-            })
-            .collect::<Result<Vec<T>, CsError>>()?,
+    let fields = &inner.fields;
+    let count =
+        fields.get("count").and_then(|c| {
+            match serde_json::from_str::<serde_json::Value>(c.get()).ok()? {
+                serde_json::Value::Number(n) => n.as_u64(),
+                serde_json::Value::String(s) => s.trim().parse().ok(),
+                _ => None,
+            }
+        });
+    let items = match fields.get(spec.field) {
+        None => Vec::new(),
+        Some(raw) if raw.get().trim() == "null" => Vec::new(),
+        Some(raw) if raw.get().trim_start().starts_with('[') => {
+            match serde_json::from_str::<Vec<T>>(raw.get()) {
+                Ok(items) => items,
+                Err(whole) => {
+                    let raw_items: Vec<&RawValue> = serde_json::from_str(raw.get())
+                        .map_err(|e| malformed(spec.command, format!("{}: {e}", spec.field)))?;
+                    for (i, item) in raw_items.iter().enumerate() {
+                        if let Err(e) = serde_json::from_str::<T>(item.get()) {
+                            return Err(malformed(
+                                spec.command,
+                                format!("{}[{i}]: {e}", spec.field),
+                            ));
+                        }
+                    }
+                    return Err(malformed(spec.command, format!("{}: {whole}", spec.field)));
+                }
+            }
+        }
         Some(_) => {
             return Err(malformed(
                 spec.command,

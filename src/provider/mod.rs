@@ -25,7 +25,7 @@ use crate::domain::cluster::{
 use crate::domain::rules::AlertScaling;
 use crate::domain::status::InstanceError;
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tonic::Status;
@@ -182,6 +182,22 @@ pub(crate) struct GroupState {
     /// VMs this provider removed (id and lower-cased name → when), so a repeated DeleteNodes
     /// for a node already gone is a no-op rather than an error.
     pub recently_removed: HashMap<String, Instant>,
+    /// Answers derived from the fields above; see [`Views`].
+    pub views: Views,
+}
+
+/// Read answers derived from a group's state (instances, placeholders, the debug line),
+/// computed on first use and dropped by every [`Group::lock`], the only way to change the
+/// state. The autoscaler asks NodeGroupForNode several times per node per loop; without this
+/// each answer would walk every worker VM, and a loop would cost O(workers²).
+#[derive(Debug, Default)]
+pub(crate) struct Views {
+    /// The debug line and the Alert-scaling knowledge it was built with (provider-wide, so
+    /// not part of the group's state: a change of it is noticed on use).
+    pub debug: OnceLock<(AlertScaling, String)>,
+    pub instances: OnceLock<Arc<Vec<InstanceView>>>,
+    /// Placeholder ids of requested VMs CloudStack does not list yet.
+    pub pending: OnceLock<Vec<String>>,
 }
 
 pub(crate) struct Group {
@@ -192,8 +208,32 @@ pub(crate) struct Group {
     pub op_lock: tokio::sync::Mutex<()>,
 }
 
+/// Read-only access to a group's state: derived answers may be cached through it, nothing
+/// else can change.
+pub(crate) struct ReadGuard<'a>(MutexGuard<'a, GroupState>);
+
+impl std::ops::Deref for ReadGuard<'_> {
+    type Target = GroupState;
+    fn deref(&self) -> &GroupState {
+        &self.0
+    }
+}
+
 impl Group {
+    /// The state, to change it: drops every cached view, so nothing derived from the old state
+    /// can be served after the change.
     pub fn lock(&self) -> MutexGuard<'_, GroupState> {
+        let mut st = self.guard();
+        st.views = Views::default();
+        st
+    }
+
+    /// The state, to read it (cached views stay valid).
+    pub(crate) fn read(&self) -> ReadGuard<'_> {
+        ReadGuard(self.guard())
+    }
+
+    fn guard(&self) -> MutexGuard<'_, GroupState> {
         // A panic while holding the lock would poison it; the state itself stays consistent
         // (every change is made in one critical section), so keep serving.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
@@ -347,7 +387,7 @@ impl Provider {
             return Err(Status::invalid_argument("node group id is empty"));
         }
         for (i, g) in self.inner.groups.iter().enumerate() {
-            if g.lock().cluster_id.as_deref() == Some(id) {
+            if g.read().cluster_id.as_deref() == Some(id) {
                 return Ok((i, g));
             }
         }
@@ -361,7 +401,7 @@ impl Provider {
         self.inner
             .groups
             .iter()
-            .map(|g| match (&g.spec.cluster, g.lock().cluster_id.clone()) {
+            .map(|g| match (&g.spec.cluster, g.read().cluster_id.clone()) {
                 (_, Some(id)) => id,
                 (ClusterRef::Name(n), None) => format!("{n} (name, not resolved yet)"),
                 (ClusterRef::Id(id), None) => id.clone(),
@@ -420,7 +460,7 @@ impl Provider {
     }
 
     fn update_ready(&self) {
-        let all = self.inner.groups.iter().all(|g| g.lock().snap.is_some());
+        let all = self.inner.groups.iter().all(|g| g.read().snap.is_some());
         self.inner.ready.send_if_modified(|r| {
             let changed = *r != all;
             *r = all;
@@ -431,7 +471,7 @@ impl Provider {
     /// Fetches one group's cluster (one `listKubernetesClusters` call).
     pub(crate) async fn fetch_group(&self, gi: usize) -> Result<Arc<Indexed>, CsError> {
         let g = &self.inner.groups[gi];
-        let id = g.lock().cluster_id.clone();
+        let id = g.read().cluster_id.clone();
         let cluster = match (id, &g.spec.cluster) {
             (Some(id), _) => {
                 self.inner
@@ -485,7 +525,7 @@ impl Provider {
         let mut failures = Vec::new();
         for gi in 0..self.inner.groups.len() {
             let age = self.inner.groups[gi]
-                .lock()
+                .read()
                 .snap
                 .as_ref()
                 .map(|s| s.fetched_at.elapsed());
@@ -519,7 +559,7 @@ impl Provider {
     async fn refresh_offerings(&self) {
         for gi in 0..self.inner.groups.len() {
             let wanted = {
-                let st = self.inner.groups[gi].lock();
+                let st = self.inner.groups[gi].read();
                 let Some(s) = &st.snap else { continue };
                 let Some(o) = s.snap.effective_worker_offering() else {
                     continue;
@@ -543,27 +583,19 @@ impl Provider {
 
     pub(crate) fn group_label(&self, gi: usize) -> String {
         let g = &self.inner.groups[gi];
-        let st = g.lock();
-        if let Some(s) = &st.snap {
-            return s.snap.name.clone();
-        }
-        match (&g.spec.cluster, &st.cluster_id) {
-            (ClusterRef::Name(n), _) => n.clone(),
-            (_, Some(id)) => id.clone(),
-            (ClusterRef::Id(id), None) => id.clone(),
-        }
+        g.read().label(&g.spec)
     }
 
     /// The worker offering last read for a group.
     pub fn worker_offering(&self, group_id: &str) -> Option<ServiceOffering> {
         let (_, g) = self.group(group_id).ok()?;
-        g.lock().worker_offering.clone()
+        g.read().worker_offering.clone()
     }
 
     /// The latest snapshot of a group.
     pub fn snapshot(&self, group_id: &str) -> Option<ClusterSnapshot> {
         let (_, g) = self.group(group_id).ok()?;
-        g.lock().snap.as_ref().map(|s| s.snap.clone())
+        g.read().snap.as_ref().map(|s| s.snap.clone())
     }
 
     /// Runs the first refresh in the background, retrying until every group has a snapshot,
@@ -596,7 +628,7 @@ impl Provider {
     pub fn healthy(&self) -> bool {
         let stale = self.inner.settings.staleness_bound;
         self.inner.groups.iter().all(|g| {
-            let st = g.lock();
+            let st = g.read();
             match &st.snap {
                 None => false,
                 Some(s) => st.last_error.is_none() || s.fetched_at.elapsed() < stale,
@@ -609,7 +641,7 @@ impl Provider {
     /// How old a group's snapshot is.
     pub fn snapshot_age(&self, group_id: &str) -> Option<Duration> {
         let (_, g) = self.group(group_id).ok()?;
-        g.lock().snap.as_ref().map(|s| s.fetched_at.elapsed())
+        g.read().snap.as_ref().map(|s| s.fetched_at.elapsed())
     }
 }
 
@@ -620,7 +652,7 @@ impl Provider {
         group_id: &str,
     ) -> Option<std::collections::BTreeMap<String, String>> {
         let (_, g) = self.group(group_id).ok()?;
-        g.lock().sample_labels.clone()
+        g.read().sample_labels.clone()
     }
 }
 
@@ -631,7 +663,7 @@ impl Provider {
     pub async fn wait_idle(&self, grace: Duration) -> bool {
         let until = Instant::now() + grace;
         loop {
-            let busy = self.inner.groups.iter().any(|g| g.lock().op.is_some());
+            let busy = self.inner.groups.iter().any(|g| g.read().op.is_some());
             if !busy {
                 return true;
             }

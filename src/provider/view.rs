@@ -1,8 +1,8 @@
 //! Read-side answers, computed from a group's state under its lock with no CloudStack call:
 //! node groups, node → group, target size, instances and their status, the debug line.
 
-use super::{GroupState, Indexed, LearnedNode, OpKind, Provider};
-use crate::config::NodeGroupSpec;
+use super::{GroupState, LearnedNode, OpKind, Provider};
+use crate::config::{ClusterRef, NodeGroupSpec};
 use crate::domain::cluster::{NodeRole, VmState};
 use crate::domain::nodeid::{
     FAKE_NODE_REASON_ANNOTATION, default_provider_id, vm_id_from_provider_id,
@@ -12,6 +12,7 @@ use crate::domain::status::{
     InstanceError, InstanceState, VmActivity, placeholder_status, vm_status,
 };
 use std::collections::HashMap;
+use std::sync::Arc;
 use tonic::Status;
 
 /// A node group as the autoscaler sees it.
@@ -22,6 +23,9 @@ pub struct NodeGroupView {
     pub max: u32,
     pub debug: String,
 }
+
+/// How many down workers the debug line names before "and N more".
+const DEBUG_DOWN_NAMED: usize = 10;
 
 /// One instance of a node group.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,27 +95,43 @@ impl GroupState {
         }
     }
 
-    fn pending_placeholders(&self, s: &Indexed) -> Vec<String> {
-        let mut out = Vec::new();
-        if let Some(op) = &self.op
-            && let OpKind::Increase {
-                from,
-                to,
-                vms_before,
-                placeholders,
-            } = &op.kind
-        {
-            let requested = to.saturating_sub(*from) as usize;
-            let appeared = s
-                .snap
-                .workers()
-                .filter(|v| !vms_before.contains(&v.id))
-                .count();
-            let missing = requested.saturating_sub(appeared).min(placeholders.len());
-            out.extend(placeholders[placeholders.len() - missing..].iter().cloned());
+    /// The group's name for messages: the cluster's name, else what `--nodes` named it by.
+    pub(crate) fn label(&self, spec: &NodeGroupSpec) -> String {
+        if let Some(s) = &self.snap {
+            return s.snap.name.clone();
         }
-        out.extend(self.queued_placeholders.iter().cloned());
-        out
+        match (&spec.cluster, &self.cluster_id) {
+            (ClusterRef::Name(n), _) => n.clone(),
+            (_, Some(id)) => id.clone(),
+            (ClusterRef::Id(id), None) => id.clone(),
+        }
+    }
+
+    /// Placeholder ids of requested VMs CloudStack does not list yet (cached; see `Views`).
+    fn pending_placeholders(&self) -> &[String] {
+        self.views.pending.get_or_init(|| {
+            let mut out = Vec::new();
+            if let Some(s) = &self.snap
+                && let Some(op) = &self.op
+                && let OpKind::Increase {
+                    from,
+                    to,
+                    vms_before,
+                    placeholders,
+                } = &op.kind
+            {
+                let requested = to.saturating_sub(*from) as usize;
+                let appeared = s
+                    .snap
+                    .workers()
+                    .filter(|v| !vms_before.contains(&v.id))
+                    .count();
+                let missing = requested.saturating_sub(appeared).min(placeholders.len());
+                out.extend(placeholders[placeholders.len() - missing..].iter().cloned());
+            }
+            out.extend(self.queued_placeholders.iter().cloned());
+            out
+        })
     }
 
     fn activity(&self, vm_id: &str) -> VmActivity {
@@ -136,8 +156,15 @@ impl GroupState {
         VmActivity::Idle
     }
 
-    /// Every instance of the group: one per worker VM, plus placeholders.
-    pub(crate) fn instances(&self) -> Vec<InstanceView> {
+    /// Every instance of the group: one per worker VM, plus placeholders (cached; see `Views`).
+    pub(crate) fn instances(&self) -> Arc<Vec<InstanceView>> {
+        self.views
+            .instances
+            .get_or_init(|| Arc::new(self.build_instances()))
+            .clone()
+    }
+
+    fn build_instances(&self) -> Vec<InstanceView> {
         let Some(s) = &self.snap else {
             return Vec::new();
         };
@@ -150,9 +177,13 @@ impl GroupState {
                 error,
             });
         }
-        for id in self.pending_placeholders(s) {
+        for id in self.pending_placeholders() {
             let (state, error) = placeholder_status(None);
-            out.push(InstanceView { id, state, error });
+            out.push(InstanceView {
+                id: id.clone(),
+                state,
+                error,
+            });
         }
         for f in self.failed.iter().filter(|f| f.vm_id.is_none()) {
             let (state, error) = placeholder_status(Some(&f.error));
@@ -181,11 +212,7 @@ impl GroupState {
             {
                 return Some(Hit::FailedPlaceholder(provider_id.to_string()));
             }
-            if self
-                .pending_placeholders(s)
-                .iter()
-                .any(|p| p == provider_id)
-            {
+            if self.pending_placeholders().iter().any(|p| p == provider_id) {
                 return Some(Hit::Pending(provider_id.to_string()));
             }
             if let Some(vm_id) = vm_id_from_provider_id(provider_id)
@@ -207,6 +234,17 @@ impl GroupState {
             }
         }
         None
+    }
+
+    /// Whether [`GroupState::learn`] would change anything (checked under a read lock, so
+    /// that the common case, a node carrying the default providerID, keeps cached views).
+    fn would_learn(&self, vm_id: &str, provider_id: &str, node_name: &str) -> bool {
+        if provider_id == default_provider_id(vm_id) {
+            return self.learned.contains_key(vm_id);
+        }
+        self.learned
+            .get(vm_id)
+            .is_none_or(|l| l.provider_id != provider_id || l.node_name != node_name)
     }
 
     /// Records the node the autoscaler showed for a VM when it differs from the default.
@@ -241,6 +279,19 @@ impl GroupState {
         }
     }
 
+    /// The debug line, built once per state change (see `Views`).
+    pub(crate) fn debug(&self, label: &str, alert: &AlertScaling) -> String {
+        let (built_with, line) = self
+            .views
+            .debug
+            .get_or_init(|| (alert.clone(), self.debug_line(label, alert)));
+        if built_with == alert {
+            line.clone()
+        } else {
+            self.debug_line(label, alert)
+        }
+    }
+
     /// One line for an operator: name, state, size, target, workers by state, the job in
     /// flight and why the group cannot scale, if it cannot.
     pub(crate) fn debug_line(&self, label: &str, alert: &AlertScaling) -> String {
@@ -263,7 +314,7 @@ impl GroupState {
                 InstanceState::Deleting => deleting += 1,
             }
         }
-        creating += self.pending_placeholders(s).len();
+        creating += self.pending_placeholders().len();
         let mut line = format!(
             "{} ({}) state={} size={} target={} workers: {} running, {} creating, {} deleting, {} down",
             c.name,
@@ -277,7 +328,13 @@ impl GroupState {
             down.len()
         );
         if !down.is_empty() {
-            line.push_str(&format!(" [{}]", down.join(", ")));
+            // Named up to a few: the line is sent with every NodeGroupForNode answer.
+            let named = down.len().min(DEBUG_DOWN_NAMED);
+            line.push_str(&format!(" [{}", down[..named].join(", ")));
+            if down.len() > named {
+                line.push_str(&format!(", and {} more", down.len() - named));
+            }
+            line.push(']');
         }
         if let Some(op) = &self.op {
             let job = op.job_id.as_deref().unwrap_or("answer lost, checking");
@@ -318,16 +375,15 @@ impl GroupState {
 impl Provider {
     fn view(&self, gi: usize) -> Option<NodeGroupView> {
         let g = &self.inner.groups[gi];
-        let label = self.group_label(gi);
         let alert = self.alert_scaling();
-        let st = g.lock();
+        let st = g.read();
         let id = st.cluster_id.clone()?;
         let (min, max) = st.min_max(&g.spec);
         Some(NodeGroupView {
             id,
             min,
             max,
-            debug: st.debug_line(&label, &alert),
+            debug: st.debug(&st.label(&g.spec), &alert),
         })
     }
 
@@ -350,28 +406,35 @@ impl Provider {
     ) -> Option<NodeGroupView> {
         let fake = annotations.contains_key(FAKE_NODE_REASON_ANNOTATION);
         for (gi, g) in self.inner.groups.iter().enumerate() {
-            let mut st = g.lock();
+            let st = g.read();
             let Some(hit) = st.resolve(provider_id, name) else {
                 continue;
             };
-            match hit {
-                Hit::Vm(i) => {
-                    let Some(s) = st.snap.clone() else { continue };
-                    let vm = &s.snap.vms[i];
-                    if vm.role != NodeRole::Worker {
-                        return None;
-                    }
-                    if !fake && !name.is_empty() {
+            if let Hit::Vm(i) = hit {
+                let Some(s) = st.snap.clone() else { continue };
+                let vm = &s.snap.vms[i];
+                if vm.role != NodeRole::Worker {
+                    return None;
+                }
+                let teach = !fake && !name.is_empty();
+                let learn = teach && st.would_learn(&vm.id, provider_id, name);
+                let sample = teach && !labels.is_empty() && st.sample_labels.is_none();
+                drop(st);
+                if learn || sample {
+                    // Rare (a node with a non-default providerID, the first labelled node):
+                    // the only case where a read changes state.
+                    let mut st = g.lock();
+                    if learn {
                         st.learn(&vm.id, provider_id, name);
-                        if !labels.is_empty() && st.sample_labels.is_none() {
-                            st.sample_labels =
-                                Some(labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect());
-                        }
+                    }
+                    if sample && st.sample_labels.is_none() {
+                        st.sample_labels =
+                            Some(labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect());
                     }
                 }
-                Hit::Pending(_) | Hit::FailedPlaceholder(_) => {}
+            } else {
+                drop(st);
             }
-            drop(st);
             return self.view(gi);
         }
         None
@@ -379,12 +442,12 @@ impl Provider {
 
     /// NodeGroupTargetSize. Fails only for an unknown group or one never fetched.
     pub fn target_size(&self, id: &str) -> Result<u32, Status> {
-        let (gi, g) = self.group(id)?;
-        let st = g.lock();
+        let (_, g) = self.group(id)?;
+        let st = g.read();
         st.target().ok_or_else(|| {
             Status::unavailable(format!(
                 "node group {}: no CloudStack snapshot yet{}",
-                self.group_label_locked(gi, &st),
+                st.label(&g.spec),
                 st.last_error
                     .as_ref()
                     .map(|e| format!(" ({e})"))
@@ -393,18 +456,10 @@ impl Provider {
         })
     }
 
-    fn group_label_locked(&self, gi: usize, st: &GroupState) -> String {
-        st.snap
-            .as_ref()
-            .map(|s| s.snap.name.clone())
-            .or_else(|| st.cluster_id.clone())
-            .unwrap_or_else(|| format!("#{gi}"))
-    }
-
-    /// NodeGroupNodes.
-    pub fn nodes(&self, id: &str) -> Result<Vec<InstanceView>, Status> {
+    /// NodeGroupNodes (shared: built once per state change).
+    pub fn nodes(&self, id: &str) -> Result<Arc<Vec<InstanceView>>, Status> {
         let (_, g) = self.group(id)?;
-        Ok(g.lock().instances())
+        Ok(g.read().instances())
     }
 
     /// Down worker VMs of a group (name, state), for the probe and metrics.
@@ -412,7 +467,7 @@ impl Provider {
         let Ok((_, g)) = self.group(id) else {
             return Vec::new();
         };
-        let st = g.lock();
+        let st = g.read();
         st.snap
             .as_ref()
             .map(|s| {
