@@ -10,7 +10,8 @@ mod parsers;
 use cks_autoscaler_provider::cloudstack::sign::{parse_query, signed_query, verify_query};
 use cks_autoscaler_provider::cloudstack::types::{AsyncJob, KubernetesCluster};
 use cks_autoscaler_provider::config::{
-    ClusterRef, MAX_NODES_LIMIT, NodeGroupSpec, parse_cloud_config, parse_nodes_spec,
+    ClusterRef, MAX_NODES_LIMIT, NodeGroupSpec, parse_cloud_config, parse_cloud_config_report,
+    parse_nodes_spec,
 };
 use parsers::{
     check_cloud_config, check_cloudstack_json, check_job_outcome, check_nodes_spec,
@@ -36,6 +37,12 @@ fn config(cases: u32) -> Config {
 }
 
 // ---- cloud-config ----
+//
+// The cloud-config is read as gcfg (gopkg.in/gcfg.v1, the in-tree provider's parser) reads it.
+// The generators below only write files gcfg reads to the values they expect, so every property
+// is an agreement with gcfg: values end at an unquoted `;`/`#`, `"` quotes with the escapes
+// `\\ \" \n \t`, a trailing `\` continues the line, repeated `[Global]` sections merge and the
+// last value of a key wins, and names and section headers match in any case.
 
 /// A secret or key as operators have them: printable ASCII with the characters ini parsers
 /// like to eat (`=`, `\`, `;`, `#`, `"`, `:`, `[`, spaces inside), some non-ASCII, never
@@ -50,18 +57,93 @@ fn secret() -> impl Strategy<Value = String> {
     ]
 }
 
-/// How a value is written: bare, or in double quotes (gcfg style). A value that itself starts
-/// and ends with a double quote can only be written quoted.
-fn written(value: &str, quoted: bool) -> String {
-    let needs_quotes = value.len() >= 2 && value.starts_with('"') && value.ends_with('"');
-    if quoted || needs_quotes {
-        format!("\"{value}\"")
-    } else {
-        value.to_string()
-    }
+fn is_blank(c: char) -> bool {
+    matches!(c, ' ' | '\t' | '\r')
 }
 
-/// A key as operators write it: any ASCII case, spaces around.
+/// `value` in double quotes with gcfg's escapes: reads back as anything without `\r` or NUL.
+fn quoted(value: &str) -> String {
+    let mut out = String::from('"');
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// `value` without quotes (a `"` written `\"`), when gcfg reads that back unchanged: no
+/// comment characters, no backslash, no line break, no blank at the start or (when `at_end`)
+/// at the end.
+fn bare(value: &str, at_end: bool) -> Option<String> {
+    let unusable = value.contains([';', '#', '\\', '\n', '\r'])
+        || value.starts_with(is_blank)
+        || (at_end && value.ends_with(is_blank));
+    (!unusable).then(|| value.replace('"', "\\\""))
+}
+
+/// How a value is spelled; each spelling falls back to quoting when it cannot hold the value.
+#[derive(Debug, Clone, Copy)]
+enum Spelling {
+    Quoted,
+    Bare,
+    /// Bare up to the split, quoted after it: `ab"c;d"`.
+    HalfQuoted(prop::sample::Index),
+    /// Bare, broken by a `\` line continuation at the split.
+    Continued(prop::sample::Index),
+}
+
+fn spelling() -> impl Strategy<Value = Spelling> {
+    prop_oneof![
+        Just(Spelling::Quoted),
+        Just(Spelling::Bare),
+        any::<prop::sample::Index>().prop_map(Spelling::HalfQuoted),
+        any::<prop::sample::Index>().prop_map(Spelling::Continued),
+    ]
+}
+
+/// Splits `value` at a character boundary chosen by `at`, never at its ends.
+fn split(value: &str, at: prop::sample::Index) -> Option<(&str, &str)> {
+    let inner: Vec<usize> = value.char_indices().map(|(i, _)| i).skip(1).collect();
+    if inner.is_empty() {
+        return None;
+    }
+    Some(value.split_at(inner[at.index(inner.len())]))
+}
+
+/// `value` as `spelling` writes it, with `eol` for a continuation.
+fn written(value: &str, spelling: Spelling, eol: &str) -> String {
+    let spelled = match spelling {
+        Spelling::Quoted => None,
+        Spelling::Bare => bare(value, true),
+        Spelling::HalfQuoted(at) => split(value, at)
+            .and_then(|(head, tail)| Some(format!("{}{}", bare(head, false)?, quoted(tail)))),
+        Spelling::Continued(at) => split(value, at).and_then(|(head, tail)| {
+            // The continuation line's leading blanks belong to the value, its trailing ones
+            // do not.
+            let head = bare(head, false)?;
+            let tail_ok = !tail.contains([';', '#', '\\', '\n', '\r']) && !tail.ends_with(is_blank);
+            tail_ok.then(|| format!("{head}\\{eol}{}", tail.replace('"', "\\\"")))
+        }),
+    };
+    spelled.unwrap_or_else(|| quoted(value))
+}
+
+/// What may follow a value: nothing, a comment after a blank, or a comment glued to it.
+fn trailing_comment() -> impl Strategy<Value = String> {
+    prop_oneof![
+        2 => Just(String::new()),
+        1 => "[ \t]{1,3}[;#][ -~]{0,16}",
+        1 => "[;#][ -~]{0,16}",
+    ]
+}
+
+/// A key as operators write it: any ASCII case, blanks around.
 fn key_spelling(key: &'static str) -> impl Strategy<Value = String> {
     (
         prop::collection::vec(any::<bool>(), key.len()),
@@ -102,8 +184,19 @@ fn url() -> impl Strategy<Value = String> {
         })
 }
 
-/// A valid cloud-config with every key written in a random style, decoy keys and sections,
-/// comments, and `\n` or `\r\n` line ends; with the values it must yield.
+/// One `name = value` line to write, and whether a continuation may split its value (never
+/// for the keys the breakage property rewrites line by line).
+struct Entry {
+    name: String,
+    value: String,
+    spelling: Spelling,
+    comment: String,
+}
+
+/// A valid cloud-config with every key written in a random gcfg spelling and case, spread over
+/// one to three `[Global]` sections (earlier values of the same keys overridden later), decoy
+/// keys, sections and a `[Global "sub"]` subsection, comments, and `\n` or `\r\n` line ends;
+/// with the values it must yield.
 fn cloud_config() -> impl Strategy<Value = GeneratedConfig> {
     let bool_word = prop::sample::select(
         &[
@@ -133,64 +226,109 @@ fn cloud_config() -> impl Strategy<Value = GeneratedConfig> {
             key_spelling("zone"),
         ),
         (
+            prop::collection::vec(spelling(), 6),
+            prop::collection::vec(trailing_comment(), 6),
             prop::collection::vec(any::<bool>(), 6),
-            prop::sample::select(&["Global", "global", "GLOBAL", " Global "][..]),
+        ),
+        (
+            prop::collection::vec(
+                prop::sample::select(&["Global", "global", "GLOBAL", " Global ", "gLoBaL\t"][..]),
+                3,
+            ),
             prop::sample::select(&["\n", "\r\n"][..]),
             any::<bool>(),
             any::<bool>(),
         ),
-        prop::collection::vec(0..6usize, 0..6),
+        (
+            prop::collection::vec(0..6usize, 0..6),
+            prop::collection::vec(any::<prop::sample::Index>(), 0..3),
+        ),
     )
         .prop_map(
             |(
                 (api_url, api_key, secret_key, ssl),
                 (project_id, zone),
                 keys,
-                (quoted, section, eol, decoy_section, comments),
-                order_seed,
+                (spellings, comments, overridden),
+                (headers, eol, decoys, comment_lines),
+                (order_seed, section_cuts),
             )| {
                 let (url_key, key_key, secret_key_name, ssl_key, project_key, zone_key) = keys;
-                let mut lines: Vec<(String, String)> = vec![
-                    (url_key, written(&api_url, quoted[0])),
-                    (key_key, written(&api_key, quoted[1])),
-                    (secret_key_name, written(&secret_key, quoted[2])),
+                // Rewritten line by line by the breakage property: never continued.
+                let single = |s: Spelling| match s {
+                    Spelling::Continued(_) => Spelling::Quoted,
+                    s => s,
+                };
+                let entry = |name: &str, value: &str, i: usize, spelling: Spelling| Entry {
+                    name: name.to_string(),
+                    value: value.to_string(),
+                    spelling,
+                    comment: comments[i].clone(),
+                };
+                let mut entries = vec![
+                    entry(&url_key, &api_url, 0, single(spellings[0])),
+                    entry(&key_key, &api_key, 1, single(spellings[1])),
+                    entry(&secret_key_name, &secret_key, 2, spellings[2]),
                 ];
                 if let Some((word, _)) = ssl {
-                    lines.push((ssl_key, written(word, quoted[3])));
+                    entries.push(entry(&ssl_key, word, 3, single(spellings[3])));
                 }
                 if let Some(p) = &project_id {
-                    lines.push((project_key, written(p, quoted[4])));
+                    entries.push(entry(&project_key, p, 4, spellings[4]));
                 }
                 if let Some(z) = &zone {
-                    lines.push((zone_key, written(z, quoted[5])));
+                    entries.push(entry(&zone_key, z, 5, spellings[5]));
                 }
                 // Reorder a little: the parser does not care about key order.
                 for (i, j) in order_seed.iter().enumerate() {
-                    let len = lines.len();
-                    lines.swap(i % len, j % len);
+                    let len = entries.len();
+                    entries.swap(i % len, j % len);
                 }
+                // Earlier values of some keys, overridden by the ones above: the last one wins.
+                let earlier = [
+                    ("api-url", "http://overridden.example/"),
+                    ("api-key", "overridden"),
+                    ("secret-key", "overridden"),
+                    ("ssl-no-verify", "off"),
+                    ("project-id", "overridden"),
+                    ("zone", "overridden"),
+                ];
+                let mut lines: Vec<String> = earlier
+                    .iter()
+                    .zip(&overridden)
+                    .zip([true, true, true, ssl.is_some(), project_id.is_some(), zone.is_some()])
+                    .filter(|((_, o), present)| **o && *present)
+                    .map(|(((k, v), _), _)| format!("{k} = {v}"))
+                    .collect();
+                lines.push("unknown-key = ignored".into());
+                lines.extend(entries.iter().map(|e| {
+                    format!("{} = {}{}", e.name, written(&e.value, e.spelling, eol), e.comment)
+                }));
+
+                // Cut the lines into up to three [Global] sections, with decoys between them.
+                let mut cuts: Vec<usize> =
+                    section_cuts.iter().map(|i| i.index(lines.len() + 1)).collect();
+                cuts.sort_unstable();
                 let mut text = String::new();
-                if comments {
-                    text.push_str("; written by hand");
-                    text.push_str(eol);
-                    text.push_str("# secret-key = not-this-one");
-                    text.push_str(eol);
+                if comment_lines {
+                    text.push_str(&format!("; written by hand{eol}# secret-key = not-this-one{eol}"));
                 }
-                if decoy_section {
-                    text.push_str("[Other]");
-                    text.push_str(eol);
-                    text.push_str("api-key = not-this-one");
-                    text.push_str(eol);
+                if decoys {
+                    text.push_str(&format!("[Other]{eol}api-key = not-this-one{eol}"));
                 }
-                text.push_str(&format!("[{section}]{eol}"));
-                // An earlier, overridden value of the secret: later keys win.
-                text.push_str(&format!("secret-key = overridden{eol}"));
-                text.push_str(&format!("unknown-key = ignored{eol}"));
-                for (k, v) in &lines {
-                    text.push_str(&format!("{k} = {v}{eol}"));
-                }
-                if decoy_section {
-                    text.push_str(&format!("[Labels]{eol}zone = not-this-one{eol}"));
+                let mut start = 0;
+                for (n, end) in cuts.into_iter().chain(std::iter::once(lines.len())).enumerate() {
+                    text.push_str(&format!("[{}]{eol}", headers[n]));
+                    for line in &lines[start..end] {
+                        text.push_str(line);
+                        text.push_str(eol);
+                    }
+                    start = end;
+                    if decoys {
+                        text.push_str(&format!(
+                            "[Global \"sub\"]{eol}secret-key = not-this-one{eol}[Labels]{eol}zone = not-this-one{eol}"
+                        ));
+                    }
                 }
                 GeneratedConfig {
                     text,
@@ -211,24 +349,36 @@ fn ini_garbage() -> impl Strategy<Value = String> {
         "\\PC{0,80}",
         "[\\[\\]=:;#\"'\\\\ \t\r\na-zA-Z-]{0,80}",
         "(\\[[Gg]lobal\\]\r?\n)?([a-z-]{0,12} ?[=:] ?[ -~]{0,16}\\\\?\r?\n){0,6}",
+        "(\\[[Gg]lobal( \"[a-z\\\\\"]{0,4}\")?\\]\r?\n)?([a-z-]{0,12} ?= ?[ -~\"\\\\;#]{0,16}\\\\?\r?\n){0,6}",
         any::<Vec<u8>>().prop_map(|b| String::from_utf8_lossy(&b).into_owned()),
     ]
 }
 
+/// The head of a valid file; the line after it is line 4.
+const HEAD: &str = "[Global]\napi-url = https://cloud.example.com/client/api\napi-key = AK\n";
+
 proptest! {
     #![proptest_config(config(512))]
 
-    /// Generated valid files give back exactly the values written, whatever the secret holds.
+    /// Generated valid files give back exactly the values written, whatever the secret holds,
+    /// however each value is spelled and however the keys are spread over [Global] sections;
+    /// warnings never carry a value.
     #[test]
     fn cloud_config_round_trips_its_keys(generated in cloud_config()) {
-        let parsed = parse_cloud_config(&generated.text, "cloud.conf")
+        let report = parse_cloud_config_report(&generated.text, "cloud.conf", None, None)
             .unwrap_or_else(|e| panic!("{e}\n---\n{}", generated.text));
+        let parsed = &report.config;
         prop_assert_eq!(&parsed.api_url, &generated.api_url, "{}", generated.text);
         prop_assert_eq!(&parsed.api_key, &generated.api_key, "{}", generated.text);
         prop_assert_eq!(&parsed.secret_key, &generated.secret_key, "{}", generated.text);
         prop_assert_eq!(parsed.ssl_no_verify, generated.ssl_no_verify);
         prop_assert_eq!(&parsed.project_id, &generated.project_id);
         prop_assert_eq!(&parsed.zone, &generated.zone);
+        for warning in &report.warnings {
+            for value in [&generated.api_key, &generated.secret_key] {
+                prop_assert!(value.len() < 8 || !warning.contains(value.as_str()), "{}", warning);
+            }
+        }
         check_cloud_config(&generated.text, "cloud.conf");
     }
 
@@ -269,6 +419,71 @@ proptest! {
         prop_assert!(message.contains("cloud.conf") && message.contains(key), "{}", message);
         prop_assert!(!message.contains(&generated.secret_key), "{}", message);
         check_cloud_config(&text, "cloud.conf");
+    }
+
+    /// gcfg ends an unquoted value at `;` or `#`: a secret written bare with one is cut there
+    /// (blanks before it dropped). When the character is glued to the value, the one warning
+    /// names the line and the key and holds no part of the secret.
+    #[test]
+    fn unquoted_comment_characters_end_the_value(
+        kept in "[A-Za-z0-9+/=_-]{8,30}",
+        blanks in "[ \t]{0,2}",
+        ch in prop::sample::select(&[';', '#'][..]),
+        rest in "[A-Za-z0-9]{6,20}",
+        more in "[ -~]{0,12}",
+    ) {
+        let text = format!("{HEAD}secret-key = {kept}{blanks}{ch}{rest}{more}\n");
+        let report = parse_cloud_config_report(&text, "cloud.conf", None, None)
+            .unwrap_or_else(|e| panic!("{e}\n---\n{text}"));
+        prop_assert_eq!(&report.config.secret_key, &kept);
+        if blanks.is_empty() {
+            prop_assert_eq!(report.warnings.len(), 1, "{:?}", report.warnings);
+            let warning = &report.warnings[0];
+            prop_assert!(warning.contains("line 4") && warning.contains("`secret-key`"), "{}", warning);
+            prop_assert!(!warning.contains(&kept) && !warning.contains(&rest), "{}", warning);
+        } else {
+            prop_assert!(report.warnings.is_empty(), "{:?}", report.warnings);
+        }
+        // Quoted, the same characters are the secret's.
+        let whole = format!("{kept}{blanks}{ch}{rest}{more}");
+        let text = format!("{HEAD}secret-key = {} ; a comment\n", quoted(&whole));
+        let parsed = parse_cloud_config(&text, "cloud.conf").unwrap_or_else(|e| panic!("{e}\n{text}"));
+        prop_assert_eq!(parsed.secret_key, whole);
+    }
+
+    /// Inside double quotes any text survives, blanks at the ends, `\`, `"`, tabs and line
+    /// breaks (as escapes), comment characters and non-ASCII included.
+    #[test]
+    fn quoted_values_hold_anything(value in prop_oneof![
+        "\\PC{1,40}",
+        "[ \t\n\\\\\";#a-z\u{e9}]{1,20}",
+    ]) {
+        let text = format!("{HEAD}secret-key = {}\n", quoted(&value));
+        let parsed = parse_cloud_config(&text, "cloud.conf").unwrap_or_else(|e| panic!("{e}\n{text}"));
+        prop_assert_eq!(parsed.secret_key, value);
+    }
+
+    /// What gcfg refuses in a secret's line (an unterminated quote, a bare backslash, an
+    /// unknown escape) is an error naming that line, and never echoing the secret.
+    #[test]
+    fn syntax_errors_name_the_line_and_keep_the_secret(
+        before in "[A-Za-z0-9]{8,20}",
+        after in "[A-Za-z0-9]{8,20}",
+        breakage in 0..4usize,
+        blank_lines in 0..3usize,
+    ) {
+        let broken = match breakage {
+            0 => format!("\"{before}{after}"),
+            1 => format!("{before}\\{after}"),
+            2 => format!("\"{before}\\q{after}\""),
+            _ => format!("\"{before}\\\n{after}\""),
+        };
+        let text = format!("{HEAD}{}secret-key = {broken}\n", "\n".repeat(blank_lines));
+        let err = parse_cloud_config(&text, "cloud.conf").expect_err(&text);
+        let message = err.to_string();
+        let line = format!("line {}", 4 + blank_lines);
+        prop_assert!(message.contains("cloud.conf") && message.contains(&line), "{}", message);
+        prop_assert!(!message.contains(&before) && !message.contains(&after), "{}", message);
     }
 }
 
