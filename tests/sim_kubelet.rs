@@ -34,6 +34,14 @@ async fn sim_list_nodes_reports_registered_nodes_with_ccm_metadata() {
             "cks-medium"
         );
         assert_eq!(node.labels["topology.kubernetes.io/zone"], "zone1");
+        // A default kubelet on cks-medium (2 vCPU, 4096 MB): every core, the memory less the
+        // 100Mi hard eviction threshold, 110 pods.
+        let alloc: Vec<(&str, &str)> = node
+            .allocatable
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(alloc, [("cpu", "2"), ("memory", "3996Mi"), ("pods", "110")]);
     }
     assert_eq!(nodes[0].role, "control");
     assert!(

@@ -1,7 +1,9 @@
 //! The autoscaler's externalgrpc client, as the mock replays it: one deadline for every call
 //! (sent as `grpc-timeout` and enforced locally), NodeGroups and NodeGroupForNode answers
-//! cached until the next Refresh (a NodeGroupForNode answer with id "" never cached), nothing
-//! else cached. Every call lands in the timeline.
+//! cached until the next Refresh (a NodeGroupForNode answer with id "" never cached),
+//! NodeGroupTemplateNodeInfo answers cached per node group until the next Refresh (the real
+//! client caches them on node-group objects it rebuilds at each Refresh; errors are never
+//! cached), nothing else cached. Every call lands in the timeline.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -111,6 +113,8 @@ pub(crate) struct ExternalGrpcClient {
     node_groups: Option<Vec<pb::NodeGroup>>,
     /// NodeGroupForNode answers by name+providerID, until the next Refresh. Only non-empty ids.
     group_for_node: HashMap<String, pb::NodeGroup>,
+    /// NodeGroupTemplateNodeInfo `nodeBytes` by group id, until the next Refresh. Only successes.
+    templates: HashMap<String, Vec<u8>>,
 }
 
 impl ExternalGrpcClient {
@@ -120,6 +124,7 @@ impl ExternalGrpcClient {
             deadline,
             node_groups: None,
             group_for_node: HashMap::new(),
+            templates: HashMap::new(),
         }
     }
 
@@ -127,6 +132,7 @@ impl ExternalGrpcClient {
     pub(crate) async fn refresh(&mut self, rec: &mut Recorder) -> Result<(), RpcError> {
         self.node_groups = None;
         self.group_for_node.clear();
+        self.templates.clear();
         let started = Instant::now();
         let request = with_deadline(pb::RefreshRequest {}, self.deadline);
         let timed = invoke(self.deadline, self.grpc.refresh(request)).await;
@@ -196,6 +202,41 @@ impl ExternalGrpcClient {
             Request::NodeGroupForNode { node: grpc_node },
             started,
             timed,
+        );
+        result
+    }
+
+    /// NodeGroupTemplateNodeInfo's `nodeBytes`, from the cache when this Refresh already got them.
+    pub(crate) async fn template_node_info(
+        &mut self,
+        id: &str,
+        rec: &mut Recorder,
+    ) -> Result<Vec<u8>, RpcError> {
+        if let Some(bytes) = self.templates.get(id) {
+            return Ok(bytes.clone());
+        }
+        let started = Instant::now();
+        let request = with_deadline(
+            pb::NodeGroupTemplateNodeInfoRequest { id: id.to_owned() },
+            self.deadline,
+        );
+        let timed = invoke(
+            self.deadline,
+            self.grpc.node_group_template_node_info(request),
+        )
+        .await;
+        let result = timed
+            .outcome
+            .as_ref()
+            .map(|r| r.node_bytes.clone())
+            .map_err(Clone::clone);
+        if let Ok(bytes) = &result {
+            self.templates.insert(id.to_owned(), bytes.clone());
+        }
+        rec.record_call(
+            Request::NodeGroupTemplateNodeInfo { id: id.to_owned() },
+            started,
+            map_timed(timed, |r| Reply::TemplateNode(r.node_bytes)),
         );
         result
     }

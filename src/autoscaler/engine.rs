@@ -1,6 +1,7 @@
 //! The mock autoscaler's loop: the real `StaticAutoscaler.RunOnce` order of calls and its
-//! decisions (cluster state, unregistered and failed instances, size fixes, scale-up with
-//! backoff, scale-down with min size), simplified to what a cloud provider can observe.
+//! decisions (node templates, cluster state, unregistered and failed instances, size fixes,
+//! scale-up with backoff and template fit, scale-down with min size), simplified to what a
+//! cloud provider can observe.
 
 use std::cmp::Reverse;
 use std::collections::{HashMap, HashSet};
@@ -14,6 +15,7 @@ use tonic::transport::{Channel, Endpoint};
 use super::client::{ExternalGrpcClient, Recorder, Timed, delete_nodes_call};
 use super::config::{AutoscalerConfig, DeleteBatching};
 use super::nodes::{FAKE_NODE_CREATE_ERROR, FAKE_NODE_UNREGISTERED, KubeNode, NodeSource};
+use super::pods::{NodeTemplate, PodSpec, Resources, TemplateSource, place};
 use super::timeline::{
     Call, Decision, EventKind, GroupObservation, InstanceCounts, LoopSummary, Observation,
     RemovedNode, Reply, Request, Rpc, RpcError, ScaleDownReason, Timeline, has_error,
@@ -45,7 +47,7 @@ impl std::fmt::Debug for MockAutoscaler {
 }
 
 /// The workload a scenario sets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 enum Demand {
     /// Nothing set: no scale-up, and every Ready node is needed.
     #[default]
@@ -54,7 +56,34 @@ enum Demand {
     Pending(u32),
     /// The workload needs this many nodes in total.
     Total(u32),
+    /// These pods beyond what runs on the Ready nodes of the next loop; every Ready node is
+    /// needed.
+    Pods(PodDemand),
 }
+
+/// Pods a scenario set, and the room nodes that came after them still have.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+struct PodDemand {
+    /// Not scheduled yet, in the order given.
+    pending: Vec<PodSpec>,
+    /// Cache keys of the Ready nodes of the first loop after the pods appeared: full, as for
+    /// [`Demand::Pending`]. `None` until that loop.
+    full: Option<HashSet<String>>,
+    /// Room left on each node that came later, by cache key.
+    free: HashMap<String, Resources>,
+}
+
+/// What scale-up has to find room for this loop.
+#[derive(Debug)]
+enum Pending {
+    /// Nodes' worth of pods (any template holds one).
+    Nodes(u32),
+    /// These pods, each checked against the templates.
+    Pods(Vec<PodSpec>),
+}
+
+/// The template of every node group this loop, or why a group has none.
+type Templates = HashMap<String, Result<NodeTemplate, String>>;
 
 #[derive(Debug, Clone, Copy)]
 struct Backoff {
@@ -97,6 +126,9 @@ struct CoreState {
     known_create_errors: HashSet<String>,
     last_scale_up: Option<Instant>,
     last_scale_down_failure: Option<Instant>,
+    /// Group id → template built from its last good node (the real autoscaler's node-info
+    /// cache: kept while the group exists, lost when the autoscaler restarts).
+    node_info_cache: HashMap<String, NodeTemplate>,
 }
 
 /// One node group as this loop sees it. Node references are indices into `Snapshot::nodes`.
@@ -136,6 +168,7 @@ struct Snapshot {
     unmanaged: usize,
     unready_total: usize,
     ready_managed: usize,
+    templates: Templates,
 }
 
 impl Snapshot {
@@ -227,6 +260,26 @@ impl MockAutoscaler {
     /// means pending pods, more means unneeded nodes.
     pub fn set_needed_nodes(&mut self, nodes: u32) {
         self.state.demand = Demand::Total(nodes);
+    }
+
+    /// Pending pods appear: from the next loop they wait for room beyond the nodes Ready
+    /// then (those are full), and scale up a group only if they fit its node template. Each
+    /// node that becomes Ready later takes the pods that fit its allocatable, labels and
+    /// taints. Every Ready node counts as needed while this demand is set.
+    pub fn set_pending_pods(&mut self, pods: Vec<PodSpec>) {
+        self.state.demand = Demand::Pods(PodDemand {
+            pending: pods,
+            ..PodDemand::default()
+        });
+    }
+
+    /// The pods set with [`Self::set_pending_pods`] that no node has taken yet (as of the last
+    /// loop); empty for the other kinds of demand.
+    pub fn pending_pods(&self) -> &[PodSpec] {
+        match &self.state.demand {
+            Demand::Pods(d) => &d.pending,
+            _ => &[],
+        }
     }
 
     /// Forgets the workload: no scale-up, and no Ready node is unneeded.
@@ -351,10 +404,16 @@ impl MockAutoscaler {
             .map_err(|e| format!("Refresh failed: {e}"))?;
         let groups = self.client.node_groups(&mut self.rec).await;
 
-        // The template pass looks up every node's group first.
+        // The template pass looks up every node's group first, then builds a template for
+        // each group; a template error other than Unimplemented aborts the loop.
+        let mut template_group = Vec::with_capacity(nodes.len());
         for node in &nodes {
-            let _ = self.client.node_group_for_node(node, &mut self.rec).await;
+            let answer = self.client.node_group_for_node(node, &mut self.rec).await;
+            template_group.push(answer.ok().flatten());
         }
+        let templates = self
+            .build_templates(&nodes, &template_group, &groups)
+            .await?;
 
         let mut targets = Vec::with_capacity(groups.len());
         for g in &groups {
@@ -400,7 +459,7 @@ impl MockAutoscaler {
             }
         }
 
-        let snap = self.build_snapshot(
+        let mut snap = self.build_snapshot(
             now,
             nodes,
             &node_group,
@@ -408,6 +467,7 @@ impl MockAutoscaler {
             unregistered,
             &unregistered_group,
         );
+        snap.templates = templates;
         self.observe(&snap);
         self.update_scale_requests(&snap).await;
         self.handle_creation_errors(&snap);
@@ -508,7 +568,111 @@ impl MockAutoscaler {
             unmanaged,
             unready_total,
             ready_managed,
+            templates: Templates::new(),
         }
+    }
+
+    /// `MixedTemplateNodeInfoProvider.Process`: a group's template is its first good node
+    /// (Ready, not being deleted; also remembered), else the remembered one, else
+    /// `NodeGroupTemplateNodeInfo`, else, as a last resort, a NotReady node of the group. An
+    /// Unimplemented answer leaves the group to that last resort; any other error, or bytes
+    /// that are no Node, fails the whole pass and so the loop.
+    async fn build_templates(
+        &mut self,
+        nodes: &[KubeNode],
+        node_group: &[Option<pb::NodeGroup>],
+        groups: &[pb::NodeGroup],
+    ) -> Result<Templates, String> {
+        let good =
+            |i: usize| nodes[i].ready && !self.state.being_deleted.contains(&nodes[i].cache_key());
+        let mut found: HashMap<String, NodeTemplate> = HashMap::new();
+        for (i, node) in nodes.iter().enumerate() {
+            let Some(group) = &node_group[i] else {
+                continue;
+            };
+            if !good(i) || found.contains_key(&group.id) {
+                continue;
+            }
+            let template =
+                NodeTemplate::from_node(node, TemplateSource::ReadyNode(node.name.clone()));
+            found.insert(group.id.clone(), template);
+        }
+        for (id, t) in &found {
+            self.state.node_info_cache.insert(id.clone(), t.clone());
+        }
+
+        let mut unimplemented: HashMap<String, String> = HashMap::new();
+        for g in groups {
+            if found.contains_key(&g.id) {
+                continue;
+            }
+            if let Some(cached) = self.state.node_info_cache.get(&g.id) {
+                let mut t = cached.clone();
+                if let TemplateSource::ReadyNode(name) = &cached.source {
+                    t.source = TemplateSource::Cached(name.clone());
+                }
+                found.insert(g.id.clone(), t);
+                continue;
+            }
+            match self.client.template_node_info(&g.id, &mut self.rec).await {
+                Ok(bytes) => {
+                    let t = NodeTemplate::decode(&bytes).map_err(|e| {
+                        format!(
+                            "building node templates failed: NodeGroupTemplateNodeInfo({}): {e}",
+                            g.id
+                        )
+                    })?;
+                    found.insert(g.id.clone(), t);
+                }
+                Err(e) if e.code == tonic::Code::Unimplemented => {
+                    unimplemented.insert(
+                        g.id.clone(),
+                        format!("NodeGroupTemplateNodeInfo answered {e}"),
+                    );
+                }
+                Err(e) => {
+                    return Err(format!(
+                        "building node templates failed: NodeGroupTemplateNodeInfo({}) failed: {e}",
+                        g.id
+                    ));
+                }
+            }
+        }
+        self.state
+            .node_info_cache
+            .retain(|id, _| groups.iter().any(|g| g.id == *id));
+
+        for (i, node) in nodes.iter().enumerate() {
+            let Some(group) = &node_group[i] else {
+                continue;
+            };
+            if good(i) || found.contains_key(&group.id) {
+                continue;
+            }
+            let template =
+                NodeTemplate::from_node(node, TemplateSource::UnreadyNode(node.name.clone()));
+            found.insert(group.id.clone(), template);
+        }
+
+        let mut out = Templates::new();
+        for g in groups {
+            let template = match found.remove(&g.id) {
+                Some(t) => Ok(t),
+                None => Err(format!(
+                    "no Ready node, no node seen Ready since the autoscaler started, {}, and no NotReady node to fall back on",
+                    unimplemented
+                        .remove(&g.id)
+                        .unwrap_or_else(|| "no NodeGroupTemplateNodeInfo answer".into())
+                )),
+            };
+            self.rec
+                .record(EventKind::Observed(Observation::NodeTemplate {
+                    group: g.id.clone(),
+                    template: template.clone(),
+                }));
+            out.insert(g.id.clone(), template);
+        }
+        Ok(out)
     }
 
     fn observe(&mut self, snap: &Snapshot) {
@@ -542,22 +706,39 @@ impl MockAutoscaler {
         }));
     }
 
-    /// Turns a pending demand into a total, and reports (needed, pending).
-    fn resolve_demand(&mut self, snap: &Snapshot) -> (Option<u32>, u32) {
+    /// Turns a pending demand into a total, and reports (needed, what scale-up must find room
+    /// for). Pending pods are first scheduled on the nodes that came after them.
+    fn resolve_demand(&mut self, snap: &Snapshot) -> (Option<u32>, Pending) {
         let ready = to_u32(snap.ready_managed);
-        let needed = match self.state.demand {
-            Demand::Unset => return (None, 0),
+        let needed = match &mut self.state.demand {
+            Demand::Unset => return (None, Pending::Nodes(0)),
             Demand::Pending(p) => {
-                let total = ready.saturating_add(p);
+                let total = ready.saturating_add(*p);
                 self.state.demand = Demand::Total(total);
                 total
             }
-            Demand::Total(t) => t,
+            Demand::Total(t) => *t,
+            Demand::Pods(d) => {
+                let scheduled = schedule_on_new_nodes(d, snap);
+                let pending = d.pending.clone();
+                for (node, pods) in scheduled {
+                    self.rec
+                        .record(EventKind::Observed(Observation::PodsScheduled {
+                            node,
+                            pods,
+                        }));
+                }
+                self.rec
+                    .record(EventKind::Observed(Observation::PendingPods {
+                        pods: pending.clone(),
+                    }));
+                return (None, Pending::Pods(pending));
+            }
         };
         let pending = needed.saturating_sub(ready);
         self.rec
             .record(EventKind::Observed(Observation::Demand { needed, pending }));
-        (Some(needed), pending)
+        (Some(needed), Pending::Nodes(pending))
     }
 
     fn back_off(
@@ -831,31 +1012,61 @@ impl MockAutoscaler {
         Ok(fixed)
     }
 
-    /// Scale-up: pending nodes not covered by upcoming ones go to the first group that is
-    /// neither backed off nor at max, capped at max.
-    async fn scale_up(&mut self, snap: &Snapshot, pending: u32) {
-        if pending == 0 {
-            return;
-        }
+    /// Scale-up: what upcoming nodes do not cover goes to the first group that is neither
+    /// backed off nor at max, has a node template, and (for pods) has a template some pending
+    /// pod fits; the increase is capped at max.
+    async fn scale_up(&mut self, snap: &Snapshot, pending: Pending) {
         let now = snap.now;
         // Upcoming nodes count only for groups with a live scale-up request and no backoff.
-        let upcoming: i32 = snap
+        let upcoming_groups: Vec<&GroupView> = snap
             .groups
             .iter()
             .filter(|v| {
                 self.state.scale_ups.contains_key(&v.group.id)
                     && !self.state.backed_off(&v.group.id, now)
             })
-            .map(GroupView::upcoming)
-            .sum();
-        let upcoming = u32::try_from(upcoming).unwrap_or(0);
-        if pending <= upcoming {
-            self.rec.record(EventKind::Decided(Decision::NoScaleUp {
-                reason: format!("{pending} pending node(s) covered by {upcoming} upcoming"),
-            }));
-            return;
+            .collect();
+        let upcoming =
+            u32::try_from(upcoming_groups.iter().map(|v| v.upcoming()).sum::<i32>()).unwrap_or(0);
+        enum Work {
+            /// Pending nodes' worth, and how many of them upcoming nodes leave.
+            Nodes { pending: u32, need: u32 },
+            /// The pods upcoming nodes leave.
+            Pods(Vec<PodSpec>),
         }
-        let need = i32::try_from(pending - upcoming).unwrap_or(i32::MAX);
+        let work = match pending {
+            Pending::Nodes(0) => return,
+            Pending::Nodes(n) if n <= upcoming => {
+                self.rec.record(EventKind::Decided(Decision::NoScaleUp {
+                    reason: format!("{n} pending node(s) covered by {upcoming} upcoming"),
+                }));
+                return;
+            }
+            Pending::Nodes(n) => Work::Nodes {
+                pending: n,
+                need: n - upcoming,
+            },
+            Pending::Pods(pods) if pods.is_empty() => return,
+            Pending::Pods(pods) => {
+                // As the real autoscaler, pods that fit on upcoming nodes (template copies)
+                // trigger nothing more.
+                let mut remaining = pods;
+                for v in &upcoming_groups {
+                    let Some(Ok(t)) = snap.templates.get(&v.group.id) else {
+                        continue;
+                    };
+                    let mut room = vec![t.allocatable; usize::try_from(v.upcoming()).unwrap_or(0)];
+                    remaining.retain(|p| !place(p, &mut room, &t.labels, &t.taints));
+                }
+                if remaining.is_empty() {
+                    self.rec.record(EventKind::Decided(Decision::NoScaleUp {
+                        reason: format!("the pending pod(s) fit on {upcoming} upcoming node(s)"),
+                    }));
+                    return;
+                }
+                Work::Pods(remaining)
+            }
+        };
         let mut reasons = Vec::new();
         for v in &snap.groups {
             let id = &v.group.id;
@@ -873,11 +1084,50 @@ impl MockAutoscaler {
                 reasons.push(format!("{id} at max size {}", v.group.max_size));
                 continue;
             }
+            let template = match snap.templates.get(id) {
+                Some(Ok(t)) => t,
+                Some(Err(why)) => {
+                    reasons.push(format!("{id} has no node template ({why})"));
+                    continue;
+                }
+                None => {
+                    reasons.push(format!("{id} has no node template"));
+                    continue;
+                }
+            };
+            let (pending_nodes, nodes) = match &work {
+                Work::Nodes { pending, need } => (*pending, *need),
+                Work::Pods(pods) => {
+                    let mut fitting = Vec::new();
+                    for pod in pods {
+                        match template.check(pod) {
+                            Ok(()) => fitting.push(pod),
+                            Err(reason) => {
+                                self.rec.record(EventKind::Decided(Decision::PodDoesNotFit {
+                                    pod: pod.name.clone(),
+                                    group: id.clone(),
+                                    reason: format!("{reason} (template from {})", template.source),
+                                }))
+                            }
+                        }
+                    }
+                    if fitting.is_empty() {
+                        reasons.push(format!(
+                            "no pending pod fits the template of {id} ({})",
+                            template.source
+                        ));
+                        continue;
+                    }
+                    let n = u32::try_from(template.nodes_needed(&fitting)).unwrap_or(u32::MAX);
+                    (n, n)
+                }
+            };
+            let need = i32::try_from(nodes).unwrap_or(i32::MAX);
             let delta = need.min(v.group.max_size - v.target);
             self.rec.record(EventKind::Decided(Decision::ScaleUp {
                 group: id.clone(),
                 delta,
-                pending,
+                pending: pending_nodes,
                 upcoming,
             }));
             match self.client.increase_size(id, delta, &mut self.rec).await {
@@ -1138,6 +1388,47 @@ impl MockAutoscaler {
         }
         out
     }
+}
+
+/// The scheduler's part of a pod demand: the first time, every managed Ready node is full;
+/// after that, each managed Ready node not seen then takes the pending pods that fit its room
+/// left (its allocatable at first), labels and taints, in name order. Returns the pods placed
+/// per node.
+fn schedule_on_new_nodes(d: &mut PodDemand, snap: &Snapshot) -> Vec<(String, Vec<String>)> {
+    let mut ready: Vec<&KubeNode> = snap
+        .groups
+        .iter()
+        .flat_map(|v| v.ready.iter().map(|i| &snap.nodes[*i]))
+        .collect();
+    ready.sort_by(|a, b| a.name.cmp(&b.name));
+    let full = d
+        .full
+        .get_or_insert_with(|| ready.iter().map(|n| n.cache_key()).collect());
+    let mut out = Vec::new();
+    for node in ready {
+        let key = node.cache_key();
+        if full.contains(&key) {
+            continue;
+        }
+        let room = d
+            .free
+            .entry(key)
+            .or_insert_with(|| node.allocatable.unwrap_or(Resources::UNBOUNDED));
+        let mut placed = Vec::new();
+        d.pending.retain(|pod| {
+            let fits = place(pod, std::slice::from_mut(room), &node.labels, &node.taints);
+            if fits {
+                placed.push(pod.name.clone());
+            }
+            !fits
+        });
+        if !placed.is_empty() {
+            out.push((node.name.clone(), placed));
+        }
+    }
+    let present: HashSet<String> = snap.nodes.iter().map(KubeNode::cache_key).collect();
+    d.free.retain(|k, _| present.contains(k));
+    out
 }
 
 impl CoreState {

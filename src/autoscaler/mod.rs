@@ -6,8 +6,9 @@
 //! 1. list the Kubernetes nodes from a [`NodeSource`] (the simulator's kubelet emulation through
 //!    [`SimNodeSource`], or a [`StaticNodeSource`] a test edits);
 //! 2. `Refresh` (an error aborts the loop); `NodeGroups` (cached until the next Refresh);
-//!    `NodeGroupForNode` for every node; `NodeGroupTargetSize` and `NodeGroupNodes` per group
-//!    (an error aborts the loop); then cluster state: `NodeGroupForNode` twice per node and once
+//!    the template pass: `NodeGroupForNode` for every node, then a node template per group
+//!    (below); `NodeGroupTargetSize` and `NodeGroupNodes` per group (an error aborts the
+//!    loop); then cluster state: `NodeGroupForNode` twice per node and once
 //!    per instance without a node (its fake node decides which group counts it). Like the real
 //!    client, NodeGroupForNode answers are cached by name+providerID until the next Refresh,
 //!    except answers with id "": a managed node costs one RPC per loop, a control-plane node
@@ -17,8 +18,9 @@
 //!    instances Creating with an errorInfo are deleted with fake nodes and back the group off;
 //!    a target that registered nodes stay below for the provision time is lowered with
 //!    `NodeGroupDecreaseTargetSize`; pending demand not covered by upcoming nodes scales the
-//!    first group that is neither backed off nor at max (a failed `NodeGroupIncreaseSize`
-//!    backs it off, 5 min doubling to 30 min); Ready nodes beyond the demand and NotReady
+//!    first group that is neither backed off nor at max and has a node template that the
+//!    pending pods fit (a failed `NodeGroupIncreaseSize` backs it off, 5 min doubling to
+//!    30 min); Ready nodes beyond the demand and NotReady
 //!    nodes are deleted as real nodes after the unneeded / unready time, never below the min of
 //!    the group NodeGroupForNode returned, never nodes with group id "".
 //!
@@ -29,13 +31,33 @@
 //! demo's progress line. Each `MockAutoscaler` owns all its state, so several can drive the same
 //! provider at once.
 //!
+//! Node templates follow `MixedTemplateNodeInfoProvider`: a group's template is its first
+//! Ready node not being deleted (remembered, so a group whose nodes all go NotReady keeps it
+//! while this `MockAutoscaler` lives), else the remembered one, else
+//! `NodeGroupTemplateNodeInfo` (its `nodeBytes` decoded as a Kubernetes-protobuf `v1.Node`;
+//! answers cached per group until the next Refresh, errors never cached), else a NotReady node
+//! of the group. `Unimplemented` leaves the group to that last resort, and a group with no
+//! template is no scale-up candidate; any other error, or bytes that are no Node, aborts the
+//! loop, as the real template pass fails the whole `RunOnce`. Templates are built every loop,
+//! so a group with no node costs one `NodeGroupTemplateNodeInfo` per loop.
+//!
+//! The workload is either a node count ([`MockAutoscaler::set_demand`],
+//! [`MockAutoscaler::set_needed_nodes`]: any template holds a node's worth) or pending pods
+//! ([`MockAutoscaler::set_pending_pods`]): cpu and memory requests, node selector and
+//! tolerations, checked against the template's allocatable (cpu, memory, pods), labels and
+//! `NoSchedule`/`NoExecute` taints; the pods that fit are packed first-fit on template nodes
+//! to size the increase, and each node that becomes Ready takes the pods that fit it (see
+//! [`PodSpec`], [`NodeTemplate`]).
+//!
 //! Node timing uses the mock's own clock: a node's age counts from when the mock first listed
 //! it, and a NotReady node that was never Ready is "starting" (upcoming) for
 //! [`AutoscalerConfig::max_node_startup_time`].
 //!
-//! What the real autoscaler does that this one does not: `NodeGroupGetOptions`,
-//! `NodeGroupTemplateNodeInfo`, `GPULabel` and pricing calls, pod scheduling simulation (the
-//! workload is a node count set by the scenario), and scale-down drain.
+//! What the real autoscaler does that this one does not: `NodeGroupGetOptions`, `GPULabel`
+//! and pricing calls, the scheduler beyond requests, selectors and taints (affinity, spread,
+//! DaemonSet pods, extended resources), the one-minute Ready stability a template node needs,
+//! the expander (the first eligible group wins), aborting the loop on a `NodeGroupForNode`
+//! error in the template pass, and scale-down drain.
 //!
 //! # Example
 //!
@@ -66,6 +88,7 @@ mod client;
 mod config;
 mod engine;
 mod nodes;
+mod pods;
 mod timeline;
 
 #[cfg(test)]
@@ -76,6 +99,10 @@ pub use engine::MockAutoscaler;
 pub use nodes::{
     FAKE_NODE_CREATE_ERROR, FAKE_NODE_REASON_ANNOTATION, FAKE_NODE_UNREGISTERED, KubeNode,
     NodeListFuture, NodeSource, SimNodeSource, StaticNodeSource,
+};
+pub use pods::{
+    NodeTaint, NodeTemplate, PodSpec, Resources, TemplateSource, Toleration, check_fit,
+    quantity_ceil,
 };
 pub use timeline::{
     Call, Decision, Event, EventKind, GroupObservation, InstanceCounts, LoopSummary, Observation,

@@ -13,6 +13,7 @@ use std::time::Duration;
 use anyhow::{Context as _, anyhow, bail};
 use serde::Deserialize;
 
+use super::pods::{NodeTaint, Resources};
 use crate::pb;
 
 /// Annotation the autoscaler puts on the fake nodes it builds for instances without a node.
@@ -38,6 +39,11 @@ pub struct KubeNode {
     /// When the node registered, in the source's own clock (informational only: the autoscaler
     /// times nodes from when it first saw them).
     pub registered_ms: u64,
+    /// `status.allocatable` (cpu, memory, pods), when the source reports it. Without it the
+    /// node's room is unbounded for the mock's scheduling.
+    pub allocatable: Option<Resources>,
+    /// `spec.taints`.
+    pub taints: Vec<NodeTaint>,
 }
 
 impl KubeNode {
@@ -62,6 +68,20 @@ impl KubeNode {
     #[must_use]
     pub fn with_label(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.labels.insert(key.into(), value.into());
+        self
+    }
+
+    /// The same node with this allocatable.
+    #[must_use]
+    pub fn with_allocatable(mut self, allocatable: Resources) -> Self {
+        self.allocatable = Some(allocatable);
+        self
+    }
+
+    /// The same node with one more taint.
+    #[must_use]
+    pub fn with_taint(mut self, taint: NodeTaint) -> Self {
+        self.taints.push(taint);
         self
     }
 
@@ -286,6 +306,9 @@ struct SimNode {
     annotations: BTreeMap<String, String>,
     #[serde(default)]
     registeredms: u64,
+    /// `cpu`, `memory`, `pods` as Kubernetes quantities.
+    #[serde(default)]
+    allocatable: BTreeMap<String, String>,
 }
 
 fn parse_sim_list_nodes(status: reqwest::StatusCode, body: &str) -> anyhow::Result<Vec<KubeNode>> {
@@ -309,18 +332,38 @@ fn parse_sim_list_nodes(status: reqwest::StatusCode, body: &str) -> anyhow::Resu
     if !status.is_success() {
         bail!("simListNodes failed with HTTP {status}: {}", snippet(body));
     }
-    Ok(list
-        .node
+    list.node
         .into_iter()
-        .map(|n| KubeNode {
-            name: n.name,
-            provider_id: n.providerid,
-            ready: n.ready,
-            labels: n.labels,
-            annotations: n.annotations,
-            registered_ms: n.registeredms,
+        .map(|n| {
+            let allocatable = sim_allocatable(&n.allocatable)
+                .with_context(|| format!("simListNodes: node {}", n.name))?;
+            Ok(KubeNode {
+                name: n.name,
+                provider_id: n.providerid,
+                ready: n.ready,
+                labels: n.labels,
+                annotations: n.annotations,
+                registered_ms: n.registeredms,
+                allocatable,
+                taints: Vec::new(),
+            })
         })
-        .collect())
+        .collect()
+}
+
+/// The simulator's allocatable map; none when it reports none.
+fn sim_allocatable(map: &BTreeMap<String, String>) -> anyhow::Result<Option<Resources>> {
+    if map.is_empty() {
+        return Ok(None);
+    }
+    let get = |k: &str| {
+        map.get(k)
+            .map(String::as_str)
+            .ok_or_else(|| anyhow!("allocatable has no {k}: {map:?}"))
+    };
+    Resources::from_quantities(get("cpu")?, get("memory")?, get("pods")?)
+        .map(Some)
+        .map_err(|e| anyhow!("allocatable {e}"))
 }
 
 fn snippet(body: &str) -> String {
@@ -350,6 +393,25 @@ mod tests {
                     .registered(123)
             ]
         );
+    }
+
+    #[test]
+    fn sim_allocatable_is_parsed_and_a_bad_one_named() {
+        let body = r#"{"simlistnodesresponse":{"node":[{"name":"w-1","providerid":"p","ready":true,
+            "allocatable":{"cpu":"2","memory":"3996Mi","pods":"110"}}]}}"#;
+        let nodes = parse_sim_list_nodes(reqwest::StatusCode::OK, body).unwrap();
+        assert_eq!(
+            nodes[0].allocatable,
+            Some(Resources::new(2000, 3996 << 20, 110))
+        );
+        let body = r#"{"simlistnodesresponse":{"node":[{"name":"w-1","providerid":"p",
+            "allocatable":{"cpu":"2","memory":"lots","pods":"110"}}]}}"#;
+        let err = parse_sim_list_nodes(reqwest::StatusCode::OK, body).unwrap_err();
+        let text = format!("{err:#}");
+        assert!(text.contains("w-1") && text.contains("memory"), "{text}");
+        let body = r#"{"simlistnodesresponse":{"node":[{"name":"w-1","providerid":"p",
+            "allocatable":{"cpu":"2"}}]}}"#;
+        assert!(parse_sim_list_nodes(reqwest::StatusCode::OK, body).is_err());
     }
 
     #[test]

@@ -33,6 +33,8 @@ struct FakeState {
     /// providerIDs of nodes that belong to a group though no instance lists them.
     extra_members: HashMap<String, String>,
     refresh_error: Option<Status>,
+    /// NodeGroupTemplateNodeInfo answer; `None`: Unimplemented (a provider without templates).
+    template: Option<Result<Vec<u8>, Status>>,
     target_size_error: Option<Status>,
     increase_error: Option<Status>,
     delays: HashMap<&'static str, Duration>,
@@ -210,6 +212,21 @@ impl CloudProvider for FakeProvider {
             s.deleted.push((r.id, r.nodes));
         });
         Ok(Response::new(pb::NodeGroupDeleteNodesResponse {}))
+    }
+
+    async fn node_group_template_node_info(
+        &self,
+        req: GrpcRequest<pb::NodeGroupTemplateNodeInfoRequest>,
+    ) -> Result<Response<pb::NodeGroupTemplateNodeInfoResponse>, Status> {
+        self.enter("NodeGroupTemplateNodeInfo", &req).await;
+        match self.edit(|s| s.template.clone()) {
+            None => Err(Status::unimplemented("no templates here")),
+            Some(Err(e)) => Err(e),
+            Some(Ok(node_bytes)) => Ok(Response::new(pb::NodeGroupTemplateNodeInfoResponse {
+                node_bytes,
+                resource_slice_bytes: Vec::new(),
+            })),
+        }
     }
 
     async fn node_group_decrease_target_size(
@@ -1063,4 +1080,347 @@ async fn several_autoscalers_share_a_provider_without_sharing_state() {
         assert_eq!(ca.calls(Rpc::NodeGroupIncreaseSize).len(), 1);
     }
     assert_eq!(fake.log_count("NodeGroupIncreaseSize"), 3);
+}
+
+const GI: u64 = 1 << 30;
+
+/// A template node as a provider would encode it: 2 cpu, 4Gi, 110 pods, one label, and
+/// `taints` (`key=value:effect`).
+fn template_bytes(taints: &[(&str, &str, &str)]) -> Vec<u8> {
+    use k8s_pb::api::core::v1::{Node, NodeSpec, NodeStatus, Taint};
+    use k8s_pb::apimachinery::pkg::api::resource::Quantity;
+    use k8s_pb::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use prost::Message;
+    let q = |s: &str| Quantity {
+        string: Some(s.to_owned()),
+    };
+    Node {
+        metadata: Some(ObjectMeta {
+            labels: std::collections::BTreeMap::from([("pool".to_owned(), "workers".to_owned())]),
+            ..Default::default()
+        }),
+        spec: Some(NodeSpec {
+            taints: taints
+                .iter()
+                .map(|(k, v, e)| Taint {
+                    key: Some((*k).to_owned()),
+                    value: Some((*v).to_owned()),
+                    effect: Some((*e).to_owned()),
+                    time_added: None,
+                })
+                .collect(),
+            ..Default::default()
+        }),
+        status: Some(NodeStatus {
+            allocatable: std::collections::BTreeMap::from([
+                ("cpu".to_owned(), q("2")),
+                ("memory".to_owned(), q("4Gi")),
+                ("pods".to_owned(), q("110")),
+            ]),
+            ..Default::default()
+        }),
+    }
+    .encode_to_vec()
+}
+
+fn template_calls_in(ca: &MockAutoscaler, loop_no: u64) -> usize {
+    ca.calls(Rpc::NodeGroupTemplateNodeInfo)
+        .iter()
+        .filter(|c| c.loop_no == loop_no)
+        .count()
+}
+
+fn last_template(ca: &MockAutoscaler) -> Result<NodeTemplate, String> {
+    ca.timeline()
+        .templates(G)
+        .last()
+        .map(|(_, t)| (*t).clone())
+        .expect("a template observation")
+}
+
+fn no_scale_up_reason(summary: &LoopSummary) -> String {
+    summary
+        .decisions
+        .iter()
+        .find_map(|d| match d {
+            Decision::NoScaleUp { reason } => Some(reason.clone()),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no NoScaleUp decision: {summary}"))
+}
+
+#[tokio::test]
+async fn templates_come_from_a_ready_node_then_the_cache_then_the_provider() {
+    let fake = FakeProvider::with_group(1, 5, 1, vec![running(&pid("w1"))]);
+    fake.edit(|s| s.template = Some(Ok(template_bytes(&[]))));
+    let alloc = Resources::new(1500, 3 * GI, 50);
+    let nodes = StaticNodeSource::new(vec![worker("w1").with_allocatable(alloc)]);
+    let mut ca = start(&fake, &nodes, config()).await;
+
+    ca.run_once().await;
+    assert_eq!(template_calls_in(&ca, 1), 0, "{}", ca.timeline());
+    let t = last_template(&ca).unwrap();
+    assert_eq!(t.source, TemplateSource::ReadyNode("w1".into()));
+    assert_eq!(t.allocatable, alloc);
+    assert_eq!(t.labels.get("role").map(String::as_str), Some("worker"));
+
+    // The node goes NotReady: the template built from it while it was Ready is kept.
+    nodes.set_ready("w1", false);
+    ca.run_loops(2).await;
+    assert!(ca.calls(Rpc::NodeGroupTemplateNodeInfo).is_empty());
+    assert_eq!(
+        last_template(&ca).unwrap().source,
+        TemplateSource::Cached("w1".into())
+    );
+
+    // A restarted autoscaler has no cache: it asks the provider, once per loop.
+    let mut fresh = start(&fake, &nodes, config()).await;
+    fresh.run_loops(3).await;
+    for loop_no in 1..=3 {
+        assert_eq!(
+            template_calls_in(&fresh, loop_no),
+            1,
+            "{}",
+            fresh.timeline()
+        );
+    }
+    let t = last_template(&fresh).unwrap();
+    assert_eq!(t.source, TemplateSource::Provider);
+    assert_eq!(t.allocatable, Resources::new(2000, 4 * GI, 110));
+    assert_eq!(fake.log_count("NodeGroupTemplateNodeInfo"), 3);
+    let line = fresh.last_loop().unwrap().to_string();
+    assert!(line.contains("NodeGroupTemplateNodeInfo"), "{line}");
+}
+
+#[tokio::test]
+async fn a_node_less_group_scales_from_zero_for_pods_that_fit_its_template() {
+    let fake = FakeProvider::with_group(0, 5, 0, Vec::new());
+    fake.edit(|s| s.template = Some(Ok(template_bytes(&[]))));
+    let nodes = StaticNodeSource::new(Vec::new());
+    let mut cfg = config();
+    cfg.max_node_provision_time = Duration::from_secs(60);
+    let mut ca = start(&fake, &nodes, cfg).await;
+    // 1.5 cpu each on 2-cpu nodes: one node per pod.
+    ca.set_pending_pods(PodSpec::replicas("web", 3, 1500, GI));
+
+    let first = ca.run_once().await;
+    assert_eq!(first.count(Rpc::NodeGroupTemplateNodeInfo), 1, "{first}");
+    assert!(
+        first.decisions.contains(&Decision::ScaleUp {
+            group: G.into(),
+            delta: 3,
+            pending: 3,
+            upcoming: 0
+        }),
+        "{first}"
+    );
+    assert_eq!(fake.target(), 3);
+
+    // Upcoming nodes (template copies) hold the pods: no second scale-up.
+    fake.edit(|s| {
+        s.instances
+            .get_mut(G)
+            .unwrap()
+            .extend(["w1", "w2", "w3"].map(|n| instance(&pid(n), InstanceState::InstanceCreating)))
+    });
+    for l in ca.run_loops(3).await {
+        assert_eq!(l.count(Rpc::NodeGroupIncreaseSize), 0, "{l}");
+        assert!(no_scale_up_reason(&l).contains("upcoming"), "{l}");
+    }
+    assert_eq!(ca.pending_pods().len(), 3);
+
+    // The nodes come: each takes one pod (1.5 of its 2 cpu), and the provider is no longer
+    // asked for a template.
+    for n in ["w1", "w2", "w3"] {
+        nodes.add(worker(n).with_allocatable(Resources::new(2000, 4 * GI, 110)));
+    }
+    let done = ca.run_once().await;
+    assert!(ca.pending_pods().is_empty(), "{}", ca.timeline());
+    assert_eq!(done.count(Rpc::NodeGroupTemplateNodeInfo), 0, "{done}");
+    assert!(
+        done.decisions
+            .contains(&Decision::ScaleUpCompleted { group: G.into() })
+    );
+    let scheduled: Vec<(String, Vec<String>)> = ca
+        .timeline()
+        .observations()
+        .into_iter()
+        .filter_map(|(_, o)| match o {
+            Observation::PodsScheduled { node, pods } => Some((node.clone(), pods.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(scheduled.len(), 3, "{scheduled:?}");
+    assert!(scheduled.iter().all(|(_, pods)| pods.len() == 1));
+    ca.run_loops(2).await;
+    assert_eq!(ca.calls(Rpc::NodeGroupIncreaseSize).len(), 1);
+}
+
+#[tokio::test]
+async fn pods_that_do_not_fit_the_template_scale_nothing_and_say_why() {
+    let fake = FakeProvider::with_group(0, 5, 0, Vec::new());
+    fake.edit(|s| s.template = Some(Ok(template_bytes(&[("dedicated", "batch", "NoSchedule")]))));
+    let nodes = StaticNodeSource::new(Vec::new());
+    let mut ca = start(&fake, &nodes, config()).await;
+    let batch = Toleration::equal("dedicated", "batch", "NoSchedule");
+    ca.set_pending_pods(vec![
+        PodSpec::new("huge", 500, 8 * GI).tolerating(batch.clone()),
+        PodSpec::new("untolerated", 500, GI),
+        PodSpec::new("elsewhere", 500, GI)
+            .tolerating(batch.clone())
+            .with_node_selector("pool", "gpu"),
+    ]);
+
+    let summary = ca.run_once().await;
+    assert_eq!(summary.count(Rpc::NodeGroupIncreaseSize), 0, "{summary}");
+    let misfits: Vec<(String, String)> = summary
+        .decisions
+        .iter()
+        .filter_map(|d| match d {
+            Decision::PodDoesNotFit { pod, group, reason } if group == G => {
+                Some((pod.clone(), reason.clone()))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(misfits.len(), 3, "{summary}");
+    assert!(
+        misfits[0].1.contains("memory 8Gi > allocatable 4Gi"),
+        "{misfits:?}"
+    );
+    assert!(
+        misfits[1]
+            .1
+            .contains("taint dedicated=batch:NoSchedule not tolerated"),
+        "{misfits:?}"
+    );
+    assert!(
+        misfits[2]
+            .1
+            .contains("node selector pool=gpu but the label is pool=workers"),
+        "{misfits:?}"
+    );
+    assert!(
+        no_scale_up_reason(&summary).contains("no pending pod fits the template of workers"),
+        "{summary}"
+    );
+    assert!(summary.to_string().contains("does not fit"), "{summary}");
+
+    // One pod that fits (it tolerates the taint) scales the group by one; the others still do not.
+    ca.set_pending_pods(vec![
+        PodSpec::new("huge", 500, 8 * GI).tolerating(batch.clone()),
+        PodSpec::new("ok", 500, GI).tolerating(batch),
+    ]);
+    let summary = ca.run_once().await;
+    assert!(
+        summary.decisions.contains(&Decision::ScaleUp {
+            group: G.into(),
+            delta: 1,
+            pending: 1,
+            upcoming: 0
+        }),
+        "{summary}"
+    );
+    assert!(
+        summary
+            .decisions
+            .iter()
+            .any(|d| matches!(d, Decision::PodDoesNotFit { pod, .. } if pod == "huge"))
+    );
+    assert_eq!(fake.target(), 1);
+}
+
+#[tokio::test]
+async fn unimplemented_templates_leave_a_node_less_group_out_and_the_loop_goes_on() {
+    let fake = FakeProvider::with_group(0, 5, 0, Vec::new());
+    let nodes = StaticNodeSource::new(Vec::new());
+    let mut ca = start(&fake, &nodes, config()).await;
+    ca.set_demand(2);
+    ca.set_pending_pods(PodSpec::replicas("web", 2, 100, GI));
+
+    for l in ca.run_loops(3).await {
+        assert!(l.aborted.is_none(), "{l}");
+        assert_eq!(l.count(Rpc::NodeGroupIncreaseSize), 0, "{l}");
+        // An Unimplemented answer is not cached: asked again each loop.
+        assert_eq!(l.count(Rpc::NodeGroupTemplateNodeInfo), 1, "{l}");
+        let reason = no_scale_up_reason(&l);
+        assert!(
+            reason.contains("workers has no node template") && reason.contains("Unimplemented"),
+            "{reason}"
+        );
+        // The rest of the loop ran.
+        assert_eq!(l.count(Rpc::NodeGroupTargetSize), 1, "{l}");
+    }
+    assert!(last_template(&ca).unwrap_err().contains("no Ready node"));
+
+    // Node-count demand needs a template too.
+    ca.set_demand(1);
+    let l = ca.run_once().await;
+    assert_eq!(l.count(Rpc::NodeGroupIncreaseSize), 0, "{l}");
+    assert!(no_scale_up_reason(&l).contains("no node template"), "{l}");
+}
+
+#[tokio::test]
+async fn unimplemented_templates_fall_back_on_a_not_ready_node() {
+    let fake = FakeProvider::with_group(0, 5, 1, vec![running(&pid("w1"))]);
+    let nodes = StaticNodeSource::new(vec![
+        worker("w1")
+            .not_ready()
+            .with_allocatable(Resources::new(2000, 4 * GI, 110)),
+    ]);
+    let mut ca = start(&fake, &nodes, config()).await;
+    ca.set_pending_pods(PodSpec::replicas("web", 2, 1000, GI));
+
+    let summary = ca.run_once().await;
+    assert_eq!(
+        summary.count(Rpc::NodeGroupTemplateNodeInfo),
+        1,
+        "{summary}"
+    );
+    assert_eq!(
+        last_template(&ca).unwrap().source,
+        TemplateSource::UnreadyNode("w1".into())
+    );
+    assert!(
+        summary.decisions.contains(&Decision::ScaleUp {
+            group: G.into(),
+            delta: 1,
+            pending: 1,
+            upcoming: 0
+        }),
+        "{summary}"
+    );
+}
+
+#[tokio::test]
+async fn a_template_error_other_than_unimplemented_aborts_the_loop() {
+    let fake = FakeProvider::with_group(0, 5, 0, Vec::new());
+    fake.edit(|s| s.template = Some(Err(Status::unavailable("offering not read yet"))));
+    let nodes = StaticNodeSource::new(Vec::new());
+    let mut ca = start(&fake, &nodes, config()).await;
+    ca.set_pending_pods(PodSpec::replicas("web", 1, 100, GI));
+
+    let summary = ca.run_once().await;
+    let reason = summary.aborted.as_deref().expect("aborted");
+    assert!(
+        reason.contains("NodeGroupTemplateNodeInfo(workers) failed")
+            && reason.contains("offering not read yet"),
+        "{reason}"
+    );
+    assert_eq!(summary.count(Rpc::NodeGroupTargetSize), 0, "{summary}");
+
+    // Bytes that are no Node abort it too; a good answer lets the loop scale.
+    fake.edit(|s| s.template = Some(Ok(vec![0xff, 0xff, 0xff])));
+    let summary = ca.run_once().await;
+    assert!(
+        summary
+            .aborted
+            .as_deref()
+            .is_some_and(|r| r.contains("not a Kubernetes-protobuf v1.Node")),
+        "{summary}"
+    );
+    fake.edit(|s| s.template = Some(Ok(template_bytes(&[]))));
+    let summary = ca.run_once().await;
+    assert!(summary.aborted.is_none(), "{summary}");
+    assert_eq!(summary.count(Rpc::NodeGroupIncreaseSize), 1, "{summary}");
 }

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
+use super::pods::{NodeTemplate, PodSpec};
 use crate::pb;
 use crate::pb::instance_status::InstanceState;
 
@@ -28,11 +29,13 @@ pub enum Rpc {
     NodeGroupDeleteNodes,
     /// `NodeGroupDecreaseTargetSize`
     NodeGroupDecreaseTargetSize,
+    /// `NodeGroupTemplateNodeInfo`
+    NodeGroupTemplateNodeInfo,
 }
 
 impl Rpc {
     /// Every RPC the mock autoscaler issues.
-    pub const ALL: [Rpc; 8] = [
+    pub const ALL: [Rpc; 9] = [
         Rpc::Refresh,
         Rpc::NodeGroups,
         Rpc::NodeGroupForNode,
@@ -41,6 +44,7 @@ impl Rpc {
         Rpc::NodeGroupIncreaseSize,
         Rpc::NodeGroupDeleteNodes,
         Rpc::NodeGroupDecreaseTargetSize,
+        Rpc::NodeGroupTemplateNodeInfo,
     ];
 
     /// The RPC's name in the proto service.
@@ -54,6 +58,7 @@ impl Rpc {
             Rpc::NodeGroupIncreaseSize => "NodeGroupIncreaseSize",
             Rpc::NodeGroupDeleteNodes => "NodeGroupDeleteNodes",
             Rpc::NodeGroupDecreaseTargetSize => "NodeGroupDecreaseTargetSize",
+            Rpc::NodeGroupTemplateNodeInfo => "NodeGroupTemplateNodeInfo",
         }
     }
 
@@ -129,6 +134,11 @@ pub enum Request {
         /// Negative delta.
         delta: i32,
     },
+    /// `NodeGroupTemplateNodeInfo`
+    NodeGroupTemplateNodeInfo {
+        /// Node group id.
+        id: String,
+    },
 }
 
 impl Request {
@@ -143,6 +153,7 @@ impl Request {
             Request::NodeGroupIncreaseSize { .. } => Rpc::NodeGroupIncreaseSize,
             Request::NodeGroupDeleteNodes { .. } => Rpc::NodeGroupDeleteNodes,
             Request::NodeGroupDecreaseTargetSize { .. } => Rpc::NodeGroupDecreaseTargetSize,
+            Request::NodeGroupTemplateNodeInfo { .. } => Rpc::NodeGroupTemplateNodeInfo,
         }
     }
 
@@ -154,7 +165,8 @@ impl Request {
             | Request::NodeGroupNodes { id }
             | Request::NodeGroupIncreaseSize { id, .. }
             | Request::NodeGroupDeleteNodes { id, .. }
-            | Request::NodeGroupDecreaseTargetSize { id, .. } => Some(id),
+            | Request::NodeGroupDecreaseTargetSize { id, .. }
+            | Request::NodeGroupTemplateNodeInfo { id } => Some(id),
         }
     }
 }
@@ -167,9 +179,9 @@ impl fmt::Display for Request {
             Request::NodeGroupForNode { node } => {
                 write!(f, "{rpc}({} {:?})", node.name, node.provider_id)
             }
-            Request::NodeGroupTargetSize { id } | Request::NodeGroupNodes { id } => {
-                write!(f, "{rpc}({id})")
-            }
+            Request::NodeGroupTargetSize { id }
+            | Request::NodeGroupNodes { id }
+            | Request::NodeGroupTemplateNodeInfo { id } => write!(f, "{rpc}({id})"),
             Request::NodeGroupIncreaseSize { id, delta }
             | Request::NodeGroupDecreaseTargetSize { id, delta } => {
                 write!(f, "{rpc}({id}, {delta:+})")
@@ -195,6 +207,8 @@ pub enum Reply {
     TargetSize(i32),
     /// `NodeGroupNodes` answer.
     Instances(Vec<pb::Instance>),
+    /// `NodeGroupTemplateNodeInfo` answer: `nodeBytes` as received.
+    TemplateNode(Vec<u8>),
 }
 
 impl fmt::Display for Reply {
@@ -209,6 +223,7 @@ impl fmt::Display for Reply {
             Reply::NodeGroup(g) => f.write_str(&group_text(g)),
             Reply::TargetSize(t) => write!(f, "target {t}"),
             Reply::Instances(instances) => write!(f, "{}", InstanceCounts::of(instances)),
+            Reply::TemplateNode(bytes) => write!(f, "template node ({} bytes)", bytes.len()),
         }
     }
 }
@@ -397,6 +412,26 @@ pub enum Observation {
         /// Nodes' worth of pods that have nowhere to run.
         pending: u32,
     },
+    /// The node template of a group this loop, or why it has none (such a group is no
+    /// scale-up candidate).
+    NodeTemplate {
+        /// Node group id.
+        group: String,
+        /// The template, or why there is none.
+        template: Result<NodeTemplate, String>,
+    },
+    /// Pending pods the scenario set were scheduled on a node that came after them.
+    PodsScheduled {
+        /// Node name.
+        node: String,
+        /// Pod names.
+        pods: Vec<String>,
+    },
+    /// Pods the scenario set that have nowhere to run yet.
+    PendingPods {
+        /// The pods.
+        pods: Vec<PodSpec>,
+    },
 }
 
 /// Why scale-down removes a node.
@@ -436,6 +471,15 @@ pub enum Decision {
     /// Pending pods, but no scale-up.
     NoScaleUp {
         /// Why.
+        reason: String,
+    },
+    /// A pending pod does not fit a group's node template, so it cannot make that group scale.
+    PodDoesNotFit {
+        /// Pod name.
+        pod: String,
+        /// Node group id.
+        group: String,
+        /// Every check it fails against the template (resources, selector, taints).
         reason: String,
     },
     /// A scale-up finished: every requested node is there.
@@ -548,6 +592,12 @@ impl fmt::Display for Decision {
                 "scale up {group} by {delta} ({pending} pending, {upcoming} upcoming)"
             ),
             Decision::NoScaleUp { reason } => write!(f, "no scale-up: {reason}"),
+            Decision::PodDoesNotFit { pod, group, reason } => {
+                write!(
+                    f,
+                    "pod {pod} does not fit the template of {group}: {reason}"
+                )
+            }
             Decision::ScaleUpCompleted { group } => write!(f, "scale-up of {group} complete"),
             Decision::ScaleUpTimedOut { group, increase } => {
                 write!(f, "scale-up of {group} by {increase} timed out")
@@ -677,6 +727,17 @@ impl fmt::Display for Event {
                 ),
                 Observation::Demand { needed, pending } => {
                     write!(f, "demand {needed} nodes, {pending} pending")
+                }
+                Observation::NodeTemplate { group, template } => match template {
+                    Ok(t) => write!(f, "template of {group} {t}"),
+                    Err(why) => write!(f, "no template for {group}: {why}"),
+                },
+                Observation::PodsScheduled { node, pods } => {
+                    write!(f, "scheduled on {node}: {}", pods.join(", "))
+                }
+                Observation::PendingPods { pods } => {
+                    let list: Vec<String> = pods.iter().map(ToString::to_string).collect();
+                    write!(f, "{} pending pod(s): {}", pods.len(), list.join(", "))
                 }
             },
             EventKind::Decided(d) => write!(f, "decide {d}"),
@@ -911,6 +972,21 @@ impl Timeline {
                 _ => None,
             })
             .last()
+    }
+
+    /// The node templates (or why none) `group` had, with the loop number.
+    pub fn templates(&self, group: &str) -> Vec<(u64, &Result<NodeTemplate, String>)> {
+        self.events
+            .iter()
+            .filter_map(|e| match &e.kind {
+                EventKind::Observed(Observation::NodeTemplate { group: g, template })
+                    if g == group =>
+                {
+                    Some((e.loop_no, template))
+                }
+                _ => None,
+            })
+            .collect()
     }
 
     /// Loops that stopped early, with the reason.

@@ -357,6 +357,34 @@ pub struct SimNode {
     pub labels: BTreeMap<String, String>,
     /// Sim time of registration, in milliseconds since start.
     pub registeredms: u64,
+    /// `status.allocatable` as Kubernetes quantities (`cpu`, `memory`, `pods`), as a kubelet
+    /// with its default settings reports it on a VM of the node's offering. Empty when the
+    /// offering is unknown.
+    #[serde(default)]
+    pub allocatable: BTreeMap<String, String>,
+}
+
+/// The kubelet's default `--max-pods`.
+const KUBELET_MAX_PODS: u64 = 110;
+/// The kubelet's default hard eviction threshold `memory.available<100Mi`, which allocatable
+/// leaves out (no system or kube reservation by default).
+const KUBELET_EVICTION_MEMORY_MIB: u64 = 100;
+
+/// What a default kubelet reports as allocatable on a VM of `offering`: every core, the memory
+/// less the hard eviction threshold, 110 pods. (A real guest kernel keeps a little memory too;
+/// the offering's figure stands in for the VM's.)
+fn kubelet_allocatable(offering: &Offering) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("cpu".to_string(), offering.cpu.to_string()),
+        (
+            "memory".to_string(),
+            format!(
+                "{}Mi",
+                offering.memory.saturating_sub(KUBELET_EVICTION_MEMORY_MIB)
+            ),
+        ),
+        ("pods".to_string(), KUBELET_MAX_PODS.to_string()),
+    ])
 }
 
 /// The account every simulated resource belongs to.
@@ -469,10 +497,11 @@ impl World {
                 };
                 let name = vm.node_name();
                 let mut labels = BTreeMap::new();
+                let offering = self.offering(&vm.offering_id);
                 labels.insert("kubernetes.io/hostname".to_string(), name.clone());
                 labels.insert("kubernetes.io/os".to_string(), "linux".to_string());
                 labels.insert("kubernetes.io/arch".to_string(), "amd64".to_string());
-                if let Some(o) = self.offering(&vm.offering_id) {
+                if let Some(o) = offering {
                     labels.insert(
                         "node.kubernetes.io/instance-type".to_string(),
                         label_value(&o.name),
@@ -500,6 +529,7 @@ impl World {
                     role: vm.role.as_str().to_string(),
                     labels,
                     registeredms: registered,
+                    allocatable: offering.map(kubelet_allocatable).unwrap_or_default(),
                     name,
                 });
             }

@@ -10,6 +10,7 @@ use cks_autoscaler_provider::autoscaler::{
 };
 use cks_autoscaler_provider::cloudstack::{Client, ClientConfig};
 use cks_autoscaler_provider::config::{ClusterRef, NodeGroupSpec};
+use cks_autoscaler_provider::grpc::{Extras, NoExtras};
 use cks_autoscaler_provider::pb;
 use cks_autoscaler_provider::provider::{Provider, Settings};
 use cks_autoscaler_provider::server::{ServeOptions, serve};
@@ -43,6 +44,8 @@ pub struct Stack {
     /// Where the provider's gRPC server listens.
     pub addr: SocketAddr,
     server: Option<Server>,
+    /// The optional RPCs (template node, options) every provider of this stack serves.
+    extras: Arc<dyn Extras>,
 }
 
 /// Provider settings with test timings: jobs polled every 20 ms, every Refresh fetching, a
@@ -86,11 +89,12 @@ fn client_config(sim: &SimHandle) -> ClientConfig {
     }
 }
 
-/// A provider for `sim` serving on `bind` (e.g. `127.0.0.1:0`).
+/// A provider for `sim` serving on `bind` (e.g. `127.0.0.1:0`) with `extras`.
 async fn start_provider(
     sim: &SimHandle,
     settings: Settings,
     bind: SocketAddr,
+    extras: Arc<dyn Extras>,
 ) -> (Provider, SocketAddr, Server) {
     let provider = Provider::new(
         Client::new(client_config(sim)).expect("CloudStack client"),
@@ -112,7 +116,11 @@ async fn start_provider(
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let p = provider.clone();
     let task = tokio::spawn(async move {
-        if let Err(e) = serve(listener, p, ServeOptions::default(), async {
+        let options = ServeOptions {
+            extras,
+            ..ServeOptions::default()
+        };
+        if let Err(e) = serve(listener, p, options, async {
             let _ = stopped.await;
         })
         .await
@@ -126,19 +134,38 @@ async fn start_provider(
 impl Stack {
     /// Starts a simulator from `config` and a provider for its cluster `name` (group min/max
     /// 1..10 unless `tweak` changes them; a cluster with CKS autoscaling on uses its own).
+    /// The provider answers Unimplemented to the optional RPCs (NodeGroupTemplateNodeInfo,
+    /// NodeGroupGetOptions); see [`Stack::start_with_extras`].
     pub async fn start(config: SimConfig, name: &str, tweak: impl FnOnce(&mut Settings)) -> Stack {
+        Stack::start_with_extras(config, name, tweak, Arc::new(NoExtras)).await
+    }
+
+    /// Like [`Stack::start`], with the provider serving the optional RPCs through `extras`
+    /// (for example `cks_autoscaler_provider::extras::ProviderExtras`, as the binary does).
+    pub async fn start_with_extras(
+        config: SimConfig,
+        name: &str,
+        tweak: impl FnOnce(&mut Settings),
+        extras: Arc<dyn Extras>,
+    ) -> Stack {
         let sim = sim::spawn(config).await.expect("simulator starts");
         let cluster_id = sim.cluster_id(name).expect("cluster in the scenario");
         let mut settings = fast_settings(&cluster_id, 1, 10);
         tweak(&mut settings);
-        let (provider, addr, server) =
-            start_provider(&sim, settings, "127.0.0.1:0".parse().expect("address")).await;
+        let (provider, addr, server) = start_provider(
+            &sim,
+            settings,
+            "127.0.0.1:0".parse().expect("address"),
+            extras.clone(),
+        )
+        .await;
         Stack {
             sim,
             cluster_id,
             provider,
             addr,
             server: Some(server),
+            extras,
         }
     }
 
@@ -174,7 +201,8 @@ impl Stack {
     pub async fn start_new_provider(&mut self, settings: Settings, port: u16) {
         assert!(self.server.is_none(), "stop the running provider first");
         let bind = SocketAddr::from(([127, 0, 0, 1], port));
-        let (provider, addr, server) = start_provider(&self.sim, settings, bind).await;
+        let (provider, addr, server) =
+            start_provider(&self.sim, settings, bind, self.extras.clone()).await;
         self.provider = provider;
         self.addr = addr;
         self.server = Some(server);
