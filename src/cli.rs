@@ -114,6 +114,11 @@ pub struct ServeArgs {
     /// request's deadline).
     #[arg(long, env = "CKS_PROVIDER_SCALE_WATCH", default_value = "1500ms", value_parser = parse_duration)]
     pub scale_watch: Duration,
+    /// How long a scale job is polled every --job-poll-interval; a job still running after
+    /// this (CloudStack's own scale timeout is 1h) stays the cluster's operation and is polled
+    /// 30 times less often. Also how far back listAsyncJobs is searched for a running job.
+    #[arg(long, env = "CKS_PROVIDER_JOB_MAX_FOLLOW", default_value = "2h", value_parser = parse_duration)]
+    pub job_max_follow: Duration,
     /// How long instances of a failed scale-up are reported before they are forgotten.
     #[arg(long, env = "CKS_PROVIDER_FAILED_INSTANCE_TTL", default_value = "30m", value_parser = parse_duration)]
     pub failed_instance_ttl: Duration,
@@ -337,6 +342,7 @@ impl ServeArgs {
         s.staleness_bound = self.staleness_bound;
         s.scale_watch = self.scale_watch;
         s.failed_instance_ttl = self.failed_instance_ttl;
+        s.job_max_follow = self.job_max_follow;
         s.alert_scaling = self.alert_scaling;
         s.gpu_label = self.gpu_label.clone();
         s.gpu_types = self.gpu_types.clone();
@@ -672,5 +678,27 @@ mod tests {
         };
         assert_eq!(s.nodes, vec!["1:5:abc", "0:3:def"]);
         assert_eq!(s.job_poll_interval, Duration::from_millis(250));
+    }
+
+    #[test]
+    fn job_max_follow_is_a_flag_and_a_config_key() {
+        let s = serve_args(&["p", "serve", "--nodes", "1:5:abc"]).expect("parses");
+        assert_eq!(s.job_max_follow, Duration::from_secs(2 * 3600), "default");
+        assert_eq!(
+            s.settings(Vec::new()).job_max_follow,
+            Duration::from_secs(2 * 3600)
+        );
+        let s = serve_args(&["p", "serve", "--job-max-follow", "90m"]).expect("parses");
+        assert_eq!(s.job_max_follow, Duration::from_secs(90 * 60));
+        assert_eq!(
+            s.settings(Vec::new()).job_max_follow,
+            Duration::from_secs(90 * 60),
+            "reaches the provider's settings"
+        );
+        let yaml = write_temp("follow.yaml", "job-max-follow: 3h\n");
+        let s = serve_args(&["p", "serve", "--config", &yaml.to_string_lossy()]).expect("parses");
+        assert_eq!(s.job_max_follow, Duration::from_secs(3 * 3600));
+        let e = serve_args(&["p", "serve", "--job-max-follow", "forever"]).unwrap_err();
+        assert!(e.contains("forever"), "{e}");
     }
 }

@@ -199,9 +199,10 @@ impl CloudProviderService {
 
     async fn refresh_inner(
         &self,
-        _request: Request<pb::RefreshRequest>,
+        request: Request<pb::RefreshRequest>,
     ) -> Result<Response<pb::RefreshResponse>, Status> {
-        self.provider.refresh().await?;
+        let deadline = self.deadline(&request);
+        self.provider.refresh_within(Some(deadline)).await?;
         Ok(Response::new(pb::RefreshResponse {}))
     }
 

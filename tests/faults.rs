@@ -5,9 +5,11 @@
 //! CloudStack received are counted, and a sampler checks that the cluster never has two scale
 //! jobs at once.
 //!
-//! Clock jumps: the provider never reads the wall clock (every timer, snapshot age and deadline
-//! is a monotonic `Instant`; no CloudStack timestamp feeds a decision, and requests are signed
-//! without `expires`), so stepping the system clock cannot affect it and is not tested. What can
+//! Clock jumps: every timer, snapshot age and deadline of the provider is a monotonic `Instant`,
+//! no CloudStack timestamp feeds a decision, and requests are signed without `expires`. The wall
+//! clock is read only for the `startdate` of a `listAsyncJobs` search for a running job, which
+//! looks 15 minutes further back than the follow limit, so a clock up to 15 minutes ahead of
+//! CloudStack's still finds the job; stepping the system clock is not tested. What can
 //! happen to a monotonic clock is a sudden gap, when the process is frozen (SIGSTOP, a paused
 //! VM or container) while CloudStack goes on: `a_frozen_provider_catches_up_after_a_time_gap`
 //! covers that with the real binary.
@@ -542,6 +544,7 @@ async fn a_job_that_never_ends_blocks_further_jobs_and_keeps_the_target() {
     cfg.settings.job_duration = Duration::from_millis(100);
     let mut s = Stack::start(cfg, |p| p.job_max_follow = Duration::from_millis(500)).await;
     s.increase(1, Duration::from_secs(5)).await.unwrap();
+    let increased = Instant::now();
     assert_eq!(s.target().await.unwrap(), 4);
     // A second request queues behind the job; cancelling it works, cancelling the running
     // job's node does not.
@@ -565,39 +568,303 @@ async fn a_job_that_never_ends_blocks_further_jobs_and_keeps_the_target() {
         .await
         .unwrap_err();
     assert_eq!(e.code(), Code::FailedPrecondition, "{}", e.message());
-    // Past the follow limit the provider stops following the job, but the cluster stays
-    // Scaling and the next refresh finds the job again through listAsyncJobs: the target is
-    // the requested size again (between a give-up and that refresh it is CloudStack's size),
-    // and nothing else is sent.
+    // Past the follow limit (500 ms) the job stays the cluster's operation: the target never
+    // falls back to CloudStack's size, the job is never searched for again through
+    // listAsyncJobs, and it is polled 30 times less often (every 600 ms instead of 20 ms).
+    tokio::time::sleep(Duration::from_millis(900).saturating_sub(increased.elapsed())).await;
+    s.sim.reset_requests();
     let start = Instant::now();
     while start.elapsed() < Duration::from_millis(1500) {
         s.refresh().await.unwrap();
-        let t = s.target().await.unwrap();
-        assert!(t == 4 || t == 3, "target {t}");
+        assert_eq!(s.target().await.unwrap(), 4, "the target never flaps");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let start = Instant::now();
-    loop {
-        s.refresh().await.unwrap();
-        if s.target().await.unwrap() == 4 {
-            break;
-        }
-        assert!(
-            start.elapsed() < WAIT,
-            "the running job was never adopted again"
-        );
-    }
-    let e = s.increase(1, Duration::from_secs(5)).await;
-    // Either queued behind the re-adopted job (OK) or refused while it runs.
-    if let Err(e) = &e {
-        assert_eq!(e.code(), Code::FailedPrecondition, "{}", e.message());
-    }
+    let requests = s.sim.requests();
+    assert!(
+        !requests.iter().any(|r| r.command == "listAsyncJobs"),
+        "the job was never dropped and adopted again"
+    );
+    let polls = requests
+        .iter()
+        .filter(|r| r.command == "queryAsyncJobResult")
+        .count();
+    assert!(
+        polls <= 4,
+        "{polls} polls in 1.5 s: the job is polled every 600 ms past the follow limit"
+    );
+    // A scale-up still queues behind it, and nothing is sent.
+    s.increase(1, Duration::from_secs(5)).await.unwrap();
+    assert_eq!(s.target().await.unwrap(), 5);
     assert_eq!(
         s.scale_requests().len(),
-        1,
+        0,
         "nothing sent while the job runs"
     );
     assert_eq!(s.cs_state(), "Scaling");
+    assert_eq!(s.jobs.max(), 1);
+}
+
+/// The instances NodeGroupNodes reports with an error.
+fn with_errors(instances: &[pb::Instance]) -> Vec<&pb::Instance> {
+    instances
+        .iter()
+        .filter(|i| i.status.as_ref().is_some_and(|st| st.error_info.is_some()))
+        .collect()
+}
+
+/// Start times (sim ms) of the `listKubernetesClusters` calls CloudStack received.
+fn cluster_fetches(sim: &SimHandle) -> Vec<u64> {
+    sim.requests()
+        .into_iter()
+        .filter(|r| r.command == "listKubernetesClusters")
+        .map(|r| r.atms)
+        .collect()
+}
+
+#[tokio::test]
+async fn refresh_answers_within_its_deadline_from_a_recent_snapshot_while_cloudstack_is_slower() {
+    let mut s = Stack::start(SimConfig::for_tests(API_KEY, SECRET_KEY), |_| {}).await;
+    let (wid, _, _) = s.sim.vms(&s.cluster)[1].clone();
+    s.sim.configure(|c| c.latency = Duration::from_millis(2000));
+    s.sim.reset_requests();
+    // A worker goes down; CloudStack takes 2 s to say so, the autoscaler waits 1 s per Refresh.
+    assert!(s.sim.stop_vm(&wid));
+    for _ in 0..3 {
+        let t0 = Instant::now();
+        s.client
+            .refresh(with_deadline(pb::RefreshRequest {}, Duration::from_secs(1)))
+            .await
+            .expect("Refresh answers OK from a snapshot within the staleness bound");
+        assert!(
+            t0.elapsed() < Duration::from_secs(1),
+            "answered after {:?}",
+            t0.elapsed()
+        );
+    }
+    // The fetch went on after the deadline and installed its result: the stopped VM shows
+    // without another Refresh.
+    let start = Instant::now();
+    loop {
+        let instances = s.instances().await;
+        let down = with_errors(&instances);
+        if down.len() == 1 {
+            let e = down[0]
+                .status
+                .as_ref()
+                .unwrap()
+                .error_info
+                .as_ref()
+                .unwrap();
+            assert_eq!(e.error_code, "vm-stopped", "{e:?}");
+            break;
+        }
+        assert!(start.elapsed() < WAIT, "the slow fetch was never installed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Refreshes arriving while a fetch runs wait for it rather than fetching again: the
+    // 2-second calls never overlapped.
+    let fetches = cluster_fetches(&s.sim);
+    assert!(!fetches.is_empty() && fetches.len() <= 2, "{fetches:?}");
+    for pair in fetches.windows(2) {
+        assert!(
+            pair[1] - pair[0] >= 1900,
+            "overlapping fetches: {fetches:?}"
+        );
+    }
+    assert_eq!(s.target().await.unwrap(), 3);
+}
+
+#[tokio::test]
+async fn a_refresh_the_client_gives_up_on_still_installs_its_fetch_once() {
+    let mut s = Stack::start(SimConfig::for_tests(API_KEY, SECRET_KEY), |_| {}).await;
+    let (wid, _, _) = s.sim.vms(&s.cluster)[1].clone();
+    s.sim.configure(|c| c.latency = Duration::from_millis(1500));
+    s.sim.reset_requests();
+    assert!(s.sim.stop_vm(&wid));
+    // The client cancels the call (the RPC future is dropped on the server) while the fetch
+    // is in flight.
+    let cancelled = tokio::time::timeout(
+        Duration::from_millis(200),
+        s.client
+            .refresh(with_deadline(pb::RefreshRequest {}, Duration::from_secs(5))),
+    )
+    .await;
+    assert!(cancelled.is_err(), "the call was cut off: {cancelled:?}");
+    // The fetch is not lost half-way: it ends and installs the whole snapshot, with no other
+    // Refresh, and once.
+    let start = Instant::now();
+    while with_errors(&s.instances().await).len() != 1 {
+        assert!(
+            start.elapsed() < WAIT,
+            "the fetch of a cancelled Refresh was lost"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(cluster_fetches(&s.sim).len(), 1);
+    assert_eq!(s.instances().await.len(), 3);
+    assert_eq!(s.target().await.unwrap(), 3);
+    s.sim.configure(|c| c.latency = Duration::ZERO);
+    s.refresh().await.unwrap();
+    assert_eq!(with_errors(&s.instances().await).len(), 1);
+}
+
+#[tokio::test]
+async fn refresh_is_unavailable_before_its_deadline_without_a_recent_snapshot() {
+    let mut cfg = SimConfig::for_tests(API_KEY, SECRET_KEY);
+    cfg.settings.latency = Duration::from_millis(2000);
+    let sim = Arc::new(sim::spawn(cfg).await.unwrap());
+    let cluster = sim.cluster_id("demo").unwrap();
+    let mut settings = fast_settings(&cluster, 1, 10);
+    settings.staleness_bound = Duration::from_millis(1500);
+    let (_p, mut client, _addr, _stop) = common::start_provider(&sim, settings).await;
+
+    // No snapshot yet: UNAVAILABLE, in time, naming the group and why.
+    let t0 = Instant::now();
+    let e = client
+        .refresh(with_deadline(pb::RefreshRequest {}, Duration::from_secs(1)))
+        .await
+        .unwrap_err();
+    assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
+    assert_eq!(e.code(), Code::Unavailable, "{}", e.message());
+    for part in [cluster.as_str(), "no snapshot yet", "deadline"] {
+        assert!(e.message().contains(part), "{part:?} in {}", e.message());
+    }
+    // The fetch went on; once it is in, Refresh answers OK within its deadline.
+    let start = Instant::now();
+    loop {
+        let r = client
+            .refresh(with_deadline(pb::RefreshRequest {}, Duration::from_secs(1)))
+            .await;
+        if r.is_ok() {
+            break;
+        }
+        assert!(start.elapsed() < WAIT, "never OK: {r:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(target_of(&mut client, &cluster).await.unwrap(), 3);
+
+    // CloudStack goes on answering in 2 s; left alone for longer than the staleness bound,
+    // the snapshot is too old to serve and the next Refresh says so in time.
+    // (The last fetch started by the loop above is installed within 2 s; 4 s later the
+    // snapshot is at least 2 s old.)
+    tokio::time::sleep(Duration::from_millis(4000)).await;
+    let t0 = Instant::now();
+    let e = client
+        .refresh(with_deadline(pb::RefreshRequest {}, Duration::from_secs(1)))
+        .await
+        .unwrap_err();
+    assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
+    assert_eq!(e.code(), Code::Unavailable, "{}", e.message());
+    assert!(e.message().contains("old"), "{}", e.message());
+}
+
+#[tokio::test]
+async fn a_scale_up_failing_part_way_inside_the_watch_answers_ok_with_failed_instances() {
+    let mut cfg = SimConfig::for_tests(API_KEY, SECRET_KEY);
+    cfg.settings.job_failure = JobFailure::Partial;
+    // The job creates its VMs and fails 150 ms in, while IncreaseSize still watches it.
+    cfg.settings.job_duration = Duration::from_millis(300);
+    let mut s = Stack::start(cfg, |p| p.scale_watch = Duration::from_millis(1500)).await;
+    s.increase(2, Duration::from_secs(5))
+        .await
+        .expect("OK: the autoscaler learns of the failure from the failed instances");
+    // The job had already failed when IncreaseSize answered.
+    assert_eq!(s.sim.running_jobs(&s.cluster), 0);
+    assert_eq!(s.cs_state(), "Alert");
+    assert_eq!(s.cs_size(), 3);
+    // Without a Refresh: the job's two VMs are failed creations, as the follower reports them,
+    // and count in the target until the autoscaler deletes them.
+    let instances = s.instances().await;
+    assert_eq!(instances.len(), 5, "{instances:?}");
+    let failed = with_errors(&instances);
+    assert_eq!(failed.len(), 2, "{instances:?}");
+    for i in &failed {
+        assert_eq!(state_of(i), InstanceState::InstanceCreating, "{i:?}");
+        let e = i.status.as_ref().unwrap().error_info.as_ref().unwrap();
+        assert_eq!(e.error_code, "scale-up-failed", "{e:?}");
+        assert!(e.error_message.contains("unable to provision"), "{e:?}");
+    }
+    assert_eq!(s.target().await.unwrap(), 5);
+    // The same after refreshes, and nothing retries the job.
+    for _ in 0..3 {
+        s.refresh().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(with_errors(&s.instances().await).len(), 2);
+    assert_eq!(s.target().await.unwrap(), 5);
+    assert_eq!(s.scale_requests().len(), 1);
+    assert_eq!(s.jobs.max(), 1);
+}
+
+#[tokio::test]
+async fn a_scale_up_refused_inside_the_watch_fails_and_changes_nothing() {
+    let mut cfg = SimConfig::for_tests(API_KEY, SECRET_KEY);
+    cfg.settings.job_failure = JobFailure::Capacity;
+    let mut s = Stack::start(cfg, |p| p.scale_watch = Duration::from_millis(1500)).await;
+    let e = s.increase(2, Duration::from_secs(5)).await.unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition, "{}", e.message());
+    assert!(
+        e.message().contains("insufficient capacity"),
+        "CloudStack's text: {}",
+        e.message()
+    );
+    assert_eq!(s.target().await.unwrap(), 3);
+    let instances = s.instances().await;
+    assert_eq!(instances.len(), 3);
+    assert!(with_errors(&instances).is_empty(), "{instances:?}");
+    s.refresh().await.unwrap();
+    assert_eq!(s.target().await.unwrap(), 3);
+    assert_eq!((s.cs_size(), s.cs_state().as_str()), (3, "Running"));
+    assert_eq!(s.scale_requests().len(), 1);
+    // Nothing is left in flight: the next scale-up goes out at once.
+    s.sim.configure(|c| c.job_failure = JobFailure::None);
+    s.increase(1, Duration::from_secs(5)).await.unwrap();
+    assert_eq!(s.scale_requests().len(), 2);
+    s.settle_at(4).await;
+    assert_eq!(s.jobs.max(), 1);
+}
+
+#[tokio::test]
+async fn adopting_a_running_job_reads_only_recent_jobs() {
+    let mut cfg = SimConfig::for_tests(API_KEY, SECRET_KEY);
+    cfg.settings.job_duration = Duration::from_millis(3000);
+    let mut s = Stack::start(cfg, |_| {}).await;
+    // A day's job history: 3,000 finished jobs, six pages of 500.
+    s.sim
+        .add_past_jobs(&s.cluster, 3000, Duration::from_secs(20 * 3600));
+    s.increase(1, Duration::from_secs(5)).await.unwrap();
+    // The provider forgets the job (Cleanup, as after a restart): the next Refresh finds the
+    // cluster Scaling with no job known and searches listAsyncJobs.
+    s.client.cleanup(pb::CleanupRequest {}).await.unwrap();
+    s.sim.reset_requests();
+    s.refresh().await.unwrap();
+    assert_eq!(s.target().await.unwrap(), 4, "the running job is adopted");
+    let searches: Vec<RecordedRequest> = s
+        .sim
+        .requests()
+        .into_iter()
+        .filter(|r| r.command == "listAsyncJobs")
+        .collect();
+    assert_eq!(searches.len(), 1, "one page read: {searches:?}");
+    let p = &searches[0].params;
+    assert_eq!(p.get("page").map(String::as_str), Some("1"), "{p:?}");
+    let since = p.get("startdate").expect("startdate sent");
+    assert!(
+        since.len() == 24 && since.ends_with("+0000") && since.as_bytes()[10] == b'T',
+        "CloudStack's date format: {since}"
+    );
+    // Once adopted, the job is followed, not searched for again.
+    s.sim.reset_requests();
+    s.refresh().await.unwrap();
+    assert!(
+        !s.sim
+            .requests()
+            .iter()
+            .any(|r| r.command == "listAsyncJobs"),
+        "searched again after the adoption"
+    );
+    s.settle_at(4).await;
+    assert_eq!(s.scale_requests().len(), 0, "nothing sent again");
     assert_eq!(s.jobs.max(), 1);
 }
 
@@ -744,8 +1011,9 @@ fn work_dir() -> std::path::PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR")).join("faults")
 }
 
-const FAST_FLAGS: [(&str, &str); 4] = [
+const FAST_FLAGS: [(&str, &str); 5] = [
     ("--job-poll-interval", "50ms"),
+    ("--job-max-follow", "10m"),
     ("--refresh-min-interval", "0s"),
     ("--scale-watch", "200ms"),
     ("--staleness-bound", "60s"),
@@ -911,7 +1179,9 @@ async fn a_frozen_provider_catches_up_after_a_time_gap() {
         async || sim2.running_jobs(&cl) == 0 && sim2.cluster_json(&cl)["state"] == "Running",
     )
     .await;
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // (The last fetch started by the loop above is installed within 2 s; 4 s later the
+    // snapshot is at least 2 s old.)
+    tokio::time::sleep(Duration::from_millis(4000)).await;
     p.thaw();
 
     // The first answers after the gap are right: the job's outcome, not a stale snapshot.

@@ -338,3 +338,62 @@ async fn requests_are_recorded_without_secrets() {
     assert_eq!(c.sim("simResetRequests", &[]).await["count"], 1);
     assert!(sim.requests().is_empty());
 }
+
+#[tokio::test]
+async fn list_async_jobs_keeps_jobs_created_since_startdate_oldest_first() {
+    use cks_autoscaler_provider::cloudstack::types::cloudstack_date;
+    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+    let sim = start_default().await;
+    let c = Client::new(&sim);
+    let cid = sim.cluster_ids()[0].clone();
+    let worker = vm_ids(&c.cluster(&cid).await, "-node-")[0].clone();
+    let recent = c.submit("stopVirtualMachine", &[("id", &worker)]).await;
+    c.wait_job(&recent).await;
+    // Yesterday's history, listed before the recent job (CloudStack orders jobs by id).
+    sim.add_past_jobs(&cid, 5, Duration::from_secs(20 * 3600));
+    let all = c.ok("listAsyncJobs", &[]).await;
+    assert_eq!(all["count"], 6);
+    assert_eq!(
+        all["asyncjobs"][5]["jobid"],
+        recent.as_str(),
+        "oldest first"
+    );
+    assert_eq!(
+        all["asyncjobs"][0]["cmd"],
+        "org.apache.cloudstack.api.command.user.kubernetes.cluster.ScaleKubernetesClusterCmd"
+    );
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let hour_ago = cloudstack_date(now - 3600);
+    let since = c
+        .ok("listAsyncJobs", &[("startdate", hour_ago.as_str())])
+        .await;
+    assert_eq!(since["count"], 1, "{since}");
+    assert_eq!(since["asyncjobs"][0]["jobid"], recent.as_str());
+    // Paging applies after the filter.
+    let day_ago = cloudstack_date(now - 24 * 3600);
+    let page2 = c
+        .ok(
+            "listAsyncJobs",
+            &[
+                ("startdate", day_ago.as_str()),
+                ("page", "2"),
+                ("pagesize", "4"),
+            ],
+        )
+        .await;
+    assert_eq!(page2["count"], 2, "{page2}");
+    assert_eq!(page2["asyncjobs"][1]["jobid"], recent.as_str());
+    // A date CloudStack cannot parse is a parameter error.
+    let bad = c.get("listAsyncJobs", &[("startdate", "yesterday")]).await;
+    assert_eq!(bad.status, 431, "{}", bad.text);
+    assert!(
+        bad.json()["listasyncjobsresponse"]["errortext"]
+            .as_str()
+            .is_some_and(|t| t.contains("Unable to parse date yesterday")),
+        "{}",
+        bad.text
+    );
+}

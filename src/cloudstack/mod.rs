@@ -260,6 +260,25 @@ impl Client {
         self.list_all_pages(&LIST_ASYNC_JOBS, Vec::new()).await
     }
 
+    /// One page of `listAsyncJobs startdate=… page=… pagesize=…`: the jobs created at or after
+    /// `startdate` (CloudStack's `yyyy-MM-dd'T'HH:mm:ssZ`, see [`types::cloudstack_date`]),
+    /// which CloudStack lists oldest first (by id). The flag says whether another page may
+    /// follow. Read one page at a time so a long job history is never held in memory whole.
+    pub async fn list_async_jobs_page(
+        &self,
+        startdate: &str,
+        page: u32,
+    ) -> Result<(Vec<types::ListedJob>, bool), CsError> {
+        let params = vec![
+            ("startdate", startdate.to_string()),
+            ("page", page.max(1).to_string()),
+            ("pagesize", self.page_size.to_string()),
+        ];
+        let jobs: Vec<types::ListedJob> = self.list_one_page(&LIST_ASYNC_JOBS, params).await?;
+        let more = u32::try_from(jobs.len()).is_ok_and(|n| n >= self.page_size);
+        Ok((jobs, more))
+    }
+
     /// `listServiceOfferings id=…`; `Ok(None)` when none.
     pub async fn get_service_offering(&self, id: &str) -> Result<Option<ServiceOffering>, CsError> {
         let offerings: Vec<ServiceOffering> = self

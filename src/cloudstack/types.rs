@@ -165,6 +165,56 @@ impl AsyncJob {
     }
 }
 
+/// An element of `listasyncjobsresponse.asyncjobs[]` as a search for running jobs reads it:
+/// without `jobresult`, which for a finished scale job holds the whole cluster.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct ListedJob {
+    pub jobid: String,
+    /// 0 in progress, 1 succeeded, 2 failed, 3 cancelled.
+    #[serde(deserialize_with = "lenient::i64")]
+    pub jobstatus: i64,
+    #[serde(default)]
+    pub jobinstanceid: Option<String>,
+    #[serde(default)]
+    pub cmd: Option<String>,
+    #[serde(default)]
+    pub created: Option<String>,
+}
+
+impl ListedJob {
+    /// A `scaleKubernetesCluster` job of this cluster still in progress.
+    pub fn is_running_scale_of(&self, cluster_id: &str) -> bool {
+        self.jobstatus == 0
+            && self
+                .cmd
+                .as_deref()
+                .is_some_and(|c| c.ends_with("ScaleKubernetesClusterCmd"))
+            && self.jobinstanceid.as_deref() == Some(cluster_id)
+    }
+}
+
+/// `unix_secs` (seconds since the Unix epoch) as CloudStack writes and reads dates:
+/// `yyyy-MM-dd'T'HH:mm:ssZ` in UTC, e.g. `2022-04-18T06:21:58+0000`.
+pub fn cloudstack_date(unix_secs: u64) -> String {
+    // Howard Hinnant's days-to-civil algorithm.
+    let days = i64::try_from(unix_secs / 86_400).unwrap_or(i64::MAX / 2) + 719_468;
+    let rem = unix_secs % 86_400;
+    let era = days.div_euclid(146_097);
+    let doe = days.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}+0000",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
 /// An element of `listserviceofferingsresponse.serviceoffering[]`.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 pub struct ServiceOffering {
@@ -329,5 +379,19 @@ pub mod lenient {
         fn visit_none<E: de::Error>(self) -> Result<bool, E> {
             Ok(false)
         }
+    }
+}
+
+#[cfg(test)]
+mod date_tests {
+    use super::cloudstack_date;
+
+    #[test]
+    fn dates_are_written_as_cloudstack_reads_them() {
+        assert_eq!(cloudstack_date(0), "1970-01-01T00:00:00+0000");
+        assert_eq!(cloudstack_date(1_650_262_918), "2022-04-18T06:21:58+0000");
+        // 29 February of a leap year, and the last second of a year.
+        assert_eq!(cloudstack_date(1_709_210_096), "2024-02-29T12:34:56+0000");
+        assert_eq!(cloudstack_date(1_735_689_599), "2024-12-31T23:59:59+0000");
     }
 }

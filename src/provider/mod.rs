@@ -63,8 +63,9 @@ pub struct Settings {
     /// How long instances of a failed scale-up are reported (so the autoscaler deletes them
     /// and backs off) before they are forgotten.
     pub failed_instance_ttl: Duration,
-    /// How long a job is followed before the provider gives up on it (CloudStack's own scale
-    /// timeout is one hour by default).
+    /// How long a job is polled every `job_poll_interval` (CloudStack's own scale timeout is
+    /// one hour by default); a job still running after it is polled rarely, and stays the
+    /// group's operation. Also how far back `listAsyncJobs` is searched for a running job.
     pub job_max_follow: Duration,
     /// GPULabel answer.
     pub gpu_label: String,
@@ -515,11 +516,48 @@ impl Provider {
         Ok(snap)
     }
 
-    /// Refresh: fetch every group whose snapshot is older than the refresh interval, in one
-    /// call per cluster (independent of the number of nodes). Fails only when a group has no
-    /// snapshot newer than the staleness bound.
+    /// Refresh with no deadline (the first refresh, `demo`): waits for the round to end.
     pub async fn refresh(&self) -> Result<(), Status> {
-        let _one_at_a_time = self.inner.refresh_lock.lock().await;
+        self.refresh_within(None).await
+    }
+
+    /// Refresh as the RPC runs it: fetch every group whose snapshot is older than the refresh
+    /// interval, in one call per cluster (independent of the number of nodes), and answer
+    /// before `deadline` (less a margin for the answer to travel back) whatever CloudStack
+    /// does. Fails only when a group has no snapshot newer than the staleness bound.
+    ///
+    /// The fetches run in a task of their own: when they outlast the deadline they go on and
+    /// install their result when it comes, and a caller that gives up (the autoscaler's
+    /// deadline, a dropped connection) cannot interrupt them half-way. Rounds never overlap
+    /// (`refresh_lock`): a Refresh arriving while one runs waits for that one instead of
+    /// fetching the same clusters again, so a CloudStack slower than the autoscaler's loop
+    /// never piles requests up.
+    pub async fn refresh_within(&self, deadline: Option<Instant>) -> Result<(), Status> {
+        let p = self.clone();
+        let round = tokio::spawn(async move { p.refresh_round().await });
+        let joined = match deadline {
+            None => round.await,
+            Some(d) => match tokio::time::timeout_at(ops::before(d), round).await {
+                Ok(joined) => joined,
+                Err(_) => return self.judge_snapshots(true),
+            },
+        };
+        joined.unwrap_or_else(|e| {
+            Err(Status::internal(format!(
+                "the refresh task ended abnormally: {e}"
+            )))
+        })
+    }
+
+    /// One refresh round, or, when one is already running, waiting for that round.
+    async fn refresh_round(&self) -> Result<(), Status> {
+        let _one_at_a_time = match self.inner.refresh_lock.try_lock() {
+            Ok(guard) => guard,
+            Err(_) => {
+                drop(self.inner.refresh_lock.lock().await);
+                return self.judge_snapshots(false);
+            }
+        };
         let min_interval = self.inner.settings.refresh_min_interval;
         let stale = self.inner.settings.staleness_bound;
         let mut failures = Vec::new();
@@ -549,6 +587,53 @@ impl Provider {
             Err(Status::unavailable(format!(
                 "no CloudStack snapshot newer than {:?} for: {}",
                 stale,
+                failures.join("; ")
+            )))
+        }
+    }
+
+    /// The Refresh answer from the snapshots as they are, when the round did not end in time
+    /// (`timed_out`) or another caller's round was awaited: OK when every group has a snapshot
+    /// within the staleness bound, else UNAVAILABLE naming the groups and why.
+    fn judge_snapshots(&self, timed_out: bool) -> Result<(), Status> {
+        let stale = self.inner.settings.staleness_bound;
+        let mut failures = Vec::new();
+        for (gi, g) in self.inner.groups.iter().enumerate() {
+            let (age, last_error) = {
+                let st = g.lock();
+                (
+                    st.snap.as_ref().map(|s| s.fetched_at.elapsed()),
+                    st.last_error.clone(),
+                )
+            };
+            if age.is_some_and(|a| a < stale) {
+                continue;
+            }
+            let mut why = match age {
+                None => "no snapshot yet".to_string(),
+                Some(a) => format!("the last snapshot is {:.1}s old", a.as_secs_f64()),
+            };
+            if timed_out {
+                why.push_str(
+                    "; CloudStack did not answer listKubernetesClusters within the request's deadline \
+                     (the fetch goes on in the background)",
+                );
+            }
+            if let Some(e) = last_error {
+                why.push_str(&format!("; last error: {e}"));
+            }
+            failures.push(format!("{}: {why}", self.group_label(gi)));
+        }
+        if failures.is_empty() {
+            if timed_out {
+                tracing::warn!(
+                    "Refresh answered from snapshots within the staleness bound: CloudStack is slower than the request's deadline"
+                );
+            }
+            Ok(())
+        } else {
+            Err(Status::unavailable(format!(
+                "no CloudStack snapshot newer than {stale:?} for: {}",
                 failures.join("; ")
             )))
         }

@@ -44,7 +44,8 @@ fn check_max(label: &str, target: u32, delta: u32, max: u32) -> Result<(), Statu
     Ok(())
 }
 
-fn before(deadline: Instant) -> tokio::time::Instant {
+/// `deadline` less the margin the answer needs to travel back (never in the past).
+pub(crate) fn before(deadline: Instant) -> tokio::time::Instant {
     let now = Instant::now();
     let d = deadline
         .checked_sub(DEADLINE_MARGIN)
@@ -274,20 +275,81 @@ impl Provider {
                         errortext,
                         errorcode,
                     } => {
-                        g.lock().op = None;
-                        return Err(self.job_refusal(gi, &job_id, errorcode, &errortext));
+                        return self
+                            .failed_in_watch(gi, &job_id, errorcode, errortext, false, d)
+                            .await;
                     }
                     JobOutcome::Cancelled => {
-                        g.lock().op = None;
-                        return Err(Status::aborted(format!(
-                            "node group {label}: CloudStack cancelled scale job {job_id}"
-                        )));
+                        let text = "the job was cancelled".to_string();
+                        return self.failed_in_watch(gi, &job_id, 0, text, true, d).await;
                     }
                 }
             }
         }
         self.spawn_follower(gi, job_id);
         Ok(())
+    }
+
+    /// A job that failed while its scale RPC still watched it. CloudStack validates inside the
+    /// job, so a failure this early is usually a refusal: nothing was created, and the RPC
+    /// fails with CloudStack's text, leaving the group as it was. A job that already changed
+    /// the cluster (VMs created, then one failed) is settled exactly as the follower settles
+    /// it: its VMs, and the ones it never created, become failed instances that count in the
+    /// target.
+    ///
+    /// Such a scale-up answers OK. The autoscaler then records the scale-up request, sees the
+    /// failed instances (Creating with an error) as failed creations of that request, backs
+    /// the group off with their error class and code, and deletes them. An error instead
+    /// would back the group off as a generic `cloudProviderError` with no scale-up request,
+    /// so the failed instances would count against nothing, the VMs CloudStack left behind
+    /// would look like unrequested nodes, and the autoscaler could ask for more on top of
+    /// them once the backoff ends. A removal that failed part-way still fails the RPC: the
+    /// autoscaler keeps the nodes CloudStack did not remove.
+    async fn failed_in_watch(
+        &self,
+        gi: usize,
+        job_id: &str,
+        code: i64,
+        text: String,
+        cancelled: bool,
+        deadline: Instant,
+    ) -> Result<(), Status> {
+        let g = &self.inner.groups[gi];
+        let label = self.group_label(gi);
+        let fetched = matches!(
+            timeout_at(before(deadline), self.fetch_cluster_only(gi)).await,
+            Ok(Ok(()))
+        );
+        // Unsure whether it created anything (CloudStack did not answer in time): treat it as
+        // a failed scale-up, which at worst reports placeholders the autoscaler deletes.
+        let changed = {
+            let st = g.lock();
+            match (&st.op, &st.snap) {
+                (Some(op), Some(s)) if fetched => {
+                    super::follow::job_changed_cluster(&op.kind, &s.snap)
+                }
+                _ => true,
+            }
+        };
+        if !changed {
+            g.lock().op = None;
+            if cancelled {
+                return Err(Status::aborted(format!(
+                    "node group {label}: CloudStack cancelled scale job {job_id}"
+                )));
+            }
+            return Err(self.job_refusal(gi, job_id, code, &text));
+        }
+        match self.settle_job(gi, job_id, Some(&(code, text.clone())), fetched) {
+            Some(OpKind::Increase { from, to, .. }) => {
+                tracing::warn!(group = %label, job = job_id, from, to,
+                    "the scale-up failed part-way while IncreaseSize watched it; its instances are reported as failed creations");
+                Ok(())
+            }
+            _ => Err(Status::failed_precondition(format!(
+                "node group {label}: CloudStack scale job {job_id} failed (code {code}): {text}"
+            ))),
+        }
     }
 
     /// The status for a job CloudStack failed at once (it validates inside the job).

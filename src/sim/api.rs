@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use super::clock::parse_stamp;
 use super::config::SimSettings;
 use super::ids::is_uuid;
 use super::jobs::{self, INTERNAL_ERROR};
@@ -427,8 +428,25 @@ fn query_job(w: &World, cmd: &Cmd<'_>) -> Result<Reply, Reply> {
     Ok(cmd.ok_with(&render::job(w, job)))
 }
 
+/// CloudStack's `listAsyncJobs`: the account's jobs ordered by id (oldest first), `keyword`
+/// matched against the command class, `startdate` (a TZDATE) keeping jobs created at or after
+/// it, then paged.
 fn list_jobs(w: &World, cmd: &Cmd<'_>) -> Result<Reply, Reply> {
     let keyword = cmd.p.get("keyword").map(str::to_ascii_lowercase);
+    let since = match cmd.p.get("startdate") {
+        None => None,
+        Some(v) => Some(parse_stamp(v).ok_or_else(|| {
+            Reply::error(
+                &cmd.response(),
+                431,
+                9999,
+                &format!(
+                    "Unable to parse date {v} for command {}, please pass dates in the format mentioned in the api documentation",
+                    cmd.lower
+                ),
+            )
+        })?),
+    };
     let jobs: Vec<render::JobView<'_>> = w
         .job_order
         .iter()
@@ -438,6 +456,7 @@ fn list_jobs(w: &World, cmd: &Cmd<'_>) -> Result<Reply, Reply> {
                 .as_deref()
                 .is_none_or(|k| j.kind.class().to_ascii_lowercase().contains(k))
         })
+        .filter(|j| since.is_none_or(|t| parse_stamp(&j.created).is_some_and(|c| c >= t)))
         .map(|j| render::job(w, j))
         .collect();
     let jobs = cmd.page(jobs)?;

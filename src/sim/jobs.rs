@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::Shared;
-use super::clock::now_stamp;
+use super::clock::{format_stamp, now_stamp};
 use super::config::{JobFailure, SimSettings};
 use super::model::{ClusterState, Job, JobKind, JobResult, JobStatus, VmRole, VmState, World};
 use super::render;
@@ -34,6 +34,32 @@ pub fn new_job(w: &mut World, kind: JobKind, instance_id: &str) -> String {
     );
     w.job_order.push(id.clone());
     id
+}
+
+/// Adds `count` succeeded scale jobs of `cluster_id` created at `created_unix` (seconds),
+/// listed before every existing job: CloudStack orders jobs by id, and these are older.
+pub fn add_past_jobs(w: &mut World, cluster_id: &str, count: usize, created_unix: u64) {
+    let created = format_stamp(created_unix);
+    let result = cluster_result(w, cluster_id);
+    let mut ids = Vec::with_capacity(count);
+    for _ in 0..count {
+        let id = w.ids.uuid();
+        w.jobs.insert(
+            id.clone(),
+            Job {
+                id: id.clone(),
+                kind: JobKind::ScaleCluster,
+                instance_id: cluster_id.to_string(),
+                created: created.clone(),
+                completed: Some(created.clone()),
+                status: JobStatus::Succeeded,
+                result_code: 0,
+                result: Some(result.clone()),
+            },
+        );
+        ids.push(id);
+    }
+    w.job_order.splice(0..0, ids);
 }
 
 /// Marks a job succeeded with `result` as its `jobresult`.

@@ -350,6 +350,16 @@ impl SimHandle {
         api::running_jobs(&self.shared.lock(), cluster_id)
     }
 
+    /// Adds `count` succeeded scale jobs of cluster `cluster_id`, created `age` ago and listed
+    /// before every other job: the job history an account builds up (CloudStack keeps finished
+    /// jobs for a day).
+    pub fn add_past_jobs(&self, cluster_id: &str, count: usize, age: std::time::Duration) {
+        let created = u64::try_from(clock::unix_now())
+            .unwrap_or(0)
+            .saturating_sub(age.as_secs());
+        jobs::add_past_jobs(&mut self.shared.lock(), cluster_id, count, created);
+    }
+
     /// Runs one status-scanner pass now, whatever the interval.
     pub fn scan_now(&self) {
         let now = self.shared.clock.now_ms();
