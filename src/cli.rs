@@ -410,7 +410,6 @@ impl ServeArgs {
                 "--cloud-config is required (or --simulate to run against the built-in simulator)"
             );
         };
-        let mut cc = config::load_cloud_config(path)?;
         let api_key = match (
             &self.api_key_file,
             std::env::var("CKS_PROVIDER_API_KEY").ok(),
@@ -427,7 +426,9 @@ impl ServeArgs {
             (None, Some(v)) if !v.is_empty() => Some(v),
             _ => None,
         };
-        cc = cc.with_overrides(api_key, secret_key);
+        // Keys given elsewhere need not be in the file (and a file's key they replace is not
+        // checked or warned about).
+        let cc = config::load_cloud_config_with_keys(path, api_key, secret_key)?;
         let mut client = cc.client_config(self.cloudstack_timeout);
         if let Some(ca) = &self.cloudstack_ca {
             client.ca_bundle_pem = Some(
@@ -593,6 +594,44 @@ mod tests {
             Command::Serve(s) => Ok(*s),
             _ => Err("not serve".into()),
         }
+    }
+
+    #[test]
+    fn keys_from_files_need_not_be_in_the_cloud_config() {
+        let cc = write_temp(
+            "keys-elsewhere.ini",
+            "[Global]\napi-url = http://127.0.0.1:1/client/api\n",
+        );
+        let key = write_temp("api.key", "the-api-key\n");
+        let secret = write_temp("secret.key", "the-secret;with-semicolon\n");
+        let (c, k, sk) = (
+            cc.to_string_lossy().to_string(),
+            key.to_string_lossy().to_string(),
+            secret.to_string_lossy().to_string(),
+        );
+        let s = serve_args(&[
+            "p",
+            "serve",
+            "--cloud-config",
+            &c,
+            "--api-key-file",
+            &k,
+            "--secret-key-file",
+            &sk,
+            "--nodes",
+            "1:3:demo",
+        ])
+        .expect("parses");
+        let client = s
+            .client_config()
+            .expect("keys from the files complete the config");
+        assert_eq!(client.api_key, "the-api-key");
+        assert_eq!(client.secret_key, "the-secret;with-semicolon");
+        // Without them the file's missing keys are an error naming the key.
+        let s = serve_args(&["p", "serve", "--cloud-config", &c, "--nodes", "1:3:demo"])
+            .expect("parses");
+        let e = s.client_config().expect_err("no keys anywhere");
+        assert!(e.to_string().contains("api-key"), "{e}");
     }
 
     #[test]

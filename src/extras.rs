@@ -71,17 +71,36 @@ impl Extras for ProviderExtras {
         provider: &Provider,
         group_id: &str,
     ) -> Result<pb::NodeGroupTemplateNodeInfoResponse, Status> {
-        let input = self.template_input(provider, group_id)?;
-        let node = build_template_node(&input, &self.template)
-            .map_err(|e| Status::failed_precondition(e.to_string()))?;
-        let node_bytes = encode_node(&node);
-        if node_bytes.is_empty() {
-            return Err(Status::internal("the template node encoded to no bytes"));
+        // Any code but Unimplemented makes the autoscaler abort its whole loop (every group,
+        // scale-down included) for as long as a group has no node to copy; Unimplemented makes
+        // it fall back to a not-ready node of the group or skip only this group. So a template
+        // that cannot be built is Unimplemented, with the reason in the message and the log.
+        let built = self.template_input(provider, group_id).and_then(|input| {
+            let node = build_template_node(&input, &self.template)
+                .map_err(|e| Status::failed_precondition(e.to_string()))?;
+            let node_bytes = encode_node(&node);
+            if node_bytes.is_empty() {
+                return Err(Status::internal("the template node encoded to no bytes"));
+            }
+            Ok(node_bytes)
+        });
+        match built {
+            Ok(node_bytes) => Ok(pb::NodeGroupTemplateNodeInfoResponse {
+                node_bytes,
+                resource_slice_bytes: Vec::new(),
+            }),
+            Err(e) => {
+                tracing::warn!(
+                    group = group_id,
+                    reason = e.message(),
+                    "no template node for this node group; answering Unimplemented"
+                );
+                Err(Status::unimplemented(format!(
+                    "no template node for node group {group_id}: {}",
+                    e.message()
+                )))
+            }
         }
-        Ok(pb::NodeGroupTemplateNodeInfoResponse {
-            node_bytes,
-            resource_slice_bytes: Vec::new(),
-        })
     }
 
     fn get_options(

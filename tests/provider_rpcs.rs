@@ -752,3 +752,40 @@ async fn get_options_without_overrides_is_unimplemented_so_the_autoscaler_keeps_
     assert_eq!(e.code(), Code::Unimplemented);
     env.stop().await;
 }
+
+/// A template that cannot be built is Unimplemented, not an error: any other code makes the
+/// autoscaler abort its whole loop while a group has no node to copy.
+#[tokio::test]
+async fn a_template_that_cannot_be_built_is_unimplemented_with_the_reason() {
+    use cks_autoscaler_provider::extras::ProviderExtras;
+    use cks_autoscaler_provider::server::ServeOptions;
+    let sim = cks_autoscaler_provider::sim::spawn(SimConfig::for_tests(API_KEY, SECRET_KEY))
+        .await
+        .unwrap();
+    let id = sim.cluster_id("demo").unwrap();
+    let mut extras = ProviderExtras::default();
+    extras.template.system_reserved.memory_mib = 1_000_000;
+    let options = ServeOptions {
+        extras: std::sync::Arc::new(extras),
+        ..ServeOptions::default()
+    };
+    let (_p, mut client, _, stop) =
+        start_provider_with(&sim, fast_settings(&id, 1, 10), options).await;
+    client.refresh(pb::RefreshRequest {}).await.unwrap();
+    let e = client
+        .node_group_template_node_info(pb::NodeGroupTemplateNodeInfoRequest { id: id.clone() })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::Unimplemented, "{}", e.message());
+    assert!(e.message().contains("memory"), "{}", e.message());
+    // An unknown group is still an error of its own.
+    let e = client
+        .node_group_template_node_info(pb::NodeGroupTemplateNodeInfoRequest {
+            id: "no-such-group".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::NotFound, "{}", e.message());
+    let _ = stop.send(());
+    sim.shutdown().await;
+}

@@ -187,6 +187,11 @@ impl Client {
         })
     }
 
+    /// How long one request may take before it counts as unanswered.
+    pub fn request_timeout(&self) -> Duration {
+        self.inner.request_timeout
+    }
+
     /// The same client (same pool) listing with `page_size` items per page (minimum 1).
     pub fn with_page_size(mut self, page_size: u32) -> Self {
         self.page_size = page_size.max(1);

@@ -299,8 +299,16 @@ impl Provider {
                     .as_ref()
                     .map(|o| o.started.elapsed())
                     .unwrap_or_default();
-                // Give CloudStack a moment to start the job before deciding it never came.
-                if age > self.inner.settings.job_poll_interval {
+                // A request given up on may still be on its way to CloudStack (or queued
+                // there): only once it is older than the longest a request may take, plus a
+                // moment for the job to start, does a cluster not Scaling mean it never came.
+                let settle = self.inner.cs.request_timeout()
+                    + self
+                        .inner
+                        .settings
+                        .job_poll_interval
+                        .max(Duration::from_secs(1));
+                if age > settle {
                     tracing::warn!(group = %cluster_id, "the scale request whose answer was lost did not become a job; forgetting it");
                     st.op = None;
                 }
