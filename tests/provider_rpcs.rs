@@ -789,3 +789,66 @@ async fn a_template_that_cannot_be_built_is_unimplemented_with_the_reason() {
     let _ = stop.send(());
     sim.shutdown().await;
 }
+
+async fn debug_line(env: &mut Env) -> String {
+    env.client
+        .node_groups(pb::NodeGroupsRequest {})
+        .await
+        .expect("node groups")
+        .into_inner()
+        .node_groups
+        .remove(0)
+        .debug
+}
+
+/// Read answers are built once per state change and reused; every change (a refresh, a scale
+/// request) shows at once in the next answer, never a stale one.
+#[tokio::test]
+async fn repeated_reads_follow_every_state_change_at_once() {
+    let mut env = start().await;
+    let (wid, wname, _) = env.workers()[0].clone();
+    let worker = node(&format!("external-cloudstack://{wid}"), &wname);
+    for _ in 0..3 {
+        let g = env.group_for(worker.clone()).await;
+        assert!(
+            g.debug
+                .contains("3 running, 0 creating, 0 deleting, 0 down"),
+            "{}",
+            g.debug
+        );
+        assert_eq!(env.instances().await.len(), 3);
+    }
+    // A VM goes down: the next refresh shows it in every answer.
+    assert!(env.sim.stop_vm(&wid));
+    env.refresh().await.unwrap();
+    let g = env.group_for(worker.clone()).await;
+    assert!(
+        g.debug.contains("1 down") && g.debug.contains(&wname),
+        "{}",
+        g.debug
+    );
+    assert_eq!(debug_line(&mut env).await, g.debug);
+    // A scale request: its placeholder and the job show without a refresh.
+    env.increase(1).await.expect("scale-up accepted");
+    let instances = env.instances().await;
+    assert_eq!(instances.len(), 4, "{instances:?}");
+    assert!(debug_line(&mut env).await.contains("scale-up 3->4"));
+    assert_eq!(env.target().await, 4);
+    env.stop().await;
+}
+
+/// The debug line travels with every NodeGroupForNode answer: it names a few down workers,
+/// not all of them.
+#[tokio::test]
+async fn the_debug_line_names_at_most_ten_down_workers() {
+    let mut spec = ClusterSpec::new("many", 1, 14);
+    spec.workers = NodesSpec::States(vec![VmState::Stopped; 14]);
+    let mut cfg = SimConfig::for_tests(API_KEY, SECRET_KEY);
+    cfg.scenario = Scenario::with_cluster(spec);
+    let mut env = start_with(cfg, "many", |s| s.groups[0].max = 20).await;
+    let line = debug_line(&mut env).await;
+    assert!(line.contains("14 down"), "{line}");
+    assert!(line.contains("and 4 more]"), "{line}");
+    assert_eq!(line.matches("Stopped").count(), 10, "{line}");
+    env.stop().await;
+}
