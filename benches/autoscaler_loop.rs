@@ -6,7 +6,10 @@
 //! that every loop's Refresh really reads CloudStack; the simulator and the mock autoscaler run
 //! in this process. Per loop: wall time, gRPC calls and their summed round trips (as the client
 //! sees them), time spent inside the provider's handlers (from its own
-//! `cks_provider_grpc_request_duration_seconds` histogram on `/metrics`), CloudStack calls (the
+//! `cks_provider_grpc_request_duration_seconds` histogram on `/metrics`), the part of it spent
+//! waiting for CloudStack's answer (`cks_provider_cloudstack_request_duration_seconds`: request
+//! sent → whole answer read, parsing excluded), the provider's own time (the difference; the
+//! goal is judged on it), CloudStack calls (the
 //! simulator's request log) and the provider's resident memory (`/proc/<pid>/status`).
 //!
 //! `cargo bench --bench autoscaler_loop [-- --write] [-- --quick]`
@@ -31,6 +34,19 @@ const METHODS: [&str; 5] = [
     "NodeGroupNodes",
 ];
 const HISTOGRAM: &str = "cks_provider_grpc_request_duration_seconds";
+const CS_HISTOGRAM: &str = "cks_provider_cloudstack_request_duration_seconds";
+
+/// Seconds spent waiting for CloudStack's answers, every command, from a `/metrics` page.
+fn cloudstack_seconds(page: &str) -> f64 {
+    [
+        "listKubernetesClusters",
+        "listServiceOfferings",
+        "listAsyncJobs",
+    ]
+    .iter()
+    .map(|c| histogram_sum_count(page, CS_HISTOGRAM, &format!("command=\"{c}\"")).0)
+    .sum()
+}
 
 /// Handler seconds and calls per method, from a `/metrics` page.
 fn handler_seconds(page: &str) -> BTreeMap<&'static str, (f64, u64)> {
@@ -51,6 +67,8 @@ struct Row {
     round_trip: Duration,
     handler_all: f64,
     handler_refresh: f64,
+    /// Of the handlers' time, waiting for CloudStack to answer.
+    cloudstack_wait: f64,
     /// Mean time inside one NodeGroupForNode handler.
     for_node_mean: Duration,
     cs_calls: BTreeMap<String, usize>,
@@ -97,7 +115,9 @@ async fn measure(workers: u64, loops: usize) -> Row {
     let rss_warm = p.rss_kib().unwrap_or(0);
 
     sim.reset_requests();
-    let before = handler_seconds(&p.metrics().await);
+    let page = p.metrics().await;
+    let before = handler_seconds(&page);
+    let cs_before = cloudstack_seconds(&page);
     let mut wall = Duration::ZERO;
     let mut calls = 0usize;
     let mut round_trip = Duration::ZERO;
@@ -109,7 +129,9 @@ async fn measure(workers: u64, loops: usize) -> Row {
         calls += s.calls.len();
         round_trip += s.calls.iter().map(|c| c.latency).sum::<Duration>();
     }
-    let after = handler_seconds(&p.metrics().await);
+    let page = p.metrics().await;
+    let after = handler_seconds(&page);
+    let cs_after = cloudstack_seconds(&page);
     let mut cs_calls: BTreeMap<String, usize> = BTreeMap::new();
     for r in sim.requests() {
         *cs_calls.entry(r.command).or_default() += 1;
@@ -125,6 +147,7 @@ async fn measure(workers: u64, loops: usize) -> Row {
         round_trip: round_trip / loops as u32,
         handler_all: METHODS.iter().map(|m| delta(m)).sum::<f64>() / loops as f64,
         handler_refresh: delta("Refresh") / loops as f64,
+        cloudstack_wait: (cs_after - cs_before) / loops as f64,
         for_node_mean: Duration::from_secs_f64(
             delta("NodeGroupForNode") / for_node_calls.max(1) as f64,
         ),
@@ -171,8 +194,11 @@ async fn main() {
         "round trips / loop",
         "in handlers / loop",
         "of which Refresh",
+        "of which waiting for CloudStack",
+        "provider's own time / loop",
         "one NodeGroupForNode handler",
         "handlers ÷ round trips",
+        "own time ÷ round trips",
         "reads only ÷ their round trips",
         "CloudStack calls / loop",
         "RSS after warm-up",
@@ -183,6 +209,8 @@ async fn main() {
     for r in &rows {
         let rt = r.round_trip.as_secs_f64();
         let share = r.handler_all / rt.max(1e-9);
+        let own = (r.handler_all - r.cloudstack_wait).max(0.0);
+        let own_share = own / rt.max(1e-9);
         // The hot reads alone: the Refresh round trip is CloudStack time, not RPC overhead.
         let reads_handler = r.handler_all - r.handler_refresh;
         let reads_rt = rt - r.handler_refresh;
@@ -200,8 +228,11 @@ async fn main() {
             fmt_dur(r.round_trip),
             fmt_dur(Duration::from_secs_f64(r.handler_all)),
             fmt_dur(Duration::from_secs_f64(r.handler_refresh)),
+            fmt_dur(Duration::from_secs_f64(r.cloudstack_wait)),
+            fmt_dur(Duration::from_secs_f64(own)),
             fmt_dur(r.for_node_mean),
             format!("{:.1}%", share * 100.0),
+            format!("{:.1}%", own_share * 100.0),
             format!("{:.1}%", reads_share * 100.0),
             cs.join(", "),
             fmt_mib(r.rss_warm),
@@ -210,10 +241,11 @@ async fn main() {
         ]);
         if r.workers == 10_000 {
             notes.push(format!(
-                "10,000 workers: provider-side time is {:.1}% of the loop's gRPC round trips ({:.1}% without Refresh, whose time is mostly reading CloudStack's answer): goal < 5% **{}**; peak RSS {}: goal < 64 MiB **{}**.",
+                "10,000 workers: the provider's own time (handlers minus waiting for CloudStack's answer) is {:.1}% of the loop's gRPC round trips: goal < 5% **{}** (handlers including that wait: {:.1}%; the hot reads alone: {:.1}%); peak RSS {}: goal < 64 MiB **{}**.",
+                own_share * 100.0,
+                if own_share < 0.05 { "met" } else { "not met" },
                 share * 100.0,
                 reads_share * 100.0,
-                if share < 0.05 { "met" } else { "not met" },
                 fmt_mib(r.rss_peak),
                 if r.rss_peak < 64 * 1024 { "met" } else { "not met" },
             ));

@@ -14,7 +14,7 @@ use axum::routing::get;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use std::future::Future;
 use std::sync::OnceLock;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
@@ -47,11 +47,13 @@ pub fn record_rpc(method: &'static str, started: Instant, code: tonic::Code) {
 }
 
 /// Records one CloudStack API call.
-pub fn record_cloudstack(command: &str, started: Instant, outcome: &'static str) {
+/// `waited`: from sending the request to having read the whole answer (CloudStack's time, not
+/// the provider's time parsing it).
+pub fn record_cloudstack(command: &str, waited: Duration, outcome: &'static str) {
     metrics::counter!("cks_provider_cloudstack_requests_total", "command" => command.to_string(), "outcome" => outcome)
         .increment(1);
     metrics::histogram!("cks_provider_cloudstack_request_duration_seconds", "command" => command.to_string())
-        .record(started.elapsed().as_secs_f64());
+        .record(waited.as_secs_f64());
 }
 
 /// Records a finished scale job.

@@ -334,7 +334,11 @@ impl Client {
         read: impl FnOnce(&Answer<'_>) -> Result<T, CsError>,
     ) -> Result<T, CsError> {
         let started = Instant::now();
-        let result = match self.fetch(command, params).await {
+        let fetched = self.fetch(command, params).await;
+        // CloudStack's own time (request sent → whole answer read), recorded apart from the
+        // provider's time reading the answer.
+        let waited = started.elapsed();
+        let result = match fetched {
             Ok((status, body)) => self
                 .interpret(command, status, &body)
                 .and_then(|inner| read(&inner)),
@@ -350,7 +354,7 @@ impl Client {
             Err(CsError::Malformed { .. }) => "malformed",
             Err(CsError::Config(_)) => "config",
         };
-        crate::metrics::record_cloudstack(command, started, outcome);
+        crate::metrics::record_cloudstack(command, waited, outcome);
         match &result {
             Ok(_) => tracing::debug!(command, elapsed_ms, outcome = "ok", "CloudStack call"),
             Err(err) => {

@@ -267,7 +267,7 @@ impl Provider {
         let Some(id) = id else { return Ok(()) };
         match self.inner.cs.get_cluster(&id).await? {
             Some(c) => {
-                self.install_snapshot(gi, &c);
+                self.install_snapshot(gi, c);
                 Ok(())
             }
             None => Err(crate::cloudstack::CsError::Malformed {

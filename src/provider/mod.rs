@@ -270,35 +270,35 @@ pub(crate) fn cs_status(e: &CsError) -> Status {
 }
 
 /// Converts CloudStack's cluster object into the domain's input.
-pub(crate) fn cluster_input(c: &KubernetesCluster) -> ClusterInput {
-    let offering = |id: &Option<String>, name: &Option<String>| {
-        id.as_ref().map(|id| OfferingRef {
-            id: id.clone(),
-            name: name.clone().unwrap_or_default(),
+pub(crate) fn cluster_input(c: KubernetesCluster) -> ClusterInput {
+    let offering = |id: Option<String>, name: Option<String>| {
+        id.map(|id| OfferingRef {
+            id,
+            name: name.unwrap_or_default(),
         })
     };
     let clamp = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
     ClusterInput {
-        id: c.id.clone(),
-        name: c.name.clone(),
         state: ClusterState::parse(&c.state),
+        id: c.id,
+        name: c.name,
         size: clamp(c.size),
         min_size: c.minsize.map(clamp),
         max_size: c.maxsize.map(clamp),
         autoscaling_enabled: c.autoscalingenabled,
         control_nodes: clamp(c.controlnodes),
         etcd_nodes: c.etcdnodes.map(clamp).unwrap_or(0),
-        service_offering: offering(&c.serviceofferingid, &c.serviceofferingname),
-        worker_offering: offering(&c.workerofferingid, &c.workerofferingname),
-        zone_id: c.zoneid.clone().unwrap_or_default(),
-        zone_name: c.zonename.clone().unwrap_or_default(),
+        service_offering: offering(c.serviceofferingid, c.serviceofferingname),
+        worker_offering: offering(c.workerofferingid, c.workerofferingname),
+        zone_id: c.zoneid.unwrap_or_default(),
+        zone_name: c.zonename.unwrap_or_default(),
         vms: c
             .virtualmachines
-            .iter()
+            .into_iter()
             .map(|v| VmInput {
-                id: v.id.clone(),
-                name: v.name.clone(),
                 state: VmState::parse(&v.state),
+                id: v.id,
+                name: v.name,
                 is_external: v.isexternalnode,
                 is_etcd: v.isetcdnode,
             })
@@ -427,7 +427,7 @@ impl Provider {
     }
 
     /// Installs a freshly fetched cluster as the group's snapshot. Returns the new snapshot.
-    pub(crate) fn install_snapshot(&self, gi: usize, cluster: &KubernetesCluster) -> Arc<Indexed> {
+    pub(crate) fn install_snapshot(&self, gi: usize, cluster: KubernetesCluster) -> Arc<Indexed> {
         let g = &self.inner.groups[gi];
         let snap = ClusterSnapshot::classify(cluster_input(cluster));
         if let Some(w) = &snap.classification_warning {
@@ -442,7 +442,7 @@ impl Provider {
         {
             g.poke.notify_one();
         }
-        st.cluster_id = Some(cluster.id.clone());
+        st.cluster_id = Some(indexed.snap.id.clone());
         st.snap = Some(indexed.clone());
         st.last_error = None;
         // Failed instances whose VM is gone, or that expired, are forgotten.
@@ -511,7 +511,7 @@ impl Provider {
                 return Err(CsError::Config(format!("cluster id {id} not resolved")));
             }
         };
-        let snap = self.install_snapshot(gi, &cluster);
+        let snap = self.install_snapshot(gi, cluster);
         self.after_snapshot(gi).await;
         Ok(snap)
     }
