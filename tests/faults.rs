@@ -263,6 +263,7 @@ async fn cloudstack_slower_than_the_deadline_keeps_reads_fast_and_sends_nothing_
 
     // A scale-up cannot get CloudStack's answer within its 2 s deadline: it says so in time.
     let t0 = Instant::now();
+    let lost_sent = t0;
     let e = s.increase(1, Duration::from_secs(2)).await.unwrap_err();
     assert_eq!(e.code(), Code::Unavailable, "{}", e.message());
     assert!(e.message().contains("deadline"), "{}", e.message());
@@ -279,6 +280,9 @@ async fn cloudstack_slower_than_the_deadline_keeps_reads_fast_and_sends_nothing_
     // CloudStack recovers. Whether or not it ran the lost request, the provider settles on
     // what CloudStack has, and the cluster grew by at most the one node asked for.
     s.sim.configure(|c| c.latency = Duration::ZERO);
+    // Like CloudStack, the simulator runs the request the provider gave up on once its 3 s
+    // latency is over (a client hanging up does not cancel a command).
+    tokio::time::sleep_until((lost_sent + Duration::from_millis(3500)).into()).await;
     let sim = s.sim.clone();
     let cluster = s.cluster.clone();
     wait_until("CloudStack idle", WAIT, async || {

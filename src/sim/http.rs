@@ -223,14 +223,32 @@ async fn handle(
         });
         (fault, s.latency)
     };
-    if !latency.is_zero() {
-        tokio::time::sleep(latency).await;
-    }
     if let Some(Fault::Error(status)) = fault {
+        if !latency.is_zero() {
+            tokio::time::sleep(latency).await;
+        }
         return proxy_error(status);
     }
 
-    let reply = authenticated_reply(&sh, command.as_deref(), &params);
+    // CloudStack (a servlet) runs a command it has received even when the client hangs up
+    // while waiting: the command runs in a task of its own, which a dropped connection does
+    // not cancel.
+    let work = {
+        let sh = sh.clone();
+        tokio::spawn(async move {
+            if !latency.is_zero() {
+                tokio::time::sleep(latency).await;
+            }
+            authenticated_reply(&sh, command.as_deref(), &params)
+        })
+    };
+    let reply = match work.await {
+        Ok(reply) => reply,
+        Err(e) => {
+            tracing::error!(error = %e, "simulated command task failed");
+            return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+        }
+    };
 
     match fault {
         Some(Fault::Drop) => {
