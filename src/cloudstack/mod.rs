@@ -57,6 +57,12 @@ const MAX_PAGES: u32 = 10_000;
 /// Bodies larger than this are refused rather than buffered.
 const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
 
+/// Sent with cluster lists: without it CloudStack lists only the caller's own account's
+/// clusters, so an admin or domain-admin key would not see a cluster another account owns.
+fn listall() -> (&'static str, String) {
+    ("listall", "true".to_string())
+}
+
 /// How much of an unexpected body an error quotes.
 const SNIPPET_CHARS: usize = 200;
 
@@ -201,7 +207,7 @@ impl Client {
     /// `listKubernetesClusters id=…`; `Ok(None)` when CloudStack lists none.
     pub async fn get_cluster(&self, id: &str) -> Result<Option<KubernetesCluster>, CsError> {
         let clusters: Vec<KubernetesCluster> = self
-            .list_one_page(&LIST_CLUSTERS, vec![("id", id.to_string())])
+            .list_one_page(&LIST_CLUSTERS, vec![("id", id.to_string()), listall()])
             .await?;
         Ok(clusters.into_iter().find(|c| c.id == id))
     }
@@ -212,7 +218,7 @@ impl Client {
         name: &str,
     ) -> Result<Vec<KubernetesCluster>, CsError> {
         let clusters: Vec<KubernetesCluster> = self
-            .list_all_pages(&LIST_CLUSTERS, vec![("name", name.to_string())])
+            .list_all_pages(&LIST_CLUSTERS, vec![("name", name.to_string()), listall()])
             .await?;
         // Documented as a substring match in some versions; keep exact matches only.
         Ok(clusters.into_iter().filter(|c| c.name == name).collect())
@@ -220,7 +226,7 @@ impl Client {
 
     /// `listKubernetesClusters` (all the key can see; follows paging).
     pub async fn list_clusters(&self) -> Result<Vec<KubernetesCluster>, CsError> {
-        self.list_all_pages(&LIST_CLUSTERS, Vec::new()).await
+        self.list_all_pages(&LIST_CLUSTERS, vec![listall()]).await
     }
 
     /// `scaleKubernetesCluster id=… size=…` and nothing else. Returns the job id.

@@ -323,6 +323,11 @@ async fn project_id_is_sent_on_list_calls_but_not_on_scale() {
     );
     assert!(!reqs[2].params.contains_key("projectid"));
     assert!(reqs.iter().all(|r| r.signature_ok));
+    // Cluster lists ask for every account's clusters the key may see; scale requests do not.
+    for r in &reqs[..2] {
+        assert_eq!(r.params.get("listall").map(String::as_str), Some("true"));
+    }
+    assert!(!reqs[2].params.contains_key("listall"));
 }
 
 #[tokio::test]
