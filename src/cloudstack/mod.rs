@@ -502,17 +502,11 @@ impl Client {
         let fields: HashMap<String, &RawValue> = serde_json::from_str(inner.get())
             .map_err(|e| malformed(command, format!("invalid response object ({e})")))?;
         if let Some(errorcode) = fields.get("errorcode") {
-            let number = |raw: &RawValue| -> Option<i64> {
-                match serde_json::from_str::<serde_json::Value>(raw.get()).ok()? {
-                    serde_json::Value::Number(n) => n.as_i64(),
-                    serde_json::Value::String(s) => s.trim().parse().ok(),
-                    _ => None,
-                }
-            };
-            let errorcode = number(errorcode).unwrap_or(i64::from(status));
+            let errorcode =
+                raw_number(errorcode, |d| types::lenient::opt_i64(d)).unwrap_or(i64::from(status));
             let cserrorcode = fields
                 .get("cserrorcode")
-                .and_then(|c| number(c))
+                .and_then(|c| raw_number(c, |d| types::lenient::opt_i64(d)))
                 .unwrap_or(0);
             let errortext = fields
                 .get("errortext")
@@ -671,14 +665,9 @@ fn parse_list<T: DeserializeOwned>(
     inner: &Answer<'_>,
 ) -> Result<(Vec<T>, Option<u64>), CsError> {
     let fields = &inner.fields;
-    let count =
-        fields.get("count").and_then(|c| {
-            match serde_json::from_str::<serde_json::Value>(c.get()).ok()? {
-                serde_json::Value::Number(n) => n.as_u64(),
-                serde_json::Value::String(s) => s.trim().parse().ok(),
-                _ => None,
-            }
-        });
+    let count = fields
+        .get("count")
+        .and_then(|c| raw_number(c, |d| types::lenient::opt_u64(d)));
     let items = match fields.get(spec.field) {
         None => Vec::new(),
         Some(raw) if raw.get().trim() == "null" => Vec::new(),
@@ -708,6 +697,19 @@ fn parse_list<T: DeserializeOwned>(
         }
     };
     Ok((items, count))
+}
+
+/// A number CloudStack sends as a JSON number or a numeric string, read with the lenient
+/// reader the typed responses use; `None` when absent, empty or not a number.
+fn raw_number<T>(
+    raw: &RawValue,
+    read: impl FnOnce(
+        &mut serde_json::Deserializer<serde_json::de::StrRead<'_>>,
+    ) -> serde_json::Result<Option<T>>,
+) -> Option<T> {
+    read(&mut serde_json::Deserializer::from_str(raw.get()))
+        .ok()
+        .flatten()
 }
 
 fn malformed(command: &str, detail: String) -> CsError {
