@@ -22,7 +22,7 @@ impl Provider {
 
     fn still_following(&self, gi: usize, job_id: &str) -> bool {
         self.inner.groups[gi]
-            .lock()
+            .read()
             .op
             .as_ref()
             .and_then(|o| o.job_id.as_deref())
@@ -228,7 +228,7 @@ impl Provider {
     async fn submit_queued(&self, gi: usize, n: u32, placeholders: Vec<String>) {
         let g = &self.inner.groups[gi];
         let label = self.group_label(gi);
-        let Some(snap) = g.lock().snap.clone() else {
+        let Some(snap) = g.read().snap.clone() else {
             return;
         };
         let new_size = snap.snap.size + n;
@@ -263,7 +263,7 @@ impl Provider {
         &self,
         gi: usize,
     ) -> Result<(), crate::cloudstack::CsError> {
-        let id = self.inner.groups[gi].lock().cluster_id.clone();
+        let id = self.inner.groups[gi].read().cluster_id.clone();
         let Some(id) = id else { return Ok(()) };
         match self.inner.cs.get_cluster(&id).await? {
             Some(c) => {
@@ -282,7 +282,7 @@ impl Provider {
     pub(crate) async fn after_snapshot(&self, gi: usize) {
         let g = &self.inner.groups[gi];
         let (scaling, unconfirmed, idle, cluster_id) = {
-            let st = g.lock();
+            let st = g.read();
             let scaling = st
                 .snap
                 .as_ref()

@@ -600,7 +600,7 @@ impl Provider {
         let mut failures = Vec::new();
         for (gi, g) in self.inner.groups.iter().enumerate() {
             let (age, last_error) = {
-                let st = g.lock();
+                let st = g.read();
                 (
                     st.snap.as_ref().map(|s| s.fetched_at.elapsed()),
                     st.last_error.clone(),

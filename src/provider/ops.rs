@@ -74,7 +74,7 @@ impl Provider {
     /// time and the cached one is within the staleness bound.
     async fn fresh_snapshot(&self, gi: usize, deadline: Instant) -> Result<Arc<Indexed>, Status> {
         let fetched = timeout_at(before(deadline), self.fetch_group(gi)).await;
-        let cached = self.inner.groups[gi].lock().snap.clone();
+        let cached = self.inner.groups[gi].read().snap.clone();
         let stale = self.inner.settings.staleness_bound;
         match fetched {
             Ok(Ok(s)) => Ok(s),
@@ -143,7 +143,7 @@ impl Provider {
         }
         let snap = self.fresh_snapshot(gi, deadline).await?;
         let (from, new_size) = {
-            let st = g.lock();
+            let st = g.read();
             if let Some(op) = &st.op {
                 return Err(Status::failed_precondition(format!(
                     "node group {label}: cluster {} is {} with a scale job this provider did not start (job {}); retry when it ends",
@@ -197,7 +197,7 @@ impl Provider {
     ) -> Result<(), Status> {
         let g = &self.inner.groups[gi];
         let label = self.group_label(gi);
-        let cluster_id = g.lock().cluster_id.clone().ok_or_else(|| {
+        let cluster_id = g.read().cluster_id.clone().ok_or_else(|| {
             Status::unavailable(format!("node group {label}: cluster id not resolved yet"))
         })?;
         g.lock().op = Some(Op {
@@ -323,7 +323,7 @@ impl Provider {
         // Unsure whether it created anything (CloudStack did not answer in time): treat it as
         // a failed scale-up, which at worst reports placeholders the autoscaler deletes.
         let changed = {
-            let st = g.lock();
+            let st = g.read();
             match (&st.op, &st.snap) {
                 (Some(op), Some(s)) if fetched => {
                     super::follow::job_changed_cluster(&op.kind, &s.snap)
@@ -356,7 +356,7 @@ impl Provider {
     fn job_refusal(&self, gi: usize, job_id: &str, code: i64, text: &str) -> Status {
         let label = self.group_label(gi);
         let in_alert = self.inner.groups[gi]
-            .lock()
+            .read()
             .snap
             .as_ref()
             .is_some_and(|s| s.snap.state == crate::domain::cluster::ClusterState::Alert);
@@ -392,7 +392,7 @@ impl Provider {
             self.apply_local_drops(gi, &plan);
             return Ok(());
         }
-        if let Some(op) = &g.lock().op {
+        if let Some(op) = &g.read().op {
             return Err(Status::failed_precondition(format!(
                 "node group {label}: a scale job is running ({}); CloudStack runs one scale operation per cluster at a time, retry when it ends",
                 describe(&op.kind, op.job_id.as_deref())
@@ -420,7 +420,7 @@ impl Provider {
         if let Err(r) = check_scale(&snap.snap, &request, &self.alert_scaling()) {
             return Err(self.refusal_status(gi, &r));
         }
-        if g.lock().op.is_some() {
+        if g.read().op.is_some() {
             return Err(Status::failed_precondition(format!(
                 "node group {label}: cluster {} is {} with a scale job this provider did not start; retry when it ends",
                 snap.snap.name, snap.snap.state
@@ -468,7 +468,7 @@ impl Provider {
 
     fn plan_delete(&self, gi: usize, label: &str, nodes: &[NodeRef]) -> Result<DeletePlan, Status> {
         let g = &self.inner.groups[gi];
-        let st = g.lock();
+        let st = g.read();
         let Some(s) = st.snap.clone() else {
             return Err(Status::unavailable(format!(
                 "node group {label}: no CloudStack snapshot yet"
