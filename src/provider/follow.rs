@@ -118,9 +118,15 @@ impl Provider {
         {
             return;
         }
+        self.send_queued(gi).await;
+    }
+
+    /// Sends the increases queued behind an operation that has ended, if any. The caller holds
+    /// the op lock and no operation is in flight.
+    async fn send_queued(&self, gi: usize) {
         let queued = {
-            let mut st = g.lock();
-            if st.queued_increase > 0 {
+            let mut st = self.inner.groups[gi].lock();
+            if st.op.is_none() && st.queued_increase > 0 {
                 let n = std::mem::take(&mut st.queued_increase);
                 let ph = std::mem::take(&mut st.queued_placeholders);
                 Some((n, ph))
@@ -311,6 +317,15 @@ impl Provider {
                 if age > settle {
                     tracing::warn!(group = %cluster_id, "the scale request whose answer was lost did not become a job; forgetting it");
                     st.op = None;
+                    // Increases queued behind it go out now, as after any other operation.
+                    // In a task of its own: the caller may hold the op lock.
+                    if st.queued_increase > 0 {
+                        let p = self.clone();
+                        tokio::spawn(async move {
+                            let _ops = p.inner.groups[gi].op_lock.lock().await;
+                            p.send_queued(gi).await;
+                        });
+                    }
                 }
             }
             return;
