@@ -392,7 +392,7 @@ impl ServeArgs {
             tracing::warn!("{w}");
         }
         Ok(crate::extras::ProviderExtras {
-            template: t,
+            template: Some(t),
             overrides,
         })
     }

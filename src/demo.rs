@@ -182,7 +182,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     provider
         .refresh()
         .await
-        .map_err(|s| anyhow::anyhow!("first refresh: {}", s.message()))?;
+        .map_err(|e| anyhow::anyhow!("first refresh: {e}"))?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();

@@ -2,22 +2,32 @@
 //! [`crate::template`] from the worker offering read at Refresh) and NodeGroupGetOptions
 //! (per-cluster overrides from [`crate::options`]).
 
-use crate::grpc::Extras;
 use crate::options::{OptionOverrides, merged_options};
 use crate::pb;
-use crate::provider::Provider;
+use crate::provider::{Error, Provider, Result};
 use crate::template::{
     TemplateInput, TemplateSettings, build_template_node, encode_node, gpu_from_offering,
 };
 use std::collections::HashMap;
-use tonic::Status;
 
 /// Template settings and option overrides for every group.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct ProviderExtras {
-    pub template: TemplateSettings,
+    /// How template nodes are shaped; `None` answers NodeGroupTemplateNodeInfo with
+    /// UNIMPLEMENTED (as a provider without scale-from-zero support does).
+    pub template: Option<TemplateSettings>,
     /// Keyed by cluster id or cluster name, as given on the command line.
     pub overrides: HashMap<String, OptionOverrides>,
+}
+
+impl Default for ProviderExtras {
+    /// Template nodes with the default shape, no option overrides.
+    fn default() -> Self {
+        ProviderExtras {
+            template: Some(TemplateSettings::default()),
+            overrides: HashMap::new(),
+        }
+    }
 }
 
 impl ProviderExtras {
@@ -34,15 +44,15 @@ impl ProviderExtras {
         &self,
         provider: &Provider,
         group_id: &str,
-    ) -> Result<TemplateInput, Status> {
-        let snap = provider.snapshot(group_id).ok_or_else(|| {
-            Status::unavailable(format!("node group {group_id}: no CloudStack snapshot yet"))
-        })?;
+    ) -> std::result::Result<TemplateInput, String> {
+        let snap = provider
+            .snapshot(group_id)
+            .ok_or_else(|| "no CloudStack snapshot yet".to_string())?;
         let offering = provider.worker_offering(group_id).ok_or_else(|| {
-            Status::unavailable(format!(
-                "node group {group_id}: the worker service offering of cluster {:?} has not been read yet (listServiceOfferings)",
+            format!(
+                "the worker service offering of cluster {:?} has not been read yet (listServiceOfferings)",
                 snap.name
-            ))
+            )
         })?;
         let details = offering.serviceofferingdetails.clone().unwrap_or_default();
         Ok(TemplateInput {
@@ -65,56 +75,60 @@ impl ProviderExtras {
     }
 }
 
-impl Extras for ProviderExtras {
-    fn template_node_info(
-        &self,
-        provider: &Provider,
-        group_id: &str,
-    ) -> Result<pb::NodeGroupTemplateNodeInfoResponse, Status> {
-        // Any code but Unimplemented makes the autoscaler abort its whole loop (every group,
-        // scale-down included) for as long as a group has no node to copy; Unimplemented makes
-        // it fall back to a not-ready node of the group or skip only this group. So a template
-        // that cannot be built is Unimplemented, with the reason in the message and the log.
-        let built = self.template_input(provider, group_id).and_then(|input| {
-            let node = build_template_node(&input, &self.template)
-                .map_err(|e| Status::failed_precondition(e.to_string()))?;
-            let node_bytes = encode_node(&node);
-            if node_bytes.is_empty() {
-                return Err(Status::internal("the template node encoded to no bytes"));
-            }
-            Ok(node_bytes)
-        });
-        match built {
-            Ok(node_bytes) => Ok(pb::NodeGroupTemplateNodeInfoResponse {
-                node_bytes,
-                resource_slice_bytes: Vec::new(),
-            }),
-            Err(e) => {
-                tracing::warn!(
-                    group = group_id,
-                    reason = e.message(),
-                    "no template node for this node group; answering Unimplemented"
-                );
-                Err(Status::unimplemented(format!(
-                    "no template node for node group {group_id}: {}",
-                    e.message()
-                )))
-            }
+impl ProviderExtras {
+    /// Without template nodes (NodeGroupTemplateNodeInfo answers UNIMPLEMENTED) and without
+    /// option overrides.
+    pub fn without_template() -> Self {
+        ProviderExtras {
+            template: None,
+            overrides: HashMap::new(),
         }
     }
 
-    fn get_options(
+    /// NodeGroupTemplateNodeInfo: the encoded template node (`k8s.io.api.core.v1.Node`).
+    ///
+    /// Any code but Unimplemented makes the autoscaler abort its whole loop (every group,
+    /// scale-down included) for as long as a group has no node to copy; Unimplemented makes
+    /// it fall back to a not-ready node of the group or skip only this group. So a template
+    /// that cannot be built is [`Error::NoTemplate`], with the reason in the message and the
+    /// log.
+    pub fn template_node_info(&self, provider: &Provider, group_id: &str) -> Result<Vec<u8>> {
+        provider.has_group(group_id)?;
+        let built = match &self.template {
+            None => Err("this provider is configured without template nodes".to_string()),
+            Some(settings) => self.template_input(provider, group_id).and_then(|input| {
+                let node = build_template_node(&input, settings).map_err(|e| e.to_string())?;
+                let node_bytes = encode_node(&node);
+                if node_bytes.is_empty() {
+                    return Err("the template node encoded to no bytes".to_string());
+                }
+                Ok(node_bytes)
+            }),
+        };
+        built.map_err(|reason| {
+            tracing::warn!(
+                group = group_id,
+                reason = %reason,
+                "no template node for this node group; answering Unimplemented"
+            );
+            Error::NoTemplate {
+                group: group_id.to_string(),
+                reason,
+            }
+        })
+    }
+
+    /// NodeGroupGetOptions: the request's defaults with this group's overrides applied.
+    pub fn get_options(
         &self,
         provider: &Provider,
         request: &pb::NodeGroupAutoscalingOptionsRequest,
-    ) -> Result<pb::NodeGroupAutoscalingOptionsResponse, Status> {
-        provider.group(&request.id)?;
+    ) -> Result<pb::NodeGroupAutoscalingOptions> {
+        provider.has_group(&request.id)?;
         match self.overrides_for(provider, &request.id) {
-            Some(o) if !o.is_empty() => Ok(pb::NodeGroupAutoscalingOptionsResponse {
-                node_group_autoscaling_options: Some(merged_options(request.defaults.as_ref(), o)),
-            }),
-            _ => Err(Status::unimplemented(
-                "no option overrides for this node group: the autoscaler's own flags apply",
+            Some(o) if !o.is_empty() => Ok(merged_options(request.defaults.as_ref(), o)),
+            _ => Err(Error::NoOptions(
+                "no option overrides for this node group: the autoscaler's own flags apply".into(),
             )),
         }
     }

@@ -1,61 +1,90 @@
 //! The externalgrpc `CloudProvider` service: a thin adapter from protobuf messages to
-//! [`Provider`] calls. Deadlines come from the request's `grpc-timeout`.
+//! [`Provider`] calls, and the one place where a provider error becomes a gRPC status code
+//! ([`status`]). Deadlines come from the request's `grpc-timeout`.
 
+use crate::cloudstack::CsError;
+use crate::domain::machine::ScaleError;
 use crate::domain::status::{InstanceError, InstanceState};
+use crate::extras::ProviderExtras;
 use crate::pb;
 use crate::pb::cloud_provider_server::CloudProvider;
-use crate::provider::ops::NodeRef;
-use crate::provider::{InstanceView, NodeGroupView, Provider};
-use std::time::{Duration, Instant};
-use tonic::{Request, Response, Status};
+use crate::provider::{Error, InstanceView, NodeGroupView, NodeRef, Provider};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use tonic::{Code, Request, Response, Status};
 
-fn observe<T>(method: &'static str, started: Instant, result: &Result<T, Status>) {
-    let code = match result {
-        Ok(_) => tonic::Code::Ok,
+/// The gRPC status the autoscaler sees for a provider error. The only mapping of errors to
+/// codes in the project; the codes are chosen for what the autoscaler does with them:
+/// UNAVAILABLE for what a later call may get past (CloudStack slow or unreachable, no snapshot
+/// yet), FAILED_PRECONDITION for a refusal an operator must look at, NOT_FOUND for a group or
+/// node that is not there, OUT_OF_RANGE past the maximum, UNIMPLEMENTED for optional RPCs that
+/// have nothing to give (any other code aborts the autoscaler's loop).
+pub fn status(e: &Error) -> Status {
+    let code = match e {
+        Error::InvalidArgument(_) => Code::InvalidArgument,
+        Error::UnknownGroup { .. } | Error::ClusterNotFound { .. } => Code::NotFound,
+        Error::NoSnapshot { .. }
+        | Error::Deadline { .. }
+        | Error::AnswerLost { .. }
+        | Error::Stale { .. } => Code::Unavailable,
+        Error::Scale { source, .. } => match source {
+            ScaleError::NoSnapshot => Code::Unavailable,
+            ScaleError::OutOfRange { .. } => Code::OutOfRange,
+            ScaleError::UnknownNode { .. } => Code::NotFound,
+            ScaleError::Refused(_)
+            | ScaleError::PreviousAnswerLost
+            | ScaleError::Busy { .. }
+            | ScaleError::NotWorker { .. }
+            | ScaleError::RegisteredElsewhere { .. }
+            | ScaleError::BeingCreated { .. }
+            | ScaleError::BelowMin { .. }
+            | ScaleError::DecreaseTooLarge { .. } => Code::FailedPrecondition,
+        },
+        Error::AmbiguousName { .. } | Error::JobRefused { .. } | Error::JobFailed { .. } => {
+            Code::FailedPrecondition
+        }
+        Error::JobCancelled { .. } => Code::Aborted,
+        Error::CloudStack(cs) => match cs {
+            CsError::Unreachable { .. } | CsError::Http { .. } | CsError::Malformed { .. } => {
+                Code::Unavailable
+            }
+            CsError::Unauthorized { .. } => Code::PermissionDenied,
+            CsError::Api { .. } => Code::FailedPrecondition,
+            CsError::Config(_) => Code::Internal,
+        },
+        Error::NoTemplate { .. } | Error::NoOptions(_) => Code::Unimplemented,
+        Error::Internal(_) => Code::Internal,
+    };
+    Status::new(code, e.to_string())
+}
+
+/// Runs one RPC: maps its error to a status, records the call's metrics, logs failures.
+async fn observed<T>(
+    method: &'static str,
+    call: impl Future<Output = Result<T, Error>>,
+) -> Result<Response<T>, Status> {
+    let started = std::time::Instant::now();
+    let result = call.await.map(Response::new).map_err(|e| status(&e));
+    let code = match &result {
+        Ok(_) => Code::Ok,
         Err(s) => s.code(),
     };
     crate::metrics::record_rpc(method, started, code);
-    if let Err(s) = result
-        && s.code() != tonic::Code::Unimplemented
+    if let Err(s) = &result
+        && s.code() != Code::Unimplemented
     {
         tracing::debug!(rpc = method, code = ?s.code(), "{}", s.message());
     }
+    result
 }
 
 /// The gRPC service.
 #[derive(Clone)]
 pub struct CloudProviderService {
     provider: Provider,
-    extras: std::sync::Arc<dyn Extras>,
+    extras: Arc<ProviderExtras>,
 }
-
-/// The optional RPCs (template node, options), provided by the modules that own them.
-pub trait Extras: Send + Sync + 'static {
-    /// NodeGroupTemplateNodeInfo.
-    fn template_node_info(
-        &self,
-        _provider: &Provider,
-        _group_id: &str,
-    ) -> Result<pb::NodeGroupTemplateNodeInfoResponse, Status> {
-        Err(Status::unimplemented(
-            "NodeGroupTemplateNodeInfo is not implemented",
-        ))
-    }
-    /// NodeGroupGetOptions.
-    fn get_options(
-        &self,
-        _provider: &Provider,
-        _request: &pb::NodeGroupAutoscalingOptionsRequest,
-    ) -> Result<pb::NodeGroupAutoscalingOptionsResponse, Status> {
-        Err(Status::unimplemented(
-            "NodeGroupGetOptions: no per-group overrides configured; the autoscaler's own flags apply",
-        ))
-    }
-}
-
-/// No optional RPCs.
-pub struct NoExtras;
-impl Extras for NoExtras {}
 
 /// Parses a `grpc-timeout` header value (`<digits><H|M|S|m|u|n>`).
 pub fn parse_grpc_timeout(v: &str) -> Option<Duration> {
@@ -76,19 +105,19 @@ pub fn parse_grpc_timeout(v: &str) -> Option<Duration> {
 }
 
 impl CloudProviderService {
-    /// A service over `provider` with the given optional-RPC implementation.
-    pub fn new(provider: Provider, extras: std::sync::Arc<dyn Extras>) -> Self {
+    /// A service over `provider` answering the optional RPCs from `extras`.
+    pub fn new(provider: Provider, extras: Arc<ProviderExtras>) -> Self {
         CloudProviderService { provider, extras }
     }
 
-    fn deadline<T>(&self, req: &Request<T>) -> Instant {
+    fn deadline<T>(&self, req: &Request<T>) -> tokio::time::Instant {
         let budget = req
             .metadata()
             .get("grpc-timeout")
             .and_then(|v| v.to_str().ok())
             .and_then(parse_grpc_timeout)
             .unwrap_or(self.provider.settings().default_rpc_deadline);
-        Instant::now() + budget
+        tokio::time::Instant::now() + budget
     }
 }
 
@@ -125,110 +154,133 @@ fn error_pb(e: InstanceError) -> pb::InstanceErrorInfo {
     }
 }
 
-impl CloudProviderService {
-    async fn node_groups_inner(
+#[tonic::async_trait]
+impl CloudProvider for CloudProviderService {
+    async fn node_groups(
         &self,
         _request: Request<pb::NodeGroupsRequest>,
     ) -> Result<Response<pb::NodeGroupsResponse>, Status> {
-        Ok(Response::new(pb::NodeGroupsResponse {
-            node_groups: self
-                .provider
-                .node_groups()
-                .into_iter()
-                .map(group_pb)
-                .collect(),
-        }))
+        observed("NodeGroups", async {
+            Ok(pb::NodeGroupsResponse {
+                node_groups: self
+                    .provider
+                    .node_groups()
+                    .into_iter()
+                    .map(group_pb)
+                    .collect(),
+            })
+        })
+        .await
     }
 
-    async fn node_group_for_node_inner(
+    async fn node_group_for_node(
         &self,
         request: Request<pb::NodeGroupForNodeRequest>,
     ) -> Result<Response<pb::NodeGroupForNodeResponse>, Status> {
-        let Some(node) = request.into_inner().node else {
-            return Err(Status::invalid_argument(
-                "NodeGroupForNode: node is missing",
-            ));
-        };
-        let group = self
-            .provider
-            .node_group_for_node(
-                &node.provider_id,
-                &node.name,
-                &node.labels,
-                &node.annotations,
-            )
-            .map(group_pb)
-            .unwrap_or_default();
-        Ok(Response::new(pb::NodeGroupForNodeResponse {
-            node_group: Some(group),
-        }))
+        observed("NodeGroupForNode", async {
+            let Some(node) = request.into_inner().node else {
+                return Err(Error::InvalidArgument(
+                    "NodeGroupForNode: node is missing".into(),
+                ));
+            };
+            let group = self
+                .provider
+                .node_group_for_node(
+                    &node.provider_id,
+                    &node.name,
+                    &node.labels,
+                    &node.annotations,
+                )
+                .map(group_pb)
+                .unwrap_or_default();
+            Ok(pb::NodeGroupForNodeResponse {
+                node_group: Some(group),
+            })
+        })
+        .await
     }
 
-    async fn gpu_label_inner(
+    async fn gpu_label(
         &self,
         _request: Request<pb::GpuLabelRequest>,
     ) -> Result<Response<pb::GpuLabelResponse>, Status> {
-        Ok(Response::new(pb::GpuLabelResponse {
-            label: self.provider.settings().gpu_label.clone(),
-        }))
+        observed("GPULabel", async {
+            Ok(pb::GpuLabelResponse {
+                label: self.provider.settings().gpu_label.clone(),
+            })
+        })
+        .await
     }
 
-    async fn get_available_gpu_types_inner(
+    async fn get_available_gpu_types(
         &self,
         _request: Request<pb::GetAvailableGpuTypesRequest>,
     ) -> Result<Response<pb::GetAvailableGpuTypesResponse>, Status> {
-        let gpu_types = self
-            .provider
-            .settings()
-            .gpu_types
-            .iter()
-            .map(|t| (t.clone(), prost_types::Any::default()))
-            .collect();
-        Ok(Response::new(pb::GetAvailableGpuTypesResponse {
-            gpu_types,
-        }))
+        observed("GetAvailableGPUTypes", async {
+            let gpu_types = self
+                .provider
+                .settings()
+                .gpu_types
+                .iter()
+                .map(|t| (t.clone(), prost_types::Any::default()))
+                .collect();
+            Ok(pb::GetAvailableGpuTypesResponse { gpu_types })
+        })
+        .await
     }
 
-    async fn cleanup_inner(
+    async fn cleanup(
         &self,
         _request: Request<pb::CleanupRequest>,
     ) -> Result<Response<pb::CleanupResponse>, Status> {
-        self.provider.cleanup();
-        Ok(Response::new(pb::CleanupResponse {}))
+        observed("Cleanup", async {
+            self.provider.cleanup();
+            Ok(pb::CleanupResponse {})
+        })
+        .await
     }
 
-    async fn refresh_inner(
+    async fn refresh(
         &self,
         request: Request<pb::RefreshRequest>,
     ) -> Result<Response<pb::RefreshResponse>, Status> {
         let deadline = self.deadline(&request);
-        self.provider.refresh_within(Some(deadline)).await?;
-        Ok(Response::new(pb::RefreshResponse {}))
+        observed("Refresh", async {
+            self.provider.refresh_within(Some(deadline)).await?;
+            Ok(pb::RefreshResponse {})
+        })
+        .await
     }
 
-    async fn node_group_target_size_inner(
+    async fn node_group_target_size(
         &self,
         request: Request<pb::NodeGroupTargetSizeRequest>,
     ) -> Result<Response<pb::NodeGroupTargetSizeResponse>, Status> {
-        let size = self.provider.target_size(&request.get_ref().id)?;
-        Ok(Response::new(pb::NodeGroupTargetSizeResponse {
-            target_size: i32::try_from(size).unwrap_or(i32::MAX),
-        }))
+        observed("NodeGroupTargetSize", async {
+            let size = self.provider.target_size(&request.get_ref().id)?;
+            Ok(pb::NodeGroupTargetSizeResponse {
+                target_size: i32::try_from(size).unwrap_or(i32::MAX),
+            })
+        })
+        .await
     }
 
-    async fn node_group_increase_size_inner(
+    async fn node_group_increase_size(
         &self,
         request: Request<pb::NodeGroupIncreaseSizeRequest>,
     ) -> Result<Response<pb::NodeGroupIncreaseSizeResponse>, Status> {
         let deadline = self.deadline(&request);
         let r = request.into_inner();
-        self.provider
-            .increase_size(&r.id, r.delta, deadline)
-            .await?;
-        Ok(Response::new(pb::NodeGroupIncreaseSizeResponse {}))
+        observed("NodeGroupIncreaseSize", async {
+            self.provider
+                .increase_size(&r.id, r.delta, deadline)
+                .await?;
+            Ok(pb::NodeGroupIncreaseSizeResponse {})
+        })
+        .await
     }
 
-    async fn node_group_delete_nodes_inner(
+    async fn node_group_delete_nodes(
         &self,
         request: Request<pb::NodeGroupDeleteNodesRequest>,
     ) -> Result<Response<pb::NodeGroupDeleteNodesResponse>, Status> {
@@ -243,185 +295,65 @@ impl CloudProviderService {
                 annotations: n.annotations,
             })
             .collect();
-        self.provider.delete_nodes(&r.id, nodes, deadline).await?;
-        Ok(Response::new(pb::NodeGroupDeleteNodesResponse {}))
-    }
-
-    async fn node_group_decrease_target_size_inner(
-        &self,
-        request: Request<pb::NodeGroupDecreaseTargetSizeRequest>,
-    ) -> Result<Response<pb::NodeGroupDecreaseTargetSizeResponse>, Status> {
-        let deadline = self.deadline(&request);
-        let r = request.into_inner();
-        self.provider
-            .decrease_target_size(&r.id, r.delta, deadline)
-            .await?;
-        Ok(Response::new(pb::NodeGroupDecreaseTargetSizeResponse {}))
-    }
-
-    async fn node_group_nodes_inner(
-        &self,
-        request: Request<pb::NodeGroupNodesRequest>,
-    ) -> Result<Response<pb::NodeGroupNodesResponse>, Status> {
-        let instances = self.provider.nodes(&request.get_ref().id)?;
-        Ok(Response::new(pb::NodeGroupNodesResponse {
-            instances: instances.iter().map(instance_pb).collect(),
-        }))
-    }
-
-    async fn node_group_template_node_info_inner(
-        &self,
-        request: Request<pb::NodeGroupTemplateNodeInfoRequest>,
-    ) -> Result<Response<pb::NodeGroupTemplateNodeInfoResponse>, Status> {
-        let id = &request.get_ref().id;
-        self.provider.group(id)?;
-        let resp = self.extras.template_node_info(&self.provider, id)?;
-        if resp.node_bytes.is_empty() {
-            return Err(Status::internal("template node encoded to no bytes"));
-        }
-        Ok(Response::new(resp))
-    }
-
-    async fn node_group_get_options_inner(
-        &self,
-        request: Request<pb::NodeGroupAutoscalingOptionsRequest>,
-    ) -> Result<Response<pb::NodeGroupAutoscalingOptionsResponse>, Status> {
-        Ok(Response::new(
-            self.extras.get_options(&self.provider, request.get_ref())?,
-        ))
-    }
-}
-
-#[tonic::async_trait]
-impl CloudProvider for CloudProviderService {
-    async fn node_groups(
-        &self,
-        request: Request<pb::NodeGroupsRequest>,
-    ) -> Result<Response<pb::NodeGroupsResponse>, Status> {
-        let started = Instant::now();
-        let result = self.node_groups_inner(request).await;
-        observe("NodeGroups", started, &result);
-        result
-    }
-
-    async fn node_group_for_node(
-        &self,
-        request: Request<pb::NodeGroupForNodeRequest>,
-    ) -> Result<Response<pb::NodeGroupForNodeResponse>, Status> {
-        let started = Instant::now();
-        let result = self.node_group_for_node_inner(request).await;
-        observe("NodeGroupForNode", started, &result);
-        result
-    }
-
-    async fn gpu_label(
-        &self,
-        request: Request<pb::GpuLabelRequest>,
-    ) -> Result<Response<pb::GpuLabelResponse>, Status> {
-        let started = Instant::now();
-        let result = self.gpu_label_inner(request).await;
-        observe("GPULabel", started, &result);
-        result
-    }
-
-    async fn get_available_gpu_types(
-        &self,
-        request: Request<pb::GetAvailableGpuTypesRequest>,
-    ) -> Result<Response<pb::GetAvailableGpuTypesResponse>, Status> {
-        let started = Instant::now();
-        let result = self.get_available_gpu_types_inner(request).await;
-        observe("GetAvailableGPUTypes", started, &result);
-        result
-    }
-
-    async fn cleanup(
-        &self,
-        request: Request<pb::CleanupRequest>,
-    ) -> Result<Response<pb::CleanupResponse>, Status> {
-        let started = Instant::now();
-        let result = self.cleanup_inner(request).await;
-        observe("Cleanup", started, &result);
-        result
-    }
-
-    async fn refresh(
-        &self,
-        request: Request<pb::RefreshRequest>,
-    ) -> Result<Response<pb::RefreshResponse>, Status> {
-        let started = Instant::now();
-        let result = self.refresh_inner(request).await;
-        observe("Refresh", started, &result);
-        result
-    }
-
-    async fn node_group_target_size(
-        &self,
-        request: Request<pb::NodeGroupTargetSizeRequest>,
-    ) -> Result<Response<pb::NodeGroupTargetSizeResponse>, Status> {
-        let started = Instant::now();
-        let result = self.node_group_target_size_inner(request).await;
-        observe("NodeGroupTargetSize", started, &result);
-        result
-    }
-
-    async fn node_group_increase_size(
-        &self,
-        request: Request<pb::NodeGroupIncreaseSizeRequest>,
-    ) -> Result<Response<pb::NodeGroupIncreaseSizeResponse>, Status> {
-        let started = Instant::now();
-        let result = self.node_group_increase_size_inner(request).await;
-        observe("NodeGroupIncreaseSize", started, &result);
-        result
-    }
-
-    async fn node_group_delete_nodes(
-        &self,
-        request: Request<pb::NodeGroupDeleteNodesRequest>,
-    ) -> Result<Response<pb::NodeGroupDeleteNodesResponse>, Status> {
-        let started = Instant::now();
-        let result = self.node_group_delete_nodes_inner(request).await;
-        observe("NodeGroupDeleteNodes", started, &result);
-        result
+        observed("NodeGroupDeleteNodes", async {
+            self.provider.delete_nodes(&r.id, nodes, deadline).await?;
+            Ok(pb::NodeGroupDeleteNodesResponse {})
+        })
+        .await
     }
 
     async fn node_group_decrease_target_size(
         &self,
         request: Request<pb::NodeGroupDecreaseTargetSizeRequest>,
     ) -> Result<Response<pb::NodeGroupDecreaseTargetSizeResponse>, Status> {
-        let started = Instant::now();
-        let result = self.node_group_decrease_target_size_inner(request).await;
-        observe("NodeGroupDecreaseTargetSize", started, &result);
-        result
+        let r = request.into_inner();
+        observed("NodeGroupDecreaseTargetSize", async {
+            self.provider.decrease_target_size(&r.id, r.delta).await?;
+            Ok(pb::NodeGroupDecreaseTargetSizeResponse {})
+        })
+        .await
     }
 
     async fn node_group_nodes(
         &self,
         request: Request<pb::NodeGroupNodesRequest>,
     ) -> Result<Response<pb::NodeGroupNodesResponse>, Status> {
-        let started = Instant::now();
-        let result = self.node_group_nodes_inner(request).await;
-        observe("NodeGroupNodes", started, &result);
-        result
+        observed("NodeGroupNodes", async {
+            let instances = self.provider.nodes(&request.get_ref().id)?;
+            Ok(pb::NodeGroupNodesResponse {
+                instances: instances.iter().map(instance_pb).collect(),
+            })
+        })
+        .await
     }
 
     async fn node_group_template_node_info(
         &self,
         request: Request<pb::NodeGroupTemplateNodeInfoRequest>,
     ) -> Result<Response<pb::NodeGroupTemplateNodeInfoResponse>, Status> {
-        let started = Instant::now();
-        let result = self.node_group_template_node_info_inner(request).await;
-        observe("NodeGroupTemplateNodeInfo", started, &result);
-        result
+        observed("NodeGroupTemplateNodeInfo", async {
+            let node_bytes = self
+                .extras
+                .template_node_info(&self.provider, &request.get_ref().id)?;
+            Ok(pb::NodeGroupTemplateNodeInfoResponse {
+                node_bytes,
+                resource_slice_bytes: Vec::new(),
+            })
+        })
+        .await
     }
 
     async fn node_group_get_options(
         &self,
         request: Request<pb::NodeGroupAutoscalingOptionsRequest>,
     ) -> Result<Response<pb::NodeGroupAutoscalingOptionsResponse>, Status> {
-        let started = Instant::now();
-        let result = self.node_group_get_options_inner(request).await;
-        observe("NodeGroupGetOptions", started, &result);
-        result
+        observed("NodeGroupGetOptions", async {
+            let options = self.extras.get_options(&self.provider, request.get_ref())?;
+            Ok(pb::NodeGroupAutoscalingOptionsResponse {
+                node_group_autoscaling_options: Some(options),
+            })
+        })
+        .await
     }
 }
 

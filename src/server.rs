@@ -1,7 +1,8 @@
 //! Serving: the CloudProvider service, gRPC health and reflection on one listener, with
 //! graceful shutdown. The binary decides the address and the signal; tests bind port 0.
 
-use crate::grpc::{CloudProviderService, Extras};
+use crate::extras::ProviderExtras;
+use crate::grpc::CloudProviderService;
 use crate::pb;
 use crate::pb::cloud_provider_server::CloudProviderServer;
 use crate::provider::Provider;
@@ -18,7 +19,8 @@ pub const MAX_REQUEST_BYTES: usize = 4 * 1024 * 1024;
 
 /// How the server is run.
 pub struct ServeOptions {
-    pub extras: Arc<dyn Extras>,
+    /// The optional RPCs (template node, option overrides).
+    pub extras: Arc<ProviderExtras>,
     /// TLS (mutual when a client CA is configured), re-read when the files change.
     pub tls: Option<crate::tls::ReloadingTls>,
     /// Concurrent requests per connection.
@@ -28,7 +30,7 @@ pub struct ServeOptions {
 impl Default for ServeOptions {
     fn default() -> Self {
         ServeOptions {
-            extras: Arc::new(crate::grpc::NoExtras),
+            extras: Arc::new(ProviderExtras::without_template()),
             tls: None,
             concurrency_per_connection: 256,
         }

@@ -764,7 +764,9 @@ async fn a_template_that_cannot_be_built_is_unimplemented_with_the_reason() {
         .unwrap();
     let id = sim.cluster_id("demo").unwrap();
     let mut extras = ProviderExtras::default();
-    extras.template.system_reserved.memory_mib = 1_000_000;
+    if let Some(t) = extras.template.as_mut() {
+        t.system_reserved.memory_mib = 1_000_000;
+    }
     let options = ServeOptions {
         extras: std::sync::Arc::new(extras),
         ..ServeOptions::default()

@@ -14,7 +14,7 @@ use cks_autoscaler_provider::autoscaler::{
     Resources, Rpc, TemplateSource,
 };
 use cks_autoscaler_provider::extras::ProviderExtras;
-use cks_autoscaler_provider::grpc::{Extras, NoExtras};
+
 use cks_autoscaler_provider::sim::{ClusterSpec, NodesSpec, OfferingSpec, Scenario, VmState};
 use scenario_support::*;
 use std::sync::Arc;
@@ -53,7 +53,7 @@ fn zero_cluster(worker_state: VmState) -> cks_autoscaler_provider::sim::SimConfi
 }
 
 /// The stack for `zero`, group min 0 max 3, the provider serving `extras`.
-async fn zero_stack(worker_state: VmState, extras: Arc<dyn Extras>) -> Stack {
+async fn zero_stack(worker_state: VmState, extras: Arc<ProviderExtras>) -> Stack {
     Stack::start_with_extras(
         zero_cluster(worker_state),
         "zero",
@@ -269,7 +269,11 @@ async fn a_pod_bigger_than_the_worker_offering_scales_nothing() {
 /// loops go on to the end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_templates_a_group_without_nodes_cannot_scale_from_zero() {
-    let stack = zero_stack(VmState::Stopped, Arc::new(NoExtras)).await;
+    let stack = zero_stack(
+        VmState::Stopped,
+        Arc::new(ProviderExtras::without_template()),
+    )
+    .await;
     let id = stack.cluster_id.clone();
     assert!(
         stack.sim.nodes().iter().all(|n| n.role != "worker"),
@@ -327,7 +331,11 @@ async fn without_templates_a_group_without_nodes_cannot_scale_from_zero() {
 /// scales from its copy (the simulator's kubelet reports the same allocatable).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_templates_a_not_ready_node_is_the_last_resort_template() {
-    let stack = zero_stack(VmState::Running, Arc::new(NoExtras)).await;
+    let stack = zero_stack(
+        VmState::Running,
+        Arc::new(ProviderExtras::without_template()),
+    )
+    .await;
     let down_node = stop_the_worker(&stack).await;
     let id = stack.cluster_id.clone();
     let mut ca = stack.autoscaler(config()).await;

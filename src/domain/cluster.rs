@@ -211,6 +211,34 @@ pub struct ClusterInput {
     pub vms: Vec<VmInput>,
 }
 
+/// A snapshot with lookup indexes and the time it was fetched, shared read-only.
+#[derive(Debug)]
+pub struct IndexedSnapshot {
+    pub snap: ClusterSnapshot,
+    /// VM id → index into `snap.vms`.
+    pub by_id: std::collections::HashMap<String, usize>,
+    /// Lower-cased VM name → index into `snap.vms`.
+    pub by_name: std::collections::HashMap<String, usize>,
+    pub fetched_at: std::time::Instant,
+}
+
+impl IndexedSnapshot {
+    pub fn new(snap: ClusterSnapshot, fetched_at: std::time::Instant) -> Self {
+        let mut by_id = std::collections::HashMap::with_capacity(snap.vms.len());
+        let mut by_name = std::collections::HashMap::with_capacity(snap.vms.len());
+        for (i, vm) in snap.vms.iter().enumerate() {
+            by_id.insert(vm.id.clone(), i);
+            by_name.insert(vm.name.to_ascii_lowercase(), i);
+        }
+        IndexedSnapshot {
+            snap,
+            by_id,
+            by_name,
+            fetched_at,
+        }
+    }
+}
+
 /// A classified VM of a cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Vm {

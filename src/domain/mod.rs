@@ -7,9 +7,17 @@
 //! - [`status`]: how a worker VM and what the provider is doing to it map onto the autoscaler's
 //!   instance status.
 //! - [`nodeid`]: providerID parsing and node-to-VM matching.
+//! - [`machine`]: the per-cluster scale state machine: phases, queued work, the events that
+//!   move it and the effects the provider carries out. Every rule about a scale operation's
+//!   life is there, with its table of tests.
+//! - [`instances`]: what the autoscaler is told, derived from the machine: target size,
+//!   instances and their status, node resolution, bounds, the debug line.
 //!
-//! Nothing here touches the network, the clock or a lock; callers pass in what they observed.
+//! Nothing here touches the network, the clock or a lock; callers pass in what they observed
+//! and the time they observed it.
 pub mod cluster;
+pub mod instances;
+pub mod machine;
 pub mod nodeid;
 pub mod rules;
 pub mod status;

@@ -1,34 +1,38 @@
-//! The provider's state and behaviour behind the gRPC adapter: one [`Group`] per configured
-//! CKS cluster, its latest [`ClusterSnapshot`], the scale operation in flight, queued and
-//! failed requests, and the node↔VM pairings learned from the autoscaler.
+//! The shell around the domain core: one [`Group`] per configured CKS cluster holding its
+//! [`ScaleMachine`], the locks, the CloudStack calls, the spawned job followers and the cache
+//! of read answers. Nothing here decides: every rule about a scale operation's life is in
+//! `crate::domain::machine`; this module feeds it events (with the time, on tokio's clock so
+//! tests can pause and advance it) and carries out the effects it returns.
 //!
 //! Reads (NodeGroups, NodeGroupForNode, NodeGroupNodes, NodeGroupTargetSize) are answered from
 //! memory. Only Refresh, the scale RPCs and the job followers call CloudStack.
 //!
-//! Locking: each group has a `std::sync::Mutex` over its state, never held across an `.await`,
-//! and a `tokio::sync::Mutex` (`op_lock`) that serialises everything that may send a
-//! scale request for that cluster, so at most one CloudStack scale job per cluster is started
-//! at a time and a decision is always made on the state it changes.
+//! Locking: each group has a `std::sync::Mutex` over its state, never held across an `.await`;
+//! every transition of the machine is one critical section, and a submission starts only from
+//! the `Idle` phase, so at most one CloudStack scale job per cluster is started at a time
+//! without any lock held while CloudStack answers.
 
+mod error;
 mod follow;
-pub mod ops;
+mod ops;
 mod view;
 
-pub use view::{InstanceView, NodeGroupView};
+pub use crate::domain::instances::InstanceView;
+pub use crate::domain::machine::NodeRef;
+pub use error::{Error, Result};
+pub use view::NodeGroupView;
 
+use crate::cloudstack::Client;
 use crate::cloudstack::types::{KubernetesCluster, ServiceOffering};
-use crate::cloudstack::{Client, CsError};
 use crate::config::{ClusterRef, NodeGroupSpec};
 use crate::domain::cluster::{
-    ClusterInput, ClusterSnapshot, ClusterState, OfferingRef, VmInput, VmState,
+    ClusterInput, ClusterSnapshot, ClusterState, IndexedSnapshot, OfferingRef, VmInput, VmState,
 };
+use crate::domain::machine::{Effect, Phase, ScaleMachine, Timings};
 use crate::domain::rules::AlertScaling;
-use crate::domain::status::InstanceError;
-use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
-use tonic::Status;
 
 /// Whether the CloudStack behind the provider scales clusters in Alert.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -92,97 +96,16 @@ impl Settings {
     }
 }
 
-/// The scale operation this provider has in flight for a cluster.
-#[derive(Debug, Clone)]
-pub(crate) struct Op {
-    /// `None` while a submission's answer was lost (timeout): CloudStack may or may not have
-    /// accepted it; nothing else is sent until a refresh tells.
-    pub job_id: Option<String>,
-    pub kind: OpKind,
-    pub started: Instant,
-}
-
-#[derive(Debug, Clone)]
-pub(crate) enum OpKind {
-    Increase {
-        from: u32,
-        to: u32,
-        /// Worker VMs that existed before the job: the others are the job's.
-        vms_before: HashSet<String>,
-        /// Instance ids shown for requested VMs CloudStack has not listed yet.
-        placeholders: Vec<String>,
-    },
-    Remove {
-        from: u32,
-        vm_ids: Vec<String>,
-    },
-    /// A scale job found running that this provider did not start (restart, Cleanup).
-    Adopted,
-}
-
-/// An instance of a failed scale-up, reported as Creating with an error until the autoscaler
-/// deletes it (or it expires).
-#[derive(Debug, Clone)]
-pub(crate) struct FailedInstance {
-    pub id: String,
-    /// The VM CloudStack left behind, or `None` for a VM that was never created.
-    pub vm_id: Option<String>,
-    pub error: InstanceError,
-    pub since: Instant,
-}
-
-/// A node↔VM pairing learned from NodeGroupForNode: the node the autoscaler sees for a VM.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct LearnedNode {
-    pub provider_id: String,
-    pub node_name: String,
-}
-
-/// A snapshot with lookup indexes, shared read-only.
+/// The state of one group: the scale machine (snapshot, phase, queue, failed instances,
+/// learned nodes) plus what only the shell needs.
 #[derive(Debug)]
-pub(crate) struct Indexed {
-    pub snap: ClusterSnapshot,
-    pub by_id: HashMap<String, usize>,
-    pub by_name: HashMap<String, usize>,
-    pub fetched_at: Instant,
-}
-
-impl Indexed {
-    fn new(snap: ClusterSnapshot, fetched_at: Instant) -> Self {
-        let mut by_id = HashMap::with_capacity(snap.vms.len());
-        let mut by_name = HashMap::with_capacity(snap.vms.len());
-        for (i, vm) in snap.vms.iter().enumerate() {
-            by_id.insert(vm.id.clone(), i);
-            by_name.insert(vm.name.to_ascii_lowercase(), i);
-        }
-        Indexed {
-            snap,
-            by_id,
-            by_name,
-            fetched_at,
-        }
-    }
-}
-
-#[derive(Debug, Default)]
 pub(crate) struct GroupState {
-    pub cluster_id: Option<String>,
-    pub snap: Option<Arc<Indexed>>,
+    /// Every decision about the group's scale operations is the machine's.
+    pub scale: ScaleMachine,
     pub last_error: Option<String>,
-    pub op: Option<Op>,
-    pub queued_increase: u32,
-    pub queued_placeholders: Vec<String>,
-    pub failed: Vec<FailedInstance>,
-    pub learned: HashMap<String, LearnedNode>,
-    /// Learned providerID → VM id, for fake nodes carrying an id we reported.
-    pub learned_by_provider_id: HashMap<String, String>,
-    pub next_placeholder: u64,
     pub worker_offering: Option<ServiceOffering>,
     /// Labels of a real node of this group, copied into the template node.
     pub sample_labels: Option<std::collections::BTreeMap<String, String>>,
-    /// VMs this provider removed (id and lower-cased name → when), so a repeated DeleteNodes
-    /// for a node already gone is a no-op rather than an error.
-    pub recently_removed: HashMap<String, Instant>,
     /// Answers derived from the fields above; see [`Views`].
     pub views: Views,
 }
@@ -205,8 +128,8 @@ pub(crate) struct Group {
     pub spec: NodeGroupSpec,
     /// Wakes the job follower early (a snapshot shows the job may be over).
     pub poke: tokio::sync::Notify,
+    /// Never held across an `.await`: every transition is one critical section.
     pub state: Mutex<GroupState>,
-    pub op_lock: tokio::sync::Mutex<()>,
 }
 
 /// Read-only access to a group's state: derived answers may be cached through it, nothing
@@ -251,22 +174,16 @@ pub(crate) struct Inner {
     pub ready: watch::Sender<bool>,
 }
 
+/// Now, on tokio's clock (which tests can pause and advance), as the `std` instant the domain
+/// core takes.
+pub(crate) fn now() -> Instant {
+    tokio::time::Instant::now().into_std()
+}
+
 /// The provider. Cheap to clone.
 #[derive(Clone)]
 pub struct Provider {
     pub(crate) inner: Arc<Inner>,
-}
-
-/// Maps a CloudStack error onto the gRPC status the autoscaler sees.
-pub(crate) fn cs_status(e: &CsError) -> Status {
-    match e {
-        CsError::Unreachable { .. } | CsError::Http { .. } | CsError::Malformed { .. } => {
-            Status::unavailable(e.to_string())
-        }
-        CsError::Unauthorized { .. } => Status::permission_denied(e.to_string()),
-        CsError::Api { .. } => Status::failed_precondition(e.to_string()),
-        CsError::Config(_) => Status::internal(e.to_string()),
-    }
 }
 
 /// Converts CloudStack's cluster object into the domain's input.
@@ -316,6 +233,14 @@ impl Provider {
                 cloudstack_error: "configured with --alert-scaling=off".to_string(),
             },
         };
+        let timings = Timings {
+            failed_ttl: settings.failed_instance_ttl,
+            // A request given up on may still be on its way to CloudStack (or queued there):
+            // only once it is older than the longest a request may take, plus a moment for the
+            // job to start, does a cluster not Scaling mean it never came.
+            lost_settle: cs.request_timeout()
+                + settings.job_poll_interval.max(Duration::from_secs(1)),
+        };
         let groups = settings
             .groups
             .iter()
@@ -327,10 +252,12 @@ impl Provider {
                 Group {
                     spec: spec.clone(),
                     state: Mutex::new(GroupState {
-                        cluster_id,
-                        ..GroupState::default()
+                        scale: ScaleMachine::new(cluster_id, timings),
+                        last_error: None,
+                        worker_offering: None,
+                        sample_labels: None,
+                        views: Views::default(),
                     }),
-                    op_lock: tokio::sync::Mutex::new(()),
                     poke: tokio::sync::Notify::new(),
                 }
             })
@@ -383,30 +310,37 @@ impl Provider {
     }
 
     /// The group with this node-group id (= resolved cluster id).
-    pub(crate) fn group(&self, id: &str) -> Result<(usize, &Group), Status> {
+    pub(crate) fn group(&self, id: &str) -> Result<(usize, &Group)> {
         if id.is_empty() {
-            return Err(Status::invalid_argument("node group id is empty"));
+            return Err(Error::InvalidArgument("node group id is empty".into()));
         }
         for (i, g) in self.inner.groups.iter().enumerate() {
-            if g.read().cluster_id.as_deref() == Some(id) {
+            if g.read().scale.cluster_id.as_deref() == Some(id) {
                 return Ok((i, g));
             }
         }
-        Err(Status::not_found(format!(
-            "node group {id:?} is not configured in this provider (configured: {})",
-            self.configured_names().join(", ")
-        )))
+        Err(Error::UnknownGroup {
+            id: id.to_string(),
+            configured: self.configured_names().join(", "),
+        })
+    }
+
+    /// Whether a node group with this id is configured.
+    pub fn has_group(&self, id: &str) -> Result<()> {
+        self.group(id).map(|_| ())
     }
 
     fn configured_names(&self) -> Vec<String> {
         self.inner
             .groups
             .iter()
-            .map(|g| match (&g.spec.cluster, g.read().cluster_id.clone()) {
-                (_, Some(id)) => id,
-                (ClusterRef::Name(n), None) => format!("{n} (name, not resolved yet)"),
-                (ClusterRef::Id(id), None) => id.clone(),
-            })
+            .map(
+                |g| match (&g.spec.cluster, g.read().scale.cluster_id.clone()) {
+                    (_, Some(id)) => id,
+                    (ClusterRef::Name(n), None) => format!("{n} (name, not resolved yet)"),
+                    (ClusterRef::Id(id), None) => id.clone(),
+                },
+            )
             .collect()
     }
 
@@ -414,54 +348,63 @@ impl Provider {
     /// Refresh adopts them again.
     pub fn cleanup(&self) {
         self.inner.shutdown.send_replace(true);
-        // Followers exit; forget their ops so the next Refresh re-adopts running jobs.
         for g in &self.inner.groups {
-            let mut st = g.lock();
-            if let Some(op) = &st.op
-                && op.job_id.is_some()
-            {
-                st.op = None;
-            }
+            g.lock().scale.cleanup();
         }
         self.inner.shutdown.send_replace(false);
     }
 
-    /// Installs a freshly fetched cluster as the group's snapshot. Returns the new snapshot.
-    pub(crate) fn install_snapshot(&self, gi: usize, cluster: KubernetesCluster) -> Arc<Indexed> {
+    /// Installs a freshly fetched cluster as the group's snapshot; returns it and the effects
+    /// the machine asks for.
+    fn install_snapshot(
+        &self,
+        gi: usize,
+        cluster: KubernetesCluster,
+    ) -> (Arc<IndexedSnapshot>, Vec<Effect>) {
         let g = &self.inner.groups[gi];
         let snap = ClusterSnapshot::classify(cluster_input(cluster));
         if let Some(w) = &snap.classification_warning {
             tracing::error!(cluster = %snap.name, "{w}");
         }
-        let indexed = Arc::new(Indexed::new(snap, Instant::now()));
-        let mut st = g.lock();
-        // A followed job whose cluster is no longer Scaling is probably over: poll it now
-        // rather than after the follower's (possibly backed-off) delay.
-        if st.op.as_ref().is_some_and(|o| o.job_id.is_some())
-            && indexed.snap.state != ClusterState::Scaling
-        {
-            g.poke.notify_one();
-        }
-        st.cluster_id = Some(indexed.snap.id.clone());
-        st.snap = Some(indexed.clone());
-        st.last_error = None;
-        // Failed instances whose VM is gone, or that expired, are forgotten.
-        let ttl = self.inner.settings.failed_instance_ttl;
-        let now = Instant::now();
-        st.failed.retain(|f| {
-            let vm_alive = f
-                .vm_id
-                .as_ref()
-                .is_none_or(|id| indexed.by_id.contains_key(id));
-            vm_alive && now.duration_since(f.since) < ttl
-        });
-        drop(st);
+        let indexed = Arc::new(IndexedSnapshot::new(snap, now()));
+        let alert = self.alert_scaling();
+        let effects = {
+            let mut st = g.lock();
+            st.last_error = None;
+            let before = st.scale.phase().name();
+            let effects = st.scale.snapshot_installed(indexed.clone(), &alert, now());
+            if before == "answer-lost" && st.scale.phase().name() != "answer-lost" {
+                tracing::warn!(group = %indexed.snap.name,
+                    "the scale request whose answer was lost did not become a job; forgetting it");
+            }
+            effects
+        };
         self.update_ready();
-        indexed
+        (indexed, effects)
+    }
+
+    /// Carries out what the machine asked for. `FindJob` is awaited (so a Refresh answers
+    /// with the adopted job counted); requests are sent by tasks of their own.
+    async fn run_effects(&self, gi: usize, effects: Vec<Effect>) {
+        for effect in effects {
+            match effect {
+                Effect::PollNow => self.inner.groups[gi].poke.notify_one(),
+                Effect::Follow(job) => self.spawn_follower(gi, job),
+                Effect::Submit(request) => {
+                    let p = self.clone();
+                    tokio::spawn(async move { p.submit_queued(gi, request).await });
+                }
+                Effect::FindJob => self.find_and_follow(gi).await,
+            }
+        }
     }
 
     fn update_ready(&self) {
-        let all = self.inner.groups.iter().all(|g| g.read().snap.is_some());
+        let all = self
+            .inner
+            .groups
+            .iter()
+            .all(|g| g.read().scale.snapshot().is_some());
         self.inner.ready.send_if_modified(|r| {
             let changed = *r != all;
             *r = all;
@@ -469,55 +412,46 @@ impl Provider {
         });
     }
 
-    /// Fetches one group's cluster (one `listKubernetesClusters` call).
-    pub(crate) async fn fetch_group(&self, gi: usize) -> Result<Arc<Indexed>, CsError> {
+    /// Fetches one group's cluster (one `listKubernetesClusters` call) and installs it.
+    pub(crate) async fn fetch_group(&self, gi: usize) -> Result<Arc<IndexedSnapshot>> {
         let g = &self.inner.groups[gi];
-        let id = g.read().cluster_id.clone();
+        let id = g.read().scale.cluster_id.clone();
         let cluster = match (id, &g.spec.cluster) {
-            (Some(id), _) => {
-                self.inner
-                    .cs
-                    .get_cluster(&id)
-                    .await?
-                    .ok_or_else(|| CsError::Malformed {
-                        command: "listKubernetesClusters".into(),
-                        detail: format!(
-                            "cluster {id} is not listed (deleted, or not visible to this API key)"
-                        ),
-                    })?
-            }
+            (Some(id), _) => self
+                .inner
+                .cs
+                .get_cluster(&id)
+                .await?
+                .ok_or(Error::ClusterNotFound { cluster: id })?,
             (None, ClusterRef::Name(name)) => {
                 let mut found = self.inner.cs.find_clusters_by_name(name).await?;
                 found.retain(|c| c.name == *name);
                 match found.len() {
                     1 => found.remove(0),
                     0 => {
-                        return Err(CsError::Malformed {
-                            command: "listKubernetesClusters".into(),
-                            detail: format!("no cluster named {name:?} is visible to this API key"),
+                        return Err(Error::ClusterNotFound {
+                            cluster: format!("named {name:?}"),
                         });
                     }
-                    n => {
-                        return Err(CsError::Malformed {
-                            command: "listKubernetesClusters".into(),
-                            detail: format!(
-                                "{n} clusters are named {name:?}; name the cluster by id in --nodes"
-                            ),
+                    count => {
+                        return Err(Error::AmbiguousName {
+                            name: name.clone(),
+                            count,
                         });
                     }
                 }
             }
             (None, ClusterRef::Id(id)) => {
-                return Err(CsError::Config(format!("cluster id {id} not resolved")));
+                return Err(Error::Internal(format!("cluster id {id} not resolved")));
             }
         };
-        let snap = self.install_snapshot(gi, cluster);
-        self.after_snapshot(gi).await;
+        let (snap, effects) = self.install_snapshot(gi, cluster);
+        self.run_effects(gi, effects).await;
         Ok(snap)
     }
 
     /// Refresh with no deadline (the first refresh, `demo`): waits for the round to end.
-    pub async fn refresh(&self) -> Result<(), Status> {
+    pub async fn refresh(&self) -> Result<()> {
         self.refresh_within(None).await
     }
 
@@ -532,7 +466,7 @@ impl Provider {
     /// (`refresh_lock`): a Refresh arriving while one runs waits for that one instead of
     /// fetching the same clusters again, so a CloudStack slower than the autoscaler's loop
     /// never piles requests up.
-    pub async fn refresh_within(&self, deadline: Option<Instant>) -> Result<(), Status> {
+    pub async fn refresh_within(&self, deadline: Option<tokio::time::Instant>) -> Result<()> {
         let p = self.clone();
         let round = tokio::spawn(async move { p.refresh_round().await });
         let joined = match deadline {
@@ -543,14 +477,22 @@ impl Provider {
             },
         };
         joined.unwrap_or_else(|e| {
-            Err(Status::internal(format!(
+            Err(Error::Internal(format!(
                 "the refresh task ended abnormally: {e}"
             )))
         })
     }
 
+    /// The age of a group's snapshot on tokio's clock.
+    fn snapshot_age_of(&self, gi: usize) -> Option<Duration> {
+        let st = self.inner.groups[gi].read();
+        st.scale
+            .snapshot()
+            .map(|s| now().saturating_duration_since(s.fetched_at))
+    }
+
     /// One refresh round, or, when one is already running, waiting for that round.
-    async fn refresh_round(&self) -> Result<(), Status> {
+    async fn refresh_round(&self) -> Result<()> {
         let _one_at_a_time = match self.inner.refresh_lock.try_lock() {
             Ok(guard) => guard,
             Err(_) => {
@@ -562,11 +504,7 @@ impl Provider {
         let stale = self.inner.settings.staleness_bound;
         let mut failures = Vec::new();
         for gi in 0..self.inner.groups.len() {
-            let age = self.inner.groups[gi]
-                .read()
-                .snap
-                .as_ref()
-                .map(|s| s.fetched_at.elapsed());
+            let age = self.snapshot_age_of(gi);
             if age.is_some_and(|a| a < min_interval) {
                 continue;
             }
@@ -584,28 +522,22 @@ impl Provider {
         if failures.is_empty() {
             Ok(())
         } else {
-            Err(Status::unavailable(format!(
-                "no CloudStack snapshot newer than {:?} for: {}",
-                stale,
-                failures.join("; ")
-            )))
+            Err(Error::Stale {
+                bound: stale,
+                failures,
+            })
         }
     }
 
     /// The Refresh answer from the snapshots as they are, when the round did not end in time
     /// (`timed_out`) or another caller's round was awaited: OK when every group has a snapshot
-    /// within the staleness bound, else UNAVAILABLE naming the groups and why.
-    fn judge_snapshots(&self, timed_out: bool) -> Result<(), Status> {
+    /// within the staleness bound, else `Stale` naming the groups and why.
+    fn judge_snapshots(&self, timed_out: bool) -> Result<()> {
         let stale = self.inner.settings.staleness_bound;
         let mut failures = Vec::new();
-        for (gi, g) in self.inner.groups.iter().enumerate() {
-            let (age, last_error) = {
-                let st = g.read();
-                (
-                    st.snap.as_ref().map(|s| s.fetched_at.elapsed()),
-                    st.last_error.clone(),
-                )
-            };
+        for gi in 0..self.inner.groups.len() {
+            let age = self.snapshot_age_of(gi);
+            let last_error = self.inner.groups[gi].read().last_error.clone();
             if age.is_some_and(|a| a < stale) {
                 continue;
             }
@@ -632,10 +564,10 @@ impl Provider {
             }
             Ok(())
         } else {
-            Err(Status::unavailable(format!(
-                "no CloudStack snapshot newer than {stale:?} for: {}",
-                failures.join("; ")
-            )))
+            Err(Error::Stale {
+                bound: stale,
+                failures,
+            })
         }
     }
 
@@ -645,7 +577,9 @@ impl Provider {
         for gi in 0..self.inner.groups.len() {
             let wanted = {
                 let st = self.inner.groups[gi].read();
-                let Some(s) = &st.snap else { continue };
+                let Some(s) = st.scale.snapshot() else {
+                    continue;
+                };
                 let Some(o) = s.snap.effective_worker_offering() else {
                     continue;
                 };
@@ -680,7 +614,7 @@ impl Provider {
     /// The latest snapshot of a group.
     pub fn snapshot(&self, group_id: &str) -> Option<ClusterSnapshot> {
         let (_, g) = self.group(group_id).ok()?;
-        g.read().snap.as_ref().map(|s| s.snap.clone())
+        g.read().scale.snapshot().map(|s| s.snap.clone())
     }
 
     /// Runs the first refresh in the background, retrying until every group has a snapshot,
@@ -697,7 +631,7 @@ impl Provider {
                     }
                     Ok(()) => {}
                     Err(e) => {
-                        tracing::warn!(error = %e.message(), "CloudStack not reachable yet; serving without a snapshot")
+                        tracing::warn!(error = %e, "CloudStack not reachable yet; serving without a snapshot")
                     }
                 }
                 tokio::time::sleep(delay).await;
@@ -705,32 +639,26 @@ impl Provider {
             }
         })
     }
-}
 
-impl Provider {
     /// SERVING for gRPC health: every group has a snapshot, and none has been failing to
     /// refresh for longer than the staleness bound.
     pub fn healthy(&self) -> bool {
         let stale = self.inner.settings.staleness_bound;
-        self.inner.groups.iter().all(|g| {
-            let st = g.read();
-            match &st.snap {
+        (0..self.inner.groups.len()).all(|gi| {
+            let failing = self.inner.groups[gi].read().last_error.is_some();
+            match self.snapshot_age_of(gi) {
                 None => false,
-                Some(s) => st.last_error.is_none() || s.fetched_at.elapsed() < stale,
+                Some(age) => !failing || age < stale,
             }
         })
     }
-}
 
-impl Provider {
     /// How old a group's snapshot is.
     pub fn snapshot_age(&self, group_id: &str) -> Option<Duration> {
-        let (_, g) = self.group(group_id).ok()?;
-        g.read().snap.as_ref().map(|s| s.fetched_at.elapsed())
+        let (gi, _) = self.group(group_id).ok()?;
+        self.snapshot_age_of(gi)
     }
-}
 
-impl Provider {
     /// Labels of a real worker node of the group seen through NodeGroupForNode.
     pub fn sample_labels(
         &self,
@@ -739,20 +667,22 @@ impl Provider {
         let (_, g) = self.group(group_id).ok()?;
         g.read().sample_labels.clone()
     }
-}
 
-impl Provider {
-    /// Waits until no scale job is being followed, or `grace` passes: on shutdown, running
+    /// Waits until no scale operation is in flight, or `grace` passes: on shutdown, running
     /// jobs are followed only as long as the grace period allows (CloudStack finishes them
     /// anyway; a restarted provider adopts them).
     pub async fn wait_idle(&self, grace: Duration) -> bool {
-        let until = Instant::now() + grace;
+        let until = tokio::time::Instant::now() + grace;
         loop {
-            let busy = self.inner.groups.iter().any(|g| g.read().op.is_some());
+            let busy = self
+                .inner
+                .groups
+                .iter()
+                .any(|g| g.read().scale.phase() != &Phase::Idle);
             if !busy {
                 return true;
             }
-            if Instant::now() >= until {
+            if tokio::time::Instant::now() >= until {
                 tracing::warn!(
                     "shutdown grace period over with a scale job still running; a restarted provider adopts it"
                 );

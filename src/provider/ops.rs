@@ -1,210 +1,146 @@
-//! The scale RPCs: IncreaseSize, DeleteNodes, DecreaseTargetSize. Each validates against
-//! the latest snapshot, applies the CKS rules, sends at most one `scaleKubernetesCluster`
-//! (size only, or nodeids only) and returns within the request's deadline without waiting
-//! for the job. All-or-nothing: a refused request changes nothing.
+//! The scale RPCs: IncreaseSize, DeleteNodes, DecreaseTargetSize. Each asks the machine,
+//! fetches a fresh snapshot when the machine needs one, sends at most one
+//! `scaleKubernetesCluster` (size only, or nodeids only) when the machine says so, and returns
+//! within the request's deadline without waiting for the job. A refused request changes
+//! nothing: the machine validates before it changes state.
 
-use super::{FailedInstance, Indexed, Op, OpKind, Provider, cs_status};
+use super::{Error, Provider, Result, now};
 use crate::cloudstack::CsError;
-use crate::domain::cluster::NodeRole;
-use crate::domain::nodeid::FAKE_NODE_REASON_ANNOTATION;
-use crate::domain::rules::{ScaleRequest, check_scale};
-use crate::domain::status::{ErrorClass, InstanceError};
-use std::collections::{HashMap, HashSet};
+use crate::cloudstack::types::JobOutcome;
+use crate::domain::cluster::IndexedSnapshot;
+use crate::domain::instances::min_max;
+use crate::domain::machine::{Admission, JobEnd, NodeRef, ScaleError, Started};
+use crate::domain::rules::ScaleRequest;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-use tokio::time::timeout_at;
-use tonic::Status;
+use std::time::Duration;
+use tokio::time::{Instant, timeout_at};
 
 /// Time kept back from the caller's deadline for the answer to travel back.
 const DEADLINE_MARGIN: Duration = Duration::from_millis(300);
 
-/// A node named in NodeGroupDeleteNodes.
-#[derive(Debug, Clone, Default)]
-pub struct NodeRef {
-    pub provider_id: String,
-    pub name: String,
-    pub annotations: HashMap<String, String>,
-}
-
-/// CloudStack's refusal of a request because the cluster is in Alert (pre-Alert-scaling
-/// CloudStack, cloudstack-api.md §4 rule 7).
-pub(crate) fn is_alert_refusal(text: &str) -> bool {
-    text.to_ascii_lowercase()
-        .contains("in alert state and can not be scaled")
-}
-
-/// IncreaseSize may not take the target above the group's maximum.
-fn check_max(label: &str, target: u32, delta: u32, max: u32) -> Result<(), Status> {
-    let wanted = u64::from(target) + u64::from(delta);
-    if wanted > u64::from(max) {
-        return Err(Status::out_of_range(format!(
-            "node group {label}: target size {target} + {delta} = {wanted} exceeds the maximum {max}"
-        )));
-    }
-    Ok(())
-}
-
 /// `deadline` less the margin the answer needs to travel back (never in the past).
-pub(crate) fn before(deadline: Instant) -> tokio::time::Instant {
+pub(crate) fn before(deadline: Instant) -> Instant {
     let now = Instant::now();
-    let d = deadline
+    deadline
         .checked_sub(DEADLINE_MARGIN)
         .unwrap_or(now)
-        .max(now);
-    tokio::time::Instant::from_std(d)
+        .max(now)
 }
 
 impl Provider {
-    async fn lock_ops<'a>(
-        &'a self,
-        gi: usize,
-        deadline: Instant,
-    ) -> Result<tokio::sync::MutexGuard<'a, ()>, Status> {
-        timeout_at(before(deadline), self.inner.groups[gi].op_lock.lock())
-            .await
-            .map_err(|_| {
-                Status::unavailable(format!(
-                    "node group {}: another scale request for this cluster is being submitted to CloudStack; retry",
-                    self.group_label(gi)
-                ))
-            })
+    fn scale_error(&self, gi: usize, source: ScaleError) -> Error {
+        if let ScaleError::Refused(r) = &source {
+            tracing::info!(group = %self.group_label(gi), rule = r.rule(), "scale request refused: {r}");
+        }
+        Error::Scale {
+            group: self.group_label(gi),
+            source,
+        }
+    }
+
+    /// The group's min and max.
+    pub(crate) fn bounds(&self, gi: usize) -> (u32, u32) {
+        let g = &self.inner.groups[gi];
+        let st = g.read();
+        min_max(
+            st.scale.snapshot().map(|s| &s.snap),
+            (g.spec.min, g.spec.max),
+        )
     }
 
     /// A snapshot fresh from CloudStack, or the cached one when CloudStack cannot answer in
     /// time and the cached one is within the staleness bound.
-    async fn fresh_snapshot(&self, gi: usize, deadline: Instant) -> Result<Arc<Indexed>, Status> {
+    async fn fresh_snapshot(&self, gi: usize, deadline: Instant) -> Result<Arc<IndexedSnapshot>> {
         let fetched = timeout_at(before(deadline), self.fetch_group(gi)).await;
-        let cached = self.inner.groups[gi].read().snap.clone();
+        let cached = self.inner.groups[gi].read().scale.snapshot().cloned();
         let stale = self.inner.settings.staleness_bound;
+        let fresh_enough =
+            |c: &Arc<IndexedSnapshot>| now().saturating_duration_since(c.fetched_at) < stale;
         match fetched {
             Ok(Ok(s)) => Ok(s),
-            Ok(Err(e)) => match cached {
-                Some(c) if c.fetched_at.elapsed() < stale && e.is_transient() => {
+            Ok(Err(e)) => match (cached, &e) {
+                (Some(c), Error::CloudStack(cs)) if fresh_enough(&c) && cs.is_transient() => {
                     tracing::warn!(error = %e, "using the cached snapshot: CloudStack did not answer");
                     Ok(c)
                 }
-                _ => Err(cs_status(&e)),
+                _ => Err(e),
             },
             Err(_) => match cached {
-                Some(c) if c.fetched_at.elapsed() < stale => Ok(c),
-                _ => Err(Status::unavailable(format!(
-                    "node group {}: CloudStack did not answer listKubernetesClusters within the request's deadline",
-                    self.group_label(gi)
-                ))),
+                Some(c) if fresh_enough(&c) => Ok(c),
+                _ => Err(Error::Deadline {
+                    group: self.group_label(gi),
+                    command: "listKubernetesClusters",
+                }),
             },
         }
     }
 
-    fn refusal_status(&self, gi: usize, r: &crate::domain::rules::Refusal) -> Status {
-        tracing::info!(group = %self.group_label(gi), rule = r.rule(), "scale request refused: {r}");
-        Status::failed_precondition(r.to_string())
-    }
-
     /// NodeGroupIncreaseSize.
-    pub async fn increase_size(
-        &self,
-        id: &str,
-        delta: i32,
-        deadline: Instant,
-    ) -> Result<(), Status> {
+    pub async fn increase_size(&self, id: &str, delta: i32, deadline: Instant) -> Result<()> {
         if delta <= 0 {
-            return Err(Status::invalid_argument(format!(
+            return Err(Error::InvalidArgument(format!(
                 "delta must be positive, got {delta}"
             )));
         }
         let (gi, g) = self.group(id)?;
-        let _ops = self.lock_ops(gi, deadline).await?;
-        let label = self.group_label(gi);
-        let delta_u = delta.unsigned_abs();
-        {
-            let mut st = g.lock();
-            let target = st.target().ok_or_else(|| {
-                Status::unavailable(format!("node group {label}: no CloudStack snapshot yet"))
-            })?;
-            let (_, max) = st.min_max(&g.spec);
-            check_max(&label, target, delta_u, max)?;
-            if let Some(op) = &st.op {
-                if op.job_id.is_none() {
-                    return Err(Status::failed_precondition(format!(
-                        "node group {label}: CloudStack's answer to the previous scale request was lost; \
-                         nothing more is sent until the next refresh shows whether it was accepted"
-                    )));
-                }
-                // Merged into the next request once the running job ends.
-                st.queued_increase += delta_u;
-                for _ in 0..delta_u {
-                    let pid = self.next_placeholder_id(&mut st);
-                    st.queued_placeholders.push(pid);
-                }
-                tracing::info!(group = %label, delta, queued = st.queued_increase,
-                    "scale-up queued behind the running scale job; it is sent when that job ends");
+        let delta = delta.unsigned_abs();
+        let (_, max) = self.bounds(gi);
+        let admitted = g.lock().scale.admit_increase(delta, max);
+        match admitted.map_err(|e| self.scale_error(gi, e))? {
+            Admission::Queued => {
+                tracing::info!(group = %self.group_label(gi), delta,
+                    "scale-up queued behind the scale operation in flight; it is sent when that ends");
                 return Ok(());
             }
+            Admission::NeedsFreshSnapshot => {}
         }
-        let snap = self.fresh_snapshot(gi, deadline).await?;
-        let (from, new_size) = {
-            let st = g.read();
-            if let Some(op) = &st.op {
-                return Err(Status::failed_precondition(format!(
-                    "node group {label}: cluster {} is {} with a scale job this provider did not start (job {}); retry when it ends",
-                    snap.snap.name,
-                    snap.snap.state,
-                    op.job_id.as_deref().unwrap_or("unknown")
-                )));
+        self.fresh_snapshot(gi, deadline).await?;
+        let (_, max) = self.bounds(gi);
+        let alert = self.alert_scaling();
+        let started = g.lock().scale.start_increase(delta, max, &alert, now());
+        match started.map_err(|e| self.scale_error(gi, e))? {
+            Started::Submit(request) => {
+                tracing::info!(group = %self.group_label(gi), ?request, "scale-up: sending scaleKubernetesCluster");
+                self.submit(gi, request, Some(deadline)).await
             }
-            let target = st.target().unwrap_or(snap.snap.size);
-            let (_, max) = st.min_max(&g.spec);
-            check_max(&label, target, delta_u, max)?;
-            (snap.snap.size, snap.snap.size + delta_u)
-        };
-        let request = ScaleRequest::Resize { new_size };
-        if let Err(r) = check_scale(&snap.snap, &request, &self.alert_scaling()) {
-            return Err(self.refusal_status(gi, &r));
+            Started::Queued | Started::Done => Ok(()),
         }
-        let placeholders = {
-            let mut st = g.lock();
-            (0..delta_u)
-                .map(|_| self.next_placeholder_id(&mut st))
-                .collect()
-        };
-        let kind = OpKind::Increase {
-            from,
-            to: new_size,
-            vms_before: snap.snap.workers().map(|v| v.id.clone()).collect(),
-            placeholders,
-        };
-        tracing::info!(group = %label, from, to = new_size, "scale-up: sending scaleKubernetesCluster size={new_size}");
-        self.submit(gi, request, kind, Some(deadline)).await
     }
 
-    pub(crate) fn next_placeholder_id(&self, st: &mut super::GroupState) -> String {
-        st.next_placeholder += 1;
-        format!(
-            "cks-placeholder://{}/{}",
-            st.cluster_id.as_deref().unwrap_or("unknown"),
-            st.next_placeholder
-        )
+    /// A request the machine queued and now sends (no caller waits for it): its refusal is
+    /// recorded by the machine as failed instances. Boxed: sending may end in the next queued
+    /// request being sent by another such task.
+    pub(crate) fn submit_queued(
+        &self,
+        gi: usize,
+        request: ScaleRequest,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
+        Box::pin(async move {
+            tracing::info!(group = %self.group_label(gi), ?request, "sending the queued scale request");
+            if let Err(e) = self.submit(gi, request, None).await {
+                tracing::warn!(group = %self.group_label(gi), error = %e, "queued scale request not accepted");
+            }
+        })
     }
 
-    /// Sends the request, records the operation, watches the job for an immediate refusal
-    /// while the deadline allows, then leaves it to a follower.
+    /// Sends the request the machine started (the phase is `Submitting`), reports the answer
+    /// back to the machine, watches the job for an immediate refusal while the deadline allows,
+    /// then leaves it to a follower.
     pub(crate) async fn submit(
         &self,
         gi: usize,
         request: ScaleRequest,
-        kind: OpKind,
         deadline: Option<Instant>,
-    ) -> Result<(), Status> {
+    ) -> Result<()> {
         let g = &self.inner.groups[gi];
         let label = self.group_label(gi);
-        let cluster_id = g.read().cluster_id.clone().ok_or_else(|| {
-            Status::unavailable(format!("node group {label}: cluster id not resolved yet"))
-        })?;
-        g.lock().op = Some(Op {
-            job_id: None,
-            kind,
-            started: Instant::now(),
-        });
+        let cluster_id = g.read().scale.cluster_id.clone();
+        let Some(cluster_id) = cluster_id else {
+            g.lock().scale.submission_lost();
+            return Err(Error::Internal(format!(
+                "node group {label}: cluster id not resolved yet"
+            )));
+        };
         let cs = &self.inner.cs;
         let call = async {
             match &request {
@@ -223,79 +159,87 @@ impl Provider {
         let job_id = match answer {
             Err(_) => {
                 tracing::warn!(group = %label, "scaleKubernetesCluster not answered in time; the next refresh tells whether CloudStack accepted it");
-                return Err(Status::unavailable(format!(
-                    "node group {label}: CloudStack did not answer scaleKubernetesCluster within the request's deadline; \
-                     it may still accept it, so nothing more is sent for this cluster until the next refresh tells"
-                )));
+                g.lock().scale.submission_lost();
+                return Err(Error::AnswerLost {
+                    group: label,
+                    detail: "CloudStack did not answer scaleKubernetesCluster within the request's deadline".into(),
+                });
             }
             Ok(Err(e @ (CsError::Unreachable { .. } | CsError::Malformed { .. }))) => {
                 // The request may have reached CloudStack (a dropped connection, a garbled
-                // answer): keep it as "answer lost" so nothing more is sent until a refresh
-                // shows whether it became a job. (An HTTP error page means a proxy answered
-                // instead of CloudStack.)
+                // answer): nothing more is sent until a snapshot shows whether it became a
+                // job. (An HTTP error page means a proxy answered instead of CloudStack.)
                 tracing::warn!(group = %label, error = %e, "scaleKubernetesCluster answer lost; the next refresh tells whether CloudStack accepted it");
-                return Err(Status::unavailable(format!(
-                    "node group {label}: {e}; CloudStack may still have accepted the request, so nothing more \
-                     is sent for this cluster until the next refresh tells"
-                )));
+                g.lock().scale.submission_lost();
+                return Err(Error::AnswerLost {
+                    group: label,
+                    detail: e.to_string(),
+                });
             }
             Ok(Err(e)) => {
-                g.lock().op = None;
                 tracing::warn!(group = %label, error = %e, "scaleKubernetesCluster refused");
-                return Err(cs_status(&e));
+                let alert = self.alert_scaling();
+                let effects = g
+                    .lock()
+                    .scale
+                    .submission_refused(&e.to_string(), &alert, now());
+                self.run_effects(gi, effects).await;
+                return Err(Error::CloudStack(e));
             }
             Ok(Ok(job)) => job,
         };
-        if let Some(op) = g.lock().op.as_mut() {
-            op.job_id = Some(job_id.clone());
-        }
+        g.lock().scale.submission_answered(job_id.clone(), now());
         tracing::info!(group = %label, job = %job_id, "scale job accepted by CloudStack");
-        if let Some(d) = deadline {
-            let until = tokio::time::Instant::now() + self.inner.settings.scale_watch;
-            let until = until.min(before(d));
-            let step = Duration::from_millis(100).max(
-                self.inner
-                    .settings
-                    .job_poll_interval
-                    .min(Duration::from_millis(400)),
-            );
-            loop {
-                if tokio::time::Instant::now() + step >= until {
-                    break;
-                }
-                tokio::time::sleep(step).await;
-                let Ok(Ok(job)) = timeout_at(until, cs.query_job(&job_id)).await else {
-                    break;
-                };
-                use crate::cloudstack::types::JobOutcome;
-                match job.outcome() {
-                    JobOutcome::Pending => {}
-                    JobOutcome::Succeeded(_) => break,
-                    JobOutcome::Failed {
-                        errortext,
-                        errorcode,
-                    } => {
-                        return self
-                            .failed_in_watch(gi, &job_id, errorcode, errortext, false, d)
-                            .await;
-                    }
-                    JobOutcome::Cancelled => {
-                        let text = "the job was cancelled".to_string();
-                        return self.failed_in_watch(gi, &job_id, 0, text, true, d).await;
-                    }
-                }
-            }
+        if let Some(d) = deadline
+            && let Some(end) = self.watch(&job_id, d).await
+        {
+            return self.failed_in_watch(gi, &job_id, end, d).await;
         }
         self.spawn_follower(gi, job_id);
         Ok(())
     }
 
-    /// A job that failed while its scale RPC still watched it. CloudStack validates inside the
-    /// job, so a failure this early is usually a refusal: nothing was created, and the RPC
-    /// fails with CloudStack's text, leaving the group as it was. A job that already changed
-    /// the cluster (VMs created, then one failed) is settled exactly as the follower settles
-    /// it: its VMs, and the ones it never created, become failed instances that count in the
-    /// target.
+    /// Polls a just-accepted job for `scale_watch` (capped by the deadline): CloudStack
+    /// validates inside the job, so a refusal shows as a job failing at once. Returns the
+    /// failure, or `None` when the job still runs or succeeded.
+    async fn watch(&self, job_id: &str, deadline: Instant) -> Option<JobEnd> {
+        let until = (Instant::now() + self.inner.settings.scale_watch).min(before(deadline));
+        let step = Duration::from_millis(100).max(
+            self.inner
+                .settings
+                .job_poll_interval
+                .min(Duration::from_millis(400)),
+        );
+        loop {
+            if Instant::now() + step >= until {
+                return None;
+            }
+            tokio::time::sleep(step).await;
+            let Ok(Ok(job)) = timeout_at(until, self.inner.cs.query_job(job_id)).await else {
+                return None;
+            };
+            match job.outcome() {
+                JobOutcome::Pending => {}
+                JobOutcome::Succeeded(_) => return None,
+                JobOutcome::Failed {
+                    errortext,
+                    errorcode,
+                } => {
+                    return Some(JobEnd::Failed {
+                        code: errorcode,
+                        text: errortext,
+                    });
+                }
+                JobOutcome::Cancelled => return Some(JobEnd::Cancelled),
+            }
+        }
+    }
+
+    /// A job that failed while its scale RPC still watched it. A failure that changed nothing
+    /// is CloudStack's refusal: the RPC fails with CloudStack's text and the group is as it
+    /// was. A job that already changed the cluster (VMs created, then one failed) is settled
+    /// as the follower settles it: its VMs, and the ones it never created, become failed
+    /// instances that count in the target.
     ///
     /// Such a scale-up answers OK. The autoscaler then records the scale-up request, sees the
     /// failed instances (Creating with an error) as failed creations of that request, backs
@@ -309,69 +253,46 @@ impl Provider {
         &self,
         gi: usize,
         job_id: &str,
-        code: i64,
-        text: String,
-        cancelled: bool,
+        end: JobEnd,
         deadline: Instant,
-    ) -> Result<(), Status> {
-        let g = &self.inner.groups[gi];
+    ) -> Result<()> {
         let label = self.group_label(gi);
-        let fetched = matches!(
-            timeout_at(before(deadline), self.fetch_cluster_only(gi)).await,
-            Ok(Ok(()))
-        );
-        // Unsure whether it created anything (CloudStack did not answer in time): treat it as
-        // a failed scale-up, which at worst reports placeholders the autoscaler deletes.
-        let changed = {
-            let st = g.read();
-            match (&st.op, &st.snap) {
-                (Some(op), Some(s)) if fetched => {
-                    super::follow::job_changed_cluster(&op.kind, &s.snap)
-                }
-                _ => true,
-            }
+        // Unsure whether it created anything (CloudStack did not answer in time): the machine
+        // treats it as a failed scale-up, which at worst reports placeholders to delete.
+        let fetched = self.fetch_after_job(gi, Some(deadline)).await;
+        let Some(settled) = self.settle(gi, job_id, &end, fetched, true).await else {
+            return Ok(());
         };
-        if !changed {
-            g.lock().op = None;
-            if cancelled {
-                return Err(Status::aborted(format!(
-                    "node group {label}: CloudStack cancelled scale job {job_id}"
-                )));
+        let (code, text) = end.failure().unwrap_or((0, ""));
+        if !settled.changed {
+            if end == JobEnd::Cancelled {
+                return Err(Error::JobCancelled {
+                    group: label,
+                    job: job_id.to_string(),
+                });
             }
-            return Err(self.job_refusal(gi, job_id, code, &text));
+            tracing::info!(group = %label, job = job_id, code, "CloudStack refused the scale request: {text}");
+            return Err(Error::JobRefused {
+                group: label,
+                job: job_id.to_string(),
+                code,
+                text: text.to_string(),
+                alert_unsupported: settled.alert_refusal,
+            });
         }
-        match self.settle_job(gi, job_id, Some(&(code, text.clone())), fetched) {
-            Some(OpKind::Increase { from, to, .. }) => {
-                tracing::warn!(group = %label, job = job_id, from, to,
+        match settled.kind {
+            "scale_up" => {
+                tracing::warn!(group = %label, job = job_id,
                     "the scale-up failed part-way while IncreaseSize watched it; its instances are reported as failed creations");
                 Ok(())
             }
-            _ => Err(Status::failed_precondition(format!(
-                "node group {label}: CloudStack scale job {job_id} failed (code {code}): {text}"
-            ))),
+            _ => Err(Error::JobFailed {
+                group: label,
+                job: job_id.to_string(),
+                code,
+                text: text.to_string(),
+            }),
         }
-    }
-
-    /// The status for a job CloudStack failed at once (it validates inside the job).
-    fn job_refusal(&self, gi: usize, job_id: &str, code: i64, text: &str) -> Status {
-        let label = self.group_label(gi);
-        let in_alert = self.inner.groups[gi]
-            .read()
-            .snap
-            .as_ref()
-            .is_some_and(|s| s.snap.state == crate::domain::cluster::ClusterState::Alert);
-        if is_alert_refusal(text) && in_alert {
-            self.set_alert_unsupported(text);
-            return Status::failed_precondition(format!(
-                "node group {label}: CloudStack refused the scale request (job {job_id}, code {code}): {text}. \
-                 This CloudStack does not scale clusters in Alert (it predates the Alert-scaling change): \
-                 start the down VM so the cluster returns to Running, or upgrade CloudStack"
-            ));
-        }
-        tracing::info!(group = %label, job = job_id, code, "CloudStack refused the scale request: {text}");
-        Status::failed_precondition(format!(
-            "node group {label}: CloudStack refused the scale request (job {job_id}, code {code}): {text}"
-        ))
     }
 
     /// NodeGroupDeleteNodes.
@@ -380,306 +301,53 @@ impl Provider {
         id: &str,
         nodes: Vec<NodeRef>,
         deadline: Instant,
-    ) -> Result<(), Status> {
+    ) -> Result<()> {
         if nodes.is_empty() {
-            return Err(Status::invalid_argument("no nodes to delete were given"));
+            return Err(Error::InvalidArgument(
+                "no nodes to delete were given".into(),
+            ));
         }
         let (gi, g) = self.group(id)?;
-        let _ops = self.lock_ops(gi, deadline).await?;
-        let label = self.group_label(gi);
-        let plan = self.plan_delete(gi, &label, &nodes)?;
-        if plan.vms.is_empty() {
-            self.apply_local_drops(gi, &plan);
-            return Ok(());
-        }
-        if let Some(op) = &g.read().op {
-            return Err(Status::failed_precondition(format!(
-                "node group {label}: a scale job is running ({}); CloudStack runs one scale operation per cluster at a time, retry when it ends",
-                describe(&op.kind, op.job_id.as_deref())
-            )));
-        }
-        let snap = self.fresh_snapshot(gi, deadline).await?;
-        // VMs that vanished meanwhile are already gone: nothing to send for them.
-        let vm_ids: Vec<String> = plan
-            .vms
-            .iter()
-            .filter(|v| {
-                snap.by_id
-                    .get(*v)
-                    .is_some_and(|&i| !snap.snap.vms[i].state.is_gone())
-            })
-            .cloned()
-            .collect();
-        if vm_ids.is_empty() {
-            self.apply_local_drops(gi, &plan);
-            return Ok(());
-        }
-        let request = ScaleRequest::RemoveNodes {
-            vm_ids: vm_ids.clone(),
-        };
-        if let Err(r) = check_scale(&snap.snap, &request, &self.alert_scaling()) {
-            return Err(self.refusal_status(gi, &r));
-        }
-        if g.read().op.is_some() {
-            return Err(Status::failed_precondition(format!(
-                "node group {label}: cluster {} is {} with a scale job this provider did not start; retry when it ends",
-                snap.snap.name, snap.snap.state
-            )));
-        }
-        let names: Vec<String> = vm_ids
-            .iter()
-            .filter_map(|v| {
-                snap.snap
-                    .vm(v)
-                    .map(|vm| format!("{} ({})", vm.name, vm.state))
-            })
-            .collect();
-        tracing::info!(group = %label, vms = %names.join(", "), "scale-down: sending scaleKubernetesCluster nodeids");
-        // Keys under which a later DeleteNodes may name these VMs once they are gone.
-        let removed_keys: Vec<String> = vm_ids
-            .iter()
-            .cloned()
-            .chain(
-                vm_ids
-                    .iter()
-                    .filter_map(|v| snap.snap.vm(v).map(|vm| vm.name.to_ascii_lowercase())),
-            )
-            .collect();
-        let kind = OpKind::Remove {
-            from: snap.snap.size,
-            vm_ids,
-        };
-        self.submit(gi, request, kind, Some(deadline)).await?;
-        // CloudStack destroys the VMs one by one while the job runs, so a VM can leave the
-        // listing long before the job ends and its follower records it as removed. A
-        // DeleteNodes naming it in that window (a second autoscaler replica, a node list that
-        // lags) must be a no-op, not NotFound. Recording the VMs as soon as CloudStack accepted
-        // the job is safe: a VM still listed (the job failed) resolves as a VM first.
-        {
+        let (min, _) = self.bounds(gi);
+        // Decided under the lock; the error is named after it is released (naming the group
+        // reads the state again).
+        let planned = {
             let mut st = g.lock();
-            let now = Instant::now();
-            for key in removed_keys {
-                st.recently_removed.insert(key, now);
-            }
-        }
-        self.apply_local_drops(gi, &plan);
-        Ok(())
-    }
-
-    fn plan_delete(&self, gi: usize, label: &str, nodes: &[NodeRef]) -> Result<DeletePlan, Status> {
-        let g = &self.inner.groups[gi];
-        let st = g.read();
-        let Some(s) = st.snap.clone() else {
-            return Err(Status::unavailable(format!(
-                "node group {label}: no CloudStack snapshot yet"
-            )));
+            st.scale.plan_removal(&nodes, min).and_then(|plan| {
+                if plan.vms.is_empty() {
+                    st.scale.apply_drops(&plan.drops, &plan.vms);
+                    return Ok(None);
+                }
+                st.scale.check_idle_for_removal().map(|()| Some(plan))
+            })
         };
-        let mut plan = DeletePlan::default();
-        let mut seen = HashSet::new();
-        let mut counted = 0u32;
-        for n in nodes {
-            let shown = if n.name.is_empty() {
-                &n.provider_id
-            } else {
-                &n.name
-            };
-            let reason = n
-                .annotations
-                .get(FAKE_NODE_REASON_ANNOTATION)
-                .map(String::as_str);
-            let Some(hit) = st.resolve(&n.provider_id, &n.name) else {
-                let gone = crate::domain::nodeid::vm_id_from_provider_id(&n.provider_id)
-                    .is_some_and(|id| st.recently_removed.contains_key(id))
-                    || (!n.name.is_empty()
-                        && st
-                            .recently_removed
-                            .contains_key(&n.name.to_ascii_lowercase()));
-                if gone {
-                    // Already removed by this provider: deleting it again is done.
-                    continue;
-                }
-                return Err(Status::not_found(format!(
-                    "node {shown} (providerID {:?}) is not a worker VM of node group {label}; nothing was deleted",
-                    n.provider_id
-                )));
-            };
-            match hit {
-                super::view::Hit::Vm(i) => {
-                    let vm = &s.snap.vms[i];
-                    if vm.role != NodeRole::Worker {
-                        return Err(Status::failed_precondition(format!(
-                            "node {shown} is the {} VM {} of cluster {}; this provider never removes control, etcd or external nodes; nothing was deleted",
-                            vm.role.as_str(),
-                            vm.name,
-                            s.snap.name
-                        )));
-                    }
-                    if reason == Some("unregistered")
-                        && let Some(l) = st.learned.get(&vm.id)
-                    {
-                        tracing::error!(vm = %vm.name, node = %l.node_name, provider_id = %l.provider_id,
-                                "refusing to delete a VM as unregistered: its Kubernetes node is registered under another providerID");
-                        return Err(Status::failed_precondition(format!(
-                            "refusing to delete VM {} as unregistered: its node {} is registered (providerID {:?}); \
-                                 the autoscaler matched instance {} to no node because the providerIDs differ; nothing was deleted",
-                            vm.name, l.node_name, l.provider_id, n.provider_id
-                        )));
-                    }
-                    let removing = st.op.as_ref().is_some_and(|op| {
-                        matches!(&op.kind, OpKind::Remove { vm_ids, .. } if vm_ids.contains(&vm.id))
-                    });
-                    if removing || vm.state.is_gone() || !seen.insert(vm.id.clone()) {
-                        continue;
-                    }
-                    let failed_vm = st.failed.iter().any(|f| f.vm_id.as_deref() == Some(&vm.id));
-                    if reason != Some("create-error") && !failed_vm {
-                        counted += 1;
-                    }
-                    plan.vms.push(vm.id.clone());
-                }
-                super::view::Hit::FailedPlaceholder(id) => {
-                    if seen.insert(id.clone()) {
-                        plan.failed.push(id);
-                    }
-                }
-                super::view::Hit::Pending(id) => {
-                    if st.queued_placeholders.contains(&id) {
-                        if seen.insert(id.clone()) {
-                            plan.queued.push(id);
-                        }
-                    } else {
-                        return Err(Status::failed_precondition(format!(
-                            "instance {id} is being created by a running CloudStack job, which cannot be cancelled; \
-                             delete its VM once it exists; nothing was deleted"
-                        )));
-                    }
-                }
+        let Some(plan) = planned.map_err(|e| self.scale_error(gi, e))? else {
+            return Ok(());
+        };
+        self.fresh_snapshot(gi, deadline).await?;
+        let alert = self.alert_scaling();
+        let started = g.lock().scale.start_removal(plan, &alert, now());
+        match started.map_err(|e| self.scale_error(gi, e))? {
+            Started::Submit(request) => {
+                tracing::info!(group = %self.group_label(gi), ?request, "scale-down: sending scaleKubernetesCluster nodeids");
+                self.submit(gi, request, Some(deadline)).await
             }
+            Started::Queued | Started::Done => Ok(()),
         }
-        if counted > 0 {
-            let target = st.target().unwrap_or(s.snap.size);
-            let (min, _) = st.min_max(&g.spec);
-            let removed = counted + (plan.failed.len() + plan.queued.len()) as u32;
-            if target.saturating_sub(removed) < min {
-                return Err(Status::failed_precondition(format!(
-                    "node group {label}: deleting {removed} node(s) would take the target size from {target} below the minimum {min}; nothing was deleted"
-                )));
-            }
-        }
-        Ok(plan)
-    }
-
-    fn apply_local_drops(&self, gi: usize, plan: &DeletePlan) {
-        let mut st = self.inner.groups[gi].lock();
-        st.failed.retain(|f| {
-            !plan.failed.contains(&f.id) && !f.vm_id.as_ref().is_some_and(|v| plan.vms.contains(v))
-        });
-        let before = st.queued_placeholders.len();
-        st.queued_placeholders.retain(|p| !plan.queued.contains(p));
-        let dropped = (before - st.queued_placeholders.len()) as u32;
-        st.queued_increase = st.queued_increase.saturating_sub(dropped);
     }
 
     /// NodeGroupDecreaseTargetSize: cancels only requested nodes that do not exist and will
     /// not be created (queued requests, failed scale-up placeholders).
-    pub async fn decrease_target_size(
-        &self,
-        id: &str,
-        delta: i32,
-        deadline: Instant,
-    ) -> Result<(), Status> {
+    pub async fn decrease_target_size(&self, id: &str, delta: i32) -> Result<()> {
         if delta >= 0 {
-            return Err(Status::invalid_argument(format!(
+            return Err(Error::InvalidArgument(format!(
                 "delta must be negative, got {delta}"
             )));
         }
         let (gi, g) = self.group(id)?;
-        let _ops = self.lock_ops(gi, deadline).await?;
-        let label = self.group_label(gi);
-        let n = delta.unsigned_abs();
-        let mut st = g.lock();
-        let failed_placeholders = st.failed.iter().filter(|f| f.vm_id.is_none()).count() as u32;
-        let cancellable = st.queued_increase + failed_placeholders;
-        if n > cancellable {
-            let in_flight = match &st.op {
-                Some(op) => format!(
-                    "; {} cannot be cancelled",
-                    describe(&op.kind, op.job_id.as_deref())
-                ),
-                None => String::new(),
-            };
-            return Err(Status::failed_precondition(format!(
-                "node group {label}: decreasing the target by {n} would delete existing or already requested VMs: \
-                 only {cancellable} requested node(s) can be cancelled ({} queued, {failed_placeholders} from a failed scale-up){in_flight}",
-                st.queued_increase
-            )));
-        }
-        let mut left = n;
-        while left > 0 && st.queued_increase > 0 {
-            st.queued_increase -= 1;
-            st.queued_placeholders.pop();
-            left -= 1;
-        }
-        while left > 0 {
-            if let Some(pos) = st.failed.iter().rposition(|f| f.vm_id.is_none()) {
-                st.failed.remove(pos);
-            }
-            left -= 1;
-        }
-        tracing::info!(group = %label, delta, "target size decreased (requests cancelled)");
+        let decreased = g.lock().scale.decrease_target(delta.unsigned_abs());
+        decreased.map_err(|e| self.scale_error(gi, e))?;
+        tracing::info!(group = %self.group_label(gi), delta, "target size decreased (requests cancelled)");
         Ok(())
     }
-
-    /// Records the instances of a failed scale-up so the autoscaler sees them as failed
-    /// creations (and deletes them, backing the group off).
-    pub(crate) fn record_failed_increase(
-        st: &mut super::GroupState,
-        error: &InstanceError,
-        new_vm_ids: Vec<String>,
-        placeholders: Vec<String>,
-    ) {
-        let now = Instant::now();
-        for vm in new_vm_ids {
-            let id = st.instance_id(&vm);
-            st.failed.push(FailedInstance {
-                id,
-                vm_id: Some(vm),
-                error: error.clone(),
-                since: now,
-            });
-        }
-        for p in placeholders {
-            st.failed.push(FailedInstance {
-                id: p,
-                vm_id: None,
-                error: error.clone(),
-                since: now,
-            });
-        }
-    }
-}
-
-/// Queued requests refused when their turn came become failed instances too.
-pub(crate) fn refused_error(text: String) -> InstanceError {
-    InstanceError {
-        code: "scale-up-refused".into(),
-        message: text,
-        class: ErrorClass::Other,
-    }
-}
-
-pub(crate) fn describe(kind: &OpKind, job: Option<&str>) -> String {
-    let job = job.unwrap_or("answer lost");
-    match kind {
-        OpKind::Increase { from, to, .. } => format!("scale-up {from}->{to}, job {job}"),
-        OpKind::Remove { vm_ids, .. } => format!("removal of {} VM(s), job {job}", vm_ids.len()),
-        OpKind::Adopted => format!("scale job {job} started elsewhere"),
-    }
-}
-
-#[derive(Debug, Default)]
-struct DeletePlan {
-    vms: Vec<String>,
-    failed: Vec<String>,
-    queued: Vec<String>,
 }

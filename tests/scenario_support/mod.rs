@@ -10,7 +10,8 @@ use cks_autoscaler_provider::autoscaler::{
 };
 use cks_autoscaler_provider::cloudstack::{Client, ClientConfig};
 use cks_autoscaler_provider::config::{ClusterRef, NodeGroupSpec};
-use cks_autoscaler_provider::grpc::{Extras, NoExtras};
+use cks_autoscaler_provider::extras::ProviderExtras;
+
 use cks_autoscaler_provider::pb;
 use cks_autoscaler_provider::provider::{Provider, Settings};
 use cks_autoscaler_provider::server::{ServeOptions, serve};
@@ -45,7 +46,7 @@ pub struct Stack {
     pub addr: SocketAddr,
     server: Option<Server>,
     /// The optional RPCs (template node, options) every provider of this stack serves.
-    extras: Arc<dyn Extras>,
+    extras: Arc<ProviderExtras>,
 }
 
 /// Provider settings with test timings: jobs polled every 20 ms, every Refresh fetching, a
@@ -94,7 +95,7 @@ async fn start_provider(
     sim: &SimHandle,
     settings: Settings,
     bind: SocketAddr,
-    extras: Arc<dyn Extras>,
+    extras: Arc<ProviderExtras>,
 ) -> (Provider, SocketAddr, Server) {
     let provider = Provider::new(
         Client::new(client_config(sim)).expect("CloudStack client"),
@@ -137,7 +138,13 @@ impl Stack {
     /// The provider answers Unimplemented to the optional RPCs (NodeGroupTemplateNodeInfo,
     /// NodeGroupGetOptions); see [`Stack::start_with_extras`].
     pub async fn start(config: SimConfig, name: &str, tweak: impl FnOnce(&mut Settings)) -> Stack {
-        Stack::start_with_extras(config, name, tweak, Arc::new(NoExtras)).await
+        Stack::start_with_extras(
+            config,
+            name,
+            tweak,
+            Arc::new(ProviderExtras::without_template()),
+        )
+        .await
     }
 
     /// Like [`Stack::start`], with the provider serving the optional RPCs through `extras`
@@ -146,7 +153,7 @@ impl Stack {
         config: SimConfig,
         name: &str,
         tweak: impl FnOnce(&mut Settings),
-        extras: Arc<dyn Extras>,
+        extras: Arc<ProviderExtras>,
     ) -> Stack {
         let sim = sim::spawn(config).await.expect("simulator starts");
         let cluster_id = sim.cluster_id(name).expect("cluster in the scenario");

@@ -1,0 +1,98 @@
+//! The provider's one error type. Every failure a provider call can end in is a variant here,
+//! carrying what the message needs; which gRPC status code each becomes is decided in one
+//! place, `crate::grpc::status`, and nowhere else.
+
+use crate::cloudstack::CsError;
+use crate::domain::machine::ScaleError;
+use std::time::Duration;
+
+/// Why a provider call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The request itself is malformed (a delta of the wrong sign, no nodes, an empty id).
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// No configured group has this id.
+    #[error("node group {id:?} is not configured in this provider (configured: {configured})")]
+    UnknownGroup { id: String, configured: String },
+    /// The group has no snapshot from CloudStack yet.
+    #[error("node group {group}: no CloudStack snapshot yet{}", last_error.as_ref().map(|e| format!(" ({e})")).unwrap_or_default())]
+    NoSnapshot {
+        group: String,
+        last_error: Option<String>,
+    },
+    /// The scale state machine refused the request (bounds, rules, busy, unknown node…).
+    #[error("node group {group}: {source}")]
+    Scale {
+        group: String,
+        #[source]
+        source: ScaleError,
+    },
+    /// The configured cluster is not listed (deleted, or not visible to the API key).
+    #[error(
+        "cluster {cluster} is not listed by CloudStack (deleted, or not visible to this API key)"
+    )]
+    ClusterNotFound { cluster: String },
+    /// `--nodes` names a cluster by a name no cluster, or several, carry.
+    #[error("{count} clusters are named {name:?}; name the cluster by id in --nodes")]
+    AmbiguousName { name: String, count: usize },
+    /// A CloudStack call failed.
+    #[error("{0}")]
+    CloudStack(#[from] CsError),
+    /// CloudStack did not answer in time for the request's deadline.
+    #[error(
+        "node group {group}: CloudStack did not answer {command} within the request's deadline"
+    )]
+    Deadline {
+        group: String,
+        command: &'static str,
+    },
+    /// The answer to a scale submission was lost: CloudStack may still have accepted it.
+    #[error(
+        "node group {group}: {detail}; CloudStack may still have accepted the request, so nothing \
+         more is sent for this cluster until the next refresh tells"
+    )]
+    AnswerLost { group: String, detail: String },
+    /// CloudStack failed the job while validating it (nothing changed).
+    #[error("node group {group}: CloudStack refused the scale request (job {job}, code {code}): {text}{}",
+        if *alert_unsupported {
+            ". This CloudStack does not scale clusters in Alert (it predates the Alert-scaling change): \
+             start the down VM so the cluster returns to Running, or upgrade CloudStack"
+        } else { "" })]
+    JobRefused {
+        group: String,
+        job: String,
+        code: i64,
+        text: String,
+        alert_unsupported: bool,
+    },
+    /// CloudStack cancelled the job before it changed anything.
+    #[error("node group {group}: CloudStack cancelled scale job {job}")]
+    JobCancelled { group: String, job: String },
+    /// A removal job failed part-way.
+    #[error("node group {group}: CloudStack scale job {job} failed (code {code}): {text}")]
+    JobFailed {
+        group: String,
+        job: String,
+        code: i64,
+        text: String,
+    },
+    /// Refresh: some groups have no snapshot within the staleness bound.
+    #[error("no CloudStack snapshot newer than {bound:?} for: {}", failures.join("; "))]
+    Stale {
+        bound: Duration,
+        failures: Vec<String>,
+    },
+    /// NodeGroupTemplateNodeInfo cannot build a template for the group.
+    #[error("no template node for node group {group}: {reason}")]
+    NoTemplate { group: String, reason: String },
+    /// NodeGroupGetOptions has no overrides for the group (the autoscaler's flags apply).
+    #[error("{0}")]
+    NoOptions(String),
+    /// A bug or a task that ended abnormally.
+    #[error("{0}")]
+    Internal(String),
+}
+
+/// A provider result.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
