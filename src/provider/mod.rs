@@ -17,13 +17,16 @@ mod follow;
 mod ops;
 mod view;
 
+#[cfg(test)]
+mod tests;
+
 pub use crate::domain::instances::InstanceView;
 pub use crate::domain::machine::NodeRef;
 pub use error::{Error, Result};
 pub use view::NodeGroupView;
 
-use crate::cloudstack::Client;
 use crate::cloudstack::types::{KubernetesCluster, ServiceOffering};
+use crate::cloudstack::{Client, CsError};
 use crate::config::{ClusterRef, NodeGroupSpec};
 use crate::domain::cluster::{
     ClusterInput, ClusterSnapshot, ClusterState, IndexedSnapshot, OfferingRef, VmInput, VmState,
@@ -417,12 +420,15 @@ impl Provider {
         let g = &self.inner.groups[gi];
         let id = g.read().scale.cluster_id.clone();
         let cluster = match (id, &g.spec.cluster) {
-            (Some(id), _) => self
-                .inner
-                .cs
-                .get_cluster(&id)
-                .await?
-                .ok_or(Error::ClusterNotFound { cluster: id })?,
+            (Some(id), _) => match self.inner.cs.get_cluster(&id).await {
+                Ok(Some(c)) => c,
+                // Not visible to the key, or (431: CloudStack's lookup of the id parameter
+                // found no such entity) deleted: not something a retry fixes.
+                Ok(None) | Err(CsError::Api { errorcode: 431, .. }) => {
+                    return Err(Error::ClusterNotFound { cluster: id });
+                }
+                Err(e) => return Err(e.into()),
+            },
             (None, ClusterRef::Name(name)) => {
                 let mut found = self.inner.cs.find_clusters_by_name(name).await?;
                 found.retain(|c| c.name == *name);
