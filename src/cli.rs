@@ -4,6 +4,7 @@
 
 use crate::cloudstack::{Client, ClientConfig};
 use crate::config::{self, NodeGroupSpec};
+use crate::grammar::parse_duration;
 use crate::provider::{AlertScalingMode, Provider, Settings};
 use crate::server::{ServeOptions, serve};
 use anyhow::{Context, bail};
@@ -11,29 +12,6 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
-
-/// Parses `500ms`, `2s`, `5m`, `1h` (a bare number is seconds).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let split = s
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("invalid duration {s:?}: expected e.g. 500ms, 2s, 5m, 1h"))?;
-    let secs = match unit {
-        "" | "s" => n,
-        "ms" => n / 1000.0,
-        "m" => n * 60.0,
-        "h" => n * 3600.0,
-        _ => return Err(format!("invalid duration unit in {s:?}: use ms, s, m or h")),
-    };
-    if !secs.is_finite() || !(0.0..=1e9).contains(&secs) {
-        return Err(format!("duration {s:?} out of range"));
-    }
-    Ok(Duration::from_secs_f64(secs))
-}
 
 /// Log output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -685,18 +663,6 @@ mod tests {
         let bad = write_temp("bad.json", "{}");
         let e = serve_args(&["p", "serve", "--config", &bad.to_string_lossy()]).unwrap_err();
         assert!(e.contains(".yaml"), "{e}");
-    }
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
-        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
-        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
-        assert!(parse_duration("5x").is_err());
-        assert!(parse_duration("").is_err());
-        assert!(parse_duration("-1s").is_err());
     }
 
     #[test]

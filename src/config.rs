@@ -11,6 +11,7 @@
 //! Nothing here logs or returns a value read from the file except `api-url` and
 //! `ssl-no-verify`: errors and warnings name lines, columns, keys and sections.
 
+use crate::grammar::{BOOL_WORDS, parse_bool};
 use std::fmt;
 use std::path::Path;
 use std::time::Duration;
@@ -24,7 +25,6 @@ const NODES_FORMAT: &str = "MIN:MAX:CLUSTER (e.g. 1:10:<cluster-uuid>, 1:10:name
 /// The string keys of `[Global]`, as the in-tree provider's `CSConfig` tags them.
 const STRING_KEYS: [&str; 5] = ["api-url", "api-key", "secret-key", "project-id", "zone"];
 const SSL_NO_VERIFY: &str = "ssl-no-verify";
-const BOOL_WORDS: &str = "true, yes, on, 1, false, no, off or 0 (any case)";
 
 /// Why a configuration source was refused.
 #[derive(Debug, thiserror::Error)]
@@ -385,7 +385,7 @@ impl<'a> GlobalSection<'a> {
                     // gcfg: a bare boolean name means true; an empty value is not a boolean.
                     let parsed = match &value {
                         None => true,
-                        Some(v) => parse_bool(v).ok_or_else(|| {
+                        Some(v) => parse_bool(v).map_err(|_| {
                             self.invalid(
                                 line,
                                 SSL_NO_VERIFY,
@@ -459,16 +459,6 @@ fn suggest_key(name: &str) -> Option<&'static str> {
         .chain(std::iter::once(&SSL_NO_VERIFY))
         .find(|k| squash(k) == wanted)
         .copied()
-}
-
-/// Booleans as gcfg reads them: one of eight words in any case, nothing else (not even spaces
-/// inside quotes, and not an empty value).
-fn parse_bool(v: &str) -> Option<bool> {
-    match v.to_ascii_lowercase().as_str() {
-        "true" | "yes" | "on" | "1" => Some(true),
-        "false" | "no" | "off" | "0" => Some(false),
-        _ => None,
-    }
 }
 
 /// gcfg's first character of a name: a letter (ASCII or Unicode).

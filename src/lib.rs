@@ -9,6 +9,7 @@ pub mod config;
 pub mod demo;
 pub mod domain;
 pub mod extras;
+pub mod grammar;
 pub mod grpc;
 pub mod metrics;
 pub mod options;
