@@ -14,7 +14,6 @@
 use crate::grammar::{BOOL_WORDS, parse_bool};
 use std::fmt;
 use std::path::Path;
-use std::time::Duration;
 
 /// Largest `MAX` accepted in a `--nodes` spec.
 pub const MAX_NODES_LIMIT: u32 = 10_000;
@@ -90,7 +89,7 @@ impl fmt::Debug for CloudConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CloudConfig")
             .field("api_url", &self.api_url)
-            .field("api_key", &crate::cloudstack::sign::mask(&self.api_key))
+            .field("api_key", &crate::redact::mask(&self.api_key))
             .field("secret_key", &"***")
             .field("ssl_no_verify", &self.ssl_no_verify)
             .field("project_id", &self.project_id)
@@ -116,20 +115,6 @@ impl CloudConfig {
             self.secret_key = secret;
         }
         self
-    }
-
-    /// The client settings for these credentials (no extra CA bundle; set
-    /// `ca_bundle_pem` on the result to add one).
-    pub fn client_config(&self, request_timeout: Duration) -> crate::cloudstack::ClientConfig {
-        crate::cloudstack::ClientConfig {
-            api_url: self.api_url.clone(),
-            api_key: self.api_key.clone(),
-            secret_key: self.secret_key.clone(),
-            ssl_no_verify: self.ssl_no_verify,
-            ca_bundle_pem: None,
-            project_id: self.project_id.clone(),
-            request_timeout,
-        }
     }
 }
 
@@ -1445,7 +1430,7 @@ mod tests {
     }
 
     #[test]
-    fn debug_masks_secrets_and_client_config_carries_settings() {
+    fn debug_masks_secrets() {
         let cfg = ok(
             "[Global]\napi-url = https://cloud.example.com/client/api\napi-key = APIKEY123\n\
                       secret-key = TOPSECRET\nssl-no-verify = true\nproject-id = p\n",
@@ -1455,16 +1440,7 @@ mod tests {
             !shown.contains("TOPSECRET") && !shown.contains("APIKEY123"),
             "{shown}"
         );
-        let client = cfg.client_config(Duration::from_secs(7));
-        assert_eq!(client.api_url, URL);
-        assert_eq!(
-            (client.api_key.as_str(), client.secret_key.as_str()),
-            ("APIKEY123", "TOPSECRET")
-        );
-        assert!(client.ssl_no_verify);
-        assert_eq!(client.project_id.as_deref(), Some("p"));
-        assert_eq!(client.request_timeout, Duration::from_secs(7));
-        assert!(client.ca_bundle_pem.is_none());
+        assert!(shown.contains("APIK…"), "{shown}");
     }
 
     #[test]

@@ -14,7 +14,7 @@ fn observe<T>(method: &'static str, started: Instant, result: &Result<T, Status>
         Ok(_) => tonic::Code::Ok,
         Err(s) => s.code(),
     };
-    crate::metrics::record_rpc(method, started, code);
+    crate::metrics::record_rpc(method, started, &format!("{code:?}"));
     if let Err(s) = result
         && s.code() != tonic::Code::Unimplemented
     {

@@ -2,6 +2,7 @@
 //! Apache CloudStack Kubernetes Service (CKS).
 //!
 //! See ARCHITECTURE.md for the code map.
+pub mod app;
 pub mod autoscaler;
 pub mod cli;
 pub mod cloudstack;
@@ -16,6 +17,7 @@ pub mod options;
 pub mod pb;
 pub mod probe;
 pub mod provider;
+pub mod redact;
 pub mod server;
 pub mod sim;
 pub mod template;

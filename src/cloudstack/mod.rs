@@ -38,7 +38,7 @@ impl std::fmt::Debug for ClientConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ClientConfig")
             .field("api_url", &self.api_url)
-            .field("api_key", &sign::mask(&self.api_key))
+            .field("api_key", &crate::redact::mask(&self.api_key))
             .field("secret_key", &"***")
             .field("ssl_no_verify", &self.ssl_no_verify)
             .field("project_id", &self.project_id)
@@ -89,7 +89,7 @@ impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
             .field("api_url", &self.inner.api_url)
-            .field("api_key", &sign::mask(&self.inner.api_key))
+            .field("api_key", &crate::redact::mask(&self.inner.api_key))
             .field("project_id", &self.inner.project_id)
             .field("page_size", &self.page_size)
             .finish_non_exhaustive()
