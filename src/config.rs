@@ -98,26 +98,6 @@ impl fmt::Debug for CloudConfig {
     }
 }
 
-impl CloudConfig {
-    /// Replaces the keys with ones read elsewhere (a file or an environment variable); `None`
-    /// keeps the cloud-config's value. Empty overrides are ignored.
-    pub fn with_overrides(mut self, api_key: Option<String>, secret_key: Option<String>) -> Self {
-        if let Some(key) = api_key
-            .map(|k| k.trim().to_string())
-            .filter(|k| !k.is_empty())
-        {
-            self.api_key = key;
-        }
-        if let Some(secret) = secret_key
-            .map(|s| s.trim().to_string())
-            .filter(|s| !s.is_empty())
-        {
-            self.secret_key = secret;
-        }
-        self
-    }
-}
-
 /// A parsed cloud-config and what the operator should hear about it.
 #[derive(Debug)]
 pub struct CloudConfigReport {
@@ -220,11 +200,6 @@ pub fn parse_cloud_config_report(
         },
         warnings,
     })
-}
-
-/// Reads and parses the cloud-config at `path`.
-pub fn load_cloud_config(path: &Path) -> Result<CloudConfig, ConfigError> {
-    load_cloud_config_with_keys(path, None, None)
 }
 
 /// Reads the cloud-config at `path`, with keys from elsewhere taking precedence (see
@@ -1418,15 +1393,17 @@ mod tests {
             ("AK", "SK")
         );
 
-        let cfg = ok(
-            "[Global]\napi-url = https://cloud.example.com/client/api\napi-key = A\nsecret-key = S\n",
-        );
-        let replaced = cfg.clone().with_overrides(None, Some("S2\n".into()));
+        let full = "[Global]\napi-url = https://cloud.example.com/client/api\napi-key = A\nsecret-key = S\n";
+        let replaced = parse_cloud_config_with_keys(full, "f", None, Some("S2\n".into())).unwrap();
         assert_eq!(
             (replaced.api_key.as_str(), replaced.secret_key.as_str()),
             ("A", "S2")
         );
-        assert_eq!(cfg.clone().with_overrides(Some(String::new()), None), cfg);
+        assert_eq!(
+            parse_cloud_config_with_keys(full, "f", Some(String::new()), None).unwrap(),
+            ok(full),
+            "an empty key from elsewhere leaves the file's"
+        );
     }
 
     #[test]
@@ -1453,7 +1430,9 @@ mod tests {
             "[Global]\napi-url = https://cloud.example.com/client/api\napi-key = A\n",
         )
         .unwrap();
-        let err = load_cloud_config(&path).unwrap_err().to_string();
+        let err = load_cloud_config_with_keys(&path, None, None)
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains(&path.display().to_string()) && err.contains("`secret-key`"),
             "{err}"
@@ -1461,7 +1440,7 @@ mod tests {
         let cfg = load_cloud_config_with_keys(&path, None, Some("S".into())).unwrap();
         assert_eq!(cfg.secret_key, "S");
         let missing = dir.join("absent");
-        let err = load_cloud_config(&missing).unwrap_err();
+        let err = load_cloud_config_with_keys(&missing, None, None).unwrap_err();
         assert!(
             matches!(&err, ConfigError::Read { path, .. } if path.ends_with("absent")),
             "{err}"
