@@ -211,8 +211,8 @@ pub fn startup_warning(overrides_present_for: &[String]) -> Option<String> {
 /// `prod:scale-down-unneeded=5m,max-node-provision=25m,scale-down-utilization-threshold=0.6`.
 ///
 /// The cluster is everything before the last `:` (no value contains one). Keys are listed in
-/// [`OVERRIDE_KEYS`]; durations are written like `90s`, `5m`, `1h30m`; booleans are `true` or
-/// `false`. Unknown keys, repeated keys and invalid values are errors naming the key. The
+/// [`OVERRIDE_KEYS`]; durations and booleans are written as in every other setting
+/// (`90s`, `1.5m`, `1h30m`; `true`, `false`, see [`crate::grammar`]). Unknown keys, repeated keys and invalid values are errors naming the key. The
 /// result is validated ([`OptionOverrides::validate`]).
 pub fn parse_overrides_spec(s: &str) -> Result<(String, OptionOverrides), String> {
     const FORM: &str = "expected CLUSTER:key=value[,key=value...]";
