@@ -444,4 +444,57 @@ mod tests {
             Duration::from_secs(90 * 60)
         );
     }
+
+    #[tokio::test]
+    async fn runs_on_bound_listeners_until_the_shutdown_future_completes() {
+        use crate::pb::cloud_provider_client::CloudProviderClient;
+        let args = serve_args(&["p", "serve", "--simulate", "--shutdown-grace", "1s"]);
+        let app = App::build(&args).await.expect("builds");
+        let grpc = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let metrics = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let (grpc_addr, metrics_addr) = (grpc.local_addr().unwrap(), metrics.local_addr().unwrap());
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let running = tokio::spawn(app.run(grpc, Some(metrics), async {
+            let _ = stopped.await;
+        }));
+
+        let mut client = CloudProviderClient::connect(format!("http://{grpc_addr}"))
+            .await
+            .expect("gRPC answers");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let groups = client
+                .node_groups(crate::pb::NodeGroupsRequest {})
+                .await
+                .expect("NodeGroups")
+                .into_inner()
+                .node_groups;
+            let ready = reqwest::get(format!("http://{metrics_addr}/readyz"))
+                .await
+                .expect("readyz answers")
+                .status();
+            if !groups.is_empty() && ready == 200 {
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "never ready");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let page = reqwest::get(format!("http://{metrics_addr}/metrics"))
+            .await
+            .expect("metrics answers")
+            .text()
+            .await
+            .expect("body");
+        assert!(
+            page.contains("cks_provider_node_group_workers{"),
+            "the provider's groups reach the gauges:\n{page}"
+        );
+
+        let _ = stop.send(());
+        tokio::time::timeout(Duration::from_secs(20), running)
+            .await
+            .expect("stops after the shutdown future completes")
+            .expect("joins")
+            .expect("serves without error");
+    }
 }
