@@ -1,39 +1,15 @@
-//! Command-line interface: `serve`, `demo`, `probe`. Every flag also reads an environment
-//! variable (`CKS_PROVIDER_…`). Secrets are never taken as flags: they come from the
-//! cloud-config file, a file path, or an environment variable.
+//! Command-line interface: the flags of `serve`, `demo` and `probe`, and `serve --config FILE`
+//! folded into them. Parsing only: what the `serve` flags build and run is in `app`. Every
+//! flag also reads an environment variable (`CKS_PROVIDER_…`). Secrets are never taken as
+//! flags: they come from the cloud-config file, a file path, or an environment variable.
 
-use crate::cloudstack::{Client, ClientConfig};
-use crate::config::{self, NodeGroupSpec};
-use crate::provider::{AlertScalingMode, Provider, Settings};
-use crate::server::{ServeOptions, serve};
+use crate::grammar::parse_duration;
+use crate::provider::AlertScalingMode;
 use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
-
-/// Parses `500ms`, `2s`, `5m`, `1h` (a bare number is seconds).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let split = s
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("invalid duration {s:?}: expected e.g. 500ms, 2s, 5m, 1h"))?;
-    let secs = match unit {
-        "" | "s" => n,
-        "ms" => n / 1000.0,
-        "m" => n * 60.0,
-        "h" => n * 3600.0,
-        _ => return Err(format!("invalid duration unit in {s:?}: use ms, s, m or h")),
-    };
-    if !secs.is_finite() || !(0.0..=1e9).contains(&secs) {
-        return Err(format!("duration {s:?} out of range"));
-    }
-    Ok(Duration::from_secs_f64(secs))
-}
 
 /// Log output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -310,272 +286,6 @@ fn config_tokens(
     Ok(tokens)
 }
 
-/// Sets up tracing (`RUST_LOG`-style filter, else `default_filter`).
-pub fn init_tracing(format: LogFormat, default_filter: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let _ = match format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().try_init(),
-    };
-}
-
-fn read_secret_file(path: &PathBuf, what: &str) -> anyhow::Result<String> {
-    let s = std::fs::read_to_string(path)
-        .with_context(|| format!("reading the {what} from {}", path.display()))?;
-    let s = s.trim().to_string();
-    if s.is_empty() {
-        bail!("the {what} file {} is empty", path.display());
-    }
-    Ok(s)
-}
-
-impl ServeArgs {
-    /// The provider settings these flags describe.
-    pub fn settings(&self, groups: Vec<NodeGroupSpec>) -> Settings {
-        let mut s = Settings::with_groups(groups);
-        s.job_poll_interval = self.job_poll_interval;
-        s.refresh_min_interval = self.refresh_min_interval;
-        s.staleness_bound = self.staleness_bound;
-        s.scale_watch = self.scale_watch;
-        s.failed_instance_ttl = self.failed_instance_ttl;
-        s.job_max_follow = self.job_max_follow;
-        s.alert_scaling = self.alert_scaling;
-        s.gpu_label = self.gpu_label.clone();
-        s.gpu_types = self.gpu_types.clone();
-        s
-    }
-
-    /// The optional-RPC configuration (template node, option overrides) these flags describe.
-    pub fn extras(&self) -> anyhow::Result<crate::extras::ProviderExtras> {
-        use crate::template::{Reserved, TemplateSettings, parse_taint};
-        let mut t = TemplateSettings {
-            pods: self.max_pods,
-            ..TemplateSettings::default()
-        };
-        t.kube_reserved = Reserved {
-            cpu_millis: self.reserved_cpu_millis,
-            memory_mib: self.reserved_memory_mib,
-            ephemeral_gib: 0,
-        };
-        for l in &self.template_labels {
-            let Some((k, v)) = l.split_once('=') else {
-                bail!("--template-label {l:?}: expected KEY=VALUE");
-            };
-            crate::template::validate_label_key(k)
-                .map_err(|e| anyhow::anyhow!("--template-label {l:?}: {e}"))?;
-            crate::template::validate_label_value(v)
-                .map_err(|e| anyhow::anyhow!("--template-label {l:?}: {e}"))?;
-            t.extra_labels.insert(k.to_string(), v.to_string());
-        }
-        for taint in &self.template_taints {
-            t.extra_taints.push(
-                parse_taint(taint)
-                    .map_err(|e| anyhow::anyhow!("--template-taint {taint:?}: {e}"))?,
-            );
-        }
-        if !self.gpu_label.is_empty() {
-            t.gpu_label = Some(self.gpu_label.clone());
-        }
-        let mut overrides = std::collections::HashMap::new();
-        for spec in &self.node_group_options {
-            let (cluster, o) = crate::options::parse_overrides_spec(spec)
-                .map_err(|e| anyhow::anyhow!("--node-group-options {spec:?}: {e}"))?;
-            overrides.insert(cluster, o);
-        }
-        let mut names: Vec<String> = overrides.keys().cloned().collect();
-        names.sort();
-        if let Some(w) = crate::options::startup_warning(&names) {
-            tracing::warn!("{w}");
-        }
-        Ok(crate::extras::ProviderExtras {
-            template: Some(t),
-            overrides,
-        })
-    }
-
-    fn groups(&self) -> anyhow::Result<Vec<NodeGroupSpec>> {
-        self.nodes
-            .iter()
-            .map(|n| config::parse_nodes_spec(n).map_err(|e| anyhow::anyhow!("--nodes: {e}")))
-            .collect()
-    }
-
-    fn client_config(&self) -> anyhow::Result<ClientConfig> {
-        let Some(path) = &self.cloud_config else {
-            bail!(
-                "--cloud-config is required (or --simulate to run against the built-in simulator)"
-            );
-        };
-        let api_key = match (
-            &self.api_key_file,
-            std::env::var("CKS_PROVIDER_API_KEY").ok(),
-        ) {
-            (Some(p), _) => Some(read_secret_file(p, "API key")?),
-            (None, Some(v)) if !v.is_empty() => Some(v),
-            _ => None,
-        };
-        let secret_key = match (
-            &self.secret_key_file,
-            std::env::var("CKS_PROVIDER_SECRET_KEY").ok(),
-        ) {
-            (Some(p), _) => Some(read_secret_file(p, "secret key")?),
-            (None, Some(v)) if !v.is_empty() => Some(v),
-            _ => None,
-        };
-        // Keys given elsewhere need not be in the file (and a file's key they replace is not
-        // checked or warned about).
-        let cc = config::load_cloud_config_with_keys(path, api_key, secret_key)?;
-        let mut client = cc.client_config(self.cloudstack_timeout);
-        if let Some(ca) = &self.cloudstack_ca {
-            client.ca_bundle_pem = Some(
-                std::fs::read(ca)
-                    .with_context(|| format!("reading --cloudstack-ca {}", ca.display()))?,
-            );
-        }
-        if client.ssl_no_verify {
-            tracing::warn!("ssl-no-verify is set: CloudStack's TLS certificate is NOT verified");
-        }
-        Ok(client)
-    }
-}
-
-async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
-    tracing::info!("shutdown requested: finishing in-flight requests");
-}
-
-/// `serve`.
-pub async fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
-    crate::tls::ensure_crypto_provider();
-    let tls = match (&args.tls_cert, &args.tls_key) {
-        (Some(cert), Some(key)) => Some(crate::tls::ReloadingTls::new(
-            crate::tls::TlsFiles {
-                cert: cert.clone(),
-                key: key.clone(),
-                client_ca: args.tls_client_ca.clone(),
-            },
-            crate::tls::DEFAULT_CHECK_INTERVAL,
-        )?),
-        _ => None,
-    };
-    if tls.is_none() && !args.insecure && !args.listen.ip().is_loopback() {
-        bail!(
-            "refusing to serve plaintext gRPC on non-loopback address {}: give --tls-cert and \
-             --tls-key (and --tls-client-ca for mutual TLS), or --insecure",
-            args.listen
-        );
-    }
-    if tls.as_ref().is_some_and(|_| args.tls_client_ca.is_none()) {
-        tracing::warn!(
-            "TLS without --tls-client-ca: any client can call the provider; the autoscaler's cloud-config supports mutual TLS (cert/key/cacert)"
-        );
-    }
-    if tls.is_none() && !args.listen.ip().is_loopback() {
-        tracing::warn!(listen = %args.listen, "serving plaintext gRPC on a non-loopback address (--insecure)");
-    }
-    let extras = args.extras()?;
-    let mut _sim = None;
-    let (client_cfg, groups) = if args.simulate {
-        let sim = crate::sim::spawn(crate::sim::SimConfig::default()).await?;
-        let mut groups = args.groups()?;
-        if groups.is_empty() {
-            groups = sim
-                .cluster_ids()
-                .into_iter()
-                .map(|id| NodeGroupSpec {
-                    min: 1,
-                    max: 10,
-                    cluster: config::ClusterRef::Id(id),
-                })
-                .collect();
-        }
-        let cfg = ClientConfig {
-            api_url: sim.api_url.clone(),
-            api_key: sim.api_key.clone(),
-            secret_key: sim.secret_key.clone(),
-            ssl_no_verify: false,
-            ca_bundle_pem: None,
-            project_id: None,
-            request_timeout: args.cloudstack_timeout,
-        };
-        println!("Embedded CloudStack simulator at {}", sim.api_url);
-        println!(
-            "cluster-autoscaler cloud-config (--cloud-provider=externalgrpc --cloud-config=FILE):\n"
-        );
-        println!("address: \"{}\"\ngrpc_timeout: 5s\n", args.listen);
-        for g in &groups {
-            println!("node group (--nodes): {}:{}:{}", g.min, g.max, g.cluster);
-        }
-        _sim = Some(sim);
-        (cfg, groups)
-    } else {
-        (args.client_config()?, args.groups()?)
-    };
-    if groups.is_empty() {
-        bail!("no node groups: give at least one --nodes MIN:MAX:CLUSTER");
-    }
-    let client = Client::new(client_cfg).context("building the CloudStack client")?;
-    let provider = Provider::new(client, args.settings(groups));
-    provider.spawn_initial_refresh();
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .with_context(|| format!("binding {}", args.listen))?;
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    if let Some(addr) = args.metrics_listen {
-        crate::metrics::install();
-        let http = tokio::net::TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("binding --metrics-listen {addr}"))?;
-        let mut rx = stop_rx.clone();
-        let p = provider.clone();
-        tokio::spawn(async move {
-            let stop = async move {
-                let _ = rx.wait_for(|s| *s).await;
-            };
-            if let Err(e) = crate::metrics::serve_http(http, p, stop).await {
-                tracing::error!(error = %e, "metrics endpoint failed");
-            }
-        });
-        tracing::info!(metrics = %addr, "serving /metrics, /healthz, /readyz");
-    }
-    tracing::info!(listen = %args.listen, "serving externalgrpc CloudProvider");
-    let signal = async move {
-        shutdown_signal().await;
-        let _ = stop_tx.send(true);
-    };
-    let options = ServeOptions {
-        extras: std::sync::Arc::new(extras),
-        tls,
-        ..ServeOptions::default()
-    };
-    serve(listener, provider.clone(), options, signal).await?;
-    provider.wait_idle(args.shutdown_grace).await;
-    provider.cleanup();
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -594,44 +304,6 @@ mod tests {
             Command::Serve(s) => Ok(*s),
             _ => Err("not serve".into()),
         }
-    }
-
-    #[test]
-    fn keys_from_files_need_not_be_in_the_cloud_config() {
-        let cc = write_temp(
-            "keys-elsewhere.ini",
-            "[Global]\napi-url = http://127.0.0.1:1/client/api\n",
-        );
-        let key = write_temp("api.key", "the-api-key\n");
-        let secret = write_temp("secret.key", "the-secret;with-semicolon\n");
-        let (c, k, sk) = (
-            cc.to_string_lossy().to_string(),
-            key.to_string_lossy().to_string(),
-            secret.to_string_lossy().to_string(),
-        );
-        let s = serve_args(&[
-            "p",
-            "serve",
-            "--cloud-config",
-            &c,
-            "--api-key-file",
-            &k,
-            "--secret-key-file",
-            &sk,
-            "--nodes",
-            "1:3:demo",
-        ])
-        .expect("parses");
-        let client = s
-            .client_config()
-            .expect("keys from the files complete the config");
-        assert_eq!(client.api_key, "the-api-key");
-        assert_eq!(client.secret_key, "the-secret;with-semicolon");
-        // Without them the file's missing keys are an error naming the key.
-        let s = serve_args(&["p", "serve", "--cloud-config", &c, "--nodes", "1:3:demo"])
-            .expect("parses");
-        let e = s.client_config().expect_err("no keys anywhere");
-        assert!(e.to_string().contains("api-key"), "{e}");
     }
 
     #[test]
@@ -688,18 +360,6 @@ mod tests {
     }
 
     #[test]
-    fn durations() {
-        assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
-        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
-        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
-        assert!(parse_duration("5x").is_err());
-        assert!(parse_duration("").is_err());
-        assert!(parse_duration("-1s").is_err());
-    }
-
-    #[test]
     fn cli_parses_serve_flags() {
         let cli = Cli::try_parse_from([
             "cks-autoscaler-provider",
@@ -723,17 +383,8 @@ mod tests {
     fn job_max_follow_is_a_flag_and_a_config_key() {
         let s = serve_args(&["p", "serve", "--nodes", "1:5:abc"]).expect("parses");
         assert_eq!(s.job_max_follow, Duration::from_secs(2 * 3600), "default");
-        assert_eq!(
-            s.settings(Vec::new()).job_max_follow,
-            Duration::from_secs(2 * 3600)
-        );
         let s = serve_args(&["p", "serve", "--job-max-follow", "90m"]).expect("parses");
         assert_eq!(s.job_max_follow, Duration::from_secs(90 * 60));
-        assert_eq!(
-            s.settings(Vec::new()).job_max_follow,
-            Duration::from_secs(90 * 60),
-            "reaches the provider's settings"
-        );
         let yaml = write_temp("follow.yaml", "job-max-follow: 3h\n");
         let s = serve_args(&["p", "serve", "--config", &yaml.to_string_lossy()]).expect("parses");
         assert_eq!(s.job_max_follow, Duration::from_secs(3 * 3600));

@@ -11,9 +11,9 @@
 //! Nothing here logs or returns a value read from the file except `api-url` and
 //! `ssl-no-verify`: errors and warnings name lines, columns, keys and sections.
 
+use crate::grammar::{BOOL_WORDS, parse_bool};
 use std::fmt;
 use std::path::Path;
-use std::time::Duration;
 
 /// Largest `MAX` accepted in a `--nodes` spec.
 pub const MAX_NODES_LIMIT: u32 = 10_000;
@@ -24,7 +24,6 @@ const NODES_FORMAT: &str = "MIN:MAX:CLUSTER (e.g. 1:10:<cluster-uuid>, 1:10:name
 /// The string keys of `[Global]`, as the in-tree provider's `CSConfig` tags them.
 const STRING_KEYS: [&str; 5] = ["api-url", "api-key", "secret-key", "project-id", "zone"];
 const SSL_NO_VERIFY: &str = "ssl-no-verify";
-const BOOL_WORDS: &str = "true, yes, on, 1, false, no, off or 0 (any case)";
 
 /// Why a configuration source was refused.
 #[derive(Debug, thiserror::Error)]
@@ -90,46 +89,12 @@ impl fmt::Debug for CloudConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CloudConfig")
             .field("api_url", &self.api_url)
-            .field("api_key", &crate::cloudstack::sign::mask(&self.api_key))
+            .field("api_key", &crate::redact::mask(&self.api_key))
             .field("secret_key", &"***")
             .field("ssl_no_verify", &self.ssl_no_verify)
             .field("project_id", &self.project_id)
             .field("zone", &self.zone)
             .finish()
-    }
-}
-
-impl CloudConfig {
-    /// Replaces the keys with ones read elsewhere (a file or an environment variable); `None`
-    /// keeps the cloud-config's value. Empty overrides are ignored.
-    pub fn with_overrides(mut self, api_key: Option<String>, secret_key: Option<String>) -> Self {
-        if let Some(key) = api_key
-            .map(|k| k.trim().to_string())
-            .filter(|k| !k.is_empty())
-        {
-            self.api_key = key;
-        }
-        if let Some(secret) = secret_key
-            .map(|s| s.trim().to_string())
-            .filter(|s| !s.is_empty())
-        {
-            self.secret_key = secret;
-        }
-        self
-    }
-
-    /// The client settings for these credentials (no extra CA bundle; set
-    /// `ca_bundle_pem` on the result to add one).
-    pub fn client_config(&self, request_timeout: Duration) -> crate::cloudstack::ClientConfig {
-        crate::cloudstack::ClientConfig {
-            api_url: self.api_url.clone(),
-            api_key: self.api_key.clone(),
-            secret_key: self.secret_key.clone(),
-            ssl_no_verify: self.ssl_no_verify,
-            ca_bundle_pem: None,
-            project_id: self.project_id.clone(),
-            request_timeout,
-        }
     }
 }
 
@@ -235,11 +200,6 @@ pub fn parse_cloud_config_report(
         },
         warnings,
     })
-}
-
-/// Reads and parses the cloud-config at `path`.
-pub fn load_cloud_config(path: &Path) -> Result<CloudConfig, ConfigError> {
-    load_cloud_config_with_keys(path, None, None)
 }
 
 /// Reads the cloud-config at `path`, with keys from elsewhere taking precedence (see
@@ -385,7 +345,7 @@ impl<'a> GlobalSection<'a> {
                     // gcfg: a bare boolean name means true; an empty value is not a boolean.
                     let parsed = match &value {
                         None => true,
-                        Some(v) => parse_bool(v).ok_or_else(|| {
+                        Some(v) => parse_bool(v).map_err(|_| {
                             self.invalid(
                                 line,
                                 SSL_NO_VERIFY,
@@ -459,16 +419,6 @@ fn suggest_key(name: &str) -> Option<&'static str> {
         .chain(std::iter::once(&SSL_NO_VERIFY))
         .find(|k| squash(k) == wanted)
         .copied()
-}
-
-/// Booleans as gcfg reads them: one of eight words in any case, nothing else (not even spaces
-/// inside quotes, and not an empty value).
-fn parse_bool(v: &str) -> Option<bool> {
-    match v.to_ascii_lowercase().as_str() {
-        "true" | "yes" | "on" | "1" => Some(true),
-        "false" | "no" | "off" | "0" => Some(false),
-        _ => None,
-    }
 }
 
 /// gcfg's first character of a name: a letter (ASCII or Unicode).
@@ -1443,19 +1393,21 @@ mod tests {
             ("AK", "SK")
         );
 
-        let cfg = ok(
-            "[Global]\napi-url = https://cloud.example.com/client/api\napi-key = A\nsecret-key = S\n",
-        );
-        let replaced = cfg.clone().with_overrides(None, Some("S2\n".into()));
+        let full = "[Global]\napi-url = https://cloud.example.com/client/api\napi-key = A\nsecret-key = S\n";
+        let replaced = parse_cloud_config_with_keys(full, "f", None, Some("S2\n".into())).unwrap();
         assert_eq!(
             (replaced.api_key.as_str(), replaced.secret_key.as_str()),
             ("A", "S2")
         );
-        assert_eq!(cfg.clone().with_overrides(Some(String::new()), None), cfg);
+        assert_eq!(
+            parse_cloud_config_with_keys(full, "f", Some(String::new()), None).unwrap(),
+            ok(full),
+            "an empty key from elsewhere leaves the file's"
+        );
     }
 
     #[test]
-    fn debug_masks_secrets_and_client_config_carries_settings() {
+    fn debug_masks_secrets() {
         let cfg = ok(
             "[Global]\napi-url = https://cloud.example.com/client/api\napi-key = APIKEY123\n\
                       secret-key = TOPSECRET\nssl-no-verify = true\nproject-id = p\n",
@@ -1465,16 +1417,7 @@ mod tests {
             !shown.contains("TOPSECRET") && !shown.contains("APIKEY123"),
             "{shown}"
         );
-        let client = cfg.client_config(Duration::from_secs(7));
-        assert_eq!(client.api_url, URL);
-        assert_eq!(
-            (client.api_key.as_str(), client.secret_key.as_str()),
-            ("APIKEY123", "TOPSECRET")
-        );
-        assert!(client.ssl_no_verify);
-        assert_eq!(client.project_id.as_deref(), Some("p"));
-        assert_eq!(client.request_timeout, Duration::from_secs(7));
-        assert!(client.ca_bundle_pem.is_none());
+        assert!(shown.contains("APIK…"), "{shown}");
     }
 
     #[test]
@@ -1487,7 +1430,9 @@ mod tests {
             "[Global]\napi-url = https://cloud.example.com/client/api\napi-key = A\n",
         )
         .unwrap();
-        let err = load_cloud_config(&path).unwrap_err().to_string();
+        let err = load_cloud_config_with_keys(&path, None, None)
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains(&path.display().to_string()) && err.contains("`secret-key`"),
             "{err}"
@@ -1495,7 +1440,7 @@ mod tests {
         let cfg = load_cloud_config_with_keys(&path, None, Some("S".into())).unwrap();
         assert_eq!(cfg.secret_key, "S");
         let missing = dir.join("absent");
-        let err = load_cloud_config(&missing).unwrap_err();
+        let err = load_cloud_config_with_keys(&missing, None, None).unwrap_err();
         assert!(
             matches!(&err, ConfigError::Read { path, .. } if path.ends_with("absent")),
             "{err}"

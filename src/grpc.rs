@@ -70,7 +70,7 @@ async fn observed<T>(
         Ok(_) => Code::Ok,
         Err(s) => s.code(),
     };
-    crate::metrics::record_rpc(method, started, code);
+    crate::metrics::record_rpc(method, started, &format!("{code:?}"));
     if let Err(s) = &result
         && s.code() != Code::Unimplemented
     {

@@ -2,6 +2,7 @@
 //! Apache CloudStack Kubernetes Service (CKS).
 //!
 //! See ARCHITECTURE.md for the code map.
+pub mod app;
 pub mod autoscaler;
 pub mod cli;
 pub mod cloudstack;
@@ -9,12 +10,14 @@ pub mod config;
 pub mod demo;
 pub mod domain;
 pub mod extras;
+pub mod grammar;
 pub mod grpc;
 pub mod metrics;
 pub mod options;
 pub mod pb;
 pub mod probe;
 pub mod provider;
+pub mod redact;
 pub mod server;
 pub mod sim;
 pub mod template;

@@ -2,18 +2,19 @@
 //! `/readyz`) served on `--metrics-listen`, apart from the gRPC port.
 //!
 //! Counters and histograms are recorded through the `metrics` facade where things happen
-//! (RPCs in `grpc.rs`, CloudStack calls, job outcomes); per-group gauges are computed from the
-//! provider's state at scrape time so they can never drift from what the autoscaler is told.
+//! (RPCs in `grpc.rs`, CloudStack calls, job outcomes); per-group gauges are read from a
+//! [`MetricsSource`] at scrape time so they can never drift from what the autoscaler is told.
+//!
+//! A leaf: it knows no provider, gRPC or configuration type. Whoever serves the endpoint
+//! supplies the [`MetricsSource`]; callers pass labels as plain strings.
 
-use crate::domain::status::InstanceState;
-use crate::provider::Provider;
 use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use std::future::Future;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
@@ -37,12 +38,12 @@ pub fn install() -> PrometheusHandle {
         .clone()
 }
 
-/// Records one gRPC call.
-pub fn record_rpc(method: &'static str, started: Instant, code: tonic::Code) {
-    let code = format!("{code:?}");
-    metrics::counter!("cks_provider_grpc_requests_total", "method" => method, "code" => code.clone())
+/// Records one gRPC call. `code` is the gRPC status code's name as tonic spells it (`Ok`,
+/// `FailedPrecondition`, …), the label value dashboards already use.
+pub fn record_rpc(method: &'static str, started: Instant, code: &str) {
+    metrics::counter!("cks_provider_grpc_requests_total", "method" => method, "code" => code.to_string())
         .increment(1);
-    metrics::histogram!("cks_provider_grpc_request_duration_seconds", "method" => method, "code" => code)
+    metrics::histogram!("cks_provider_grpc_request_duration_seconds", "method" => method, "code" => code.to_string())
         .record(started.elapsed().as_secs_f64());
 }
 
@@ -62,40 +63,59 @@ pub fn record_job(kind: &'static str, outcome: &'static str) {
         .increment(1);
 }
 
-/// Sets the per-group gauges from the provider's current state.
-pub fn update_group_gauges(provider: &Provider) {
-    for g in provider.node_groups() {
+/// One node group's state as the gauges show it, read at scrape time.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GroupGauges {
+    pub id: String,
+    /// `None` when the group has no target yet (no snapshot): the gauge keeps its last value.
+    pub target_size: Option<u32>,
+    pub min_size: u32,
+    pub max_size: u32,
+    /// Workers by the state the autoscaler is told.
+    pub running: u32,
+    pub creating: u32,
+    pub deleting: u32,
+    /// Workers CloudStack reports as not running (stopped, errored…).
+    pub down: usize,
+    /// CloudStack's name for the cluster's state, when a snapshot exists.
+    pub cluster_state: Option<String>,
+    /// Age of the group's snapshot, when one exists.
+    pub since_refresh: Option<Duration>,
+}
+
+/// What the operations endpoints read from the running service.
+pub trait MetricsSource: Send + Sync + 'static {
+    /// `/readyz` answers 200: every group has a snapshot fresh enough to serve.
+    fn ready(&self) -> bool;
+    /// Every node group's gauge values, now.
+    fn group_gauges(&self) -> Vec<GroupGauges>;
+}
+
+/// Sets the per-group gauges.
+fn set_group_gauges(groups: &[GroupGauges]) {
+    for g in groups {
         let id = g.id.clone();
-        if let Ok(t) = provider.target_size(&id) {
+        if let Some(t) = g.target_size {
             metrics::gauge!("cks_provider_node_group_target_size", "node_group" => id.clone())
                 .set(f64::from(t));
         }
         metrics::gauge!("cks_provider_node_group_min_size", "node_group" => id.clone())
-            .set(f64::from(g.min));
+            .set(f64::from(g.min_size));
         metrics::gauge!("cks_provider_node_group_max_size", "node_group" => id.clone())
-            .set(f64::from(g.max));
-        let (mut running, mut creating, mut deleting) = (0u32, 0u32, 0u32);
-        for i in provider.nodes(&id).unwrap_or_default().iter() {
-            match i.state {
-                InstanceState::Running => running += 1,
-                InstanceState::Creating => creating += 1,
-                InstanceState::Deleting => deleting += 1,
-            }
-        }
-        let down = provider.down_workers(&id).len();
+            .set(f64::from(g.max_size));
         for (state, n) in [
-            ("running", f64::from(running)),
-            ("creating", f64::from(creating)),
-            ("deleting", f64::from(deleting)),
-            ("down", down as f64),
+            ("running", f64::from(g.running)),
+            ("creating", f64::from(g.creating)),
+            ("deleting", f64::from(g.deleting)),
+            ("down", g.down as f64),
         ] {
             metrics::gauge!("cks_provider_node_group_workers", "node_group" => id.clone(), "state" => state).set(n);
         }
-        if let Some(snap) = provider.snapshot(&id) {
-            metrics::gauge!("cks_provider_cluster_state", "node_group" => id.clone(), "state" => snap.state.as_str().to_string())
+        if let Some(state) = &g.cluster_state {
+            metrics::gauge!("cks_provider_cluster_state", "node_group" => id.clone(), "state" => state.clone())
                 .set(1.0);
         }
-        if let Some(age) = provider.snapshot_age(&id) {
+        if let Some(age) = g.since_refresh {
             metrics::gauge!("cks_provider_seconds_since_refresh", "node_group" => id.clone())
                 .set(age.as_secs_f64());
         }
@@ -105,16 +125,16 @@ pub fn update_group_gauges(provider: &Provider) {
 #[derive(Clone)]
 struct HttpState {
     handle: PrometheusHandle,
-    provider: Provider,
+    source: Arc<dyn MetricsSource>,
 }
 
 async fn metrics_page(State(s): State<HttpState>) -> String {
-    update_group_gauges(&s.provider);
+    set_group_gauges(&s.source.group_gauges());
     s.handle.render()
 }
 
 async fn readyz(State(s): State<HttpState>) -> (StatusCode, &'static str) {
-    if s.provider.healthy() {
+    if s.source.ready() {
         (StatusCode::OK, "ready\n")
     } else {
         (
@@ -128,12 +148,12 @@ async fn readyz(State(s): State<HttpState>) -> (StatusCode, &'static str) {
 /// `shutdown` completes.
 pub async fn serve_http(
     listener: tokio::net::TcpListener,
-    provider: Provider,
+    source: Arc<dyn MetricsSource>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let state = HttpState {
         handle: install(),
-        provider,
+        source,
     };
     let app = Router::new()
         .route("/metrics", get(metrics_page))
@@ -144,4 +164,81 @@ pub async fn serve_http(
         .with_graceful_shutdown(shutdown)
         .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Fixed {
+        ready: bool,
+    }
+
+    impl MetricsSource for Fixed {
+        fn ready(&self) -> bool {
+            self.ready
+        }
+
+        fn group_gauges(&self) -> Vec<GroupGauges> {
+            vec![GroupGauges {
+                id: "metrics-test-group".into(),
+                target_size: Some(3),
+                min_size: 1,
+                max_size: 5,
+                running: 2,
+                creating: 1,
+                deleting: 0,
+                down: 1,
+                cluster_state: Some("Running".into()),
+                since_refresh: Some(Duration::from_secs(2)),
+            }]
+        }
+    }
+
+    async fn get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+        let r = reqwest::get(format!("http://{addr}{path}"))
+            .await
+            .expect("endpoint answers");
+        let status = r.status().as_u16();
+        (status, r.text().await.expect("body"))
+    }
+
+    #[tokio::test]
+    async fn endpoints_answer_from_the_source_with_the_published_names() {
+        install();
+        record_rpc("MetricsTestRpc", Instant::now(), "FailedPrecondition");
+        for (ready, readyz) in [(true, 200), (false, 503)] {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("bind");
+            let addr = listener.local_addr().expect("addr");
+            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            let server = tokio::spawn(serve_http(listener, Arc::new(Fixed { ready }), async {
+                let _ = stopped.await;
+            }));
+            assert_eq!(get(addr, "/healthz").await, (200, "ok\n".into()));
+            assert_eq!(get(addr, "/readyz").await.0, readyz, "ready: {ready}");
+            let (status, page) = get(addr, "/metrics").await;
+            assert_eq!(status, 200);
+            for line in [
+                r#"cks_provider_grpc_requests_total{method="MetricsTestRpc",code="FailedPrecondition"} 1"#,
+                r#"cks_provider_node_group_target_size{node_group="metrics-test-group"} 3"#,
+                r#"cks_provider_node_group_min_size{node_group="metrics-test-group"} 1"#,
+                r#"cks_provider_node_group_max_size{node_group="metrics-test-group"} 5"#,
+                r#"cks_provider_node_group_workers{node_group="metrics-test-group",state="running"} 2"#,
+                r#"cks_provider_node_group_workers{node_group="metrics-test-group",state="creating"} 1"#,
+                r#"cks_provider_node_group_workers{node_group="metrics-test-group",state="deleting"} 0"#,
+                r#"cks_provider_node_group_workers{node_group="metrics-test-group",state="down"} 1"#,
+                r#"cks_provider_cluster_state{node_group="metrics-test-group",state="Running"} 1"#,
+                r#"cks_provider_seconds_since_refresh{node_group="metrics-test-group"} 2"#,
+            ] {
+                assert!(
+                    page.lines().any(|l| l == line),
+                    "{line} missing in:\n{page}"
+                );
+            }
+            let _ = stop.send(());
+            server.await.expect("joins").expect("serves until stopped");
+        }
+    }
 }

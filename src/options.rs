@@ -26,6 +26,7 @@
 
 use std::time::Duration;
 
+use crate::grammar::{parse_bool, parse_duration};
 use crate::pb;
 
 /// A max node provision time suited to CKS, for operators who override it (the autoscaler's
@@ -210,8 +211,8 @@ pub fn startup_warning(overrides_present_for: &[String]) -> Option<String> {
 /// `prod:scale-down-unneeded=5m,max-node-provision=25m,scale-down-utilization-threshold=0.6`.
 ///
 /// The cluster is everything before the last `:` (no value contains one). Keys are listed in
-/// [`OVERRIDE_KEYS`]; durations are written like `90s`, `5m`, `1h30m`; booleans are `true` or
-/// `false`. Unknown keys, repeated keys and invalid values are errors naming the key. The
+/// [`OVERRIDE_KEYS`]; durations and booleans are written as in every other setting
+/// (`90s`, `1.5m`, `1h30m`; `true`, `false`, see [`crate::grammar`]). Unknown keys, repeated keys and invalid values are errors naming the key. The
 /// result is validated ([`OptionOverrides::validate`]).
 pub fn parse_overrides_spec(s: &str) -> Result<(String, OptionOverrides), String> {
     const FORM: &str = "expected CLUSTER:key=value[,key=value...]";
@@ -276,51 +277,6 @@ pub fn parse_overrides_spec(s: &str) -> Result<(String, OptionOverrides), String
     Ok((cluster.to_string(), o))
 }
 
-/// Parses a duration written as one or more `<integer><unit>` parts with units `ms`, `s`, `m`,
-/// `h` (`90s`, `5m`, `1h30m`). A bare number is refused: the unit must be explicit.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let text = s.trim();
-    if text.is_empty() {
-        return Err("empty duration; write e.g. 90s, 5m or 1h".into());
-    }
-    let mut total = Duration::ZERO;
-    let mut rest = text;
-    while !rest.is_empty() {
-        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
-        if digits == 0 {
-            return Err(format!(
-                "duration '{text}' is not of the form 90s, 5m, 1h or 1h30m"
-            ));
-        }
-        let amount: u64 = rest[..digits]
-            .parse()
-            .map_err(|_| format!("duration '{text}' is too large"))?;
-        rest = &rest[digits..];
-        let unit_len = rest.bytes().take_while(|b| b.is_ascii_alphabetic()).count();
-        let part = match &rest[..unit_len] {
-            "ms" => Some(Duration::from_millis(amount)),
-            "s" => Some(Duration::from_secs(amount)),
-            "m" => amount.checked_mul(60).map(Duration::from_secs),
-            "h" => amount.checked_mul(3600).map(Duration::from_secs),
-            "" => {
-                return Err(format!(
-                    "duration '{text}' needs a unit (ms, s, m or h), e.g. 90s, 5m, 1h"
-                ));
-            }
-            other => {
-                return Err(format!(
-                    "duration '{text}' has unknown unit '{other}' (use ms, s, m or h)"
-                ));
-            }
-        };
-        total = part
-            .and_then(|p| total.checked_add(p))
-            .ok_or_else(|| format!("duration '{text}' is too large"))?;
-        rest = &rest[unit_len..];
-    }
-    Ok(total)
-}
-
 fn canonical_key(key: &str) -> Option<&'static str> {
     let alias = match key {
         "scale-down-unneeded-time" => "scale-down-unneeded",
@@ -339,16 +295,6 @@ fn parse_threshold(v: &str) -> Result<f64, String> {
         Ok(x)
     } else {
         Err(format!("'{v}' is not between 0 and 1"))
-    }
-}
-
-fn parse_bool(v: &str) -> Result<bool, String> {
-    if v.eq_ignore_ascii_case("true") {
-        Ok(true)
-    } else if v.eq_ignore_ascii_case("false") {
-        Ok(false)
-    } else {
-        Err(format!("'{v}' is not true or false"))
     }
 }
 
@@ -575,6 +521,21 @@ mod tests {
                 ..OptionOverrides::default()
             }
         );
+
+        // The grammar the flags and the config file use holds here too.
+        let (_, o) = parse_overrides_spec(
+            "prod:scale-down-unneeded=1.5m,max-node-provision=1500,zero-or-max-node-scaling=yes",
+        )
+        .unwrap();
+        assert_eq!(
+            o,
+            OptionOverrides {
+                scale_down_unneeded: Some(Duration::from_secs(90)),
+                max_node_provision: Some(Duration::from_secs(1500)),
+                zero_or_max_node_scaling: Some(true),
+                ..OptionOverrides::default()
+            }
+        );
     }
 
     #[test]
@@ -596,14 +557,14 @@ mod tests {
                 "key 'scale-down-unneeded' is given twice",
             ),
             (
-                "prod:scale-down-unneeded=5",
-                "scale-down-unneeded: duration '5' needs a unit",
+                "prod:scale-down-unneeded=5min",
+                "scale-down-unneeded: invalid duration \"5min\": unknown unit \"min\"",
             ),
             (
                 "prod:max-node-provision=0s",
                 "max-node-provision must be greater than 0",
             ),
-            ("prod:max-node-provision=5d", "unknown unit 'd'"),
+            ("prod:max-node-provision=5d", "unknown unit \"d\""),
             (
                 "prod:scale-down-utilization-threshold=1.2",
                 "scale-down-utilization-threshold: '1.2' is not between 0 and 1",
@@ -613,8 +574,8 @@ mod tests {
                 "'half' is not a number",
             ),
             (
-                "prod:zero-or-max-node-scaling=yes",
-                "'yes' is not true or false",
+                "prod:zero-or-max-node-scaling=maybe",
+                "zero-or-max-node-scaling: \"maybe\" is not a boolean",
             ),
         ] {
             let err = parse_overrides_spec(spec).unwrap_err();
@@ -625,22 +586,5 @@ mod tests {
             err.contains("known keys: scale-down-utilization-threshold"),
             "{err}"
         );
-    }
-
-    #[test]
-    fn duration_table() {
-        for (s, secs) in [
-            ("90s", 90),
-            ("5m", 300),
-            ("1h", 3600),
-            ("1h30m", 5400),
-            ("2m30s", 150),
-        ] {
-            assert_eq!(parse_duration(s), Ok(Duration::from_secs(secs)), "{s}");
-        }
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        for bad in ["", "m", "5", "5x", "-5m", "1.5h", "99999999999999999999s"] {
-            assert!(parse_duration(bad).is_err(), "{bad}");
-        }
     }
 }

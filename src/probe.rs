@@ -32,7 +32,7 @@ pub struct ProbeArgs {
     #[arg(long)]
     pub no_refresh: bool,
     /// Deadline of each call.
-    #[arg(long, default_value = "5s", value_parser = crate::cli::parse_duration)]
+    #[arg(long, default_value = "5s", value_parser = crate::grammar::parse_duration)]
     pub timeout: Duration,
 }
 

@@ -151,7 +151,8 @@ fn body() -> impl Strategy<Value = Vec<u8>> {
                 "listkubernetesclustersresponse",
                 "queryasyncjobresultresponse",
                 "scalekubernetesclusterresponse",
-                "listcapabilitiesresponse",
+                "listserviceofferingsresponse",
+                "listasyncjobsresponse",
                 "errorresponse",
                 "otherresponse",
             ][..],
@@ -165,8 +166,10 @@ fn body() -> impl Strategy<Value = Vec<u8>> {
             Just(json!({"jobid": ""})),
             Just(json!({"jobid": "j-1", "jobstatus": 2, "jobresult": {"errorcode": 530, "errortext": "nope"}})),
             Just(json!({"jobid": "j-1", "jobstatus": "x"})),
-            Just(json!({"capability": {"cloudstackversion": "4.22.0", "apilimitmax": "25"}})),
-            Just(json!({"capability": 7})),
+            Just(json!({"count": 1, "serviceoffering": [{"id": "so", "name": "small", "cpunumber": "2", "memory": 4096}]})),
+            Just(json!({"serviceoffering": 7})),
+            Just(json!({"count": 1, "asyncjobs": [{"jobid": "j-1", "jobstatus": "0", "jobinstanceid": "c"}]})),
+            Just(json!({"asyncjobs": [{"jobstatus": 0}]})),
             (prop_oneof![Just(json!(431)), Just(json!("530")), Just(json!("x")), Just(json!(401))], text.clone())
                 .prop_map(|(code, text)| json!({"uuidList": [], "errorcode": code, "cserrorcode": 9999, "errortext": text})),
         ],
@@ -197,22 +200,24 @@ fn status() -> impl Strategy<Value = u16> {
 #[derive(Debug, Clone, Copy)]
 enum Call {
     GetCluster,
-    ListClusters,
+    FindClusters,
     QueryJob,
+    JobsPage,
     ScaleSize,
     RemoveNodes,
-    Capabilities,
+    ServiceOffering,
 }
 
 fn call() -> impl Strategy<Value = Call> {
     prop::sample::select(
         &[
             Call::GetCluster,
-            Call::ListClusters,
+            Call::FindClusters,
             Call::QueryJob,
+            Call::JobsPage,
             Call::ScaleSize,
             Call::RemoveNodes,
-            Call::Capabilities,
+            Call::ServiceOffering,
         ][..],
     )
 }
@@ -223,14 +228,18 @@ fn run(h: &Harness, call: Call) -> Result<(), CsError> {
     h.rt.block_on(async {
         match call {
             Call::GetCluster => c.get_cluster("c").await.map(drop),
-            Call::ListClusters => c.list_clusters().await.map(drop),
+            Call::FindClusters => c.find_clusters_by_name("k8s").await.map(drop),
             Call::QueryJob => c.query_job("j-1").await.map(drop),
+            Call::JobsPage => c
+                .list_async_jobs_page("2025-01-01T00:00:00+0000", 1)
+                .await
+                .map(drop),
             Call::ScaleSize => c.scale_cluster_size("c", 3).await.map(drop),
             Call::RemoveNodes => c
                 .scale_cluster_remove_nodes("c", &["vm-1".to_string()])
                 .await
                 .map(drop),
-            Call::Capabilities => c.capabilities().await.map(drop),
+            Call::ServiceOffering => c.get_service_offering("so").await.map(drop),
         }
     })
 }
@@ -261,10 +270,11 @@ fn any_response_is_parsed_without_panic_or_leak() {
                         );
                     }
                     let command = match call {
-                        Call::GetCluster | Call::ListClusters => "listKubernetesClusters",
+                        Call::GetCluster | Call::FindClusters => "listKubernetesClusters",
                         Call::QueryJob => "queryAsyncJobResult",
+                        Call::JobsPage => "listAsyncJobs",
                         Call::ScaleSize | Call::RemoveNodes => "scaleKubernetesCluster",
-                        Call::Capabilities => "listCapabilities",
+                        Call::ServiceOffering => "listServiceOfferings",
                     };
                     prop_assert!(message.contains(command), "{}", message);
                     prop_assert!(!matches!(e, CsError::Config(_)), "{}", message);

@@ -1,5 +1,5 @@
-//! Property tests of the parsers: the cloud-config, `--nodes` specs, providerIDs, CloudStack's
-//! JSON responses and job outcomes, and request signing.
+//! Property tests of the parsers: the cloud-config, `--nodes` specs, durations, providerIDs,
+//! CloudStack's JSON responses and job outcomes, and request signing.
 //!
 //! The invariants live in `fuzz/src/parsers.rs`, shared with the fuzz targets. Each property
 //! runs a bounded number of cases (`PROPTEST_CASES` raises it for a longer run).
@@ -13,6 +13,7 @@ use cks_autoscaler_provider::config::{
     ClusterRef, MAX_NODES_LIMIT, NodeGroupSpec, parse_cloud_config, parse_cloud_config_report,
     parse_nodes_spec,
 };
+use cks_autoscaler_provider::grammar::parse_duration;
 use parsers::{
     check_cloud_config, check_cloudstack_json, check_job_outcome, check_nodes_spec,
     check_provider_id,
@@ -20,6 +21,7 @@ use parsers::{
 use proptest::prelude::*;
 use proptest::test_runner::Config;
 use serde_json::{Value, json};
+use std::time::Duration;
 
 /// `cases` unless `PROPTEST_CASES` says otherwise; no regression files in the source tree.
 fn config(cases: u32) -> Config {
@@ -578,6 +580,52 @@ proptest! {
                 cks_autoscaler_provider::domain::nodeid::vm_id_from_provider_id(&id),
                 Some(id.as_str())
             );
+        }
+    }
+}
+
+// ---- durations ----
+//
+// One grammar for every duration a user writes (flags, the config file, the probe,
+// `--node-group-options`): `<number><unit>` parts with ms, s, m, h, or a bare number of seconds.
+
+proptest! {
+    #![proptest_config(config(512))]
+
+    /// Parts written in any order, with whole or decimal numbers, add up exactly.
+    #[test]
+    fn durations_written_in_parts_add_up(
+        parts in prop::collection::vec((0u64..50_000, 0u32..1000, 0usize..4), 1..5),
+    ) {
+        const UNITS: [(&str, u64); 4] = [("ms", 1_000_000), ("s", 1_000_000_000), ("m", 60_000_000_000), ("h", 3_600_000_000_000)];
+        let mut text = String::new();
+        let mut nanos: u128 = 0;
+        for (whole, thousandths, unit) in &parts {
+            let (name, unit_nanos) = UNITS[*unit];
+            text.push_str(&format!("{whole}.{thousandths:03}{name}"));
+            nanos += u128::from(*whole) * u128::from(unit_nanos)
+                + u128::from(*thousandths) * u128::from(unit_nanos) / 1000;
+        }
+        let d = parse_duration(&text).map_err(TestCaseError::fail)?;
+        prop_assert_eq!(d.as_nanos(), nanos, "{}", text);
+    }
+
+    /// A bare number is seconds.
+    #[test]
+    fn a_bare_number_is_seconds(secs in 0u64..1_000_000_000) {
+        prop_assert_eq!(parse_duration(&secs.to_string()), Ok(Duration::from_secs(secs)));
+    }
+
+    /// Any text is parsed without panicking; a refusal quotes it and names the units.
+    #[test]
+    fn any_duration_text_is_refused_by_name_or_accepted(text in prop_oneof![
+        "\\PC{0,12}",
+        "[0-9.]{0,6}[a-z]{0,3}[0-9.]{0,4}[a-z ]{0,3}",
+    ]) {
+        if let Err(e) = parse_duration(&text) {
+            let trimmed = text.trim();
+            prop_assert!(trimmed.is_empty() || e.contains(&format!("{trimmed:?}")), "{}", e);
+            prop_assert!(e.contains("ms, s, m or h"), "{}", e);
         }
     }
 }

@@ -5,7 +5,7 @@
 //! (included there by path). Every broken invariant panics with the input that broke it.
 
 use cks_autoscaler_provider::cloudstack::types::{
-    AsyncJob, Capabilities, ClusterVm, JobOutcome, KubernetesCluster, ServiceOffering, Zone,
+    AsyncJob, ClusterVm, JobOutcome, KubernetesCluster, ListedJob, ServiceOffering,
 };
 use cks_autoscaler_provider::config::{
     CloudConfig, ClusterRef, MAX_NODES_LIMIT, parse_cloud_config, parse_nodes_spec,
@@ -154,8 +154,7 @@ fn parse_all(bytes: &[u8]) {
     let _ = serde_json::from_slice::<Vec<KubernetesCluster>>(bytes);
     let _ = serde_json::from_slice::<ClusterVm>(bytes);
     let _ = serde_json::from_slice::<ServiceOffering>(bytes);
-    let _ = serde_json::from_slice::<Zone>(bytes);
-    let _ = serde_json::from_slice::<Capabilities>(bytes);
+    let _ = serde_json::from_slice::<ListedJob>(bytes);
     if let Ok(job) = serde_json::from_slice::<AsyncJob>(bytes) {
         check_job_outcome(&job);
     }
@@ -164,8 +163,7 @@ fn parse_all(bytes: &[u8]) {
 fn from_value(v: &serde_json::Value) {
     let _ = KubernetesCluster::deserialize(v);
     let _ = ServiceOffering::deserialize(v);
-    let _ = Zone::deserialize(v);
-    let _ = Capabilities::deserialize(v);
+    let _ = ListedJob::deserialize(v);
     if let Ok(job) = AsyncJob::deserialize(v) {
         check_job_outcome(&job);
     }

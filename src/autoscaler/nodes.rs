@@ -16,8 +16,7 @@ use serde::Deserialize;
 use super::pods::{NodeTaint, Resources};
 use crate::pb;
 
-/// Annotation the autoscaler puts on the fake nodes it builds for instances without a node.
-pub const FAKE_NODE_REASON_ANNOTATION: &str = "k8s.io/cluster-autoscaler/fake-node-reason";
+pub use crate::domain::nodeid::FAKE_NODE_REASON_ANNOTATION;
 /// [`FAKE_NODE_REASON_ANNOTATION`] value for an instance that never registered.
 pub const FAKE_NODE_UNREGISTERED: &str = "unregistered";
 /// [`FAKE_NODE_REASON_ANNOTATION`] value for an instance whose creation failed.

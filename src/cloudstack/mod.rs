@@ -8,9 +8,8 @@ pub mod sign;
 pub mod types;
 
 pub use error::CsError;
-use types::{AsyncJob, Capabilities, KubernetesCluster, ServiceOffering, Zone};
+use types::{AsyncJob, KubernetesCluster, ServiceOffering};
 
-use serde::Deserialize as _;
 use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
 use std::collections::HashMap;
@@ -38,7 +37,7 @@ impl std::fmt::Debug for ClientConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ClientConfig")
             .field("api_url", &self.api_url)
-            .field("api_key", &sign::mask(&self.api_key))
+            .field("api_key", &crate::redact::mask(&self.api_key))
             .field("secret_key", &"***")
             .field("ssl_no_verify", &self.ssl_no_verify)
             .field("project_id", &self.project_id)
@@ -48,7 +47,7 @@ impl std::fmt::Debug for ClientConfig {
 }
 
 /// Page size for list commands that follow paging.
-pub const DEFAULT_PAGE_SIZE: u32 = 500;
+const DEFAULT_PAGE_SIZE: u32 = 500;
 
 /// Upper bound on pages fetched for one list call, so a server that ignores `page` cannot keep
 /// us looping.
@@ -89,7 +88,7 @@ impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
             .field("api_url", &self.inner.api_url)
-            .field("api_key", &sign::mask(&self.inner.api_key))
+            .field("api_key", &crate::redact::mask(&self.inner.api_key))
             .field("project_id", &self.inner.project_id)
             .field("page_size", &self.page_size)
             .finish_non_exhaustive()
@@ -115,13 +114,8 @@ const LIST_SERVICE_OFFERINGS: ListSpec = ListSpec {
     command: "listServiceOfferings",
     field: "serviceoffering",
 };
-const LIST_ZONES: ListSpec = ListSpec {
-    command: "listZones",
-    field: "zone",
-};
 const SCALE_CLUSTER: &str = "scaleKubernetesCluster";
 const QUERY_JOB: &str = "queryAsyncJobResult";
-const LIST_CAPABILITIES: &str = "listCapabilities";
 
 impl Client {
     /// Builds the client; fails on a bad URL or an unreadable CA bundle.
@@ -198,8 +192,10 @@ impl Client {
         self.inner.request_timeout
     }
 
-    /// The same client (same pool) listing with `page_size` items per page (minimum 1).
-    pub fn with_page_size(mut self, page_size: u32) -> Self {
+    /// The same client (same pool) listing with `page_size` items per page (minimum 1), so
+    /// tests can page through a handful of items.
+    #[cfg(test)]
+    fn with_page_size(mut self, page_size: u32) -> Self {
         self.page_size = page_size.max(1);
         self
     }
@@ -222,11 +218,6 @@ impl Client {
             .await?;
         // Documented as a substring match in some versions; keep exact matches only.
         Ok(clusters.into_iter().filter(|c| c.name == name).collect())
-    }
-
-    /// `listKubernetesClusters` (all the key can see; follows paging).
-    pub async fn list_clusters(&self) -> Result<Vec<KubernetesCluster>, CsError> {
-        self.list_all_pages(&LIST_CLUSTERS, vec![listall()]).await
     }
 
     /// `scaleKubernetesCluster id=… size=…` and nothing else. Returns the job id.
@@ -266,11 +257,6 @@ impl Client {
         .await
     }
 
-    /// `listAsyncJobs` (all pages): used after a restart to find scale jobs still running.
-    pub async fn list_async_jobs(&self) -> Result<Vec<AsyncJob>, CsError> {
-        self.list_all_pages(&LIST_ASYNC_JOBS, Vec::new()).await
-    }
-
     /// One page of `listAsyncJobs startdate=… page=… pagesize=…`: the jobs created at or after
     /// `startdate` (CloudStack's `yyyy-MM-dd'T'HH:mm:ssZ`, see [`types::cloudstack_date`]),
     /// which CloudStack lists oldest first (by id). The flag says whether another page may
@@ -298,41 +284,12 @@ impl Client {
         Ok(offerings.into_iter().find(|o| o.id == id))
     }
 
-    /// `listZones id=…`; `Ok(None)` when none.
-    pub async fn get_zone(&self, id: &str) -> Result<Option<Zone>, CsError> {
-        let zones: Vec<Zone> = self
-            .list_one_page(&LIST_ZONES, vec![("id", id.to_string())])
-            .await?;
-        Ok(zones.into_iter().find(|z| z.id == id))
-    }
-
-    /// `listCapabilities`.
-    pub async fn capabilities(&self) -> Result<Capabilities, CsError> {
-        let body = self.call(LIST_CAPABILITIES, &[]).await?;
-        let capability = body
-            .get("capability")
-            .ok_or_else(|| malformed(LIST_CAPABILITIES, "no \"capability\" object".into()))?;
-        Capabilities::deserialize(capability)
-            .map_err(|e| malformed(LIST_CAPABILITIES, e.to_string()))
-    }
-
     /// Sends one signed GET for `command` with `params` (besides `command`, `response`, `apiKey`,
-    /// `signature`, which are added) and returns the object inside `<command>response`.
-    /// Error envelopes, HTTP failures and unreadable bodies come back as [`CsError`].
-    pub async fn call(
-        &self,
-        command: &str,
-        params: &[(&str, String)],
-    ) -> Result<serde_json::Value, CsError> {
-        self.call_with(command, params, |inner| {
-            serde_json::from_str(inner.raw.get()).map_err(|e| malformed(command, e.to_string()))
-        })
-        .await
-    }
-
-    /// Like [`Client::call`], but hands the inner object to `read` as raw JSON borrowed from
-    /// the body, so a large answer (a cluster with thousands of VMs) is deserialised once,
-    /// straight into typed structs, with no intermediate `serde_json::Value` or copy.
+    /// `signature`, which are added) and hands the object inside `<command>response` to `read`
+    /// as raw JSON borrowed from the body, so a large answer (a cluster with thousands of VMs)
+    /// is deserialised once, straight into typed structs, with no intermediate
+    /// `serde_json::Value` or copy. Error envelopes, HTTP failures and unreadable bodies come
+    /// back as [`CsError`].
     async fn call_with<T>(
         &self,
         command: &str,

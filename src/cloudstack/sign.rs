@@ -117,12 +117,6 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// A key shown in logs: first 4 characters then `…`.
-pub fn mask(key: &str) -> String {
-    let head: String = key.chars().take(4).collect();
-    format!("{head}…")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -231,11 +225,5 @@ mod tests {
         assert_eq!(encode_value("aZ09.-*_"), "aZ09.-*_");
         assert_eq!(encode_value(" ~!'()"), "%20%7E%21%27%28%29");
         assert_eq!(encode_value("é"), "%C3%A9");
-    }
-
-    #[test]
-    fn mask_keeps_only_a_short_prefix() {
-        assert_eq!(mask(API_KEY), "plgW…");
-        assert_eq!(mask("ab"), "ab…");
     }
 }

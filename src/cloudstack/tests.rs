@@ -309,7 +309,7 @@ async fn project_id_is_sent_on_list_calls_but_not_on_scale() {
     let mut config = cs.config();
     config.project_id = Some("p-123".into());
     let client = Client::new(config).unwrap();
-    client.list_clusters().await.unwrap();
+    client.find_clusters_by_name("demo").await.unwrap();
     client.get_cluster(CLUSTER_ID).await.unwrap();
     client.scale_cluster_size(CLUSTER_ID, 3).await.unwrap();
     let reqs = cs.requests();
@@ -339,7 +339,14 @@ async fn empty_list_responses_are_empty_not_errors() {
     ] {
         let cs = MockCs::start(move |_| json(200, body)).await;
         let client = cs.client();
-        assert!(client.list_clusters().await.unwrap().is_empty(), "{body}");
+        assert!(
+            client
+                .find_clusters_by_name("demo")
+                .await
+                .unwrap()
+                .is_empty(),
+            "{body}"
+        );
         assert_eq!(
             client.get_cluster(CLUSTER_ID).await.unwrap(),
             None,
@@ -407,7 +414,7 @@ async fn error_envelopes_become_api_errors_naming_the_command() {
     assert!(err.to_string().contains("scaleKubernetesCluster"));
     assert_no_secrets(&err, &cs.signatures());
 
-    let err = client.list_clusters().await.unwrap_err();
+    let err = client.get_cluster(CLUSTER_ID).await.unwrap_err();
     assert!(
         matches!(
             &err,
@@ -437,7 +444,7 @@ async fn api_limit_error_is_transient() {
         )
     })
     .await;
-    let err = cs.client().list_clusters().await.unwrap_err();
+    let err = cs.client().get_cluster(CLUSTER_ID).await.unwrap_err();
     assert!(matches!(err, CsError::Api { errorcode: 429, .. }));
     assert!(err.is_transient());
 }
@@ -449,7 +456,7 @@ async fn refused_signature_is_unauthorized() {
     config.secret_key = "not-the-secret-the-server-knows".into();
     let err = Client::new(config)
         .unwrap()
-        .list_clusters()
+        .get_cluster(CLUSTER_ID)
         .await
         .unwrap_err();
     match &err {
@@ -475,7 +482,7 @@ async fn auth_text_in_an_error_envelope_is_unauthorized() {
         json(
             432,
             error_body(
-                "listZones",
+                "listServiceOfferings",
                 432,
                 9999,
                 "unable to verify user credentials and/or request signature",
@@ -483,7 +490,7 @@ async fn auth_text_in_an_error_envelope_is_unauthorized() {
         )
     })
     .await;
-    let err = cs.client().get_zone("z").await.unwrap_err();
+    let err = cs.client().get_service_offering("so").await.unwrap_err();
     assert!(
         matches!(
             err,
@@ -509,7 +516,7 @@ async fn html_error_page_is_http_error_with_a_short_redacted_snippet() {
         delay: Duration::ZERO,
     })
     .await;
-    let err = cs.client().list_clusters().await.unwrap_err();
+    let err = cs.client().get_cluster(CLUSTER_ID).await.unwrap_err();
     match &err {
         CsError::Http {
             command,
@@ -555,7 +562,7 @@ async fn truncated_or_wrong_shaped_json_is_malformed() {
     ];
     for (body, expected) in cases {
         let cs = MockCs::start(move |_| json(200, body)).await;
-        let err = cs.client().list_clusters().await.unwrap_err();
+        let err = cs.client().get_cluster(CLUSTER_ID).await.unwrap_err();
         match &err {
             CsError::Malformed { command, detail } => {
                 assert_eq!(command, "listKubernetesClusters");
@@ -576,7 +583,7 @@ async fn html_with_200_is_malformed() {
         delay: Duration::ZERO,
     })
     .await;
-    let err = cs.client().capabilities().await.unwrap_err();
+    let err = cs.client().get_service_offering("so-1").await.unwrap_err();
     assert!(
         matches!(&err, CsError::Malformed { detail, .. } if detail.contains("Please log in")),
         "{err:?}"
@@ -589,7 +596,7 @@ async fn connection_refused_is_unreachable() {
     let addr = listener.local_addr().unwrap();
     drop(listener);
     let client = Client::new(test_config(&format!("http://{addr}/client/api"))).unwrap();
-    let err = client.list_clusters().await.unwrap_err();
+    let err = client.get_cluster(CLUSTER_ID).await.unwrap_err();
     match &err {
         CsError::Unreachable { command, detail } => {
             assert_eq!(command, "listKubernetesClusters");
@@ -615,7 +622,7 @@ async fn slow_server_times_out_as_unreachable() {
     config.request_timeout = Duration::from_millis(300);
     let client = Client::new(config).unwrap();
     let started = Instant::now();
-    let err = client.list_clusters().await.unwrap_err();
+    let err = client.get_cluster(CLUSTER_ID).await.unwrap_err();
     // Generous bound for a loaded machine; the server would answer only after 30 s.
     assert!(
         started.elapsed() < Duration::from_secs(15),
@@ -647,7 +654,7 @@ async fn connection_dropped_mid_body_is_unreachable() {
         }
     });
     let client = Client::new(test_config(&format!("http://{addr}/client/api"))).unwrap();
-    let err = client.list_clusters().await.unwrap_err();
+    let err = client.get_cluster(CLUSTER_ID).await.unwrap_err();
     assert!(
         matches!(&err, CsError::Unreachable { command, .. } if command == "listKubernetesClusters"),
         "{err:?}"
@@ -664,10 +671,8 @@ fn page_of(params: &Params, total: usize, with_count: bool) -> Reply {
     assert!(page >= 1 && size >= 1, "paging params missing: {params:?}");
     let clusters: Vec<_> = ((page - 1) * size..(page * size).min(total))
         .map(|i| {
-            realistic_cluster(
-                &format!("00000000-0000-4000-8000-{i:012}"),
-                &format!("c{i}"),
-            )
+            // One name for all: clusters of different accounts may share it.
+            realistic_cluster(&format!("00000000-0000-4000-8000-{i:012}"), "paged")
         })
         .collect();
     if clusters.is_empty() {
@@ -677,11 +682,16 @@ fn page_of(params: &Params, total: usize, with_count: bool) -> Reply {
 }
 
 #[tokio::test]
-async fn list_clusters_follows_pages_until_a_short_page() {
+async fn cluster_lists_follow_pages_until_a_short_page() {
     let cs = MockCs::start(|p| page_of(p, 5, false)).await;
-    let clusters = cs.client().with_page_size(2).list_clusters().await.unwrap();
-    let names: Vec<_> = clusters.iter().map(|c| c.name.as_str()).collect();
-    assert_eq!(names, ["c0", "c1", "c2", "c3", "c4"]);
+    let clusters = cs
+        .client()
+        .with_page_size(2)
+        .find_clusters_by_name("paged")
+        .await
+        .unwrap();
+    let ids: Vec<_> = clusters.iter().map(|c| &c.id[c.id.len() - 1..]).collect();
+    assert_eq!(ids, ["0", "1", "2", "3", "4"]);
     let pages: Vec<_> = cs
         .requests()
         .iter()
@@ -701,7 +711,7 @@ async fn paging_on_an_exact_multiple_ends_on_the_empty_page_or_the_count() {
     assert_eq!(
         cs.client()
             .with_page_size(2)
-            .list_clusters()
+            .find_clusters_by_name("paged")
             .await
             .unwrap()
             .len(),
@@ -713,7 +723,7 @@ async fn paging_on_an_exact_multiple_ends_on_the_empty_page_or_the_count() {
     assert_eq!(
         cs.client()
             .with_page_size(2)
-            .list_clusters()
+            .find_clusters_by_name("paged")
             .await
             .unwrap()
             .len(),
@@ -771,7 +781,6 @@ async fn query_job_reports_pending_success_and_the_alert_failure() {
 
     let pending = client.query_job("pending").await.unwrap();
     assert_eq!(pending.outcome(), JobOutcome::Pending);
-    assert!(pending.is_scale_cluster());
 
     match client.query_job("done").await.unwrap().outcome() {
         JobOutcome::Succeeded(Some(cluster)) => {
@@ -805,7 +814,7 @@ async fn query_job_with_missing_jobstatus_is_malformed() {
 }
 
 #[tokio::test]
-async fn list_async_jobs_follows_pages() {
+async fn async_jobs_are_listed_one_page_at_a_time() {
     let cs = MockCs::start(|p| {
         let page: usize = p["page"].parse().unwrap();
         let jobs: Vec<_> = match page {
@@ -820,15 +829,26 @@ async fn list_async_jobs_follows_pages() {
         )
     })
     .await;
-    let jobs = cs
-        .client()
-        .with_page_size(2)
-        .list_async_jobs()
-        .await
-        .unwrap();
+    let client = cs.client().with_page_size(2);
+    let since = "2025-07-01T09:00:00+0000";
+    let (jobs, more) = client.list_async_jobs_page(since, 1).await.unwrap();
     let ids: Vec<_> = jobs.iter().map(|j| j.jobid.as_str()).collect();
-    assert_eq!(ids, ["j1", "j2", "j3"]);
-    assert_eq!(cs.requests().len(), 2);
+    assert_eq!((ids.as_slice(), more), (["j1", "j2"].as_slice(), true));
+    assert!(jobs[0].is_running_scale_of(CLUSTER_ID));
+    assert!(!jobs[1].is_running_scale_of(CLUSTER_ID), "finished");
+    let (jobs, more) = client.list_async_jobs_page(since, 2).await.unwrap();
+    let ids: Vec<_> = jobs.iter().map(|j| j.jobid.as_str()).collect();
+    assert_eq!((ids.as_slice(), more), (["j3"].as_slice(), false));
+    let reqs = cs.requests();
+    assert_eq!(reqs.len(), 2, "one request per page asked for");
+    for (r, page) in reqs.iter().zip(["1", "2"]) {
+        assert_eq!(r.params["startdate"], since);
+        assert_eq!(
+            (r.params["page"].as_str(), r.params["pagesize"].as_str()),
+            (page, "2")
+        );
+        assert!(r.signature_ok);
+    }
 }
 
 #[tokio::test]
@@ -906,19 +926,14 @@ async fn scale_response_without_jobid_is_malformed() {
 }
 
 #[tokio::test]
-async fn offering_zone_and_capabilities_parse() {
-    let cs = MockCs::start(|p| match p["command"].as_str() {
-        "listServiceOfferings" => json(
+async fn offerings_parse_numbers_written_as_strings() {
+    let cs = MockCs::start(|_| {
+        json(
             200,
             r#"{"listserviceofferingsresponse":{"count":1,"serviceoffering":[{"id":"so-1","name":"gpu.large",
                "cpunumber":"4","memory":8192,"cpuspeed":"2000","rootdisksize":50,"gpucount":"1","gpucardname":"A10",
                "serviceofferingdetails":{"pciDevice":"Group of NVIDIA A10"}}]}}"#,
-        ),
-        "listZones" => json(200, r#"{"listzonesresponse":{"count":1,"zone":[{"id":"z-1","name":"zone1","allocationstate":"Enabled"}]}}"#),
-        _ => json(
-            200,
-            r#"{"listcapabilitiesresponse":{"capability":{"cloudstackversion":"4.21.0.0","apilimitinterval":"1","apilimitmax":25}}}"#,
-        ),
+        )
     })
     .await;
     let client = cs.client();
@@ -939,12 +954,9 @@ async fn offering_zone_and_capabilities_parse() {
             .map(String::as_str),
         Some("Group of NVIDIA A10")
     );
-    assert_eq!(client.get_zone("z-1").await.unwrap().unwrap().name, "zone1");
-    let caps = client.capabilities().await.unwrap();
-    assert_eq!(caps.cloudstackversion.as_deref(), Some("4.21.0.0"));
     assert_eq!(
-        (caps.apilimitinterval, caps.apilimitmax),
-        (Some(1), Some(25))
+        cs.requests()[0].params.get("command").map(String::as_str),
+        Some("listServiceOfferings")
     );
 }
 
@@ -1048,7 +1060,7 @@ async fn start_tls_server() -> SocketAddr {
         get(|| async {
             (
                 [(header::CONTENT_TYPE, "application/json")],
-                r#"{"listzonesresponse":{"count":1,"zone":[{"id":"z-1","name":"zone1"}]}}"#,
+                r#"{"listserviceofferingsresponse":{"count":1,"serviceoffering":[{"id":"so-1","name":"small"}]}}"#,
             )
         }),
     );
@@ -1072,12 +1084,12 @@ async fn https_verifies_certificates_unless_told_otherwise() {
 
     let err = Client::new(test_config(&url))
         .unwrap()
-        .get_zone("z-1")
+        .get_service_offering("so-1")
         .await
         .unwrap_err();
     match &err {
         CsError::Unreachable { command, detail } => {
-            assert_eq!(command, "listZones");
+            assert_eq!(command, "listServiceOfferings");
             assert!(detail.to_lowercase().contains("certificate"), "{detail}");
         }
         other => panic!("an untrusted certificate must fail, got {other:?}"),
@@ -1086,15 +1098,19 @@ async fn https_verifies_certificates_unless_told_otherwise() {
 
     let mut with_ca = test_config(&url);
     with_ca.ca_bundle_pem = Some(TEST_CA.as_bytes().to_vec());
-    let zone = Client::new(with_ca).unwrap().get_zone("z-1").await.unwrap();
-    assert_eq!(zone.map(|z| z.name).as_deref(), Some("zone1"));
+    let offering = Client::new(with_ca)
+        .unwrap()
+        .get_service_offering("so-1")
+        .await
+        .unwrap();
+    assert_eq!(offering.map(|o| o.name).as_deref(), Some("small"));
 
     let mut no_verify = test_config(&url);
     no_verify.ssl_no_verify = true;
-    let zone = Client::new(no_verify)
+    let offering = Client::new(no_verify)
         .unwrap()
-        .get_zone("z-1")
+        .get_service_offering("so-1")
         .await
         .unwrap();
-    assert_eq!(zone.map(|z| z.name).as_deref(), Some("zone1"));
+    assert_eq!(offering.map(|o| o.name).as_deref(), Some("small"));
 }

@@ -156,13 +156,6 @@ impl AsyncJob {
         });
         (errorcode, errortext)
     }
-
-    /// True for `scaleKubernetesCluster` jobs (by `cmd` class name).
-    pub fn is_scale_cluster(&self) -> bool {
-        self.cmd
-            .as_deref()
-            .is_some_and(|c| c.ends_with("ScaleKubernetesClusterCmd"))
-    }
 }
 
 /// An element of `listasyncjobsresponse.asyncjobs[]` as a search for running jobs reads it:
@@ -240,24 +233,6 @@ pub struct ServiceOffering {
     pub gpucount: Option<u64>,
     #[serde(default)]
     pub gpucardname: Option<String>,
-}
-
-/// An element of `listzonesresponse.zone[]`.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-pub struct Zone {
-    pub id: String,
-    pub name: String,
-}
-
-/// `listcapabilitiesresponse.capability`.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-pub struct Capabilities {
-    #[serde(default)]
-    pub cloudstackversion: Option<String>,
-    #[serde(default, deserialize_with = "lenient::opt_i64")]
-    pub apilimitinterval: Option<i64>,
-    #[serde(default, deserialize_with = "lenient::opt_i64")]
-    pub apilimitmax: Option<i64>,
 }
 
 /// Deserializers for numbers and booleans that CloudStack sends either natively or as strings

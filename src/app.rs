@@ -1,0 +1,500 @@
+//! The `serve` command's wiring: turns parsed [`ServeArgs`] into a running service (CloudStack
+//! client, provider, optional-RPC extras, TLS, the embedded simulator with `--simulate`, the
+//! metrics endpoint) and runs it on listeners the caller bound until the caller's shutdown
+//! future completes. The binary binds the flags' addresses and passes SIGTERM/Ctrl-C; a test
+//! can bind port 0 and pass any future.
+//!
+//! Also the one place that joins the leaves together: the cloud-config becomes the client's
+//! settings here, and the provider is shown to the metrics endpoint through
+//! [`MetricsSource`], so neither `config` nor `metrics` knows the types on the other side.
+
+use crate::cli::{LogFormat, ServeArgs};
+use crate::cloudstack::{Client, ClientConfig};
+use crate::config::{self, CloudConfig, NodeGroupSpec};
+use crate::domain::status::InstanceState;
+use crate::metrics::{GroupGauges, MetricsSource};
+use crate::provider::{Provider, Settings};
+use crate::server::{ServeOptions, serve};
+use anyhow::{Context, bail};
+use std::future::Future;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+
+/// Sets up tracing (`RUST_LOG`-style filter, else `default_filter`).
+pub fn init_tracing(format: LogFormat, default_filter: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+}
+
+/// A service built from the `serve` flags, not yet listening.
+pub struct App {
+    provider: Provider,
+    options: ServeOptions,
+    shutdown_grace: Duration,
+    /// The embedded simulator (`--simulate`), kept alive as long as the service.
+    _sim: Option<crate::sim::SimHandle>,
+}
+
+impl App {
+    /// Checks the flags, reads the files they name and builds the provider (starting the
+    /// embedded simulator with `--simulate`). Nothing listens yet and CloudStack is not called.
+    pub async fn build(args: &ServeArgs) -> anyhow::Result<App> {
+        crate::tls::ensure_crypto_provider();
+        let tls = match (&args.tls_cert, &args.tls_key) {
+            (Some(cert), Some(key)) => Some(crate::tls::ReloadingTls::new(
+                crate::tls::TlsFiles {
+                    cert: cert.clone(),
+                    key: key.clone(),
+                    client_ca: args.tls_client_ca.clone(),
+                },
+                crate::tls::DEFAULT_CHECK_INTERVAL,
+            )?),
+            _ => None,
+        };
+        if tls.is_none() && !args.insecure && !args.listen.ip().is_loopback() {
+            bail!(
+                "refusing to serve plaintext gRPC on non-loopback address {}: give --tls-cert and \
+                 --tls-key (and --tls-client-ca for mutual TLS), or --insecure",
+                args.listen
+            );
+        }
+        if tls.as_ref().is_some_and(|_| args.tls_client_ca.is_none()) {
+            tracing::warn!(
+                "TLS without --tls-client-ca: any client can call the provider; the autoscaler's cloud-config supports mutual TLS (cert/key/cacert)"
+            );
+        }
+        if tls.is_none() && !args.listen.ip().is_loopback() {
+            tracing::warn!(listen = %args.listen, "serving plaintext gRPC on a non-loopback address (--insecure)");
+        }
+        let extras = extras(args)?;
+        let mut sim = None;
+        let (client_cfg, groups) = if args.simulate {
+            let handle = crate::sim::spawn(crate::sim::SimConfig::default()).await?;
+            let mut groups = groups(args)?;
+            if groups.is_empty() {
+                groups = handle
+                    .cluster_ids()
+                    .into_iter()
+                    .map(|id| NodeGroupSpec {
+                        min: 1,
+                        max: 10,
+                        cluster: config::ClusterRef::Id(id),
+                    })
+                    .collect();
+            }
+            let cfg = ClientConfig {
+                api_url: handle.api_url.clone(),
+                api_key: handle.api_key.clone(),
+                secret_key: handle.secret_key.clone(),
+                ssl_no_verify: false,
+                ca_bundle_pem: None,
+                project_id: None,
+                request_timeout: args.cloudstack_timeout,
+            };
+            println!("Embedded CloudStack simulator at {}", handle.api_url);
+            println!(
+                "cluster-autoscaler cloud-config (--cloud-provider=externalgrpc --cloud-config=FILE):\n"
+            );
+            println!("address: \"{}\"\ngrpc_timeout: 5s\n", args.listen);
+            for g in &groups {
+                println!("node group (--nodes): {}:{}:{}", g.min, g.max, g.cluster);
+            }
+            sim = Some(handle);
+            (cfg, groups)
+        } else {
+            (client_config(args)?, groups(args)?)
+        };
+        if groups.is_empty() {
+            bail!("no node groups: give at least one --nodes MIN:MAX:CLUSTER");
+        }
+        let client = Client::new(client_cfg).context("building the CloudStack client")?;
+        let provider = Provider::new(client, settings(args, groups));
+        Ok(App {
+            provider,
+            options: ServeOptions {
+                extras: Arc::new(extras),
+                tls,
+                ..ServeOptions::default()
+            },
+            shutdown_grace: args.shutdown_grace,
+            _sim: sim,
+        })
+    }
+
+    /// Serves gRPC on `listener` (and `/metrics`, `/healthz`, `/readyz` on `metrics` when
+    /// given) until `shutdown` completes; then finishes in-flight RPCs and keeps following
+    /// running scale jobs for at most `--shutdown-grace`.
+    pub async fn run(
+        self,
+        listener: TcpListener,
+        metrics: Option<TcpListener>,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        let App {
+            provider,
+            options,
+            shutdown_grace,
+            _sim,
+        } = self;
+        provider.spawn_initial_refresh();
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        if let Some(http) = metrics {
+            crate::metrics::install();
+            let addr = http
+                .local_addr()
+                .context("reading the metrics listener's address")?;
+            let mut rx = stop_rx;
+            let source = Arc::new(ProviderMetrics(provider.clone()));
+            tokio::spawn(async move {
+                let stop = async move {
+                    let _ = rx.wait_for(|s| *s).await;
+                };
+                if let Err(e) = crate::metrics::serve_http(http, source, stop).await {
+                    tracing::error!(error = %e, "metrics endpoint failed");
+                }
+            });
+            tracing::info!(metrics = %addr, "serving /metrics, /healthz, /readyz");
+        }
+        let listen = listener
+            .local_addr()
+            .context("reading the gRPC listener's address")?;
+        tracing::info!(listen = %listen, "serving externalgrpc CloudProvider");
+        let signal = async move {
+            shutdown.await;
+            tracing::info!("shutdown requested: finishing in-flight requests");
+            let _ = stop_tx.send(true);
+        };
+        serve(listener, provider.clone(), options, signal).await?;
+        provider.wait_idle(shutdown_grace).await;
+        provider.cleanup();
+        Ok(())
+    }
+}
+
+/// The provider as the metrics endpoint sees it, through the provider's public API only.
+struct ProviderMetrics(Provider);
+
+impl MetricsSource for ProviderMetrics {
+    fn ready(&self) -> bool {
+        self.0.healthy()
+    }
+
+    fn group_gauges(&self) -> Vec<GroupGauges> {
+        let p = &self.0;
+        p.node_groups()
+            .into_iter()
+            .map(|g| {
+                let mut gauges = GroupGauges {
+                    target_size: p.target_size(&g.id).ok(),
+                    min_size: g.min,
+                    max_size: g.max,
+                    down: p.down_workers(&g.id).len(),
+                    cluster_state: p.snapshot(&g.id).map(|s| s.state.as_str().to_string()),
+                    since_refresh: p.snapshot_age(&g.id),
+                    ..GroupGauges::default()
+                };
+                for i in p.nodes(&g.id).unwrap_or_default().iter() {
+                    match i.state {
+                        InstanceState::Running => gauges.running += 1,
+                        InstanceState::Creating => gauges.creating += 1,
+                        InstanceState::Deleting => gauges.deleting += 1,
+                    }
+                }
+                gauges.id = g.id;
+                gauges
+            })
+            .collect()
+    }
+}
+
+/// The provider settings the flags describe.
+fn settings(args: &ServeArgs, groups: Vec<NodeGroupSpec>) -> Settings {
+    let mut s = Settings::with_groups(groups);
+    s.job_poll_interval = args.job_poll_interval;
+    s.refresh_min_interval = args.refresh_min_interval;
+    s.staleness_bound = args.staleness_bound;
+    s.scale_watch = args.scale_watch;
+    s.failed_instance_ttl = args.failed_instance_ttl;
+    s.job_max_follow = args.job_max_follow;
+    s.alert_scaling = args.alert_scaling;
+    s.gpu_label = args.gpu_label.clone();
+    s.gpu_types = args.gpu_types.clone();
+    s
+}
+
+/// The optional-RPC configuration (template node, option overrides) the flags describe.
+fn extras(args: &ServeArgs) -> anyhow::Result<crate::extras::ProviderExtras> {
+    use crate::template::{Reserved, TemplateSettings, parse_taint};
+    let mut t = TemplateSettings {
+        pods: args.max_pods,
+        ..TemplateSettings::default()
+    };
+    t.kube_reserved = Reserved {
+        cpu_millis: args.reserved_cpu_millis,
+        memory_mib: args.reserved_memory_mib,
+        ephemeral_gib: 0,
+    };
+    for l in &args.template_labels {
+        let Some((k, v)) = l.split_once('=') else {
+            bail!("--template-label {l:?}: expected KEY=VALUE");
+        };
+        crate::template::validate_label_key(k)
+            .map_err(|e| anyhow::anyhow!("--template-label {l:?}: {e}"))?;
+        crate::template::validate_label_value(v)
+            .map_err(|e| anyhow::anyhow!("--template-label {l:?}: {e}"))?;
+        t.extra_labels.insert(k.to_string(), v.to_string());
+    }
+    for taint in &args.template_taints {
+        t.extra_taints.push(
+            parse_taint(taint).map_err(|e| anyhow::anyhow!("--template-taint {taint:?}: {e}"))?,
+        );
+    }
+    if !args.gpu_label.is_empty() {
+        t.gpu_label = Some(args.gpu_label.clone());
+    }
+    let mut overrides = std::collections::HashMap::new();
+    for spec in &args.node_group_options {
+        let (cluster, o) = crate::options::parse_overrides_spec(spec)
+            .map_err(|e| anyhow::anyhow!("--node-group-options {spec:?}: {e}"))?;
+        overrides.insert(cluster, o);
+    }
+    let mut names: Vec<String> = overrides.keys().cloned().collect();
+    names.sort();
+    if let Some(w) = crate::options::startup_warning(&names) {
+        tracing::warn!("{w}");
+    }
+    Ok(crate::extras::ProviderExtras {
+        template: Some(t),
+        overrides,
+    })
+}
+
+fn groups(args: &ServeArgs) -> anyhow::Result<Vec<NodeGroupSpec>> {
+    args.nodes
+        .iter()
+        .map(|n| config::parse_nodes_spec(n).map_err(|e| anyhow::anyhow!("--nodes: {e}")))
+        .collect()
+}
+
+/// The CloudStack client's settings: the cloud-config, with the keys replaced by
+/// `--api-key-file`/`--secret-key-file` or `CKS_PROVIDER_API_KEY`/`CKS_PROVIDER_SECRET_KEY`,
+/// and `--cloudstack-ca` added.
+fn client_config(args: &ServeArgs) -> anyhow::Result<ClientConfig> {
+    let Some(path) = &args.cloud_config else {
+        bail!("--cloud-config is required (or --simulate to run against the built-in simulator)");
+    };
+    let api_key = match (
+        &args.api_key_file,
+        std::env::var("CKS_PROVIDER_API_KEY").ok(),
+    ) {
+        (Some(p), _) => Some(read_secret_file(p, "API key")?),
+        (None, Some(v)) if !v.is_empty() => Some(v),
+        _ => None,
+    };
+    let secret_key = match (
+        &args.secret_key_file,
+        std::env::var("CKS_PROVIDER_SECRET_KEY").ok(),
+    ) {
+        (Some(p), _) => Some(read_secret_file(p, "secret key")?),
+        (None, Some(v)) if !v.is_empty() => Some(v),
+        _ => None,
+    };
+    // Keys given elsewhere need not be in the file (and a file's key they replace is not
+    // checked or warned about).
+    let cc = config::load_cloud_config_with_keys(path, api_key, secret_key)?;
+    let mut client = cloudstack_settings(&cc, args.cloudstack_timeout);
+    if let Some(ca) = &args.cloudstack_ca {
+        client.ca_bundle_pem = Some(
+            std::fs::read(ca)
+                .with_context(|| format!("reading --cloudstack-ca {}", ca.display()))?,
+        );
+    }
+    if client.ssl_no_verify {
+        tracing::warn!("ssl-no-verify is set: CloudStack's TLS certificate is NOT verified");
+    }
+    Ok(client)
+}
+
+/// The client settings for a cloud-config's credentials (no extra CA bundle).
+fn cloudstack_settings(cc: &CloudConfig, request_timeout: Duration) -> ClientConfig {
+    ClientConfig {
+        api_url: cc.api_url.clone(),
+        api_key: cc.api_key.clone(),
+        secret_key: cc.secret_key.clone(),
+        ssl_no_verify: cc.ssl_no_verify,
+        ca_bundle_pem: None,
+        project_id: cc.project_id.clone(),
+        request_timeout,
+    }
+}
+
+fn read_secret_file(path: &Path, what: &str) -> anyhow::Result<String> {
+    let s = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the {what} from {}", path.display()))?;
+    let s = s.trim().to_string();
+    if s.is_empty() {
+        bail!("the {what} file {} is empty", path.display());
+    }
+    Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::{Command, parse_args};
+    use std::path::PathBuf;
+
+    fn write_temp(name: &str, text: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("cks-app-test-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let p = dir.join(name);
+        std::fs::write(&p, text).expect("write");
+        p
+    }
+
+    fn serve_args(argv: &[&str]) -> ServeArgs {
+        let argv: Vec<std::ffi::OsString> = argv.iter().map(Into::into).collect();
+        match parse_args(argv).expect("parses").command {
+            Command::Serve(s) => *s,
+            other => panic!("not serve: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn keys_from_files_need_not_be_in_the_cloud_config() {
+        let cc = write_temp(
+            "keys-elsewhere.ini",
+            "[Global]\napi-url = http://127.0.0.1:1/client/api\n",
+        );
+        let key = write_temp("api.key", "the-api-key\n");
+        let secret = write_temp("secret.key", "the-secret;with-semicolon\n");
+        let (c, k, sk) = (
+            cc.to_string_lossy().to_string(),
+            key.to_string_lossy().to_string(),
+            secret.to_string_lossy().to_string(),
+        );
+        let s = serve_args(&[
+            "p",
+            "serve",
+            "--cloud-config",
+            &c,
+            "--api-key-file",
+            &k,
+            "--secret-key-file",
+            &sk,
+            "--nodes",
+            "1:3:demo",
+        ]);
+        let client = client_config(&s).expect("keys from the files complete the config");
+        assert_eq!(client.api_key, "the-api-key");
+        assert_eq!(client.secret_key, "the-secret;with-semicolon");
+        // Without them the file's missing keys are an error naming the key.
+        let s = serve_args(&["p", "serve", "--cloud-config", &c, "--nodes", "1:3:demo"]);
+        let e = client_config(&s).expect_err("no keys anywhere");
+        assert!(e.to_string().contains("api-key"), "{e}");
+    }
+
+    #[test]
+    fn the_cloud_configs_settings_reach_the_client() {
+        let cc = write_temp(
+            "settings.ini",
+            "[Global]\napi-url = https://cloud.example.com/client/api\napi-key = APIKEY123\n\
+             secret-key = TOPSECRET\nssl-no-verify = true\nproject-id = p\n",
+        );
+        let s = serve_args(&[
+            "p",
+            "serve",
+            "--cloud-config",
+            &cc.to_string_lossy(),
+            "--cloudstack-timeout",
+            "7s",
+        ]);
+        let client = client_config(&s).expect("complete config");
+        assert_eq!(client.api_url, "https://cloud.example.com/client/api");
+        assert_eq!(
+            (client.api_key.as_str(), client.secret_key.as_str()),
+            ("APIKEY123", "TOPSECRET")
+        );
+        assert!(client.ssl_no_verify);
+        assert_eq!(client.project_id.as_deref(), Some("p"));
+        assert_eq!(client.request_timeout, Duration::from_secs(7));
+        assert!(client.ca_bundle_pem.is_none());
+    }
+
+    #[test]
+    fn job_max_follow_reaches_the_provider_settings() {
+        let s = serve_args(&["p", "serve", "--nodes", "1:5:abc"]);
+        assert_eq!(
+            settings(&s, Vec::new()).job_max_follow,
+            Duration::from_secs(2 * 3600),
+            "default"
+        );
+        let s = serve_args(&["p", "serve", "--job-max-follow", "90m"]);
+        assert_eq!(
+            settings(&s, Vec::new()).job_max_follow,
+            Duration::from_secs(90 * 60)
+        );
+    }
+
+    #[tokio::test]
+    async fn runs_on_bound_listeners_until_the_shutdown_future_completes() {
+        use crate::pb::cloud_provider_client::CloudProviderClient;
+        let args = serve_args(&["p", "serve", "--simulate", "--shutdown-grace", "1s"]);
+        let app = App::build(&args).await.expect("builds");
+        let grpc = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let metrics = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let (grpc_addr, metrics_addr) = (grpc.local_addr().unwrap(), metrics.local_addr().unwrap());
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let running = tokio::spawn(app.run(grpc, Some(metrics), async {
+            let _ = stopped.await;
+        }));
+
+        let mut client = CloudProviderClient::connect(format!("http://{grpc_addr}"))
+            .await
+            .expect("gRPC answers");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let groups = client
+                .node_groups(crate::pb::NodeGroupsRequest {})
+                .await
+                .expect("NodeGroups")
+                .into_inner()
+                .node_groups;
+            let ready = reqwest::get(format!("http://{metrics_addr}/readyz"))
+                .await
+                .expect("readyz answers")
+                .status();
+            if !groups.is_empty() && ready == 200 {
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "never ready");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let page = reqwest::get(format!("http://{metrics_addr}/metrics"))
+            .await
+            .expect("metrics answers")
+            .text()
+            .await
+            .expect("body");
+        assert!(
+            page.contains("cks_provider_node_group_workers{"),
+            "the provider's groups reach the gauges:\n{page}"
+        );
+
+        let _ = stop.send(());
+        tokio::time::timeout(Duration::from_secs(20), running)
+            .await
+            .expect("stops after the shutdown future completes")
+            .expect("joins")
+            .expect("serves without error");
+    }
+}
