@@ -1050,30 +1050,54 @@ const TEST_CA: &str = include_str!("testdata/test-ca.pem");
 const TEST_SERVER_CERT: &str = include_str!("testdata/test-server.pem");
 const TEST_SERVER_KEY: &str = include_str!("testdata/test-server.key");
 
-/// An HTTPS CloudStack stand-in whose certificate is signed by the test CA only.
+/// An HTTPS CloudStack stand-in whose certificate is signed by the test CA only: rustls over
+/// TCP, answering every request with one service offering (HTTP/1.1, one request per
+/// connection).
 async fn start_tls_server() -> SocketAddr {
-    use tonic::transport::{Identity, Server, ServerTlsConfig};
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let certs: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_slice_iter(TEST_SERVER_CERT.as_bytes())
+            .collect::<Result<_, _>>()
+            .unwrap();
+    let key = PrivateKeyDer::from_pem_slice(TEST_SERVER_KEY.as_bytes()).unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(certs, key)
+    .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let app = Router::new().route(
-        "/client/api",
-        get(|| async {
-            (
-                [(header::CONTENT_TYPE, "application/json")],
-                r#"{"listserviceofferingsresponse":{"count":1,"serviceoffering":[{"id":"so-1","name":"small"}]}}"#,
-            )
-        }),
-    );
-    let tls =
-        ServerTlsConfig::new().identity(Identity::from_pem(TEST_SERVER_CERT, TEST_SERVER_KEY));
-    let server = Server::builder()
-        .tls_config(tls)
-        .unwrap()
-        .accept_http1(true)
-        .add_routes(tonic::service::Routes::from(app));
-    tokio::spawn(
-        server.serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
-    );
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let mut request = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match tls.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let body = r#"{"listserviceofferingsresponse":{"count":1,"serviceoffering":[{"id":"so-1","name":"small"}]}}"#;
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = tls.write_all(answer.as_bytes()).await;
+                let _ = tls.shutdown().await;
+            });
+        }
+    });
     addr
 }
 
