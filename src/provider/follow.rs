@@ -114,7 +114,7 @@ impl Provider {
             false
         };
         match deadline {
-            Some(d) => tokio::time::timeout_at(super::ops::before(d), tries)
+            Some(d) => tokio::time::timeout_at(super::before(d), tries)
                 .await
                 .unwrap_or(false),
             None => tries.await,

@@ -177,6 +177,18 @@ pub(crate) struct Inner {
     pub ready: watch::Sender<bool>,
 }
 
+/// Time kept back from the caller's deadline for the answer to travel back.
+const DEADLINE_MARGIN: Duration = Duration::from_millis(300);
+
+/// `deadline` less the margin the answer needs to travel back (never in the past).
+pub(crate) fn before(deadline: tokio::time::Instant) -> tokio::time::Instant {
+    let now = tokio::time::Instant::now();
+    deadline
+        .checked_sub(DEADLINE_MARGIN)
+        .unwrap_or(now)
+        .max(now)
+}
+
 /// Now, on tokio's clock (which tests can pause and advance), as the `std` instant the domain
 /// core takes.
 pub(crate) fn now() -> Instant {
@@ -477,7 +489,7 @@ impl Provider {
         let round = tokio::spawn(async move { p.refresh_round().await });
         let joined = match deadline {
             None => round.await,
-            Some(d) => match tokio::time::timeout_at(ops::before(d), round).await {
+            Some(d) => match tokio::time::timeout_at(before(d), round).await {
                 Ok(joined) => joined,
                 Err(_) => return self.judge_snapshots(true),
             },

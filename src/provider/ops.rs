@@ -4,7 +4,7 @@
 //! within the request's deadline without waiting for the job. A refused request changes
 //! nothing: the machine validates before it changes state.
 
-use super::{Error, Provider, Result, now};
+use super::{Error, Provider, Result, before, now};
 use crate::cloudstack::CsError;
 use crate::cloudstack::types::JobOutcome;
 use crate::domain::cluster::IndexedSnapshot;
@@ -14,18 +14,6 @@ use crate::domain::rules::ScaleRequest;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::{Instant, timeout_at};
-
-/// Time kept back from the caller's deadline for the answer to travel back.
-const DEADLINE_MARGIN: Duration = Duration::from_millis(300);
-
-/// `deadline` less the margin the answer needs to travel back (never in the past).
-pub(crate) fn before(deadline: Instant) -> Instant {
-    let now = Instant::now();
-    deadline
-        .checked_sub(DEADLINE_MARGIN)
-        .unwrap_or(now)
-        .max(now)
-}
 
 impl Provider {
     fn scale_error(&self, gi: usize, source: ScaleError) -> Error {
