@@ -676,6 +676,8 @@ impl ScaleMachine {
                 self.phase = Phase::Idle;
                 self.next_from_queue(alert, now)
             }
+            // Work left queued by a job that ended unseen (Cleanup forgot it) goes out now.
+            Phase::Idle => self.next_from_queue(alert, now),
             _ => Vec::new(),
         }
     }
@@ -1813,5 +1815,187 @@ mod tests {
         m.snapshot_installed(running3(t0), &ALERT, at(t0, 1800));
         assert!(m.failed().is_empty());
         assert_eq!(m.target(), Some(3));
+    }
+
+    #[test]
+    fn increases_queued_behind_a_job_cleanup_forgot_go_out_with_the_next_snapshot() {
+        let t0 = Instant::now();
+        let mut m = machine_in("running", t0);
+        assert_eq!(m.admit_increase(1, MAX), Ok(Admission::Queued));
+        m.cleanup();
+        assert_eq!(m.phase(), &Phase::Idle);
+        // The job ended while nobody followed it: the next snapshot shows the cluster at rest.
+        let fx = m.snapshot_installed(
+            snapshot_sized(
+                "Running",
+                &[
+                    ("w1", VmState::Running),
+                    ("w2", VmState::Running),
+                    ("w3", VmState::Running),
+                    ("w4", VmState::Running),
+                    ("w5", VmState::Running),
+                ],
+                5,
+                t0,
+            ),
+            &ALERT,
+            t0,
+        );
+        assert_eq!(
+            fx,
+            vec![Effect::Submit(ScaleRequest::Resize { new_size: 6 })]
+        );
+        assert_eq!(m.target(), Some(6));
+    }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// One event as CloudStack or the autoscaler may produce it, in any order.
+        #[derive(Debug, Clone)]
+        enum Step {
+            Increase(u32),
+            RemoveFirstWorker,
+            Decrease(u32),
+            Answered,
+            Refused,
+            Lost,
+            Found,
+            JobEnds {
+                failed: bool,
+                watched: bool,
+            },
+            /// A snapshot `secs` later showing the cluster in a state with `workers` VMs.
+            Snapshot {
+                scaling: bool,
+                workers: u32,
+                secs: u64,
+            },
+            Cleanup,
+        }
+
+        fn step() -> impl Strategy<Value = Step> {
+            prop_oneof![
+                (1u32..4).prop_map(Step::Increase),
+                Just(Step::RemoveFirstWorker),
+                (1u32..3).prop_map(Step::Decrease),
+                Just(Step::Answered),
+                Just(Step::Refused),
+                Just(Step::Lost),
+                Just(Step::Found),
+                (any::<bool>(), any::<bool>())
+                    .prop_map(|(failed, watched)| Step::JobEnds { failed, watched }),
+                (any::<bool>(), 1u32..7, 0u64..30).prop_map(|(scaling, workers, secs)| {
+                    Step::Snapshot {
+                        scaling,
+                        workers,
+                        secs,
+                    }
+                }),
+                Just(Step::Cleanup),
+            ]
+        }
+
+        fn workers_snapshot(scaling: bool, n: u32, t: Instant) -> Arc<IndexedSnapshot> {
+            let ids: Vec<String> = (1..=n).map(|i| format!("w{i}")).collect();
+            let vms: Vec<(&str, VmState)> =
+                ids.iter().map(|i| (i.as_str(), VmState::Running)).collect();
+            snapshot(if scaling { "Scaling" } else { "Running" }, &vms, t)
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+            /// Whatever happens, in whatever order: a request is sent only from Idle and
+            /// never while another is in flight; a refused request changes nothing; once a
+            /// snapshot shows the cluster at rest with nothing in flight, no queued work is
+            /// left behind; the target is never below what is queued and failed.
+            #[test]
+            fn the_machine_never_sends_two_requests_or_strands_work(
+                steps in proptest::collection::vec(step(), 1..40)
+            ) {
+                let t0 = Instant::now();
+                let mut now = t0;
+                let mut m = ScaleMachine::new(Some("cid".into()), timings());
+                m.snapshot_installed(running3(t0), &ALERT, t0);
+                for s in steps {
+                    let before = m.clone();
+                    let was_idle = m.phase() == &Phase::Idle;
+                    let mut effects = Vec::new();
+                    match s {
+                        Step::Increase(d) => match m.admit_increase(d, MAX) {
+                            Ok(Admission::NeedsFreshSnapshot) => {
+                                match m.start_increase(d, MAX, &ALERT, now) {
+                                    Ok(Started::Submit(r)) => effects.push(Effect::Submit(r)),
+                                    Ok(_) => {}
+                                    Err(_) => prop_assert_eq!(m.phase(), before.phase()),
+                                }
+                            }
+                            Ok(Admission::Queued) => prop_assert!(!was_idle),
+                            Err(_) => {
+                                prop_assert_eq!(m.target(), before.target(), "a refusal changes nothing");
+                            }
+                        },
+                        Step::RemoveFirstWorker => {
+                            let node = NodeRef { provider_id: "external-cloudstack://w1".into(), ..NodeRef::default() };
+                            if let Ok(plan) = m.plan_removal(&[node], 1)
+                                && !plan.vms.is_empty()
+                                && m.check_idle_for_removal().is_ok()
+                            {
+                                match m.start_removal(plan, &ALERT, now) {
+                                    Ok(Started::Submit(r)) => effects.push(Effect::Submit(r)),
+                                    Ok(_) => {}
+                                    Err(_) => prop_assert_eq!(m.target(), before.target()),
+                                }
+                            }
+                        }
+                        Step::Decrease(d) => {
+                            if m.decrease_target(d).is_err() {
+                                prop_assert_eq!(m.target(), before.target());
+                            } else {
+                                prop_assert_eq!(m.target(), before.target().map(|t| t - d));
+                            }
+                        }
+                        Step::Answered => m.submission_answered(format!("job-{}", now.duration_since(t0).as_secs()), now),
+                        Step::Refused => effects = m.submission_refused("no", &ALERT, now),
+                        Step::Lost => m.submission_lost(),
+                        Step::Found => effects = m.job_found("job-x".into(), now),
+                        Step::JobEnds { failed, watched } => {
+                            let end = if failed {
+                                JobEnd::Failed { code: 530, text: "boom".into() }
+                            } else {
+                                JobEnd::Succeeded
+                            };
+                            if let Some(job) = m.phase().job().map(str::to_string)
+                                && let Some(settled) = m.job_finished(&job, &end, true, watched, &ALERT, now)
+                            {
+                                effects = settled.effects;
+                            }
+                        }
+                        Step::Snapshot { scaling, workers, secs } => {
+                            now += Duration::from_secs(secs);
+                            effects = m.snapshot_installed(workers_snapshot(scaling, workers, now), &ALERT, now);
+                            if !scaling && m.phase() == &Phase::Idle {
+                                prop_assert!(m.queue().increase.is_empty(), "queued work stranded: {:?}", m);
+                            }
+                        }
+                        Step::Cleanup => m.cleanup(),
+                    }
+                    let submits = effects.iter().filter(|e| matches!(e, Effect::Submit(_))).count();
+                    prop_assert!(submits <= 1);
+                    if submits == 1 {
+                        prop_assert!(
+                            !matches!(before.phase(), Phase::Submitting { .. } | Phase::AnswerLost { .. } | Phase::Running { .. } | Phase::Adopted { .. })
+                                || matches!(s, Step::Refused | Step::JobEnds { .. } | Step::Snapshot { .. }),
+                            "a request sent while another was in flight: {:?} then {:?}", before.phase(), s
+                        );
+                        prop_assert_eq!(m.phase().name(), "submitting");
+                    }
+                    let floor = (m.queue().increase.len() + m.failed().len()) as u32;
+                    prop_assert!(m.target().unwrap_or(0) >= floor);
+                }
+            }
+        }
     }
 }
