@@ -1187,6 +1187,29 @@ impl JobEnd {
     }
 }
 
+/// A job still running after the follow limit is polled this many times less often.
+pub const OVERDUE_POLL_FACTOR: u32 = 30;
+
+/// How long a follower waits before polling its job again: `poll`; after consecutive failed
+/// polls, doubled per failure up to 32 times but never above 30 s; past `max_follow` of
+/// following a job that still runs, `OVERDUE_POLL_FACTOR` times `poll`. The job stays the
+/// cluster's operation past the limit: dropping it would let the target fall to CloudStack's
+/// size until a Refresh adopted it again, and so on every limit.
+pub fn poll_delay(
+    poll: Duration,
+    failed_polls: u32,
+    following_for: Duration,
+    max_follow: Duration,
+) -> Duration {
+    if failed_polls > 0 {
+        return (poll * 2u32.saturating_pow(failed_polls.min(5))).min(Duration::from_secs(30));
+    }
+    if following_for > max_follow {
+        return poll * OVERDUE_POLL_FACTOR;
+    }
+    poll
+}
+
 /// IncreaseSize may not take the target above the group's maximum.
 fn check_max(target: u32, delta: u32, max: u32) -> Result<(), ScaleError> {
     if u64::from(target) + u64::from(delta) > u64::from(max) {
@@ -1996,6 +2019,25 @@ mod tests {
                     prop_assert!(m.target().unwrap_or(0) >= floor);
                 }
             }
+        }
+    }
+
+    #[test]
+    fn poll_delays() {
+        let poll = Duration::from_secs(2);
+        let hour = Duration::from_secs(3600);
+        let cases = [
+            (0, 0, poll),
+            (1, 0, Duration::from_secs(4)),
+            (3, 0, Duration::from_secs(16)),
+            (4, 0, Duration::from_secs(30)),
+            (9, 0, Duration::from_secs(30)),
+            (0, 7201, Duration::from_secs(60)),
+            (0, 7200, poll),
+        ];
+        for (failed, secs, want) in cases {
+            let got = poll_delay(poll, failed, Duration::from_secs(secs), 2 * hour);
+            assert_eq!(got, want, "{failed} failed polls after {secs}s");
         }
     }
 }

@@ -5,12 +5,9 @@
 
 use super::{Provider, now};
 use crate::cloudstack::types::{JobOutcome, cloudstack_date};
-use crate::domain::machine::{JobEnd, Settled};
+use crate::domain::machine::{JobEnd, Settled, poll_delay};
 use std::time::Duration;
 use tokio::time::Instant;
-
-/// A job still running after `Settings::job_max_follow` is polled this many times less often.
-const OVERDUE_POLL_FACTOR: u32 = 30;
 
 /// How far before the follow limit a job search looks, for clock differences with CloudStack.
 const ADOPTION_CLOCK_SLACK: Duration = Duration::from_secs(15 * 60);
@@ -49,31 +46,24 @@ impl Provider {
             if !self.still_following(gi, &job_id) {
                 return;
             }
+            let max_follow = self.inner.settings.job_max_follow;
             let end = match self.inner.cs.query_job(&job_id).await {
                 Err(e) => {
                     failures += 1;
-                    delay =
-                        (poll * 2u32.saturating_pow(failures.min(5))).min(Duration::from_secs(30));
+                    delay = poll_delay(poll, failures, started.elapsed(), max_follow);
                     tracing::warn!(job = %job_id, error = %e, "polling the scale job failed; retrying");
                     continue;
                 }
                 Ok(job) => job.outcome(),
             };
             failures = 0;
-            delay = poll;
+            delay = poll_delay(poll, 0, started.elapsed(), max_follow);
             let end = match end {
                 JobOutcome::Pending => {
-                    // Past the follow limit the job stays the group's operation (it still
-                    // runs: dropping it would let the target fall to CloudStack's size until a
-                    // Refresh adopted it again, and so on every limit), but it is polled rarely.
-                    if started.elapsed() > self.inner.settings.job_max_follow {
-                        if !overdue {
-                            overdue = true;
-                            tracing::error!(job = %job_id, limit = ?self.inner.settings.job_max_follow,
-                                "scale job still running after the follow limit; it stays this cluster's operation and is polled every {:?}",
-                                poll * OVERDUE_POLL_FACTOR);
-                        }
-                        delay = poll * OVERDUE_POLL_FACTOR;
+                    if delay > poll && !overdue {
+                        overdue = true;
+                        tracing::error!(job = %job_id, limit = ?max_follow,
+                            "scale job still running after the follow limit; it stays this cluster's operation and is polled every {delay:?}");
                     }
                     continue;
                 }
