@@ -18,4 +18,5 @@ pub mod provider;
 pub mod server;
 pub mod sim;
 pub mod template;
+pub mod testkit;
 pub mod tls;
