@@ -80,10 +80,21 @@ impl Stack {
         }
     }
 
+    /// Like [`Stack::start`], then one Refresh through gRPC: the provider has a snapshot.
+    pub async fn refreshed(
+        config: SimConfig,
+        name: &str,
+        tweak: impl FnOnce(&mut Settings),
+    ) -> Stack {
+        let mut stack = Stack::start(config, name, tweak).await;
+        stack.refresh().await.expect("first Refresh");
+        stack
+    }
+
     /// The demo cluster (1 control, 3 workers, Running, CKS autoscaling 1..10) with the test
-    /// timings and a provider with [`fast_settings`].
+    /// timings and a provider with [`fast_settings`] that has refreshed once.
     pub async fn demo_default() -> Stack {
-        Stack::start(sim_config(), "demo", |_| {}).await
+        Stack::refreshed(sim_config(), "demo", |_| {}).await
     }
 
     /// The demo cluster (1 control, 3 workers, Running, CKS autoscaling 1..10).
