@@ -3,11 +3,11 @@
 //! runs two scale jobs for the cluster at once, and the provider's state stays consistent
 //! with CloudStack's.
 
-mod scenario_support;
 
 use cks_autoscaler_provider::autoscaler::{MockAutoscaler, Rpc};
 use cks_autoscaler_provider::pb::instance_status::InstanceState;
-use scenario_support::*;
+use cks_autoscaler_provider::testkit::stack::*;
+use cks_autoscaler_provider::testkit::*;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -101,7 +101,7 @@ async fn concurrent_autoscalers_never_run_two_jobs_and_leave_a_consistent_state(
     }
     sampler.await.expect("sampler");
     // Jobs queued by the provider may still run: keep checking until everything settles.
-    wait_until("CloudStack and the provider to settle", || {
+    wait_until("CloudStack and the provider to settle", async || {
         assert!(stack.sim.running_jobs(&stack.cluster_id) <= 1);
         stack.sim.running_jobs(&stack.cluster_id) == 0 && stack.cluster_state() == "Running"
     })
@@ -237,7 +237,7 @@ async fn deleting_a_node_whose_removal_job_still_runs_is_a_no_op() {
             .cloned()
             .collect()
     };
-    wait_until("a VM destroyed while the job runs", || {
+    wait_until("a VM destroyed while the job runs", async || {
         !gone().is_empty() || stack.sim.running_jobs(&stack.cluster_id) == 0
     })
     .await;

@@ -2,14 +2,14 @@
 //! going away and coming back, and the provider restarting in the middle of a job. The
 //! simulator's recorded requests show that no scale request is lost or sent twice.
 
-mod scenario_support;
 
 use cks_autoscaler_provider::autoscaler::{
     Decision, FAKE_NODE_CREATE_ERROR, FAKE_NODE_REASON_ANNOTATION, Rpc,
 };
 use cks_autoscaler_provider::pb::instance_status::InstanceState;
 use cks_autoscaler_provider::sim::JobFailure;
-use scenario_support::*;
+use cks_autoscaler_provider::testkit::stack::*;
+use cks_autoscaler_provider::testkit::*;
 use std::collections::BTreeSet;
 use std::time::Duration;
 use tonic::Code;

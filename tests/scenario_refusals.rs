@@ -2,11 +2,11 @@
 //! CloudStack without the Alert-scaling change. Every refusal names its rule, nothing useless
 //! reaches CloudStack, and the autoscaler backs off instead of retrying every loop.
 
-mod scenario_support;
 
 use cks_autoscaler_provider::autoscaler::{Decision, MockAutoscaler, Reply, Rpc};
 use cks_autoscaler_provider::sim::{ClusterSpec, ClusterState, NodesSpec, Scenario, SimConfig};
-use scenario_support::*;
+use cks_autoscaler_provider::testkit::stack::*;
+use cks_autoscaler_provider::testkit::*;
 use std::time::Duration;
 use tonic::Code;
 

@@ -7,7 +7,6 @@
 //! has no Ready node to copy and builds the group's node template from
 //! NodeGroupTemplateNodeInfo; pending pods scale the group only if they fit that template.
 
-mod scenario_support;
 
 use cks_autoscaler_provider::autoscaler::{
     AutoscalerConfig, Decision, MockAutoscaler, NodeTemplate, Observation, PodSpec, Request,
@@ -16,7 +15,8 @@ use cks_autoscaler_provider::autoscaler::{
 use cks_autoscaler_provider::extras::ProviderExtras;
 use cks_autoscaler_provider::grpc::{Extras, NoExtras};
 use cks_autoscaler_provider::sim::{ClusterSpec, NodesSpec, OfferingSpec, Scenario, VmState};
-use scenario_support::*;
+use cks_autoscaler_provider::testkit::stack::*;
+use cks_autoscaler_provider::testkit::*;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -82,7 +82,7 @@ async fn stop_the_worker(stack: &Stack) -> String {
     assert!(stack.sim.stop_vm(&wid));
     stack.wait_state("Alert").await;
     let node = wname.to_ascii_lowercase();
-    wait_until("the stopped worker's node to be NotReady", || {
+    wait_until("the stopped worker's node to be NotReady", async || {
         stack.sim.nodes().iter().any(|n| n.name == node && !n.ready)
     })
     .await;

@@ -2,14 +2,14 @@
 //! the ordinary paths: a scale-up that outlasts the call deadline, a stopped worker in Alert,
 //! and the scale-down of empty nodes.
 
-mod scenario_support;
 
 use cks_autoscaler_provider::autoscaler::{
     Decision, FAKE_NODE_REASON_ANNOTATION, Reply, Request, Rpc,
 };
 use cks_autoscaler_provider::pb::instance_status::InstanceState;
 use cks_autoscaler_provider::sim::{ClusterSpec, Scenario, VmState};
-use scenario_support::*;
+use cks_autoscaler_provider::testkit::stack::*;
+use cks_autoscaler_provider::testkit::*;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
