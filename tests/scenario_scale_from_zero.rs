@@ -110,7 +110,7 @@ fn increases(ca: &MockAutoscaler) -> Vec<(String, i32)> {
 /// (a) The only worker is down: no Ready node, so the autoscaler builds the template from
 /// NodeGroupTemplateNodeInfo (the worker offering's resources), the pending pods fit it, the
 /// group grows by one, the new worker boots and takes the pods.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn every_worker_down_scales_up_from_the_providers_template() {
     let stack = zero_stack(VmState::Running, Arc::new(ProviderExtras::default())).await;
     let down_node = stop_the_worker(&stack).await;
@@ -219,7 +219,7 @@ async fn every_worker_down_scales_up_from_the_providers_template() {
 
 /// (b) A pod asking more memory than the worker offering has fits no new worker: no
 /// IncreaseSize, and the timeline says why.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_pod_bigger_than_the_worker_offering_scales_nothing() {
     let stack = zero_stack(VmState::Running, Arc::new(ProviderExtras::default())).await;
     stop_the_worker(&stack).await;
@@ -267,7 +267,7 @@ async fn a_pod_bigger_than_the_worker_offering_scales_nothing() {
 /// with no node at all (its only worker was down before the autoscaler's first look, so no
 /// node of it is in Kubernetes): the group has no template, is no scale-up candidate, and the
 /// loops go on to the end.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn without_templates_a_group_without_nodes_cannot_scale_from_zero() {
     let stack = zero_stack(VmState::Stopped, Arc::new(NoExtras)).await;
     let id = stack.cluster_id.clone();
@@ -325,7 +325,7 @@ async fn without_templates_a_group_without_nodes_cannot_scale_from_zero() {
 /// (c, continued) Without templates the real autoscaler still has a last resort: a NotReady
 /// node of the group. A stopped worker's node stays in Kubernetes, NotReady, so the group
 /// scales from its copy (the simulator's kubelet reports the same allocatable).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn without_templates_a_not_ready_node_is_the_last_resort_template() {
     let stack = zero_stack(VmState::Running, Arc::new(NoExtras)).await;
     let down_node = stop_the_worker(&stack).await;
