@@ -23,7 +23,7 @@ use cks_autoscaler_provider::sim::{self, ClusterSpec, Scenario, SimConfig, SimSe
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::process::{ProviderArgs, ProviderProcess, histogram_sum_count};
+use cks_autoscaler_provider::testkit::process::{ProviderArgs, ProviderProcess, histogram_sum_count};
 use support::{BenchArgs, Table, fmt_dur, fmt_mib, report};
 
 const METHODS: [&str; 5] = [

@@ -19,7 +19,7 @@ use cks_autoscaler_provider::sim::{self, RecordedRequest, Scenario, SimConfig, S
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::process::{ProviderArgs, ProviderProcess};
+use cks_autoscaler_provider::testkit::process::{ProviderArgs, ProviderProcess};
 use support::{BenchArgs, Table, fmt_dur, report};
 
 /// Real time ÷ bench time.

@@ -18,7 +18,7 @@ use cks_autoscaler_provider::sim::{self, ClusterSpec, Scenario, SimConfig, SimHa
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::process::{ProviderArgs, ProviderProcess};
+use cks_autoscaler_provider::testkit::process::{ProviderArgs, ProviderProcess};
 use support::{BenchArgs, Latency, Table, fmt_dur, report};
 use tonic::transport::Channel;
 use tonic_health::pb::HealthCheckRequest;

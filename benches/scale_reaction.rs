@@ -20,7 +20,7 @@ use cks_autoscaler_provider::sim::{
     self, ClusterSpec, Scenario, SimConfig, SimHandle, SimSettings,
 };
 use std::time::{Duration, Instant};
-use support::process::{ProviderArgs, ProviderProcess};
+use cks_autoscaler_provider::testkit::process::{ProviderArgs, ProviderProcess};
 use support::{BenchArgs, Latency, Table, fmt_dur, report};
 
 /// The autoscaler's default `grpc_timeout`.
