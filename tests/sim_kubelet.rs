@@ -157,3 +157,16 @@ async fn a_vm_stopped_before_registering_never_registers() {
     assert!(failure_text(&done).contains("does not have desired number of nodes in ready state"));
     assert!(sim.nodes().iter().all(|n| n.vmid != new_vm));
 }
+
+/// Nodes that joined before the simulator started are Ready at once, not a kubelet delay
+/// later: a test (or a fast machine) acting at start sees a healthy cluster.
+#[tokio::test(start_paused = true)]
+async fn nodes_of_a_running_cluster_are_ready_from_the_start() {
+    let sim = start_sim(sim_config_with(|c| {
+        c.settings.kubelet_delay = Duration::from_secs(60)
+    }))
+    .await;
+    let nodes = sim.nodes();
+    assert_eq!(nodes.len(), 4);
+    assert!(nodes.iter().all(|n| n.ready), "{nodes:?}");
+}
