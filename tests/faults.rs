@@ -14,7 +14,6 @@
 //! VM or container) while CloudStack goes on: `a_frozen_provider_catches_up_after_a_time_gap`
 //! covers that with the real binary.
 
-
 use cks_autoscaler_provider::cloudstack::{Client, ClientConfig};
 use cks_autoscaler_provider::pb;
 use cks_autoscaler_provider::pb::cloud_provider_client::CloudProviderClient;
@@ -22,11 +21,11 @@ use cks_autoscaler_provider::pb::instance_status::InstanceState;
 use cks_autoscaler_provider::provider::{Provider, Settings};
 use cks_autoscaler_provider::server::{ServeOptions, serve};
 use cks_autoscaler_provider::sim::{self, JobFailure, RecordedRequest, SimConfig, SimHandle};
+use cks_autoscaler_provider::testkit::process::{ProviderArgs, ProviderProcess};
 use cks_autoscaler_provider::testkit::{
     API_KEY, ProviderServer, SECRET_KEY, client_config, fast_settings, node, start_provider,
     state_of, wait_until_for as wait_until, with_deadline,
 };
-use cks_autoscaler_provider::testkit::process::{ProviderArgs, ProviderProcess};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;

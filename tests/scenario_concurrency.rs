@@ -3,7 +3,6 @@
 //! runs two scale jobs for the cluster at once, and the provider's state stays consistent
 //! with CloudStack's.
 
-
 use cks_autoscaler_provider::autoscaler::{MockAutoscaler, Rpc};
 use cks_autoscaler_provider::pb::instance_status::InstanceState;
 use cks_autoscaler_provider::testkit::stack::*;
@@ -79,17 +78,20 @@ async fn concurrent_autoscalers_never_run_two_jobs_and_leave_a_consistent_state(
     // Race for 4 s, and longer on a slow machine: until every autoscaler has run 10 loops and
     // CloudStack has received both scale-ups and removals.
     let started = Instant::now();
-    wait_until("a 4 s race of scale-ups and removals, 10 loops each", async || {
-        assert!(
-            stack.sim.running_jobs(&stack.cluster_id) <= 1,
-            "two scale jobs at once"
-        );
-        let reqs = stack.scale_requests();
-        let raced = reqs.iter().any(|r| r.contains_key("size"))
-            && reqs.iter().any(|r| r.contains_key("nodeids"));
-        let looped = counters.iter().all(|c| c.load(Ordering::Relaxed) >= 10);
-        started.elapsed() >= Duration::from_secs(4) && raced && looped
-    })
+    wait_until(
+        "a 4 s race of scale-ups and removals, 10 loops each",
+        async || {
+            assert!(
+                stack.sim.running_jobs(&stack.cluster_id) <= 1,
+                "two scale jobs at once"
+            );
+            let reqs = stack.scale_requests();
+            let raced = reqs.iter().any(|r| r.contains_key("size"))
+                && reqs.iter().any(|r| r.contains_key("nodeids"));
+            let looped = counters.iter().all(|c| c.load(Ordering::Relaxed) >= 10);
+            started.elapsed() >= Duration::from_secs(4) && raced && looped
+        },
+    )
     .await;
     stop.store(true, Ordering::Relaxed);
     let mut mocks = Vec::new();

@@ -2,7 +2,6 @@
 //! going away and coming back, and the provider restarting in the middle of a job. The
 //! simulator's recorded requests show that no scale request is lost or sent twice.
 
-
 use cks_autoscaler_provider::autoscaler::{
     Decision, FAKE_NODE_CREATE_ERROR, FAKE_NODE_REASON_ANNOTATION, Rpc,
 };

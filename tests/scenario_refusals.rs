@@ -2,7 +2,6 @@
 //! CloudStack without the Alert-scaling change. Every refusal names its rule, nothing useless
 //! reaches CloudStack, and the autoscaler backs off instead of retrying every loop.
 
-
 use cks_autoscaler_provider::autoscaler::{Decision, MockAutoscaler, Reply, Rpc};
 use cks_autoscaler_provider::sim::{ClusterSpec, ClusterState, NodesSpec, Scenario, SimConfig};
 use cks_autoscaler_provider::testkit::stack::*;

@@ -7,7 +7,6 @@
 //! has no Ready node to copy and builds the group's node template from
 //! NodeGroupTemplateNodeInfo; pending pods scale the group only if they fit that template.
 
-
 use cks_autoscaler_provider::autoscaler::{
     AutoscalerConfig, Decision, MockAutoscaler, NodeTemplate, Observation, PodSpec, Request,
     Resources, Rpc, TemplateSource,

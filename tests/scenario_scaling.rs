@@ -2,7 +2,6 @@
 //! the ordinary paths: a scale-up that outlasts the call deadline, a stopped worker in Alert,
 //! and the scale-down of empty nodes.
 
-
 use cks_autoscaler_provider::autoscaler::{
     Decision, FAKE_NODE_REASON_ANNOTATION, Reply, Request, Rpc,
 };
