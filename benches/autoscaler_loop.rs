@@ -20,10 +20,12 @@ use cks_autoscaler_provider::autoscaler::{
     AutoscalerConfig, KubeNode, MockAutoscaler, NodeSource, StaticNodeSource,
 };
 use cks_autoscaler_provider::sim::{self, ClusterSpec, Scenario, SimConfig, SimSettings};
+use cks_autoscaler_provider::testkit::process::{
+    ProviderArgs, ProviderProcess, histogram_sum_count,
+};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::process::{ProviderArgs, ProviderProcess, histogram_sum_count};
 use support::{BenchArgs, Table, fmt_dur, fmt_mib, report};
 
 const METHODS: [&str; 5] = [

@@ -16,10 +16,10 @@ mod support;
 
 use cks_autoscaler_provider::autoscaler::{AutoscalerConfig, MockAutoscaler, Rpc, SimNodeSource};
 use cks_autoscaler_provider::sim::{self, RecordedRequest, Scenario, SimConfig, SimSettings};
+use cks_autoscaler_provider::testkit::process::{ProviderArgs, ProviderProcess};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::process::{ProviderArgs, ProviderProcess};
 use support::{BenchArgs, Table, fmt_dur, report};
 
 /// Real time ÷ bench time.

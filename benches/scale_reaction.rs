@@ -19,8 +19,8 @@ use cks_autoscaler_provider::pb;
 use cks_autoscaler_provider::sim::{
     self, ClusterSpec, Scenario, SimConfig, SimHandle, SimSettings,
 };
+use cks_autoscaler_provider::testkit::process::{ProviderArgs, ProviderProcess};
 use std::time::{Duration, Instant};
-use support::process::{ProviderArgs, ProviderProcess};
 use support::{BenchArgs, Latency, Table, fmt_dur, report};
 
 /// The autoscaler's default `grpc_timeout`.

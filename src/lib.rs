@@ -21,4 +21,5 @@ pub mod redact;
 pub mod server;
 pub mod sim;
 pub mod template;
+pub mod testkit;
 pub mod tls;

@@ -14,10 +14,6 @@
 //! VM or container) while CloudStack goes on: `a_frozen_provider_catches_up_after_a_time_gap`
 //! covers that with the real binary.
 
-mod common;
-#[path = "../benches/support/process.rs"]
-mod process;
-
 use cks_autoscaler_provider::cloudstack::{Client, ClientConfig};
 use cks_autoscaler_provider::pb;
 use cks_autoscaler_provider::pb::cloud_provider_client::CloudProviderClient;
@@ -25,8 +21,11 @@ use cks_autoscaler_provider::pb::instance_status::InstanceState;
 use cks_autoscaler_provider::provider::{Provider, Settings};
 use cks_autoscaler_provider::server::{ServeOptions, serve};
 use cks_autoscaler_provider::sim::{self, JobFailure, RecordedRequest, SimConfig, SimHandle};
-use common::{API_KEY, SECRET_KEY, client_config, fast_settings, node, state_of};
-use process::{ProviderArgs, ProviderProcess};
+use cks_autoscaler_provider::testkit::process::{ProviderArgs, ProviderProcess};
+use cks_autoscaler_provider::testkit::{
+    API_KEY, ProviderServer, SECRET_KEY, client_config, fast_settings, node, start_provider,
+    state_of, wait_until_for as wait_until, with_deadline,
+};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -40,24 +39,6 @@ use tonic_health::pb::health_client::HealthClient;
 /// Generous: the machine may be loaded.
 const WAIT: Duration = Duration::from_secs(30);
 const SCALE: &str = "scaleKubernetesCluster";
-
-fn with_deadline<T>(msg: T, d: Duration) -> tonic::Request<T> {
-    let mut r = tonic::Request::new(msg);
-    r.set_timeout(d);
-    r
-}
-
-/// Polls `f` until it holds or `timeout` passes.
-async fn wait_until(what: &str, timeout: Duration, mut f: impl AsyncFnMut() -> bool) {
-    let start = Instant::now();
-    while !f().await {
-        assert!(
-            start.elapsed() < timeout,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-}
 
 /// Samples the number of running scale jobs of a cluster until dropped.
 struct JobSampler {
@@ -96,7 +77,7 @@ struct Stack {
     client: CloudProviderClient<Channel>,
     cluster: String,
     jobs: JobSampler,
-    _stop: tokio::sync::oneshot::Sender<()>,
+    _server: ProviderServer,
 }
 
 impl Stack {
@@ -105,14 +86,14 @@ impl Stack {
         let cluster = sim.cluster_id("demo").expect("demo cluster");
         let mut settings = fast_settings(&cluster, 1, 10);
         tweak(&mut settings);
-        let (_provider, client, _addr, stop) = common::start_provider(&sim, settings).await;
+        let (server, client) = start_provider(&sim, settings).await;
         let jobs = JobSampler::start(&sim, &cluster);
         let mut s = Stack {
             sim,
             client,
             cluster,
             jobs,
-            _stop: stop,
+            _server: server,
         };
         s.refresh().await.expect("first refresh");
         s
@@ -423,8 +404,8 @@ async fn truncated_json_is_unavailable_until_cloudstack_answers_whole() {
     cfg.settings.job_duration = Duration::from_millis(800);
     let sim = Arc::new(sim::spawn(cfg).await.unwrap());
     let cluster = sim.cluster_id("demo").unwrap();
-    let (_p, mut client, addr, _stop) =
-        common::start_provider(&sim, fast_settings(&cluster, 1, 10)).await;
+    let (server, mut client) = start_provider(&sim, fast_settings(&cluster, 1, 10)).await;
+    let addr = server.addr;
     let e = client
         .refresh(with_deadline(pb::RefreshRequest {}, Duration::from_secs(5)))
         .await
@@ -732,7 +713,7 @@ async fn refresh_is_unavailable_before_its_deadline_without_a_recent_snapshot() 
     let cluster = sim.cluster_id("demo").unwrap();
     let mut settings = fast_settings(&cluster, 1, 10);
     settings.staleness_bound = Duration::from_millis(1500);
-    let (_p, mut client, _addr, _stop) = common::start_provider(&sim, settings).await;
+    let (_server, mut client) = start_provider(&sim, settings).await;
 
     // No snapshot yet: UNAVAILABLE, in time, naming the group and why.
     let t0 = Instant::now();

@@ -1,21 +1,15 @@
 //! Every externalgrpc RPC through a generated tonic client, against the simulator.
 
-mod common;
-
 use cks_autoscaler_provider::pb;
 use cks_autoscaler_provider::pb::instance_status::InstanceState;
-use cks_autoscaler_provider::sim::{
-    ClusterSpec, JobFailure, NodesSpec, Scenario, SimConfig, VmState,
-};
-use common::*;
+use cks_autoscaler_provider::sim::{ClusterSpec, JobFailure, NodesSpec, Scenario, VmState};
+use cks_autoscaler_provider::testkit::*;
 use std::time::Duration;
 use tonic::Code;
 
-const WAIT: Duration = Duration::from_secs(20);
-
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn node_groups_list_the_worker_pool_with_min_max_and_a_debug_line() {
-    let mut env = start().await;
+    let mut env = Stack::demo_default().await;
     let groups = env
         .client
         .node_groups(pb::NodeGroupsRequest {})
@@ -42,12 +36,12 @@ async fn node_groups_list_the_worker_pool_with_min_max_and_a_debug_line() {
         assert_eq!(state_of(i), InstanceState::InstanceRunning);
         assert!(error_of(i).is_none());
     }
-    env.stop().await;
+    env.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn node_group_for_node_matches_workers_and_leaves_others_unmanaged() {
-    let mut env = start().await;
+    let mut env = Stack::demo_default().await;
     let (wid, wname, _) = env.workers()[0].clone();
     let (cid, cname) = env.control();
     for n in [
@@ -73,14 +67,14 @@ async fn node_group_for_node_matches_workers_and_leaves_others_unmanaged() {
     ] {
         assert_eq!(env.group_for(n.clone()).await.id, "", "{n:?}");
     }
-    env.stop().await;
+    env.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn increase_size_sends_size_only_answers_at_once_and_the_target_follows_the_job() {
-    let mut cfg = SimConfig::for_tests(API_KEY, SECRET_KEY);
+    let mut cfg = sim_config();
     cfg.settings.job_duration = Duration::from_millis(600);
-    let mut env = start_with(cfg, "demo", |_| {}).await;
+    let mut env = Stack::refreshed(cfg, "demo", |_| {}).await;
     let t0 = std::time::Instant::now();
     env.increase(2).await.expect("increase");
     assert!(
@@ -109,12 +103,12 @@ async fn increase_size_sends_size_only_answers_at_once_and_the_target_follows_th
         .filter(|i| state_of(i) == InstanceState::InstanceCreating)
         .count();
     assert_eq!(creating, 2, "requested VMs show as creating");
-    wait_for("the scale job to finish", WAIT, || {
+    wait_until("the scale job to finish", || {
         let s = env.sim.cluster_json(&env.cluster_id);
         async move { s["size"] == 5 && s["state"] == "Running" }
     })
     .await;
-    wait_for("the provider to see the job end", WAIT, || {
+    wait_until("the provider to see the job end", || {
         let p = env.provider.clone();
         let id = env.cluster_id.clone();
         async move {
@@ -131,12 +125,12 @@ async fn increase_size_sends_size_only_answers_at_once_and_the_target_follows_th
     env.refresh().await.unwrap();
     assert_eq!(env.target().await, 5);
     assert_eq!(env.scale_requests().len(), 1, "nothing sent twice");
-    env.stop().await;
+    env.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn bad_increase_requests_are_refused_without_calling_cloudstack() {
-    let mut env = start().await;
+    let mut env = Stack::demo_default().await;
     let e = env.increase(0).await.unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument);
     let e = env.increase(-2).await.unwrap_err();
@@ -162,16 +156,16 @@ async fn bad_increase_requests_are_refused_without_calling_cloudstack() {
         Code::NotFound
     );
     assert!(env.scale_requests().is_empty());
-    env.stop().await;
+    env.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_stopped_worker_is_reported_down_and_the_cluster_still_scales_in_alert() {
-    let mut env = start().await;
+    let mut env = Stack::demo_default().await;
     let (wid, wname, _) = env.workers()[1].clone();
     assert!(env.sim.stop_vm(&wid));
     env.sim.scan_now();
-    wait_for("Alert", WAIT, || {
+    wait_until("Alert", || {
         let s = env.cluster_state();
         async move { s == "Alert" }
     })
@@ -196,12 +190,12 @@ async fn a_stopped_worker_is_reported_down_and_the_cluster_still_scales_in_alert
         .await
         .expect("Alert permits a size change while a worker is down");
     assert_eq!(env.target().await, 4);
-    wait_for("scale-up done", WAIT, || {
+    wait_until("scale-up done", || {
         let s = env.sim.cluster_json(&env.cluster_id);
         async move { s["size"] == 4 }
     })
     .await;
-    wait_for("provider idle", WAIT, || {
+    wait_until("provider idle", || {
         let p = env.provider.clone();
         let id = env.cluster_id.clone();
         async move {
@@ -231,21 +225,21 @@ async fn a_stopped_worker_is_reported_down_and_the_cluster_still_scales_in_alert
         .expect("repeat is accepted");
     assert_eq!(env.scale_requests().len(), before);
     env.sim.scan_now();
-    wait_for("back to Running", WAIT, || {
+    wait_until("back to Running", || {
         let s = env.sim.cluster_json(&env.cluster_id);
         async move { s["state"] == "Running" && s["size"] == 3 }
     })
     .await;
-    env.stop().await;
+    env.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn alert_with_the_control_plane_down_is_refused_locally_naming_the_vm() {
-    let mut env = start().await;
+    let mut env = Stack::demo_default().await;
     let (cid, cname) = env.control();
     assert!(env.sim.stop_vm(&cid));
     env.sim.scan_now();
-    wait_for("Alert", WAIT, || {
+    wait_until("Alert", || {
         let s = env.cluster_state();
         async move { s == "Alert" }
     })
@@ -277,16 +271,16 @@ async fn alert_with_the_control_plane_down_is_refused_locally_naming_the_vm() {
         "{}",
         groups[0].debug
     );
-    env.stop().await;
+    env.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn control_etcd_and_unknown_nodes_are_never_deleted() {
     let mut spec = ClusterSpec::new("ha", 1, 3);
     spec.etcd = NodesSpec::Count(1);
-    let mut cfg = SimConfig::for_tests(API_KEY, SECRET_KEY);
+    let mut cfg = sim_config();
     cfg.scenario = Scenario::with_cluster(spec);
-    let mut env = start_with(cfg, "ha", |s| s.groups[0].min = 1).await;
+    let mut env = Stack::refreshed(cfg, "ha", |s| s.groups[0].min = 1).await;
     let (cid, cname) = env.control();
     let e = env
         .delete(vec![node(&format!("external-cloudstack://{cid}"), &cname)])
@@ -323,15 +317,12 @@ async fn control_etcd_and_unknown_nodes_are_never_deleted() {
         .unwrap_err();
     assert_eq!(e.code(), Code::FailedPrecondition);
     assert!(env.scale_requests().is_empty());
-    env.stop().await;
+    env.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn deleting_below_the_minimum_is_refused() {
-    let mut env = start_with(SimConfig::for_tests(API_KEY, SECRET_KEY), "demo", |s| {
-        s.groups[0].min = 3
-    })
-    .await;
+    let mut env = Stack::refreshed(sim_config(), "demo", |s| s.groups[0].min = 3).await;
     // The demo cluster has CKS autoscaling on (min 1): its own min wins, so use a cluster
     // without autoscaling for the --nodes minimum.
     let ws = env.workers();
@@ -344,18 +335,18 @@ async fn deleting_below_the_minimum_is_refused() {
     assert_eq!(e.code(), Code::FailedPrecondition, "{}", e.message());
     assert!(e.message().contains("minimum"), "{}", e.message());
     assert!(env.scale_requests().is_empty());
-    env.stop().await;
+    env.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_capacity_failure_is_reported_as_out_of_resources_and_cleared_by_deleting_placeholders() {
-    let mut cfg = SimConfig::for_tests(API_KEY, SECRET_KEY);
+    let mut cfg = sim_config();
     cfg.settings.job_failure = JobFailure::Capacity;
-    let mut env = start_with(cfg, "demo", |s| s.scale_watch = Duration::from_millis(1)).await;
+    let mut env = Stack::refreshed(cfg, "demo", |s| s.scale_watch = Duration::from_millis(1)).await;
     env.increase(2)
         .await
         .expect("accepted: the job fails later");
-    wait_for("failed instances", WAIT, || {
+    wait_until("failed instances", || {
         let p = env.provider.clone();
         let id = env.cluster_id.clone();
         async move {
@@ -400,14 +391,14 @@ async fn a_capacity_failure_is_reported_as_out_of_resources_and_cleared_by_delet
         "placeholders are dropped without calling CloudStack"
     );
     assert_eq!(env.instances().await.len(), 3);
-    env.stop().await;
+    env.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn decrease_target_size_only_cancels_what_does_not_exist() {
-    let mut cfg = SimConfig::for_tests(API_KEY, SECRET_KEY);
+    let mut cfg = sim_config();
     cfg.settings.job_duration = Duration::from_secs(5);
-    let mut env = start_with(cfg, "demo", |_| {}).await;
+    let mut env = Stack::refreshed(cfg, "demo", |_| {}).await;
     env.increase(1).await.unwrap();
     env.increase(2)
         .await
@@ -437,14 +428,14 @@ async fn decrease_target_size_only_cancels_what_does_not_exist() {
         .await
         .expect("cancel the queued two");
     assert_eq!(env.target().await, 4);
-    env.stop().await;
+    env.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn concurrent_increases_never_run_two_jobs_and_are_merged() {
-    let mut cfg = SimConfig::for_tests(API_KEY, SECRET_KEY);
+    let mut cfg = sim_config();
     cfg.settings.job_duration = Duration::from_millis(300);
-    let env = start_with(cfg, "demo", |_| {}).await;
+    let env = Stack::refreshed(cfg, "demo", |_| {}).await;
     let mut tasks = Vec::new();
     for _ in 0..6 {
         let mut c = env.client.clone();
@@ -462,22 +453,15 @@ async fn concurrent_increases_never_run_two_jobs_and_are_merged() {
         }
     }
     assert_eq!(ok, 6);
-    let deadline = std::time::Instant::now() + WAIT;
-    loop {
+    wait_until("size 9, Running", async || {
         assert!(
             env.sim.running_jobs(&env.cluster_id) <= 1,
             "two scale jobs at once"
         );
         let s = env.sim.cluster_json(&env.cluster_id);
-        if s["size"] == 9 && s["state"] == "Running" {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "never reached size 9: {s}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+        s["size"] == 9 && s["state"] == "Running"
+    })
+    .await;
     let sizes: Vec<String> = env
         .scale_requests()
         .iter()
@@ -485,12 +469,16 @@ async fn concurrent_increases_never_run_two_jobs_and_are_merged() {
         .collect();
     assert!(sizes.len() <= 3, "requests were merged: {sizes:?}");
     assert_eq!(sizes.last().map(String::as_str), Some("9"));
-    env.stop().await;
+    env.shutdown().await;
 }
 
+// Real time: the provider dates its snapshots on the wall clock (std::time::Instant), so the
+// staleness bound only follows the test's clock once the provider runs on tokio time.
 #[tokio::test]
 async fn refresh_serves_a_recent_snapshot_while_cloudstack_is_down_then_reports_unavailable() {
-    let mut env = start_with(SimConfig::for_tests(API_KEY, SECRET_KEY), "demo", |s| {
+    // The provider's snapshot is taken after this instant: its age is at most `t0.elapsed()`.
+    let t0 = tokio::time::Instant::now();
+    let mut env = Stack::refreshed(sim_config(), "demo", |s| {
         s.staleness_bound = Duration::from_millis(400);
     })
     .await;
@@ -499,22 +487,40 @@ async fn refresh_serves_a_recent_snapshot_while_cloudstack_is_down_then_reports_
         .await
         .expect("a snapshot within the staleness bound is served");
     assert_eq!(env.target().await, 3);
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let e = env.refresh().await.unwrap_err();
-    assert_eq!(e.code(), Code::Unavailable);
+    wait_until(
+        "Refresh to report CloudStack unavailable",
+        async || match env.refresh().await {
+            Ok(()) => {
+                assert!(
+                    t0.elapsed() < Duration::from_secs(30),
+                    "a snapshot far older than the bound is still served"
+                );
+                false
+            }
+            Err(e) => {
+                assert_eq!(e.code(), Code::Unavailable, "{}", e.message());
+                assert!(
+                    t0.elapsed() >= Duration::from_millis(400),
+                    "a snapshot younger than the bound was refused"
+                );
+                true
+            }
+        },
+    )
+    .await;
     // Reads still answer from memory.
     assert_eq!(env.target().await, 3);
     let e = env.increase(1).await.unwrap_err();
     assert_eq!(e.code(), Code::Unavailable, "{}", e.message());
     env.sim.configure(|s| s.error_rate = 0.0);
     env.refresh().await.expect("recovers");
-    env.stop().await;
+    env.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_vm_whose_node_has_another_provider_id_is_reported_under_it_and_never_deleted_as_unregistered()
  {
-    let mut env = start().await;
+    let mut env = Stack::demo_default().await;
     let (wid, wname, _) = env.workers()[0].clone();
     // The node registered without the CCM's providerID convention.
     let g = env
@@ -534,18 +540,18 @@ async fn a_vm_whose_node_has_another_provider_id_is_reported_under_it_and_never_
     assert_eq!(e.code(), Code::FailedPrecondition);
     assert!(e.message().contains(&wname), "{}", e.message());
     assert!(env.scale_requests().is_empty());
-    env.stop().await;
+    env.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn alert_scaling_off_passes_cloudstacks_refusal_through_once_then_refuses_locally() {
-    let mut cfg = SimConfig::for_tests(API_KEY, SECRET_KEY);
+    let mut cfg = sim_config();
     cfg.settings.alert_scaling = false;
-    let mut env = start_with(cfg, "demo", |_| {}).await;
+    let mut env = Stack::refreshed(cfg, "demo", |_| {}).await;
     let (wid, _, _) = env.workers()[0].clone();
     env.sim.stop_vm(&wid);
     env.sim.scan_now();
-    wait_for("Alert", WAIT, || {
+    wait_until("Alert", || {
         let s = env.cluster_state();
         async move { s == "Alert" }
     })
@@ -576,18 +582,18 @@ async fn alert_scaling_off_passes_cloudstacks_refusal_through_once_then_refuses_
         1,
         "no retry storm: refused locally"
     );
-    env.stop().await;
+    env.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_restarted_provider_adopts_the_running_job_and_sends_nothing_twice() {
-    let mut cfg = SimConfig::for_tests(API_KEY, SECRET_KEY);
+    let mut cfg = sim_config();
     cfg.settings.job_duration = Duration::from_millis(1500);
-    let mut env = start_with(cfg, "demo", |_| {}).await;
+    let mut env = Stack::refreshed(cfg, "demo", |_| {}).await;
     env.increase(2).await.unwrap();
     // A second provider process: it knows nothing of the job.
     let settings = fast_settings(&env.cluster_id, 1, 10);
-    let (p2, mut c2, _, stop2) = start_provider(&env.sim, settings).await;
+    let (mut p2, mut c2) = start_provider(&env.sim, settings).await;
     c2.refresh(pb::RefreshRequest {}).await.unwrap();
     let t = c2
         .node_group_target_size(pb::NodeGroupTargetSizeRequest {
@@ -610,21 +616,20 @@ async fn a_restarted_provider_adopts_the_running_job_and_sends_nothing_twice() {
         1,
         "nothing sent while the adopted job runs"
     );
-    wait_for("both requests done", WAIT, || {
+    wait_until("both requests done", || {
         let s = env.sim.cluster_json(&env.cluster_id);
         async move { s["size"] == 6 && s["state"] == "Running" }
     })
     .await;
     assert_eq!(env.scale_requests().len(), 2);
-    drop(p2);
-    let _ = stop2.send(());
+    p2.stop().await;
     env.refresh().await.unwrap();
-    env.stop().await;
+    env.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn gpu_and_optional_rpcs_answer_as_the_autoscaler_expects() {
-    let mut env = start().await;
+    let mut env = Stack::demo_default().await;
     let l = env
         .client
         .gpu_label(pb::GpuLabelRequest {})
@@ -649,18 +654,18 @@ async fn gpu_and_optional_rpcs_answer_as_the_autoscaler_expects() {
         .cleanup(pb::CleanupRequest {})
         .await
         .expect("cleanup");
-    env.stop().await;
+    env.shutdown().await;
 }
 
 #[allow(dead_code)]
 fn _uses(_: VmState) {}
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn template_node_info_describes_a_new_worker_from_the_offering() {
     use cks_autoscaler_provider::extras::ProviderExtras;
     use cks_autoscaler_provider::server::ServeOptions;
     use prost::Message;
-    let sim = cks_autoscaler_provider::sim::spawn(SimConfig::for_tests(API_KEY, SECRET_KEY))
+    let sim = cks_autoscaler_provider::sim::spawn(sim_config())
         .await
         .unwrap();
     let id = sim.cluster_id("demo").unwrap();
@@ -675,7 +680,7 @@ async fn template_node_info_describes_a_new_worker_from_the_offering() {
         extras: std::sync::Arc::new(extras),
         ..ServeOptions::default()
     };
-    let (_p, mut client, _, stop) =
+    let (mut server, mut client) =
         start_provider_with(&sim, fast_settings(&id, 1, 10), options).await;
     client.refresh(pb::RefreshRequest {}).await.unwrap();
     let bytes = client
@@ -734,13 +739,13 @@ async fn template_node_info_describes_a_new_worker_from_the_offering() {
     assert_eq!(o.scale_down_unneeded_duration.map(|d| d.seconds), Some(300));
     assert_eq!(o.scale_down_unready_duration.map(|d| d.seconds), Some(1200));
     assert_eq!(o.max_node_startup_duration.map(|d| d.seconds), Some(900));
-    let _ = stop.send(());
+    server.stop().await;
     sim.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn get_options_without_overrides_is_unimplemented_so_the_autoscaler_keeps_its_flags() {
-    let mut env = start().await;
+    let mut env = Stack::demo_default().await;
     let e = env
         .client
         .node_group_get_options(pb::NodeGroupAutoscalingOptionsRequest {
@@ -750,16 +755,16 @@ async fn get_options_without_overrides_is_unimplemented_so_the_autoscaler_keeps_
         .await
         .unwrap_err();
     assert_eq!(e.code(), Code::Unimplemented);
-    env.stop().await;
+    env.shutdown().await;
 }
 
 /// A template that cannot be built is Unimplemented, not an error: any other code makes the
 /// autoscaler abort its whole loop while a group has no node to copy.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_template_that_cannot_be_built_is_unimplemented_with_the_reason() {
     use cks_autoscaler_provider::extras::ProviderExtras;
     use cks_autoscaler_provider::server::ServeOptions;
-    let sim = cks_autoscaler_provider::sim::spawn(SimConfig::for_tests(API_KEY, SECRET_KEY))
+    let sim = cks_autoscaler_provider::sim::spawn(sim_config())
         .await
         .unwrap();
     let id = sim.cluster_id("demo").unwrap();
@@ -771,7 +776,7 @@ async fn a_template_that_cannot_be_built_is_unimplemented_with_the_reason() {
         extras: std::sync::Arc::new(extras),
         ..ServeOptions::default()
     };
-    let (_p, mut client, _, stop) =
+    let (mut server, mut client) =
         start_provider_with(&sim, fast_settings(&id, 1, 10), options).await;
     client.refresh(pb::RefreshRequest {}).await.unwrap();
     let e = client
@@ -788,11 +793,11 @@ async fn a_template_that_cannot_be_built_is_unimplemented_with_the_reason() {
         .await
         .unwrap_err();
     assert_eq!(e.code(), Code::NotFound, "{}", e.message());
-    let _ = stop.send(());
+    server.stop().await;
     sim.shutdown().await;
 }
 
-async fn debug_line(env: &mut Env) -> String {
+async fn debug_line(env: &mut Stack) -> String {
     env.client
         .node_groups(pb::NodeGroupsRequest {})
         .await
@@ -805,9 +810,9 @@ async fn debug_line(env: &mut Env) -> String {
 
 /// Read answers are built once per state change and reused; every change (a refresh, a scale
 /// request) shows at once in the next answer, never a stale one.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn repeated_reads_follow_every_state_change_at_once() {
-    let mut env = start().await;
+    let mut env = Stack::demo_default().await;
     let (wid, wname, _) = env.workers()[0].clone();
     let worker = node(&format!("external-cloudstack://{wid}"), &wname);
     for _ in 0..3 {
@@ -836,21 +841,21 @@ async fn repeated_reads_follow_every_state_change_at_once() {
     assert_eq!(instances.len(), 4, "{instances:?}");
     assert!(debug_line(&mut env).await.contains("scale-up 3->4"));
     assert_eq!(env.target().await, 4);
-    env.stop().await;
+    env.shutdown().await;
 }
 
 /// The debug line travels with every NodeGroupForNode answer: it names a few down workers,
 /// not all of them.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn the_debug_line_names_at_most_ten_down_workers() {
     let mut spec = ClusterSpec::new("many", 1, 14);
     spec.workers = NodesSpec::States(vec![VmState::Stopped; 14]);
-    let mut cfg = SimConfig::for_tests(API_KEY, SECRET_KEY);
+    let mut cfg = sim_config();
     cfg.scenario = Scenario::with_cluster(spec);
-    let mut env = start_with(cfg, "many", |s| s.groups[0].max = 20).await;
+    let mut env = Stack::refreshed(cfg, "many", |s| s.groups[0].max = 20).await;
     let line = debug_line(&mut env).await;
     assert!(line.contains("14 down"), "{line}");
     assert!(line.contains("and 4 more]"), "{line}");
     assert_eq!(line.matches("Stopped").count(), 10, "{line}");
-    env.stop().await;
+    env.shutdown().await;
 }

@@ -2,11 +2,10 @@
 //! CloudStack without the Alert-scaling change. Every refusal names its rule, nothing useless
 //! reaches CloudStack, and the autoscaler backs off instead of retrying every loop.
 
-mod scenario_support;
-
 use cks_autoscaler_provider::autoscaler::{Decision, MockAutoscaler, Reply, Rpc};
 use cks_autoscaler_provider::sim::{ClusterSpec, ClusterState, NodesSpec, Scenario, SimConfig};
-use scenario_support::*;
+use cks_autoscaler_provider::testkit::stack::*;
+use cks_autoscaler_provider::testkit::*;
 use std::time::Duration;
 use tonic::Code;
 
@@ -129,13 +128,13 @@ async fn control_vm_down(alert_scaling: bool) {
 }
 
 /// Scenario 3: the first control VM is down (CKS Alert rule 4).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn alert_with_the_control_vm_down_is_refused_locally_and_backed_off() {
     control_vm_down(true).await;
 }
 
 /// Scenario 3: an etcd VM is down (CKS Alert rule 6).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn alert_with_an_etcd_vm_down_is_refused_locally_and_backed_off() {
     let mut spec = ClusterSpec::new("ha", 1, 3);
     spec.etcd = NodesSpec::Count(1);
@@ -152,7 +151,7 @@ async fn alert_with_an_etcd_vm_down_is_refused_locally_and_backed_off() {
 
 /// Scenario 3: Alert while every VM runs (a failed upgrade, a host that was away): no worker
 /// is down, so scaling cannot help (CKS Alert rule 7).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn alert_without_a_down_worker_is_refused_locally_and_backed_off() {
     let mut config = sim_config();
     // The status scanner would put a cluster whose VMs all run back to Running at once.
@@ -169,7 +168,7 @@ async fn alert_without_a_down_worker_is_refused_locally_and_backed_off() {
 
 /// Scenario 3: CloudStack lists more VMs than the cluster has nodes (a VM left behind by a
 /// failed scale-up): CKS Alert rule 5.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn alert_with_more_vms_than_nodes_is_refused_locally_and_backed_off() {
     let mut spec = ClusterSpec::new("leftover", 1, 4);
     spec.size = Some(3);
@@ -190,7 +189,7 @@ async fn alert_with_more_vms_than_nodes_is_refused_locally_and_backed_off() {
 
 /// Scenario 7 with scenario 3: on a CloudStack without the Alert change, a cluster whose
 /// control VM is down is refused the same way, without calling CloudStack.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn without_alert_scaling_a_control_vm_down_is_refused_the_same_way() {
     control_vm_down(false).await;
 }
@@ -199,6 +198,8 @@ async fn without_alert_scaling_a_control_vm_down_is_refused_the_same_way() {
 /// request in Alert. The first scale-up reaches CloudStack and is refused with its text; from
 /// then on the provider refuses locally (scale-ups and the removal of the down worker), the
 /// autoscaler backs off, and once the VM runs again scaling works.
+// Real time: it depends on provider timing (snapshot ages, on the wall clock until the provider
+// runs on tokio time).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_alert_scaling_a_stopped_worker_gets_clear_refusals_and_no_retry_storm() {
     let stack = Stack::start(with_alert_scaling(false), "demo", |_| {}).await;

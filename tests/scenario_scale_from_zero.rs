@@ -7,8 +7,6 @@
 //! has no Ready node to copy and builds the group's node template from
 //! NodeGroupTemplateNodeInfo; pending pods scale the group only if they fit that template.
 
-mod scenario_support;
-
 use cks_autoscaler_provider::autoscaler::{
     AutoscalerConfig, Decision, MockAutoscaler, NodeTemplate, Observation, PodSpec, Request,
     Resources, Rpc, TemplateSource,
@@ -16,7 +14,8 @@ use cks_autoscaler_provider::autoscaler::{
 use cks_autoscaler_provider::extras::ProviderExtras;
 
 use cks_autoscaler_provider::sim::{ClusterSpec, NodesSpec, OfferingSpec, Scenario, VmState};
-use scenario_support::*;
+use cks_autoscaler_provider::testkit::stack::*;
+use cks_autoscaler_provider::testkit::*;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -82,7 +81,7 @@ async fn stop_the_worker(stack: &Stack) -> String {
     assert!(stack.sim.stop_vm(&wid));
     stack.wait_state("Alert").await;
     let node = wname.to_ascii_lowercase();
-    wait_until("the stopped worker's node to be NotReady", || {
+    wait_until("the stopped worker's node to be NotReady", async || {
         stack.sim.nodes().iter().any(|n| n.name == node && !n.ready)
     })
     .await;
@@ -110,7 +109,7 @@ fn increases(ca: &MockAutoscaler) -> Vec<(String, i32)> {
 /// (a) The only worker is down: no Ready node, so the autoscaler builds the template from
 /// NodeGroupTemplateNodeInfo (the worker offering's resources), the pending pods fit it, the
 /// group grows by one, the new worker boots and takes the pods.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn every_worker_down_scales_up_from_the_providers_template() {
     let stack = zero_stack(VmState::Running, Arc::new(ProviderExtras::default())).await;
     let down_node = stop_the_worker(&stack).await;
@@ -219,7 +218,7 @@ async fn every_worker_down_scales_up_from_the_providers_template() {
 
 /// (b) A pod asking more memory than the worker offering has fits no new worker: no
 /// IncreaseSize, and the timeline says why.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_pod_bigger_than_the_worker_offering_scales_nothing() {
     let stack = zero_stack(VmState::Running, Arc::new(ProviderExtras::default())).await;
     stop_the_worker(&stack).await;
@@ -267,7 +266,7 @@ async fn a_pod_bigger_than_the_worker_offering_scales_nothing() {
 /// with no node at all (its only worker was down before the autoscaler's first look, so no
 /// node of it is in Kubernetes): the group has no template, is no scale-up candidate, and the
 /// loops go on to the end.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn without_templates_a_group_without_nodes_cannot_scale_from_zero() {
     let stack = zero_stack(
         VmState::Stopped,
@@ -329,7 +328,7 @@ async fn without_templates_a_group_without_nodes_cannot_scale_from_zero() {
 /// (c, continued) Without templates the real autoscaler still has a last resort: a NotReady
 /// node of the group. A stopped worker's node stays in Kubernetes, NotReady, so the group
 /// scales from its copy (the simulator's kubelet reports the same allocatable).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn without_templates_a_not_ready_node_is_the_last_resort_template() {
     let stack = zero_stack(
         VmState::Running,

@@ -2,19 +2,20 @@
 //! the ordinary paths: a scale-up that outlasts the call deadline, a stopped worker in Alert,
 //! and the scale-down of empty nodes.
 
-mod scenario_support;
-
 use cks_autoscaler_provider::autoscaler::{
     Decision, FAKE_NODE_REASON_ANNOTATION, Reply, Request, Rpc,
 };
 use cks_autoscaler_provider::pb::instance_status::InstanceState;
 use cks_autoscaler_provider::sim::{ClusterSpec, Scenario, VmState};
-use scenario_support::*;
+use cks_autoscaler_provider::testkit::stack::*;
+use cks_autoscaler_provider::testkit::*;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 /// Scenario 1. A Running cluster of 3 workers, demand for 2 more nodes, a CloudStack job that
 /// takes 2 s and an autoscaler whose calls have a 1 s deadline.
+// Real time: provider deadlines and job-follow timing are on the wall clock until the provider
+// runs on tokio time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scale_up_is_answered_inside_the_deadline_while_the_job_outlasts_it() {
     let stack = Stack::demo(|c| c.settings.job_duration = Duration::from_secs(2)).await;
@@ -110,6 +111,8 @@ async fn scale_up_is_answered_inside_the_deadline_while_the_job_outlasts_it() {
 /// Scenario 2. A worker VM is stopped: Alert, the down worker reported with its error, a
 /// scale-up still accepted (size only), the NotReady node removed by nodeids after the unready
 /// time, and the cluster back to Running.
+// Real time: provider deadlines and job-follow timing are on the wall clock until the provider
+// runs on tokio time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_worker_in_alert_is_reported_replaced_and_removed_by_nodeids() {
     let stack = Stack::demo(|c| c.settings.job_duration = Duration::from_millis(300)).await;
@@ -220,6 +223,8 @@ async fn a_stopped_worker_in_alert_is_reported_replaced_and_removed_by_nodeids()
 /// Scenario 5. Five empty workers, a workload needing one node, min size 2 and two control
 /// nodes: the autoscaler removes three workers by nodeids, keeps the minimum, and never
 /// touches a control node.
+// Real time: provider deadlines and job-follow timing are on the wall clock until the provider
+// runs on tokio time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn empty_nodes_are_removed_by_nodeids_down_to_the_min_and_control_nodes_are_kept() {
     let mut spec = ClusterSpec::new("shrink", 2, 5);

@@ -2,11 +2,9 @@
 //! CloudStack errors and garbage, scale down, a bad key) runs with every log at TRACE level
 //! captured, and the API key, the secret key and any signature are searched for in it.
 
-mod common;
-
 use cks_autoscaler_provider::cloudstack::{Client, ClientConfig};
 use cks_autoscaler_provider::sim::SimConfig;
-use common::*;
+use cks_autoscaler_provider::testkit::*;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -42,9 +40,9 @@ async fn no_secret_in_any_output_at_trace_level() {
 
     let mut cfg = SimConfig::for_tests(API, SECRET);
     cfg.settings.job_duration = Duration::from_millis(100);
-    let mut env = start_with(cfg, "demo", |_| {}).await;
+    let mut env = Stack::refreshed(cfg, "demo", |_| {}).await;
     env.increase(1).await.expect("scale up");
-    wait_for("scale-up", Duration::from_secs(20), || {
+    wait_until("scale-up", || {
         let s = env.sim.cluster_json(&env.cluster_id);
         async move { s["size"] == 4 && s["state"] == "Running" }
     })
@@ -58,7 +56,7 @@ async fn no_secret_in_any_output_at_trace_level() {
     });
     let _ = env.refresh().await;
     env.sim.configure(|s| s.malformed_rate = 0.0);
-    wait_for("provider idle", Duration::from_secs(20), || {
+    wait_until("provider idle", || {
         let p = env.provider.clone();
         let id = env.cluster_id.clone();
         async move { p.nodes(&id).map(|n| n.len() == 4).unwrap_or(false) }
@@ -78,7 +76,7 @@ async fn no_secret_in_any_output_at_trace_level() {
     tracing::info!("client config: {:?}", bad);
     let good: ClientConfig = client_config(&env.sim);
     tracing::info!("client: {:?}", Client::new(good).expect("client"));
-    env.stop().await;
+    env.shutdown().await;
 
     let out =
         String::from_utf8_lossy(&capture.0.lock().unwrap_or_else(|p| p.into_inner())).to_string();

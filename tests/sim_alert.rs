@@ -1,15 +1,14 @@
 //! Scaling a cluster in Alert: each of the seven rules, accepted and refused, and the older
 //! CloudStack (`--alert-scaling=off`) that refuses everything in Alert.
 
-mod sim_support;
-
 use std::time::Duration;
 
 use cks_autoscaler_provider::sim::{
     ClusterSpec, ClusterState, NodesSpec, Scenario, SimConfig, VmState,
 };
+use cks_autoscaler_provider::testkit::cs::*;
+use cks_autoscaler_provider::testkit::{sim_config_with, start_sim};
 use serde_json::Value;
-use sim_support::*;
 
 /// Cluster "alpha": control nodes, etcd, workers and external nodes as given; autoscaling 1..10.
 fn alpha(
@@ -29,7 +28,7 @@ fn alpha(
     spec.min_size = Some(1);
     spec.max_size = Some(10);
     spec.state = Some(ClusterState::Alert);
-    config(|c| {
+    sim_config_with(|c| {
         c.scenario = Scenario::with_cluster(spec);
         c.settings.alert_scaling = alert_scaling;
         c.settings.scanner_interval = Duration::from_secs(600);
@@ -51,7 +50,7 @@ struct Fixture {
 }
 
 async fn fixture(cfg: SimConfig) -> Fixture {
-    let sim = start(cfg).await;
+    let sim = start_sim(cfg).await;
     let c = Client::new(&sim);
     let id = sim.cluster_ids()[0].clone();
     let cluster = c.cluster(&id).await;
@@ -103,7 +102,7 @@ impl Fixture {
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn size_changes_and_worker_removal_are_accepted_in_alert() {
     let f = fixture(usual()).await;
     let workers = f.ids("-node-");
@@ -127,7 +126,7 @@ async fn size_changes_and_worker_removal_are_accepted_in_alert() {
     assert_eq!(vm_ids(&after, "-node-").len(), 3);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn removing_the_down_worker_by_nodeids_is_accepted() {
     let f = fixture(usual()).await;
     let down = f.ids("-node-")[1].clone();
@@ -142,7 +141,7 @@ async fn removing_the_down_worker_by_nodeids_is_accepted() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn rule_1_offering_change_refused_same_offering_accepted() {
     let f = fixture(usual()).await;
     let large = f.offering_id("cks-large").await;
@@ -169,7 +168,7 @@ async fn rule_1_offering_change_refused_same_offering_accepted() {
         .await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn rule_1_autoscaling_change_refused_same_values_accepted() {
     let f = fixture(usual()).await;
     let expected = "Kubernetes cluster alpha is in Alert state and its autoscaling settings can not be changed; only its size can be changed or worker nodes removed";
@@ -189,7 +188,7 @@ async fn rule_1_autoscaling_change_refused_same_values_accepted() {
         .await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn rule_2_a_request_that_changes_nothing_is_refused() {
     let f = fixture(usual()).await;
     let expected = "Kubernetes cluster alpha is in Alert state and the request changes neither its size nor its nodes";
@@ -199,7 +198,7 @@ async fn rule_2_a_request_that_changes_nothing_is_refused() {
     f.accepted(&[("size", "2")]).await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn rule_3_only_worker_nodes_may_be_removed() {
     let f = fixture(alpha(vec![R, R], vec![R], vec![R, S, R], vec![R], true)).await;
     let vms = f.cluster["virtualmachines"].as_array().unwrap().clone();
@@ -229,7 +228,7 @@ async fn rule_3_only_worker_nodes_may_be_removed() {
     f.accepted(&[("nodeids", &down_worker)]).await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn rule_4_first_control_node_must_run() {
     let f = fixture(alpha(vec![S, R], vec![], vec![R, S], vec![], true)).await;
     let first = f.ids("-control-")[0].clone();
@@ -243,7 +242,7 @@ async fn rule_4_first_control_node_must_run() {
     f.accepted(&[("size", "1")]).await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn rule_5_as_many_vms_as_nodes() {
     let mut cfg = usual();
     cfg.scenario.clusters[0].size = Some(4);
@@ -255,7 +254,7 @@ async fn rule_5_as_many_vms_as_nodes() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn rule_6_control_and_etcd_vms_must_be_up() {
     let f = fixture(alpha(vec![R, S], vec![R], vec![R, S], vec![], true)).await;
     let text = f.refused(&[("size", "1")]).await;
@@ -272,7 +271,7 @@ async fn rule_6_control_and_etcd_vms_must_be_up() {
     assert!(text.contains("(Stopped)"), "{text}");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn rule_7_some_worker_vm_must_be_down() {
     let f = fixture(alpha(vec![R], vec![], vec![R, R], vec![], true)).await;
     let expected = "Kubernetes cluster alpha is in Alert state and can not be scaled as no worker node VM is down; scaling would not fix the cause of the Alert state";
@@ -301,7 +300,7 @@ async fn rule_7_some_worker_vm_must_be_down() {
     f.accepted(&[("size", "3")]).await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn without_alert_scaling_every_request_in_alert_is_refused() {
     let f = fixture(alpha(vec![R], vec![], vec![R, S, R], vec![], false)).await;
     let expected = "Kubernetes cluster alpha is in Alert state and can not be scaled";
@@ -319,7 +318,7 @@ async fn without_alert_scaling_every_request_in_alert_is_refused() {
     f.accepted(&[("size", "4")]).await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn other_states_are_refused_with_cloudstacks_text() {
     let f = fixture(usual()).await;
     f.sim.set_cluster_state(&f.id, ClusterState::Upgrading);

@@ -1,13 +1,12 @@
 //! The simulator's CloudStack surface: signing, errors, and response shapes.
 
-mod sim_support;
-
 use cks_autoscaler_provider::sim::{ClusterSpec, NodesSpec, Scenario, SimConfig, VmState};
-use sim_support::*;
+use cks_autoscaler_provider::testkit::cs::*;
+use cks_autoscaler_provider::testkit::{API_KEY, SECRET_KEY, sim_config, start_sim};
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn good_signature_is_accepted_by_get_and_post() {
-    let sim = start_default().await;
+    let sim = start_sim(sim_config()).await;
     let c = Client::new(&sim);
     assert_eq!(c.get("listZones", &[]).await.status, 200);
     let a = c.post("listZones", &[("name", "zone1")]).await;
@@ -20,9 +19,9 @@ async fn good_signature_is_accepted_by_get_and_post() {
     assert_eq!(a.status, 200, "{}", a.text);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn bad_missing_and_wrong_key_signatures_get_401() {
-    let sim = start_default().await;
+    let sim = start_sim(sim_config()).await;
     let c = Client::new(&sim);
     let expect_401 = |a: Answer| {
         assert_eq!(a.status, 401, "{}", a.text);
@@ -36,19 +35,19 @@ async fn bad_missing_and_wrong_key_signatures_get_401() {
     };
     // Wrong secret.
     expect_401(
-        Client::with_keys(&sim, KEY, "not-the-secret")
+        Client::with_keys(&sim, API_KEY, "not-the-secret")
             .get("listZones", &[])
             .await,
     );
     // Unknown API key.
     expect_401(
-        Client::with_keys(&sim, "someone-else", SECRET)
+        Client::with_keys(&sim, "someone-else", SECRET_KEY)
             .get("listZones", &[])
             .await,
     );
     // Missing signature.
     let url = format!(
-        "{}?command=listZones&response=json&apiKey={KEY}",
+        "{}?command=listZones&response=json&apiKey={API_KEY}",
         sim.api_url
     );
     expect_401(c.raw(&url).await.unwrap());
@@ -83,9 +82,9 @@ async fn bad_missing_and_wrong_key_signatures_get_401() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn unknown_command_is_432_and_malformed_parameters_431() {
-    let sim = start_default().await;
+    let sim = start_sim(sim_config()).await;
     let c = Client::new(&sim);
     let a = c.get("deployVirtualMachine", &[]).await;
     assert_eq!(a.status, 432);
@@ -146,9 +145,9 @@ async fn unknown_command_is_432_and_malformed_parameters_431() {
     assert_eq!(a.status, 431, "{}", a.text);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn cluster_listing_has_cloudstack_shapes() {
-    let sim = start_default().await;
+    let sim = start_sim(sim_config()).await;
     let c = Client::new(&sim);
     let all = c.ok("listKubernetesClusters", &[]).await;
     assert_eq!(all["count"], 1);
@@ -199,14 +198,14 @@ async fn cluster_listing_has_cloudstack_shapes() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn minsize_and_maxsize_are_omitted_when_unset_and_etcd_vms_are_flagged() {
     let mut spec = ClusterSpec::new("plain", 1, 2);
     spec.etcd = NodesSpec::Count(1);
     spec.external = NodesSpec::Count(1);
-    let sim = start(SimConfig {
+    let sim = start_sim(SimConfig {
         scenario: Scenario::with_cluster(spec),
-        ..SimConfig::for_tests(KEY, SECRET)
+        ..SimConfig::for_tests(API_KEY, SECRET_KEY)
     })
     .await;
     let c = Client::new(&sim);
@@ -241,9 +240,9 @@ async fn minsize_and_maxsize_are_omitted_when_unset_and_etcd_vms_are_flagged() {
     assert_eq!(ext.len(), 1);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn vms_offerings_zones_and_capabilities() {
-    let sim = start_default().await;
+    let sim = start_sim(sim_config()).await;
     let c = Client::new(&sim);
     let cl = c.cluster(&sim.cluster_ids()[0]).await;
     let ids = vm_ids(&cl, "-node-");
@@ -284,9 +283,9 @@ async fn vms_offerings_zones_and_capabilities() {
     assert_eq!(caps["capability"]["cloudstackversion"], "4.22.0.0");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn stop_and_start_virtual_machine_are_async_jobs() {
-    let sim = start_default().await;
+    let sim = start_sim(sim_config()).await;
     let c = Client::new(&sim);
     let cid = sim.cluster_ids()[0].clone();
     let worker = vm_ids(&c.cluster(&cid).await, "-node-")[0].clone();
@@ -314,9 +313,9 @@ async fn stop_and_start_virtual_machine_are_async_jobs() {
     assert!(jobs["asyncjobs"][0]["jobid"].is_string());
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn requests_are_recorded_without_secrets() {
-    let sim = start_default().await;
+    let sim = start_sim(sim_config()).await;
     let c = Client::new(&sim);
     let id = sim.cluster_ids()[0].clone();
     c.get("listKubernetesClusters", &[("id", &id)]).await;
@@ -339,11 +338,11 @@ async fn requests_are_recorded_without_secrets() {
     assert!(sim.requests().is_empty());
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn list_async_jobs_keeps_jobs_created_since_startdate_oldest_first() {
     use cks_autoscaler_provider::cloudstack::types::cloudstack_date;
     use std::time::{Duration, SystemTime, UNIX_EPOCH};
-    let sim = start_default().await;
+    let sim = start_sim(sim_config()).await;
     let c = Client::new(&sim);
     let cid = sim.cluster_ids()[0].clone();
     let worker = vm_ids(&c.cluster(&cid).await, "-node-")[0].clone();

@@ -1,15 +1,18 @@
 //! Fault injection: latency, proxy 5xx, dropped connections, malformed JSON; set by
 //! configuration (as the flags do) and by `simConfigure`.
 
-mod sim_support;
+use std::time::Duration;
+use tokio::time::Instant;
 
-use std::time::{Duration, Instant};
+use cks_autoscaler_provider::testkit::cs::*;
+use cks_autoscaler_provider::testkit::{sim_config, sim_config_with, start_sim, wait_until};
 
-use sim_support::*;
-
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn latency_delays_cloudstack_commands_not_sim_commands() {
-    let sim = start(config(|c| c.settings.latency = Duration::from_millis(300))).await;
+    let sim = start_sim(sim_config_with(|c| {
+        c.settings.latency = Duration::from_millis(300)
+    }))
+    .await;
     let c = Client::new(&sim);
     let t = Instant::now();
     assert_eq!(c.get("listZones", &[]).await.status, 200);
@@ -23,9 +26,9 @@ async fn latency_delays_cloudstack_commands_not_sim_commands() {
     assert_eq!(sim.settings().latency, Duration::ZERO);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn proxy_errors_answer_html_and_do_not_execute() {
-    let sim = start(config(|c| c.settings.error_rate = 1.0)).await;
+    let sim = start_sim(sim_config_with(|c| c.settings.error_rate = 1.0)).await;
     let c = Client::new(&sim);
     let id = sim.cluster_ids()[0].clone();
     let a = c
@@ -51,9 +54,9 @@ async fn proxy_errors_answer_html_and_do_not_execute() {
     assert_eq!(c.get("listZones", &[]).await.status, 200);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn dropped_connections_execute_but_never_answer() {
-    let sim = start_default().await;
+    let sim = start_sim(sim_config()).await;
     let c = Client::new(&sim);
     let id = sim.cluster_ids()[0].clone();
     let worker = vm_ids(&c.cluster(&id).await, "-node-")[0].clone();
@@ -61,7 +64,7 @@ async fn dropped_connections_execute_but_never_answer() {
     let r = c.try_get("stopVirtualMachine", &[("id", &worker)]).await;
     assert!(r.is_err(), "expected a transport error, got a response");
     // The command ran: the client just cannot know it.
-    eventually("VM stopped despite the lost answer", || {
+    wait_until("VM stopped despite the lost answer", async || {
         sim.vms(&id)
             .iter()
             .any(|(v, _, s)| v == &worker && *s == cks_autoscaler_provider::sim::VmState::Stopped)
@@ -71,9 +74,9 @@ async fn dropped_connections_execute_but_never_answer() {
     assert_eq!(c.get("listZones", &[]).await.status, 200);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn malformed_answers_are_truncated_json() {
-    let sim = start(config(|c| c.settings.malformed_rate = 1.0)).await;
+    let sim = start_sim(sim_config_with(|c| c.settings.malformed_rate = 1.0)).await;
     let c = Client::new(&sim);
     let a = c.get("listKubernetesClusters", &[]).await;
     assert_eq!(a.status, 200);
@@ -89,9 +92,9 @@ async fn malformed_answers_are_truncated_json() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn partial_rates_fault_some_requests_and_not_others() {
-    let sim = start(config(|c| c.settings.error_rate = 0.5)).await;
+    let sim = start_sim(sim_config_with(|c| c.settings.error_rate = 0.5)).await;
     let c = Client::new(&sim);
     let mut ok = 0;
     let mut failed = 0;
@@ -104,9 +107,9 @@ async fn partial_rates_fault_some_requests_and_not_others() {
     assert!(ok > 5 && failed > 5, "ok {ok}, failed {failed}");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn sim_configure_rejects_bad_values_and_echoes_the_config() {
-    let sim = start_default().await;
+    let sim = start_sim(sim_config()).await;
     let c = Client::new(&sim);
     let a = c
         .raw(&format!("{}?command=simConfigure&errorrate=2", sim.api_url))

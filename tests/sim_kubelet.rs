@@ -1,20 +1,19 @@
 //! Kubelet emulation: when nodes register and are Ready, what they look like, and the
 //! `simListNodes` contract the mock autoscaler reads.
 
-mod sim_support;
-
 use std::time::Duration;
 
 use cks_autoscaler_provider::sim::SimNode;
-use sim_support::*;
+use cks_autoscaler_provider::testkit::cs::*;
+use cks_autoscaler_provider::testkit::{sim_config, sim_config_with, start_sim, wait_until};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn sim_list_nodes_reports_registered_nodes_with_ccm_metadata() {
-    let sim = start_default().await;
+    let sim = start_sim(sim_config()).await;
     let c = Client::new(&sim);
     let id = sim.cluster_ids()[0].clone();
     let list = c.sim("simListNodes", &[("clusterid", &id)]).await;
@@ -67,9 +66,9 @@ async fn sim_list_nodes_reports_registered_nodes_with_ccm_metadata() {
     assert_eq!(a.status, 431);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_new_vms_node_registers_the_kubelet_delay_after_the_vm_runs() {
-    let sim = start(config(|c| {
+    let sim = start_sim(sim_config_with(|c| {
         c.settings.kubelet_delay = ms(300);
         c.settings.job_duration = ms(40);
         c.settings.scanner_interval = ms(60_000);
@@ -83,11 +82,11 @@ async fn a_new_vms_node_registers_the_kubelet_delay_after_the_vm_runs() {
         .await;
     let new_vm = sim.vms(&id)[4].0.clone();
     // Running after half the job; not registered until the delay has passed.
-    eventually("new VM running", || {
+    wait_until("new VM running", async || {
         sim.vms(&id)[4].2 == cks_autoscaler_provider::sim::VmState::Running
     })
     .await;
-    eventually("node registered", || {
+    wait_until("node registered", async || {
         sim.nodes().iter().any(|n| n.vmid == new_vm)
     })
     .await;
@@ -103,9 +102,9 @@ async fn a_new_vms_node_registers_the_kubelet_delay_after_the_vm_runs() {
     assert_eq!(done["jobstatus"], 1, "{done}");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_down_vms_node_stays_not_ready_and_a_removed_vms_node_goes() {
-    let sim = start(config(|c| {
+    let sim = start_sim(sim_config_with(|c| {
         c.settings.kubelet_delay = ms(100);
         c.settings.scanner_interval = ms(60_000);
     }))
@@ -123,7 +122,7 @@ async fn a_down_vms_node_stays_not_ready_and_a_removed_vms_node_goes() {
         .submit("startVirtualMachine", &[("id", &workers[0])])
         .await;
     c.wait_job(&job).await;
-    eventually("node Ready again", || {
+    wait_until("node Ready again", async || {
         node(&workers[0]).is_some_and(|n| n.ready)
     })
     .await;
@@ -134,9 +133,9 @@ async fn a_down_vms_node_stays_not_ready_and_a_removed_vms_node_goes() {
     assert_eq!(c.sim("simListNodes", &[]).await["count"], 3);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_vm_stopped_before_registering_never_registers() {
-    let sim = start(config(|c| {
+    let sim = start_sim(sim_config_with(|c| {
         c.settings.kubelet_delay = ms(200);
         c.settings.job_duration = ms(20);
         c.settings.scale_timeout = ms(600);
@@ -149,7 +148,7 @@ async fn a_vm_stopped_before_registering_never_registers() {
         .submit("scaleKubernetesCluster", &[("id", &id), ("size", "4")])
         .await;
     let new_vm = sim.vms(&id)[4].0.clone();
-    eventually("new VM running", || {
+    wait_until("new VM running", async || {
         sim.vms(&id)[4].2 == cks_autoscaler_provider::sim::VmState::Running
     })
     .await;
@@ -157,4 +156,17 @@ async fn a_vm_stopped_before_registering_never_registers() {
     let done = c.wait_job(&job).await;
     assert!(failure_text(&done).contains("does not have desired number of nodes in ready state"));
     assert!(sim.nodes().iter().all(|n| n.vmid != new_vm));
+}
+
+/// Nodes that joined before the simulator started are Ready at once, not a kubelet delay
+/// later: a test (or a fast machine) acting at start sees a healthy cluster.
+#[tokio::test(start_paused = true)]
+async fn nodes_of_a_running_cluster_are_ready_from_the_start() {
+    let sim = start_sim(sim_config_with(|c| {
+        c.settings.kubelet_delay = Duration::from_secs(60)
+    }))
+    .await;
+    let nodes = sim.nodes();
+    assert_eq!(nodes.len(), 4);
+    assert!(nodes.iter().all(|n| n.ready), "{nodes:?}");
 }

@@ -2,15 +2,14 @@
 //! ignored test below (`cargo test --release --test sim_perf -- --ignored --nocapture`), whose
 //! numbers docs/simulator.md records. Timing is not asserted: this machine's load varies.
 
-mod sim_support;
-
 use std::time::Instant;
 
 use cks_autoscaler_provider::sim::{ClusterSpec, Scenario, SimConfig};
-use sim_support::*;
+use cks_autoscaler_provider::testkit::cs::*;
+use cks_autoscaler_provider::testkit::{sim_config_with, start_sim};
 
 fn big() -> SimConfig {
-    config(|c| {
+    sim_config_with(|c| {
         let mut spec = ClusterSpec::new("big", 3, 4997);
         spec.max_size = Some(5000);
         c.scenario = Scenario::with_cluster(spec);
@@ -18,9 +17,9 @@ fn big() -> SimConfig {
     })
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_5000_vm_cluster_lists_completely() {
-    let sim = start(big()).await;
+    let sim = start_sim(big()).await;
     let c = Client::new(&sim);
     let list = c.ok("listKubernetesClusters", &[]).await;
     let cl = &list["kubernetescluster"][0];
@@ -36,10 +35,11 @@ async fn a_5000_vm_cluster_lists_completely() {
     assert_eq!(sim.nodes().len(), 5000);
 }
 
+// A measurement of wall time: real time, not the test's clock.
 #[tokio::test]
 #[ignore = "measurement, run by hand in release mode"]
 async fn measure_listing_a_5000_vm_cluster() {
-    let sim = start(big()).await;
+    let sim = start_sim(big()).await;
     let c = Client::new(&sim);
     let id = sim.cluster_ids()[0].clone();
     for (label, command) in [

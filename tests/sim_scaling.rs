@@ -1,19 +1,20 @@
 //! Scale jobs: lifecycle, removal order, CloudStack's checks, failures and concurrency.
 
-mod sim_support;
-
 use std::time::Duration;
 
 use cks_autoscaler_provider::sim::{ClusterSpec, ClusterState, NodesSpec, Scenario, VmState};
-use sim_support::*;
+use cks_autoscaler_provider::testkit::cs::*;
+use cks_autoscaler_provider::testkit::{
+    elapse, sim_config, sim_config_with, start_sim, wait_until,
+};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn scale_up_goes_through_scaling_and_starting_vms_then_updates_size() {
-    let sim = start(config(|c| {
+    let sim = start_sim(sim_config_with(|c| {
         c.settings.job_duration = ms(400);
         c.settings.scanner_interval = ms(60_000);
     }))
@@ -72,7 +73,7 @@ async fn scale_up_goes_through_scaling_and_starting_vms_then_updates_size() {
 
 /// A cluster with workers w0..w3 in creation order.
 fn four_workers(alert_scaling: bool) -> cks_autoscaler_provider::sim::SimConfig {
-    config(|c| {
+    sim_config_with(|c| {
         c.scenario = Scenario::with_cluster(ClusterSpec::new("four", 1, 4));
         c.settings.alert_scaling = alert_scaling;
         c.settings.job_duration = ms(200);
@@ -80,9 +81,9 @@ fn four_workers(alert_scaling: bool) -> cks_autoscaler_provider::sim::SimConfig 
     })
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn scale_down_removes_down_workers_first_then_the_newest() {
-    let sim = start(four_workers(true)).await;
+    let sim = start_sim(four_workers(true)).await;
     let c = Client::new(&sim);
     let id = sim.cluster_ids()[0].clone();
     let w = vm_ids(&c.cluster(&id).await, "-node-");
@@ -93,16 +94,14 @@ async fn scale_down_removes_down_workers_first_then_the_newest() {
 
     // Removed VMs pass through Expunging and Destroyed before they vanish.
     let mut seen = std::collections::HashSet::new();
-    loop {
+    wait_until("the scale-down job to end", async || {
         let cl = c.cluster(&id).await;
         for vm in cl["virtualmachines"].as_array().unwrap() {
             seen.insert(vm["state"].as_str().unwrap().to_string());
         }
-        if c.ok("queryAsyncJobResult", &[("jobid", &job)]).await["jobstatus"] != 0 {
-            break;
-        }
-        tokio::time::sleep(ms(5)).await;
-    }
+        c.ok("queryAsyncJobResult", &[("jobid", &job)]).await["jobstatus"] != 0
+    })
+    .await;
     assert!(
         seen.contains("Expunging") && seen.contains("Destroyed"),
         "{seen:?}"
@@ -122,9 +121,9 @@ async fn scale_down_removes_down_workers_first_then_the_newest() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn without_alert_scaling_scale_down_takes_the_newest_even_when_one_is_down() {
-    let sim = start(four_workers(false)).await;
+    let sim = start_sim(four_workers(false)).await;
     let c = Client::new(&sim);
     let id = sim.cluster_ids()[0].clone();
     let w = vm_ids(&c.cluster(&id).await, "-node-");
@@ -153,9 +152,9 @@ async fn without_alert_scaling_scale_down_takes_the_newest_even_when_one_is_down
     assert_eq!(c.cluster(&id).await["state"], "Alert");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn nodeids_removes_exactly_those_workers() {
-    let sim = start(four_workers(true)).await;
+    let sim = start_sim(four_workers(true)).await;
     let c = Client::new(&sim);
     let id = sim.cluster_ids()[0].clone();
     let w = vm_ids(&c.cluster(&id).await, "-node-");
@@ -168,9 +167,9 @@ async fn nodeids_removes_exactly_those_workers() {
     assert_eq!(cl["state"], "Running");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn cloudstack_parameter_checks_fail_the_job_with_their_texts() {
-    let sim = start_default().await;
+    let sim = start_sim(sim_config()).await;
     let c = Client::new(&sim);
     let id = sim.cluster_ids()[0].clone();
     let cl = c.cluster(&id).await;
@@ -250,9 +249,9 @@ async fn cloudstack_parameter_checks_fail_the_job_with_their_texts() {
     assert_eq!(sim.vms(&id).len(), 4);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn same_size_in_running_is_a_successful_no_op_and_autoscaling_settings_change() {
-    let sim = start_default().await;
+    let sim = start_sim(sim_config()).await;
     let c = Client::new(&sim);
     let id = sim.cluster_ids()[0].clone();
     let done = c.scale(&[("id", &id), ("size", "3")]).await;
@@ -291,9 +290,9 @@ async fn same_size_in_running_is_a_successful_no_op_and_autoscaling_settings_cha
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn capacity_failure_happens_before_any_vm_and_keeps_the_state() {
-    let sim = start_default().await;
+    let sim = start_sim(sim_config()).await;
     let c = Client::new(&sim);
     let id = sim.cluster_ids()[0].clone();
     let echo = c.sim("simConfigure", &[("jobfailure", "capacity")]).await;
@@ -313,9 +312,12 @@ async fn capacity_failure_happens_before_any_vm_and_keeps_the_state() {
     assert_eq!(c.scale(&[("id", &id), ("size", "3")]).await["jobstatus"], 1);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn partial_failure_leaves_an_error_vm_alert_and_the_old_size() {
-    let sim = start(config(|c| c.settings.scanner_interval = ms(60_000))).await;
+    let sim = start_sim(sim_config_with(|c| {
+        c.settings.scanner_interval = ms(60_000)
+    }))
+    .await;
     let c = Client::new(&sim);
     let id = sim.cluster_ids()[0].clone();
     sim.configure(|s| s.job_failure = cks_autoscaler_provider::sim::JobFailure::Partial);
@@ -341,16 +343,17 @@ async fn partial_failure_leaves_an_error_vm_alert_and_the_old_size() {
     assert!(text.contains("6 VMs for 4 nodes"), "{text}");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_never_ending_job_keeps_the_cluster_scaling() {
-    let sim = start_default().await;
+    let sim = start_sim(sim_config()).await;
     let c = Client::new(&sim);
     let id = sim.cluster_ids()[0].clone();
     c.sim("simConfigure", &[("jobfailure", "never")]).await;
     let job = c
         .submit("scaleKubernetesCluster", &[("id", &id), ("size", "4")])
         .await;
-    tokio::time::sleep(ms(300)).await;
+    // Many job lengths and ready polls later, the job still runs.
+    elapse(ms(300)).await;
     assert_eq!(
         c.ok("queryAsyncJobResult", &[("jobid", &job)]).await["jobstatus"],
         0
@@ -360,9 +363,9 @@ async fn a_never_ending_job_keeps_the_cluster_scaling() {
     sim.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn nodes_that_never_become_ready_time_the_scale_up_out() {
-    let sim = start(config(|c| {
+    let sim = start_sim(sim_config_with(|c| {
         c.settings.kubelet_delay = ms(60_000);
         c.settings.scale_timeout = ms(300);
         c.settings.scanner_interval = ms(60_000);
@@ -382,9 +385,9 @@ async fn nodes_that_never_become_ready_time_the_scale_up_out() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_second_request_while_scaling_is_refused_and_one_job_runs_at_a_time() {
-    let sim = start(config(|c| c.settings.job_duration = ms(300))).await;
+    let sim = start_sim(sim_config_with(|c| c.settings.job_duration = ms(300))).await;
     let c = Client::new(&sim);
     let id = sim.cluster_ids()[0].clone();
     let (p5, p6, p2) = (
@@ -413,29 +416,29 @@ async fn a_second_request_while_scaling_is_refused_and_one_job_runs_at_a_time() 
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn the_status_scanner_moves_running_to_alert_and_back() {
-    let sim = start_default().await;
+    let sim = start_sim(sim_config()).await;
     let c = Client::new(&sim);
     let id = sim.cluster_ids()[0].clone();
     let worker = vm_ids(&c.cluster(&id).await, "-node-")[1].clone();
     sim.stop_vm(&worker);
-    eventually("cluster in Alert", || {
+    wait_until("cluster in Alert", async || {
         sim.cluster_state(&id) == Some(ClusterState::Alert)
     })
     .await;
     sim.start_vm(&worker);
-    eventually("cluster back to Running", || {
+    wait_until("cluster back to Running", async || {
         sim.cluster_state(&id) == Some(ClusterState::Running)
     })
     .await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn draining_a_running_vm_whose_node_never_joined_fails_the_job() {
     let mut spec = ClusterSpec::new("late", 1, 3);
     spec.nodes_registered = false;
-    let sim = start(config(|c| {
+    let sim = start_sim(sim_config_with(|c| {
         c.scenario = Scenario::with_cluster(spec);
         c.settings.kubelet_delay = ms(60_000);
         c.settings.scanner_interval = ms(60_000);

@@ -1,12 +1,11 @@
 //! Scenario files, deterministic ids, and the `cks-sim` binary on its own.
 
-mod sim_support;
-
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
 use cks_autoscaler_provider::sim::{Scenario, SimConfig};
-use sim_support::*;
+use cks_autoscaler_provider::testkit::cs::*;
+use cks_autoscaler_provider::testkit::{API_KEY, SECRET_KEY, sim_config_with, start_sim};
 
 const YAML: &str = r#"
 zone: { name: lab-zone }
@@ -66,12 +65,12 @@ fn temp_file(name: &str, text: &str) -> std::path::PathBuf {
     path
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn yaml_and_toml_files_load_the_same_layout() {
     let yaml = Scenario::load(&temp_file("s.yaml", YAML)).unwrap();
     let toml = Scenario::load(&temp_file("s.toml", TOML)).unwrap();
     assert_eq!(yaml, toml);
-    let sim = start(config(|c| c.scenario = yaml)).await;
+    let sim = start_sim(sim_config_with(|c| c.scenario = yaml)).await;
     let c = Client::new(&sim);
     let list = c.ok("listKubernetesClusters", &[]).await;
     assert_eq!(list["count"], 2);
@@ -116,7 +115,7 @@ async fn yaml_and_toml_files_load_the_same_layout() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn bad_scenario_files_say_what_is_wrong() {
     let e = Scenario::load(&temp_file(
         "bad.yaml",
@@ -134,12 +133,12 @@ async fn bad_scenario_files_say_what_is_wrong() {
     assert!(format!("{e:#}").contains("used twice"), "{e:#}");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn the_same_seed_gives_the_same_ids() {
     let ids = |seed: u64| async move {
-        let sim = start(SimConfig {
+        let sim = start_sim(SimConfig {
             seed,
-            ..SimConfig::for_tests(KEY, SECRET)
+            ..SimConfig::for_tests(API_KEY, SECRET_KEY)
         })
         .await;
         let id = sim.cluster_ids()[0].clone();
@@ -212,7 +211,7 @@ fn the_binary_rejects_a_bad_scenario_and_bad_flags() {
     assert!(!out.status.success());
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn the_binary_serves_a_scenario_with_the_given_keys() {
     let path = temp_file("bin.yaml", YAML);
     let mut child = Command::new(env!("CARGO_BIN_EXE_cks-sim"))

@@ -27,14 +27,10 @@
 //! `SOAK_SECS` (default 40) sets the load duration, `SOAK_CLIENTS` (default 24) the number of
 //! concurrent clients.
 
-mod common;
-#[path = "../benches/support/process.rs"]
-mod process;
-
 use cks_autoscaler_provider::pb;
 use cks_autoscaler_provider::pb::cloud_provider_client::CloudProviderClient;
 use cks_autoscaler_provider::sim::{self, ClusterSpec, Scenario, SimConfig, SimHandle};
-use process::{ProviderArgs, ProviderProcess};
+use cks_autoscaler_provider::testkit::process::{ProviderArgs, ProviderProcess};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::{BTreeMap, HashMap};
@@ -313,7 +309,10 @@ fn cluster(name: &str, workers: u64) -> ClusterSpec {
 async fn many_clients_against_a_faulty_cloudstack() {
     let secs = env_or("SOAK_SECS", 40);
     let clients = env_or("SOAK_CLIENTS", 24) as usize;
-    let mut cfg = SimConfig::for_tests(common::API_KEY, common::SECRET_KEY);
+    let mut cfg = SimConfig::for_tests(
+        cks_autoscaler_provider::testkit::API_KEY,
+        cks_autoscaler_provider::testkit::SECRET_KEY,
+    );
     cfg.scenario = Scenario {
         clusters: vec![cluster("alpha", 4), cluster("beta", 3)],
         ..Scenario::empty()

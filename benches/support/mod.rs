@@ -1,8 +1,7 @@
-//! What every benchmark shares: command-line switches, latency statistics, the table writer
-//! that updates docs/benchmarks.md between markers, and the provider process harness.
+//! What only the benchmarks share: command-line switches, latency statistics and the table
+//! writer that updates docs/benchmarks.md between markers. The provider process harness and
+//! the rest of the test support are `cks_autoscaler_provider::testkit`.
 #![allow(dead_code)]
-
-pub mod process;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

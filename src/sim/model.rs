@@ -470,13 +470,17 @@ impl World {
     }
 
     /// A node is Ready while its VM runs and the kubelet has had its delay since the VM (re)started.
+    /// A node that had joined before the simulator started (registered and running since 0) is
+    /// Ready from the start: its kubelet delay passed before, not `kubelet_delay` after, start.
     pub fn node_ready(&self, vm: &Vm, now_ms: u64) -> bool {
         let delay = u64::try_from(self.settings.kubelet_delay.as_millis()).unwrap_or(u64::MAX);
+        let joined_before_start =
+            vm.node_registered_ms == Some(0) && vm.running_since_ms == Some(0);
         vm.node_registered_ms.is_some()
             && vm.state == VmState::Running
             && vm
                 .running_since_ms
-                .is_some_and(|s| s.saturating_add(delay) <= now_ms)
+                .is_some_and(|s| joined_before_start || s.saturating_add(delay) <= now_ms)
     }
 
     /// Registered nodes, optionally of one cluster. Call [`Self::refresh_nodes`] first.

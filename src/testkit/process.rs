@@ -2,9 +2,11 @@
 //! a simulator, so that its memory can be read from `/proc/<pid>/status` apart from the
 //! simulator and the load generator, and so that it can be killed (SIGKILL) or frozen
 //! (SIGSTOP/SIGCONT) like a real pod. Shared by the benchmarks and the fault and soak tests.
-#![allow(dead_code)]
+//!
+//! A process keeps its own (wall) clock: the waits here are on `std::time`, and a test driving
+//! a provider process runs on real time.
 
-use cks_autoscaler_provider::pb::cloud_provider_client::CloudProviderClient;
+use crate::pb::cloud_provider_client::CloudProviderClient;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -1,16 +1,12 @@
-//! Shared by the `sim_*` test files: a small CloudStack client with its own request signer
-//! (written here, independently of the simulator's verifier), and polling helpers.
-#![allow(dead_code)]
+//! A small CloudStack client for the simulator's tests, with its own request signer (written
+//! here, independently of the simulator's verifier and of the provider's client), and the
+//! helpers the `sim_*` tests share.
 
-use std::time::Duration;
-
+use super::{WAIT, wait_until};
+use crate::sim::SimHandle;
 use base64::Engine;
-use cks_autoscaler_provider::sim::{self, SimConfig, SimHandle};
 use hmac::{Hmac, KeyInit, Mac};
 use serde_json::Value;
-
-pub const KEY: &str = "test-api-key";
-pub const SECRET: &str = "test-secret-key";
 
 /// Encodes like Java's URLEncoder (letters, digits, `.-*_` kept), with space as `%20`.
 pub fn java_encode(s: &str) -> String {
@@ -34,17 +30,10 @@ pub fn sign(params: &[(String, String)], secret: &str) -> String {
         .map(|(k, v)| format!("{k}={}", java_encode(v)))
         .collect();
     let text = text.join("&").to_lowercase();
-    let mut mac = Hmac::<sha1::Sha1>::new_from_slice(secret.as_bytes()).unwrap();
+    let mut mac =
+        Hmac::<sha1::Sha1>::new_from_slice(secret.as_bytes()).expect("HMAC takes any key");
     mac.update(text.as_bytes());
     base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes())
-}
-
-pub async fn start(config: SimConfig) -> SimHandle {
-    sim::spawn(config).await.expect("simulator starts")
-}
-
-pub async fn start_default() -> SimHandle {
-    start(SimConfig::for_tests(KEY, SECRET)).await
 }
 
 pub struct Client {
@@ -69,9 +58,9 @@ impl Client {
     pub fn new(sim: &SimHandle) -> Self {
         Self {
             http: reqwest::Client::builder()
-                .timeout(Duration::from_secs(20))
+                .timeout(WAIT)
                 .build()
-                .unwrap(),
+                .expect("HTTP client"),
             url: sim.api_url.clone(),
             key: sim.api_key.clone(),
             secret: sim.secret_key.clone(),
@@ -138,7 +127,7 @@ impl Client {
         let status = r.status().as_u16();
         Answer {
             status,
-            text: r.text().await.unwrap(),
+            text: r.text().await.expect("reading the answer"),
         }
     }
 
@@ -178,36 +167,19 @@ impl Client {
 
     /// Polls queryAsyncJobResult until the job is no longer in progress.
     pub async fn wait_job(&self, job_id: &str) -> Value {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-        loop {
-            let r = self.ok("queryAsyncJobResult", &[("jobid", job_id)]).await;
-            if r["jobstatus"] != 0 {
-                return r;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "job {job_id} did not finish: {r}"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        let mut last = Value::Null;
+        wait_until(&format!("job {job_id} to finish"), async || {
+            last = self.ok("queryAsyncJobResult", &[("jobid", job_id)]).await;
+            last["jobstatus"] != 0
+        })
+        .await;
+        last
     }
 
     /// Submits a scale request and waits for its job.
     pub async fn scale(&self, params: &[(&str, &str)]) -> Value {
         let job = self.submit("scaleKubernetesCluster", params).await;
         self.wait_job(&job).await
-    }
-}
-
-/// Polls `f` until it returns true (generous timeout for a loaded machine).
-pub async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while !f() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
 
@@ -225,26 +197,19 @@ pub fn failure_text(job: &Value) -> String {
 pub fn vm_ids(cluster: &Value, pattern: &str) -> Vec<String> {
     cluster["virtualmachines"]
         .as_array()
-        .unwrap()
+        .expect("virtualmachines")
         .iter()
-        .filter(|v| v["name"].as_str().unwrap().contains(pattern))
-        .map(|v| v["id"].as_str().unwrap().to_string())
+        .filter(|v| v["name"].as_str().unwrap_or_default().contains(pattern))
+        .map(|v| v["id"].as_str().unwrap_or_default().to_string())
         .collect()
-}
-
-/// Test config (fixed keys, millisecond timings) changed by `f`.
-pub fn config(f: impl FnOnce(&mut SimConfig)) -> SimConfig {
-    let mut c = SimConfig::for_tests(KEY, SECRET);
-    f(&mut c);
-    c
 }
 
 /// States of a cluster's VMs by id, from the API view.
 pub fn vm_state(cluster: &Value, id: &str) -> Option<String> {
     cluster["virtualmachines"]
         .as_array()
-        .unwrap()
+        .expect("virtualmachines")
         .iter()
         .find(|v| v["id"] == id)
-        .map(|v| v["state"].as_str().unwrap().to_string())
+        .map(|v| v["state"].as_str().unwrap_or_default().to_string())
 }

@@ -1,72 +1,40 @@
-//! Harness of the end-to-end scenarios: a simulated CloudStack, the provider serving gRPC on
-//! loopback, and mock autoscalers driving it, plus the assertions the scenarios share.
+//! The end-to-end harness: a simulated CloudStack, the provider serving gRPC on loopback, a
+//! gRPC client and mock autoscalers driving it, plus the assertions the scenarios share.
 //!
-//! Everything runs in the test's own runtime on 127.0.0.1 with shrunk timings. Waits poll a
-//! condition with a generous timeout; no scenario relies on a fixed sleep being long enough.
-#![allow(dead_code)]
+//! Everything runs in the test's own runtime on 127.0.0.1 with shrunk timings. Waits are on
+//! conditions ([`wait_until`]); no test relies on a fixed sleep being long enough.
 
-use cks_autoscaler_provider::autoscaler::{
+use super::{ProviderServer, WAIT, fast_settings, grpc_client, loopback, sim_config, wait_until};
+use crate::autoscaler::{
     AutoscalerConfig, Call, Decision, MockAutoscaler, Reply, Request, Rpc, SimNodeSource,
 };
-use cks_autoscaler_provider::cloudstack::{Client, ClientConfig};
-use cks_autoscaler_provider::config::{ClusterRef, NodeGroupSpec};
-use cks_autoscaler_provider::extras::ProviderExtras;
-
-use cks_autoscaler_provider::pb;
-use cks_autoscaler_provider::provider::{Provider, Settings};
-use cks_autoscaler_provider::server::{ServeOptions, serve};
-use cks_autoscaler_provider::sim::{self, SimConfig, SimHandle, VmState};
+use crate::extras::ProviderExtras;
+use crate::pb;
+use crate::pb::cloud_provider_client::CloudProviderClient;
+use crate::provider::{Provider, Settings};
+use crate::server::ServeOptions;
+use crate::sim::{SimConfig, SimHandle, VmState};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-pub const API_KEY: &str = "scenario-api-key";
-pub const SECRET_KEY: &str = "scenario-secret-key";
-
-/// Upper bound of every wait: far above what a scenario needs on an idle machine, so that a
-/// loaded one only makes the test slower, never red.
-pub const WAIT: Duration = Duration::from_secs(30);
+use std::time::Duration;
+use tonic::transport::Channel;
 
 /// `scaleKubernetesCluster` as the simulator recorded it.
 pub const SCALE: &str = "scaleKubernetesCluster";
 
-/// A provider's gRPC server and the means to stop it.
-struct Server {
-    stop: tokio::sync::oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-/// Simulator + provider + server for one CKS cluster.
+/// Simulator + provider + gRPC server + a gRPC client, for one CKS cluster.
 pub struct Stack {
     pub sim: SimHandle,
     pub cluster_id: String,
     pub provider: Provider,
     /// Where the provider's gRPC server listens.
     pub addr: SocketAddr,
-    server: Option<Server>,
+    /// A plain gRPC client of the provider (no mock autoscaler: no decision taken).
+    pub client: CloudProviderClient<Channel>,
+    server: Option<ProviderServer>,
     /// The optional RPCs (template node, options) every provider of this stack serves.
     extras: Arc<ProviderExtras>,
-}
-
-/// Provider settings with test timings: jobs polled every 20 ms, every Refresh fetching, a
-/// 300 ms watch for immediate refusals, and snapshots served for 60 s when CloudStack is away.
-pub fn fast_settings(cluster_id: &str, min: u32, max: u32) -> Settings {
-    let mut s = Settings::with_groups(vec![NodeGroupSpec {
-        min,
-        max,
-        cluster: ClusterRef::Id(cluster_id.to_string()),
-    }]);
-    s.job_poll_interval = Duration::from_millis(20);
-    s.refresh_min_interval = Duration::ZERO;
-    s.scale_watch = Duration::from_millis(300);
-    s.staleness_bound = Duration::from_secs(60);
-    s
-}
-
-/// A simulator config with test keys and millisecond timings.
-pub fn sim_config() -> SimConfig {
-    SimConfig::for_tests(API_KEY, SECRET_KEY)
 }
 
 /// The mock autoscaler's settings: the real defaults with every timer divided by `divisor`,
@@ -76,60 +44,6 @@ pub fn autoscaler_config(divisor: u32, loop_ms: u64, deadline: Duration) -> Auto
     c.loop_interval = Duration::from_millis(loop_ms);
     c.call_deadline = deadline;
     c
-}
-
-fn client_config(sim: &SimHandle) -> ClientConfig {
-    ClientConfig {
-        api_url: sim.api_url.clone(),
-        api_key: sim.api_key.clone(),
-        secret_key: sim.secret_key.clone(),
-        ssl_no_verify: false,
-        ca_bundle_pem: None,
-        project_id: None,
-        request_timeout: Duration::from_secs(3),
-    }
-}
-
-/// A provider for `sim` serving on `bind` (e.g. `127.0.0.1:0`) with `extras`.
-async fn start_provider(
-    sim: &SimHandle,
-    settings: Settings,
-    bind: SocketAddr,
-    extras: Arc<ProviderExtras>,
-) -> (Provider, SocketAddr, Server) {
-    let provider = Provider::new(
-        Client::new(client_config(sim)).expect("CloudStack client"),
-        settings,
-    );
-    // Rebinding the port of a provider that just stopped can briefly fail on a busy machine.
-    let started = Instant::now();
-    let listener = loop {
-        match tokio::net::TcpListener::bind(bind).await {
-            Ok(l) => break l,
-            Err(e) if started.elapsed() < WAIT => {
-                eprintln!("binding {bind} failed ({e}); retrying");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            Err(e) => panic!("cannot bind {bind}: {e}"),
-        }
-    };
-    let addr = listener.local_addr().expect("local address");
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let p = provider.clone();
-    let task = tokio::spawn(async move {
-        let options = ServeOptions {
-            extras,
-            ..ServeOptions::default()
-        };
-        if let Err(e) = serve(listener, p, options, async {
-            let _ = stopped.await;
-        })
-        .await
-        {
-            eprintln!("provider server failed: {e:#}");
-        }
-    });
-    (provider, addr, Server { stop, task })
 }
 
 impl Stack {
@@ -155,25 +69,38 @@ impl Stack {
         tweak: impl FnOnce(&mut Settings),
         extras: Arc<ProviderExtras>,
     ) -> Stack {
-        let sim = sim::spawn(config).await.expect("simulator starts");
+        let sim = super::start_sim(config).await;
         let cluster_id = sim.cluster_id(name).expect("cluster in the scenario");
         let mut settings = fast_settings(&cluster_id, 1, 10);
         tweak(&mut settings);
-        let (provider, addr, server) = start_provider(
-            &sim,
-            settings,
-            "127.0.0.1:0".parse().expect("address"),
-            extras.clone(),
-        )
-        .await;
+        let server = ProviderServer::start(&sim, settings, loopback(), options(&extras)).await;
+        let client = server.client().await;
         Stack {
             sim,
             cluster_id,
-            provider,
-            addr,
+            provider: server.provider.clone(),
+            addr: server.addr,
+            client,
             server: Some(server),
             extras,
         }
+    }
+
+    /// Like [`Stack::start`], then one Refresh through gRPC: the provider has a snapshot.
+    pub async fn refreshed(
+        config: SimConfig,
+        name: &str,
+        tweak: impl FnOnce(&mut Settings),
+    ) -> Stack {
+        let mut stack = Stack::start(config, name, tweak).await;
+        stack.refresh().await.expect("first Refresh");
+        stack
+    }
+
+    /// The demo cluster (1 control, 3 workers, Running, CKS autoscaling 1..10) with the test
+    /// timings and a provider with [`fast_settings`] that has refreshed once.
+    pub async fn demo_default() -> Stack {
+        Stack::refreshed(sim_config(), "demo", |_| {}).await
     }
 
     /// The demo cluster (1 control, 3 workers, Running, CKS autoscaling 1..10).
@@ -197,9 +124,8 @@ impl Stack {
     /// Stops the provider's server and its background work, as if its process died: the
     /// followers stop, jobs go on in CloudStack.
     pub async fn stop_provider(&mut self) {
-        if let Some(server) = self.server.take() {
-            let _ = server.stop.send(());
-            let _ = tokio::time::timeout(WAIT, server.task).await;
+        if let Some(mut server) = self.server.take() {
+            server.stop().await;
         }
         self.provider.cleanup();
     }
@@ -208,10 +134,10 @@ impl Stack {
     pub async fn start_new_provider(&mut self, settings: Settings, port: u16) {
         assert!(self.server.is_none(), "stop the running provider first");
         let bind = SocketAddr::from(([127, 0, 0, 1], port));
-        let (provider, addr, server) =
-            start_provider(&self.sim, settings, bind, self.extras.clone()).await;
-        self.provider = provider;
-        self.addr = addr;
+        let server = ProviderServer::start(&self.sim, settings, bind, options(&self.extras)).await;
+        self.provider = server.provider.clone();
+        self.addr = server.addr;
+        self.client = server.client().await;
         self.server = Some(server);
     }
 
@@ -284,7 +210,7 @@ impl Stack {
     /// Waits until the cluster is in `state` (the simulator's status scanner runs every
     /// 20 ms in tests; a scan is also forced on every poll).
     pub async fn wait_state(&self, state: &str) {
-        wait_until(&format!("cluster state {state}"), || {
+        wait_until(&format!("cluster state {state}"), async || {
             self.sim.scan_now();
             self.cluster_state() == state
         })
@@ -294,7 +220,7 @@ impl Stack {
     /// Waits until CloudStack has no scale job running for the cluster and the provider no
     /// operation in flight (its view of the target equals CloudStack's size).
     pub async fn wait_settled(&self) {
-        wait_until("CloudStack and the provider to settle", || {
+        wait_until("CloudStack and the provider to settle", async || {
             self.sim.running_jobs(&self.cluster_id) == 0 && self.cluster_state() != "Scaling"
         })
         .await;
@@ -303,8 +229,8 @@ impl Stack {
     /// Waits until the provider has caught up with CloudStack: its target equals CloudStack's
     /// size and every instance it lists is Running (no job it still follows, no placeholder).
     pub async fn wait_provider_settled(&self) {
-        use cks_autoscaler_provider::domain::status::InstanceState as S;
-        wait_until("the provider to catch up with CloudStack", || {
+        use crate::domain::status::InstanceState as S;
+        wait_until("the provider to catch up with CloudStack", async || {
             let size = self.cluster_size();
             self.provider
                 .target_size(&self.cluster_id)
@@ -321,12 +247,7 @@ impl Stack {
     /// The provider's answers, read through a plain gRPC client (not through a mock, so no
     /// decision is taken): (target size, instances).
     pub async fn provider_view(&self) -> (i32, Vec<pb::Instance>) {
-        let mut c = pb::cloud_provider_client::CloudProviderClient::connect(format!(
-            "http://{}",
-            self.addr
-        ))
-        .await
-        .expect("connect to the provider");
+        let mut c = grpc_client(self.addr).await;
         c.refresh(pb::RefreshRequest {}).await.expect("Refresh");
         let target = c
             .node_group_target_size(pb::NodeGroupTargetSizeRequest {
@@ -348,24 +269,86 @@ impl Stack {
     }
 
     pub async fn shutdown(mut self) {
-        if let Some(server) = self.server.take() {
-            let _ = server.stop.send(());
-            let _ = tokio::time::timeout(Duration::from_secs(5), server.task).await;
-        }
-        self.provider.cleanup();
+        self.stop_provider().await;
         self.sim.shutdown().await;
+    }
+
+    // The provider's answers through the plain gRPC client.
+
+    pub async fn refresh(&mut self) -> Result<(), tonic::Status> {
+        self.client.refresh(pb::RefreshRequest {}).await.map(|_| ())
+    }
+
+    pub async fn target(&mut self) -> i32 {
+        self.client
+            .node_group_target_size(pb::NodeGroupTargetSizeRequest {
+                id: self.cluster_id.clone(),
+            })
+            .await
+            .expect("target size")
+            .into_inner()
+            .target_size
+    }
+
+    pub async fn instances(&mut self) -> Vec<pb::Instance> {
+        self.client
+            .node_group_nodes(pb::NodeGroupNodesRequest {
+                id: self.cluster_id.clone(),
+            })
+            .await
+            .expect("nodes")
+            .into_inner()
+            .instances
+    }
+
+    /// NodeGroupIncreaseSize under a 5 s deadline.
+    pub async fn increase(&mut self, delta: i32) -> Result<(), tonic::Status> {
+        let req = super::with_deadline(
+            pb::NodeGroupIncreaseSizeRequest {
+                delta,
+                id: self.cluster_id.clone(),
+            },
+            Duration::from_secs(5),
+        );
+        self.client.node_group_increase_size(req).await.map(|_| ())
+    }
+
+    /// NodeGroupDeleteNodes under a 5 s deadline.
+    pub async fn delete(&mut self, nodes: Vec<pb::ExternalGrpcNode>) -> Result<(), tonic::Status> {
+        let req = super::with_deadline(
+            pb::NodeGroupDeleteNodesRequest {
+                nodes,
+                id: self.cluster_id.clone(),
+            },
+            Duration::from_secs(5),
+        );
+        self.client.node_group_delete_nodes(req).await.map(|_| ())
+    }
+
+    pub async fn group_for(&mut self, n: pb::ExternalGrpcNode) -> pb::NodeGroup {
+        self.client
+            .node_group_for_node(pb::NodeGroupForNodeRequest { node: Some(n) })
+            .await
+            .expect("node group for node")
+            .into_inner()
+            .node_group
+            .unwrap_or_default()
+    }
+
+    /// (id, name) of the cluster's first control VM.
+    pub fn control(&self) -> (String, String) {
+        self.controls()
+            .into_iter()
+            .next()
+            .map(|(id, n, _)| (id, n))
+            .expect("a control VM")
     }
 }
 
-/// Polls `cond` every 10 ms until it holds; panics naming `what` after [`WAIT`].
-pub async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !cond() {
-        assert!(
-            start.elapsed() < WAIT,
-            "timed out after {WAIT:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
+fn options(extras: &Arc<ProviderExtras>) -> ServeOptions {
+    ServeOptions {
+        extras: extras.clone(),
+        ..ServeOptions::default()
     }
 }
 
@@ -383,7 +366,7 @@ pub async fn loop_until(
 
 /// Runs loops of `ca` for at least `span` and at least `min_loops` loops.
 pub async fn loop_for(ca: &mut MockAutoscaler, span: Duration, min_loops: u64) {
-    let start = Instant::now();
+    let start = tokio::time::Instant::now();
     let first = ca.loops_run();
     loop {
         ca.run_once().await;
@@ -420,20 +403,6 @@ pub fn all_instances_seen(ca: &MockAutoscaler) -> Vec<(u64, pb::Instance)> {
         })
         .flatten()
         .collect()
-}
-
-pub fn error_info(i: &pb::Instance) -> Option<&pb::InstanceErrorInfo> {
-    i.status
-        .as_ref()
-        .and_then(|s| s.error_info.as_ref())
-        .filter(|e| !e.error_code.is_empty())
-}
-
-pub fn state_of(i: &pb::Instance) -> pb::instance_status::InstanceState {
-    i.status
-        .as_ref()
-        .and_then(|s| pb::instance_status::InstanceState::try_from(s.instance_state).ok())
-        .unwrap_or(pb::instance_status::InstanceState::Unspecified)
 }
 
 /// Mutating calls that succeeded.
