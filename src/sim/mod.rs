@@ -54,9 +54,53 @@ use anyhow::Context;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
-pub use config::{JobFailure, SimConfig, SimSettings};
+pub use config::{JobFailure, SimSettings};
 pub use model::{ClusterState, RecordedRequest, SimNode, VmState};
 pub use scenario::{ClusterSpec, NodesSpec, OfferingSpec, Scenario};
+
+/// Everything a simulator run starts from. The listen address is not part of it: [`spawn`]
+/// binds `127.0.0.1:0`, [`serve`] takes a bound listener.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// The API key requests must carry. Empty: a random one is generated.
+    pub api_key: String,
+    /// The secret key requests are signed with. Empty: a random one is generated.
+    pub secret_key: String,
+    /// Seed of every generated id (zone, offerings, clusters, VMs, jobs) and of fault decisions.
+    pub seed: u64,
+    /// Timings and faults at start.
+    pub settings: SimSettings,
+    /// Zone, offerings and clusters at start.
+    pub scenario: Scenario,
+    /// What `listCapabilities` reports as `cloudstackversion`.
+    pub cloudstack_version: String,
+}
+
+impl Default for SimConfig {
+    /// The demo cluster, generated keys, seed 1, default (second-scale) timings.
+    fn default() -> Self {
+        Self {
+            api_key: String::new(),
+            secret_key: String::new(),
+            seed: 1,
+            settings: SimSettings::default(),
+            scenario: Scenario::demo(),
+            cloudstack_version: "4.22.0.0".into(),
+        }
+    }
+}
+
+impl SimConfig {
+    /// Fixed keys and millisecond timings: the usual start of a test.
+    pub fn for_tests(api_key: &str, secret_key: &str) -> Self {
+        Self {
+            api_key: api_key.into(),
+            secret_key: secret_key.into(),
+            settings: SimSettings::fast(),
+            ..Self::default()
+        }
+    }
+}
 
 use api::Spawn;
 use clock::Clock;
