@@ -141,18 +141,14 @@ async fn capacity_failure_after_the_call(alert_scaling: bool) {
     stack.shutdown().await;
 }
 
-// Real time: provider deadlines and snapshot ages are on the wall clock until the provider runs
-// on tokio time; on paused time these scenarios see the provider give up early.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_capacity_failure_after_the_call_is_reported_deleted_and_backed_off() {
     capacity_failure_after_the_call(true).await;
 }
 
 /// Scenario 7 with scenario 4: the same on a CloudStack without the Alert change (the cluster
 /// stays Running, so nothing differs).
-// Real time: provider deadlines and snapshot ages are on the wall clock until the provider runs
-// on tokio time; on paused time these scenarios see the provider give up early.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn without_alert_scaling_a_capacity_failure_is_handled_the_same_way() {
     capacity_failure_after_the_call(false).await;
 }
@@ -160,9 +156,7 @@ async fn without_alert_scaling_a_capacity_failure_is_handled_the_same_way() {
 /// Scenario 4, the failure seen while IncreaseSize still watches the new job: the call fails
 /// with CloudStack's text, the autoscaler backs off, no failed instance is ever listed and the
 /// target never moves.
-// Real time: provider deadlines and snapshot ages are on the wall clock until the provider runs
-// on tokio time; on paused time these scenarios see the provider give up early.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_capacity_failure_inside_the_watch_fails_increase_size_and_backs_off() {
     let mut config = sim_config();
     config.settings.job_failure = JobFailure::Capacity;
@@ -212,9 +206,7 @@ async fn a_capacity_failure_inside_the_watch_fails_increase_size_and_backs_off()
 /// Scenario 6: CloudStack answers only 5xx pages while a scale job runs, long enough for the
 /// provider's snapshot to go stale, then comes back. Nothing is sent twice or lost; the
 /// target is right afterwards.
-// Real time: provider deadlines and snapshot ages are on the wall clock until the provider runs
-// on tokio time; on paused time these scenarios see the provider give up early.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn cloudstack_going_away_mid_job_loses_and_repeats_nothing() {
     let mut config = sim_config();
     config.settings.job_duration = Duration::from_millis(1000);
@@ -298,9 +290,7 @@ async fn cloudstack_going_away_mid_job_loses_and_repeats_nothing() {
 /// finds the running job on its next refresh, shows it in the target and follows it. With the
 /// autoscaler's backoff longer than the job (5 min against a CKS scale-up of a few minutes in
 /// production; here 3 s against 1 s), nothing is sent twice.
-// Real time: provider deadlines and snapshot ages are on the wall clock until the provider runs
-// on tokio time; on paused time these scenarios see the provider give up early.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_scale_request_whose_answer_is_lost_is_adopted_not_repeated() {
     let mut config = sim_config();
     config.settings.job_duration = Duration::from_millis(1000);
@@ -352,9 +342,7 @@ async fn a_scale_request_whose_answer_is_lost_is_adopted_not_repeated() {
 /// Scenario 6: the provider restarts while its scale job runs; the autoscaler keeps running
 /// and reconnects to the new process at the same address. The new provider adopts the job:
 /// the target stays at the requested size, nothing is sent again.
-// Real time: provider deadlines and snapshot ages are on the wall clock until the provider runs
-// on tokio time; on paused time these scenarios see the provider give up early.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_provider_restart_mid_job_at_the_same_address_loses_and_repeats_nothing() {
     let mut config = sim_config();
     // Long enough for a restart on a loaded machine; the test waits for its end.
@@ -414,9 +402,7 @@ async fn a_provider_restart_mid_job_at_the_same_address_loses_and_repeats_nothin
 /// with a fresh autoscaler (no memory of the scale-up, no new demand). The job is adopted, the
 /// target is the requested size all along, nothing is sent again, and the new autoscaler sees
 /// the new nodes register without deleting or resizing anything.
-// Real time: provider deadlines and snapshot ages are on the wall clock until the provider runs
-// on tokio time; on paused time these scenarios see the provider give up early.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_provider_restart_mid_job_on_a_new_port_adopts_the_job() {
     let mut config = sim_config();
     // Long enough for a restart on a loaded machine; the test waits for its end.

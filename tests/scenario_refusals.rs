@@ -198,9 +198,7 @@ async fn without_alert_scaling_a_control_vm_down_is_refused_the_same_way() {
 /// request in Alert. The first scale-up reaches CloudStack and is refused with its text; from
 /// then on the provider refuses locally (scale-ups and the removal of the down worker), the
 /// autoscaler backs off, and once the VM runs again scaling works.
-// Real time: it depends on provider timing (snapshot ages, on the wall clock until the provider
-// runs on tokio time).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn without_alert_scaling_a_stopped_worker_gets_clear_refusals_and_no_retry_storm() {
     let stack = Stack::start(with_alert_scaling(false), "demo", |_| {}).await;
     let mut ca = stack.autoscaler(config()).await;

@@ -14,9 +14,7 @@ use std::time::Duration;
 
 /// Scenario 1. A Running cluster of 3 workers, demand for 2 more nodes, a CloudStack job that
 /// takes 2 s and an autoscaler whose calls have a 1 s deadline.
-// Real time: provider deadlines and job-follow timing are on the wall clock until the provider
-// runs on tokio time.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn scale_up_is_answered_inside_the_deadline_while_the_job_outlasts_it() {
     let stack = Stack::demo(|c| c.settings.job_duration = Duration::from_secs(2)).await;
     let deadline = Duration::from_secs(1);
@@ -111,9 +109,7 @@ async fn scale_up_is_answered_inside_the_deadline_while_the_job_outlasts_it() {
 /// Scenario 2. A worker VM is stopped: Alert, the down worker reported with its error, a
 /// scale-up still accepted (size only), the NotReady node removed by nodeids after the unready
 /// time, and the cluster back to Running.
-// Real time: provider deadlines and job-follow timing are on the wall clock until the provider
-// runs on tokio time.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_stopped_worker_in_alert_is_reported_replaced_and_removed_by_nodeids() {
     let stack = Stack::demo(|c| c.settings.job_duration = Duration::from_millis(300)).await;
     // Timers / 600: unready time 2 s, provision time 1.5 s, scale-down delay after add 1 s.
@@ -223,9 +219,7 @@ async fn a_stopped_worker_in_alert_is_reported_replaced_and_removed_by_nodeids()
 /// Scenario 5. Five empty workers, a workload needing one node, min size 2 and two control
 /// nodes: the autoscaler removes three workers by nodeids, keeps the minimum, and never
 /// touches a control node.
-// Real time: provider deadlines and job-follow timing are on the wall clock until the provider
-// runs on tokio time.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn empty_nodes_are_removed_by_nodeids_down_to_the_min_and_control_nodes_are_kept() {
     let mut spec = ClusterSpec::new("shrink", 2, 5);
     spec.offering = Some("cks-medium".into());
