@@ -207,15 +207,10 @@ async fn main() {
     let s_defaults = ours(&sim, &with_defaults, defaults_ids).await;
     let s_nowatch = ours(&sim, &no_watch, nowatch_ids).await;
 
-    let cs = Client::new(ClientConfig {
-        api_url: sim.api_url.clone(),
-        api_key: sim.api_key.clone(),
-        secret_key: sim.secret_key.clone(),
-        ssl_no_verify: false,
-        ca_bundle_pem: None,
-        project_id: None,
-        request_timeout: Duration::from_secs(10),
-    })
+    let cs = Client::new(
+        ClientConfig::new(&sim.api_url, &sim.api_key, &sim.secret_key)
+            .with_timeout(Duration::from_secs(10)),
+    )
     .expect("client");
     // The blocking design with a job it can wait for, then with a real-length job under the
     // autoscaler's deadline.

@@ -161,15 +161,10 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     })
     .await?;
     let cluster_id = sim.cluster_id("demo").context("the demo cluster")?;
-    let client = Client::new(ClientConfig {
-        api_url: sim.api_url.clone(),
-        api_key: sim.api_key.clone(),
-        secret_key: sim.secret_key.clone(),
-        ssl_no_verify: false,
-        ca_bundle_pem: None,
-        project_id: None,
-        request_timeout: Duration::from_secs(3),
-    })?;
+    let client = Client::new(
+        ClientConfig::new(&sim.api_url, &sim.api_key, &sim.secret_key)
+            .with_timeout(Duration::from_secs(3)),
+    )?;
     let mut ps = Settings::with_groups(vec![NodeGroupSpec {
         min: 1,
         max: 10,

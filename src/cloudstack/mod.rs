@@ -33,6 +33,27 @@ pub struct ClientConfig {
     pub request_timeout: Duration,
 }
 
+impl ClientConfig {
+    /// Verified TLS, no extra CA, no project, a 30 s request timeout.
+    pub fn new(api_url: &str, api_key: &str, secret_key: &str) -> Self {
+        ClientConfig {
+            api_url: api_url.to_string(),
+            api_key: api_key.to_string(),
+            secret_key: secret_key.to_string(),
+            ssl_no_verify: false,
+            ca_bundle_pem: None,
+            project_id: None,
+            request_timeout: Duration::from_secs(30),
+        }
+    }
+
+    /// The same with another request timeout.
+    pub fn with_timeout(mut self, request_timeout: Duration) -> Self {
+        self.request_timeout = request_timeout;
+        self
+    }
+}
+
 impl std::fmt::Debug for ClientConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ClientConfig")

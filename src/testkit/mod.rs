@@ -96,15 +96,8 @@ pub fn fast_settings(cluster_id: &str, min: u32, max: u32) -> Settings {
 
 /// The CloudStack client config of a provider talking to `sim`.
 pub fn client_config(sim: &SimHandle) -> ClientConfig {
-    ClientConfig {
-        api_url: sim.api_url.clone(),
-        api_key: sim.api_key.clone(),
-        secret_key: sim.secret_key.clone(),
-        ssl_no_verify: false,
-        ca_bundle_pem: None,
-        project_id: None,
-        request_timeout: Duration::from_secs(3),
-    }
+    ClientConfig::new(&sim.api_url, &sim.api_key, &sim.secret_key)
+        .with_timeout(Duration::from_secs(3))
 }
 
 /// A provider's gRPC server running in the test's runtime, and the means to stop it.
