@@ -35,7 +35,7 @@ struct Cli {
     seed: u64,
     /// on: CloudStack with Alert scaling (a cluster in Alert may be scaled under seven rules).
     /// off: an older CloudStack that refuses every scale request in Alert.
-    #[arg(long, default_value = "on", value_name = "on|off", action = clap::ArgAction::Set, value_parser = sim::config::parse_on_off)]
+    #[arg(long, default_value = "on", value_name = "on|off", action = clap::ArgAction::Set, value_parser = cks_autoscaler_provider::grammar::parse_bool)]
     alert_scaling: bool,
     /// The version listCapabilities reports.
     #[arg(long, default_value = "4.22.0.0")]

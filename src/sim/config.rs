@@ -54,16 +54,6 @@ impl FromStr for JobFailure {
     }
 }
 
-/// Parses `on`/`off` (also `true`/`false`), the spelling of `--alert-scaling` and
-/// `alertscaling`.
-pub fn parse_on_off(s: &str) -> Result<bool, String> {
-    match s.to_ascii_lowercase().as_str() {
-        "on" | "true" => Ok(true),
-        "off" | "false" => Ok(false),
-        _ => Err(format!("expected on or off, got {s:?}")),
-    }
-}
-
 /// Timings and faults: everything `simConfigure` can change while the simulator runs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SimSettings {
@@ -161,7 +151,7 @@ impl SimSettings {
             "jobfailure" => self.job_failure = value.parse()?,
             "alertscaling" => {
                 self.alert_scaling =
-                    parse_on_off(value).map_err(|e| format!("alertscaling: {e}"))?
+                    crate::grammar::parse_bool(value).map_err(|e| format!("alertscaling: {e}"))?
             }
             "kubeletdelayms" => self.kubelet_delay = ms(value)?,
             "scannerintervalms" => {
