@@ -13,6 +13,12 @@
 //! happen to a monotonic clock is a sudden gap, when the process is frozen (SIGSTOP, a paused
 //! VM or container) while CloudStack goes on: `a_frozen_provider_catches_up_after_a_time_gap`
 //! covers that with the real binary.
+//!
+//! Time: the tests with an in-process provider run on paused tokio time (the simulator, the
+//! provider's deadlines, snapshot ages and poll intervals all read that clock), so CloudStack's
+//! seconds of latency and the spans a test lets pass cost no wall time and do not depend on
+//! the machine's load. The tests of the provider process keep the wall clock (its clock is its
+//! own) and wait on conditions.
 
 use cks_autoscaler_provider::cloudstack::{Client, ClientConfig};
 use cks_autoscaler_provider::pb;
@@ -23,21 +29,20 @@ use cks_autoscaler_provider::server::{ServeOptions, serve};
 use cks_autoscaler_provider::sim::{self, JobFailure, RecordedRequest, SimConfig, SimHandle};
 use cks_autoscaler_provider::testkit::process::{ProviderArgs, ProviderProcess};
 use cks_autoscaler_provider::testkit::{
-    API_KEY, ProviderServer, SECRET_KEY, client_config, fast_settings, node, start_provider,
-    state_of, wait_until_for as wait_until, with_deadline,
+    API_KEY, ProviderServer, SECRET_KEY, WAIT, client_config, elapse, fast_settings, node,
+    start_provider, state_of, wait_until, with_deadline,
 };
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 use tonic::Code;
 use tonic::transport::Channel;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_client::HealthClient;
 
-/// Generous: the machine may be loaded.
-const WAIT: Duration = Duration::from_secs(30);
 const SCALE: &str = "scaleKubernetesCluster";
 
 /// Samples the number of running scale jobs of a cluster until dropped.
@@ -52,9 +57,12 @@ impl JobSampler {
         let stop = Arc::new(AtomicBool::new(false));
         let (m, s, sim, cluster) = (max.clone(), stop.clone(), sim.clone(), cluster.to_string());
         tokio::spawn(async move {
+            // A sampling period, not a wait: the job count is read every 2 ms of the test's
+            // clock for as long as the test runs.
+            let mut every = tokio::time::interval(Duration::from_millis(2));
             while !s.load(Ordering::Relaxed) {
+                every.tick().await;
                 m.fetch_max(sim.running_jobs(&cluster), Ordering::Relaxed);
-                tokio::time::sleep(Duration::from_millis(2)).await;
             }
         });
         JobSampler { max, stop }
@@ -149,28 +157,19 @@ impl Stack {
     async fn settle_at(&mut self, size: u64) {
         let sim = self.sim.clone();
         let cluster = self.cluster.clone();
+        wait_until(&format!("CloudStack idle at size {size}"), async || {
+            let c = sim.cluster_json(&cluster);
+            sim.running_jobs(&cluster) == 0 && c["size"] == size && c["state"] == "Running"
+        })
+        .await;
         wait_until(
-            &format!("CloudStack idle at size {size}"),
-            WAIT,
+            &format!("the provider's target to match CloudStack's size {size}"),
             async || {
-                let c = sim.cluster_json(&cluster);
-                sim.running_jobs(&cluster) == 0 && c["size"] == size && c["state"] == "Running"
+                let _ = self.refresh().await;
+                self.target().await.ok() == Some(size as i32)
             },
         )
         .await;
-        let start = Instant::now();
-        loop {
-            let _ = self.refresh().await;
-            if self.target().await.ok() == Some(size as i32) {
-                break;
-            }
-            assert!(
-                start.elapsed() < WAIT,
-                "the provider's target never matched CloudStack's size {size}: {:?}",
-                self.target().await
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
     }
 }
 
@@ -214,7 +213,7 @@ fn executed(reqs: &[RecordedRequest]) -> Vec<&RecordedRequest> {
         .collect()
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn cloudstack_slower_than_the_deadline_keeps_reads_fast_and_sends_nothing_twice() {
     let mut s = Stack::start(SimConfig::for_tests(API_KEY, SECRET_KEY), |_| {}).await;
     let (wid, wname, _) = s.sim.vms(&s.cluster)[1].clone();
@@ -262,32 +261,34 @@ async fn cloudstack_slower_than_the_deadline_keeps_reads_fast_and_sends_nothing_
     // what CloudStack has, and the cluster grew by at most the one node asked for.
     s.sim.configure(|c| c.latency = Duration::ZERO);
     // Like CloudStack, the simulator runs the request the provider gave up on once its 3 s
-    // latency is over (a client hanging up does not cancel a command).
-    tokio::time::sleep_until((lost_sent + Duration::from_millis(3500)).into()).await;
+    // latency is over (a client hanging up does not cancel a command): that span has to pass
+    // for the request to have run, or not, before CloudStack is asked what it did.
+    elapse((lost_sent + Duration::from_millis(3500)).saturating_duration_since(Instant::now()))
+        .await;
     let sim = s.sim.clone();
     let cluster = s.cluster.clone();
-    wait_until("CloudStack idle", WAIT, async || {
+    wait_until("CloudStack idle", async || {
         sim.running_jobs(&cluster) == 0 && sim.cluster_json(&cluster)["state"] == "Running"
     })
     .await;
     let size = s.cs_size();
     assert!(size == 3 || size == 4, "size {size}");
-    // The lost submission is forgotten (or adopted) on a refresh a poll interval later.
-    let start = Instant::now();
-    loop {
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    // The lost submission is forgotten (or adopted) on a refresh a poll interval later; until
+    // then a scale-up is refused without a call.
+    wait_until("a scale-up to be accepted again", async || {
         s.refresh().await.unwrap();
         match s.increase(1, Duration::from_secs(5)).await {
-            Ok(()) => break,
+            Ok(()) => true,
             Err(e) => {
                 assert_eq!(e.code(), Code::FailedPrecondition, "{}", e.message());
-                assert!(start.elapsed() < WAIT, "never unblocked: {}", e.message());
+                false
             }
         }
-    }
+    })
+    .await;
     // Where CloudStack ends depends on whether the lost request had run when `size` was read
     // (under load it may run later): one node for it, one for the new request.
-    wait_until("CloudStack idle after the new scale-up", WAIT, async || {
+    wait_until("CloudStack idle after the new scale-up", async || {
         sim.running_jobs(&cluster) == 0 && sim.cluster_json(&cluster)["state"] == "Running"
     })
     .await;
@@ -302,7 +303,7 @@ async fn cloudstack_slower_than_the_deadline_keeps_reads_fast_and_sends_nothing_
     assert_eq!(s.jobs.max(), 1, "never two scale jobs at once");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn http_5xx_pages_are_unavailable_and_a_retried_scale_up_runs_once() {
     let mut s = Stack::start(SimConfig::for_tests(API_KEY, SECRET_KEY), |_| {}).await;
     let (wid, wname, _) = s.sim.vms(&s.cluster)[1].clone();
@@ -355,7 +356,7 @@ async fn http_5xx_pages_are_unavailable_and_a_retried_scale_up_runs_once() {
     assert_eq!(s.jobs.max(), 1);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_dropped_answer_to_a_scale_up_is_adopted_not_repeated() {
     let mut cfg = SimConfig::for_tests(API_KEY, SECRET_KEY);
     cfg.settings.job_duration = Duration::from_millis(800);
@@ -369,10 +370,7 @@ async fn a_dropped_answer_to_a_scale_up_is_adopted_not_repeated() {
     // CloudStack ran it: the connection was closed after the command.
     let sim = s.sim.clone();
     let cluster = s.cluster.clone();
-    wait_until("the job to start", WAIT, async || {
-        sim.running_jobs(&cluster) == 1
-    })
-    .await;
+    wait_until("the job to start", async || sim.running_jobs(&cluster) == 1).await;
 
     s.sim.configure(|c| c.drop_rate = 0.0);
     // The next refresh finds the cluster Scaling and adopts the job: the requested node shows.
@@ -396,7 +394,7 @@ async fn a_dropped_answer_to_a_scale_up_is_adopted_not_repeated() {
     assert_eq!(s.jobs.max(), 1);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn truncated_json_is_unavailable_until_cloudstack_answers_whole() {
     // First with no snapshot at all.
     let mut cfg = SimConfig::for_tests(API_KEY, SECRET_KEY);
@@ -428,11 +426,7 @@ async fn truncated_json_is_unavailable_until_cloudstack_answers_whole() {
         .await
         .unwrap();
     assert_eq!(target_of(&mut client, &cluster).await.unwrap(), 3);
-    let start = Instant::now();
-    while health(addr).await != 1 {
-        assert!(start.elapsed() < WAIT, "never SERVING");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_until("health SERVING", async || health(addr).await == 1).await;
 
     // A truncated answer to a scale-up: CloudStack ran it; the provider adopts, not repeats.
     let jobs = JobSampler::start(&sim, &cluster);
@@ -442,28 +436,26 @@ async fn truncated_json_is_unavailable_until_cloudstack_answers_whole() {
         .unwrap_err();
     assert_eq!(e.code(), Code::Unavailable, "{}", e.message());
     sim.configure(|c| c.malformed_rate = 0.0);
-    let start = Instant::now();
-    loop {
+    wait_until("CloudStack idle at size 4", async || {
         client
             .refresh(with_deadline(pb::RefreshRequest {}, Duration::from_secs(5)))
             .await
             .unwrap();
         let c = sim.cluster_json(&cluster);
-        if c["size"] == 4 && c["state"] == "Running" && sim.running_jobs(&cluster) == 0 {
-            break;
+        c["size"] == 4 && c["state"] == "Running" && sim.running_jobs(&cluster) == 0
+    })
+    .await;
+    wait_until("the target to be 4", async || {
+        if target_of(&mut client, &cluster).await.unwrap() == 4 {
+            return true;
         }
-        assert!(start.elapsed() < WAIT, "never reached size 4: {c}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let start = Instant::now();
-    while target_of(&mut client, &cluster).await.unwrap() != 4 {
-        assert!(start.elapsed() < WAIT, "target never 4");
         client
             .refresh(with_deadline(pb::RefreshRequest {}, Duration::from_secs(5)))
             .await
             .unwrap();
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        false
+    })
+    .await;
     assert_eq!(scale_requests(&sim).len(), 1, "not repeated");
     assert_eq!(jobs.max(), 1);
 }
@@ -485,7 +477,7 @@ async fn health(addr: SocketAddr) -> i32 {
         .status
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_partly_failed_scale_up_reports_its_instances_as_failed_creations_and_is_not_retried() {
     let mut cfg = SimConfig::for_tests(API_KEY, SECRET_KEY);
     cfg.settings.job_failure = JobFailure::Partial;
@@ -496,25 +488,22 @@ async fn a_partly_failed_scale_up_reports_its_instances_as_failed_creations_and_
     assert_eq!(s.target().await.unwrap(), 5);
     let sim = s.sim.clone();
     let cluster = s.cluster.clone();
-    wait_until("the job to fail", WAIT, async || {
+    wait_until("the job to fail", async || {
         sim.running_jobs(&cluster) == 0 && sim.cluster_json(&cluster)["state"] == "Alert"
     })
     .await;
-    let start = Instant::now();
-    let failed = loop {
+    let mut failed: Vec<pb::Instance> = Vec::new();
+    wait_until("the two failed instances to show", async || {
         s.refresh().await.unwrap();
-        let failed: Vec<pb::Instance> = s
+        failed = s
             .instances()
             .await
             .into_iter()
             .filter(|i| i.status.as_ref().is_some_and(|st| st.error_info.is_some()))
             .collect();
-        if failed.len() == 2 {
-            break failed;
-        }
-        assert!(start.elapsed() < WAIT, "failed instances never shown");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+        failed.len() == 2
+    })
+    .await;
     for i in &failed {
         assert_eq!(state_of(i), InstanceState::InstanceCreating, "{i:?}");
         let e = i.status.as_ref().unwrap().error_info.as_ref().unwrap();
@@ -525,16 +514,17 @@ async fn a_partly_failed_scale_up_reports_its_instances_as_failed_creations_and_
     // autoscaler deletes them.
     assert_eq!(s.cs_size(), 3);
     assert_eq!(s.target().await.unwrap(), 5);
-    // Nothing retries the failed job behind the autoscaler's back.
+    // Nothing retries the failed job behind the autoscaler's back: half a second of
+    // refreshes (a span, as the assertion is that nothing happens in it).
     for _ in 0..5 {
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        elapse(Duration::from_millis(100)).await;
         s.refresh().await.unwrap();
     }
     assert_eq!(s.scale_requests().len(), 1);
     assert_eq!(s.jobs.max(), 1);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_job_that_never_ends_blocks_further_jobs_and_keeps_the_target() {
     let mut cfg = SimConfig::for_tests(API_KEY, SECRET_KEY);
     cfg.settings.job_failure = JobFailure::Never;
@@ -568,13 +558,14 @@ async fn a_job_that_never_ends_blocks_further_jobs_and_keeps_the_target() {
     // Past the follow limit (500 ms) the job stays the cluster's operation: the target never
     // falls back to CloudStack's size, the job is never searched for again through
     // listAsyncJobs, and it is polled 30 times less often (every 600 ms instead of 20 ms).
-    tokio::time::sleep(Duration::from_millis(900).saturating_sub(increased.elapsed())).await;
+    // Spans: the follow limit has to pass, then 1.5 s of refreshes is watched.
+    elapse(Duration::from_millis(900).saturating_sub(increased.elapsed())).await;
     s.sim.reset_requests();
     let start = Instant::now();
     while start.elapsed() < Duration::from_millis(1500) {
         s.refresh().await.unwrap();
         assert_eq!(s.target().await.unwrap(), 4, "the target never flaps");
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        elapse(Duration::from_millis(100)).await;
     }
     let requests = s.sim.requests();
     assert!(
@@ -618,7 +609,7 @@ fn cluster_fetches(sim: &SimHandle) -> Vec<u64> {
         .collect()
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn refresh_answers_within_its_deadline_from_a_recent_snapshot_while_cloudstack_is_slower() {
     let mut s = Stack::start(SimConfig::for_tests(API_KEY, SECRET_KEY), |_| {}).await;
     let (wid, _, _) = s.sim.vms(&s.cluster)[1].clone();
@@ -640,24 +631,21 @@ async fn refresh_answers_within_its_deadline_from_a_recent_snapshot_while_clouds
     }
     // The fetch went on after the deadline and installed its result: the stopped VM shows
     // without another Refresh.
-    let start = Instant::now();
-    loop {
-        let instances = s.instances().await;
-        let down = with_errors(&instances);
-        if down.len() == 1 {
-            let e = down[0]
-                .status
-                .as_ref()
-                .unwrap()
-                .error_info
-                .as_ref()
-                .unwrap();
-            assert_eq!(e.error_code, "vm-stopped", "{e:?}");
-            break;
-        }
-        assert!(start.elapsed() < WAIT, "the slow fetch was never installed");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_until("the slow fetch to be installed", async || {
+        with_errors(&s.instances().await).len() == 1
+    })
+    .await;
+    let instances = s.instances().await;
+    let down = with_errors(&instances);
+    assert_eq!(down.len(), 1, "{instances:?}");
+    let e = down[0]
+        .status
+        .as_ref()
+        .unwrap()
+        .error_info
+        .as_ref()
+        .unwrap();
+    assert_eq!(e.error_code, "vm-stopped", "{e:?}");
     // Refreshes arriving while a fetch runs wait for it rather than fetching again: the
     // 2-second calls never overlapped.
     let fetches = cluster_fetches(&s.sim);
@@ -671,7 +659,7 @@ async fn refresh_answers_within_its_deadline_from_a_recent_snapshot_while_clouds
     assert_eq!(s.target().await.unwrap(), 3);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_refresh_the_client_gives_up_on_still_installs_its_fetch_once() {
     let mut s = Stack::start(SimConfig::for_tests(API_KEY, SECRET_KEY), |_| {}).await;
     let (wid, _, _) = s.sim.vms(&s.cluster)[1].clone();
@@ -689,14 +677,11 @@ async fn a_refresh_the_client_gives_up_on_still_installs_its_fetch_once() {
     assert!(cancelled.is_err(), "the call was cut off: {cancelled:?}");
     // The fetch is not lost half-way: it ends and installs the whole snapshot, with no other
     // Refresh, and once.
-    let start = Instant::now();
-    while with_errors(&s.instances().await).len() != 1 {
-        assert!(
-            start.elapsed() < WAIT,
-            "the fetch of a cancelled Refresh was lost"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_until(
+        "the fetch of the cancelled Refresh to be installed",
+        async || with_errors(&s.instances().await).len() == 1,
+    )
+    .await;
     assert_eq!(cluster_fetches(&s.sim).len(), 1);
     assert_eq!(s.instances().await.len(), 3);
     assert_eq!(s.target().await.unwrap(), 3);
@@ -705,7 +690,7 @@ async fn a_refresh_the_client_gives_up_on_still_installs_its_fetch_once() {
     assert_eq!(with_errors(&s.instances().await).len(), 1);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn refresh_is_unavailable_before_its_deadline_without_a_recent_snapshot() {
     let mut cfg = SimConfig::for_tests(API_KEY, SECRET_KEY);
     cfg.settings.latency = Duration::from_millis(2000);
@@ -727,24 +712,20 @@ async fn refresh_is_unavailable_before_its_deadline_without_a_recent_snapshot() 
         assert!(e.message().contains(part), "{part:?} in {}", e.message());
     }
     // The fetch went on; once it is in, Refresh answers OK within its deadline.
-    let start = Instant::now();
-    loop {
-        let r = client
+    wait_until("Refresh to answer OK", async || {
+        client
             .refresh(with_deadline(pb::RefreshRequest {}, Duration::from_secs(1)))
-            .await;
-        if r.is_ok() {
-            break;
-        }
-        assert!(start.elapsed() < WAIT, "never OK: {r:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+            .await
+            .is_ok()
+    })
+    .await;
     assert_eq!(target_of(&mut client, &cluster).await.unwrap(), 3);
 
     // CloudStack goes on answering in 2 s; left alone for longer than the staleness bound,
     // the snapshot is too old to serve and the next Refresh says so in time.
-    // (The last fetch started by the loop above is installed within 2 s; 4 s later the
-    // snapshot is at least 2 s old.)
-    tokio::time::sleep(Duration::from_millis(4000)).await;
+    // A span: the last fetch started by the wait above is installed within 2 s; 4 s later the
+    // snapshot is at least 2 s old, past the 1.5 s bound.
+    elapse(Duration::from_millis(4000)).await;
     let t0 = Instant::now();
     let e = client
         .refresh(with_deadline(pb::RefreshRequest {}, Duration::from_secs(1)))
@@ -755,7 +736,7 @@ async fn refresh_is_unavailable_before_its_deadline_without_a_recent_snapshot() 
     assert!(e.message().contains("old"), "{}", e.message());
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_scale_up_failing_part_way_inside_the_watch_answers_ok_with_failed_instances() {
     let mut cfg = SimConfig::for_tests(API_KEY, SECRET_KEY);
     cfg.settings.job_failure = JobFailure::Partial;
@@ -782,10 +763,11 @@ async fn a_scale_up_failing_part_way_inside_the_watch_answers_ok_with_failed_ins
         assert!(e.error_message.contains("unable to provision"), "{e:?}");
     }
     assert_eq!(s.target().await.unwrap(), 5);
-    // The same after refreshes, and nothing retries the job.
+    // The same after refreshes, and nothing retries the job (a span of refreshes, as the
+    // assertion is that nothing happens in it).
     for _ in 0..3 {
         s.refresh().await.unwrap();
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        elapse(Duration::from_millis(50)).await;
     }
     assert_eq!(with_errors(&s.instances().await).len(), 2);
     assert_eq!(s.target().await.unwrap(), 5);
@@ -793,7 +775,7 @@ async fn a_scale_up_failing_part_way_inside_the_watch_answers_ok_with_failed_ins
     assert_eq!(s.jobs.max(), 1);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_scale_up_refused_inside_the_watch_fails_and_changes_nothing() {
     let mut cfg = SimConfig::for_tests(API_KEY, SECRET_KEY);
     cfg.settings.job_failure = JobFailure::Capacity;
@@ -821,7 +803,7 @@ async fn a_scale_up_refused_inside_the_watch_fails_and_changes_nothing() {
     assert_eq!(s.jobs.max(), 1);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn adopting_a_running_job_reads_only_recent_jobs() {
     let mut cfg = SimConfig::for_tests(API_KEY, SECRET_KEY);
     cfg.settings.job_duration = Duration::from_millis(3000);
@@ -887,7 +869,7 @@ async fn provider_with(
     (client, addr, tx)
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_wrong_secret_is_unavailable_and_named_without_leaking_keys() {
     let sim = sim::spawn(SimConfig::for_tests(API_KEY, SECRET_KEY))
         .await
@@ -916,7 +898,7 @@ async fn a_wrong_secret_is_unavailable_and_named_without_leaking_keys() {
     assert!(scale_requests(&sim).is_empty());
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn after_a_key_rotation_scale_requests_are_permission_denied_and_run_nothing() {
     let first = sim::spawn(SimConfig::for_tests(API_KEY, SECRET_KEY))
         .await
@@ -946,12 +928,17 @@ async fn after_a_key_rotation_scale_requests_are_permission_denied_and_run_nothi
     .unwrap();
     assert!(admin.get_cluster(&cluster).await.unwrap().is_some());
 
-    if fetched.elapsed() < Duration::from_millis(1000) {
-        client
-            .refresh(pb::RefreshRequest {})
-            .await
-            .expect("a recent snapshot is still served");
-    }
+    // On the test's paused clock the rotation took no time: the snapshot is well within the
+    // 1.5 s bound, so Refresh is always checked here.
+    assert!(
+        fetched.elapsed() < Duration::from_millis(1000),
+        "{:?}",
+        fetched.elapsed()
+    );
+    client
+        .refresh(pb::RefreshRequest {})
+        .await
+        .expect("a recent snapshot is still served");
     assert_eq!(target_of(&mut client, &cluster).await.unwrap(), 3);
     let e = increase(&mut client, &cluster, 1, Duration::from_secs(5))
         .await
@@ -967,15 +954,15 @@ async fn after_a_key_rotation_scale_requests_are_permission_denied_and_run_nothi
     assert_eq!((c.size, c.state.as_str()), (3, "Running"), "nothing ran");
     assert_eq!(target_of(&mut client, &cluster).await.unwrap(), 3);
 
-    // Past the staleness bound the provider stops pretending.
-    tokio::time::sleep(Duration::from_millis(1600).saturating_sub(fetched.elapsed())).await;
+    // Past the staleness bound the provider stops pretending (a span: the snapshot has to
+    // grow older than the bound).
+    elapse(Duration::from_millis(1600).saturating_sub(fetched.elapsed())).await;
     let e = client.refresh(pb::RefreshRequest {}).await.unwrap_err();
     assert_eq!(e.code(), Code::Unavailable);
-    let start = Instant::now();
-    while health(addr).await != 2 {
-        assert!(start.elapsed() < WAIT, "still SERVING on a stale snapshot");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_until("health NOT_SERVING on a stale snapshot", async || {
+        health(addr).await == 2
+    })
+    .await;
     let _ = stop_tx.send(());
     let _ = server.await;
 }
@@ -1000,11 +987,29 @@ async fn provider_process(
     p
 }
 
+/// Shows a provider process's log when the test fails while this lives.
+struct LogOnFailure(PathBuf);
+
+impl LogOnFailure {
+    fn of(p: &ProviderProcess) -> Self {
+        LogOnFailure(p.log_path.clone())
+    }
+}
+
+impl Drop for LogOnFailure {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let log = std::fs::read_to_string(&self.0).unwrap_or_default();
+            eprintln!("provider log ({}):\n{log}", self.0.display());
+        }
+    }
+}
+
 fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_cks-autoscaler-provider"))
 }
 
-fn work_dir() -> std::path::PathBuf {
+fn work_dir() -> PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR")).join("faults")
 }
 
@@ -1031,6 +1036,7 @@ async fn a_provider_killed_during_a_scale_up_is_replaced_by_one_that_adopts_the_
     assert_eq!(target_of(&mut c, &cluster).await.unwrap(), 5);
 
     p.restart(bin(), &work_dir()).await;
+    let _log = LogOnFailure::of(&p);
     p.wait_serving(WAIT).await;
     assert_eq!(
         sim.cluster_json(&cluster)["state"],
@@ -1063,15 +1069,11 @@ async fn a_provider_killed_during_a_scale_up_is_replaced_by_one_that_adopts_the_
         "nothing sent while the job runs"
     );
 
-    let start = Instant::now();
-    loop {
+    wait_until("CloudStack idle at size 6", async || {
         let s = sim.cluster_json(&cluster);
-        if s["size"] == 6 && s["state"] == "Running" && sim.running_jobs(&cluster) == 0 {
-            break;
-        }
-        assert!(start.elapsed() < WAIT, "never reached 6: {s}\n{}", p.log());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        s["size"] == 6 && s["state"] == "Running" && sim.running_jobs(&cluster) == 0
+    })
+    .await;
     c.refresh(pb::RefreshRequest {}).await.unwrap();
     assert_eq!(target_of(&mut c, &cluster).await.unwrap(), 6);
     let sizes: Vec<_> = scale_requests(&sim)
@@ -1101,6 +1103,7 @@ async fn a_provider_killed_during_a_removal_is_replaced_by_one_that_waits_for_it
     assert_eq!(target_of(&mut c, &cluster).await.unwrap(), 2);
 
     p.restart(bin(), &work_dir()).await;
+    let _log = LogOnFailure::of(&p);
     p.wait_serving(WAIT).await;
     c.refresh(pb::RefreshRequest {}).await.unwrap();
     // The new process cannot know which nodes the running job removes; it never reports
@@ -1122,22 +1125,16 @@ async fn a_provider_killed_during_a_removal_is_replaced_by_one_that_waits_for_it
         "nothing sent while the job runs"
     );
     let want = 2 + queued;
-    let start = Instant::now();
-    loop {
-        c.refresh(pb::RefreshRequest {}).await.unwrap();
-        let s = sim.cluster_json(&cluster);
-        let idle = sim.running_jobs(&cluster) == 0 && s["state"] == "Running";
-        if idle && s["size"] == want && target_of(&mut c, &cluster).await.unwrap() == want as i32 {
-            break;
-        }
-        assert!(
-            start.elapsed() < WAIT,
-            "never settled at {want}: {}\n{}",
-            s["size"],
-            p.log()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_until(
+        &format!("CloudStack and the target settled at {want}"),
+        async || {
+            c.refresh(pb::RefreshRequest {}).await.unwrap();
+            let s = sim.cluster_json(&cluster);
+            let idle = sim.running_jobs(&cluster) == 0 && s["state"] == "Running";
+            idle && s["size"] == want && target_of(&mut c, &cluster).await.unwrap() == want as i32
+        },
+    )
+    .await;
     assert_eq!(scale_requests(&sim).len(), 1 + queued as usize);
     assert!(
         !sim.vms(&cluster).iter().any(|v| v.0 == vid),
@@ -1160,6 +1157,7 @@ async fn a_frozen_provider_catches_up_after_a_time_gap() {
         ("--staleness-bound", "1s"),
     ];
     let p = provider_process(&sim, &cluster, &flags).await;
+    let _log = LogOnFailure::of(&p);
     let mut c = p.client();
     increase(&mut c, &cluster, 1, Duration::from_secs(5))
         .await
@@ -1168,17 +1166,17 @@ async fn a_frozen_provider_catches_up_after_a_time_gap() {
     // Frozen for longer than the job and the staleness bound: when it runs again, its
     // follower's sleep and its snapshot's age have jumped by 2.5 s at once.
     p.freeze();
+    let frozen = Instant::now();
     let sim2 = sim.clone();
     let cl = cluster.clone();
-    wait_until(
-        "the job to end while the provider is frozen",
-        WAIT,
-        async || sim2.running_jobs(&cl) == 0 && sim2.cluster_json(&cl)["state"] == "Running",
-    )
+    wait_until("the job to end while the provider is frozen", async || {
+        sim2.running_jobs(&cl) == 0 && sim2.cluster_json(&cl)["state"] == "Running"
+    })
     .await;
-    // (The last fetch started by the loop above is installed within 2 s; 4 s later the
-    // snapshot is at least 2 s old.)
-    tokio::time::sleep(Duration::from_millis(4000)).await;
+    // The one real span of these tests: the gap is what is tested, and it has to pass on the
+    // provider process's own clock (paused time cannot reach another process). 2.5 s frozen
+    // is past the 600 ms job and the 1 s staleness bound.
+    tokio::time::sleep_until(frozen + Duration::from_millis(2500)).await;
     p.thaw();
 
     // The first answers after the gap are right: the job's outcome, not a stale snapshot.
@@ -1186,8 +1184,7 @@ async fn a_frozen_provider_catches_up_after_a_time_gap() {
     c.refresh(pb::RefreshRequest {})
         .await
         .expect("Refresh fetches a fresh snapshot after the gap");
-    let start = Instant::now();
-    loop {
+    wait_until("four running instances after the gap", async || {
         let n = c
             .node_group_nodes(pb::NodeGroupNodesRequest {
                 id: cluster.clone(),
@@ -1200,23 +1197,22 @@ async fn a_frozen_provider_catches_up_after_a_time_gap() {
             && n.iter()
                 .all(|i| state_of(i) == InstanceState::InstanceRunning)
         {
-            break;
+            return true;
         }
-        assert!(start.elapsed() < WAIT, "instances after the gap: {n:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
         c.refresh(pb::RefreshRequest {}).await.unwrap();
-    }
+        false
+    })
+    .await;
     p.wait_serving(WAIT).await;
     // Nothing was re-sent, and the provider scales again.
     assert_eq!(scale_requests(&sim).len(), 1);
     increase(&mut c, &cluster, 1, Duration::from_secs(5))
         .await
         .unwrap();
-    let start = Instant::now();
-    while sim.cluster_json(&cluster)["size"] != 5 {
-        assert!(start.elapsed() < WAIT, "second scale-up never ran");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_until("the second scale-up to run", async || {
+        sim.cluster_json(&cluster)["size"] == 5
+    })
+    .await;
     assert_eq!(scale_requests(&sim).len(), 2);
     assert_eq!(jobs.max(), 1);
 }

@@ -31,6 +31,7 @@ use cks_autoscaler_provider::pb;
 use cks_autoscaler_provider::pb::cloud_provider_client::CloudProviderClient;
 use cks_autoscaler_provider::sim::{self, ClusterSpec, Scenario, SimConfig, SimHandle};
 use cks_autoscaler_provider::testkit::process::{ProviderArgs, ProviderProcess};
+use cks_autoscaler_provider::testkit::wait_until_for;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::{BTreeMap, HashMap};
@@ -42,6 +43,17 @@ use tonic::Code;
 use tonic::transport::Channel;
 
 const DEADLINE: Duration = Duration::from_secs(5);
+
+/// Runs its function if the test fails while this lives (to show what the test saw).
+struct OnFailure<F: FnMut()>(F);
+
+impl<F: FnMut()> Drop for OnFailure<F> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            (self.0)()
+        }
+    }
+}
 
 fn env_or(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -354,11 +366,13 @@ async fn many_clients_against_a_faulty_cloudstack() {
             max_jobs.clone(),
         );
         tokio::spawn(async move {
+            // A sampling period, not a wait.
+            let mut every = tokio::time::interval(Duration::from_millis(3));
             while !stop.load(Ordering::Relaxed) {
+                every.tick().await;
                 for c in &clusters {
                     max_jobs.fetch_max(sim.running_jobs(c), Ordering::Relaxed);
                 }
-                tokio::time::sleep(Duration::from_millis(3)).await;
             }
         })
     };
@@ -395,14 +409,22 @@ async fn many_clients_against_a_faulty_cloudstack() {
         }));
     }
 
-    // Memory after warm-up, then at the end of the load.
+    // Memory after warm-up, then at the end of the load. The load is a span of real time the
+    // provider process has to go through (its clock is its own), so the warm-up is one: the
+    // first reading is the baseline.
     let warm_up = Duration::from_secs((secs / 4).clamp(3, 15));
     tokio::time::sleep(warm_up).await;
     let rss_warm = provider.rss_kib().expect("VmRSS");
     let mut rss_max = rss_warm;
     let mut trace = vec![rss_warm];
-    while Instant::now() < load_until {
-        tokio::time::sleep(Duration::from_millis(500)).await;
+    // Then a reading every 0.5 s (a sampling period) until the load ends.
+    let mut every = tokio::time::interval(Duration::from_millis(500));
+    every.tick().await;
+    loop {
+        every.tick().await;
+        if Instant::now() >= load_until {
+            break;
+        }
         let now = provider.rss_kib().unwrap_or(0);
         trace.push(now);
         rss_max = rss_max.max(now);
@@ -422,19 +444,22 @@ async fn many_clients_against_a_faulty_cloudstack() {
         s.malformed_rate = 0.0;
     });
     let mut c = provider.client();
-    let settle_start = Instant::now();
+    // Settled: every target equals CloudStack's size with no job running, on every check for
+    // at least 400 ms (and three checks) in a row.
     let mut stable = 0;
-    let mut last = String::new();
-    while stable < 3 {
-        assert!(
-            settle_start.elapsed() < Duration::from_secs(90),
-            "never settled; last: {last}\nprovider log:\n{}",
+    let mut stable_since: Option<Instant> = None;
+    let last = Mutex::new(String::new());
+    let shown = OnFailure(|| {
+        eprintln!(
+            "never settled; last: {}\nprovider log:\n{}",
+            last.lock().unwrap(),
             provider.log()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        )
+    });
+    let settled = async || {
         let _ = c.refresh(req(pb::RefreshRequest {})).await;
         let mut all_equal = true;
-        last.clear();
+        let mut seen = String::new();
         for id in &clusters {
             let instances = c
                 .node_group_nodes(req(pb::NodeGroupNodesRequest { id: id.clone() }))
@@ -467,7 +492,7 @@ async fn many_clients_against_a_faulty_cloudstack() {
             let cs = sim.cluster_json(id);
             let idle = sim.running_jobs(id) == 0;
             let size = cs["size"].as_i64().unwrap_or(-1);
-            last.push_str(&format!(
+            seen.push_str(&format!(
                 "[{} target {target:?} size {size} state {} jobs {}] ",
                 cs["name"],
                 cs["state"],
@@ -475,8 +500,22 @@ async fn many_clients_against_a_faulty_cloudstack() {
             ));
             all_equal &= idle && target.as_ref().ok().map(|t| i64::from(*t)) == Some(size);
         }
-        stable = if all_equal { stable + 1 } else { 0 };
-    }
+        *last.lock().unwrap() = seen;
+        if !all_equal {
+            (stable, stable_since) = (0, None);
+            return false;
+        }
+        stable += 1;
+        let since = *stable_since.get_or_insert_with(Instant::now);
+        stable >= 3 && since.elapsed() >= Duration::from_millis(400)
+    };
+    wait_until_for(
+        "every target to settle at CloudStack's size",
+        Duration::from_secs(90),
+        settled,
+    )
+    .await;
+    drop(shown);
     stop.store(true, Ordering::Relaxed);
     let _ = sampler.await;
 
