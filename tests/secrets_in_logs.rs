@@ -3,6 +3,7 @@
 //! captured, and the API key, the secret key and any signature are searched for in it.
 
 use cks_autoscaler_provider::cloudstack::{Client, ClientConfig};
+use cks_autoscaler_provider::domain::status::InstanceState;
 use cks_autoscaler_provider::sim::SimConfig;
 use cks_autoscaler_provider::testkit::*;
 use std::io::Write;
@@ -59,7 +60,11 @@ async fn no_secret_in_any_output_at_trace_level() {
     wait_until("provider idle", || {
         let p = env.provider.clone();
         let id = env.cluster_id.clone();
-        async move { p.nodes(&id).map(|n| n.len() == 4).unwrap_or(false) }
+        // Four instances, none still Creating: the follower has seen the job end.
+        async move {
+            p.nodes(&id)
+                .is_ok_and(|n| n.len() == 4 && n.iter().all(|i| i.state == InstanceState::Running))
+        }
     })
     .await;
     env.refresh().await.expect("refresh");
