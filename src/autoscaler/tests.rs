@@ -335,7 +335,7 @@ fn for_node_calls(ca: &MockAutoscaler, provider_id: &str, loop_no: u64) -> usize
         .count()
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn node_group_for_node_is_cached_per_loop_except_for_unmanaged_nodes() {
     let fake = FakeProvider::with_group(1, 5, 2, vec![running(&pid("w1")), running(&pid("w2"))]);
     let nodes = StaticNodeSource::new(vec![
@@ -382,7 +382,7 @@ async fn node_group_for_node_is_cached_per_loop_except_for_unmanaged_nodes() {
     assert!(ca.errors().is_empty());
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_refresh_error_aborts_the_loop() {
     let fake = FakeProvider::with_group(1, 5, 1, vec![running(&pid("w1"))]);
     let nodes = StaticNodeSource::new(vec![worker("w1")]);
@@ -412,7 +412,7 @@ async fn a_refresh_error_aborts_the_loop() {
     assert_eq!(ca.timeline().aborted_loops().len(), 1);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_target_size_error_aborts_the_loop_before_any_decision() {
     let fake = FakeProvider::with_group(1, 5, 1, vec![running(&pid("w1"))]);
     let nodes = StaticNodeSource::new(vec![worker("w1")]);
@@ -431,7 +431,7 @@ async fn a_target_size_error_aborts_the_loop_before_any_decision() {
     assert_eq!(summary.count(Rpc::NodeGroupIncreaseSize), 0);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_call_past_the_deadline_is_a_failure_and_backs_the_group_off() {
     let fake = FakeProvider::with_group(1, 5, 1, vec![running(&pid("w1"))]);
     fake.edit(|s| {
@@ -481,7 +481,7 @@ async fn a_call_past_the_deadline_is_a_failure_and_backs_the_group_off() {
     }));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn scale_up_covers_pending_demand_once_and_target_is_read_back() {
     let fake = FakeProvider::with_group(1, 4, 1, vec![running(&pid("w1"))]);
     let nodes = StaticNodeSource::new(vec![worker("w1")]);
@@ -536,7 +536,7 @@ async fn scale_up_covers_pending_demand_once_and_target_is_read_back() {
     assert_eq!(ca.calls(Rpc::NodeGroupIncreaseSize).len(), 1);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_failed_increase_backs_off_with_doubling_durations() {
     let fake = FakeProvider::with_group(1, 5, 1, vec![running(&pid("w1"))]);
     fake.edit(|s| s.increase_error = Some(Status::failed_precondition("cluster is in Alert")));
@@ -581,7 +581,7 @@ async fn a_failed_increase_backs_off_with_doubling_durations() {
     assert_eq!(fake.target(), 1);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_scale_up_that_never_completes_is_reverted_and_backed_off() {
     let fake = FakeProvider::with_group(1, 5, 1, vec![running(&pid("w1"))]);
     let nodes = StaticNodeSource::new(vec![worker("w1")]);
@@ -618,7 +618,7 @@ async fn a_scale_up_that_never_completes_is_reverted_and_backed_off() {
     assert_eq!(next.count(Rpc::NodeGroupIncreaseSize), 0, "{next}");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn create_error_instances_are_deleted_with_fake_nodes_and_back_the_group_off() {
     let fake = FakeProvider::with_group(
         1,
@@ -682,7 +682,7 @@ async fn create_error_instances_are_deleted_with_fake_nodes_and_back_the_group_o
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn unregistered_instances_are_deleted_after_the_provision_time_only() {
     let fake = FakeProvider::with_group(
         1,
@@ -744,7 +744,7 @@ async fn unregistered_instances_are_deleted_after_the_provision_time_only() {
     }));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn registered_instances_are_never_deleted_as_unregistered() {
     let fake = FakeProvider::with_group(1, 5, 2, vec![running(&pid("w1")), running(&pid("w2"))]);
     let nodes = StaticNodeSource::new(vec![worker("w1"), worker("w2")]);
@@ -763,7 +763,7 @@ async fn registered_instances_are_never_deleted_as_unregistered() {
     assert!(ca.last_loop().unwrap().groups[0].unregistered == 0);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn unregistered_deletion_stops_at_min_size() {
     // min 2, target 3: only one of the two lost instances may go.
     let fake = FakeProvider::with_group(
@@ -789,7 +789,7 @@ async fn unregistered_deletion_stops_at_min_size() {
     ));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn scale_down_respects_the_min_size_and_sends_real_nodes() {
     let names = ["w1", "w2", "w3", "w4"];
     let fake = FakeProvider::with_group(2, 5, 4, names.map(|n| running(&pid(n))).to_vec());
@@ -842,7 +842,7 @@ async fn scale_down_respects_the_min_size_and_sends_real_nodes() {
     }));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn not_ready_nodes_are_removed_after_the_unready_time_down_to_min() {
     let names = ["w1", "w2", "w3"];
     let fake = FakeProvider::with_group(2, 5, 3, names.map(|n| running(&pid(n))).to_vec());
@@ -882,7 +882,7 @@ async fn not_ready_nodes_are_removed_after_the_unready_time_down_to_min() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn missing_instances_past_the_provision_time_decrease_the_target() {
     // At max, so the pending demand cannot scale up before the fix.
     let fake = FakeProvider::with_group(1, 3, 3, vec![running(&pid("w1"))]);
@@ -923,7 +923,7 @@ async fn missing_instances_past_the_provision_time_decrease_the_target() {
     assert_eq!(next.count(Rpc::NodeGroupIncreaseSize), 1, "{next}");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn parallel_deletions_overlap_on_the_server() {
     let names = ["w1", "w2", "w3", "w4"];
     let fake = FakeProvider::with_group(1, 5, 4, names.map(|n| running(&pid(n))).to_vec());
@@ -958,7 +958,7 @@ async fn parallel_deletions_overlap_on_the_server() {
     assert_eq!(fake.target(), 1);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn the_timeline_records_observations_decisions_and_a_readable_line_per_loop() {
     let fake = FakeProvider::with_group(
         1,
@@ -1021,7 +1021,7 @@ async fn the_timeline_records_observations_decisions_and_a_readable_line_per_loo
     assert_eq!(ca.last_target(G), Some(4));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_node_listing_failure_aborts_the_loop_before_any_call() {
     let fake = FakeProvider::with_group(1, 5, 1, vec![running(&pid("w1"))]);
     let nodes = StaticNodeSource::new(vec![worker("w1")]);
@@ -1032,7 +1032,7 @@ async fn a_node_listing_failure_aborts_the_loop_before_any_call() {
     assert!(summary.calls.is_empty());
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn an_unreachable_provider_fails_calls_instead_of_hanging() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -1057,7 +1057,7 @@ async fn an_unreachable_provider_fails_calls_instead_of_hanging() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn several_autoscalers_share_a_provider_without_sharing_state() {
     let fake = FakeProvider::with_group(1, 10, 1, vec![running(&pid("w1"))]);
     let nodes = StaticNodeSource::new(vec![worker("w1")]);
@@ -1149,7 +1149,7 @@ fn no_scale_up_reason(summary: &LoopSummary) -> String {
         .unwrap_or_else(|| panic!("no NoScaleUp decision: {summary}"))
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn templates_come_from_a_ready_node_then_the_cache_then_the_provider() {
     let fake = FakeProvider::with_group(1, 5, 1, vec![running(&pid("w1"))]);
     fake.edit(|s| s.template = Some(Ok(template_bytes(&[]))));
@@ -1192,7 +1192,7 @@ async fn templates_come_from_a_ready_node_then_the_cache_then_the_provider() {
     assert!(line.contains("NodeGroupTemplateNodeInfo"), "{line}");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_node_less_group_scales_from_zero_for_pods_that_fit_its_template() {
     let fake = FakeProvider::with_group(0, 5, 0, Vec::new());
     fake.edit(|s| s.template = Some(Ok(template_bytes(&[]))));
@@ -1256,7 +1256,7 @@ async fn a_node_less_group_scales_from_zero_for_pods_that_fit_its_template() {
     assert_eq!(ca.calls(Rpc::NodeGroupIncreaseSize).len(), 1);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn pods_that_do_not_fit_the_template_scale_nothing_and_say_why() {
     let fake = FakeProvider::with_group(0, 5, 0, Vec::new());
     fake.edit(|s| s.template = Some(Ok(template_bytes(&[("dedicated", "batch", "NoSchedule")]))));
@@ -1330,7 +1330,7 @@ async fn pods_that_do_not_fit_the_template_scale_nothing_and_say_why() {
     assert_eq!(fake.target(), 1);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn unimplemented_templates_leave_a_node_less_group_out_and_the_loop_goes_on() {
     let fake = FakeProvider::with_group(0, 5, 0, Vec::new());
     let nodes = StaticNodeSource::new(Vec::new());
@@ -1360,7 +1360,7 @@ async fn unimplemented_templates_leave_a_node_less_group_out_and_the_loop_goes_o
     assert!(no_scale_up_reason(&l).contains("no node template"), "{l}");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn unimplemented_templates_fall_back_on_a_not_ready_node() {
     let fake = FakeProvider::with_group(0, 5, 1, vec![running(&pid("w1"))]);
     let nodes = StaticNodeSource::new(vec![
@@ -1392,7 +1392,7 @@ async fn unimplemented_templates_fall_back_on_a_not_ready_node() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_template_error_other_than_unimplemented_aborts_the_loop() {
     let fake = FakeProvider::with_group(0, 5, 0, Vec::new());
     fake.edit(|s| s.template = Some(Err(Status::unavailable("offering not read yet"))));
