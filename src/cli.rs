@@ -291,11 +291,7 @@ mod tests {
     use super::*;
 
     fn write_temp(name: &str, text: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("cks-cli-test-{}-{name}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let p = dir.join(name);
-        std::fs::write(&p, text).expect("write");
-        p
+        crate::testkit::temp_file("cli", name, text)
     }
 
     fn serve_args(argv: &[&str]) -> Result<ServeArgs, String> {

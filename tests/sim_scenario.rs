@@ -58,11 +58,7 @@ workers = 2
 "#;
 
 fn temp_file(name: &str, text: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("cks-sim-test-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(name);
-    std::fs::write(&path, text).unwrap();
-    path
+    cks_autoscaler_provider::testkit::temp_file("sim", name, text)
 }
 
 #[tokio::test(start_paused = true)]

@@ -265,3 +265,13 @@ pub fn error_of(i: &pb::Instance) -> Option<&pb::InstanceErrorInfo> {
 pub async fn elapse(span: Duration) {
     tokio::time::sleep(span).await;
 }
+
+/// Writes `text` to a file named `name` in a temporary folder of this process for `tag`
+/// (a test's subject), and returns its path.
+pub fn temp_file(tag: &str, name: &str, text: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("cks-{tag}-test-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join(name);
+    std::fs::write(&path, text).expect("write temp file");
+    path
+}
