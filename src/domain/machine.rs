@@ -940,11 +940,7 @@ impl ScaleMachine {
     /// so a DeleteNodes naming one that already left the listing is a no-op, not NotFound (a
     /// VM still listed resolves as a VM first).
     pub fn submission_answered(&mut self, job: String, now: Instant) {
-        if !matches!(self.phase, Phase::Submitting { .. }) {
-            return;
-        }
-        let Phase::Submitting { op, since } = std::mem::replace(&mut self.phase, Phase::Idle)
-        else {
+        let Some((op, since)) = self.take_submission() else {
             return;
         };
         if let OpKind::Remove {
@@ -971,10 +967,7 @@ impl ScaleMachine {
         alert: &AlertScaling,
         now: Instant,
     ) -> Vec<Effect> {
-        if !matches!(self.phase, Phase::Submitting { .. }) {
-            return Vec::new();
-        }
-        let Phase::Submitting { op, .. } = std::mem::replace(&mut self.phase, Phase::Idle) else {
+        let Some((op, _)) = self.take_submission() else {
             return Vec::new();
         };
         if op.origin == Origin::Queue
@@ -993,11 +986,20 @@ impl ScaleMachine {
     /// The submission's answer was lost (timeout, dropped connection, garbled answer):
     /// CloudStack may have accepted it, so nothing more is sent until a snapshot tells.
     pub fn submission_lost(&mut self) {
-        if !matches!(self.phase, Phase::Submitting { .. }) {
-            return;
-        }
-        if let Phase::Submitting { op, since } = std::mem::replace(&mut self.phase, Phase::Idle) {
+        if let Some((op, since)) = self.take_submission() {
             self.phase = Phase::AnswerLost { op, since };
+        }
+    }
+
+    /// The submission in flight, leaving the phase `Idle`; `None` (phase untouched) when
+    /// nothing is being submitted, so a late or repeated answer changes nothing.
+    fn take_submission(&mut self) -> Option<(Op, Instant)> {
+        if !matches!(self.phase, Phase::Submitting { .. }) {
+            return None;
+        }
+        match std::mem::replace(&mut self.phase, Phase::Idle) {
+            Phase::Submitting { op, since } => Some((op, since)),
+            _ => None,
         }
     }
 

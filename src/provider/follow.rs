@@ -5,7 +5,7 @@
 
 use super::{Provider, now};
 use crate::cloudstack::types::{JobOutcome, cloudstack_date};
-use crate::domain::machine::{JobEnd, Settled, poll_delay};
+use crate::domain::machine::{JobEnd, Phase, Settled, poll_delay};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -165,10 +165,10 @@ impl Provider {
         };
         let effects = {
             let mut st = self.inner.groups[gi].lock();
-            let was = st.scale.phase().name();
+            let was_lost = matches!(st.scale.phase(), Phase::AnswerLost { .. });
             let effects = st.scale.job_found(job_id.clone(), now());
             if !effects.is_empty() {
-                if was == "answer-lost" {
+                if was_lost {
                     tracing::info!(group = %cluster_id, job = %job_id, "the scale request whose answer was lost became a job; following it");
                 } else {
                     tracing::info!(group = %cluster_id, job = %job_id, "adopting a running scale job this provider did not start");

@@ -386,9 +386,9 @@ impl Provider {
         let effects = {
             let mut st = g.lock();
             st.last_error = None;
-            let before = st.scale.phase().name();
+            let was_lost = matches!(st.scale.phase(), Phase::AnswerLost { .. });
             let effects = st.scale.snapshot_installed(indexed.clone(), &alert, now());
-            if before == "answer-lost" && st.scale.phase().name() != "answer-lost" {
+            if was_lost && !matches!(st.scale.phase(), Phase::AnswerLost { .. }) {
                 tracing::warn!(group = %indexed.snap.name,
                     "the scale request whose answer was lost did not become a job; forgetting it");
             }

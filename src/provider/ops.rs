@@ -8,7 +8,6 @@ use super::{Error, Provider, Result, before, now};
 use crate::cloudstack::CsError;
 use crate::cloudstack::types::JobOutcome;
 use crate::domain::cluster::IndexedSnapshot;
-use crate::domain::instances::min_max;
 use crate::domain::machine::{Admission, JobEnd, NodeRef, ScaleError, Started};
 use crate::domain::rules::ScaleRequest;
 use std::sync::Arc;
@@ -29,11 +28,7 @@ impl Provider {
     /// The group's min and max.
     pub(crate) fn bounds(&self, gi: usize) -> (u32, u32) {
         let g = &self.inner.groups[gi];
-        let st = g.read();
-        min_max(
-            st.scale.snapshot().map(|s| &s.snap),
-            (g.spec.min, g.spec.max),
-        )
+        g.read().bounds(&g.spec)
     }
 
     /// A snapshot fresh from CloudStack, or the cached one when CloudStack cannot answer in

@@ -35,6 +35,11 @@ impl GroupState {
         }
     }
 
+    /// The group's min and max: the cluster's own when CKS autoscaling is on, else `spec`'s.
+    pub(crate) fn bounds(&self, spec: &NodeGroupSpec) -> (u32, u32) {
+        min_max(self.scale.snapshot().map(|s| &s.snap), (spec.min, spec.max))
+    }
+
     /// Placeholder ids of requested VMs CloudStack does not list yet (cached).
     fn pending(&self) -> &[String] {
         self.views
@@ -80,10 +85,7 @@ impl Provider {
         let alert = self.alert_scaling();
         let st = g.read();
         let id = st.scale.cluster_id.clone()?;
-        let (min, max) = min_max(
-            st.scale.snapshot().map(|s| &s.snap),
-            (g.spec.min, g.spec.max),
-        );
+        let (min, max) = st.bounds(&g.spec);
         Some(NodeGroupView {
             id,
             min,
