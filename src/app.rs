@@ -223,6 +223,7 @@ fn settings(args: &ServeArgs, groups: Vec<NodeGroupSpec>) -> Settings {
     s.refresh_min_interval = args.refresh_min_interval;
     s.staleness_bound = args.staleness_bound;
     s.scale_watch = args.scale_watch;
+    s.removal_window = args.removal_window;
     s.failed_instance_ttl = args.failed_instance_ttl;
     s.job_max_follow = args.job_max_follow;
     s.alert_scaling = args.alert_scaling;

@@ -90,6 +90,10 @@ pub struct ServeArgs {
     /// request's deadline).
     #[arg(long, env = "CKS_PROVIDER_SCALE_WATCH", default_value = "1500ms", value_parser = parse_duration)]
     pub scale_watch: Duration,
+    /// How long DeleteNodes calls arriving together (the autoscaler sends one per node, in
+    /// parallel) are collected into one scaleKubernetesCluster nodeids request.
+    #[arg(long, env = "CKS_PROVIDER_REMOVAL_WINDOW", default_value = "500ms", value_parser = parse_duration)]
+    pub removal_window: Duration,
     /// How long a scale job is polled every --job-poll-interval; a job still running after
     /// this (CloudStack's own scale timeout is 1h) stays the cluster's operation and is polled
     /// 30 times less often. Also how far back listAsyncJobs is searched for a running job.

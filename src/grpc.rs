@@ -22,6 +22,7 @@ use tonic::{Code, Request, Response, Status};
 /// have nothing to give (any other code aborts the autoscaler's loop).
 pub fn status(e: &Error) -> Status {
     let code = match e {
+        Error::Batch(inner) => return status(inner),
         Error::InvalidArgument(_) => Code::InvalidArgument,
         Error::UnknownGroup { .. } | Error::ClusterNotFound { .. } => Code::NotFound,
         Error::NoSnapshot { .. }
@@ -34,12 +35,10 @@ pub fn status(e: &Error) -> Status {
             ScaleError::UnknownNode { .. } => Code::NotFound,
             ScaleError::Refused(_)
             | ScaleError::PreviousAnswerLost
-            | ScaleError::Busy { .. }
             | ScaleError::NotWorker { .. }
             | ScaleError::RegisteredElsewhere { .. }
             | ScaleError::BeingCreated { .. }
-            | ScaleError::BelowMin { .. }
-            | ScaleError::DecreaseTooLarge { .. } => Code::FailedPrecondition,
+            | ScaleError::BelowMin { .. } => Code::FailedPrecondition,
         },
         Error::AmbiguousName { .. } | Error::JobRefused { .. } | Error::JobFailed { .. } => {
             Code::FailedPrecondition

@@ -472,12 +472,12 @@ proptest! {
         let vm = Vm { id: id.clone(), name: name.clone(), state: state.clone(), role: NodeRole::Worker };
         let (status, error) = vm_status(&vm, &activity);
         match &activity {
+            VmActivity::BeingRemoved => prop_assert_eq!((status, error.clone()), (InstanceState::Deleting, None)),
+            _ if state.is_gone() => prop_assert_eq!((status, error.clone()), (InstanceState::Deleting, None)),
             VmActivity::CreateFailed(failure) => {
                 prop_assert_eq!(status, InstanceState::Creating);
                 prop_assert_eq!(error.as_ref(), Some(failure));
             }
-            VmActivity::BeingRemoved => prop_assert_eq!((status, error.clone()), (InstanceState::Deleting, None)),
-            _ if state.is_gone() => prop_assert_eq!((status, error.clone()), (InstanceState::Deleting, None)),
             VmActivity::BeingCreated => {
                 prop_assert_eq!(status, InstanceState::Creating);
                 prop_assert_eq!(error.is_some(), state.is_down());

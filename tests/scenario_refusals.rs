@@ -3,7 +3,9 @@
 //! reaches CloudStack, and the autoscaler backs off instead of retrying every loop.
 
 use cks_autoscaler_provider::autoscaler::{Decision, MockAutoscaler, Reply, Rpc};
-use cks_autoscaler_provider::sim::{ClusterSpec, ClusterState, NodesSpec, Scenario, SimConfig};
+use cks_autoscaler_provider::sim::{
+    ClusterSpec, ClusterState, NodesSpec, Scenario, SimConfig, VmState,
+};
 use cks_autoscaler_provider::testkit::stack::*;
 use cks_autoscaler_provider::testkit::*;
 use std::time::Duration;
@@ -64,8 +66,18 @@ fn assert_refused_with_backoff(ca: &MockAutoscaler, rule: &str) {
 /// Runs an autoscaler with pending demand against a cluster that cannot be scaled for
 /// `rule`, for 3.5 s of loops, and checks what the autoscaler and CloudStack saw.
 /// Each refusal must also name every string of `named` (the VM to act on).
-async fn refused_without_calling_cloudstack(stack: Stack, rule: &str, named: &[String]) {
-    let target = stack.cluster_size() as i32;
+async fn refused_without_calling_cloudstack(mut stack: Stack, rule: &str, named: &[String]) {
+    // The provider's target: the listed worker VMs (a VM left behind by a failed scale-up
+    // included: it is an instance the autoscaler sees).
+    let workers = stack
+        .workers()
+        .iter()
+        .filter(|(_, _, state)| !matches!(state, VmState::Destroyed | VmState::Expunging))
+        .count() as i32;
+    stack.refresh().await.expect("refresh");
+    let target = stack.target().await;
+    assert_eq!(target, workers);
+    let size = stack.cluster_size();
     stack.sim.reset_requests();
     let mut ca = stack.autoscaler(config()).await;
     ca.set_demand(2);
@@ -109,7 +121,9 @@ async fn refused_without_calling_cloudstack(stack: Stack, rule: &str, named: &[S
         debug.contains("cannot scale") && debug.contains(rule),
         "{debug}"
     );
-    assert_eq!(stack.cluster_size(), i64::from(target));
+    stack.refresh().await.expect("refresh");
+    assert_eq!(stack.target().await, target, "nothing changed");
+    assert_eq!(stack.cluster_size(), size, "nothing changed in CloudStack");
     stack.shutdown().await;
 }
 

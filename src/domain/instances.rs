@@ -7,6 +7,7 @@ use super::cluster::{ClusterSnapshot, NodeRole};
 use super::machine::{OpKind, Phase, ScaleMachine};
 use super::rules::{AlertScaling, blocked_reason};
 use super::status::{InstanceError, InstanceState, VmActivity, placeholder_status, vm_status};
+use std::collections::HashSet;
 
 /// How many down workers the debug line names before "and N more".
 const DEBUG_DOWN_NAMED: usize = 10;
@@ -34,7 +35,10 @@ pub fn min_max(snap: Option<&ClusterSnapshot>, configured: (u32, u32)) -> (u32, 
 }
 
 impl ScaleMachine {
-    fn activity(&self, vm_id: &str) -> VmActivity {
+    fn activity(&self, vm_id: &str, removing: &HashSet<&str>) -> VmActivity {
+        if removing.contains(vm_id) {
+            return VmActivity::BeingRemoved;
+        }
         if let Some(f) = self
             .failed
             .iter()
@@ -43,9 +47,6 @@ impl ScaleMachine {
             return VmActivity::CreateFailed(f.error.clone());
         }
         match self.phase.op().map(|o| &o.kind) {
-            Some(OpKind::Remove { vm_ids, .. }) if vm_ids.iter().any(|v| v == vm_id) => {
-                VmActivity::BeingRemoved
-            }
             Some(OpKind::Increase { vms_before, .. }) if !vms_before.contains(vm_id) => {
                 VmActivity::BeingCreated
             }
@@ -60,8 +61,9 @@ impl ScaleMachine {
             return Vec::new();
         };
         let mut out = Vec::with_capacity(s.snap.vms.len() + self.failed.len());
+        let removing = self.removing();
         for vm in s.snap.workers() {
-            let (state, error) = vm_status(vm, &self.activity(&vm.id));
+            let (state, error) = vm_status(vm, &self.activity(&vm.id, &removing));
             out.push(InstanceView {
                 id: self.instance_id(&vm.id),
                 state,
@@ -113,11 +115,12 @@ impl ScaleMachine {
         let c = &s.snap;
         let (mut running, mut creating, mut deleting) = (0, 0, 0);
         let mut down = Vec::new();
+        let removing = self.removing();
         for vm in c.workers() {
             if vm.state.is_down() && !vm.state.is_gone() {
                 down.push(format!("{} {}", vm.name, vm.state));
             }
-            match vm_status(vm, &self.activity(&vm.id)).0 {
+            match vm_status(vm, &self.activity(&vm.id, &removing)).0 {
                 InstanceState::Running => running += 1,
                 InstanceState::Creating => creating += 1,
                 InstanceState::Deleting => deleting += 1,
@@ -150,6 +153,9 @@ impl ScaleMachine {
         }
         if !self.queue.increase.is_empty() {
             line.push_str(&format!("; {} more queued", self.queue.increase.len()));
+        }
+        if !self.queue.remove.is_empty() {
+            line.push_str(&format!("; {} removal(s) queued", self.queue.remove.len()));
         }
         if !self.failed.is_empty() {
             line.push_str(&format!(

@@ -167,14 +167,62 @@ impl Phase {
     }
 }
 
-/// Work accepted while a request or job was in flight, sent when the phase returns to idle.
+/// Work accepted but not sent yet, sent when the phase returns to idle.
 ///
-/// Increases are merged into one size request. (Removals queued the same way — several
-/// DeleteNodes merged into one `nodeids` request — fit here as a second list.)
+/// Increases are merged into one size request; removals into one `nodeids` request. The real
+/// autoscaler deletes scale-down candidates with one NodeGroupDeleteNodes per node, in
+/// parallel (`core/scaledown/actuation/actuator.go` `deleteNodesAsync` →
+/// `group_deletion_scheduler.go` `ScheduleDeletion`), so removals arriving together are
+/// collected in a short window ([`ScaleMachine::close_window`]) and sent as one request;
+/// removals arriving while a job runs go out together when it ends.
+///
+/// Order when both wait: removals first, then increases. An increase is a size computed on
+/// top of the VMs listed when it is sent; sent while accepted removals still wait, it would
+/// take CloudStack's size past the group's maximum on the way (size + delta before the
+/// removals take their nodes). So an increase arriving while removals are queued waits for
+/// them too. Each request is computed from the snapshot at rest when its turn comes, so
+/// neither is lost or miscounted.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Queue {
     /// One placeholder instance id per queued node.
     pub increase: Vec<String>,
+    /// Worker VMs accepted for removal, in arrival order.
+    pub remove: Vec<QueuedRemoval>,
+    /// A DeleteNodes at rest opened the collection window; the removals are sent when the
+    /// shell closes it ([`ScaleMachine::close_window`]), not with the next snapshot.
+    pub window_open: bool,
+}
+
+/// A worker VM accepted for removal and not sent to CloudStack yet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueuedRemoval {
+    pub vm_id: String,
+    /// Its name, lower-cased (a later DeleteNodes may name it so).
+    pub name: String,
+    pub since: Instant,
+}
+
+/// The outcome of an accepted DeleteNodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Accepted {
+    /// Nothing needs CloudStack: every node was gone, already queued or being removed, or only
+    /// placeholders were dropped.
+    Done,
+    /// Queued at rest, and this call opened the collection window: the shell closes it after
+    /// the window ([`ScaleMachine::close_window`]).
+    OpensWindow,
+    /// Queued into the open window.
+    JoinsWindow,
+    /// Queued behind the operation in flight; sent when it ends.
+    Behind,
+}
+
+/// What DecreaseTargetSize did: asked for `asked`, cancelled `cancelled` (never more than the
+/// requests that do not exist and will not be created).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decreased {
+    pub asked: u32,
+    pub cancelled: u32,
 }
 
 /// Instances a removal drops without CloudStack (they have no VM, or their VM goes with it).
@@ -217,6 +265,10 @@ pub enum Effect {
     FindJob,
     /// The snapshot suggests the followed job is over: poll it now.
     PollNow,
+    /// Accepted removals that will not happen (the rules refused the merged request when its
+    /// turn came, or its job failed and these VMs stayed): tell the operator. The autoscaler
+    /// sees the nodes again and deletes them again once they are unneeded.
+    RemovalDropped { vms: Vec<String>, reason: String },
 }
 
 /// How a job ended.
@@ -296,10 +348,6 @@ pub enum ScaleError {
     Refused(Refusal),
     /// The answer to the previous request was lost; nothing is sent until it is settled.
     PreviousAnswerLost,
-    /// A scale operation is in flight and this request cannot wait behind it.
-    Busy {
-        running: String,
-    },
     /// A node of no worker VM of the group (nor of anything it remembers removing).
     UnknownNode {
         node: String,
@@ -329,13 +377,6 @@ pub enum ScaleError {
         target: u32,
         min: u32,
     },
-    /// DecreaseTargetSize asks to cancel more than can be cancelled.
-    DecreaseTooLarge {
-        by: u32,
-        queued: u32,
-        failed_placeholders: u32,
-        in_flight: Option<String>,
-    },
 }
 
 impl fmt::Display for ScaleError {
@@ -352,11 +393,6 @@ impl fmt::Display for ScaleError {
                 f,
                 "CloudStack's answer to the previous scale request was lost; nothing more is sent \
                  until the next refresh shows whether it was accepted"
-            ),
-            ScaleError::Busy { running } => write!(
-                f,
-                "a scale job is running ({running}); CloudStack runs one scale operation per \
-                 cluster at a time, retry when it ends"
             ),
             ScaleError::UnknownNode { node, provider_id } => write!(
                 f,
@@ -398,24 +434,6 @@ impl fmt::Display for ScaleError {
                 "deleting {removed} node(s) would take the target size from {target} below the \
                  minimum {min}; nothing was deleted"
             ),
-            ScaleError::DecreaseTooLarge {
-                by,
-                queued,
-                failed_placeholders,
-                in_flight,
-            } => {
-                write!(
-                    f,
-                    "decreasing the target by {by} would delete existing or already requested VMs: \
-                     only {} requested node(s) can be cancelled ({queued} queued, \
-                     {failed_placeholders} from a failed scale-up)",
-                    queued + failed_placeholders
-                )?;
-                if let Some(op) = in_flight {
-                    write!(f, "; {op} cannot be cancelled")?;
-                }
-                Ok(())
-            }
         }
     }
 }
@@ -501,27 +519,37 @@ impl ScaleMachine {
 
     // ---- queries ------------------------------------------------------------------------
 
-    /// CloudStack's size, moved by what this provider requested and CloudStack has not
-    /// finished, plus queued increases and instances of failed scale-ups the autoscaler has
-    /// not deleted yet.
+    /// The target size: every instance NodeGroupNodes lists that is not Deleting — worker VMs
+    /// not gone and not being removed (queued or in a removal job), down ones included —
+    /// plus the requests CloudStack has not shown yet, each listed as a placeholder
+    /// (the in-flight increase's VMs not listed yet, queued increases, failed scale-up
+    /// placeholders).
+    ///
+    /// This is the invariant that keeps the real core's `fixNodeGroupSize` from asking, loop
+    /// after loop, to cancel capacity that exists (docs/decrease-target-size.md): the target
+    /// never counts anything the autoscaler cannot see as an instance. External nodes (in
+    /// CloudStack's `size`, not workers of the group) and VMs a job has not listed yet (an
+    /// adopted job's size) are not counted either.
     pub fn target(&self) -> Option<u32> {
         let s = self.snap.as_ref()?;
-        let size = s.snap.size;
-        let mut t = i64::from(size);
-        match (&self.phase, self.phase.op().map(|o| &o.kind)) {
-            (_, Some(OpKind::Increase { to, .. })) => t = i64::from(size.max(*to)),
-            (_, Some(OpKind::Remove { from, vm_ids, .. })) => {
-                t = t.min(i64::from(*from) - vm_ids.len() as i64);
-            }
-            (Phase::Adopted { .. }, None) => {
-                let live = s.snap.workers().filter(|v| !v.state.is_gone()).count() as i64;
-                t = t.max(live);
-            }
-            _ => {}
+        let removing = self.removing();
+        let workers = s
+            .snap
+            .workers()
+            .filter(|v| !v.state.is_gone() && !removing.contains(v.id.as_str()))
+            .count();
+        let placeholders =
+            self.pending_count() + self.failed.iter().filter(|f| f.vm_id.is_none()).count();
+        Some(u32::try_from(workers + placeholders).unwrap_or(u32::MAX))
+    }
+
+    /// VMs being removed: named by the removal in flight, or queued for the next one.
+    pub fn removing(&self) -> HashSet<&str> {
+        let mut out: HashSet<&str> = self.queue.remove.iter().map(|r| r.vm_id.as_str()).collect();
+        if let Some(OpKind::Remove { vm_ids, .. }) = self.phase.op().map(|o| &o.kind) {
+            out.extend(vm_ids.iter().map(String::as_str));
         }
-        t += self.queue.increase.len() as i64;
-        t += self.failed.len() as i64;
-        Some(u32::try_from(t.max(0)).unwrap_or(0))
+        out
     }
 
     /// The instance id reported for a VM: the providerID its node really carries when the
@@ -535,7 +563,17 @@ impl ScaleMachine {
 
     /// Placeholder ids of requested VMs CloudStack does not list yet.
     pub fn pending_placeholders(&self) -> Vec<String> {
-        let mut out = Vec::new();
+        let mut out: Vec<String> = self.in_flight_placeholders().to_vec();
+        out.extend(self.queue.increase.iter().cloned());
+        out
+    }
+
+    fn pending_count(&self) -> usize {
+        self.in_flight_placeholders().len() + self.queue.increase.len()
+    }
+
+    /// The in-flight increase's placeholders for VMs not listed yet.
+    fn in_flight_placeholders(&self) -> &[String] {
         if let Some(s) = &self.snap
             && let Some(OpKind::Increase {
                 from,
@@ -551,10 +589,9 @@ impl ScaleMachine {
                 .filter(|v| !vms_before.contains(&v.id))
                 .count();
             let missing = requested.saturating_sub(appeared).min(placeholders.len());
-            out.extend(placeholders[placeholders.len() - missing..].iter().cloned());
+            return &placeholders[placeholders.len() - missing..];
         }
-        out.extend(self.queue.increase.iter().cloned());
-        out
+        &[]
     }
 
     /// Resolves a providerID / node name to something of this group.
@@ -654,10 +691,11 @@ impl ScaleMachine {
         self.cluster_id = Some(snap.snap.id.clone());
         let ttl = self.timings.failed_ttl;
         self.failed.retain(|f| {
-            let vm_alive = f
-                .vm_id
-                .as_ref()
-                .is_none_or(|id| snap.by_id.contains_key(id));
+            let vm_alive = f.vm_id.as_ref().is_none_or(|id| {
+                snap.by_id
+                    .get(id)
+                    .is_some_and(|&i| !snap.snap.vms[i].state.is_gone())
+            });
             vm_alive && now.saturating_duration_since(f.since) < ttl
         });
         self.recently_removed
@@ -688,6 +726,10 @@ impl ScaleMachine {
         let target = self.target().ok_or(ScaleError::NoSnapshot)?;
         check_max(target, delta, max)?;
         match &self.phase {
+            Phase::Idle if !self.queue.remove.is_empty() => {
+                self.enqueue(delta);
+                Ok(Admission::Queued)
+            }
             Phase::Idle => Ok(Admission::NeedsFreshSnapshot),
             Phase::AnswerLost { .. } => Err(ScaleError::PreviousAnswerLost),
             Phase::Submitting { .. } | Phase::Running { .. } | Phase::Adopted { .. } => {
@@ -709,7 +751,7 @@ impl ScaleMachine {
         let target = self.target().ok_or(ScaleError::NoSnapshot)?;
         check_max(target, delta, max)?;
         match &self.phase {
-            Phase::Idle => {}
+            Phase::Idle if self.queue.remove.is_empty() => {}
             Phase::AnswerLost { .. } => return Err(ScaleError::PreviousAnswerLost),
             _ => {
                 self.enqueue(delta);
@@ -750,10 +792,83 @@ impl ScaleMachine {
         };
     }
 
-    /// DeleteNodes, first step on the cached state: resolves every node (all or nothing) and
-    /// checks the group's minimum. An empty `vms` means nothing needs CloudStack.
-    pub fn plan_removal(&self, nodes: &[NodeRef], min: u32) -> Result<DeletePlan, ScaleError> {
+    /// DeleteNodes: resolves every node (all or nothing); checks the bounds against everything
+    /// queued and in flight (the group's minimum, never the last worker, never a control, etcd
+    /// or external VM) and, with the cluster at rest, CloudStack's rules for the merged
+    /// request; then queues the VMs (the target drops at once) and drops placeholders
+    /// locally. A refusal changes nothing. The rules are checked again when the merged
+    /// request is sent (a job running now may change the cluster).
+    pub fn accept_removal(
+        &mut self,
+        nodes: &[NodeRef],
+        min: u32,
+        alert: &AlertScaling,
+        now: Instant,
+    ) -> Result<Accepted, ScaleError> {
+        let plan = self.plan_removal(nodes, min)?;
+        let snap = self.snap.clone().ok_or(ScaleError::NoSnapshot)?;
+        let at_rest = self.phase == Phase::Idle && snap.snap.state != ClusterState::Scaling;
+        if !plan.vms.is_empty() {
+            let mut merged: Vec<String> =
+                self.queue.remove.iter().map(|r| r.vm_id.clone()).collect();
+            merged.extend(plan.vms.iter().cloned());
+            let removing = self.removing();
+            let live = snap.snap.workers().filter(|v| !v.state.is_gone()).count();
+            let staying = snap
+                .snap
+                .workers()
+                .filter(|v| {
+                    !v.state.is_gone()
+                        && !removing.contains(v.id.as_str())
+                        && !plan.vms.contains(&v.id)
+                })
+                .count();
+            if staying == 0 {
+                return Err(ScaleError::Refused(Refusal::RemovesAllWorkers {
+                    cluster: snap.snap.name.clone(),
+                    workers: u32::try_from(live).unwrap_or(u32::MAX),
+                }));
+            }
+            if at_rest {
+                check_scale(
+                    &snap.snap,
+                    &ScaleRequest::RemoveNodes { vm_ids: merged },
+                    alert,
+                )
+                .map_err(ScaleError::Refused)?;
+            }
+        }
+        self.apply_drops(&plan.drops, &[]);
+        if plan.vms.is_empty() {
+            return Ok(Accepted::Done);
+        }
+        for vm_id in plan.vms {
+            let name = snap
+                .snap
+                .vm(&vm_id)
+                .map(|v| v.name.to_ascii_lowercase())
+                .unwrap_or_default();
+            self.queue.remove.push(QueuedRemoval {
+                vm_id,
+                name,
+                since: now,
+            });
+        }
+        Ok(if !at_rest {
+            Accepted::Behind
+        } else if self.queue.window_open {
+            Accepted::JoinsWindow
+        } else {
+            self.queue.window_open = true;
+            Accepted::OpensWindow
+        })
+    }
+
+    /// Resolves the nodes of a DeleteNodes (all or nothing) and checks the group's minimum.
+    /// An empty `vms` means nothing needs CloudStack.
+    fn plan_removal(&self, nodes: &[NodeRef], min: u32) -> Result<DeletePlan, ScaleError> {
         let s = self.snap.clone().ok_or(ScaleError::NoSnapshot)?;
+        let removing = self.removing();
         let mut plan = DeletePlan::default();
         let mut seen = HashSet::new();
         let mut counted = 0u32;
@@ -804,10 +919,11 @@ impl ScaleMachine {
                             instance: n.provider_id.clone(),
                         });
                     }
-                    let removing = self.phase.op().is_some_and(|op| {
-                        matches!(&op.kind, OpKind::Remove { vm_ids, .. } if vm_ids.contains(&vm.id))
-                    });
-                    if removing || vm.state.is_gone() || !seen.insert(vm.id.clone()) {
+                    // Named twice, queued already or in the removal in flight: sent once.
+                    if removing.contains(vm.id.as_str())
+                        || vm.state.is_gone()
+                        || !seen.insert(vm.id.clone())
+                    {
                         continue;
                     }
                     let failed_vm = self
@@ -834,9 +950,13 @@ impl ScaleMachine {
                 }
             }
         }
+        // The minimum binds removals of healthy nodes: failed creations go whatever the
+        // minimum, as the core's deleteCreatedNodesWithErrors sends them. The target already
+        // excludes everything queued, so the bound holds against all of it.
         if counted > 0 {
             let target = self.target().unwrap_or(s.snap.size);
-            let removed = counted + (plan.drops.failed.len() + plan.drops.queued.len()) as u32;
+            let removed =
+                (plan.vms.len() + plan.drops.failed.len() + plan.drops.queued.len()) as u32;
             if target.saturating_sub(removed) < min {
                 return Err(ScaleError::BelowMin {
                     removed,
@@ -848,7 +968,8 @@ impl ScaleMachine {
         Ok(plan)
     }
 
-    /// DeleteNodes for a plan with nothing to send: applies its local drops.
+    /// Drops failed instances and queued increases a removal names (the ones of `vms`, the
+    /// failed VMs it removes, once CloudStack accepted it).
     pub fn apply_drops(&mut self, drops: &LocalDrops, vms: &[String]) {
         self.failed.retain(|f| {
             !drops.failed.contains(&f.id) && !f.vm_id.as_ref().is_some_and(|v| vms.contains(v))
@@ -856,42 +977,72 @@ impl ScaleMachine {
         self.queue.increase.retain(|p| !drops.queued.contains(p));
     }
 
-    /// Whether a removal can be sent now (checked before fetching a fresh snapshot).
-    pub fn check_idle_for_removal(&self) -> Result<(), ScaleError> {
-        match self.phase.describe() {
-            None => Ok(()),
-            Some(running) => Err(ScaleError::Busy { running }),
+    /// The collection window ends: the queued removals go out as one request, or wait behind
+    /// an operation that started meanwhile. `Err`: the rules refuse the merged request now;
+    /// its removals are dropped (the target comes back) and the error says why.
+    pub fn close_window(
+        &mut self,
+        alert: &AlertScaling,
+        now: Instant,
+    ) -> Result<Vec<Effect>, ScaleError> {
+        if !self.queue.window_open {
+            return Ok(Vec::new());
+        }
+        self.queue.window_open = false;
+        let at_rest = self.phase == Phase::Idle
+            && self
+                .snap
+                .as_ref()
+                .is_some_and(|s| s.snap.state != ClusterState::Scaling);
+        if !at_rest {
+            return Ok(Vec::new());
+        }
+        let sent = self.next_removal(Origin::Rpc, alert, now);
+        match sent {
+            // Nothing left to remove: increases that waited for the window go now.
+            Ok(e) if e.is_empty() => Ok(self.next_from_queue(alert, now)),
+            // Increases that waited for the window go with the next snapshot at rest.
+            other => other,
         }
     }
 
-    /// DeleteNodes, second step on a fresh snapshot: drops VMs that vanished meanwhile,
-    /// checks CloudStack's rules and starts the submission.
-    pub fn start_removal(
+    /// The window's removals cannot be decided (no fresh snapshot): they are dropped, so the
+    /// callers' error is the whole truth.
+    pub fn abort_window(&mut self) {
+        if std::mem::take(&mut self.queue.window_open) {
+            self.queue.remove.clear();
+        }
+    }
+
+    /// The queued removals as one `nodeids` request: VMs that vanished meanwhile are left
+    /// out; a request the rules refuse drops them all.
+    fn next_removal(
         &mut self,
-        plan: DeletePlan,
+        origin: Origin,
         alert: &AlertScaling,
         now: Instant,
-    ) -> Result<Started, ScaleError> {
-        let snap = self.snap.clone().ok_or(ScaleError::NoSnapshot)?;
-        let vm_ids: Vec<String> = plan
-            .vms
-            .iter()
-            .filter(|v| {
-                snap.by_id
-                    .get(*v)
-                    .is_some_and(|&i| !snap.snap.vms[i].state.is_gone())
-            })
-            .cloned()
-            .collect();
+    ) -> Result<Vec<Effect>, ScaleError> {
+        let Some(snap) = self.snap.clone() else {
+            return Ok(Vec::new());
+        };
+        let queued = std::mem::take(&mut self.queue.remove);
+        let mut vm_ids: Vec<String> = Vec::with_capacity(queued.len());
+        for r in queued {
+            let listed = snap
+                .by_id
+                .get(&r.vm_id)
+                .is_some_and(|&i| !snap.snap.vms[i].state.is_gone());
+            if listed && !vm_ids.contains(&r.vm_id) {
+                vm_ids.push(r.vm_id);
+            }
+        }
         if vm_ids.is_empty() {
-            self.apply_drops(&plan.drops, &plan.vms);
-            return Ok(Started::Done);
+            return Ok(Vec::new());
         }
         let request = ScaleRequest::RemoveNodes {
             vm_ids: vm_ids.clone(),
         };
         check_scale(&snap.snap, &request, alert).map_err(ScaleError::Refused)?;
-        self.check_idle_for_removal()?;
         let names = vm_ids
             .iter()
             .filter_map(|v| snap.snap.vm(v).map(|vm| vm.name.to_ascii_lowercase()))
@@ -901,38 +1052,38 @@ impl ScaleMachine {
                 from: snap.snap.size,
                 vm_ids,
                 names,
-                drops: plan.drops,
+                drops: LocalDrops::default(),
             },
-            Origin::Rpc,
+            origin,
             now,
         );
-        Ok(Started::Submit(request))
+        Ok(vec![Effect::Submit(request)])
     }
 
-    /// DecreaseTargetSize: cancels only requested nodes that do not exist and will not be
-    /// created (queued increases, then failed scale-up placeholders).
-    pub fn decrease_target(&mut self, by: u32) -> Result<(), ScaleError> {
-        let failed_placeholders = self.failed.iter().filter(|f| f.vm_id.is_none()).count() as u32;
-        let queued = self.queue.increase.len() as u32;
-        if by > queued + failed_placeholders {
-            return Err(ScaleError::DecreaseTooLarge {
-                by,
-                queued,
-                failed_placeholders,
-                in_flight: self.phase.describe(),
-            });
+    /// DecreaseTargetSize: cancels requested nodes that do not exist and will not be created
+    /// (queued increases, then failed scale-up placeholders), at most `by`, and never fails.
+    ///
+    /// The real core asks for more than that whenever a VM without a node is among what it
+    /// counts (`fixNodeGroupSize` sends registered − target, docs/decrease-target-size.md),
+    /// and an error there aborts its loop, every loop: so the rest is not an error. Existing
+    /// VMs and a running job are never cancelled (cloud_provider.go: DecreaseTargetSize
+    /// "doesn't permit to delete any existing node").
+    pub fn decrease_target(&mut self, by: u32) -> Decreased {
+        let mut cancelled = 0;
+        while cancelled < by && self.queue.increase.pop().is_some() {
+            cancelled += 1;
         }
-        let mut left = by;
-        while left > 0 && self.queue.increase.pop().is_some() {
-            left -= 1;
+        while cancelled < by {
+            let Some(pos) = self.failed.iter().rposition(|f| f.vm_id.is_none()) else {
+                break;
+            };
+            self.failed.remove(pos);
+            cancelled += 1;
         }
-        while left > 0 {
-            if let Some(pos) = self.failed.iter().rposition(|f| f.vm_id.is_none()) {
-                self.failed.remove(pos);
-            }
-            left -= 1;
+        Decreased {
+            asked: by,
+            cancelled,
         }
-        Ok(())
     }
 
     /// CloudStack accepted the submission as `job`. A removal's local drops apply now, and its
@@ -970,17 +1121,23 @@ impl ScaleMachine {
         let Some((op, _)) = self.take_submission() else {
             return Vec::new();
         };
-        if op.origin == Origin::Queue
-            && let OpKind::Increase { placeholders, .. } = op.kind
-        {
-            self.record_failed(
-                &refused_error(text.to_string()),
-                Vec::new(),
-                placeholders,
-                now,
-            );
+        let mut effects = Vec::new();
+        if op.origin == Origin::Queue {
+            match op.kind {
+                OpKind::Increase { placeholders, .. } => self.record_failed(
+                    &refused_error(text.to_string()),
+                    Vec::new(),
+                    placeholders,
+                    now,
+                ),
+                OpKind::Remove { vm_ids, .. } => effects.push(Effect::RemovalDropped {
+                    vms: vm_ids.iter().map(|v| self.vm_label(v)).collect(),
+                    reason: text.to_string(),
+                }),
+            }
         }
-        self.next_from_queue(alert, now)
+        effects.extend(self.next_from_queue(alert, now));
+        effects
     }
 
     /// The submission's answer was lost (timeout, dropped connection, garbled answer):
@@ -1101,7 +1258,35 @@ impl ScaleMachine {
                 self.record_failed(&err, new_vms, ph, now);
             }
         }
-        let effects = self.next_from_queue(alert, now);
+        let mut effects = Vec::new();
+        if let (Some((_, text)), Some(op)) = (end.failure(), &op)
+            && let OpKind::Remove { vm_ids, names, .. } = &op.kind
+        {
+            // The VMs the failed removal left: a later DeleteNodes for them is sent again,
+            // not taken for done. Without a snapshot after the job, every one may have stayed.
+            let stayed: Vec<&String> = vm_ids
+                .iter()
+                .filter(|id| {
+                    !fetched
+                        || snap
+                            .as_ref()
+                            .is_some_and(|s| s.snap.vm(id).is_some_and(|v| !v.state.is_gone()))
+                })
+                .collect();
+            for (id, name) in vm_ids.iter().zip(names) {
+                if stayed.contains(&id) {
+                    self.recently_removed.remove(id);
+                    self.recently_removed.remove(name);
+                }
+            }
+            if !stayed.is_empty() && (op.origin == Origin::Queue || !watched) {
+                effects.push(Effect::RemovalDropped {
+                    vms: stayed.iter().map(|v| self.vm_label(v)).collect(),
+                    reason: format!("scale job {job} failed: {text}"),
+                });
+            }
+        }
+        effects.extend(self.next_from_queue(alert, now));
         Some(Settled {
             kind,
             op,
@@ -1119,22 +1304,52 @@ impl ScaleMachine {
         }
     }
 
-    /// The queued increases as the next request, when nothing is in flight. A request the
-    /// rules refuse becomes failed instances (its RPC answered OK long ago).
+    /// The queued work as the next request, when nothing is in flight and the cluster is at
+    /// rest (a cluster still Scaling has a job this provider is about to find): removals
+    /// first, then increases (see [`Queue`]). A request the rules refuse is not lost
+    /// silently: queued removals are reported as dropped, queued increases become failed
+    /// instances (their RPC answered OK long ago); then the other kind gets its turn.
     fn next_from_queue(&mut self, alert: &AlertScaling, now: Instant) -> Vec<Effect> {
-        if self.phase != Phase::Idle || self.queue.increase.is_empty() {
+        if self.phase != Phase::Idle {
             return Vec::new();
         }
         let Some(snap) = self.snap.clone() else {
             return Vec::new();
         };
+        if snap.snap.state == ClusterState::Scaling {
+            return Vec::new();
+        }
+        let mut effects = Vec::new();
+        if self.queue.window_open {
+            // Its removals go first, when the shell closes it.
+            return effects;
+        }
+        if !self.queue.remove.is_empty() {
+            let names: Vec<String> = self
+                .queue
+                .remove
+                .iter()
+                .map(|r| self.vm_label(&r.vm_id))
+                .collect();
+            match self.next_removal(Origin::Queue, alert, now) {
+                Ok(sent) if !sent.is_empty() => return sent,
+                Ok(_) => {}
+                Err(e) => effects.push(Effect::RemovalDropped {
+                    vms: names,
+                    reason: e.to_string(),
+                }),
+            }
+        }
+        if self.queue.increase.is_empty() {
+            return effects;
+        }
         let placeholders = std::mem::take(&mut self.queue.increase);
         let from = snap.snap.size;
         let to = from.saturating_add(placeholders.len() as u32);
         let request = ScaleRequest::Resize { new_size: to };
         if let Err(r) = check_scale(&snap.snap, &request, alert) {
             self.record_failed(&refused_error(r.to_string()), Vec::new(), placeholders, now);
-            return Vec::new();
+            return effects;
         }
         self.begin(
             OpKind::Increase {
@@ -1146,7 +1361,16 @@ impl ScaleMachine {
             Origin::Queue,
             now,
         );
-        vec![Effect::Submit(request)]
+        effects.push(Effect::Submit(request));
+        effects
+    }
+
+    /// A VM's name as the operator knows it (its id when not listed).
+    fn vm_label(&self, vm_id: &str) -> String {
+        self.snap
+            .as_ref()
+            .and_then(|s| s.snap.vm(vm_id))
+            .map_or_else(|| vm_id.to_string(), |v| v.name.clone())
     }
 
     /// Records the instances of a failed scale-up so the autoscaler sees them as failed
@@ -1386,6 +1610,10 @@ mod tests {
         SnapRunningLate,
         Cleanup,
         Decrease,
+        /// DeleteNodes for w1 (min 1).
+        Remove,
+        /// The shell closes the removal window.
+        Close,
     }
 
     /// Applies `ev` and returns a summary: the effects (as short names) or the error.
@@ -1402,6 +1630,7 @@ mod tests {
                     Effect::Follow(j) => format!("follow:{j}"),
                     Effect::FindJob => "find".into(),
                     Effect::PollNow => "poll".into(),
+                    Effect::RemovalDropped { vms, .. } => format!("dropped:{}", vms.join("+")),
                 })
                 .collect::<Vec<_>>()
                 .join(",")
@@ -1463,8 +1692,19 @@ mod tests {
                 m.cleanup();
                 String::new()
             }
-            Ev::Decrease => match m.decrease_target(1) {
-                Ok(()) => "ok".into(),
+            Ev::Decrease => format!("cancelled:{}", m.decrease_target(1).cancelled),
+            Ev::Remove => {
+                let node = NodeRef {
+                    provider_id: "external-cloudstack://w1".into(),
+                    ..NodeRef::default()
+                };
+                match m.accept_removal(&[node], 1, &ALERT, t0) {
+                    Ok(a) => format!("{a:?}").to_ascii_lowercase(),
+                    Err(e) => format!("err:{}", err_name(&e)),
+                }
+            }
+            Ev::Close => match m.close_window(&ALERT, t0) {
+                Ok(e) => fx(e),
                 Err(e) => format!("err:{}", err_name(&e)),
             },
         }
@@ -1476,13 +1716,11 @@ mod tests {
             ScaleError::OutOfRange { .. } => "out-of-range",
             ScaleError::Refused(_) => "refused",
             ScaleError::PreviousAnswerLost => "answer-lost",
-            ScaleError::Busy { .. } => "busy",
             ScaleError::UnknownNode { .. } => "unknown-node",
             ScaleError::NotWorker { .. } => "not-worker",
             ScaleError::RegisteredElsewhere { .. } => "registered",
             ScaleError::BeingCreated { .. } => "being-created",
             ScaleError::BelowMin { .. } => "below-min",
-            ScaleError::DecreaseTooLarge { .. } => "too-large",
         }
     }
 
@@ -1505,7 +1743,9 @@ mod tests {
             ("idle", SnapScaling, "find", "idle", 3),
             ("idle", SnapRunningLate, "", "idle", 3),
             ("idle", Cleanup, "", "idle", 3),
-            ("idle", Decrease, "err:too-large", "idle", 3),
+            ("idle", Decrease, "cancelled:0", "idle", 3),
+            ("idle", Remove, "openswindow", "idle", 2),
+            ("idle", Close, "", "idle", 3),
 
             ("submitting", Increase, "queued", "submitting", 6),
             ("submitting", Answered, "", "running", 5),
@@ -1518,7 +1758,9 @@ mod tests {
             ("submitting", SnapScaling, "", "submitting", 5),
             ("submitting", SnapRunningLate, "", "submitting", 5),
             ("submitting", Cleanup, "", "submitting", 5),
-            ("submitting", Decrease, "err:too-large", "submitting", 5),
+            ("submitting", Decrease, "cancelled:0", "submitting", 5),
+            ("submitting", Remove, "behind", "submitting", 4),
+            ("submitting", Close, "", "submitting", 5),
 
             ("answer-lost", Increase, "err:answer-lost", "answer-lost", 5),
             ("answer-lost", Answered, "", "answer-lost", 5),
@@ -1532,7 +1774,9 @@ mod tests {
             ("answer-lost", SnapScaling, "find", "answer-lost", 5),
             ("answer-lost", SnapRunningLate, "", "idle", 3),
             ("answer-lost", Cleanup, "", "answer-lost", 5),
-            ("answer-lost", Decrease, "err:too-large", "answer-lost", 5),
+            ("answer-lost", Decrease, "cancelled:0", "answer-lost", 5),
+            ("answer-lost", Remove, "behind", "answer-lost", 4),
+            ("answer-lost", Close, "", "answer-lost", 5),
 
             ("running", Increase, "queued", "running", 6),
             ("running", Answered, "", "running", 5),
@@ -1546,7 +1790,9 @@ mod tests {
             ("running", SnapScaling, "", "running", 5),
             ("running", SnapRunningLate, "poll", "running", 5),
             ("running", Cleanup, "", "idle", 3),
-            ("running", Decrease, "err:too-large", "running", 5),
+            ("running", Decrease, "cancelled:0", "running", 5),
+            ("running", Remove, "behind", "running", 4),
+            ("running", Close, "", "running", 5),
 
             ("adopted", Increase, "queued", "adopted", 4),
             ("adopted", Answered, "", "adopted", 3),
@@ -1559,7 +1805,9 @@ mod tests {
             ("adopted", SnapScaling, "", "adopted", 3),
             ("adopted", SnapRunningLate, "poll", "adopted", 3),
             ("adopted", Cleanup, "", "idle", 3),
-            ("adopted", Decrease, "err:too-large", "adopted", 3),
+            ("adopted", Decrease, "cancelled:0", "adopted", 3),
+            ("adopted", Remove, "behind", "adopted", 2),
+            ("adopted", Close, "", "adopted", 3),
         ];
         let t0 = Instant::now() + Duration::from_secs(T0_SECS);
         for (phase, ev, returns, after, target) in table {
@@ -1571,7 +1819,7 @@ mod tests {
             assert_eq!(m.target(), Some(*target), "{case}: target after");
         }
         let phases = ["idle", "submitting", "answer-lost", "running", "adopted"];
-        assert_eq!(table.len(), phases.len() * 12, "every phase × every event");
+        assert_eq!(table.len(), phases.len() * 14, "every phase × every event");
     }
 
     /// Found by the soak test: increases queued behind a lost submission were stranded when
@@ -1622,7 +1870,13 @@ mod tests {
             Some(5),
             "the failed instances count until deleted"
         );
-        assert_eq!(m.decrease_target(2), Ok(()));
+        assert_eq!(
+            m.decrease_target(2),
+            Decreased {
+                asked: 2,
+                cancelled: 2
+            }
+        );
         assert_eq!(m.target(), Some(3));
     }
 
@@ -1679,7 +1933,8 @@ mod tests {
         assert_eq!(failed.len(), 2);
         assert_eq!(failed[0], (Some("w4".into()), "out-of-resources".into()));
         assert_eq!(failed[1].0, None);
-        // size 3 + the failed VM + one placeholder never created.
+        // Three workers, the failed VM (counted once, as the instance it is listed as) and one
+        // placeholder never created.
         assert_eq!(m.target(), Some(3 + 2));
     }
 
@@ -1721,36 +1976,50 @@ mod tests {
         assert_eq!(m.failed().len(), 2);
     }
 
+    fn node(id: &str) -> NodeRef {
+        NodeRef {
+            provider_id: format!("external-cloudstack://{id}"),
+            ..NodeRef::default()
+        }
+    }
+
+    fn running(n: u32, t: Instant) -> Arc<IndexedSnapshot> {
+        let ids: Vec<String> = (1..=n).map(|i| format!("w{i}")).collect();
+        let vms: Vec<(&str, VmState)> =
+            ids.iter().map(|i| (i.as_str(), VmState::Running)).collect();
+        snapshot("Running", &vms, t)
+    }
+
+    fn remove_of(ids: &[&str]) -> Effect {
+        Effect::Submit(ScaleRequest::RemoveNodes {
+            vm_ids: ids.iter().map(|s| s.to_string()).collect(),
+        })
+    }
+
     #[test]
     fn a_removal_drops_the_target_and_remembers_the_vms_once_accepted() {
         let t0 = Instant::now();
         let mut m = machine_in("idle", t0);
-        let node = NodeRef {
+        let w2 = NodeRef {
             provider_id: "external-cloudstack://w2".into(),
             name: "k-node-w2".into(),
             annotations: HashMap::new(),
         };
-        let plan = m
-            .plan_removal(std::slice::from_ref(&node), 1)
-            .expect("plan");
-        assert_eq!(plan.vms, ["w2"]);
-        let started = m.start_removal(plan, &ALERT, t0).expect("start");
         assert_eq!(
-            started,
-            Started::Submit(ScaleRequest::RemoveNodes {
-                vm_ids: vec!["w2".into()]
-            })
+            m.accept_removal(std::slice::from_ref(&w2), 1, &ALERT, t0),
+            Ok(Accepted::OpensWindow)
         );
+        assert_eq!(m.target(), Some(2), "the target drops once accepted");
+        assert_eq!(m.close_window(&ALERT, t0), Ok(vec![remove_of(&["w2"])]));
         assert_eq!(m.target(), Some(2));
         // Refused: nothing remembered, the target is back.
         assert!(m.submission_refused("no", &ALERT, t0).is_empty());
         assert_eq!(m.target(), Some(3));
         assert!(m.recently_removed.is_empty());
         // Accepted: remembered under id and name; once gone, naming it again is a no-op.
-        let plan = m
-            .plan_removal(std::slice::from_ref(&node), 1)
-            .expect("plan");
-        m.start_removal(plan, &ALERT, t0).expect("start");
+        m.accept_removal(std::slice::from_ref(&w2), 1, &ALERT, t0)
+            .expect("accepted");
+        m.close_window(&ALERT, t0).expect("sent");
         m.submission_answered("job-2".into(), t0);
         m.snapshot_installed(
             snapshot(
@@ -1761,21 +2030,324 @@ mod tests {
             &ALERT,
             t0,
         );
-        let again = m.plan_removal(&[node], 1).expect("a no-op");
-        assert!(again.vms.is_empty());
-        // A second removal while the first runs is refused (one job per cluster).
-        let other = NodeRef {
-            provider_id: "external-cloudstack://w3".into(),
-            ..NodeRef::default()
-        };
-        assert!(matches!(
-            m.check_idle_for_removal(),
-            Err(ScaleError::Busy { .. })
-        ));
         assert_eq!(
-            m.plan_removal(&[other], 1).map(|p| p.vms),
-            Ok(vec!["w3".into()])
+            m.accept_removal(std::slice::from_ref(&w2), 1, &ALERT, t0),
+            Ok(Accepted::Done)
         );
+        // A removal while the first runs waits behind it, but not below the minimum.
+        assert_eq!(
+            m.accept_removal(&[node("w3")], 2, &ALERT, t0)
+                .map_err(|e| err_name(&e)),
+            Err("below-min")
+        );
+        assert_eq!(
+            m.accept_removal(&[node("w3")], 1, &ALERT, t0),
+            Ok(Accepted::Behind)
+        );
+        assert_eq!(
+            m.accept_removal(&[node("w1")], 0, &ALERT, t0),
+            Err(ScaleError::Refused(Refusal::RemovesAllWorkers {
+                cluster: "k".into(),
+                workers: 2
+            })),
+            "the last worker stays, counting the removal in flight"
+        );
+    }
+
+    /// The real autoscaler's scale-down: one DeleteNodes per node, at once
+    /// (`core/scaledown/actuation/actuator.go` `deleteNodesAsync`).
+    #[test]
+    fn concurrent_per_node_removals_become_one_request() {
+        let t0 = Instant::now();
+        let mut m = ScaleMachine::new(Some("cid".into()), timings());
+        m.snapshot_installed(running(6, t0), &ALERT, t0);
+        let got: Vec<_> = ["w1", "w2", "w3", "w2"]
+            .iter()
+            .map(|id| m.accept_removal(&[node(id)], 1, &ALERT, t0))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                Ok(Accepted::OpensWindow),
+                Ok(Accepted::JoinsWindow),
+                Ok(Accepted::JoinsWindow),
+                Ok(Accepted::Done),
+            ],
+            "a node named twice is queued once"
+        );
+        assert_eq!(m.target(), Some(3));
+        // A snapshot meanwhile does not send the window early.
+        assert!(m.snapshot_installed(running(6, t0), &ALERT, t0).is_empty());
+        assert_eq!(
+            m.close_window(&ALERT, t0),
+            Ok(vec![remove_of(&["w1", "w2", "w3"])])
+        );
+        m.submission_answered("job-1".into(), t0);
+        // More arrive while the job runs: accepted at once, sent together when it ends; a
+        // node of the job in flight is not sent again.
+        assert_eq!(
+            m.accept_removal(&[node("w4")], 1, &ALERT, t0),
+            Ok(Accepted::Behind)
+        );
+        assert_eq!(
+            m.accept_removal(&[node("w5")], 1, &ALERT, t0),
+            Ok(Accepted::Behind)
+        );
+        assert_eq!(
+            m.accept_removal(&[node("w1")], 1, &ALERT, t0),
+            Ok(Accepted::Done)
+        );
+        assert_eq!(m.target(), Some(1));
+        assert_eq!(
+            m.accept_removal(&[node("w6")], 1, &ALERT, t0)
+                .map_err(|e| err_name(&e)),
+            Err("below-min"),
+            "the minimum holds against everything queued"
+        );
+        let after = snapshot(
+            "Running",
+            &[
+                ("w4", VmState::Running),
+                ("w5", VmState::Running),
+                ("w6", VmState::Running),
+            ],
+            t0,
+        );
+        m.snapshot_installed(after, &ALERT, t0);
+        let settled = m
+            .job_finished("job-1", &JobEnd::Succeeded, true, false, &ALERT, t0)
+            .expect("ours");
+        assert_eq!(settled.effects, vec![remove_of(&["w4", "w5"])]);
+        assert_eq!(m.target(), Some(1));
+    }
+
+    #[test]
+    fn a_queued_node_that_disappears_is_left_out_and_one_that_comes_back_is_sent() {
+        let t0 = Instant::now();
+        let mut m = machine_in("running", t0);
+        m.accept_removal(&[node("w1")], 1, &ALERT, t0)
+            .expect("queued");
+        m.accept_removal(&[node("w2")], 1, &ALERT, t0)
+            .expect("queued");
+        // w1 vanished (destroyed elsewhere), w2 missing from one listing and back.
+        m.snapshot_installed(
+            snapshot(
+                "Scaling",
+                &[("w3", VmState::Running), ("w4", VmState::Running)],
+                t0,
+            ),
+            &ALERT,
+            t0,
+        );
+        let back = snapshot(
+            "Running",
+            &[
+                ("w1", VmState::Expunging),
+                ("w2", VmState::Running),
+                ("w3", VmState::Running),
+                ("w4", VmState::Running),
+                ("w5", VmState::Running),
+            ],
+            t0,
+        );
+        m.snapshot_installed(back, &ALERT, t0);
+        let settled = m
+            .job_finished("job-1", &JobEnd::Succeeded, true, false, &ALERT, t0)
+            .expect("ours");
+        assert_eq!(settled.effects, vec![remove_of(&["w2"])]);
+        // Every queued node gone: nothing is sent.
+        let mut m = machine_in("running", t0);
+        m.accept_removal(&[node("w1")], 1, &ALERT, t0)
+            .expect("queued");
+        m.snapshot_installed(
+            snapshot(
+                "Running",
+                &[("w2", VmState::Running), ("w3", VmState::Running)],
+                t0,
+            ),
+            &ALERT,
+            t0,
+        );
+        let settled = m
+            .job_finished("job-1", &JobEnd::Succeeded, true, false, &ALERT, t0)
+            .expect("ours");
+        assert!(settled.effects.is_empty());
+        assert!(m.queue().remove.is_empty());
+    }
+
+    #[test]
+    fn removals_go_before_increases_and_neither_is_lost() {
+        let t0 = Instant::now();
+        let mut m = machine_in("running", t0);
+        m.accept_removal(&[node("w1")], 1, &ALERT, t0)
+            .expect("queued");
+        assert_eq!(m.admit_increase(2, MAX), Ok(Admission::Queued));
+        assert_eq!(m.target(), Some(5 - 1 + 2));
+        m.snapshot_installed(running(5, t0), &ALERT, t0);
+        let settled = m
+            .job_finished("job-1", &JobEnd::Succeeded, true, false, &ALERT, t0)
+            .expect("ours");
+        assert_eq!(settled.effects, vec![remove_of(&["w1"])]);
+        assert_eq!(m.target(), Some(6));
+        m.submission_answered("job-2".into(), t0);
+        let four: Vec<String> = (2..=5).map(|i| format!("w{i}")).collect();
+        let vms: Vec<(&str, VmState)> = four
+            .iter()
+            .map(|i| (i.as_str(), VmState::Running))
+            .collect();
+        m.snapshot_installed(snapshot("Running", &vms, t0), &ALERT, t0);
+        let settled = m
+            .job_finished("job-2", &JobEnd::Succeeded, true, false, &ALERT, t0)
+            .expect("ours");
+        // Sent on top of the four left: CloudStack's size never passed 6 on the way.
+        assert_eq!(
+            settled.effects,
+            vec![Effect::Submit(ScaleRequest::Resize { new_size: 6 })]
+        );
+        assert_eq!(m.target(), Some(6));
+        // An increase arriving while a window collects removals waits for them.
+        let mut m = machine_in("idle", t0);
+        assert_eq!(
+            m.accept_removal(&[node("w1")], 1, &ALERT, t0),
+            Ok(Accepted::OpensWindow)
+        );
+        assert_eq!(m.admit_increase(1, MAX), Ok(Admission::Queued));
+        assert_eq!(m.close_window(&ALERT, t0), Ok(vec![remove_of(&["w1"])]));
+    }
+
+    #[test]
+    fn a_merged_request_the_rules_refuse_drops_its_removals_and_says_so() {
+        let t0 = Instant::now();
+        // At rest the rules are checked at once: a call they refuse changes nothing.
+        let mut m = ScaleMachine::new(Some("cid".into()), timings());
+        let alert_no_down_worker = snapshot(
+            "Alert",
+            &[("w1", VmState::Running), ("w2", VmState::Running)],
+            t0,
+        );
+        m.snapshot_installed(alert_no_down_worker, &ALERT, t0);
+        assert!(matches!(
+            m.accept_removal(&[node("w1")], 1, &ALERT, t0),
+            Err(ScaleError::Refused(Refusal::AlertWithoutDownWorker { .. }))
+        ));
+        assert_eq!(m.target(), Some(2));
+        // Queued behind a job, they are checked when their turn comes.
+        let mut m = machine_in("running", t0);
+        m.accept_removal(&[node("w1")], 1, &ALERT, t0)
+            .expect("queued");
+        m.snapshot_installed(
+            snapshot(
+                "Alert",
+                &[
+                    ("w1", VmState::Running),
+                    ("w2", VmState::Running),
+                    ("w3", VmState::Running),
+                ],
+                t0,
+            ),
+            &ALERT,
+            t0,
+        );
+        let settled = m
+            .job_finished("job-1", &JobEnd::Succeeded, true, false, &ALERT, t0)
+            .expect("ours");
+        assert_eq!(settled.effects.len(), 1);
+        assert!(matches!(
+            &settled.effects[0],
+            Effect::RemovalDropped { vms, .. } if vms == &["k-node-w1".to_string()]
+        ));
+        assert!(m.queue().remove.is_empty());
+        assert_eq!(m.target(), Some(3));
+        // In a window, the refusal is the window's error.
+        let mut m = ScaleMachine::new(Some("cid".into()), timings());
+        m.snapshot_installed(running3(t0), &ALERT, t0);
+        m.accept_removal(&[node("w1")], 1, &ALERT, t0)
+            .expect("queued");
+        m.snapshot_installed(
+            snapshot(
+                "Alert",
+                &[
+                    ("w1", VmState::Running),
+                    ("w2", VmState::Running),
+                    ("w3", VmState::Running),
+                ],
+                t0,
+            ),
+            &ALERT,
+            t0,
+        );
+        assert!(matches!(
+            m.close_window(&ALERT, t0),
+            Err(ScaleError::Refused(_))
+        ));
+        assert_eq!(m.target(), Some(3));
+    }
+
+    #[test]
+    fn a_failed_merged_job_reports_the_nodes_that_stayed_and_forgets_them_as_removed() {
+        let t0 = Instant::now();
+        let mut m = ScaleMachine::new(Some("cid".into()), timings());
+        m.snapshot_installed(running(4, t0), &ALERT, t0);
+        m.accept_removal(&[node("w1")], 1, &ALERT, t0)
+            .expect("queued");
+        m.accept_removal(&[node("w2")], 1, &ALERT, t0)
+            .expect("queued");
+        m.close_window(&ALERT, t0).expect("sent");
+        m.submission_answered("job-1".into(), t0);
+        // w1 went, w2 stayed.
+        m.snapshot_installed(
+            snapshot(
+                "Running",
+                &[
+                    ("w2", VmState::Running),
+                    ("w3", VmState::Running),
+                    ("w4", VmState::Running),
+                ],
+                t0,
+            ),
+            &ALERT,
+            t0,
+        );
+        let end = JobEnd::Failed {
+            code: 530,
+            text: "drain failed".into(),
+        };
+        let settled = m
+            .job_finished("job-1", &end, true, false, &ALERT, t0)
+            .expect("ours");
+        assert!(matches!(
+            &settled.effects[..],
+            [Effect::RemovalDropped { vms, .. }] if vms == &["k-node-w2".to_string()]
+        ));
+        assert_eq!(m.target(), Some(3));
+        // w2 can be removed again; w1 is done.
+        assert_eq!(
+            m.accept_removal(&[node("w1")], 1, &ALERT, t0)
+                .map_err(|e| err_name(&e)),
+            Ok(Accepted::Done)
+        );
+        assert_eq!(
+            m.accept_removal(&[node("w2")], 1, &ALERT, t0),
+            Ok(Accepted::OpensWindow)
+        );
+    }
+
+    #[test]
+    fn decrease_cancels_what_it_can_and_never_fails() {
+        let t0 = Instant::now();
+        let mut m = machine_in("running", t0);
+        assert_eq!(m.admit_increase(2, MAX), Ok(Admission::Queued));
+        assert_eq!(m.target(), Some(7));
+        assert_eq!(
+            m.decrease_target(5),
+            Decreased {
+                asked: 5,
+                cancelled: 2
+            },
+            "the in-flight job's VMs are not cancelled"
+        );
+        assert_eq!(m.target(), Some(5));
+        assert_eq!(m.phase().name(), "running");
     }
 
     #[test]
@@ -1881,7 +2453,10 @@ mod tests {
         #[derive(Debug, Clone)]
         enum Step {
             Increase(u32),
-            RemoveFirstWorker,
+            /// DeleteNodes for worker `w{n}` (down ones and failed ones included).
+            Remove(u32),
+            /// The shell closes the removal window.
+            CloseWindow,
             Decrease(u32),
             Answered,
             Refused,
@@ -1891,10 +2466,13 @@ mod tests {
                 failed: bool,
                 watched: bool,
             },
-            /// A snapshot `secs` later showing the cluster in a state with `workers` VMs.
+            /// A snapshot `secs` later showing the cluster in a state with `workers` VMs, the
+            /// `down`th of them Stopped and the `gone`th Expunging (0: none).
             Snapshot {
                 scaling: bool,
                 workers: u32,
+                down: u32,
+                gone: u32,
                 secs: u64,
             },
             Cleanup,
@@ -1903,7 +2481,8 @@ mod tests {
         fn step() -> impl Strategy<Value = Step> {
             prop_oneof![
                 (1u32..4).prop_map(Step::Increase),
-                Just(Step::RemoveFirstWorker),
+                (1u32..7).prop_map(Step::Remove),
+                Just(Step::CloseWindow),
                 (1u32..3).prop_map(Step::Decrease),
                 Just(Step::Answered),
                 Just(Step::Refused),
@@ -1911,22 +2490,59 @@ mod tests {
                 Just(Step::Found),
                 (any::<bool>(), any::<bool>())
                     .prop_map(|(failed, watched)| Step::JobEnds { failed, watched }),
-                (any::<bool>(), 1u32..7, 0u64..30).prop_map(|(scaling, workers, secs)| {
-                    Step::Snapshot {
+                (any::<bool>(), 1u32..7, 0u32..4, 0u32..4, 0u64..30).prop_map(
+                    |(scaling, workers, down, gone, secs)| Step::Snapshot {
                         scaling,
                         workers,
+                        down,
+                        gone,
                         secs,
                     }
-                }),
+                ),
                 Just(Step::Cleanup),
             ]
         }
 
-        fn workers_snapshot(scaling: bool, n: u32, t: Instant) -> Arc<IndexedSnapshot> {
+        fn workers_snapshot(
+            scaling: bool,
+            n: u32,
+            down: u32,
+            gone: u32,
+            t: Instant,
+        ) -> Arc<IndexedSnapshot> {
             let ids: Vec<String> = (1..=n).map(|i| format!("w{i}")).collect();
-            let vms: Vec<(&str, VmState)> =
-                ids.iter().map(|i| (i.as_str(), VmState::Running)).collect();
-            snapshot(if scaling { "Scaling" } else { "Running" }, &vms, t)
+            let vms: Vec<(&str, VmState)> = ids
+                .iter()
+                .zip(1..)
+                .map(|(i, k)| {
+                    let state = if k == gone {
+                        VmState::Expunging
+                    } else if k == down {
+                        VmState::Stopped
+                    } else {
+                        VmState::Running
+                    };
+                    (i.as_str(), state)
+                })
+                .collect();
+            let state = if scaling {
+                "Scaling"
+            } else if down > 0 && down <= n {
+                "Alert"
+            } else {
+                "Running"
+            };
+            snapshot(state, &vms, t)
+        }
+
+        /// The invariant of docs/decrease-target-size.md: the target counts exactly the
+        /// instances NodeGroupNodes lists that are not Deleting (so the core's
+        /// `fixNodeGroupSize` never asks to cancel what cannot be cancelled).
+        fn listed_not_deleting(m: &ScaleMachine) -> u32 {
+            m.instances(&m.pending_placeholders())
+                .iter()
+                .filter(|i| i.state != crate::domain::status::InstanceState::Deleting)
+                .count() as u32
         }
 
         proptest! {
@@ -1935,7 +2551,9 @@ mod tests {
             /// Whatever happens, in whatever order: a request is sent only from Idle and
             /// never while another is in flight; a refused request changes nothing; once a
             /// snapshot shows the cluster at rest with nothing in flight, no queued work is
-            /// left behind; the target is never below what is queued and failed.
+            /// left behind; the target is never below what is queued and failed, and always
+            /// equals the listed instances that are not Deleting; no VM is queued twice or
+            /// queued while its removal runs.
             #[test]
             fn the_machine_never_sends_two_requests_or_strands_work(
                 steps in proptest::collection::vec(step(), 1..40)
@@ -1957,30 +2575,31 @@ mod tests {
                                     Err(_) => prop_assert_eq!(m.phase(), before.phase()),
                                 }
                             }
-                            Ok(Admission::Queued) => prop_assert!(!was_idle),
+                            Ok(Admission::Queued) => prop_assert!(!was_idle || !before.queue().remove.is_empty()),
                             Err(_) => {
                                 prop_assert_eq!(m.target(), before.target(), "a refusal changes nothing");
                             }
                         },
-                        Step::RemoveFirstWorker => {
-                            let node = NodeRef { provider_id: "external-cloudstack://w1".into(), ..NodeRef::default() };
-                            if let Ok(plan) = m.plan_removal(&[node], 1)
-                                && !plan.vms.is_empty()
-                                && m.check_idle_for_removal().is_ok()
-                            {
-                                match m.start_removal(plan, &ALERT, now) {
-                                    Ok(Started::Submit(r)) => effects.push(Effect::Submit(r)),
-                                    Ok(_) => {}
-                                    Err(_) => prop_assert_eq!(m.target(), before.target()),
+                        Step::Remove(n) => {
+                            let node = NodeRef { provider_id: format!("external-cloudstack://w{n}"), ..NodeRef::default() };
+                            match m.accept_removal(&[node], 1, &ALERT, now) {
+                                Ok(Accepted::Done) => prop_assert!(m.target() <= before.target()),
+                                Ok(_) => prop_assert_eq!(m.target(), before.target().map(|t| t - 1), "the target drops at once"),
+                                Err(_) => {
+                                    prop_assert_eq!(m.target(), before.target(), "a refusal changes nothing");
+                                    prop_assert_eq!(m.queue(), before.queue());
                                 }
                             }
+                            prop_assert!(m.target().unwrap_or(0) >= 1 || before.target() == Some(0), "never the last worker");
                         }
+                        Step::CloseWindow => match m.close_window(&ALERT, now) {
+                            Ok(fx) => effects = fx,
+                            Err(_) => prop_assert!(m.queue().remove.is_empty()),
+                        },
                         Step::Decrease(d) => {
-                            if m.decrease_target(d).is_err() {
-                                prop_assert_eq!(m.target(), before.target());
-                            } else {
-                                prop_assert_eq!(m.target(), before.target().map(|t| t - d));
-                            }
+                            let got = m.decrease_target(d);
+                            prop_assert!(got.cancelled <= d);
+                            prop_assert_eq!(m.target(), before.target().map(|t| t - got.cancelled));
                         }
                         Step::Answered => m.submission_answered(format!("job-{}", now.duration_since(t0).as_secs()), now),
                         Step::Refused => effects = m.submission_refused("no", &ALERT, now),
@@ -1998,11 +2617,13 @@ mod tests {
                                 effects = settled.effects;
                             }
                         }
-                        Step::Snapshot { scaling, workers, secs } => {
+                        Step::Snapshot { scaling, workers, down, gone, secs } => {
                             now += Duration::from_secs(secs);
-                            effects = m.snapshot_installed(workers_snapshot(scaling, workers, now), &ALERT, now);
-                            if !scaling && m.phase() == &Phase::Idle {
+                            effects = m.snapshot_installed(workers_snapshot(scaling, workers, down, gone, now), &ALERT, now);
+                            // (An open window is the shell's to close; its work goes then.)
+                            if !scaling && m.phase() == &Phase::Idle && !m.queue().window_open {
                                 prop_assert!(m.queue().increase.is_empty(), "queued work stranded: {:?}", m);
+                                prop_assert!(m.queue().remove.is_empty(), "queued removals stranded: {:?}", m);
                             }
                         }
                         Step::Cleanup => m.cleanup(),
@@ -2017,8 +2638,16 @@ mod tests {
                         );
                         prop_assert_eq!(m.phase().name(), "submitting");
                     }
-                    let floor = (m.queue().increase.len() + m.failed().len()) as u32;
+                    let failed_placeholders = m.failed().iter().filter(|f| f.vm_id.is_none()).count();
+                    let floor = (m.queue().increase.len() + failed_placeholders) as u32;
                     prop_assert!(m.target().unwrap_or(0) >= floor);
+                    prop_assert_eq!(m.target(), Some(listed_not_deleting(&m)), "target = listed instances not Deleting, after {:?}", s);
+                    let mut sent_twice = std::collections::HashSet::new();
+                    for r in &m.queue().remove {
+                        prop_assert!(sent_twice.insert(r.vm_id.clone()), "a VM queued twice");
+                        let in_flight = matches!(m.phase().op().map(|o| &o.kind), Some(OpKind::Remove { vm_ids, .. }) if vm_ids.contains(&r.vm_id));
+                        prop_assert!(!in_flight, "a VM queued while its removal is in flight");
+                    }
                 }
             }
         }

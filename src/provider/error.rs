@@ -89,6 +89,10 @@ pub enum Error {
     /// NodeGroupGetOptions has no overrides for the group (the autoscaler's flags apply).
     #[error("{0}")]
     NoOptions(String),
+    /// The merged removal request a DeleteNodes joined failed (every caller of the window
+    /// hears the one outcome).
+    #[error("{0}")]
+    Batch(std::sync::Arc<Error>),
     /// A bug or a task that ended abnormally.
     #[error("{0}")]
     Internal(String),

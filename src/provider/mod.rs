@@ -74,6 +74,10 @@ pub struct Settings {
     /// one hour by default); a job still running after it is polled rarely, and stays the
     /// group's operation. Also how far back `listAsyncJobs` is searched for a running job.
     pub job_max_follow: Duration,
+    /// How long DeleteNodes calls arriving at rest are collected into one `nodeids` request
+    /// (the autoscaler sends one call per node, in parallel). Capped by the first call's
+    /// deadline.
+    pub removal_window: Duration,
     /// GPULabel answer.
     pub gpu_label: String,
     /// GetAvailableGPUTypes answer.
@@ -93,6 +97,7 @@ impl Settings {
             alert_scaling: AlertScalingMode::Auto,
             failed_instance_ttl: Duration::from_secs(30 * 60),
             job_max_follow: Duration::from_secs(2 * 3600),
+            removal_window: Duration::from_millis(500),
             gpu_label: String::new(),
             gpu_types: Vec::new(),
         }
@@ -111,6 +116,8 @@ pub(crate) struct GroupState {
     pub sample_labels: Option<std::collections::BTreeMap<String, String>>,
     /// Answers derived from the fields above; see [`Views`].
     pub views: Views,
+    /// The outcome of the open removal window, for DeleteNodes calls joining it.
+    pub removal_window: Option<tokio::sync::watch::Receiver<ops::WindowOutcome>>,
 }
 
 /// Read answers derived from a group's state (instances, placeholders, the debug line),
@@ -272,6 +279,7 @@ impl Provider {
                         worker_offering: None,
                         sample_labels: None,
                         views: Views::default(),
+                        removal_window: None,
                     }),
                     poke: tokio::sync::Notify::new(),
                 }
@@ -410,6 +418,10 @@ impl Provider {
                     tokio::spawn(async move { p.submit_queued(gi, request).await });
                 }
                 Effect::FindJob => self.find_and_follow(gi).await,
+                Effect::RemovalDropped { vms, reason } => {
+                    tracing::warn!(group = %self.group_label(gi), vms = %vms.join(","),
+                        "accepted node removals were not carried out; the nodes stay until the autoscaler deletes them again: {reason}");
+                }
             }
         }
     }

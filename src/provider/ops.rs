@@ -7,11 +7,12 @@
 use super::{Error, Provider, Result, before, now};
 use crate::cloudstack::CsError;
 use crate::cloudstack::types::JobOutcome;
-use crate::domain::cluster::IndexedSnapshot;
-use crate::domain::machine::{Admission, JobEnd, NodeRef, ScaleError, Started};
+use crate::domain::cluster::{ClusterState, IndexedSnapshot};
+use crate::domain::machine::{Accepted, Admission, Effect, JobEnd, NodeRef, ScaleError, Started};
 use crate::domain::rules::ScaleRequest;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::watch;
 use tokio::time::{Instant, timeout_at};
 
 impl Provider {
@@ -174,7 +175,7 @@ impl Provider {
         g.lock().scale.submission_answered(job_id.clone(), now());
         tracing::info!(group = %label, job = %job_id, "scale job accepted by CloudStack");
         if let Some(d) = deadline
-            && let Some(end) = self.watch(&job_id, d).await
+            && let Some(end) = self.watch(gi, &job_id, d).await
         {
             return self.failed_in_watch(gi, &job_id, end, d).await;
         }
@@ -182,22 +183,21 @@ impl Provider {
         Ok(())
     }
 
-    /// Polls a just-accepted job for `scale_watch` (capped by the deadline): CloudStack
-    /// validates inside the job, so a refusal shows as a job failing at once. Returns the
-    /// failure, or `None` when the job still runs or succeeded.
-    async fn watch(&self, job_id: &str, deadline: Instant) -> Option<JobEnd> {
+    /// Watches a just-accepted job until it is past CloudStack's validation, which runs
+    /// inside the job: the job failed (a refusal), ended, or the cluster shows Scaling (the
+    /// job moves it there once validated). Bounded by `scale_watch` and the deadline. Returns
+    /// the failure, or `None` when the job runs past validation, succeeded, or the watch
+    /// ran out.
+    async fn watch(&self, gi: usize, job_id: &str, deadline: Instant) -> Option<JobEnd> {
         let until = (Instant::now() + self.inner.settings.scale_watch).min(before(deadline));
-        let step = Duration::from_millis(100).max(
-            self.inner
-                .settings
-                .job_poll_interval
-                .min(Duration::from_millis(400)),
-        );
+        // Validation usually takes a moment: look soon, then at a steady pace.
+        let mut step = Duration::from_millis(50);
         loop {
             if Instant::now() + step >= until {
                 return None;
             }
             tokio::time::sleep(step).await;
+            step = Duration::from_millis(100);
             let Ok(Ok(job)) = timeout_at(until, self.inner.cs.query_job(job_id)).await else {
                 return None;
             };
@@ -214,6 +214,11 @@ impl Provider {
                     });
                 }
                 JobOutcome::Cancelled => return Some(JobEnd::Cancelled),
+            }
+            match timeout_at(until, self.fetch_group(gi)).await {
+                Ok(Ok(snap)) if snap.snap.state == ClusterState::Scaling => return None,
+                Ok(_) => {}
+                Err(_) => return None,
             }
         }
     }
@@ -278,7 +283,12 @@ impl Provider {
         }
     }
 
-    /// NodeGroupDeleteNodes.
+    /// NodeGroupDeleteNodes. The real autoscaler sends one call per node, several at once
+    /// (`core/scaledown/actuation/actuator.go` `deleteNodesAsync`): each call is validated
+    /// and queued by the machine, and answered OK once queued. Calls at rest are collected for
+    /// `removal_window` and sent as one `nodeids` request; each such call waits for that
+    /// request's answer within its deadline, so CloudStack's refusal reaches every caller.
+    /// Calls arriving while a job runs are answered at once and go out together when it ends.
     pub async fn delete_nodes(
         &self,
         id: &str,
@@ -292,35 +302,92 @@ impl Provider {
         }
         let (gi, g) = self.group(id)?;
         let (min, _) = self.bounds(gi);
-        // Decided under the lock; the error is named after it is released (naming the group
-        // reads the state again).
-        let planned = {
+        let alert = self.alert_scaling();
+        // Decided under the lock, with the window's channel made or joined in the same
+        // critical section; the error is named after it is released (naming the group reads
+        // the state again).
+        let (accepted, outcome) = {
             let mut st = g.lock();
-            st.scale.plan_removal(&nodes, min).and_then(|plan| {
-                if plan.vms.is_empty() {
-                    st.scale.apply_drops(&plan.drops, &plan.vms);
-                    return Ok(None);
+            match st.scale.accept_removal(&nodes, min, &alert, now()) {
+                Ok(Accepted::OpensWindow) => {
+                    let (tx, rx) = watch::channel(None);
+                    st.removal_window = Some(rx.clone());
+                    (Ok(Accepted::OpensWindow), Some((rx, Some(tx))))
                 }
-                st.scale.check_idle_for_removal().map(|()| Some(plan))
-            })
+                Ok(Accepted::JoinsWindow) => {
+                    let rx = st.removal_window.clone();
+                    (Ok(Accepted::JoinsWindow), rx.map(|rx| (rx, None)))
+                }
+                other => (other, None),
+            }
         };
-        let Some(plan) = planned.map_err(|e| self.scale_error(gi, e))? else {
+        let accepted = accepted.map_err(|e| self.scale_error(gi, e))?;
+        tracing::info!(group = %self.group_label(gi), nodes = nodes.len(), ?accepted, "scale-down: nodes accepted for removal");
+        let Some((mut rx, tx)) = outcome else {
             return Ok(());
         };
-        self.fresh_snapshot(gi, deadline).await?;
-        let alert = self.alert_scaling();
-        let started = g.lock().scale.start_removal(plan, &alert, now());
-        match started.map_err(|e| self.scale_error(gi, e))? {
-            Started::Submit(request) => {
-                tracing::info!(group = %self.group_label(gi), ?request, "scale-down: sending scaleKubernetesCluster nodeids");
-                self.submit(gi, request, Some(deadline)).await
-            }
-            Started::Queued | Started::Done => Ok(()),
+        if let Some(tx) = tx {
+            let p = self.clone();
+            tokio::spawn(async move { p.close_window(gi, tx, deadline).await });
+        }
+        match timeout_at(before(deadline), rx.wait_for(Option::is_some)).await {
+            Ok(Ok(done)) => match done.as_ref() {
+                Some(Err(e)) => Err(Error::Batch(e.clone())),
+                _ => Ok(()),
+            },
+            // The merged request is still on its way: the nodes stay queued and are sent.
+            _ => Ok(()),
         }
     }
 
-    /// NodeGroupDecreaseTargetSize: cancels only requested nodes that do not exist and will
-    /// not be created (queued requests, failed scale-up placeholders).
+    /// Ends a removal window: after `removal_window` (or before the first caller's deadline),
+    /// on a fresh snapshot, the queued removals go out as one request; every caller of the
+    /// window hears the outcome. Runs in a task of its own: a caller giving up never strands
+    /// the queue.
+    async fn close_window(&self, gi: usize, tx: WindowSender, deadline: Instant) {
+        let g = &self.inner.groups[gi];
+        let window_end = Instant::now() + self.inner.settings.removal_window;
+        tokio::time::sleep_until(window_end.min(before(deadline))).await;
+        let outcome = match self.fresh_snapshot(gi, deadline).await {
+            Err(e) => {
+                let mut st = g.lock();
+                st.scale.abort_window();
+                st.removal_window = None;
+                Err(e)
+            }
+            Ok(_) => {
+                let alert = self.alert_scaling();
+                let closed = {
+                    let mut st = g.lock();
+                    st.removal_window = None;
+                    st.scale.close_window(&alert, now())
+                };
+                match closed.map_err(|e| self.scale_error(gi, e)) {
+                    Err(e) => Err(e),
+                    Ok(effects) => {
+                        let mut result = Ok(());
+                        for effect in effects {
+                            if let Effect::Submit(request) = effect {
+                                tracing::info!(group = %self.group_label(gi), ?request, "scale-down: sending scaleKubernetesCluster nodeids");
+                                result = self.submit(gi, request, Some(deadline)).await;
+                            }
+                        }
+                        result
+                    }
+                }
+            }
+        };
+        if let Err(e) = &outcome {
+            tracing::warn!(group = %self.group_label(gi), error = %e, "the removals of this window were not sent");
+        }
+        tx.send_replace(Some(outcome.map_err(Arc::new)));
+    }
+
+    /// NodeGroupDecreaseTargetSize: cancels requested nodes that do not exist and will not be
+    /// created (queued requests, failed scale-up placeholders), as many as asked and no more
+    /// than there are, and answers OK: the real core's `fixNodeGroupSize` asks for more
+    /// whenever an instance without a node is among what it counts, and aborts its whole
+    /// loop on an error (docs/decrease-target-size.md).
     pub async fn decrease_target_size(&self, id: &str, delta: i32) -> Result<()> {
         if delta >= 0 {
             return Err(Error::InvalidArgument(format!(
@@ -328,9 +395,17 @@ impl Provider {
             )));
         }
         let (gi, g) = self.group(id)?;
-        let decreased = g.lock().scale.decrease_target(delta.unsigned_abs());
-        decreased.map_err(|e| self.scale_error(gi, e))?;
-        tracing::info!(group = %self.group_label(gi), delta, "target size decreased (requests cancelled)");
+        let d = g.lock().scale.decrease_target(delta.unsigned_abs());
+        if d.cancelled < d.asked {
+            tracing::info!(group = %self.group_label(gi), asked = d.asked, cancelled = d.cancelled,
+                "DecreaseTargetSize: cancelled every requested node that does not exist yet; the rest exists or is being created and is not cancelled");
+        } else {
+            tracing::info!(group = %self.group_label(gi), cancelled = d.cancelled, "target size decreased (requests cancelled)");
+        }
         Ok(())
     }
 }
+
+/// The outcome of a removal window, shared by its callers.
+pub(crate) type WindowOutcome = Option<std::result::Result<(), Arc<Error>>>;
+type WindowSender = watch::Sender<WindowOutcome>;

@@ -90,6 +90,7 @@ pub fn fast_settings(cluster_id: &str, min: u32, max: u32) -> Settings {
     s.job_poll_interval = Duration::from_millis(20);
     s.refresh_min_interval = Duration::ZERO;
     s.scale_watch = Duration::from_millis(300);
+    s.removal_window = Duration::from_millis(50);
     s.staleness_bound = Duration::from_secs(60);
     s
 }

@@ -1,0 +1,228 @@
+//! Scale-down as the real cluster-autoscaler sends it: one NodeGroupDeleteNodes per node, in
+//! parallel (`core/scaledown/actuation/actuator.go` `deleteNodesAsync`, one
+//! `group_deletion_scheduler.go` `ScheduleDeletion` per node), several in one loop and more
+//! while a removal job runs. Every call that names a removable node is accepted; CloudStack
+//! gets as few `nodeids` requests as possible. Also: IncreaseSize answers as soon as
+//! CloudStack's job is past validation.
+
+use cks_autoscaler_provider::pb;
+use cks_autoscaler_provider::sim::{ClusterSpec, Scenario, SimConfig, VmState};
+use cks_autoscaler_provider::testkit::stack::*;
+use cks_autoscaler_provider::testkit::*;
+use std::collections::BTreeSet;
+use std::time::Duration;
+use tokio::time::Instant;
+use tonic::Code;
+
+/// A Running cluster "pool" with `workers` workers and no CKS autoscaling (the `--nodes`
+/// bounds apply).
+fn pool(workers: u64) -> SimConfig {
+    let mut cfg = sim_config();
+    cfg.scenario = Scenario::with_cluster(ClusterSpec::new("pool", 1, workers));
+    cfg
+}
+
+fn worker_node(w: &(String, String, VmState)) -> pb::ExternalGrpcNode {
+    node(&format!("external-cloudstack://{}", w.0), &w.1)
+}
+
+/// DeleteNodes for each node in its own concurrent call, as the autoscaler sends them.
+async fn delete_each(env: &Stack, nodes: &[pb::ExternalGrpcNode]) -> Vec<Result<(), Code>> {
+    let tasks: Vec<_> = nodes
+        .iter()
+        .map(|n| {
+            let mut c = env.client.clone();
+            let req = with_deadline(
+                pb::NodeGroupDeleteNodesRequest {
+                    nodes: vec![n.clone()],
+                    id: env.cluster_id.clone(),
+                },
+                Duration::from_secs(5),
+            );
+            tokio::spawn(async move {
+                c.node_group_delete_nodes(req)
+                    .await
+                    .map(|_| ())
+                    .map_err(|s| s.code())
+            })
+        })
+        .collect();
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await.expect("task"));
+    }
+    out
+}
+
+/// The VM ids of every `nodeids` request CloudStack got, one set per request.
+fn removal_requests(env: &Stack) -> Vec<BTreeSet<String>> {
+    env.scale_requests()
+        .iter()
+        .filter_map(|r| r.get("nodeids"))
+        .map(|ids| ids.split(',').map(str::to_string).collect())
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn per_node_deletions_sent_together_become_one_request() {
+    let mut env = Stack::refreshed(pool(8), "pool", |s| s.groups[0].min = 1).await;
+    let victims: Vec<_> = env.workers().into_iter().take(5).collect();
+    let nodes: Vec<_> = victims.iter().map(worker_node).collect();
+    let answers = delete_each(&env, &nodes).await;
+    assert_eq!(answers, vec![Ok(()); 5], "every per-node call is accepted");
+    assert_eq!(
+        env.target().await,
+        3,
+        "the target drops at once for all five"
+    );
+    let want: BTreeSet<String> = victims.iter().map(|v| v.0.clone()).collect();
+    assert_eq!(
+        removal_requests(&env),
+        vec![want.clone()],
+        "one CloudStack request"
+    );
+    wait_until("the five VMs to be gone", async || {
+        let left: BTreeSet<String> = env.workers().into_iter().map(|w| w.0).collect();
+        left.is_disjoint(&want) && env.sim.running_jobs(&env.cluster_id) == 0
+    })
+    .await;
+    env.wait_provider_settled().await;
+    assert_eq!(env.target().await, 3);
+    assert_eq!(removal_requests(&env).len(), 1, "nothing sent twice");
+    env.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn deletions_while_a_removal_runs_go_out_together_when_it_ends() {
+    let mut cfg = pool(8);
+    cfg.settings.job_duration = Duration::from_secs(3);
+    let mut env = Stack::refreshed(cfg, "pool", |s| s.groups[0].min = 1).await;
+    let ws = env.workers();
+    env.delete(vec![worker_node(&ws[0])]).await.expect("first");
+    assert_eq!(removal_requests(&env).len(), 1);
+    assert_eq!(env.sim.running_jobs(&env.cluster_id), 1);
+    // Three more, and the first one again, while its job runs: all accepted at once.
+    let more: Vec<_> = [&ws[1], &ws[2], &ws[3], &ws[0]]
+        .into_iter()
+        .map(worker_node)
+        .collect();
+    let started = Instant::now();
+    assert_eq!(delete_each(&env, &more).await, vec![Ok(()); 4]);
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "answered without waiting for the job: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(env.target().await, 4);
+    assert_eq!(
+        removal_requests(&env).len(),
+        1,
+        "nothing sent while the job runs"
+    );
+    wait_until("the queued three to be sent and done", async || {
+        assert!(
+            env.sim.running_jobs(&env.cluster_id) <= 1,
+            "two jobs at once"
+        );
+        removal_requests(&env).len() == 2
+            && env.sim.running_jobs(&env.cluster_id) == 0
+            && env.cluster_state() == "Running"
+    })
+    .await;
+    let sent = removal_requests(&env);
+    let want: BTreeSet<String> = [&ws[1], &ws[2], &ws[3]]
+        .iter()
+        .map(|w| w.0.clone())
+        .collect();
+    assert_eq!(
+        sent[1], want,
+        "the queued ones together, the first not again"
+    );
+    env.wait_provider_settled().await;
+    assert_eq!(env.target().await, 4);
+    assert_eq!(env.cluster_size(), 4);
+    env.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_minimum_and_the_last_worker_hold_against_everything_queued() {
+    let mut env = Stack::refreshed(pool(5), "pool", |s| s.groups[0].min = 3).await;
+    let nodes: Vec<_> = env.workers().iter().map(worker_node).collect();
+    let answers = delete_each(&env, &nodes[..3]).await;
+    let ok = answers.iter().filter(|a| a.is_ok()).count();
+    assert_eq!(ok, 2, "{answers:?}");
+    assert!(
+        answers
+            .iter()
+            .all(|a| a.is_ok() || *a == Err(Code::FailedPrecondition)),
+        "{answers:?}"
+    );
+    assert_eq!(env.target().await, 3);
+    assert_eq!(removal_requests(&env).len(), 1);
+    assert_eq!(removal_requests(&env)[0].len(), 2);
+    env.shutdown().await;
+
+    // min 0: never the last worker, counting what is queued.
+    let mut env = Stack::refreshed(pool(3), "pool", |s| s.groups[0].min = 0).await;
+    let nodes: Vec<_> = env.workers().iter().map(worker_node).collect();
+    let answers = delete_each(&env, &nodes).await;
+    assert_eq!(
+        answers.iter().filter(|a| a.is_ok()).count(),
+        2,
+        "{answers:?}"
+    );
+    assert_eq!(env.target().await, 1);
+    env.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_window_the_rules_refuse_when_it_closes_fails_every_caller_and_keeps_the_nodes() {
+    let mut env = Stack::refreshed(pool(6), "pool", |s| {
+        s.groups[0].min = 1;
+        // A window long enough for the cluster to change before it closes.
+        s.removal_window = Duration::from_millis(500);
+    })
+    .await;
+    let nodes: Vec<_> = env.workers().iter().take(2).map(worker_node).collect();
+    let (control_id, _) = env.control();
+    let calls = {
+        let env = &env;
+        let nodes = nodes.clone();
+        async move { delete_each(env, &nodes).await }
+    };
+    let stop_control = async {
+        // While the window collects: the control VM goes down and the cluster to Alert
+        // (CKS Alert rule 4 then refuses every request).
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        env.sim.set_vm_state(&control_id, VmState::Stopped);
+        env.sim.scan_now();
+    };
+    let (answers, ()) = tokio::join!(calls, stop_control);
+    assert_eq!(answers, vec![Err(Code::FailedPrecondition); 2]);
+    assert!(
+        removal_requests(&env).is_empty(),
+        "nothing reached CloudStack"
+    );
+    assert_eq!(env.target().await, 6, "the nodes stay in the target");
+    env.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn increase_size_answers_once_the_job_is_past_validation() {
+    let mut cfg = pool(3);
+    cfg.settings.job_duration = Duration::from_secs(30);
+    let mut env = Stack::refreshed(cfg, "pool", |s| {
+        s.scale_watch = Duration::from_millis(1500);
+    })
+    .await;
+    let started = Instant::now();
+    env.increase(1).await.expect("increase");
+    let took = started.elapsed();
+    assert_eq!(env.cluster_state(), "Scaling");
+    assert!(
+        took < Duration::from_millis(500),
+        "answered {took:?} after the request, not at the end of the 1.5 s watch"
+    );
+    assert_eq!(env.target().await, 4);
+    env.shutdown().await;
+}
