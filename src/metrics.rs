@@ -63,6 +63,12 @@ pub fn record_job(kind: &'static str, outcome: &'static str) {
         .increment(1);
 }
 
+/// Records accepted node removals that were not carried out (the merged request refused, or
+/// its job failed with these nodes left).
+pub fn record_removals_dropped(count: usize) {
+    metrics::counter!("cks_provider_removals_dropped_total").increment(count as u64);
+}
+
 /// One node group's state as the gauges show it, read at scrape time.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct GroupGauges {

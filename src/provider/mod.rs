@@ -408,7 +408,7 @@ impl Provider {
 
     /// Carries out what the machine asked for. `FindJob` is awaited (so a Refresh answers
     /// with the adopted job counted); requests are sent by tasks of their own.
-    async fn run_effects(&self, gi: usize, effects: Vec<Effect>) {
+    pub(crate) async fn run_effects(&self, gi: usize, effects: Vec<Effect>) {
         for effect in effects {
             match effect {
                 Effect::PollNow => self.inner.groups[gi].poke.notify_one(),
@@ -419,6 +419,7 @@ impl Provider {
                 }
                 Effect::FindJob => self.find_and_follow(gi).await,
                 Effect::RemovalDropped { vms, reason } => {
+                    crate::metrics::record_removals_dropped(vms.len());
                     tracing::warn!(group = %self.group_label(gi), vms = %vms.join(","),
                         "accepted node removals were not carried out; the nodes stay until the autoscaler deletes them again: {reason}");
                 }

@@ -366,12 +366,20 @@ impl Provider {
                     Err(e) => Err(e),
                     Ok(effects) => {
                         let mut result = Ok(());
+                        let mut others = Vec::new();
                         for effect in effects {
-                            if let Effect::Submit(request) = effect {
-                                tracing::info!(group = %self.group_label(gi), ?request, "scale-down: sending scaleKubernetesCluster nodeids");
-                                result = self.submit(gi, request, Some(deadline)).await;
+                            match effect {
+                                // The window's own request: its callers hear the answer.
+                                Effect::Submit(request @ ScaleRequest::RemoveNodes { .. }) => {
+                                    tracing::info!(group = %self.group_label(gi), ?request, "scale-down: sending scaleKubernetesCluster nodeids");
+                                    result = self.submit(gi, request, Some(deadline)).await;
+                                }
+                                // Increases that waited for the window (nothing was left to
+                                // remove) go as queued work does.
+                                other => others.push(other),
                             }
                         }
+                        self.run_effects(gi, others).await;
                         result
                     }
                 }
