@@ -200,6 +200,9 @@ pub struct QueuedRemoval {
     /// Its name, lower-cased (a later DeleteNodes may name it so).
     pub name: String,
     pub since: Instant,
+    /// Accepted into the collection window (its callers wait for the window's answer), not
+    /// behind an operation in flight (its caller was answered at once).
+    pub in_window: bool,
 }
 
 /// The outcome of an accepted DeleteNodes.
@@ -852,6 +855,7 @@ impl ScaleMachine {
                 vm_id,
                 name,
                 since: now,
+                in_window: at_rest,
             });
         }
         Ok(if !at_rest {
@@ -1007,10 +1011,11 @@ impl ScaleMachine {
     }
 
     /// The window's removals cannot be decided (no fresh snapshot): they are dropped, so the
-    /// callers' error is the whole truth.
+    /// callers' error is the whole truth. Removals accepted behind an operation that started
+    /// meanwhile (their callers were answered OK) stay queued.
     pub fn abort_window(&mut self) {
         if std::mem::take(&mut self.queue.window_open) {
-            self.queue.remove.clear();
+            self.queue.remove.retain(|r| !r.in_window);
         }
     }
 
