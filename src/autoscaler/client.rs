@@ -515,7 +515,8 @@ impl ExternalGrpcClient {
 
     /// NodeGroupTemplateNodeInfo's node bytes, from the field this client's generation reads
     /// ([`WireGeneration::template_node`]; empty when that field is), from the cache when this
-    /// Refresh already got them.
+    /// Refresh already got them. For a 1.28 client an Unimplemented answer comes back as an
+    /// `Unknown` error, which the engine treats as the real core does.
     pub(crate) async fn template_node_info(
         &mut self,
         id: &str,
@@ -539,7 +540,24 @@ impl ExternalGrpcClient {
             outcome: timed.outcome.map(|r| generation.template_node(&r).to_vec()),
             latency: timed.latency,
         };
-        let result = timed.outcome.clone();
+        let result = match timed.outcome.clone() {
+            // 1.28's `NodeGroup.TemplateNodeInfo` returns the gRPC error as it came, and the
+            // core skips a group only on `cloudprovider.ErrNotImplemented`: for it an
+            // Unimplemented answer is an error like any other (the timeline keeps the real code).
+            Err(e)
+                if e.code == tonic::Code::Unimplemented
+                    && !generation.understands_unimplemented() =>
+            {
+                Err(RpcError {
+                    code: tonic::Code::Unknown,
+                    message: format!(
+                        "{} (cluster-autoscaler 1.28 takes Unimplemented for an error)",
+                        e.message
+                    ),
+                })
+            }
+            other => other,
+        };
         if let Ok(bytes) = &result {
             self.templates.insert(id.to_owned(), bytes.clone());
         }
@@ -1019,6 +1037,47 @@ mod tests {
                 Ok(OptionsAnswer::Flags),
                 "{generation:?}"
             );
+        }
+        stack.shutdown().await;
+    }
+
+    /// A provider without template nodes answers Unimplemented: from 1.29 the group is skipped,
+    /// 1.28 takes it for an error (its loop fails while the group has no node to copy).
+    #[tokio::test(start_paused = true)]
+    async fn only_1_28_takes_an_unimplemented_template_for_an_error() {
+        let stack = Stack::start_with_extras(
+            sim_config(),
+            "demo",
+            |_| {},
+            Arc::new(ProviderExtras::without_template()),
+        )
+        .await;
+        for generation in WireGeneration::ALL {
+            let mut client = ExternalGrpcClient::with_generation(
+                stack.client.clone(),
+                Duration::from_secs(5),
+                generation,
+            );
+            let mut rec = Recorder::new();
+            client.refresh(&mut rec).await.expect("Refresh");
+            let err = client
+                .template_node_info(&stack.cluster_id, &mut rec)
+                .await
+                .expect_err("no templates");
+            let want = if generation == WireGeneration::V1_28 {
+                tonic::Code::Unknown
+            } else {
+                tonic::Code::Unimplemented
+            };
+            assert_eq!(err.code, want, "{generation:?}: {err}");
+            let recorded = rec.timeline.events.iter().find_map(|e| match &e.kind {
+                EventKind::Call(c) => match (&c.request, &c.outcome) {
+                    (Request::NodeGroupTemplateNodeInfo { .. }, Err(e)) => Some(e.code),
+                    _ => None,
+                },
+                _ => None,
+            });
+            assert_eq!(recorded, Some(tonic::Code::Unimplemented), "{generation:?}");
         }
         stack.shutdown().await;
     }
