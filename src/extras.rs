@@ -2,13 +2,18 @@
 //! [`crate::template`] from the worker offering read at Refresh) and NodeGroupGetOptions
 //! (per-cluster overrides from [`crate::options`]).
 
-use crate::options::{OptionOverrides, merged_options};
+use crate::options::{OptionOverrides, merged_options, sent_by_release_1_28};
 use crate::pb;
 use crate::provider::{Error, Provider, Result};
 use crate::template::{
     TemplateInput, TemplateSettings, build_template_node, encode_node, gpu_from_offering,
 };
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Set once the 1.28 warning of [`ProviderExtras::get_options`] has been logged (it would
+/// otherwise come for every node in every loop).
+static WARNED_1_28_OVERRIDES: AtomicBool = AtomicBool::new(false);
 
 /// Template settings and option overrides for every group.
 #[derive(Debug, Clone)]
@@ -85,13 +90,14 @@ impl ProviderExtras {
         }
     }
 
-    /// NodeGroupTemplateNodeInfo: the encoded template node (`k8s.io.api.core.v1.Node`).
+    /// NodeGroupTemplateNodeInfo: the encoded template node (`k8s.io.api.core.v1.Node`), which
+    /// the gRPC layer sends in both template fields (1 for releases up to 1.34.1, 2 from 1.34.2).
     ///
     /// Any code but Unimplemented makes the autoscaler abort its whole loop (every group,
     /// scale-down included) for as long as a group has no node to copy; Unimplemented makes
-    /// it fall back to a not-ready node of the group or skip only this group. So a template
-    /// that cannot be built is [`Error::NoTemplate`], with the reason in the message and the
-    /// log.
+    /// it fall back to a not-ready node of the group or skip only this group (from 1.29; 1.28
+    /// takes Unimplemented for an error like any other). So a template that cannot be built is
+    /// [`Error::NoTemplate`], with the reason in the message and the log.
     pub fn template_node_info(&self, provider: &Provider, group_id: &str) -> Result<Vec<u8>> {
         provider.has_group(group_id)?;
         let built = match &self.template {
@@ -118,16 +124,34 @@ impl ProviderExtras {
         })
     }
 
-    /// NodeGroupGetOptions: the request's defaults with this group's overrides applied.
+    /// NodeGroupGetOptions: the request's defaults with this group's overrides applied, each
+    /// duration in both of its fields (see [`crate::options`]). `Ok(None)`, an answer without
+    /// options, is for a 1.28 autoscaler, which then applies its flags: it takes Unimplemented
+    /// for an error, and options answered would set its max node provision time to 0.
     pub fn get_options(
         &self,
         provider: &Provider,
         request: &pb::NodeGroupAutoscalingOptionsRequest,
-    ) -> Result<pb::NodeGroupAutoscalingOptions> {
+    ) -> Result<Option<pb::NodeGroupAutoscalingOptions>> {
         provider.has_group(&request.id)?;
-        match self.overrides_for(provider, &request.id) {
-            Some(o) if !o.is_empty() => Ok(merged_options(request.defaults.as_ref(), o)),
-            _ => Err(Error::NoOptions(
+        let overrides = self
+            .overrides_for(provider, &request.id)
+            .filter(|o| !o.is_empty());
+        if sent_by_release_1_28(request) {
+            if overrides.is_some() && !WARNED_1_28_OVERRIDES.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    group = %request.id,
+                    "a cluster-autoscaler 1.28 asks for options: the --node-group-options \
+                     overrides do not apply to it (its client reads no max node provision time, \
+                     so any options answered would make it 0); it uses its own flags. Run the \
+                     autoscaler release of your Kubernetes minor, 1.29 or later, to use overrides"
+                );
+            }
+            return Ok(None);
+        }
+        match overrides {
+            Some(o) => Ok(Some(merged_options(request.defaults.as_ref(), o))),
+            None => Err(Error::NoOptions(
                 "no option overrides for this node group: the autoscaler's own flags apply".into(),
             )),
         }

@@ -334,9 +334,12 @@ impl CloudProvider for CloudProviderService {
             let node_bytes = self
                 .extras
                 .template_node_info(&self.provider, &request.get_ref().id)?;
+            // The same Node in both fields: releases up to 1.34.1 read field 1 (declared as a
+            // v1.Node message upstream, as bytes here: the encoding is the same), releases
+            // from 1.34.2 field 2.
             Ok(pb::NodeGroupTemplateNodeInfoResponse {
+                node_info: node_bytes.clone(),
                 node_bytes,
-                resource_slice_bytes: Vec::new(),
             })
         })
         .await
@@ -347,9 +350,11 @@ impl CloudProvider for CloudProviderService {
         request: Request<pb::NodeGroupAutoscalingOptionsRequest>,
     ) -> Result<Response<pb::NodeGroupAutoscalingOptionsResponse>, Status> {
         observed("NodeGroupGetOptions", async {
+            // `None` (for a 1.28 autoscaler) is an answer without options: that client then
+            // applies its own flags.
             let options = self.extras.get_options(&self.provider, request.get_ref())?;
             Ok(pb::NodeGroupAutoscalingOptionsResponse {
-                node_group_autoscaling_options: Some(options),
+                node_group_autoscaling_options: options,
             })
         })
         .await

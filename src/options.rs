@@ -2,7 +2,8 @@
 //!
 //! This module owns the pure logic: the override set ([`OptionOverrides`]), its command-line
 //! form ([`parse_overrides_spec`]), its validation, the merge with the defaults the autoscaler
-//! sends ([`merged_options`]) and the start-up warning ([`startup_warning`]). It does no I/O;
+//! sends ([`merged_options`]), the wire generations of the option message ([`GroupOptions`],
+//! [`sent_by_release_1_28`]) and the start-up warning ([`startup_warning`]). It does no I/O;
 //! the gRPC layer answers from a precomputed map because the autoscaler calls NodeGroupGetOptions
 //! for every node in every loop and never caches the answer.
 //!
@@ -11,9 +12,8 @@
 //! 1. **Unset fields become zero.** The autoscaler's client takes the response message as the
 //!    complete option set: any field left unset arrives as 0 (a scale-down-unneeded time of 0 s
 //!    means "scale down at once"). So every field that is not overridden must echo the
-//!    `defaults` the request carries. [`merged_options`] starts from those defaults (all fields,
-//!    including `maxNodeStartupDuration` (11) and `allowNonAtomicScaleUpToMax` (12), so that an
-//!    autoscaler that sends them gets them back) and only then applies overrides.
+//!    `defaults` the request carries. [`merged_options`] starts from those defaults and only
+//!    then applies overrides.
 //! 2. **Max node startup time becomes 0.** The autoscaler's externalgrpc client reads no
 //!    max-node-startup time from the response (kubernetes/autoscaler#10245), so whenever a
 //!    provider returns options at all, that group's max node startup time is 0: nodes that
@@ -23,6 +23,31 @@
 //!    provider side, so: with no overrides configured the provider answers UNIMPLEMENTED (the
 //!    autoscaler keeps its own flags, startup time included), and with overrides configured it
 //!    logs [`startup_warning`] once at start.
+//!
+//! # Wire generations
+//!
+//! The three durations travel in two sets of fields (`externalgrpc_node_group.go`,
+//! `NodeGroup.GetOptions`, at each upstream tag):
+//!
+//! | release | sends in `defaults` | reads from the answer |
+//! |---|---|---|
+//! | 1.28.x | 3, 4 (meta.v1.Duration, nanoseconds) | 1-4 |
+//! | 1.29.0 to 1.32.x | 3, 4, 5 | 1-5 |
+//! | 1.33.0 to 1.34.1 | 3, 4, 5 | 1-7 |
+//! | 1.34.2 to 1.34.x | 3-5 and 8-10 (google.protobuf.Duration) | 8-10, each falling back to 3-5 |
+//! | 1.35.0 onward | 8, 9, 10 | 8-10 |
+//!
+//! Releases up to 1.34.1 dereference fields 3-5 of an answer without a nil check, so an answer
+//! without them crashes the autoscaler; 1.35 ignores them. So the defaults are read from
+//! whichever set came ([`GroupOptions::from_wire`]) and the answer carries both
+//! ([`GroupOptions::to_wire`]).
+//!
+//! 1.28 is special twice over: its client maps no gRPC code to "not implemented" (an
+//! UNIMPLEMENTED answer is an error for every option the core asks about: no scale-down, no
+//! scale-up tracking), and it reads no max node provision time from an answer (any options
+//! answered make it 0: every scale-up times out at once). Its requests are recognised
+//! ([`sent_by_release_1_28`]) and answered OK with no options, which its client turns into "use
+//! the flags" (`pbOpts == nil`); overrides cannot apply to it.
 
 use std::time::Duration;
 
@@ -42,25 +67,138 @@ use crate::pb;
 /// scale job times out (`cloud.kubernetes.cluster.scale.timeout`, one hour by default).
 pub const RECOMMENDED_MAX_NODE_PROVISION: Duration = Duration::from_secs(25 * 60);
 
-/// The cluster-autoscaler's own flag defaults for the per-group options
-/// (`--scale-down-utilization-threshold=0.5`, `--scale-down-gpu-utilization-threshold=0.5`,
-/// `--scale-down-unneeded-time=10m`, `--scale-down-unready-time=20m`,
-/// `--max-node-provision-time=15m`, `--ignore-daemonsets-utilization=false`, zero-or-max off).
-/// Used only when a request carries no `defaults`, which the autoscaler's client always sends;
-/// falling back to these beats echoing zeros. Fields 11 and 12 stay unset: there is no flag
-/// value to echo.
-pub fn autoscaler_flag_defaults() -> pb::NodeGroupAutoscalingOptions {
-    pb::NodeGroupAutoscalingOptions {
+/// One group's options as the autoscaler uses them, whichever fields carried them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GroupOptions {
+    /// `scaleDownUtilizationThreshold` (field 1).
+    pub scale_down_utilization_threshold: f64,
+    /// `scaleDownGpuUtilizationThreshold` (field 2).
+    pub scale_down_gpu_utilization_threshold: f64,
+    /// Fields 8 and 3.
+    pub scale_down_unneeded: Duration,
+    /// Fields 9 and 4.
+    pub scale_down_unready: Duration,
+    /// Fields 10 and 5.
+    pub max_node_provision: Duration,
+    /// `zeroOrMaxNodeScaling` (field 6).
+    pub zero_or_max_node_scaling: bool,
+    /// `ignoreDaemonSetsUtilization` (field 7).
+    pub ignore_daemonsets_utilization: bool,
+}
+
+impl GroupOptions {
+    /// The cluster-autoscaler's own flag defaults (`--scale-down-utilization-threshold=0.5`,
+    /// `--scale-down-gpu-utilization-threshold=0.5`, `--scale-down-unneeded-time=10m`,
+    /// `--scale-down-unready-time=20m`, `--max-node-provision-time=15m`,
+    /// `--ignore-daemonsets-utilization=false`, zero-or-max off). They stand in for what a
+    /// request does not carry, which the autoscaler's client never leaves out; falling back to
+    /// these beats echoing zeros.
+    pub const AUTOSCALER_FLAG_DEFAULTS: GroupOptions = GroupOptions {
         scale_down_utilization_threshold: 0.5,
         scale_down_gpu_utilization_threshold: 0.5,
+        scale_down_unneeded: Duration::from_secs(10 * 60),
+        scale_down_unready: Duration::from_secs(20 * 60),
+        max_node_provision: Duration::from_secs(15 * 60),
         zero_or_max_node_scaling: false,
-        ignore_daemon_sets_utilization: false,
-        scale_down_unneeded_duration: Some(proto_duration(Duration::from_secs(10 * 60))),
-        scale_down_unready_duration: Some(proto_duration(Duration::from_secs(20 * 60))),
-        max_node_provision_duration: Some(proto_duration(Duration::from_secs(15 * 60))),
-        max_node_startup_duration: None,
-        allow_non_atomic_scale_up_to_max: false,
+        ignore_daemonsets_utilization: false,
+    };
+
+    /// The options a request's `defaults` carry. Each duration comes from its
+    /// google.protobuf.Duration field (8-10) when present, else from its meta.v1.Duration field
+    /// (3-5), the order in which 1.34.2's client reads an answer; one in neither is the flag
+    /// default. Without `defaults` at all, the flag defaults. Negative durations count as 0.
+    pub fn from_wire(defaults: Option<&pb::NodeGroupAutoscalingOptions>) -> GroupOptions {
+        let flags = Self::AUTOSCALER_FLAG_DEFAULTS;
+        let Some(d) = defaults else {
+            return flags;
+        };
+        let pick = |new: Option<prost_types::Duration>,
+                    old: Option<k8s_pb::apimachinery::pkg::apis::meta::v1::Duration>,
+                    flag: Duration| {
+            new.map(from_proto_duration)
+                .or(old.map(from_meta_duration))
+                .unwrap_or(flag)
+        };
+        GroupOptions {
+            scale_down_utilization_threshold: d.scale_down_utilization_threshold,
+            scale_down_gpu_utilization_threshold: d.scale_down_gpu_utilization_threshold,
+            scale_down_unneeded: pick(
+                d.scale_down_unneeded_duration,
+                d.scale_down_unneeded_time,
+                flags.scale_down_unneeded,
+            ),
+            scale_down_unready: pick(
+                d.scale_down_unready_duration,
+                d.scale_down_unready_time,
+                flags.scale_down_unready,
+            ),
+            max_node_provision: pick(
+                d.max_node_provision_duration,
+                d.max_node_provision_time,
+                flags.max_node_provision,
+            ),
+            zero_or_max_node_scaling: d.zero_or_max_node_scaling,
+            ignore_daemonsets_utilization: d.ignore_daemon_sets_utilization,
+        }
     }
+
+    /// The answer: every field set, each duration in both of its fields (3-5 for releases up
+    /// to 1.34.1, which crash without them; 8-10 for releases from 1.34.2).
+    pub fn to_wire(&self) -> pb::NodeGroupAutoscalingOptions {
+        pb::NodeGroupAutoscalingOptions {
+            scale_down_utilization_threshold: self.scale_down_utilization_threshold,
+            scale_down_gpu_utilization_threshold: self.scale_down_gpu_utilization_threshold,
+            scale_down_unneeded_time: Some(meta_duration(self.scale_down_unneeded)),
+            scale_down_unready_time: Some(meta_duration(self.scale_down_unready)),
+            max_node_provision_time: Some(meta_duration(self.max_node_provision)),
+            zero_or_max_node_scaling: self.zero_or_max_node_scaling,
+            ignore_daemon_sets_utilization: self.ignore_daemonsets_utilization,
+            scale_down_unneeded_duration: Some(proto_duration(self.scale_down_unneeded)),
+            scale_down_unready_duration: Some(proto_duration(self.scale_down_unready)),
+            max_node_provision_duration: Some(proto_duration(self.max_node_provision)),
+        }
+    }
+
+    /// These options with `overrides` applied.
+    pub fn with_overrides(mut self, overrides: &OptionOverrides) -> GroupOptions {
+        if let Some(v) = overrides.scale_down_utilization_threshold {
+            self.scale_down_utilization_threshold = v;
+        }
+        if let Some(v) = overrides.scale_down_gpu_utilization_threshold {
+            self.scale_down_gpu_utilization_threshold = v;
+        }
+        if let Some(d) = overrides.scale_down_unneeded {
+            self.scale_down_unneeded = d;
+        }
+        if let Some(d) = overrides.scale_down_unready {
+            self.scale_down_unready = d;
+        }
+        if let Some(d) = overrides.max_node_provision {
+            self.max_node_provision = d;
+        }
+        if let Some(v) = overrides.zero_or_max_node_scaling {
+            self.zero_or_max_node_scaling = v;
+        }
+        if let Some(v) = overrides.ignore_daemonsets_utilization {
+            self.ignore_daemonsets_utilization = v;
+        }
+        self
+    }
+}
+
+/// Whether a NodeGroupGetOptions request comes from a cluster-autoscaler 1.28.x: its
+/// `defaults` carry durations in fields 3 and 4 only. Every release sends every duration field
+/// it knows (`externalgrpc_node_group.go`, `NodeGroup.GetOptions`): 1.29 added field 5 and
+/// 1.34.2 fields 8-10, and none sends fewer. See the module docs for why such a request is
+/// answered with no options.
+pub fn sent_by_release_1_28(request: &pb::NodeGroupAutoscalingOptionsRequest) -> bool {
+    request.defaults.as_ref().is_some_and(|d| {
+        (d.scale_down_unneeded_time.is_some() || d.scale_down_unready_time.is_some())
+            && d.max_node_provision_time.is_none()
+            && d.scale_down_unneeded_duration.is_none()
+            && d.scale_down_unready_duration.is_none()
+            && d.max_node_provision_duration.is_none()
+    })
 }
 
 /// Per-cluster overrides; `None` means "echo the autoscaler's default".
@@ -152,37 +290,16 @@ impl OptionOverrides {
     }
 }
 
-/// The options to answer: the request's `defaults` with the overrides applied. Every field
-/// that is not overridden (fields 11 and 12 included) is the request's value unchanged. Without
-/// `defaults` (the autoscaler always sends them) the autoscaler's flag defaults stand in
-/// ([`autoscaler_flag_defaults`]).
+/// The options to answer: the request's `defaults` (read from whichever duration fields came,
+/// see [`GroupOptions::from_wire`]) with the overrides applied, every field set and each
+/// duration in both of its fields. Every field that is not overridden is the request's value.
 pub fn merged_options(
     defaults: Option<&pb::NodeGroupAutoscalingOptions>,
     overrides: &OptionOverrides,
 ) -> pb::NodeGroupAutoscalingOptions {
-    let mut out = defaults.copied().unwrap_or_else(autoscaler_flag_defaults);
-    if let Some(v) = overrides.scale_down_utilization_threshold {
-        out.scale_down_utilization_threshold = v;
-    }
-    if let Some(v) = overrides.scale_down_gpu_utilization_threshold {
-        out.scale_down_gpu_utilization_threshold = v;
-    }
-    if let Some(d) = overrides.scale_down_unneeded {
-        out.scale_down_unneeded_duration = Some(proto_duration(d));
-    }
-    if let Some(d) = overrides.scale_down_unready {
-        out.scale_down_unready_duration = Some(proto_duration(d));
-    }
-    if let Some(d) = overrides.max_node_provision {
-        out.max_node_provision_duration = Some(proto_duration(d));
-    }
-    if let Some(v) = overrides.zero_or_max_node_scaling {
-        out.zero_or_max_node_scaling = v;
-    }
-    if let Some(v) = overrides.ignore_daemonsets_utilization {
-        out.ignore_daemon_sets_utilization = v;
-    }
-    out
+    GroupOptions::from_wire(defaults)
+        .with_overrides(overrides)
+        .to_wire()
 }
 
 /// The warning to log once at start when any cluster has overrides (`None` when none has),
@@ -307,6 +424,28 @@ fn proto_duration(d: Duration) -> prost_types::Duration {
     }
 }
 
+/// `std` duration → meta.v1.Duration (nanoseconds), saturating at `i64::MAX` (292 years).
+fn meta_duration(d: Duration) -> k8s_pb::apimachinery::pkg::apis::meta::v1::Duration {
+    k8s_pb::apimachinery::pkg::apis::meta::v1::Duration {
+        duration: Some(i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)),
+    }
+}
+
+/// protobuf duration → `std` duration; negative is 0, overflow saturates.
+fn from_proto_duration(d: prost_types::Duration) -> Duration {
+    let Ok(secs) = u64::try_from(d.seconds) else {
+        return Duration::ZERO;
+    };
+    let nanos = u64::try_from(d.nanos).unwrap_or(0);
+    Duration::from_secs(secs).saturating_add(Duration::from_nanos(nanos))
+}
+
+/// meta.v1.Duration (nanoseconds; a message without its field is 0) → `std` duration;
+/// negative is 0.
+fn from_meta_duration(d: k8s_pb::apimachinery::pkg::apis::meta::v1::Duration) -> Duration {
+    Duration::from_nanos(u64::try_from(d.duration.unwrap_or(0)).unwrap_or(0))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -318,7 +457,13 @@ mod tests {
         })
     }
 
-    /// Defaults as a newer autoscaler might send them, every field set to a distinctive value.
+    fn m(secs: i64) -> Option<k8s_pb::apimachinery::pkg::apis::meta::v1::Duration> {
+        Some(k8s_pb::apimachinery::pkg::apis::meta::v1::Duration {
+            duration: Some(secs * 1_000_000_000),
+        })
+    }
+
+    /// Defaults as 1.35 sends them (durations in fields 8-10 only), every field distinctive.
     fn request_defaults() -> pb::NodeGroupAutoscalingOptions {
         pb::NodeGroupAutoscalingOptions {
             scale_down_utilization_threshold: 0.45,
@@ -328,26 +473,142 @@ mod tests {
             scale_down_unneeded_duration: d(600),
             scale_down_unready_duration: d(1200),
             max_node_provision_duration: d(900),
-            max_node_startup_duration: d(840),
-            allow_non_atomic_scale_up_to_max: true,
+            ..Default::default()
+        }
+    }
+
+    /// The same defaults as 1.33 sends them (fields 3-5 only).
+    fn legacy_request_defaults() -> pb::NodeGroupAutoscalingOptions {
+        pb::NodeGroupAutoscalingOptions {
+            scale_down_unneeded_duration: None,
+            scale_down_unready_duration: None,
+            max_node_provision_duration: None,
+            scale_down_unneeded_time: m(600),
+            scale_down_unready_time: m(1200),
+            max_node_provision_time: m(900),
+            ..request_defaults()
+        }
+    }
+
+    /// `request_defaults` answered: each duration in both of its fields.
+    fn answered(defaults: pb::NodeGroupAutoscalingOptions) -> pb::NodeGroupAutoscalingOptions {
+        pb::NodeGroupAutoscalingOptions {
+            scale_down_unneeded_time: m(600),
+            scale_down_unready_time: m(1200),
+            max_node_provision_time: m(900),
+            scale_down_unneeded_duration: d(600),
+            scale_down_unready_duration: d(1200),
+            max_node_provision_duration: d(900),
+            ..defaults
         }
     }
 
     #[test]
-    fn unset_fields_echo_the_request_defaults_including_fields_11_and_12() {
+    fn unset_fields_echo_the_request_defaults_in_both_duration_sets() {
         let one = OptionOverrides {
             max_node_provision: Some(Duration::from_secs(25 * 60)),
             ..OptionOverrides::default()
         };
-        let got = merged_options(Some(&request_defaults()), &one);
-        let want = pb::NodeGroupAutoscalingOptions {
-            max_node_provision_duration: d(1500),
+        for defaults in [request_defaults(), legacy_request_defaults()] {
+            let got = merged_options(Some(&defaults), &one);
+            let want = pb::NodeGroupAutoscalingOptions {
+                max_node_provision_duration: d(1500),
+                max_node_provision_time: m(1500),
+                ..answered(request_defaults())
+            };
+            assert_eq!(got, want, "from {defaults:?}");
+            assert_eq!(got.scale_down_unneeded_duration, d(600), "never 0 s");
+            assert_eq!(got.scale_down_unneeded_time, m(600), "never missing");
+        }
+    }
+
+    #[test]
+    fn defaults_are_read_from_whichever_duration_fields_came() {
+        let want = GroupOptions {
+            scale_down_utilization_threshold: 0.45,
+            scale_down_gpu_utilization_threshold: 0.35,
+            scale_down_unneeded: Duration::from_secs(600),
+            scale_down_unready: Duration::from_secs(1200),
+            max_node_provision: Duration::from_secs(900),
+            zero_or_max_node_scaling: true,
+            ignore_daemonsets_utilization: true,
+        };
+        assert_eq!(GroupOptions::from_wire(Some(&request_defaults())), want);
+        assert_eq!(
+            GroupOptions::from_wire(Some(&legacy_request_defaults())),
+            want
+        );
+        // Both sets (1.34.2 sends both): fields 8-10 win, as 1.34.2's client reads them.
+        let both = pb::NodeGroupAutoscalingOptions {
+            scale_down_unneeded_time: m(1),
+            scale_down_unready_time: m(2),
+            max_node_provision_time: m(3),
             ..request_defaults()
         };
-        assert_eq!(got, want);
-        assert_eq!(got.max_node_startup_duration, d(840));
-        assert!(got.allow_non_atomic_scale_up_to_max);
-        assert_eq!(got.scale_down_unneeded_duration, d(600), "never 0 s");
+        assert_eq!(GroupOptions::from_wire(Some(&both)), want);
+        // A field in neither set: the flag default, not 0.
+        let partial = pb::NodeGroupAutoscalingOptions {
+            max_node_provision_duration: None,
+            ..request_defaults()
+        };
+        assert_eq!(
+            GroupOptions::from_wire(Some(&partial)).max_node_provision,
+            Duration::from_secs(15 * 60)
+        );
+        // Sub-second and nanosecond values survive both encodings.
+        let fine = GroupOptions {
+            scale_down_unneeded: Duration::from_nanos(1_500_000_001),
+            ..want
+        };
+        assert_eq!(GroupOptions::from_wire(Some(&fine.to_wire())), fine);
+        let only_meta = pb::NodeGroupAutoscalingOptions {
+            scale_down_unneeded_duration: None,
+            ..fine.to_wire()
+        };
+        assert_eq!(GroupOptions::from_wire(Some(&only_meta)), fine);
+        // Negative values count as 0.
+        let negative = pb::NodeGroupAutoscalingOptions {
+            scale_down_unneeded_duration: d(-5),
+            scale_down_unready_duration: None,
+            scale_down_unready_time: Some(k8s_pb::apimachinery::pkg::apis::meta::v1::Duration {
+                duration: Some(-7),
+            }),
+            ..request_defaults()
+        };
+        let got = GroupOptions::from_wire(Some(&negative));
+        assert_eq!(got.scale_down_unneeded, Duration::ZERO);
+        assert_eq!(got.scale_down_unready, Duration::ZERO);
+    }
+
+    #[test]
+    fn a_1_28_request_is_told_apart_by_its_duration_fields() {
+        let req = |defaults| pb::NodeGroupAutoscalingOptionsRequest {
+            id: "g".into(),
+            defaults,
+        };
+        // What 1.28's client sends: thresholds and fields 3, 4.
+        let v1_28 = pb::NodeGroupAutoscalingOptions {
+            scale_down_utilization_threshold: 0.5,
+            scale_down_gpu_utilization_threshold: 0.5,
+            scale_down_unneeded_time: m(600),
+            scale_down_unready_time: m(1200),
+            ..Default::default()
+        };
+        assert!(sent_by_release_1_28(&req(Some(v1_28))));
+        // 1.29 to 1.34.1: field 5 too; 1.34.2: 3-5 and 8-10; 1.35: 8-10; none at all.
+        let v1_29 = pb::NodeGroupAutoscalingOptions {
+            max_node_provision_time: m(900),
+            ..v1_28
+        };
+        for other in [
+            Some(v1_29),
+            Some(answered(request_defaults())),
+            Some(request_defaults()),
+            None,
+            Some(pb::NodeGroupAutoscalingOptions::default()),
+        ] {
+            assert!(!sent_by_release_1_28(&req(other)), "{other:?}");
+        }
     }
 
     #[test]
@@ -369,15 +630,19 @@ mod tests {
                 scale_down_gpu_utilization_threshold: 0.0,
                 zero_or_max_node_scaling: false,
                 ignore_daemon_sets_utilization: false,
+                scale_down_unneeded_time: m(300),
+                scale_down_unready_time: m(3600),
+                max_node_provision_time: Some(
+                    k8s_pb::apimachinery::pkg::apis::meta::v1::Duration {
+                        duration: Some(1_500_000_000)
+                    }
+                ),
                 scale_down_unneeded_duration: d(300),
                 scale_down_unready_duration: d(3600),
                 max_node_provision_duration: Some(prost_types::Duration {
                     seconds: 1,
                     nanos: 500_000_000
                 }),
-                // Not overridable: still the request's.
-                max_node_startup_duration: d(840),
-                allow_non_atomic_scale_up_to_max: true,
             }
         );
     }
@@ -390,6 +655,9 @@ mod tests {
         assert_eq!(got.scale_down_unneeded_duration, d(600));
         assert_eq!(got.scale_down_unready_duration, d(1200));
         assert_eq!(got.max_node_provision_duration, d(900));
+        assert_eq!(got.scale_down_unneeded_time, m(600));
+        assert_eq!(got.scale_down_unready_time, m(1200));
+        assert_eq!(got.max_node_provision_time, m(900));
         assert!(!got.zero_or_max_node_scaling);
         assert!(!got.ignore_daemon_sets_utilization);
     }

@@ -6,7 +6,8 @@
 //! would follow: ports (container, Service, probes, NetworkPolicy, the autoscaler's `address`),
 //! Secret and ConfigMap names and keys behind every mounted path given in the arguments, the
 //! server certificate's names against the host the autoscaler dials, security contexts, image
-//! tags, RBAC subjects, kustomize overlays, and the Dockerfile's user, ports and binary path.
+//! tags, RBAC subjects and rules, kustomize overlays and components, the autoscaler release per
+//! Kubernetes minor and its flags, and the Dockerfile's user, ports and binary path.
 //!
 //! Each check returns the problems it found, so the `*_is_caught` tests can break one piece of
 //! wiring in memory and show that the check notices.
@@ -1256,6 +1257,14 @@ fn check_identity(b: &Base) -> Vec<String> {
         ("ClusterRole", "nodes", None, "update"),
         ("ClusterRole", "pods", None, "watch"),
         ("ClusterRole", "pods/eviction", None, "create"),
+        // Watched from 1.32 (upstream chart PR #7904); 1.34 without it does not scale up.
+        ("ClusterRole", "volumeattachments", None, "watch"),
+        ("ClusterRole", "csinodes", None, "watch"),
+        // Dynamic resource allocation is always on from 1.35.
+        ("ClusterRole", "resourceslices", None, "watch"),
+        ("ClusterRole", "resourceclaims", None, "watch"),
+        ("ClusterRole", "deviceclasses", None, "watch"),
+        ("ClusterRole", "configmaps", None, "get"),
         (
             "Role",
             "configmaps",
@@ -1342,6 +1351,19 @@ fn check_overlays(b: &Base) -> Vec<String> {
             continue;
         };
         let k = k.into_iter().next().unwrap_or(Value::Null);
+        for c in strings_at(&k, "/components") {
+            let path = dir.join(&c).join("kustomization.yaml");
+            let kind = load_yaml(&path)
+                .ok()
+                .and_then(|d| d.into_iter().next())
+                .and_then(|d| str_at(&d, "/kind").map(str::to_string));
+            if kind.as_deref() != Some("Component") {
+                problems.push(format!(
+                    "{}: component {c} is not a kustomize Component",
+                    dir.display()
+                ));
+            }
+        }
         for i in arr_at(&k, "/images") {
             let name = str_at(i, "/name").unwrap_or("");
             if !base_images.contains(name) {
@@ -1736,15 +1758,28 @@ fn check_chart_matches_base(values: &Value, b: &Base) -> Vec<String> {
         num(values, "/image/repository"),
         str_at(p.container, "/image").map(|i| image_name(i).to_string()),
     );
+    // The base runs the release the chart lists for that release's minor.
     let ca_image = effective_image(b, str_at(a.container, "/image").unwrap_or(""));
+    let base_minor = image_tag(&ca_image).and_then(release_minor);
+    let chart_tag = base_minor.as_ref().and_then(|minor| {
+        values
+            .pointer("/autoscaler/image/tagByKubernetesMinor")
+            .and_then(|m| m.get(minor.as_str()))
+            .map(scalar)
+    });
     expect(
-        "autoscaler.image",
+        "autoscaler.image (for the base's Kubernetes minor)",
         Some(format!(
             "{}:{}",
             num(values, "/autoscaler/image/repository").unwrap_or_default(),
-            num(values, "/autoscaler/image/tag").unwrap_or_default()
+            chart_tag.unwrap_or_default()
         )),
         Some(ca_image),
+    );
+    expect(
+        "autoscaler.maxNodeProvisionTime",
+        num(values, "/autoscaler/maxNodeProvisionTime"),
+        flag(&a.args(), "max-node-provision-time"),
     );
     expect(
         "autoscaler.grpcTimeout",
@@ -1777,6 +1812,203 @@ fn check_chart_matches_base(values: &Value, b: &Base) -> Vec<String> {
     ] {
         if values.pointer(ptr) != Some(&want) {
             problems.push(format!("chart default {ptr} is not {want}"));
+        }
+    }
+    problems
+}
+
+// ---------------------------------------------------------------------------------------------
+// The autoscaler: its release per Kubernetes minor, its flags, its RBAC in the chart
+
+const AUTOSCALER_IMAGE: &str = "registry.k8s.io/autoscaling/cluster-autoscaler";
+
+/// The Kubernetes minor of a cluster-autoscaler release tag: `v1.33.6` → `1.33`.
+fn release_minor(tag: &str) -> Option<String> {
+    let mut parts = tag.strip_prefix('v')?.split('.');
+    let (major, minor, patch) = (parts.next()?, parts.next()?, parts.next()?);
+    let numeric = |p: &str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit());
+    (numeric(major) && numeric(minor) && numeric(patch) && parts.next().is_none())
+        .then(|| format!("{major}.{minor}"))
+}
+
+/// `deploy/kustomize/components/cluster-autoscaler-<minor>`: minor → the tag it sets.
+fn load_components() -> Result<BTreeMap<String, String>, Vec<String>> {
+    let dir = kustomize_dir().join("components");
+    let entries = fs::read_dir(&dir).map_err(|e| vec![format!("{}: {e}", dir.display())])?;
+    let mut out = BTreeMap::new();
+    let mut problems = Vec::new();
+    for entry in entries {
+        let path = entry.expect("component entry").path();
+        let name = path
+            .file_name()
+            .and_then(|f| f.to_str())
+            .unwrap_or("")
+            .to_string();
+        let Some(minor) = name.strip_prefix("cluster-autoscaler-") else {
+            problems.push(format!("component {name}: not cluster-autoscaler-<minor>"));
+            continue;
+        };
+        let k = match load_yaml(&path.join("kustomization.yaml")) {
+            Ok(docs) => docs.into_iter().next().unwrap_or(Value::Null),
+            Err(e) => {
+                problems.push(e);
+                continue;
+            }
+        };
+        if str_at(&k, "/kind") != Some("Component") {
+            problems.push(format!("component {name}: kind is not Component"));
+        }
+        let images = arr_at(&k, "/images");
+        match images {
+            [i] if str_at(i, "/name") == Some(AUTOSCALER_IMAGE) => match str_at(i, "/newTag") {
+                Some(tag) => {
+                    out.insert(minor.to_string(), tag.to_string());
+                }
+                None => problems.push(format!("component {name}: no newTag")),
+            },
+            _ => problems.push(format!(
+                "component {name}: expected one images entry for {AUTOSCALER_IMAGE}"
+            )),
+        }
+    }
+    if problems.is_empty() {
+        Ok(out)
+    } else {
+        Err(problems)
+    }
+}
+
+/// One release per Kubernetes minor, the same in the chart and the kustomize components, each
+/// a release of its own minor, every minor from 1.28 up without a gap.
+fn check_autoscaler_releases(values: &Value, components: &BTreeMap<String, String>) -> Vec<String> {
+    let mut problems = Vec::new();
+    let chart: BTreeMap<String, String> = values
+        .pointer("/autoscaler/image/tagByKubernetesMinor")
+        .and_then(Value::as_object)
+        .map(|m| m.iter().map(|(k, v)| (k.clone(), scalar(v))).collect())
+        .unwrap_or_default();
+    if chart != *components {
+        problems.push(format!(
+            "chart autoscaler.image.tagByKubernetesMinor {chart:?} differs from the kustomize components {components:?}"
+        ));
+    }
+    if values
+        .pointer("/autoscaler/image/repository")
+        .map(scalar)
+        .as_deref()
+        != Some(AUTOSCALER_IMAGE)
+    {
+        problems.push("chart autoscaler.image.repository is not the upstream image".into());
+    }
+    if values
+        .pointer("/autoscaler/image/tag")
+        .map(scalar)
+        .as_deref()
+        != Some("")
+    {
+        problems.push(
+            "chart autoscaler.image.tag is set by default: the minor would not choose".into(),
+        );
+    }
+    let minor_number = |m: &str| m.strip_prefix("1.").and_then(|n| n.parse::<u32>().ok());
+    let minors: Vec<u32> = chart.keys().filter_map(|m| minor_number(m)).collect();
+    if minors.len() != chart.len() {
+        problems.push(format!("minors {:?} are not all 1.<n>", chart.keys()));
+    }
+    let (lowest, highest) = (minors.iter().min().copied(), minors.iter().max().copied());
+    if lowest != Some(28) {
+        problems.push(format!("the oldest minor listed is {lowest:?}, not 1.28"));
+    }
+    if let (Some(lo), Some(hi)) = (lowest, highest)
+        && minors.len() as u32 != hi - lo + 1
+    {
+        problems.push(format!("minors {minors:?} have a gap"));
+    }
+    for (minor, tag) in &chart {
+        if release_minor(tag).as_deref() != Some(minor.as_str()) {
+            problems.push(format!(
+                "Kubernetes {minor} is given cluster-autoscaler {tag}, a release of another minor"
+            ));
+        }
+    }
+    problems
+}
+
+/// The autoscaler's flags in the base and the chart: a max node provision time fit for CKS
+/// scale jobs (`RECOMMENDED_MAX_NODE_PROVISION`), passed by the chart's template.
+fn check_autoscaler_flags(b: &Base, templates: &BTreeMap<String, String>) -> Vec<String> {
+    let mut problems = Vec::new();
+    let a = match b.autoscaler() {
+        Ok(a) => a,
+        Err(e) => return vec![e],
+    };
+    let want = cks_autoscaler_provider::options::RECOMMENDED_MAX_NODE_PROVISION;
+    match flag(&a.args(), "max-node-provision-time") {
+        None => problems.push(
+            "autoscaler: no --max-node-provision-time (the 15m default deletes CKS nodes still joining)"
+                .into(),
+        ),
+        Some(v) => match go_duration_ms(&v) {
+            Some(ms) if u128::from(ms) == want.as_millis() => {}
+            other => problems.push(format!(
+                "autoscaler --max-node-provision-time={v} ({other:?} ms), expected {want:?}"
+            )),
+        },
+    }
+    let deployment = templates
+        .get("autoscaler-deployment.yaml")
+        .map(String::as_str)
+        .unwrap_or("");
+    if !deployment
+        .contains("printf \"--max-node-provision-time=%v\" .Values.autoscaler.maxNodeProvisionTime")
+    {
+        problems.push(
+            "chart autoscaler-deployment.yaml does not pass --max-node-provision-time".into(),
+        );
+    }
+    if !deployment.contains("include \"cks-autoscaler-provider.autoscalerImage\"") {
+        problems
+            .push("chart autoscaler-deployment.yaml does not choose the image per minor".into());
+    }
+    problems
+}
+
+/// The rules of the chart's ClusterRole and Role, read from its template with the template
+/// actions left out (its rules are plain YAML).
+fn chart_rbac_rules(template: &str) -> BTreeMap<String, Value> {
+    let plain: String = template
+        .lines()
+        .filter(|l| !l.contains("{{"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let mut out = BTreeMap::new();
+    for doc in parse_yaml(&plain).expect("chart RBAC parses without its template actions") {
+        if let Some(kind) = str_at(&doc, "/kind")
+            && matches!(kind, "ClusterRole" | "Role")
+        {
+            out.insert(
+                kind.to_string(),
+                doc.pointer("/rules").cloned().unwrap_or(Value::Null),
+            );
+        }
+    }
+    out
+}
+
+/// The chart grants the autoscaler what the kustomize base grants it, rule for rule.
+fn check_chart_rbac_matches_base(template: &str, b: &Base) -> Vec<String> {
+    let chart = chart_rbac_rules(template);
+    let mut problems = Vec::new();
+    for kind in ["ClusterRole", "Role"] {
+        let base = b
+            .of_kind(kind)
+            .next()
+            .and_then(|d| d.v.pointer("/rules").cloned());
+        if chart.get(kind) != base.as_ref() {
+            problems.push(format!(
+                "chart {kind} rules differ from the base's: {:?} vs {base:?}",
+                chart.get(kind)
+            ));
         }
     }
     problems
@@ -1941,6 +2173,36 @@ fn chart_defaults_match_the_kustomize_base() {
     assert_none(
         "chart vs base",
         check_chart_matches_base(&chart_values(), &load_base()),
+    );
+}
+
+#[test]
+fn each_kubernetes_minor_gets_its_autoscaler_release_in_the_chart_and_kustomize() {
+    let components = load_components().unwrap_or_else(|p| panic!("components: {p:?}"));
+    assert!(components.len() >= 9, "{components:?}");
+    assert_none(
+        "autoscaler releases",
+        check_autoscaler_releases(&chart_values(), &components),
+    );
+}
+
+#[test]
+fn the_autoscaler_waits_long_enough_for_cks_nodes() {
+    assert_none(
+        "autoscaler flags",
+        check_autoscaler_flags(&load_base(), &chart_templates()),
+    );
+}
+
+#[test]
+fn chart_rbac_grants_what_the_base_grants() {
+    let templates = chart_templates();
+    let rbac = templates.get("autoscaler-rbac.yaml").expect("chart RBAC");
+    let rules = chart_rbac_rules(rbac);
+    assert_eq!(rules.len(), 2, "{rules:?}");
+    assert_none(
+        "chart RBAC",
+        check_chart_rbac_matches_base(rbac, &load_base()),
     );
 }
 
@@ -2232,6 +2494,106 @@ fn a_chart_default_that_drifts_from_the_base_is_caught() {
     assert_caught(
         check_chart_matches_base(&values, &load_base()),
         "service.grpcPort",
+    );
+}
+
+#[test]
+fn a_missing_or_default_provision_time_is_caught() {
+    let templates = chart_templates();
+    let mut b = load_base();
+    let i = b
+        .autoscaler()
+        .expect("autoscaler")
+        .args()
+        .iter()
+        .position(|a| a.starts_with("--max-node-provision-time"))
+        .expect("flag");
+    edit(
+        &mut b,
+        "Deployment",
+        "cks-cluster-autoscaler",
+        &format!("/spec/template/spec/containers/0/args/{i}"),
+        Value::from("--max-node-provision-time=15m"),
+    );
+    assert_caught(check_autoscaler_flags(&b, &templates), "expected 1500s");
+    edit(
+        &mut b,
+        "Deployment",
+        "cks-cluster-autoscaler",
+        &format!("/spec/template/spec/containers/0/args/{i}"),
+        Value::from("--v=2"),
+    );
+    assert_caught(
+        check_autoscaler_flags(&b, &templates),
+        "no --max-node-provision-time",
+    );
+    let mut values = chart_values();
+    values["autoscaler"]["maxNodeProvisionTime"] = Value::from("15m");
+    assert_caught(
+        check_chart_matches_base(&values, &load_base()),
+        "autoscaler.maxNodeProvisionTime",
+    );
+}
+
+#[test]
+fn a_release_of_the_wrong_minor_or_a_drift_between_chart_and_components_is_caught() {
+    let components = load_components().expect("components");
+    let mut values = chart_values();
+    values["autoscaler"]["image"]["tagByKubernetesMinor"]["1.33"] = Value::from("v1.32.7");
+    let problems = check_autoscaler_releases(&values, &components);
+    assert_caught(problems.clone(), "a release of another minor");
+    assert_caught(problems, "differs from the kustomize components");
+    let mut fewer = components.clone();
+    fewer.remove("1.30");
+    let mut values = chart_values();
+    if let Some(m) = values["autoscaler"]["image"]["tagByKubernetesMinor"].as_object_mut() {
+        m.remove("1.30");
+    }
+    assert_caught(check_autoscaler_releases(&values, &fewer), "have a gap");
+    let mut values = chart_values();
+    values["autoscaler"]["image"]["tag"] = Value::from("v1.35.2");
+    assert_caught(
+        check_autoscaler_releases(&values, &components),
+        "set by default",
+    );
+    assert_eq!(release_minor("v1.33.6").as_deref(), Some("1.33"));
+    assert_eq!(release_minor("1.33.6"), None);
+    assert_eq!(release_minor("v1.33"), None);
+}
+
+#[test]
+fn rbac_without_volumeattachments_or_drifting_from_the_chart_is_caught() {
+    let mut b = load_base();
+    let rules = b
+        .find("ClusterRole", "cks-cluster-autoscaler")
+        .expect("ClusterRole")
+        .v["rules"]
+        .as_array()
+        .expect("rules")
+        .clone();
+    let i = rules
+        .iter()
+        .position(|r| {
+            strings_at(r, "/resources")
+                .iter()
+                .any(|x| x == "volumeattachments")
+        })
+        .expect("a rule for volumeattachments");
+    let mut trimmed = rules[i].clone();
+    trimmed["resources"] = Value::from(vec!["storageclasses", "csinodes"]);
+    edit(
+        &mut b,
+        "ClusterRole",
+        "cks-cluster-autoscaler",
+        &format!("/rules/{i}"),
+        trimmed,
+    );
+    assert_caught(check_identity(&b), "watch volumeattachments");
+    let templates = chart_templates();
+    let rbac = templates.get("autoscaler-rbac.yaml").expect("chart RBAC");
+    assert_caught(
+        check_chart_rbac_matches_base(rbac, &b),
+        "ClusterRole rules differ",
     );
 }
 

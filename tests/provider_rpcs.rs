@@ -724,7 +724,7 @@ async fn template_node_info_describes_a_new_worker_from_the_offering() {
             seconds: 1200,
             nanos: 0,
         }),
-        max_node_startup_duration: Some(prost_types::Duration {
+        max_node_provision_duration: Some(prost_types::Duration {
             seconds: 900,
             nanos: 0,
         }),
@@ -743,7 +743,12 @@ async fn template_node_info_describes_a_new_worker_from_the_offering() {
     assert_eq!(o.scale_down_utilization_threshold, 0.42);
     assert_eq!(o.scale_down_unneeded_duration.map(|d| d.seconds), Some(300));
     assert_eq!(o.scale_down_unready_duration.map(|d| d.seconds), Some(1200));
-    assert_eq!(o.max_node_startup_duration.map(|d| d.seconds), Some(900));
+    assert_eq!(o.max_node_provision_duration.map(|d| d.seconds), Some(900));
+    // Releases up to 1.34.1 read the durations from fields 3-5 (nanoseconds).
+    assert_eq!(
+        o.max_node_provision_time.and_then(|d| d.duration),
+        Some(900_000_000_000)
+    );
     server.stop().await;
     sim.shutdown().await;
 }

@@ -224,7 +224,7 @@ impl CloudProvider for FakeProvider {
             Some(Err(e)) => Err(e),
             Some(Ok(node_bytes)) => Ok(Response::new(pb::NodeGroupTemplateNodeInfoResponse {
                 node_bytes,
-                resource_slice_bytes: Vec::new(),
+                ..Default::default()
             })),
         }
     }

@@ -62,6 +62,30 @@ app.kubernetes.io/component: autoscaler
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
 
+{{/*
+The cluster-autoscaler image: autoscaler.image.tag when set, else the release
+autoscaler.image.tagByKubernetesMinor lists for autoscaler.kubernetesMinor, else for the minor of
+the cluster Helm talks to (some distributions report "28+").
+*/}}
+{{- define "cks-autoscaler-provider.autoscalerImage" -}}
+{{- $image := .Values.autoscaler.image -}}
+{{- $tag := $image.tag -}}
+{{- if not $tag -}}
+{{- $minor := .Values.autoscaler.kubernetesMinor -}}
+{{- if kindIs "float64" $minor -}}
+{{- fail (printf "autoscaler.kubernetesMinor must be a quoted string such as \"1.30\", not the number %v" $minor) -}}
+{{- end -}}
+{{- if not $minor -}}
+{{- $minor = printf "%s.%s" .Capabilities.KubeVersion.Major (trimSuffix "+" .Capabilities.KubeVersion.Minor) -}}
+{{- end -}}
+{{- $tag = index $image.tagByKubernetesMinor $minor -}}
+{{- if not $tag -}}
+{{- fail (printf "no cluster-autoscaler release is listed for Kubernetes %s (autoscaler.image.tagByKubernetesMinor has %s): set autoscaler.image.tag" $minor (keys $image.tagByKubernetesMinor | sortAlpha | join ", ")) -}}
+{{- end -}}
+{{- end -}}
+{{- printf "%s:%s" $image.repository $tag -}}
+{{- end -}}
+
 {{- define "cks-autoscaler-provider.serverTlsSecret" -}}
 {{- default (printf "%s-tls" (include "cks-autoscaler-provider.fullname" .)) .Values.tls.serverSecretName -}}
 {{- end -}}
