@@ -84,17 +84,20 @@
 //! # Ok(()) }
 //! ```
 
+mod background;
+mod calls;
 mod client;
 mod config;
 mod engine;
 mod nodes;
 mod pods;
+mod scaledown;
 mod timeline;
 
 #[cfg(test)]
 mod tests;
 
-pub use config::{AutoscalerConfig, DeleteBatching};
+pub use config::{AutoscalerConfig, NEWEST_RELEASE};
 pub use engine::MockAutoscaler;
 pub use nodes::{
     FAKE_NODE_CREATE_ERROR, FAKE_NODE_REASON_ANNOTATION, FAKE_NODE_UNREGISTERED, KubeNode,
