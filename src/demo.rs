@@ -329,6 +329,8 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     }
     let (state, size, down) = demo.cluster();
     println!("  final cluster: {state}, size {size}, {down} worker(s) down");
+    // The autoscaler exits as on SIGTERM (Cleanup, background work stopped).
+    demo.mock.exit().await;
     let _ = stop_tx.send(());
     let _ = server.await;
     provider.cleanup();

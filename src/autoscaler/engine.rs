@@ -1,24 +1,33 @@
 //! The mock autoscaler's loop: the real `StaticAutoscaler.RunOnce` order of calls and its
 //! decisions (node templates, cluster state, unregistered and failed instances, size fixes,
-//! scale-up with backoff and template fit, scale-down with min size), simplified to what a
-//! cloud provider can observe.
+//! scale-up with backoff and template fit), simplified to what a cloud provider can observe.
+//! Scale-down lives in `scaledown.rs`, the work done beside the loop in `background.rs`.
+//!
+//! Upstream references are `cluster-autoscaler/` paths at cluster-autoscaler-1.33.0 and
+//! 1.35.0 (1.36.0 where it differs): `core/static_autoscaler.go` (`RunOnce`),
+//! `clusterstate/clusterstate.go` (`UpdateNodes`), `core/scaleup/orchestrator/`.
 
-use std::cmp::Reverse;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tonic::transport::{Channel, Endpoint};
 
-use super::client::{ExternalGrpcClient, Recorder, Timed, delete_nodes_call};
-use super::config::{AutoscalerConfig, DeleteBatching};
+use super::background::{Background, Done, lock, passed};
+use super::calls::{
+    ClientExtras, GroupOptions, cleanup_call, get_options_call, gpu_label_call, gpu_types_call,
+    nodes_call,
+};
+use super::client::{ExternalGrpcClient, Recorder};
+use super::config::AutoscalerConfig;
 use super::nodes::{FAKE_NODE_CREATE_ERROR, FAKE_NODE_UNREGISTERED, KubeNode, NodeSource};
 use super::pods::{NodeTemplate, PodSpec, Resources, TemplateSource, place};
 use super::timeline::{
-    Call, Decision, EventKind, GroupObservation, InstanceCounts, LoopSummary, Observation,
-    RemovedNode, Reply, Request, Rpc, RpcError, ScaleDownReason, Timeline, has_error,
+    Call, Decision, Event, EventKind, GroupObservation, InstanceCounts, LoopSummary, Observation,
+    Reply, RpcError, Timeline, has_error,
 };
 use crate::pb;
 use crate::pb::cloud_provider_client::CloudProviderClient;
@@ -30,11 +39,14 @@ const OTHER_ERROR_CLASS: i32 = 99;
 /// A cluster-autoscaler stand-in driving one externalgrpc provider. See the
 /// [module docs](super) for an example.
 pub struct MockAutoscaler {
-    client: ExternalGrpcClient,
-    nodes: Arc<dyn NodeSource>,
-    config: AutoscalerConfig,
-    rec: Recorder,
-    state: CoreState,
+    pub(super) client: ExternalGrpcClient,
+    pub(super) nodes: Arc<dyn NodeSource>,
+    pub(super) config: AutoscalerConfig,
+    pub(super) rec: Recorder,
+    pub(super) state: CoreState,
+    /// GPULabel and GetAvailableGPUTypes answers, cached forever after a success.
+    pub(super) extras: ClientExtras,
+    pub(super) bg: Background,
 }
 
 impl std::fmt::Debug for MockAutoscaler {
@@ -48,7 +60,7 @@ impl std::fmt::Debug for MockAutoscaler {
 
 /// The workload a scenario sets.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-enum Demand {
+pub(super) enum Demand {
     /// Nothing set: no scale-up, and every Ready node is needed.
     #[default]
     Unset,
@@ -63,7 +75,7 @@ enum Demand {
 
 /// Pods a scenario set, and the room nodes that came after them still have.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-struct PodDemand {
+pub(super) struct PodDemand {
     /// Not scheduled yet, in the order given.
     pending: Vec<PodSpec>,
     /// Cache keys of the Ready nodes of the first loop after the pods appeared: full, as for
@@ -92,10 +104,15 @@ struct Backoff {
     last_failure: Instant,
 }
 
+/// `clusterstate.ScaleUpRequest`.
 #[derive(Debug, Clone, Copy)]
-struct ScaleUpRequest {
+pub(super) struct ScaleUpRequest {
     increase: i32,
     expected_add_time: Instant,
+    /// The group's template came from NodeGroupTemplateNodeInfo in the loop of the scale-up,
+    /// so the node-group object kept in the request has it cached (up to 1.35 a timeout asks
+    /// that object for it again).
+    template_cached: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,49 +122,74 @@ struct IncorrectSize {
     first_observed: Instant,
 }
 
-/// What the autoscaler remembers between loops (clusterstate, backoff, scale-down timers).
+/// A scale-down deletion in progress (`NodeDeletionTracker`).
+#[derive(Debug, Clone)]
+pub(super) struct InProgress {
+    pub(super) group: String,
+    pub(super) drain: bool,
+}
+
+/// Per node group scale-down delays (`--scale-down-delay-type-local`,
+/// `processors/scaledowncandidates/scale_down_candidates_delay_processor.go`).
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct GroupDelays {
+    pub(super) scale_up: Option<Instant>,
+    pub(super) scale_down: Option<Instant>,
+    pub(super) failure: Option<Instant>,
+}
+
+/// What the autoscaler remembers between loops (clusterstate, backoff, scale-down state).
 #[derive(Debug, Default)]
-struct CoreState {
-    demand: Demand,
+pub(super) struct CoreState {
+    pub(super) demand: Demand,
     backoffs: HashMap<String, Backoff>,
     scale_ups: HashMap<String, ScaleUpRequest>,
     incorrect_sizes: HashMap<String, IncorrectSize>,
     /// Instance id → first seen without a node.
     unregistered_since: HashMap<String, Instant>,
     /// Node cache key → first seen. Stands in for the node's creation time.
-    node_first_seen: HashMap<String, Instant>,
+    pub(super) node_first_seen: HashMap<String, Instant>,
     /// Nodes that were Ready at least once: a NotReady one is unready, not starting.
     ever_ready: HashSet<String>,
-    /// Node cache key → since when it is a scale-down candidate.
-    unneeded_since: HashMap<String, Instant>,
-    /// Nodes DeleteNodes accepted (the real autoscaler taints them ToBeDeleted).
-    being_deleted: HashSet<String>,
-    /// Create-error instances already accounted for (each backs the group off once).
+    /// Node cache key → since when it is unneeded (`unneeded.Nodes`).
+    pub(super) unneeded_since: HashMap<String, Instant>,
+    /// Node cache key → when scale-down tainted it ToBeDeleted. A failed deletion untaints.
+    pub(super) tainted: HashMap<String, Instant>,
+    /// Node cache key → its scale-down deletion, until its result is collected.
+    pub(super) deleting: HashMap<String, InProgress>,
+    /// Create-error instances of the previous listing (each backs the group off once).
     known_create_errors: HashSet<String>,
-    last_scale_up: Option<Instant>,
-    last_scale_down_failure: Option<Instant>,
+    pub(super) last_scale_up: Option<Instant>,
+    pub(super) last_scale_down_delete: Option<Instant>,
+    pub(super) group_delays: HashMap<String, GroupDelays>,
     /// Group id → template built from its last good node (the real autoscaler's node-info
     /// cache: kept while the group exists, lost when the autoscaler restarts).
     node_info_cache: HashMap<String, NodeTemplate>,
+    /// `cleanUpIfRequired` ran (first loop).
+    initialized: bool,
+    /// Group id → (target of its acceptable range, registered minus not started nodes), as
+    /// the last cluster-state update (and `Recalculate`) left them: `IsNodeGroupScalingUp`
+    /// before the next update.
+    last_sizes: HashMap<String, (i32, i32)>,
 }
 
 /// One node group as this loop sees it. Node references are indices into `Snapshot::nodes`.
 #[derive(Debug)]
-struct GroupView {
-    group: pb::NodeGroup,
-    target: i32,
-    instances: Vec<pb::Instance>,
-    ready: Vec<usize>,
-    unready: Vec<usize>,
-    not_started: Vec<usize>,
-    being_deleted: Vec<usize>,
-    unregistered: Vec<String>,
-    long_unregistered: Vec<String>,
-    create_errors: Vec<String>,
+pub(super) struct GroupView {
+    pub(super) group: pb::NodeGroup,
+    pub(super) target: i32,
+    pub(super) instances: Vec<pb::Instance>,
+    pub(super) ready: Vec<usize>,
+    pub(super) unready: Vec<usize>,
+    pub(super) not_started: Vec<usize>,
+    pub(super) being_deleted: Vec<usize>,
+    pub(super) unregistered: Vec<String>,
+    pub(super) long_unregistered: Vec<String>,
+    pub(super) create_errors: Vec<String>,
 }
 
 impl GroupView {
-    fn registered(&self) -> usize {
+    pub(super) fn registered(&self) -> usize {
         self.ready.len() + self.unready.len() + self.not_started.len() + self.being_deleted.len()
     }
 
@@ -156,28 +198,34 @@ impl GroupView {
         let present = self.ready.len() + self.unready.len() + self.long_unregistered.len();
         (self.target - to_i32(present)).max(0)
     }
+
+    /// `getProvisionedAndTargetSizesForNodeGroup`: registered nodes that are not still
+    /// starting.
+    fn provisioned(&self) -> i32 {
+        to_i32(self.registered() - self.not_started.len())
+    }
 }
 
 #[derive(Debug)]
-struct Snapshot {
-    now: Instant,
-    nodes: Vec<KubeNode>,
-    groups: Vec<GroupView>,
-    /// Every instance without a node (id, past the provision time), whatever its group.
-    unregistered: Vec<(String, bool)>,
+pub(super) struct Snapshot {
+    pub(super) now: Instant,
+    pub(super) nodes: Vec<KubeNode>,
+    pub(super) groups: Vec<GroupView>,
+    /// Every instance without a node, with the time it was first seen so, whatever its group.
+    unregistered: Vec<(String, Instant)>,
     unmanaged: usize,
     unready_total: usize,
-    ready_managed: usize,
+    pub(super) ready_managed: usize,
     templates: Templates,
 }
 
 impl Snapshot {
-    fn group(&self, id: &str) -> Option<&GroupView> {
+    pub(super) fn group(&self, id: &str) -> Option<&GroupView> {
         self.groups.iter().find(|g| g.group.id == id)
     }
 }
 
-fn to_i32(n: usize) -> i32 {
+pub(super) fn to_i32(n: usize) -> i32 {
     i32::try_from(n).unwrap_or(i32::MAX)
 }
 
@@ -186,7 +234,7 @@ fn to_u32(n: usize) -> u32 {
 }
 
 /// Status nil (state unspecified), or neither Deleting nor failed: the instance should become
-/// a node, so without one it counts as unregistered.
+/// a node, so without one it counts as unregistered (`clusterstate.go` `getNotRegisteredNodes`).
 fn expected_to_register(i: &pb::Instance) -> bool {
     match &i.status {
         None => true,
@@ -195,6 +243,7 @@ fn expected_to_register(i: &pb::Instance) -> bool {
     }
 }
 
+/// `buildInstanceToErrorCodeMappings`: only Creating with an errorInfo is a failed creation.
 fn is_create_error(i: &pb::Instance) -> bool {
     i.status
         .as_ref()
@@ -215,6 +264,8 @@ impl MockAutoscaler {
             config,
             rec: Recorder::new(),
             state: CoreState::default(),
+            extras: ClientExtras::default(),
+            bg: Background::default(),
         }
     }
 
@@ -245,7 +296,8 @@ impl MockAutoscaler {
         &self.config
     }
 
-    /// Changes settings between loops (the call deadline included).
+    /// Changes settings between loops (the call deadline included). Deletions and the
+    /// NodeGroupNodes cache refresh already running keep the settings they started with.
     pub fn config_mut(&mut self) -> &mut AutoscalerConfig {
         &mut self.config
     }
@@ -298,7 +350,7 @@ impl MockAutoscaler {
     }
 
     /// Every call of `rpc` (see [`Timeline::calls`]).
-    pub fn calls(&self, rpc: Rpc) -> Vec<&Call> {
+    pub fn calls(&self, rpc: super::Rpc) -> Vec<&Call> {
         self.rec.timeline.calls(rpc)
     }
 
@@ -325,6 +377,41 @@ impl MockAutoscaler {
             .get(group)
             .filter(|b| b.until > now)
             .map(|b| b.until - now)
+    }
+
+    /// Scale-down deletions started and not yet known to have ended (as of the last
+    /// collection: the start of each loop, [`Self::settle_deletions`]).
+    pub fn deletions_in_progress(&self) -> usize {
+        self.state.deleting.len()
+    }
+
+    /// Waits until every scale-down deletion started so far has ended, and records what the
+    /// background tasks did, as the start of the next loop would.
+    pub async fn settle_deletions(&mut self) {
+        loop {
+            let changed = self.bg.outbox.changed();
+            let notified = changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            self.collect_background();
+            if self.state.deleting.is_empty() || self.bg.stopped() {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// The autoscaler exits (`StaticAutoscaler.ExitCleanUp`, run on SIGTERM): with
+    /// [`AutoscalerConfig::write_status_configmap`] (the default) it calls `Cleanup`; the
+    /// background work stops either way. Finished background results are recorded first.
+    pub async fn exit(&mut self) {
+        self.collect_background();
+        if self.config.write_status_configmap {
+            let (request, started, timed) =
+                cleanup_call(self.client.grpc.clone(), self.config.call_deadline).await;
+            self.rec.record_call(request, started, timed);
+        }
+        self.bg.stop();
     }
 
     /// Runs `n` loops, `loop_interval` apart, and returns their summaries.
@@ -371,6 +458,7 @@ impl MockAutoscaler {
     pub async fn run_once(&mut self) -> LoopSummary {
         self.client.deadline = self.config.call_deadline;
         self.rec.loop_no += 1;
+        self.bg.outbox.set_loop(self.rec.loop_no);
         let started = Instant::now();
         let first_event = self.rec.timeline.events.len();
         self.rec.record(EventKind::LoopStarted);
@@ -389,20 +477,156 @@ impl MockAutoscaler {
         summary
     }
 
+    /// Records what background tasks finished: their calls, and the end of scale-down
+    /// deletions (`NodeDeletionTracker` results, read through `CheckStatus` before the
+    /// loop's Refresh). A failed deletion untaints its node
+    /// (`CleanUpAndRecordFailedScaleDownEvent`), which is then a candidate again, its unneeded
+    /// time kept if it was unneeded when the deletion started; with per-group delays its group
+    /// also waits the delay after failure (`ScaleDownCandidatesDelayProcessor`).
+    pub(super) fn collect_background(&mut self) {
+        let local = self.config.scale_down_delay_type_local;
+        for done in self.bg.outbox.take() {
+            match done {
+                Done::Call {
+                    loop_no,
+                    finished: (request, started, timed),
+                } => {
+                    let at = self.rec.since_start(started);
+                    let call = Call {
+                        loop_no,
+                        at,
+                        request,
+                        outcome: timed.outcome,
+                        latency: timed.latency,
+                    };
+                    self.rec.timeline.events.push(Event {
+                        loop_no: self.rec.loop_no,
+                        at,
+                        kind: EventKind::BackgroundCall(call),
+                    });
+                }
+                Done::Deletion {
+                    key,
+                    group,
+                    node,
+                    result,
+                    at,
+                } => {
+                    self.state.deleting.remove(&key);
+                    let delays = self.state.group_delays.entry(group.clone()).or_default();
+                    match result {
+                        Ok(()) => {
+                            if local {
+                                delays.scale_down = Some(at);
+                            }
+                        }
+                        Err(error) => {
+                            if local {
+                                delays.failure = Some(at);
+                            }
+                            self.state.tainted.remove(&key);
+                            self.rec
+                                .record(EventKind::Decided(Decision::ScaleDownFailed {
+                                    group,
+                                    node,
+                                    error,
+                                }));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// `NodeGroupGetOptions` for `group`, resolved as `DelegatingNodeGroupConfigProcessor`
+    /// does; never cached (`externalgrpc_node_group.go` `GetOptions`).
+    pub(super) async fn options(&mut self, group: &str) -> Result<GroupOptions, RpcError> {
+        let (request, started, timed) = get_options_call(
+            self.client.grpc.clone(),
+            self.client.deadline,
+            group,
+            &self.config,
+        )
+        .await;
+        let resolved = GroupOptions::resolve(&self.config, &timed.outcome);
+        self.rec.record_call(request, started, timed);
+        resolved
+    }
+
+    /// `GPULabel()`: cached forever after a success, "" after a failure (asked again at the
+    /// next use).
+    async fn gpu_label(&mut self) -> String {
+        if let Some(label) = &self.extras.gpu_label {
+            return label.clone();
+        }
+        let (request, started, timed) =
+            gpu_label_call(self.client.grpc.clone(), self.client.deadline).await;
+        let label = match &timed.outcome {
+            Ok(Reply::GpuLabel(label)) => {
+                self.extras.gpu_label = Some(label.clone());
+                label.clone()
+            }
+            _ => String::new(),
+        };
+        self.rec.record_call(request, started, timed);
+        label
+    }
+
+    /// `GetAvailableGPUTypes()`: cached forever after a success.
+    async fn gpu_types(&mut self) {
+        if self.extras.gpu_types.is_some() {
+            return;
+        }
+        let (request, started, timed) =
+            gpu_types_call(self.client.grpc.clone(), self.client.deadline).await;
+        if let Ok(Reply::GpuTypes(types)) = &timed.outcome {
+            self.extras.gpu_types = Some(types.clone());
+        }
+        self.rec.record_call(request, started, timed);
+    }
+
+    /// `Recalculate`: every group's target size again (errors only logged); the acceptable
+    /// ranges take the new targets.
+    pub(super) async fn recalculate(&mut self, groups: &[String]) {
+        for id in groups {
+            if let Ok(t) = self.client.target_size(id, &mut self.rec).await {
+                self.state.last_sizes.entry(id.clone()).or_insert((0, 0)).0 = t;
+            }
+        }
+    }
+}
+
+impl MockAutoscaler {
     async fn loop_body(&mut self) -> Result<(), String> {
         let now = Instant::now();
-        let nodes = self
-            .nodes
-            .list_nodes()
-            .await
-            .map_err(|e| format!("listing Kubernetes nodes failed: {e:#}"))?;
+        if !self.bg.started {
+            self.start_cluster_state().await;
+        }
+        let listed = self.nodes.list_nodes().await;
+        if !self.state.initialized {
+            // `cleanUpIfRequired`, once per process, before anything else of the first loop:
+            // ToBeDeleted taints left by an earlier run are removed from the nodes of the
+            // groups `filterNodesFromSelectedGroups` finds, asking NodeGroupForNode per node
+            // (before any Refresh; the answers stay cached until it).
+            self.state.initialized = true;
+            if let Ok(nodes) = &listed {
+                for node in nodes {
+                    let _ = self.client.node_group_for_node(node, &mut self.rec).await;
+                }
+            }
+        }
+        let mut nodes = listed.map_err(|e| format!("listing Kubernetes nodes failed: {e:#}"))?;
+        self.filter_gpu_unready(&mut nodes).await;
         self.state.track_nodes(&nodes, now);
+        // The scale-down actuation status is read before the cloud provider refreshes.
+        self.collect_background();
 
         self.client
             .refresh(&mut self.rec)
             .await
             .map_err(|e| format!("Refresh failed: {e}"))?;
         let groups = self.client.node_groups(&mut self.rec).await;
+        *lock(&self.bg.known_groups) = groups.iter().map(|g| g.id.clone()).collect();
 
         // The template pass looks up every node's group first, then builds a template for
         // each group; a template error other than Unimplemented aborts the loop.
@@ -415,6 +639,8 @@ impl MockAutoscaler {
             .build_templates(&nodes, &template_group, &groups)
             .await?;
 
+        // clusterstate `UpdateNodes`: target sizes (any error aborts the loop), instances
+        // through the cache, readiness, unregistered instances.
         let mut targets = Vec::with_capacity(groups.len());
         for g in &groups {
             match self.client.target_size(&g.id, &mut self.rec).await {
@@ -426,43 +652,21 @@ impl MockAutoscaler {
                 }
             }
         }
-        let mut instances = Vec::with_capacity(groups.len());
-        for g in &groups {
-            match self.client.nodes(&g.id, &mut self.rec).await {
-                Ok(list) => instances.push(list),
-                Err(e) => {
-                    self.state.unneeded_since.clear();
-                    return Err(format!("NodeGroupNodes({}) failed: {e}", g.id));
-                }
+        let instances = match self.cloud_provider_node_instances(&groups).await {
+            Ok(i) => i,
+            Err(e) => {
+                self.state.unneeded_since.clear();
+                return Err(e);
             }
-        }
-
-        // Readiness: clusterstate asks twice per node, then once per unregistered instance (its
-        // fake node), and counts the instance in whatever group the answer names.
-        let mut node_group = Vec::with_capacity(nodes.len());
-        for node in &nodes {
-            let _ = self.client.node_group_for_node(node, &mut self.rec).await;
-            let answer = self.client.node_group_for_node(node, &mut self.rec).await;
-            node_group.push(answer.ok().flatten());
-        }
-        let unregistered = self.state.track_unregistered(
-            &nodes,
-            &instances,
-            now,
-            self.config.max_node_provision_time,
-        );
-        let mut unregistered_group = HashMap::new();
-        for (id, _) in &unregistered {
-            let fake = KubeNode::fake(id, FAKE_NODE_UNREGISTERED);
-            if let Ok(Some(group)) = self.client.node_group_for_node(&fake, &mut self.rec).await {
-                unregistered_group.insert(id.clone(), group.id);
-            }
-        }
+        };
+        let (node_group, startup) = self.readiness_lookups(&nodes).await;
+        let unregistered = self.state.track_unregistered(&nodes, &instances, now);
+        let unregistered_group = self.classify_unregistered(&unregistered, now).await;
 
         let mut snap = self.build_snapshot(
             now,
             nodes,
-            &node_group,
+            (&node_group, &startup),
             (groups, targets, instances),
             unregistered,
             &unregistered_group,
@@ -470,8 +674,13 @@ impl MockAutoscaler {
         snap.templates = templates;
         self.observe(&snap);
         self.update_scale_requests(&snap).await;
-        self.handle_creation_errors(&snap);
+        self.handle_creation_errors(&snap).await;
         self.update_incorrect_sizes(&snap);
+        self.state.last_sizes = snap
+            .groups
+            .iter()
+            .map(|v| (v.group.id.clone(), (v.target, v.provisioned())))
+            .collect();
 
         self.remove_old_unregistered(&snap).await;
         if self.cluster_unhealthy(&snap) {
@@ -492,16 +701,193 @@ impl MockAutoscaler {
         Ok(())
     }
 
+    /// `ClusterStateRegistry.Start`, before the first loop: the NodeGroupNodes cache is filled
+    /// (`CloudProviderNodeInstancesCache.Refresh`: NodeGroups, then every group's instances;
+    /// a failed listing is stored as an empty one) and refreshed every
+    /// [`AutoscalerConfig::instances_cache_refresh_interval`] from then on. The real one runs
+    /// the first refresh in that goroutine too; here the first loop waits for it, so its
+    /// calls come first, before any Refresh, as they in practice do.
+    async fn start_cluster_state(&mut self) {
+        self.bg.started = true;
+        let groups = self.client.node_groups(&mut self.rec).await;
+        for g in &groups {
+            let (request, started, timed) =
+                nodes_call(self.client.grpc.clone(), self.client.deadline, &g.id).await;
+            let list = match &timed.outcome {
+                Ok(Reply::Instances(list)) => list.clone(),
+                _ => Vec::new(),
+            };
+            lock(&self.bg.instances).insert(&g.id, list);
+            self.rec.record_call(request, started, timed);
+        }
+        *lock(&self.bg.known_groups) = groups.iter().map(|g| g.id.clone()).collect();
+        self.bg
+            .start_refresher(self.client.grpc.clone(), &self.config);
+    }
+
+    /// `obtainNodeLists` with `GpuCustomResourcesProcessor.FilterOutNodesWithUnreadyResources`:
+    /// every Ready node is checked against `GPULabel()` (one RPC per Ready node until an
+    /// answer is cached); one carrying the label with no GPU allocatable counts as NotReady
+    /// (its GPU drivers are taken as still installing).
+    async fn filter_gpu_unready(&mut self, nodes: &mut [KubeNode]) {
+        let mut unready = Vec::new();
+        for node in nodes.iter_mut().filter(|n| n.ready) {
+            let label = self.gpu_label().await;
+            if !label.is_empty() && node.labels.contains_key(&label) && node.gpus == 0 {
+                node.ready = false;
+                unready.push(node.name.clone());
+            }
+        }
+        if !unready.is_empty() {
+            self.rec
+                .record(EventKind::Observed(Observation::GpuUnready {
+                    nodes: unready,
+                }));
+        }
+    }
+
+    /// `getCloudProviderNodeInstances`: the cached entries of groups scaling up (as of the
+    /// last cluster-state update) are dropped; `GetCloudProviderNodeInstances` fetches every
+    /// missing entry concurrently (a failure only logged), then reads each group, fetching a
+    /// still missing one again, whose error aborts the loop.
+    async fn cloud_provider_node_instances(
+        &mut self,
+        groups: &[pb::NodeGroup],
+    ) -> Result<Vec<Vec<pb::Instance>>, String> {
+        let scaling_up: Vec<&str> = groups
+            .iter()
+            .map(|g| g.id.as_str())
+            .filter(|id| self.state.was_scaling_up(id))
+            .collect();
+        {
+            let mut cache = lock(&self.bg.instances);
+            for id in scaling_up {
+                cache.invalidate(id);
+            }
+        }
+        let missing: Vec<String> = {
+            let cache = lock(&self.bg.instances);
+            groups
+                .iter()
+                .filter(|g| cache.get(&g.id).is_none())
+                .map(|g| g.id.clone())
+                .collect()
+        };
+        let mut fetches = JoinSet::new();
+        for id in missing {
+            let grpc = self.client.grpc.clone();
+            let deadline = self.client.deadline;
+            fetches.spawn(async move { nodes_call(grpc, deadline, &id).await });
+        }
+        let mut fetched = Vec::new();
+        while let Some(done) = fetches.join_next().await {
+            if let Ok(f) = done {
+                fetched.push(f);
+            }
+        }
+        fetched.sort_by_key(|(_, started, _)| *started);
+        for (request, started, timed) in fetched {
+            if let (Some(id), Ok(Reply::Instances(list))) = (request.group(), &timed.outcome) {
+                lock(&self.bg.instances).insert(id, list.clone());
+            }
+            self.rec.record_call(request, started, timed);
+        }
+        let mut out = Vec::with_capacity(groups.len());
+        for g in groups {
+            let cached = lock(&self.bg.instances).get(&g.id).cloned();
+            match cached {
+                Some(list) => out.push(list),
+                None => {
+                    let list = self
+                        .client
+                        .nodes(&g.id, &mut self.rec)
+                        .await
+                        .map_err(|e| format!("NodeGroupNodes({}) failed: {e}", g.id))?;
+                    lock(&self.bg.instances).insert(&g.id, list.clone());
+                    out.push(list);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// `updateReadinessStats`: NodeGroupForNode per node. From 1.35 each node is counted
+    /// twice more (in its group, if it has one, and in the total), each time asking
+    /// NodeGroupForNode again and, for an autoscaled node, `GetMaxNodeStartupTime` through
+    /// NodeGroupGetOptions; an error keeps the startup time of the node before (the variable
+    /// is shared). Before 1.35 the startup time is a constant. Returns each node's group and
+    /// startup time.
+    async fn readiness_lookups(
+        &mut self,
+        nodes: &[KubeNode],
+    ) -> (Vec<Option<pb::NodeGroup>>, Vec<Duration>) {
+        let mut node_group = Vec::with_capacity(nodes.len());
+        let mut startup_times = Vec::with_capacity(nodes.len());
+        let mut startup = self.config.max_node_startup_time;
+        for node in nodes {
+            let answer = self
+                .client
+                .node_group_for_node(node, &mut self.rec)
+                .await
+                .ok()
+                .flatten();
+            if self.config.startup_time_from_options() {
+                let updates = if answer.is_some() { 2 } else { 1 };
+                for _ in 0..updates {
+                    if let Ok(Some(g)) = self.client.node_group_for_node(node, &mut self.rec).await
+                        && let Ok(o) = self.options(&g.id).await
+                    {
+                        startup = o.max_node_startup_time;
+                    }
+                }
+            }
+            node_group.push(answer);
+            startup_times.push(startup);
+        }
+        (node_group, startup_times)
+    }
+
+    /// The unregistered part of `updateReadinessStats`: per instance without a node, its fake
+    /// node's group (NodeGroupForNode) and that group's max provision time
+    /// (NodeGroupGetOptions); an error on either leaves the instance out of every group's
+    /// count. Returns instance id → (group, past the provision time).
+    async fn classify_unregistered(
+        &mut self,
+        unregistered: &[(String, Instant)],
+        now: Instant,
+    ) -> HashMap<String, (String, bool)> {
+        let mut out = HashMap::new();
+        for (id, since) in unregistered {
+            let fake = KubeNode::fake(id, FAKE_NODE_UNREGISTERED);
+            let Ok(Some(group)) = self.client.node_group_for_node(&fake, &mut self.rec).await
+            else {
+                continue;
+            };
+            if let Ok(o) = self.options(&group.id).await {
+                let long = passed(*since, o.max_node_provision_time, now);
+                out.insert(id.clone(), (group.id, long));
+            }
+        }
+        out
+    }
+
     fn build_snapshot(
         &self,
         now: Instant,
         nodes: Vec<KubeNode>,
-        node_group: &[Option<pb::NodeGroup>],
+        (node_group, startup): (&[Option<pb::NodeGroup>], &[Duration]),
         (groups, targets, instances): (Vec<pb::NodeGroup>, Vec<i32>, Vec<Vec<pb::Instance>>),
-        unregistered: Vec<(String, bool)>,
-        unregistered_group: &HashMap<String, String>,
+        unregistered: Vec<(String, Instant)>,
+        unregistered_group: &HashMap<String, (String, bool)>,
     ) -> Snapshot {
         let st = &self.state;
+        let starting = |i: usize, key: &str| {
+            let d = startup
+                .get(i)
+                .copied()
+                .unwrap_or(self.config.max_node_startup_time);
+            st.is_starting(key, now, d)
+        };
         let mut views = Vec::with_capacity(groups.len());
         for ((group, target), instances) in groups.into_iter().zip(targets).zip(instances) {
             let mut view = GroupView {
@@ -521,11 +907,13 @@ impl MockAutoscaler {
                     continue;
                 }
                 let key = node.cache_key();
-                if st.being_deleted.contains(&key) {
+                // A node with the ToBeDeleted taint is "deleted" (the client has no
+                // HasInstance: `getCloudProviderDeletedNodes` falls back on the taint).
+                if st.tainted.contains_key(&key) {
                     view.being_deleted.push(i);
                 } else if node.ready {
                     view.ready.push(i);
-                } else if st.is_starting(&key, now, self.config.max_node_startup_time) {
+                } else if starting(i, &key) {
                     view.not_started.push(i);
                 } else {
                     view.unready.push(i);
@@ -537,8 +925,10 @@ impl MockAutoscaler {
                 .filter(|i| is_create_error(i))
                 .map(|i| i.id.clone())
                 .collect();
-            for (id, long) in &unregistered {
-                if unregistered_group.get(id) == Some(&view.group.id) {
+            for (id, _) in &unregistered {
+                if let Some((g, long)) = unregistered_group.get(id)
+                    && *g == view.group.id
+                {
                     if *long {
                         view.long_unregistered.push(id.clone());
                     } else {
@@ -552,11 +942,10 @@ impl MockAutoscaler {
         let unmanaged = node_group.iter().filter(|g| g.is_none()).count();
         let unready_total = nodes
             .iter()
-            .filter(|n| {
+            .enumerate()
+            .filter(|(i, n)| {
                 let key = n.cache_key();
-                !n.ready
-                    && !st.being_deleted.contains(&key)
-                    && !st.is_starting(&key, now, self.config.max_node_startup_time)
+                !n.ready && !st.tainted.contains_key(&key) && !starting(*i, &key)
             })
             .count();
         let ready_managed = views.iter().map(|v| v.ready.len()).sum();
@@ -584,7 +973,7 @@ impl MockAutoscaler {
         groups: &[pb::NodeGroup],
     ) -> Result<Templates, String> {
         let good =
-            |i: usize| nodes[i].ready && !self.state.being_deleted.contains(&nodes[i].cache_key());
+            |i: usize| nodes[i].ready && !self.state.tainted.contains_key(&nodes[i].cache_key());
         let mut found: HashMap<String, NodeTemplate> = HashMap::new();
         for (i, node) in nodes.iter().enumerate() {
             let Some(group) = &node_group[i] else {
@@ -772,8 +1161,12 @@ impl MockAutoscaler {
         }));
     }
 
-    /// clusterstate's `updateScaleRequests`: a request with nothing upcoming is done; one past
-    /// its expected time has failed (backoff, and its capacity is given back).
+    /// clusterstate's `updateScaleRequests`: a request whose group has no node left to come
+    /// (`areThereUpcomingNodesInNodeGroup`: target ≤ registered − not started) is done; one
+    /// past its expected add time has timed out: the group backs off (`timeout`); up to 1.35
+    /// the failure asks for GetAvailableGPUTypes and the group's template (for metrics), from
+    /// 1.36 the request's increase is given back with NodeGroupDecreaseTargetSize, whose
+    /// error is only logged. Either way the request is dropped.
     async fn update_scale_requests(&mut self, snap: &Snapshot) {
         let mut ids: Vec<String> = self.state.scale_ups.keys().cloned().collect();
         ids.sort();
@@ -781,44 +1174,92 @@ impl MockAutoscaler {
             let Some(request) = self.state.scale_ups.get(&id).copied() else {
                 continue;
             };
-            let Some(view) = snap.group(&id) else {
-                continue;
-            };
-            if view.upcoming() == 0 {
+            let finished = snap
+                .group(&id)
+                .is_none_or(|view| view.target <= view.provisioned());
+            if finished {
                 self.state.scale_ups.remove(&id);
                 self.rec
                     .record(EventKind::Decided(Decision::ScaleUpCompleted { group: id }));
                 continue;
             }
-            if request.expected_add_time < snap.now {
-                self.state.scale_ups.remove(&id);
-                self.rec
-                    .record(EventKind::Decided(Decision::ScaleUpTimedOut {
-                        group: id.clone(),
-                        increase: request.increase,
-                    }));
-                let message = format!(
-                    "scale-up of {} node(s) did not complete in time",
-                    request.increase
+            if request.expected_add_time >= snap.now {
+                continue;
+            }
+            self.state.scale_ups.remove(&id);
+            self.rec
+                .record(EventKind::Decided(Decision::ScaleUpTimedOut {
+                    group: id.clone(),
+                    increase: request.increase,
+                }));
+            if self.config.failures_ask_for_template() {
+                self.gpu_types().await;
+                if !request.template_cached {
+                    let _ = self.client.template_node_info(&id, &mut self.rec).await;
+                }
+            }
+            let message = format!(
+                "scale-up of {} node(s) did not complete in time",
+                request.increase
+            );
+            self.back_off(&id, OTHER_ERROR_CLASS, "timeout", message, snap.now);
+            if self.config.reverts_timed_out_scale_ups() && request.increase > 0 {
+                let _ = self
+                    .client
+                    .decrease_target_size(&id, -request.increase, &mut self.rec)
+                    .await;
+            }
+        }
+    }
+
+    /// `registerOrUpdateScaleUpNoLock`: the group's max provision time from
+    /// NodeGroupGetOptions (an error leaves the request as it was), then a new request, or the
+    /// existing one changed by `delta` (gone at 0; a positive delta moves its expected time).
+    async fn register_or_update_scale_up(
+        &mut self,
+        id: &str,
+        delta: i32,
+        now: Instant,
+        template_cached: bool,
+    ) {
+        let Ok(options) = self.options(id).await else {
+            return;
+        };
+        let expected_add_time = now + options.max_node_provision_time;
+        match self.state.scale_ups.get_mut(id) {
+            None if delta > 0 => {
+                self.state.scale_ups.insert(
+                    id.to_owned(),
+                    ScaleUpRequest {
+                        increase: delta,
+                        expected_add_time,
+                        template_cached,
+                    },
                 );
-                self.back_off(&id, OTHER_ERROR_CLASS, "timeout", message, snap.now);
-                if self.config.revert_timed_out_scale_ups {
-                    // Failure is only logged by the autoscaler.
-                    let _ = self
-                        .client
-                        .decrease_target_size(&id, -request.increase, &mut self.rec)
-                        .await;
+            }
+            None => {}
+            Some(r) if r.increase + delta <= 0 => {
+                self.state.scale_ups.remove(id);
+            }
+            Some(r) => {
+                r.increase += delta;
+                if delta > 0 {
+                    r.expected_add_time = expected_add_time;
                 }
             }
         }
     }
 
-    /// clusterstate's `handleInstanceCreationErrors`: each newly failed instance backs its group
-    /// off (once per error code) and no longer counts towards the scale-up request.
-    fn handle_creation_errors(&mut self, snap: &Snapshot) {
+    /// clusterstate's `handleInstanceCreationErrorsForNodeGroup`: instances Creating with an
+    /// errorInfo not seen failed in the previous listing, by (code, class), count only while
+    /// the group `IsNodeGroupScalingUp` (a scale-up request and nodes still to come): then the
+    /// request shrinks by their number and the group backs off with their class and code. A
+    /// group not scaling up (its request timed out or done, or an instance failed outside any
+    /// scale-up) is not backed off.
+    async fn handle_creation_errors(&mut self, snap: &Snapshot) {
         let mut current = HashSet::new();
         for v in &snap.groups {
-            let mut new_by_code: Vec<(String, i32, String, usize)> = Vec::new();
+            let mut unseen: Vec<(String, i32, String, i32)> = Vec::new();
             for inst in v.instances.iter().filter(|i| is_create_error(i)) {
                 current.insert(inst.id.clone());
                 if self.state.known_create_errors.contains(&inst.id) {
@@ -827,12 +1268,11 @@ impl MockAutoscaler {
                 let Some(info) = inst.status.as_ref().and_then(|s| s.error_info.as_ref()) else {
                     continue;
                 };
-                match new_by_code
-                    .iter_mut()
-                    .find(|(code, ..)| *code == info.error_code)
-                {
+                match unseen.iter_mut().find(|(code, class, ..)| {
+                    *code == info.error_code && *class == info.instance_error_class
+                }) {
                     Some(entry) => entry.3 += 1,
-                    None => new_by_code.push((
+                    None => unseen.push((
                         info.error_code.clone(),
                         info.instance_error_class,
                         info.error_message.clone(),
@@ -840,23 +1280,30 @@ impl MockAutoscaler {
                     )),
                 }
             }
-            let mut failed = 0;
-            for (code, class, message, count) in new_by_code {
-                failed += count;
-                self.back_off(&v.group.id, class, &code, message, snap.now);
-            }
-            if failed > 0
-                && let Some(req) = self.state.scale_ups.get_mut(&v.group.id)
-            {
-                req.increase -= to_i32(failed);
-                if req.increase <= 0 {
-                    self.state.scale_ups.remove(&v.group.id);
+            let id = &v.group.id;
+            for (code, class, message, count) in unseen {
+                let scaling_up =
+                    self.state.scale_ups.contains_key(id) && v.target > v.provisioned();
+                if !scaling_up {
+                    self.rec
+                        .record(EventKind::Decided(Decision::FailedCreationsNotCounted {
+                            group: id.clone(),
+                            error_code: code,
+                            instances: to_u32(usize::try_from(count).unwrap_or(0)),
+                        }));
+                    continue;
                 }
+                if self.config.failures_ask_for_template() {
+                    self.gpu_types().await;
+                    let _ = self.client.template_node_info(id, &mut self.rec).await;
+                }
+                self.register_or_update_scale_up(id, -count, snap.now, false)
+                    .await;
+                self.back_off(id, class, &code, message, snap.now);
             }
         }
         self.state.known_create_errors = current;
     }
-
     /// clusterstate's `updateIncorrectNodeGroupSizes`.
     fn update_incorrect_sizes(&mut self, snap: &Snapshot) {
         let mut seen = HashSet::new();
@@ -887,30 +1334,50 @@ impl MockAutoscaler {
         self.state.incorrect_sizes.retain(|id, _| seen.contains(id));
     }
 
-    /// `removeOldUnregisteredNodes`: instances without a node past the provision time are
-    /// deleted with fake nodes, through the group NodeGroupForNode names, down to its min.
+    /// `removeOldUnregisteredNodes` (`oldUnregisteredNodes` first): for every instance without
+    /// a node, its fake node's group (NodeGroupForNode; none or an error: kept) and that
+    /// group's max provision time (NodeGroupGetOptions; an error ends the removal for this
+    /// loop); those past it are deleted per group with fake nodes, after NodeGroupTargetSize
+    /// (an error skips the group), down to the group's min, and after NodeGroupGetOptions (the
+    /// zero-or-max check; an error skips the group). Each NodeGroupDeleteNodes drops the
+    /// group's cached instances; a failed one ends the removal for this loop.
     async fn remove_old_unregistered(&mut self, snap: &Snapshot) {
         let mut by_group: Vec<(pb::NodeGroup, Vec<KubeNode>)> = Vec::new();
-        let long = snap.unregistered.iter().filter(|(_, long)| *long);
-        for (id, _) in long {
+        for (id, since) in &snap.unregistered {
             let fake = KubeNode::fake(id, FAKE_NODE_UNREGISTERED);
-            let reason = match self.client.node_group_for_node(&fake, &mut self.rec).await {
-                Ok(Some(group)) => {
-                    match by_group.iter_mut().find(|(g, _)| g.id == group.id) {
-                        Some((_, list)) => list.push(fake),
-                        None => by_group.push((group, vec![fake])),
-                    }
+            let group = match self.client.node_group_for_node(&fake, &mut self.rec).await {
+                Ok(Some(group)) => group,
+                Ok(None) => {
+                    self.keep_unregistered(id, "NodeGroupForNode names no node group for it");
                     continue;
                 }
-                Ok(None) => "NodeGroupForNode names no node group for it".to_owned(),
-                Err(e) => format!("NodeGroupForNode failed: {e}"),
+                Err(e) => {
+                    self.keep_unregistered(id, &format!("NodeGroupForNode failed: {e}"));
+                    continue;
+                }
             };
-            self.rec
-                .record(EventKind::Decided(Decision::KeepUnregistered {
-                    instance: id.clone(),
-                    reason,
-                }));
+            let options = match self.options(&group.id).await {
+                Ok(o) => o,
+                Err(e) => {
+                    self.keep_unregistered(
+                        id,
+                        &format!(
+                            "NodeGroupGetOptions({}) failed: {e}; no unregistered node removed this loop",
+                            group.id
+                        ),
+                    );
+                    return;
+                }
+            };
+            if !passed(*since, options.max_node_provision_time, snap.now) {
+                continue;
+            }
+            match by_group.iter_mut().find(|(g, _)| g.id == group.id) {
+                Some((_, list)) => list.push(fake),
+                None => by_group.push((group, vec![fake])),
+            }
         }
+        by_group.sort_by(|a, b| a.0.id.cmp(&b.0.id));
         for (group, mut fakes) in by_group {
             let Ok(target) = self.client.target_size(&group.id, &mut self.rec).await else {
                 continue;
@@ -918,16 +1385,21 @@ impl MockAutoscaler {
             let possible = usize::try_from(target - group.min_size).unwrap_or(0);
             let kept = fakes.split_off(possible.min(fakes.len()));
             for k in kept {
-                self.rec
-                    .record(EventKind::Decided(Decision::KeepUnregistered {
-                        instance: k.name,
-                        reason: format!(
-                            "{} is at its min size {} (target {target})",
-                            group.id, group.min_size
-                        ),
-                    }));
+                self.keep_unregistered(
+                    &k.name,
+                    &format!(
+                        "{} is at its min size {} (target {target})",
+                        group.id, group.min_size
+                    ),
+                );
             }
             if fakes.is_empty() {
+                continue;
+            }
+            if let Err(e) = self.options(&group.id).await {
+                for f in &fakes {
+                    self.keep_unregistered(&f.name, &format!("NodeGroupGetOptions failed: {e}"));
+                }
                 continue;
             }
             self.rec
@@ -935,14 +1407,24 @@ impl MockAutoscaler {
                     group: group.id.clone(),
                     instances: fakes.iter().map(|f| f.name.clone()).collect(),
                 }));
-            // Failure is only logged by the autoscaler; it retries next loop.
-            let _ = self
+            let result = self
                 .client
                 .delete_nodes(&group.id, &fakes, &mut self.rec)
                 .await;
+            lock(&self.bg.instances).invalidate(&group.id);
+            if result.is_err() {
+                return;
+            }
         }
     }
 
+    fn keep_unregistered(&mut self, instance: &str, reason: &str) {
+        self.rec
+            .record(EventKind::Decided(Decision::KeepUnregistered {
+                instance: instance.to_owned(),
+                reason: reason.to_owned(),
+            }));
+    }
     fn cluster_unhealthy(&mut self, snap: &Snapshot) -> bool {
         let total = snap.nodes.len();
         let unready = snap.unready_total;
@@ -959,10 +1441,16 @@ impl MockAutoscaler {
         too_many
     }
 
-    /// `deleteCreatedNodesWithErrors`: every instance Creating with an errorInfo is deleted,
-    /// with fake nodes, every loop it is listed.
+    /// `deleteCreatedNodesWithErrors`: every loop, per group listing instances Creating with
+    /// an errorInfo, NodeGroupGetOptions (the zero-or-max check; an error skips the group) and
+    /// NodeGroupDeleteNodes with their fake nodes (an error is only logged). A success drops
+    /// the group's cached instances; after any success the cluster state is recalculated.
     async fn delete_created_with_errors(&mut self, snap: &Snapshot) {
+        let mut deleted_any = false;
         for v in snap.groups.iter().filter(|v| !v.create_errors.is_empty()) {
+            if self.options(&v.group.id).await.is_err() {
+                continue;
+            }
             let fakes: Vec<KubeNode> = v
                 .create_errors
                 .iter()
@@ -973,23 +1461,43 @@ impl MockAutoscaler {
                     group: v.group.id.clone(),
                     instances: v.create_errors.clone(),
                 }));
-            let _ = self
+            if self
                 .client
                 .delete_nodes(&v.group.id, &fakes, &mut self.rec)
-                .await;
+                .await
+                .is_ok()
+            {
+                deleted_any = true;
+                lock(&self.bg.instances).invalidate(&v.group.id);
+            }
+        }
+        if deleted_any {
+            let ids: Vec<String> = snap.groups.iter().map(|v| v.group.id.clone()).collect();
+            self.recalculate(&ids).await;
         }
     }
 
-    /// `fixNodeGroupSize`: a group whose registered count stayed below target for longer than
-    /// the provision time has its target lowered by the difference. True if anything was fixed;
-    /// an error aborts the loop.
+    /// `fixNodeGroupSize`: for each group with an incorrect size, its max provision time from
+    /// NodeGroupGetOptions (an error aborts the loop); a group whose registered count stayed
+    /// below target for longer than that has its target lowered by the difference with
+    /// NodeGroupDecreaseTargetSize, whose error aborts the loop. True if anything was fixed.
     async fn fix_node_group_sizes(&mut self, snap: &Snapshot) -> Result<bool, String> {
         let mut fixed = false;
         for v in &snap.groups {
             let Some(inc) = self.state.incorrect_sizes.get(&v.group.id).copied() else {
                 continue;
             };
-            if inc.first_observed + self.config.max_node_provision_time >= snap.now {
+            let options = self.options(&v.group.id).await.map_err(|e| {
+                format!(
+                    "fixing node group sizes failed: no max node provision time for {}: {e}",
+                    v.group.id
+                )
+            })?;
+            if !passed(
+                inc.first_observed,
+                options.max_node_provision_time,
+                snap.now,
+            ) {
                 continue;
             }
             let delta = inc.current - inc.expected;
@@ -1012,9 +1520,15 @@ impl MockAutoscaler {
         Ok(fixed)
     }
 
-    /// Scale-up: what upcoming nodes do not cover goes to the first group that is neither
-    /// backed off nor at max, has a node template, and (for pods) has a template some pending
-    /// pod fits; the increase is capped at max.
+    /// Scale-up (`ScaleUpOrchestrator.ScaleUp`): what upcoming nodes do not cover goes to the
+    /// first group that is neither backed off nor at max, has a node template, and (for pods)
+    /// has a template some pending pod fits; the increase is capped at max. Every group is
+    /// looked at as the real orchestrator does before its expander picks: backoff, then
+    /// NodeGroupTargetSize (an error skips the group), max size, NodeGroupGetOptions (the
+    /// zero-or-max check; errors only logged), the template and the pods, and
+    /// NodeGroupGetOptions again for a group the pods fit (`computeExpansionOption`). The
+    /// executor asks GetAvailableGPUTypes, then NodeGroupIncreaseSize; a success registers
+    /// the scale-up request (NodeGroupGetOptions: the max provision time) and recalculates.
     async fn scale_up(&mut self, snap: &Snapshot, pending: Pending) {
         let now = snap.now;
         // Upcoming nodes count only for groups with a live scale-up request and no backoff.
@@ -1068,6 +1582,8 @@ impl MockAutoscaler {
             }
         };
         let mut reasons = Vec::new();
+        // (group, target, pending nodes' worth, nodes to add)
+        let mut options: Vec<(String, i32, u32, u32)> = Vec::new();
         for v in &snap.groups {
             let id = &v.group.id;
             if let Some(left) = self
@@ -1080,10 +1596,15 @@ impl MockAutoscaler {
                 reasons.push(format!("{id} backed off for {:.3}s", left.as_secs_f64()));
                 continue;
             }
-            if v.target >= v.group.max_size {
+            let Ok(target) = self.client.target_size(id, &mut self.rec).await else {
+                reasons.push(format!("{id} has no target size"));
+                continue;
+            };
+            if target >= v.group.max_size {
                 reasons.push(format!("{id} at max size {}", v.group.max_size));
                 continue;
             }
+            let _ = self.options(id).await;
             let template = match snap.templates.get(id) {
                 Some(Ok(t)) => t,
                 Some(Err(why)) => {
@@ -1122,274 +1643,61 @@ impl MockAutoscaler {
                     (n, n)
                 }
             };
-            let need = i32::try_from(nodes).unwrap_or(i32::MAX);
-            let delta = need.min(v.group.max_size - v.target);
-            self.rec.record(EventKind::Decided(Decision::ScaleUp {
-                group: id.clone(),
-                delta,
-                pending: pending_nodes,
-                upcoming,
-            }));
-            match self.client.increase_size(id, delta, &mut self.rec).await {
-                Ok(()) => {
-                    let expected_add_time = now + self.config.max_node_provision_time;
-                    self.state
-                        .scale_ups
-                        .entry(id.clone())
-                        .and_modify(|r| {
-                            r.increase += delta;
-                            r.expected_add_time = expected_add_time;
-                        })
-                        .or_insert(ScaleUpRequest {
-                            increase: delta,
-                            expected_add_time,
-                        });
-                    self.state.last_scale_up = Some(now);
-                    // The autoscaler recalculates cluster state right after a scale-up.
-                    for g in &snap.groups {
-                        let _ = self.client.target_size(&g.group.id, &mut self.rec).await;
-                    }
-                }
-                Err(e) => {
-                    self.back_off(
-                        id,
-                        OTHER_ERROR_CLASS,
-                        "cloudProviderError",
-                        e.to_string(),
-                        now,
-                    );
-                }
+            let _ = self.options(id).await;
+            options.push((id.clone(), target, pending_nodes, nodes));
+        }
+        // The expander: the first option wins.
+        let Some((id, target, pending_nodes, nodes)) = options.into_iter().next() else {
+            if reasons.is_empty() {
+                reasons.push("no node group".into());
             }
+            self.rec.record(EventKind::Decided(Decision::NoScaleUp {
+                reason: reasons.join(", "),
+            }));
             return;
-        }
-        if reasons.is_empty() {
-            reasons.push("no node group".into());
-        }
-        self.rec.record(EventKind::Decided(Decision::NoScaleUp {
-            reason: reasons.join(", "),
-        }));
-    }
-
-    /// Scale-down: Ready nodes beyond the workload's need and NotReady nodes become candidates;
-    /// after the unneeded (resp. unready) time they are deleted as real nodes, never below the
-    /// min size of the group NodeGroupForNode returns for them.
-    async fn scale_down(&mut self, snap: &Snapshot, needed: Option<u32>) {
-        let now = snap.now;
-        // The scale-down pre-filter asks for every node's group again (cached unless id "").
-        let mut candidate_group: Vec<Option<pb::NodeGroup>> = Vec::with_capacity(snap.nodes.len());
-        for node in &snap.nodes {
-            let answer = self.client.node_group_for_node(node, &mut self.rec).await;
-            candidate_group.push(answer.ok().flatten());
-        }
-        let managed = |i: &usize| {
-            candidate_group[*i]
-                .as_ref()
-                .is_some_and(|g| snap.group(&g.id).is_some())
         };
-
-        let mut ready: Vec<usize> = snap
-            .groups
-            .iter()
-            .flat_map(|v| v.ready.iter().copied())
-            .filter(managed)
-            .collect();
-        let unready: Vec<usize> = snap
-            .groups
-            .iter()
-            .flat_map(|v| v.unready.iter().copied())
-            .filter(managed)
-            .collect();
-        let surplus = needed.map_or(0, |n| snap.ready_managed.saturating_sub(n as usize));
-        // Keep the same nodes unneeded from loop to loop; otherwise the newest first.
-        ready.sort_by_key(|&i| {
-            let node = &snap.nodes[i];
-            let key = node.cache_key();
-            (
-                !self.state.unneeded_since.contains_key(&key),
-                Reverse(self.state.node_first_seen.get(&key).copied()),
-                Reverse(node.name.clone()),
-            )
-        });
-        let mut candidates: Vec<(usize, ScaleDownReason)> = ready
-            .into_iter()
-            .take(surplus)
-            .map(|i| (i, ScaleDownReason::Unneeded))
-            .collect();
-        candidates.extend(unready.into_iter().map(|i| (i, ScaleDownReason::Unready)));
-
-        let keys: HashSet<String> = candidates
-            .iter()
-            .map(|(i, _)| snap.nodes[*i].cache_key())
-            .collect();
-        self.state.unneeded_since.retain(|k, _| keys.contains(k));
-        for (i, reason) in &candidates {
-            let key = snap.nodes[*i].cache_key();
-            if let std::collections::hash_map::Entry::Vacant(e) =
-                self.state.unneeded_since.entry(key)
-            {
-                e.insert(now);
-                self.rec.record(EventKind::Decided(Decision::NodeUnneeded {
-                    node: snap.nodes[*i].name.clone(),
-                    reason: *reason,
-                }));
-            }
-        }
-        if candidates.is_empty() {
+        let Some(view) = snap.group(&id) else {
             return;
-        }
-
-        let cooldown_end = [
-            self.state
-                .last_scale_up
-                .map(|t| t + self.config.scale_down_delay_after_add),
-            self.state
-                .last_scale_down_failure
-                .map(|t| t + self.config.scale_down_delay_after_failure),
-        ]
-        .into_iter()
-        .flatten()
-        .max();
-        if let Some(end) = cooldown_end.filter(|end| *end > now) {
-            self.rec
-                .record(EventKind::Decided(Decision::ScaleDownCooldown {
-                    remaining: end - now,
-                }));
-            return;
-        }
-
-        let mut due: Vec<(usize, ScaleDownReason, Instant)> = candidates
-            .into_iter()
-            .filter_map(|(i, reason)| {
-                let since = *self.state.unneeded_since.get(&snap.nodes[i].cache_key())?;
-                let wait = match reason {
-                    ScaleDownReason::Unneeded => self.config.scale_down_unneeded_time,
-                    ScaleDownReason::Unready => self.config.scale_down_unready_time,
-                };
-                (since + wait <= now).then_some((i, reason, since))
-            })
-            .collect();
-        due.sort_by(|a, b| {
-            a.2.cmp(&b.2)
-                .then_with(|| snap.nodes[a.0].name.cmp(&snap.nodes[b.0].name))
-        });
-
-        let mut chosen_per_group: HashMap<String, i32> = HashMap::new();
-        let mut batches: Vec<(String, Vec<(KubeNode, ScaleDownReason)>)> = Vec::new();
-        for (i, reason, _) in due {
-            let node = &snap.nodes[i];
-            let Some(group) = &candidate_group[i] else {
-                continue;
-            };
-            let Some(view) = snap.group(&group.id) else {
-                continue;
-            };
-            let chosen = chosen_per_group.entry(group.id.clone()).or_default();
-            if view.target - *chosen - 1 < group.min_size {
-                self.rec
-                    .record(EventKind::Decided(Decision::ScaleDownBlocked {
-                        node: node.name.clone(),
-                        reason: format!(
-                            "{} would go below its min size {} (target {}, {} already chosen)",
-                            group.id, group.min_size, view.target, chosen
-                        ),
-                    }));
-                continue;
+        };
+        let need = i32::try_from(nodes).unwrap_or(i32::MAX);
+        let delta = need.min(view.group.max_size - target);
+        self.rec.record(EventKind::Decided(Decision::ScaleUp {
+            group: id.clone(),
+            delta,
+            pending: pending_nodes,
+            upcoming,
+        }));
+        self.gpu_types().await;
+        match self.client.increase_size(&id, delta, &mut self.rec).await {
+            Ok(()) => {
+                let template_cached = matches!(
+                    snap.templates.get(&id),
+                    Some(Ok(t)) if t.source == TemplateSource::Provider
+                );
+                self.register_or_update_scale_up(&id, delta, now, template_cached)
+                    .await;
+                self.state.last_scale_up = Some(now);
+                self.state
+                    .group_delays
+                    .entry(id.clone())
+                    .or_default()
+                    .scale_up = Some(now);
+                // The autoscaler recalculates cluster state right after a scale-up.
+                let ids: Vec<String> = snap.groups.iter().map(|v| v.group.id.clone()).collect();
+                self.recalculate(&ids).await;
             }
-            *chosen += 1;
-            let entry = (node.clone(), reason);
-            match self.config.delete_batching {
-                DeleteBatching::PerGroup => {
-                    match batches.iter_mut().find(|(g, _)| *g == group.id) {
-                        Some((_, list)) => list.push(entry),
-                        None => batches.push((group.id.clone(), vec![entry])),
-                    }
-                }
-                DeleteBatching::PerNode => batches.push((group.id.clone(), vec![entry])),
-            }
-        }
-        if batches.is_empty() {
-            return;
-        }
-        for (group, list) in &batches {
-            self.rec.record(EventKind::Decided(Decision::ScaleDown {
-                group: group.clone(),
-                nodes: list
-                    .iter()
-                    .map(|(n, reason)| RemovedNode {
-                        name: n.name.clone(),
-                        provider_id: n.provider_id.clone(),
-                        reason: *reason,
-                    })
-                    .collect(),
-            }));
-        }
-        let results = self.run_deletions(&batches).await;
-        for ((_, list), (request, started, timed)) in batches.iter().zip(results) {
-            if timed.outcome.is_ok() {
-                for (node, _) in list {
-                    let key = node.cache_key();
-                    self.state.unneeded_since.remove(&key);
-                    self.state.being_deleted.insert(key);
-                }
-            } else {
-                self.state.last_scale_down_failure = Some(now);
-            }
-            self.rec.record_call(request, started, timed);
-        }
-    }
-
-    async fn run_deletions(
-        &self,
-        batches: &[(String, Vec<(KubeNode, ScaleDownReason)>)],
-    ) -> Vec<(Request, Instant, Timed<Reply>)> {
-        let deadline = self.config.call_deadline;
-        let jobs = batches.iter().map(|(group, list)| {
-            (
-                group.clone(),
-                list.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>(),
-            )
-        });
-        if !self.config.parallel_deletes {
-            let mut out = Vec::with_capacity(batches.len());
-            for (group, nodes) in jobs {
-                out.push(
-                    delete_nodes_call(self.client.grpc.clone(), deadline, &group, &nodes).await,
+            Err(e) => {
+                self.back_off(
+                    &id,
+                    OTHER_ERROR_CLASS,
+                    "cloudProviderError",
+                    e.to_string(),
+                    now,
                 );
             }
-            return out;
         }
-        let handles: Vec<_> = jobs
-            .map(|(group, nodes)| {
-                let grpc = self.client.grpc.clone();
-                let started = Instant::now();
-                let request = Request::NodeGroupDeleteNodes {
-                    id: group.clone(),
-                    nodes: nodes.iter().map(KubeNode::to_grpc).collect(),
-                };
-                let handle =
-                    tokio::spawn(
-                        async move { delete_nodes_call(grpc, deadline, &group, &nodes).await },
-                    );
-                (request, started, handle)
-            })
-            .collect();
-        let mut out = Vec::with_capacity(handles.len());
-        for (request, started, handle) in handles {
-            out.push(handle.await.unwrap_or_else(|e| {
-                let failed = Timed {
-                    outcome: Err(RpcError {
-                        code: tonic::Code::Internal,
-                        message: format!("deletion task failed: {e}"),
-                    }),
-                    latency: started.elapsed(),
-                };
-                (request, started, failed)
-            }));
-        }
-        out
     }
 }
-
 /// The scheduler's part of a pod demand: the first time, every managed Ready node is full;
 /// after that, each managed Ready node not seen then takes the pending pods that fit its room
 /// left (its allocatable at first), labels and taints, in name order. Returns the pods placed
@@ -1433,20 +1741,20 @@ fn schedule_on_new_nodes(d: &mut PodDemand, snap: &Snapshot) -> Vec<(String, Vec
 
 impl CoreState {
     /// Instances listed by NodeGroupNodes whose id is no node's providerID and that should
-    /// register (not Deleting, no error), with whether they passed the provision time.
+    /// register (not Deleting, no error), with when each was first seen so
+    /// (`getNotRegisteredNodes`, `updateUnregisteredNodes`).
     fn track_unregistered(
         &mut self,
         nodes: &[KubeNode],
         instances: &[Vec<pb::Instance>],
         now: Instant,
-        provision: Duration,
-    ) -> Vec<(String, bool)> {
+    ) -> Vec<(String, Instant)> {
         let provider_ids: HashSet<&str> = nodes
             .iter()
             .map(|n| n.provider_id.as_str())
             .filter(|p| !p.is_empty())
             .collect();
-        let mut out: Vec<(String, bool)> = Vec::new();
+        let mut out: Vec<(String, Instant)> = Vec::new();
         for inst in instances.iter().flatten() {
             if provider_ids.contains(inst.id.as_str())
                 || !expected_to_register(inst)
@@ -1458,7 +1766,7 @@ impl CoreState {
                 .unregistered_since
                 .entry(inst.id.clone())
                 .or_insert(now);
-            out.push((inst.id.clone(), since + provision < now));
+            out.push((inst.id.clone(), since));
         }
         self.unregistered_since
             .retain(|id, _| out.iter().any(|(u, _)| u == id));
@@ -1476,7 +1784,7 @@ impl CoreState {
         }
         self.node_first_seen.retain(|k, _| keys.contains(k));
         self.ever_ready.retain(|k| keys.contains(k));
-        self.being_deleted.retain(|k| keys.contains(k));
+        self.tainted.retain(|k, _| keys.contains(k));
         self.unneeded_since.retain(|k, _| keys.contains(k));
     }
 
@@ -1489,7 +1797,17 @@ impl CoreState {
                 .is_some_and(|t| *t + startup > now)
     }
 
-    fn backed_off(&self, group: &str, now: Instant) -> bool {
+    pub(super) fn backed_off(&self, group: &str, now: Instant) -> bool {
         self.backoffs.get(group).is_some_and(|b| b.until > now)
+    }
+
+    /// `IsNodeGroupScalingUp` between two cluster-state updates: a scale-up request, and a
+    /// target (as last updated or recalculated) above the provisioned nodes of the last update.
+    fn was_scaling_up(&self, group: &str) -> bool {
+        self.scale_ups.contains_key(group)
+            && self
+                .last_sizes
+                .get(group)
+                .is_some_and(|(target, provisioned)| target > provisioned)
     }
 }

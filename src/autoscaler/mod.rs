@@ -1,34 +1,67 @@
 //! A mock cluster-autoscaler: a gRPC client that replays the real autoscaler's use of the
 //! externalgrpc protocol against a provider, for tests and the demo.
 //!
-//! Each [`MockAutoscaler::run_once`] is one loop of the real `StaticAutoscaler.RunOnce`:
+//! It follows `cluster-autoscaler/` at the tags cluster-autoscaler-1.33.0 and 1.35.0 (1.36.0
+//! where it differs, chosen with [`AutoscalerConfig::release`]); each imitated behaviour names
+//! its upstream file and function in a comment beside the code.
+//!
+//! Before the first loop (`ClusterStateRegistry.Start`) the NodeGroupNodes cache is filled:
+//! `NodeGroups`, then `NodeGroupNodes` per group, before any `Refresh`. Each
+//! [`MockAutoscaler::run_once`] is then one loop of the real `StaticAutoscaler.RunOnce`:
 //!
 //! 1. list the Kubernetes nodes from a [`NodeSource`] (the simulator's kubelet emulation through
-//!    [`SimNodeSource`], or a [`StaticNodeSource`] a test edits);
+//!    [`SimNodeSource`], or a [`StaticNodeSource`] a test edits); the first loop asks
+//!    `NodeGroupForNode` for each (`cleanUpIfRequired`); `GPULabel` for every Ready node until
+//!    an answer is cached (a Ready node with that label and no GPU allocatable counts as
+//!    NotReady); the results of background work are collected (below);
 //! 2. `Refresh` (an error aborts the loop); `NodeGroups` (cached until the next Refresh);
 //!    the template pass: `NodeGroupForNode` for every node, then a node template per group
-//!    (below); `NodeGroupTargetSize` and `NodeGroupNodes` per group (an error aborts the
-//!    loop); then cluster state: `NodeGroupForNode` twice per node and once
-//!    per instance without a node (its fake node decides which group counts it). Like the real
-//!    client, NodeGroupForNode answers are cached by name+providerID until the next Refresh,
-//!    except answers with id "": a managed node costs one RPC per loop, a control-plane node
-//!    four (template pass, readiness twice, scale-down pre-filter);
-//! 3. decisions, in the real order: instances without a node past the max provision time are
-//!    deleted with fake nodes (name = providerID = instance id), down to the group's min;
-//!    instances Creating with an errorInfo are deleted with fake nodes and back the group off;
-//!    a target that registered nodes stay below for the provision time is lowered with
-//!    `NodeGroupDecreaseTargetSize`; pending demand not covered by upcoming nodes scales the
+//!    (below); cluster state: `NodeGroupTargetSize` per group (an error aborts the loop),
+//!    the instances per group from the cache (`node_instances_cache.go`: refreshed every
+//!    [`AutoscalerConfig::instances_cache_refresh_interval`] in the background, listed again
+//!    every loop for a group scaling up and after deleting failed or unregistered instances;
+//!    a failing listing of a missing entry aborts the loop), readiness (`NodeGroupForNode` per
+//!    node; from 1.35 twice more, with `NodeGroupGetOptions` per autoscaled node for its
+//!    startup time), and per instance without a node its fake node's group and
+//!    `NodeGroupGetOptions` (max provision time). Like the real client, NodeGroupForNode
+//!    answers are cached by name+providerID until the next Refresh, except answers with id "";
+//! 3. decisions, in the real order: instances without a node past their group's max
+//!    provision time are deleted with fake nodes (name = providerID = instance id), down to
+//!    the group's min; instances Creating with an errorInfo are deleted with fake nodes every
+//!    loop, and back the group off only while it is scaling up; a target that registered
+//!    nodes stay below for the provision time is lowered with `NodeGroupDecreaseTargetSize`
+//!    (its error, or a failing `NodeGroupGetOptions`, aborts the loop); a scale-up not
+//!    fulfilled in time backs the group off (and from 1.36 is reverted with
+//!    `NodeGroupDecreaseTargetSize`); pending demand not covered by upcoming nodes scales the
 //!    first group that is neither backed off nor at max and has a node template that the
-//!    pending pods fit (a failed `NodeGroupIncreaseSize` backs it off, 5 min doubling to
-//!    30 min); Ready nodes beyond the demand and NotReady
-//!    nodes are deleted as real nodes after the unneeded / unready time, never below the min of
-//!    the group NodeGroupForNode returned, never nodes with group id "".
+//!    pending pods fit (`GetAvailableGPUTypes` once, a failed `NodeGroupIncreaseSize` backs it
+//!    off, 5 min doubling to 30 min); scale-down (below).
+//!
+//! Scale-down follows `core/scaledown/`: Ready nodes beyond the demand and NotReady nodes
+//! become unneeded (candidates also cost two `NodeGroupGetOptions` each, the removable ones
+//! one more); after the group's unneeded / unready time they are tainted and deleted as real
+//! nodes, never below the min of the group NodeGroupForNode returned (deletions in progress
+//! counted), never nodes with group id "", within `--max-scale-down-parallelism` and
+//! `--max-drain-parallelism` (a node with [`KubeNode::movable_pods`] is drained first). The
+//! deletions run in background tasks, as the real goroutines do: after
+//! `--node-delete-delay-after-taint`, `NodeGroupGetOptions` then one `NodeGroupDeleteNodes` per
+//! node, all at once (`--node-deletion-batcher-interval` 0, the default; with an interval, one
+//! call per group per interval). The loop does not wait for them; the next loop collects their
+//! outcome. A failed call untaints its node, which the next loop tries again (its unneeded
+//! time kept); only with [`AutoscalerConfig::scale_down_delay_type_local`] does the group wait
+//! `--scale-down-delay-after-failure` first. A node still there after the max deletion time
+//! (5 min) is deleted again. [`MockAutoscaler::settle_deletions`] waits for the deletions in
+//! flight; [`MockAutoscaler::exit`] is the autoscaler's exit: `Cleanup` (with
+//! `--write-status-configmap`, the default) and the background work stopped.
 //!
 //! Every RPC runs under [`AutoscalerConfig::call_deadline`] (5 s by default), sent as
 //! `grpc-timeout` and enforced locally: a late answer is a `DeadlineExceeded` failure, as in the
-//! real client. Everything lands in a [`Timeline`]: calls with request, outcome and latency,
+//! real client. Everything lands in a [`Timeline`]: calls with request, outcome and latency
+//! (background calls as [`EventKind::BackgroundCall`] when a loop collects them),
 //! observations, decisions with reasons, and one [`LoopSummary`] per loop whose `Display` is the
-//! demo's progress line. Each `MockAutoscaler` owns all its state, so several can drive the same
+//! demo's progress line. `Unimplemented` from `NodeGroupTemplateNodeInfo` and
+//! `NodeGroupGetOptions` is no error ([`Call::is_not_implemented`]): the flags, resp. real
+//! nodes, apply. Each `MockAutoscaler` owns all its state, so several can drive the same
 //! provider at once.
 //!
 //! Node templates follow `MixedTemplateNodeInfoProvider`: a group's template is its first
@@ -50,14 +83,26 @@
 //! [`PodSpec`], [`NodeTemplate`]).
 //!
 //! Node timing uses the mock's own clock: a node's age counts from when the mock first listed
-//! it, and a NotReady node that was never Ready is "starting" (upcoming) for
-//! [`AutoscalerConfig::max_node_startup_time`].
+//! it, and a NotReady node that was never Ready is "starting" (upcoming) for its startup time.
 //!
-//! What the real autoscaler does that this one does not: `NodeGroupGetOptions`, `GPULabel`
-//! and pricing calls, the scheduler beyond requests, selectors and taints (affinity, spread,
-//! DaemonSet pods, extended resources), the one-minute Ready stability a template node needs,
-//! the expander (the first eligible group wins), aborting the loop on a `NodeGroupForNode`
-//! error in the template pass, and scale-down drain.
+//! What the real autoscaler does that this one does not:
+//! - the scheduler beyond requests, selectors and taints (affinity, spread, DaemonSet pods,
+//!   extended resources), utilization (the options' utilization thresholds and
+//!   `ignoreDaemonSetsUtilization` are asked for but not used), and pod eviction itself (a
+//!   drain is [`AutoscalerConfig::drain_time`]);
+//! - `zeroOrMaxNodeScaling` (atomic groups: batched deletions, delete-all on failure, atomic
+//!   scale-up); pricing calls; `GetAvailableGPUTypes` from the background deletions;
+//! - the one-minute Ready stability a template node needs, the expander (the first eligible
+//!   group wins), balancing similar groups, aborting the loop on a `NodeGroupForNode` error in
+//!   the template pass;
+//! - `--force-delete-unregistered-nodes` / `--force-delete-failed-nodes` (the client has no
+//!   ForceDeleteNodes anyway), `--enforce-node-group-min-size`, node-group auto-provisioning;
+//! - the wire differences of releases up to 1.34.1 (options fields 3–5, template field 1):
+//!   `NodeGroupGetOptions` is sent and read with the 1.35 fields 8–10 (an unset Duration is
+//!   0, as 1.35 reads it; 1.33 dereferences it without a check);
+//! - the first NodeGroupNodes cache fill runs concurrently with the first loop in the real
+//!   autoscaler; here the first loop waits for it. The NodeGroupNodes cache entries older
+//!   than 5 minutes only produce a warning upstream, so nothing here either.
 //!
 //! # Example
 //!
@@ -84,17 +129,20 @@
 //! # Ok(()) }
 //! ```
 
+mod background;
+mod calls;
 mod client;
 mod config;
 mod engine;
 mod nodes;
 mod pods;
+mod scaledown;
 mod timeline;
 
 #[cfg(test)]
 mod tests;
 
-pub use config::{AutoscalerConfig, DeleteBatching};
+pub use config::{AutoscalerConfig, NEWEST_RELEASE};
 pub use engine::MockAutoscaler;
 pub use nodes::{
     FAKE_NODE_CREATE_ERROR, FAKE_NODE_REASON_ANNOTATION, FAKE_NODE_UNREGISTERED, KubeNode,

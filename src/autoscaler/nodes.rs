@@ -43,6 +43,11 @@ pub struct KubeNode {
     pub allocatable: Option<Resources>,
     /// `spec.taints`.
     pub taints: Vec<NodeTaint>,
+    /// Pods scale-down must evict before deleting the node (not DaemonSet or mirror pods):
+    /// 0 is an empty node, more a node to drain.
+    pub movable_pods: u32,
+    /// `nvidia.com/gpu` allocatable.
+    pub gpus: u64,
 }
 
 impl KubeNode {
@@ -81,6 +86,20 @@ impl KubeNode {
     #[must_use]
     pub fn with_taint(mut self, taint: NodeTaint) -> Self {
         self.taints.push(taint);
+        self
+    }
+
+    /// The same node with `n` pods to move before it is deleted (a node to drain).
+    #[must_use]
+    pub fn with_movable_pods(mut self, n: u32) -> Self {
+        self.movable_pods = n;
+        self
+    }
+
+    /// The same node with `n` GPUs allocatable.
+    #[must_use]
+    pub fn with_gpus(mut self, n: u64) -> Self {
+        self.gpus = n;
         self
     }
 
@@ -344,7 +363,7 @@ fn parse_sim_list_nodes(status: reqwest::StatusCode, body: &str) -> anyhow::Resu
                 annotations: n.annotations,
                 registered_ms: n.registeredms,
                 allocatable,
-                taints: Vec::new(),
+                ..KubeNode::default()
             })
         })
         .collect()

@@ -31,11 +31,19 @@ pub enum Rpc {
     NodeGroupDecreaseTargetSize,
     /// `NodeGroupTemplateNodeInfo`
     NodeGroupTemplateNodeInfo,
+    /// `NodeGroupGetOptions`
+    NodeGroupGetOptions,
+    /// `GPULabel`
+    GpuLabel,
+    /// `GetAvailableGPUTypes`
+    GetAvailableGpuTypes,
+    /// `Cleanup`
+    Cleanup,
 }
 
 impl Rpc {
     /// Every RPC the mock autoscaler issues.
-    pub const ALL: [Rpc; 9] = [
+    pub const ALL: [Rpc; 13] = [
         Rpc::Refresh,
         Rpc::NodeGroups,
         Rpc::NodeGroupForNode,
@@ -45,6 +53,10 @@ impl Rpc {
         Rpc::NodeGroupDeleteNodes,
         Rpc::NodeGroupDecreaseTargetSize,
         Rpc::NodeGroupTemplateNodeInfo,
+        Rpc::NodeGroupGetOptions,
+        Rpc::GpuLabel,
+        Rpc::GetAvailableGpuTypes,
+        Rpc::Cleanup,
     ];
 
     /// The RPC's name in the proto service.
@@ -59,6 +71,10 @@ impl Rpc {
             Rpc::NodeGroupDeleteNodes => "NodeGroupDeleteNodes",
             Rpc::NodeGroupDecreaseTargetSize => "NodeGroupDecreaseTargetSize",
             Rpc::NodeGroupTemplateNodeInfo => "NodeGroupTemplateNodeInfo",
+            Rpc::NodeGroupGetOptions => "NodeGroupGetOptions",
+            Rpc::GpuLabel => "GPULabel",
+            Rpc::GetAvailableGpuTypes => "GetAvailableGPUTypes",
+            Rpc::Cleanup => "Cleanup",
         }
     }
 
@@ -69,6 +85,7 @@ impl Rpc {
             Rpc::NodeGroupIncreaseSize
                 | Rpc::NodeGroupDeleteNodes
                 | Rpc::NodeGroupDecreaseTargetSize
+                | Rpc::Cleanup
         )
     }
 }
@@ -139,6 +156,17 @@ pub enum Request {
         /// Node group id.
         id: String,
     },
+    /// `NodeGroupGetOptions` (the request's `defaults` are the autoscaler's flags).
+    NodeGroupGetOptions {
+        /// Node group id.
+        id: String,
+    },
+    /// `GPULabel`
+    GpuLabel,
+    /// `GetAvailableGPUTypes`
+    GetAvailableGpuTypes,
+    /// `Cleanup`
+    Cleanup,
 }
 
 impl Request {
@@ -154,14 +182,24 @@ impl Request {
             Request::NodeGroupDeleteNodes { .. } => Rpc::NodeGroupDeleteNodes,
             Request::NodeGroupDecreaseTargetSize { .. } => Rpc::NodeGroupDecreaseTargetSize,
             Request::NodeGroupTemplateNodeInfo { .. } => Rpc::NodeGroupTemplateNodeInfo,
+            Request::NodeGroupGetOptions { .. } => Rpc::NodeGroupGetOptions,
+            Request::GpuLabel => Rpc::GpuLabel,
+            Request::GetAvailableGpuTypes => Rpc::GetAvailableGpuTypes,
+            Request::Cleanup => Rpc::Cleanup,
         }
     }
 
     /// The node group the request is about, if any.
     pub fn group(&self) -> Option<&str> {
         match self {
-            Request::Refresh | Request::NodeGroups | Request::NodeGroupForNode { .. } => None,
+            Request::Refresh
+            | Request::NodeGroups
+            | Request::NodeGroupForNode { .. }
+            | Request::GpuLabel
+            | Request::GetAvailableGpuTypes
+            | Request::Cleanup => None,
             Request::NodeGroupTargetSize { id }
+            | Request::NodeGroupGetOptions { id }
             | Request::NodeGroupNodes { id }
             | Request::NodeGroupIncreaseSize { id, .. }
             | Request::NodeGroupDeleteNodes { id, .. }
@@ -175,13 +213,18 @@ impl fmt::Display for Request {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let rpc = self.rpc();
         match self {
-            Request::Refresh | Request::NodeGroups => write!(f, "{rpc}"),
+            Request::Refresh
+            | Request::NodeGroups
+            | Request::GpuLabel
+            | Request::GetAvailableGpuTypes
+            | Request::Cleanup => write!(f, "{rpc}"),
             Request::NodeGroupForNode { node } => {
                 write!(f, "{rpc}({} {:?})", node.name, node.provider_id)
             }
             Request::NodeGroupTargetSize { id }
             | Request::NodeGroupNodes { id }
-            | Request::NodeGroupTemplateNodeInfo { id } => write!(f, "{rpc}({id})"),
+            | Request::NodeGroupTemplateNodeInfo { id }
+            | Request::NodeGroupGetOptions { id } => write!(f, "{rpc}({id})"),
             Request::NodeGroupIncreaseSize { id, delta }
             | Request::NodeGroupDecreaseTargetSize { id, delta } => {
                 write!(f, "{rpc}({id}, {delta:+})")
@@ -209,6 +252,12 @@ pub enum Reply {
     Instances(Vec<pb::Instance>),
     /// `NodeGroupTemplateNodeInfo` answer: `nodeBytes` as received.
     TemplateNode(Vec<u8>),
+    /// `NodeGroupGetOptions` answer: the options message, if the answer carried one.
+    Options(Option<pb::NodeGroupAutoscalingOptions>),
+    /// `GPULabel` answer.
+    GpuLabel(String),
+    /// `GetAvailableGPUTypes` answer: the type names.
+    GpuTypes(Vec<String>),
 }
 
 impl fmt::Display for Reply {
@@ -224,7 +273,24 @@ impl fmt::Display for Reply {
             Reply::TargetSize(t) => write!(f, "target {t}"),
             Reply::Instances(instances) => write!(f, "{}", InstanceCounts::of(instances)),
             Reply::TemplateNode(bytes) => write!(f, "template node ({} bytes)", bytes.len()),
+            Reply::Options(None) => f.write_str("no options"),
+            Reply::Options(Some(o)) => write!(
+                f,
+                "options (unneeded {}, unready {}, provision {})",
+                duration_text(o.scale_down_unneeded_duration.as_ref()),
+                duration_text(o.scale_down_unready_duration.as_ref()),
+                duration_text(o.max_node_provision_duration.as_ref()),
+            ),
+            Reply::GpuLabel(label) => write!(f, "label {label:?}"),
+            Reply::GpuTypes(types) => write!(f, "[{}]", types.join(", ")),
         }
+    }
+}
+
+fn duration_text(d: Option<&prost_types::Duration>) -> String {
+    match d {
+        None => "unset".into(),
+        Some(d) => format!("{}.{:03}s", d.seconds, d.nanos / 1_000_000),
     }
 }
 
@@ -278,6 +344,18 @@ impl Call {
     /// True if the call succeeded.
     pub fn is_ok(&self) -> bool {
         self.outcome.is_ok()
+    }
+
+    /// The call failed with `Unimplemented` where the client takes that as "not implemented"
+    /// rather than as an error (NodeGroupTemplateNodeInfo, NodeGroupGetOptions: the core
+    /// falls back on real nodes, resp. its own flags).
+    pub fn is_not_implemented(&self) -> bool {
+        matches!(
+            self.rpc(),
+            Rpc::NodeGroupTemplateNodeInfo | Rpc::NodeGroupGetOptions
+        ) && self
+            .error()
+            .is_some_and(|e| e.code == tonic::Code::Unimplemented)
     }
 }
 
@@ -432,6 +510,12 @@ pub enum Observation {
         /// The pods.
         pods: Vec<PodSpec>,
     },
+    /// Ready nodes carrying the provider's GPU label but no GPU allocatable, counted as
+    /// NotReady (the real autoscaler's GPU processor takes their drivers as still installing).
+    GpuUnready {
+        /// Node names.
+        nodes: Vec<String>,
+    },
 }
 
 /// Why scale-down removes a node.
@@ -539,6 +623,16 @@ pub enum Decision {
         /// Negative delta sent.
         delta: i32,
     },
+    /// Instances whose creation failed were seen while their group was not scaling up
+    /// (`IsNodeGroupScalingUp`): no backoff, nothing taken off a scale-up request.
+    FailedCreationsNotCounted {
+        /// Node group id.
+        group: String,
+        /// Their error code.
+        error_code: String,
+        /// How many were seen failed for the first time.
+        instances: u32,
+    },
     /// A node became a scale-down candidate; its timer starts.
     NodeUnneeded {
         /// Node name.
@@ -552,6 +646,16 @@ pub enum Decision {
         group: String,
         /// The nodes.
         nodes: Vec<RemovedNode>,
+    },
+    /// A scale-down deletion failed: the node is untainted and stays (the next loop may
+    /// pick it again; with per-group delays its group waits the delay after failure).
+    ScaleDownFailed {
+        /// Node group id.
+        group: String,
+        /// Node name.
+        node: String,
+        /// What failed (NodeGroupGetOptions or NodeGroupDeleteNodes, with the error).
+        error: String,
     },
     /// A node due for removal is kept.
     ScaleDownBlocked {
@@ -635,6 +739,14 @@ impl fmt::Display for Decision {
                 f,
                 "fix size of {group}: {registered} registered, target {target}, delta {delta}"
             ),
+            Decision::FailedCreationsNotCounted {
+                group,
+                error_code,
+                instances,
+            } => write!(
+                f,
+                "{instances} failed creation(s) in {group} ({error_code}) while it is not scaling up: no backoff"
+            ),
             Decision::NodeUnneeded { node, reason } => write!(f, "{node} is {reason:?}"),
             Decision::ScaleDown { group, nodes } => {
                 let list: Vec<String> = nodes
@@ -642,6 +754,9 @@ impl fmt::Display for Decision {
                     .map(|n| format!("{} ({:?})", n.name, n.reason))
                     .collect();
                 write!(f, "scale down {group} [{}]", list.join(", "))
+            }
+            Decision::ScaleDownFailed { group, node, error } => {
+                write!(f, "deleting {node} from {group} failed: {error}")
             }
             Decision::ScaleDownBlocked { node, reason } => write!(f, "keep {node}: {reason}"),
             Decision::ScaleDownCooldown { remaining } => {
@@ -660,8 +775,12 @@ impl fmt::Display for Decision {
 pub enum EventKind {
     /// A loop began.
     LoopStarted,
-    /// An RPC.
+    /// An RPC of the loop.
     Call(Call),
+    /// An RPC sent by a background task (scale-down deletions, the NodeGroupNodes cache
+    /// refresh), recorded when a loop collects it; its `loop_no` is the loop it was sent
+    /// during or after.
+    BackgroundCall(Call),
     /// Something observed.
     Observed(Observation),
     /// Something decided.
@@ -695,6 +814,7 @@ impl fmt::Display for Event {
         match &self.kind {
             EventKind::LoopStarted => f.write_str("start"),
             EventKind::Call(call) => write!(f, "call {call}"),
+            EventKind::BackgroundCall(call) => write!(f, "call {call} [background]"),
             EventKind::Observed(o) => match o {
                 Observation::Nodes {
                     ready,
@@ -739,6 +859,9 @@ impl fmt::Display for Event {
                     let list: Vec<String> = pods.iter().map(ToString::to_string).collect();
                     write!(f, "{} pending pod(s): {}", pods.len(), list.join(", "))
                 }
+                Observation::GpuUnready { nodes } => {
+                    write!(f, "GPU not ready yet on {}", nodes.join(", "))
+                }
             },
             EventKind::Decided(d) => write!(f, "decide {d}"),
             EventKind::LoopAborted { reason } => write!(f, "ABORTED: {reason}"),
@@ -764,7 +887,7 @@ pub struct LoopSummary {
     pub not_ready: usize,
     /// Nodes no group claims.
     pub unmanaged: usize,
-    /// Every call of the loop.
+    /// Every call of the loop, then the background calls this loop collected.
     pub calls: Vec<Call>,
     /// Every decision of the loop.
     pub decisions: Vec<Decision>,
@@ -791,9 +914,11 @@ impl LoopSummary {
             decisions: Vec::new(),
             aborted: None,
         };
-        for e in events.iter().filter(|e| e.loop_no == loop_no) {
+        let mut background = Vec::new();
+        for e in events {
             match &e.kind {
-                EventKind::Call(c) => s.calls.push(c.clone()),
+                EventKind::Call(c) if e.loop_no == loop_no => s.calls.push(c.clone()),
+                EventKind::BackgroundCall(c) => background.push(c.clone()),
                 EventKind::Decided(d) => s.decisions.push(d.clone()),
                 EventKind::Observed(Observation::Group(g)) => s.groups.push(g.clone()),
                 EventKind::Observed(Observation::Nodes {
@@ -809,6 +934,7 @@ impl LoopSummary {
                 _ => {}
             }
         }
+        s.calls.extend(background);
         s
     }
 
@@ -917,10 +1043,10 @@ impl Timeline {
         &self.loops
     }
 
-    /// Every call, in order.
+    /// Every call, in the order recorded (a background call when a loop collected it).
     pub fn all_calls(&self) -> impl Iterator<Item = &Call> {
         self.events.iter().filter_map(|e| match &e.kind {
-            EventKind::Call(c) => Some(c),
+            EventKind::Call(c) | EventKind::BackgroundCall(c) => Some(c),
             _ => None,
         })
     }
@@ -935,9 +1061,12 @@ impl Timeline {
         self.all_calls().filter(|c| c.loop_no == loop_no).collect()
     }
 
-    /// Every failed call.
+    /// Every failed call, but for the answers the client takes as "not implemented"
+    /// ([`Call::is_not_implemented`]).
     pub fn errors(&self) -> Vec<&Call> {
-        self.all_calls().filter(|c| !c.is_ok()).collect()
+        self.all_calls()
+            .filter(|c| !c.is_ok() && !c.is_not_implemented())
+            .collect()
     }
 
     /// Every decision with its loop number.
@@ -1025,11 +1154,12 @@ mod tests {
         for rpc in Rpc::ALL {
             assert_eq!(rpc.name().parse::<Rpc>(), Ok(rpc));
         }
+        assert_eq!("GPULabel".parse::<Rpc>(), Ok(Rpc::GpuLabel));
         assert!(
-            "NodeGroupGetOptions"
+            "PricingNodePrice"
                 .parse::<Rpc>()
                 .unwrap_err()
-                .contains("NodeGroupGetOptions")
+                .contains("PricingNodePrice")
         );
     }
 

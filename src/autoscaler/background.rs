@@ -1,0 +1,347 @@
+//! What the real autoscaler does in goroutines, beside its loop: scale-down deletions and the
+//! periodic refresh of the NodeGroupNodes cache. Tasks here send their RPCs on their own client
+//! handles and leave what happened in an [`Outbox`]; the next loop collects it, as the real
+//! loop learns deletion results from its `NodeDeletionTracker` at the start of `RunOnce`
+//! (`scaleDownActuator.CheckStatus()` in `core/static_autoscaler.go`).
+//!
+//! Scale-down deletion follows `core/scaledown/actuation/` at cluster-autoscaler-1.33.0 and
+//! 1.35.0 (the same code in both):
+//!
+//! - `actuator.go` `deleteAsyncEmpty` / `deleteAsyncDrain`: one goroutine per node group and
+//!   kind (empty, drained) running `deleteNodesAsync`, which sleeps
+//!   `--node-delete-delay-after-taint` (5 s) and then starts one goroutine per node
+//!   (`ScheduleDeletion`);
+//! - `group_deletion_scheduler.go` `scheduleDeletion`: `NodeGroupGetOptions` for the node's
+//!   group (an error other than Unimplemented aborts that node's deletion), the drain (drained
+//!   nodes only), then the batcher;
+//! - `delete_in_batch.go` `AddNodes`: with `--node-deletion-batcher-interval` 0 (the default)
+//!   `deleteNodesAndRegisterStatus` runs at once in its own goroutine with that one node, so
+//!   a loop removing several nodes sends one `NodeGroupDeleteNodes` per node, concurrently;
+//!   with an interval the first node of a group starts a timer and every node of that group
+//!   added before it fires goes in one call. `deleteNodesFromCloudProvider` asks
+//!   `NodeGroupForNode` first (answered from the client's cache: the loop just asked), then
+//!   `DeleteNodes`. A failure untaints every node of the call (`CleanUpAndRecordFailedScaleDownEvent`)
+//!   and ends its deletion with an error.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tonic::transport::Channel;
+
+use super::calls::{Finished, GroupOptions, get_options_call, nodes_call};
+use super::client::delete_nodes_call;
+use super::config::AutoscalerConfig;
+use super::nodes::KubeNode;
+use super::timeline::Reply;
+use crate::pb;
+use crate::pb::cloud_provider_client::CloudProviderClient;
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding one of these locks can only come from a bug in a task; keep the
+    // data rather than poisoning the autoscaler.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Something a background task finished.
+#[derive(Debug)]
+pub(crate) enum Done {
+    /// An RPC, sent during or after loop `loop_no`.
+    Call { loop_no: u64, finished: Finished },
+    /// The end of one node's scale-down deletion.
+    Deletion {
+        key: String,
+        group: String,
+        node: String,
+        result: Result<(), String>,
+        at: Instant,
+    },
+}
+
+/// Where background tasks leave their results until a loop collects them.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Outbox {
+    done: Arc<Mutex<Vec<Done>>>,
+    loop_no: Arc<AtomicU64>,
+    changed: Arc<Notify>,
+}
+
+impl Outbox {
+    pub(crate) fn set_loop(&self, loop_no: u64) {
+        self.loop_no.store(loop_no, Ordering::Relaxed);
+    }
+
+    pub(crate) fn call(&self, finished: Finished) {
+        let loop_no = self.loop_no.load(Ordering::Relaxed);
+        lock(&self.done).push(Done::Call { loop_no, finished });
+        self.changed.notify_waiters();
+    }
+
+    fn deletion(&self, key: String, group: &str, node: &str, result: Result<(), String>) {
+        lock(&self.done).push(Done::Deletion {
+            key,
+            group: group.to_owned(),
+            node: node.to_owned(),
+            result,
+            at: Instant::now(),
+        });
+        self.changed.notify_waiters();
+    }
+
+    pub(crate) fn take(&self) -> Vec<Done> {
+        std::mem::take(&mut *lock(&self.done))
+    }
+
+    /// Resolves after the next result arrives (create it before looking, so none is missed).
+    pub(crate) fn changed(&self) -> Arc<Notify> {
+        self.changed.clone()
+    }
+}
+
+/// The NodeGroupNodes answers clusterstate keeps (`clusterstate/utils/node_instances_cache.go`
+/// `CloudProviderNodeInstancesCache`): per group, the last listing and when it was fetched.
+#[derive(Debug, Default)]
+pub(crate) struct InstancesCache {
+    entries: HashMap<String, (Vec<pb::Instance>, Instant)>,
+}
+
+impl InstancesCache {
+    pub(crate) fn get(&self, group: &str) -> Option<&Vec<pb::Instance>> {
+        self.entries.get(group).map(|(list, _)| list)
+    }
+
+    pub(crate) fn insert(&mut self, group: &str, instances: Vec<pb::Instance>) {
+        self.entries
+            .insert(group.to_owned(), (instances, Instant::now()));
+    }
+
+    /// `InvalidateCacheEntry`.
+    pub(crate) fn invalidate(&mut self, group: &str) {
+        self.entries.remove(group);
+    }
+
+    /// `removeEntriesForNonExistingNodeGroupsLocked`.
+    fn retain_groups(&mut self, groups: &[String]) {
+        self.entries.retain(|g, _| groups.contains(g));
+    }
+}
+
+/// One node handed to scale-down actuation.
+#[derive(Debug, Clone)]
+pub(crate) struct Deletion {
+    pub(crate) node: KubeNode,
+    /// It has pods to move: drained before deletion (`deleteAsyncDrain`).
+    pub(crate) drain: bool,
+}
+
+/// Everything background tasks share with the loop.
+#[derive(Debug)]
+pub(crate) struct Background {
+    pub(crate) outbox: Outbox,
+    pub(crate) instances: Arc<Mutex<InstancesCache>>,
+    /// The node groups the last NodeGroups answer named; the periodic refresh lists these
+    /// (the real one asks `NodeGroups()`, which the client answers from its cache).
+    pub(crate) known_groups: Arc<Mutex<Vec<String>>>,
+    /// `clusterStateRegistry.Start()` has run (the first refresh and the refresher).
+    pub(crate) started: bool,
+    /// Nodes waiting in the batcher per group (`NodeDeletionBatcher.deletionsPerNodeGroup`).
+    batches: Arc<Mutex<HashMap<String, Vec<KubeNode>>>>,
+    tasks: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
+    stopped: AtomicBool,
+}
+
+impl Default for Background {
+    fn default() -> Self {
+        Self {
+            outbox: Outbox::default(),
+            instances: Arc::default(),
+            known_groups: Arc::default(),
+            started: false,
+            batches: Arc::default(),
+            tasks: Arc::default(),
+            stopped: AtomicBool::new(false),
+        }
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// What a deletion task needs from the autoscaler.
+#[derive(Debug, Clone)]
+struct Actuation {
+    grpc: CloudProviderClient<Channel>,
+    config: AutoscalerConfig,
+    outbox: Outbox,
+    batches: Arc<Mutex<HashMap<String, Vec<KubeNode>>>>,
+    tasks: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
+}
+
+impl Actuation {
+    fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
+        let handle = tokio::spawn(task);
+        let mut tasks = lock(&self.tasks);
+        tasks.retain(|t| !t.is_finished());
+        tasks.push(handle.abort_handle());
+    }
+
+    /// `Actuator.deleteNodesAsync` for one node group and kind: wait the delay after taint,
+    /// then one `ScheduleDeletion` per node, each in its own task.
+    async fn delete_nodes_async(self, group: String, nodes: Vec<Deletion>) {
+        tokio::time::sleep(self.config.node_delete_delay_after_taint).await;
+        for d in nodes {
+            let this = self.clone();
+            let group = group.clone();
+            self.spawn(async move { this.schedule_deletion(group, d).await });
+        }
+    }
+
+    /// `GroupDeletionScheduler.scheduleDeletion`: the group's options, the drain, the batcher.
+    async fn schedule_deletion(self, group: String, d: Deletion) {
+        let deadline = self.config.call_deadline;
+        let finished = get_options_call(self.grpc.clone(), deadline, &group, &self.config).await;
+        let options = GroupOptions::resolve(&self.config, &finished.2.outcome);
+        self.outbox.call(finished);
+        if let Err(e) = options {
+            // `AbortNodeDeletionDueToError`: untainted, a failed deletion.
+            let error = format!("NodeGroupGetOptions failed: {e}");
+            self.outbox
+                .deletion(d.node.cache_key(), &group, &d.node.name, Err(error));
+            return;
+        }
+        if d.drain {
+            // `prepareNodeForDeletion`: evict the pods and wait for them to go.
+            tokio::time::sleep(self.config.drain_time).await;
+        }
+        self.add_to_batcher(group, d.node).await;
+    }
+
+    /// `NodeDeletionBatcher.AddNodes`.
+    async fn add_to_batcher(self, group: String, node: KubeNode) {
+        let interval = self.config.node_deletion_batcher_interval;
+        if interval.is_zero() {
+            self.delete_and_register(group, vec![node]).await;
+            return;
+        }
+        let first = {
+            let mut batches = lock(&self.batches);
+            let list = batches.entry(group.clone()).or_default();
+            list.push(node);
+            list.len() == 1
+        };
+        if first {
+            let this = self.clone();
+            self.spawn(async move {
+                tokio::time::sleep(interval).await;
+                let nodes = lock(&this.batches).remove(&group).unwrap_or_default();
+                if !nodes.is_empty() {
+                    this.delete_and_register(group, nodes).await;
+                }
+            });
+        }
+    }
+
+    /// `deleteNodesAndRegisterStatus` / `remove`: one NodeGroupDeleteNodes for `nodes`, and
+    /// every node's deletion ends with its outcome.
+    async fn delete_and_register(&self, group: String, nodes: Vec<KubeNode>) {
+        let finished =
+            delete_nodes_call(self.grpc.clone(), self.config.call_deadline, &group, &nodes).await;
+        let result = match &finished.2.outcome {
+            Ok(_) => Ok(()),
+            Err(e) => Err(format!("NodeGroupDeleteNodes failed: {e}")),
+        };
+        self.outbox.call(finished);
+        for n in &nodes {
+            self.outbox
+                .deletion(n.cache_key(), &group, &n.name, result.clone());
+        }
+    }
+}
+
+impl Background {
+    /// Starts the deletion of `nodes` of `group` (already tainted by the caller), as
+    /// `deleteAsyncEmpty` / `deleteAsyncDrain` start one goroutine per group and kind.
+    pub(crate) fn start_deletion(
+        &self,
+        grpc: CloudProviderClient<Channel>,
+        config: &AutoscalerConfig,
+        group: &str,
+        nodes: Vec<Deletion>,
+    ) {
+        let actuation = Actuation {
+            grpc,
+            config: config.clone(),
+            outbox: self.outbox.clone(),
+            batches: self.batches.clone(),
+            tasks: self.tasks.clone(),
+        };
+        let (drained, empty): (Vec<Deletion>, Vec<Deletion>) =
+            nodes.into_iter().partition(|d| d.drain);
+        for bucket in [empty, drained] {
+            if bucket.is_empty() {
+                continue;
+            }
+            let a = actuation.clone();
+            let group = group.to_owned();
+            actuation.spawn(async move { a.delete_nodes_async(group, bucket).await });
+        }
+    }
+
+    /// Starts the periodic refresh of the NodeGroupNodes cache: every `interval`, every known
+    /// group listed again (`CloudProviderNodeInstancesCache.Start`, `wait.Until` with
+    /// `CloudProviderNodeInstancesCacheRefreshInterval`). The first refresh is the caller's.
+    pub(crate) fn start_refresher(
+        &self,
+        grpc: CloudProviderClient<Channel>,
+        config: &AutoscalerConfig,
+    ) {
+        let instances = self.instances.clone();
+        let groups = self.known_groups.clone();
+        let outbox = self.outbox.clone();
+        let interval = config.instances_cache_refresh_interval;
+        let deadline = config.call_deadline;
+        let handle = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(interval).await;
+                let ids = lock(&groups).clone();
+                lock(&instances).retain_groups(&ids);
+                for id in ids {
+                    let finished = nodes_call(grpc.clone(), deadline, &id).await;
+                    // `Refresh` stores whatever came, an empty list when the call failed.
+                    let list = match &finished.2.outcome {
+                        Ok(Reply::Instances(list)) => list.clone(),
+                        _ => Vec::new(),
+                    };
+                    lock(&instances).insert(&id, list);
+                    outbox.call(finished);
+                }
+            }
+        });
+        lock(&self.tasks).push(handle.abort_handle());
+    }
+
+    /// Stops every background task (the process exits).
+    pub(crate) fn stop(&self) {
+        self.stopped.store(true, Ordering::Relaxed);
+        for t in lock(&self.tasks).drain(..) {
+            t.abort();
+        }
+    }
+
+    /// [`Self::stop`] ran.
+    pub(crate) fn stopped(&self) -> bool {
+        self.stopped.load(Ordering::Relaxed)
+    }
+}
+
+/// A duration helper for the engine: `since + d < now`, the comparisons upstream writes as
+/// `since.Add(d).Before(now)`.
+pub(crate) fn passed(since: Instant, d: Duration, now: Instant) -> bool {
+    since + d < now
+}
