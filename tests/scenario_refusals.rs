@@ -250,8 +250,11 @@ async fn without_alert_scaling_a_stopped_worker_gets_clear_refusals_and_no_retry
         ca.timeline()
     );
 
-    // The NotReady worker's removal is refused locally too, and retried only after the
-    // scale-down delay, never reaching CloudStack.
+    // The NotReady worker's removal is refused locally too, never reaching CloudStack. The
+    // autoscaler retries it at its own pace: at default flags a failed NodeGroupDeleteNodes
+    // untaints the node and the next loop tries again (`core/static_autoscaler.go` sets
+    // lastScaleDownFailTime only when StartDeletion itself fails), so each retry must stay a
+    // local answer.
     let deletes = ca.calls(Rpc::NodeGroupDeleteNodes);
     assert!(
         !deletes.is_empty(),
@@ -272,22 +275,15 @@ async fn without_alert_scaling_a_stopped_worker_gets_clear_refusals_and_no_retry
             "{c}"
         );
     }
-    let loop_start = |n: u64| ca.timeline().loops()[(n - 1) as usize].at;
-    let delay = ca.config().scale_down_delay_after_failure;
-    for pair in deletes.windows(2) {
-        let gap = loop_start(pair[1].loop_no) - loop_start(pair[0].loop_no);
-        assert!(
-            gap + Duration::from_millis(10) >= delay,
-            "removal retried after {gap:?}, within the {delay:?} scale-down delay\n{}",
-            ca.timeline()
-        );
-    }
     assert!(
-        (deletes.len() as u64) * 2 < ca.loops_run(),
-        "{} removals in {} loops\n{}",
-        deletes.len(),
-        ca.loops_run(),
+        deletes.len() > 1,
+        "retried, as the real autoscaler does\n{}",
         ca.timeline()
+    );
+    assert_eq!(
+        stack.scale_requests().len(),
+        1,
+        "no retry reached CloudStack"
     );
     for l in ca.timeline().loops() {
         assert!(l.aborted.is_none(), "{l}");
