@@ -50,7 +50,10 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 #[derive(Debug)]
 pub(crate) enum Done {
     /// An RPC, sent during or after loop `loop_no`.
-    Call { loop_no: u64, finished: Finished },
+    Call {
+        loop_no: u64,
+        finished: Box<Finished>,
+    },
     /// The end of one node's scale-down deletion.
     Deletion {
         key: String,
@@ -76,7 +79,10 @@ impl Outbox {
 
     pub(crate) fn call(&self, finished: Finished) {
         let loop_no = self.loop_no.load(Ordering::Relaxed);
-        lock(&self.done).push(Done::Call { loop_no, finished });
+        lock(&self.done).push(Done::Call {
+            loop_no,
+            finished: Box::new(finished),
+        });
         self.changed.notify_waiters();
     }
 

@@ -487,10 +487,8 @@ impl MockAutoscaler {
         let local = self.config.scale_down_delay_type_local;
         for done in self.bg.outbox.take() {
             match done {
-                Done::Call {
-                    loop_no,
-                    finished: (request, started, timed),
-                } => {
+                Done::Call { loop_no, finished } => {
+                    let (request, started, timed) = *finished;
                     let at = self.rec.since_start(started);
                     let call = Call {
                         loop_no,
