@@ -527,9 +527,11 @@ pub(crate) mod fixtures {
             self.push(NodeRole::Worker, name, state)
         }
 
-        /// Adds an external VM (flagged `isexternalnode`); no count changes.
+        /// Adds an external VM (flagged `isexternalnode`) and counts it in `size`, as CloudStack
+        /// does (`KubernetesClusterAddWorker.updateKubernetesCluster`).
         pub(crate) fn external(mut self, state: VmState) -> Self {
             let n = self.next(NodeRole::External);
+            self.input.size += 1;
             let name = format!("ext-{n}");
             self.push(NodeRole::External, name, state)
         }

@@ -21,7 +21,12 @@ pub struct InstanceView {
 }
 
 /// min and max: the cluster's own when CKS autoscaling is enabled on it, else the configured
-/// ones (`--nodes`).
+/// ones (`--nodes`, counted in workers of the group).
+///
+/// CloudStack's `minsize`/`maxsize` bound its `size`, which counts external nodes too
+/// (`KubernetesClusterAddWorker.updateKubernetesCluster`); the group is the CKS-provisioned
+/// workers, so its bounds are CloudStack's less the external nodes: the group never offers a
+/// size CloudStack would refuse.
 pub fn min_max(snap: Option<&ClusterSnapshot>, configured: (u32, u32)) -> (u32, u32) {
     if let Some(c) = snap
         && c.autoscaling_enabled
@@ -29,7 +34,13 @@ pub fn min_max(snap: Option<&ClusterSnapshot>, configured: (u32, u32)) -> (u32, 
         && max > 0
         && min <= max
     {
-        return (min, max);
+        let external = c
+            .vms
+            .iter()
+            .filter(|v| v.role == NodeRole::External)
+            .count();
+        let external = u32::try_from(external).unwrap_or(u32::MAX);
+        return (min.saturating_sub(external), max.saturating_sub(external));
     }
     configured
 }
@@ -175,5 +186,32 @@ impl ScaleMachine {
             line.push_str(&format!("; last refresh failed: {e}"));
         }
         line.replace('\n', " ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::cluster::VmState;
+    use crate::domain::cluster::fixtures::ClusterBuilder;
+
+    #[test]
+    fn cloudstack_bounds_leave_out_external_nodes() {
+        let mut c = ClusterBuilder::healthy("k", 1, 3)
+            .external(VmState::Running)
+            .external(VmState::Stopped)
+            .build();
+        assert_eq!(c.size, 5);
+        assert_eq!(
+            min_max(Some(&c), (1, 9)),
+            (1, 9),
+            "autoscaling off: --nodes"
+        );
+        c.autoscaling_enabled = true;
+        c.min_size = Some(3);
+        c.max_size = Some(10);
+        assert_eq!(min_max(Some(&c), (1, 9)), (1, 8));
+        c.min_size = Some(1);
+        assert_eq!(min_max(Some(&c), (1, 9)), (0, 8), "never below zero");
     }
 }

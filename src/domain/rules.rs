@@ -218,8 +218,8 @@ impl fmt::Display for Refusal {
                 nodes,
             } => write!(
                 f,
-                "cluster {cluster:?}: CloudStack lists {vms} VMs (external nodes left out) but \
-                 the cluster has {nodes} nodes (control + etcd + size); CloudStack refuses scaling \
+                "cluster {cluster:?}: CloudStack lists {vms} VMs but the cluster has {nodes} nodes \
+                 (control + etcd + size, external nodes counted in size); CloudStack refuses scaling \
                  while they differ; VMs left behind by a failed scale-up must be removed by an \
                  operator (CKS Alert rule 5)"
             ),
@@ -242,12 +242,13 @@ impl fmt::Display for Refusal {
 ///    own limit, `size`, applies too when it is smaller);
 ///    Resize: new_size ≥ 1 (SizeBelowOne);
 /// 2. by cluster state:
-///    - Created, Running: accepted (Resize to the current size → NoChange);
+///    - Created, Running: accepted (a Resize to the current size too: CloudStack returns early
+///      and accepts it outside Alert);
 ///    - Stopped: Resize refused (StoppedClusterSize, even to the current size: the stopped
 ///      cluster is what the operator has to act on); RemoveNodes accepted;
 ///    - Alert: AlertScaling::Unsupported → AlertUnsupported; otherwise rules of cks-scaling.md in
-///      this order: 4 FirstControlNotRunning, 6 ControlPlaneDown, 5 VmCountMismatch,
-///      7 AlertWithoutDownWorker, 2 NoChange;
+///      this order (assumed, *unverified*): 4 FirstControlNotRunning, 6 ControlPlaneDown,
+///      5 VmCountMismatch, 7 AlertWithoutDownWorker, 2 NoChange;
 ///    - every other state: StateNotScalable.
 pub fn check_scale(
     snapshot: &ClusterSnapshot,
@@ -273,7 +274,7 @@ pub fn check_scale(
         _ => Ok(()),
     };
     match &snapshot.state {
-        ClusterState::Created | ClusterState::Running => no_change(),
+        ClusterState::Created | ClusterState::Running => Ok(()),
         ClusterState::Stopped => match request {
             ScaleRequest::Resize { .. } => Err(Refusal::StoppedClusterSize { cluster: cluster() }),
             ScaleRequest::RemoveNodes { .. } => Ok(()),
@@ -333,8 +334,11 @@ fn check_node_list(snapshot: &ClusterSnapshot, vm_ids: &[String]) -> Result<(), 
     Ok(())
 }
 
-/// The Alert rules of the CKS scaling rules that do not depend on the request, in the order
-/// CloudStack is documented to apply them: 4, 6, 5, 7.
+/// The Alert rules of the CKS scaling rules that do not depend on the request, checked in the
+/// order 4, 6, 5, 7. *Unverified*: the Alert-scaling PR is in no CloudStack source this
+/// project could read, so neither its check order nor its refusal texts are known; when
+/// several rules apply, CloudStack may name another one first. Refusals are matched by rule,
+/// never by wording.
 fn alert_rules(snapshot: &ClusterSnapshot, alert: &AlertScaling) -> Result<(), Refusal> {
     let cluster = || snapshot.name.clone();
     if let AlertScaling::Unsupported { cloudstack_error } = alert {
@@ -377,12 +381,11 @@ fn alert_rules(snapshot: &ClusterSnapshot, alert: &AlertScaling) -> Result<(), R
         });
     }
 
-    // Rule 5. Destroyed/Expunging VMs are still listed (VM-map rows), so they count.
-    let vms = snapshot
-        .vms
-        .iter()
-        .filter(|v| v.role != NodeRole::External)
-        .count();
+    // Rule 5. Every VM of the cluster counts, external ones included: CloudStack adds
+    // external nodes to `size` (`KubernetesClusterAddWorker.updateKubernetesCluster`), so the
+    // nodes are control + etcd + size. Destroyed/Expunging VMs are still listed (VM-map rows),
+    // so they count too.
+    let vms = snapshot.vms.len();
     let vms = u32::try_from(vms).unwrap_or(u32::MAX);
     let nodes = snapshot
         .control_nodes
@@ -469,9 +472,10 @@ mod tests {
     /// The request columns of the state table.
     fn requests() -> Vec<(&'static str, ScaleRequest)> {
         vec![
-            ("resize up", resize(4)),
+            // size 4: three workers and the external node.
+            ("resize up", resize(5)),
             ("resize down", resize(2)),
-            ("resize same", resize(3)),
+            ("resize same", resize(4)),
             ("resize to 0", resize(0)),
             ("remove worker", remove(&["worker-1"])),
             ("remove control", remove(&["control-1"])),
@@ -493,6 +497,20 @@ mod tests {
 
     #[test]
     fn every_cluster_state_against_every_request_kind() {
+        // Outside Alert a resize to the current size is accepted (CloudStack returns early).
+        let running = [
+            "ok",
+            "ok",
+            "ok",
+            "size_below_one",
+            "ok",
+            NW,
+            NW,
+            NW,
+            "unknown_vm",
+            "no_change",
+            "removes_all_workers",
+        ];
         let scalable = [
             "ok",
             "ok",
@@ -546,10 +564,10 @@ mod tests {
             "removes_all_workers",
         ];
         let table: Vec<(ClusterState, AlertScaling, [&str; 11])> = vec![
-            (ClusterState::Created, AlertScaling::Supported, scalable),
-            (ClusterState::Running, AlertScaling::Supported, scalable),
+            (ClusterState::Created, AlertScaling::Supported, running),
+            (ClusterState::Running, AlertScaling::Supported, running),
             // Alert-scaling support only matters in Alert.
-            (ClusterState::Running, unsupported(), scalable),
+            (ClusterState::Running, unsupported(), running),
             (ClusterState::Stopped, AlertScaling::Supported, stopped),
             (ClusterState::Stopped, unsupported(), stopped),
             (ClusterState::Alert, AlertScaling::Supported, scalable),
@@ -648,29 +666,29 @@ mod tests {
     #[test]
     fn alert_rule_2_refuses_a_request_that_changes_nothing() {
         let snap = base().alert().build();
-        let refusal = check_scale(&snap, &resize(3), &AlertScaling::Supported).unwrap_err();
+        let refusal = check_scale(&snap, &resize(4), &AlertScaling::Supported).unwrap_err();
         assert_eq!(
             refusal,
             Refusal::NoChange {
                 cluster: "k8s".into(),
-                size: 3
+                size: 4
             }
         );
         let msg = refusal.to_string();
         assert!(
-            msg.contains("size is already 3") && msg.contains("(CKS Alert rule 2)"),
+            msg.contains("size is already 4") && msg.contains("(CKS Alert rule 2)"),
             "{msg}"
         );
         assert_eq!(
             check_scale(&snap, &remove(&[]), &AlertScaling::Supported),
             Err(Refusal::NoChange {
                 cluster: "k8s".into(),
-                size: 3
+                size: 4
             })
         );
         // Accepted: any real change.
         assert_eq!(
-            check_scale(&snap, &resize(4), &AlertScaling::Supported),
+            check_scale(&snap, &resize(5), &AlertScaling::Supported),
             Ok(())
         );
         assert_eq!(
@@ -881,27 +899,27 @@ mod tests {
             refusal,
             Refusal::VmCountMismatch {
                 cluster: "k8s".into(),
-                vms: 6,
-                nodes: 5
+                vms: 7,
+                nodes: 6
             }
         );
         let msg = refusal.to_string();
         for part in [
-            "lists 6 VMs",
-            "has 5 nodes",
+            "lists 7 VMs",
+            "has 6 nodes",
             "removed by an operator",
             "(CKS Alert rule 5)",
         ] {
             assert!(msg.contains(part), "{part} in {msg}");
         }
         // Fewer VMs than nodes.
-        let snap = base().size(4).alert().build();
+        let snap = base().size(5).alert().build();
         assert_eq!(
-            check_scale(&snap, &resize(5), &AlertScaling::Supported),
+            check_scale(&snap, &resize(6), &AlertScaling::Supported),
             Err(Refusal::VmCountMismatch {
                 cluster: "k8s".into(),
-                vms: 5,
-                nodes: 6
+                vms: 6,
+                nodes: 7
             })
         );
         // A Destroyed VM is still listed, so it still counts.
@@ -910,10 +928,10 @@ mod tests {
             outcome(&snap, &resize(4), &AlertScaling::Supported),
             "alert_rule_5_vm_count_mismatch"
         );
-        // Accepted: external nodes are left out of the count (base has one).
+        // Accepted: external nodes count both as VMs and in `size` (base has one), down or not.
         let snap = base().external(VmState::Stopped).alert().build();
         assert_eq!(
-            check_scale(&snap, &resize(4), &AlertScaling::Supported),
+            check_scale(&snap, &resize(6), &AlertScaling::Supported),
             Ok(())
         );
     }
@@ -1006,7 +1024,7 @@ mod tests {
     fn unknown_alert_support_applies_the_alert_rules() {
         let good = base().alert().build();
         assert_eq!(
-            check_scale(&good, &resize(4), &AlertScaling::Unknown),
+            check_scale(&good, &resize(5), &AlertScaling::Unknown),
             Ok(())
         );
         let all_up = ClusterBuilder::healthy("k8s", 1, 2).alert().build();
@@ -1485,7 +1503,9 @@ mod tests {
                     match req {
                         ScaleRequest::Resize { new_size } => {
                             assert!(*new_size >= 1, "{}", ctx());
-                            assert_ne!(*new_size, snap.size, "{}", ctx());
+                            if snap.state == ClusterState::Alert {
+                                assert_ne!(*new_size, snap.size, "{}", ctx());
+                            }
                             assert_ne!(snap.state, ClusterState::Stopped, "{}", ctx());
                         }
                         ScaleRequest::RemoveNodes { vm_ids } => {
