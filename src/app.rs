@@ -188,6 +188,11 @@ impl MetricsSource for ProviderMetrics {
         self.0.healthy()
     }
 
+    fn alert_verdict(&self) -> Option<(&'static str, Option<Duration>)> {
+        let v = self.0.alert_verdict();
+        Some((v.verdict, v.age))
+    }
+
     fn group_gauges(&self) -> Vec<GroupGauges> {
         let p = &self.0;
         p.node_groups()
@@ -224,6 +229,7 @@ fn settings(args: &ServeArgs, groups: Vec<NodeGroupSpec>) -> Settings {
     s.staleness_bound = args.staleness_bound;
     s.scale_watch = args.scale_watch;
     s.removal_window = args.removal_window;
+    s.alert_recheck = args.alert_recheck;
     s.failed_instance_ttl = args.failed_instance_ttl;
     s.job_max_follow = args.job_max_follow;
     s.alert_scaling = args.alert_scaling;

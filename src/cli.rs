@@ -90,6 +90,11 @@ pub struct ServeArgs {
     /// request's deadline).
     #[arg(long, env = "CKS_PROVIDER_SCALE_WATCH", default_value = "1500ms", value_parser = parse_duration)]
     pub scale_watch: Duration,
+    /// How long a verdict "this CloudStack does not scale clusters in Alert", learned from one
+    /// of its refusals, stands before CloudStack is asked again (a new cloudstackversion from
+    /// listCapabilities drops it at once).
+    #[arg(long, env = "CKS_PROVIDER_ALERT_RECHECK", default_value = "10m", value_parser = parse_duration)]
+    pub alert_recheck: Duration,
     /// How long DeleteNodes calls arriving together (the autoscaler sends one per node, in
     /// parallel) are collected into one scaleKubernetesCluster nodeids request.
     #[arg(long, env = "CKS_PROVIDER_REMOVAL_WINDOW", default_value = "500ms", value_parser = parse_duration)]

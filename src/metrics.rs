@@ -95,6 +95,28 @@ pub trait MetricsSource: Send + Sync + 'static {
     fn ready(&self) -> bool;
     /// Every node group's gauge values, now.
     fn group_gauges(&self) -> Vec<GroupGauges>;
+    /// Whether this CloudStack scales clusters in Alert: `unknown`, `supported` or
+    /// `unsupported`, and how long ago CloudStack's refusal taught it (when it did).
+    fn alert_verdict(&self) -> Option<(&'static str, Option<Duration>)> {
+        None
+    }
+}
+
+/// The Alert-scaling verdict: the current one 1, the others 0 (so an alert on
+/// `verdict="unsupported"` clears when it is re-checked), and its age.
+fn set_alert_verdict(verdict: Option<(&'static str, Option<Duration>)>) {
+    let Some((current, age)) = verdict else {
+        return;
+    };
+    for v in ["unknown", "supported", "unsupported"] {
+        metrics::gauge!("cks_provider_alert_scaling", "verdict" => v).set(if v == current {
+            1.0
+        } else {
+            0.0
+        });
+    }
+    metrics::gauge!("cks_provider_alert_scaling_verdict_age_seconds")
+        .set(age.map_or(0.0, |a| a.as_secs_f64()));
 }
 
 /// Sets the per-group gauges.
@@ -136,6 +158,7 @@ struct HttpState {
 
 async fn metrics_page(State(s): State<HttpState>) -> String {
     set_group_gauges(&s.source.group_gauges());
+    set_alert_verdict(s.source.alert_verdict());
     s.handle.render()
 }
 

@@ -136,6 +136,7 @@ const LIST_SERVICE_OFFERINGS: ListSpec = ListSpec {
     field: "serviceoffering",
 };
 const SCALE_CLUSTER: &str = "scaleKubernetesCluster";
+const LIST_CAPABILITIES: &str = "listCapabilities";
 const QUERY_JOB: &str = "queryAsyncJobResult";
 
 impl Client {
@@ -295,6 +296,25 @@ impl Client {
         let jobs: Vec<types::ListedJob> = self.list_one_page(&LIST_ASYNC_JOBS, params).await?;
         let more = u32::try_from(jobs.len()).is_ok_and(|n| n >= self.page_size);
         Ok((jobs, more))
+    }
+
+    /// `listCapabilities`: the `cloudstackversion` CloudStack reports (an upgrade changes it).
+    pub async fn cloudstack_version(&self) -> Result<String, CsError> {
+        #[derive(serde::Deserialize)]
+        struct Capability {
+            #[serde(default)]
+            cloudstackversion: String,
+        }
+        #[derive(serde::Deserialize)]
+        struct Capabilities {
+            capability: Capability,
+        }
+        self.call_with(LIST_CAPABILITIES, &[], |inner| {
+            serde_json::from_str::<Capabilities>(inner.raw.get())
+                .map(|c| c.capability.cloudstackversion)
+                .map_err(|e| malformed(LIST_CAPABILITIES, e.to_string()))
+        })
+        .await
     }
 
     /// `listServiceOfferings id=…`; `Ok(None)` when none.

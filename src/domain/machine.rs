@@ -77,6 +77,18 @@ pub enum OpKind {
     },
 }
 
+impl OpKind {
+    /// The request this operation sent.
+    pub fn request(&self) -> ScaleRequest {
+        match self {
+            OpKind::Increase { to, .. } => ScaleRequest::Resize { new_size: *to },
+            OpKind::Remove { vm_ids, .. } => ScaleRequest::RemoveNodes {
+                vm_ids: vm_ids.clone(),
+            },
+        }
+    }
+}
+
 /// Where a request came from: a scale RPC (whose caller hears about a refusal) or the queue
 /// (whose refusal becomes failed instances, the only way the autoscaler can hear of it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1223,10 +1235,21 @@ impl ScaleMachine {
         };
         let mut alert_refusal = false;
         if let Some((code, text)) = end.failure() {
+            // "This CloudStack cannot scale in Alert" only when the provider's own rules, on a
+            // snapshot taken after the job, still allow the request: a refusal the rules
+            // explain (a worker HA restarted between the check and the job: rule 7) says
+            // nothing about the CloudStack version. The texts of the Alert-scaling PR's own
+            // refusals are unknown and may contain the same words.
             alert_refusal = is_alert_refusal(text)
-                && snap
-                    .as_ref()
-                    .is_some_and(|s| s.snap.state == ClusterState::Alert);
+                && fetched
+                && match (&snap, &op) {
+                    (Some(s), Some(op)) => {
+                        s.snap.state == ClusterState::Alert
+                            && check_scale(&s.snap, &op.kind.request(), &AlertScaling::Supported)
+                                .is_ok()
+                    }
+                    _ => false,
+                };
             let leave_behind = changed || !watched;
             if leave_behind
                 && let Some(Op {
@@ -1999,6 +2022,44 @@ mod tests {
         Effect::Submit(ScaleRequest::RemoveNodes {
             vm_ids: ids.iter().map(|s| s.to_string()).collect(),
         })
+    }
+
+    /// "Cannot scale in Alert" is concluded only when the provider's own rules, after the
+    /// job, still allow the request.
+    #[test]
+    fn an_alert_refusal_the_rules_explain_says_nothing_about_the_cloudstack_version() {
+        let t0 = Instant::now();
+        let end = JobEnd::Failed {
+            code: 530,
+            text: "Kubernetes cluster k is in Alert state and can not be scaled".into(),
+        };
+        let alert_with = |w3: VmState| {
+            snapshot(
+                "Alert",
+                &[
+                    ("w1", VmState::Running),
+                    ("w2", VmState::Running),
+                    ("w3", w3),
+                ],
+                t0,
+            )
+        };
+        let cases = [
+            // A worker down: every rule allows the scale-up, yet CloudStack refused.
+            (alert_with(VmState::Stopped), true, true),
+            // HA restarted the worker before the job validated: rule 7 explains the refusal.
+            (alert_with(VmState::Running), true, false),
+            // No snapshot after the job: nothing is concluded.
+            (alert_with(VmState::Stopped), false, false),
+        ];
+        for (snap, fetched, want) in cases {
+            let mut m = machine_in("running", t0);
+            m.snapshot_installed(snap, &ALERT, t0);
+            let s = m
+                .job_finished("job-1", &end, fetched, true, &ALERT, t0)
+                .expect("ours");
+            assert_eq!(s.alert_refusal, want, "fetched {fetched}");
+        }
     }
 
     #[test]

@@ -12,6 +12,7 @@
 //! the `Idle` phase, so at most one CloudStack scale job per cluster is started at a time
 //! without any lock held while CloudStack answers.
 
+mod alert;
 mod error;
 mod follow;
 mod ops;
@@ -22,6 +23,7 @@ mod tests;
 
 pub use crate::domain::instances::InstanceView;
 pub use crate::domain::machine::NodeRef;
+pub use alert::AlertVerdictView;
 pub use error::{Error, Result};
 pub use view::NodeGroupView;
 
@@ -74,6 +76,10 @@ pub struct Settings {
     /// one hour by default); a job still running after it is polled rarely, and stays the
     /// group's operation. Also how far back `listAsyncJobs` is searched for a running job.
     pub job_max_follow: Duration,
+    /// How long a verdict "this CloudStack does not scale in Alert", learned from one of its
+    /// refusals, stands before CloudStack is asked again (a changed `cloudstackversion` drops
+    /// it at once).
+    pub alert_recheck: Duration,
     /// How long DeleteNodes calls arriving at rest are collected into one `nodeids` request
     /// (the autoscaler sends one call per node, in parallel). Capped by the first call's
     /// deadline.
@@ -98,6 +104,7 @@ impl Settings {
             failed_instance_ttl: Duration::from_secs(30 * 60),
             job_max_follow: Duration::from_secs(2 * 3600),
             removal_window: Duration::from_millis(500),
+            alert_recheck: Duration::from_secs(10 * 60),
             gpu_label: String::new(),
             gpu_types: Vec::new(),
         }
@@ -178,7 +185,7 @@ pub(crate) struct Inner {
     pub cs: Client,
     pub settings: Settings,
     pub groups: Vec<Group>,
-    pub alert: Mutex<AlertScaling>,
+    pub alert: Mutex<alert::AlertVerdict>,
     pub refresh_lock: tokio::sync::Mutex<()>,
     pub shutdown: watch::Sender<bool>,
     pub ready: watch::Sender<bool>,
@@ -292,7 +299,7 @@ impl Provider {
                 cs,
                 settings,
                 groups,
-                alert: Mutex::new(alert),
+                alert: Mutex::new(alert::AlertVerdict::new(alert)),
                 refresh_lock: tokio::sync::Mutex::new(()),
                 shutdown,
                 ready,
@@ -308,28 +315,6 @@ impl Provider {
     /// Becomes true once every group has a first snapshot (gRPC health SERVING).
     pub fn ready(&self) -> watch::Receiver<bool> {
         self.inner.ready.subscribe()
-    }
-
-    pub(crate) fn alert_scaling(&self) -> AlertScaling {
-        self.inner
-            .alert
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-
-    pub(crate) fn set_alert_unsupported(&self, text: &str) {
-        let mut a = self.inner.alert.lock().unwrap_or_else(|p| p.into_inner());
-        if !matches!(*a, AlertScaling::Unsupported { .. }) {
-            tracing::warn!(
-                cloudstack_error = text,
-                "this CloudStack refuses to scale clusters in Alert (it predates the Alert-scaling change); \
-                 scale requests for clusters in Alert are now refused without calling CloudStack"
-            );
-            *a = AlertScaling::Unsupported {
-                cloudstack_error: text.to_string(),
-            };
-        }
     }
 
     /// The group with this node-group id (= resolved cluster id).
@@ -550,6 +535,7 @@ impl Provider {
             }
         }
         self.refresh_offerings().await;
+        self.check_cloudstack_version().await;
         if failures.is_empty() {
             Ok(())
         } else {

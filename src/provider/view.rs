@@ -86,11 +86,23 @@ impl Provider {
         let st = g.read();
         let id = st.scale.cluster_id.clone()?;
         let (min, max) = st.bounds(&g.spec);
+        let mut debug = st.debug(&st.label(&g.spec), &alert);
+        drop(st);
+        // The learned verdict's age changes with every call: added outside the cached line.
+        let v = self.alert_verdict();
+        if let (Some(reason), Some(age), Some(recheck)) = (&v.reason, v.age, v.recheck_in) {
+            debug.push_str(&format!(
+                "; Alert scaling: unsupported by this CloudStack since {}s ago (asked again in {}s): {}",
+                age.as_secs(),
+                recheck.as_secs(),
+                reason.replace('\n', " ")
+            ));
+        }
         Some(NodeGroupView {
             id,
             min,
             max,
-            debug: st.debug(&st.label(&g.spec), &alert),
+            debug,
         })
     }
 
