@@ -190,6 +190,7 @@ fn cluster() -> impl Strategy<Value = ClusterInput> {
             worker_offering: None,
             zone_id: "zone-1".into(),
             zone_name: "zone1".into(),
+            externally_managed: false,
             vms,
         }
     })
@@ -338,12 +339,13 @@ fn the_restated_control_pattern_and_rules_agree_with_hand_made_cases() {
         is_external: external,
         is_etcd: etcd,
     };
-    // One control, one etcd, two workers (one Stopped), one external: Alert rules hold.
+    // One control, one etcd, two workers (one Stopped), one external (counted in size, as
+    // CloudStack counts it): Alert rules hold.
     let alert = ClusterInput {
         id: "c".into(),
         name: "k8s".into(),
         state: ClusterState::Alert,
-        size: 2,
+        size: 3,
         min_size: None,
         max_size: None,
         autoscaling_enabled: false,
@@ -353,6 +355,7 @@ fn the_restated_control_pattern_and_rules_agree_with_hand_made_cases() {
         worker_offering: None,
         zone_id: String::new(),
         zone_name: String::new(),
+        externally_managed: false,
         vms: vec![
             vm("c1", "k8s-control-a1", "Running", false, false),
             vm("e1", "k8s-etcd-1-b1", "Running", false, true),
@@ -380,11 +383,11 @@ fn the_restated_control_pattern_and_rules_agree_with_hand_made_cases() {
         cloudstack_error: "no".into(),
     };
     let cases = [
-        (&alert, resize(3), &supported, true),
+        (&alert, resize(4), &supported, true),
         (&alert, resize(1), &supported, true),
-        (&alert, resize(2), &supported, false),
+        (&alert, resize(3), &supported, false),
         (&alert, resize(0), &supported, false),
-        (&alert, resize(3), &unsupported, false),
+        (&alert, resize(4), &unsupported, false),
         (&alert, remove(&["w2"]), &supported, true),
         (&alert, remove(&["w2", "w2"]), &supported, true),
         (&alert, remove(&["w1", "w2"]), &supported, false),

@@ -138,6 +138,10 @@ pub fn expected_roles(input: &ClusterInput) -> Vec<NodeRole> {
 /// rules (Alert included) and the provider's own stricter limits (never remove every worker,
 /// never ask for fewer than one).
 pub fn expected_accept(input: &ClusterInput, request: &ScaleRequest, alert: &AlertScaling) -> bool {
+    if input.externally_managed {
+        // CloudStack scales no externally managed cluster.
+        return false;
+    }
     let roles = expected_roles(input);
     let role_of = |id: &str| input.vms.iter().position(|v| v.id == id).map(|i| roles[i]);
     let request_ok = match request {
@@ -163,7 +167,8 @@ pub fn expected_accept(input: &ClusterInput, request: &ScaleRequest, alert: &Ale
         ScaleRequest::RemoveNodes { .. } => true,
     };
     match &input.state {
-        ClusterState::Created | ClusterState::Running => changes_size,
+        // Outside Alert a resize to the current size returns early, accepted.
+        ClusterState::Created | ClusterState::Running => true,
         ClusterState::Stopped => matches!(request, ScaleRequest::RemoveNodes { .. }),
         ClusterState::Alert => {
             if matches!(alert, AlertScaling::Unsupported { .. }) {
@@ -182,7 +187,8 @@ pub fn expected_accept(input: &ClusterInput, request: &ScaleRequest, alert: &Ale
                     .zip(&roles)
                     .any(|(v, r)| wanted.contains(r) && is_down(v.state.as_str()))
             };
-            let vms = roles.iter().filter(|r| **r != NodeRole::External).count() as u64;
+            // External nodes are in `size` (KubernetesClusterAddWorker), so every VM counts.
+            let vms = roles.len() as u64;
             let nodes = u64::from(input.control_nodes)
                 + u64::from(input.etcd_nodes)
                 + u64::from(input.size);
@@ -325,7 +331,9 @@ pub fn check_decision(
                 ScaleRequest::Resize { new_size } => {
                     assert!(*new_size >= 1, "accepted size 0: {}", ctx());
                     assert_ne!(input.state, ClusterState::Stopped, "{}", ctx());
-                    assert_ne!(*new_size, input.size, "accepted no change: {}", ctx());
+                    if input.state == ClusterState::Alert {
+                        assert_ne!(*new_size, input.size, "accepted no change: {}", ctx());
+                    }
                 }
                 ScaleRequest::RemoveNodes { vm_ids } => {
                     assert!(!vm_ids.is_empty(), "accepted an empty removal: {}", ctx());

@@ -160,6 +160,7 @@ impl ScaleCase {
             worker_offering: None,
             zone_id: "zone-1".to_string(),
             zone_name: "zone1".to_string(),
+            externally_managed: false,
             vms,
         };
         (input, request, alert)

@@ -38,6 +38,9 @@ pub struct KubernetesCluster {
     pub zonename: Option<String>,
     #[serde(default)]
     pub kubernetesversionname: Option<String>,
+    /// `CloudManaged` or `ExternalManaged`.
+    #[serde(default)]
+    pub clustertype: Option<String>,
     #[serde(default)]
     pub virtualmachines: Vec<ClusterVm>,
 }

@@ -207,6 +207,9 @@ pub struct ClusterInput {
     pub worker_offering: Option<OfferingRef>,
     pub zone_id: String,
     pub zone_name: String,
+    /// `clustertype` ExternalManaged: CloudStack does not scale it (its scale job fails with
+    /// "Scale kubernetes cluster is not supported for an externally managed cluster").
+    pub externally_managed: bool,
     /// In CloudStack's order (creation order).
     pub vms: Vec<VmInput>,
 }
@@ -265,6 +268,8 @@ pub struct ClusterSnapshot {
     pub worker_offering: Option<OfferingRef>,
     pub zone_id: String,
     pub zone_name: String,
+    /// `clustertype` ExternalManaged: not scaled by CloudStack.
+    pub externally_managed: bool,
     /// In CloudStack's order (creation order).
     pub vms: Vec<Vm>,
     /// Set when the name pattern and the `controlnodes` count disagree; the provider logs it
@@ -302,6 +307,7 @@ impl ClusterSnapshot {
             worker_offering,
             zone_id,
             zone_name,
+            externally_managed,
             vms: inputs,
         } = input;
 
@@ -365,6 +371,7 @@ impl ClusterSnapshot {
             worker_offering,
             zone_id,
             zone_name,
+            externally_managed,
             vms,
             classification_warning,
         }
@@ -459,6 +466,7 @@ pub(crate) mod fixtures {
                     worker_offering: None,
                     zone_id: "zone-1".to_string(),
                     zone_name: "zone1".to_string(),
+                    externally_managed: false,
                     vms: Vec::new(),
                 },
                 counters: [0; 4],

@@ -1553,6 +1553,7 @@ mod tests {
             worker_offering: None,
             zone_id: String::new(),
             zone_name: String::new(),
+            externally_managed: false,
             vms,
         });
         Arc::new(IndexedSnapshot::new(snap, now))

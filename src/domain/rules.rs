@@ -81,6 +81,9 @@ pub enum Refusal {
     },
     /// Rule 7: Alert but no worker VM is down: scaling will not fix it.
     AlertWithoutDownWorker { cluster: String },
+    /// `clustertype` ExternalManaged: CloudStack scales no such cluster (its job fails with
+    /// "Scale kubernetes cluster is not supported for an externally managed cluster").
+    ExternallyManaged { cluster: String },
 }
 
 impl Refusal {
@@ -102,6 +105,7 @@ impl Refusal {
             Refusal::ControlPlaneDown { .. } => "alert_rule_6_control_plane_down",
             Refusal::VmCountMismatch { .. } => "alert_rule_5_vm_count_mismatch",
             Refusal::AlertWithoutDownWorker { .. } => "alert_rule_7_no_down_worker",
+            Refusal::ExternallyManaged { .. } => "externally_managed",
         }
     }
 }
@@ -223,6 +227,12 @@ impl fmt::Display for Refusal {
                  while they differ; VMs left behind by a failed scale-up must be removed by an \
                  operator (CKS Alert rule 5)"
             ),
+            Refusal::ExternallyManaged { cluster } => write!(
+                f,
+                "cluster {cluster:?} is externally managed (clustertype ExternalManaged): \
+                 CloudStack does not scale such clusters; scale it with the tool that manages it, \
+                 or leave it out of --nodes"
+            ),
             Refusal::AlertWithoutDownWorker { cluster } => write!(
                 f,
                 "cluster {cluster:?} is in Alert but no worker VM is down: it is in Alert for a \
@@ -236,6 +246,7 @@ impl fmt::Display for Refusal {
 
 /// Decides whether CloudStack would accept `request` on a cluster in the state `snapshot`
 /// shows. Checks, in this order (the first that applies wins):
+/// 0. an externally managed cluster (ExternallyManaged), whatever the request;
 /// 1. RemoveNodes: every id is a VM of the cluster (UnknownVm), every VM is a worker
 ///    (NotWorkers, in every cluster state), the list is not empty (NoChange) and does not remove
 ///    every worker (RemovesAllWorkers, counting all workers, down ones included; CloudStack's
@@ -256,6 +267,9 @@ pub fn check_scale(
     alert: &AlertScaling,
 ) -> Result<(), Refusal> {
     let cluster = || snapshot.name.clone();
+    if snapshot.externally_managed {
+        return Err(Refusal::ExternallyManaged { cluster: cluster() });
+    }
     match request {
         ScaleRequest::RemoveNodes { vm_ids } => check_node_list(snapshot, vm_ids)?,
         ScaleRequest::Resize { new_size } if *new_size < 1 => {
@@ -411,6 +425,11 @@ fn alert_rules(snapshot: &ClusterSnapshot, alert: &AlertScaling) -> Result<(), R
 /// CloudStack without Alert scaling). `None` when a size change would be accepted.
 /// Used in the node group's debug string and NodeGroupNodes error messages.
 pub fn blocked_reason(snapshot: &ClusterSnapshot, alert: &AlertScaling) -> Option<Refusal> {
+    if snapshot.externally_managed {
+        return Some(Refusal::ExternallyManaged {
+            cluster: snapshot.name.clone(),
+        });
+    }
     match &snapshot.state {
         ClusterState::Created | ClusterState::Running => None,
         ClusterState::Stopped => Some(Refusal::StoppedClusterSize {
@@ -658,6 +677,25 @@ mod tests {
         assert_eq!(
             check_scale(&snap, &remove(&["worker-2"]), &AlertScaling::Supported),
             Ok(())
+        );
+    }
+
+    #[test]
+    fn an_externally_managed_cluster_is_never_scaled() {
+        let mut snap = base().build();
+        snap.externally_managed = true;
+        for request in [resize(5), remove(&["worker-1"])] {
+            assert_eq!(
+                check_scale(&snap, &request, &AlertScaling::Supported),
+                Err(Refusal::ExternallyManaged {
+                    cluster: "k8s".into()
+                })
+            );
+        }
+        let reason = blocked_reason(&snap, &AlertScaling::Supported).expect("blocked");
+        assert!(
+            reason.to_string().contains("externally managed"),
+            "{reason}"
         );
     }
 

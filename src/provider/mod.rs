@@ -238,6 +238,10 @@ pub(crate) fn cluster_input(c: KubernetesCluster) -> ClusterInput {
         worker_offering: offering(c.workerofferingid, c.workerofferingname),
         zone_id: c.zoneid.unwrap_or_default(),
         zone_name: c.zonename.unwrap_or_default(),
+        externally_managed: c
+            .clustertype
+            .as_deref()
+            .is_some_and(|t| t.eq_ignore_ascii_case("ExternalManaged")),
         vms: c
             .virtualmachines
             .into_iter()
@@ -380,6 +384,17 @@ impl Provider {
             let mut st = g.lock();
             st.last_error = None;
             let was_lost = matches!(st.scale.phase(), Phase::AnswerLost { .. });
+            let newly_external = indexed.snap.externally_managed
+                && st
+                    .scale
+                    .snapshot()
+                    .is_none_or(|s| !s.snap.externally_managed);
+            if newly_external {
+                tracing::warn!(group = %indexed.snap.name,
+                    "cluster {} is externally managed (clustertype ExternalManaged): CloudStack does not scale it; \
+                     this provider lists its workers but refuses every scale request for it",
+                    indexed.snap.name);
+            }
             let effects = st.scale.snapshot_installed(indexed.clone(), &alert, now());
             if was_lost && !matches!(st.scale.phase(), Phase::AnswerLost { .. }) {
                 tracing::warn!(group = %indexed.snap.name,
