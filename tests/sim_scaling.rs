@@ -453,3 +453,36 @@ async fn draining_a_running_vm_whose_node_never_joined_fails_the_job() {
     let _ = NodesSpec::Count(0);
     let _ = VmState::Running;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_removal_job_takes_its_own_part_plus_the_time_per_node_when_set() {
+    for (per_node, want) in [(0, ms(200)), (300, ms(200 + 3 * 300))] {
+        let sim = start_sim(sim_config_with(|c| {
+            c.scenario = Scenario::with_cluster(ClusterSpec::new("four", 1, 4));
+            c.settings.job_duration = ms(200);
+            c.settings.removal_per_node = ms(per_node);
+            c.settings.scanner_interval = ms(60_000);
+        }))
+        .await;
+        let c = Client::new(&sim);
+        let id = sim.cluster_ids()[0].clone();
+        let w = vm_ids(&c.cluster(&id).await, "-node-");
+        let started = tokio::time::Instant::now();
+        let nodeids = w[..3].join(",");
+        let job = c
+            .submit(
+                "scaleKubernetesCluster",
+                &[("id", &id), ("nodeids", &nodeids)],
+            )
+            .await;
+        assert_eq!(c.wait_job(&job).await["jobstatus"], 1);
+        let took = started.elapsed();
+        // The job's end is seen at the next 10 ms poll.
+        assert!(
+            took >= want && took < want + ms(50),
+            "{per_node} ms per node: the removal took {took:?}, expected {want:?}"
+        );
+        assert_eq!(vm_ids(&c.cluster(&id).await, "-node-"), vec![w[3].clone()]);
+        sim.shutdown().await;
+    }
+}

@@ -61,6 +61,17 @@ struct Cli {
     /// cloud.kubernetes.cluster.max.size: largest worker count plus control nodes.
     #[arg(long, default_value_t = 50)]
     max_cluster_size: u64,
+    /// Time from scaleKubernetesCluster returning its jobid to a worker picking the job up, in
+    /// milliseconds. 0: the request is validated and the cluster moved to Scaling before the
+    /// answer. Above 0, CloudStack's order: the job validates against the cluster as it is
+    /// when picked up, and until then listings show the old state and size.
+    #[arg(long, default_value_t = 0)]
+    pickup_delay_ms: u64,
+    /// Time a removal job spends on each node it removes, in milliseconds. 0: a removal job
+    /// takes --job-duration-ms whatever the number of nodes. Above 0: --job-duration-ms plus
+    /// this per node.
+    #[arg(long, default_value_t = 0)]
+    removal_per_node_ms: u64,
     /// Latency added to every CloudStack command, in milliseconds.
     #[arg(long, default_value_t = 0)]
     latency_ms: u64,
@@ -107,6 +118,8 @@ impl Cli {
             ready_poll: ms(self.ready_poll_ms.max(1)),
             scale_timeout: ms(self.scale_timeout_ms),
             max_cluster_size: self.max_cluster_size,
+            pickup_delay: ms(self.pickup_delay_ms),
+            removal_per_node: ms(self.removal_per_node_ms),
         };
         let config = SimConfig {
             api_key: self.api_key.unwrap_or_default(),

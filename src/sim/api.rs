@@ -12,9 +12,9 @@ use super::clock::parse_stamp;
 use super::config::SimSettings;
 use super::ids::is_uuid;
 use super::jobs::{self, INTERNAL_ERROR};
-use super::model::{ClusterState, JobKind, JobStatus, RecordedRequest, VmState, World};
+use super::model::{JobKind, JobStatus, RecordedRequest, VmState, World};
 use super::render;
-use super::rules::{self, ScalePlan, ScaleRequest, SizePlan};
+use super::rules::{ScalePlan, ScaleRequest};
 
 /// The CloudStack commands served (exact, case-sensitive names as CloudStack matches them).
 pub const COMMANDS: &[&str] = &[
@@ -89,6 +89,12 @@ pub enum Spawn {
         vm_id: String,
         start: bool,
         duration: Duration,
+    },
+    /// A queued scale job a worker picks up after `delay` (`SimSettings::pickup_delay`).
+    Pickup {
+        job_id: String,
+        request: Box<ScaleRequest>,
+        delay: Duration,
     },
 }
 
@@ -354,46 +360,35 @@ fn scale(w: &mut World, cmd: &Cmd<'_>) -> Result<(Reply, Option<Spawn>), Reply> 
         min_size,
         max_size,
     };
+    // `ApiServer.queueCommand`: the parameters are processed (the 431s above), the job is
+    // queued (`AsyncJobManager.submitAsyncJob`) and its id returned. Everything else runs in
+    // the job: `ScaleKubernetesClusterCmd.execute` -> `KubernetesClusterManagerImpl
+    // .scaleKubernetesCluster` -> `validateKubernetesClusterScaleParameters`, then
+    // `KubernetesClusterScaleWorker.scaleCluster`, whose state transition moves the cluster
+    // to Scaling. `ScaleKubernetesClusterCmd` overrides no sync object, so two such jobs on one
+    // cluster are queued side by side.
     let job_id = jobs::new_job(w, JobKind::ScaleCluster, &cluster_id);
     let reply = cmd.ok(json!({ "jobid": job_id }));
-    let Some(c) = w.cluster(&cluster_id) else {
-        jobs::fail(w, &job_id, INTERNAL_ERROR, "Invalid Kubernetes cluster ID");
-        return Ok((reply, None));
-    };
-    let plan = match rules::validate(w, c, &req).and_then(|plan| {
-        rules::pre_transition_checks(w, c, &plan, w.settings.job_failure).map(|()| plan)
-    }) {
-        Ok(plan) => plan,
-        Err(text) => {
-            jobs::fail(w, &job_id, INTERNAL_ERROR, &text);
-            return Ok((reply, None));
-        }
-    };
-    if let SizePlan::Record { new_size } = plan.size
-        && let Some(c) = w.cluster_mut(&cluster_id)
-    {
-        c.size = new_size;
+    let delay = w.settings.pickup_delay;
+    if !delay.is_zero() {
+        return Ok((
+            reply,
+            Some(Spawn::Pickup {
+                job_id,
+                request: Box::new(req),
+                delay,
+            }),
+        ));
     }
-    if plan.is_noop() || matches!(plan.size, SizePlan::Record { .. }) {
-        let result = jobs::cluster_result(w, &cluster_id);
-        jobs::succeed(w, &job_id, result);
-        return Ok((reply, None));
-    }
-    if let Some(c) = w.cluster_mut(&cluster_id)
-        && matches!(c.state, ClusterState::Running | ClusterState::Alert)
-    {
-        c.state = ClusterState::Scaling;
-    }
-    let settings = Box::new(w.settings.clone());
-    Ok((
-        reply,
-        Some(Spawn::Scale {
-            job_id,
-            cluster_id,
-            plan: Box::new(plan),
-            settings,
-        }),
-    ))
+    // No pick-up delay: the job is picked up, validated and moved to Scaling before the
+    // answer leaves, under the same lock.
+    let spawn = jobs::start_scale(w, &job_id, &req).map(|(plan, settings)| Spawn::Scale {
+        job_id,
+        cluster_id,
+        plan: Box::new(plan),
+        settings: Box::new(settings),
+    });
+    Ok((reply, spawn))
 }
 
 /// `nodeofferings[i].node` / `nodeofferings[i].offering` pairs, node types upper-cased.
@@ -647,7 +642,7 @@ pub fn dispatch_sim(w: &mut World, name: &str, p: &Params, now_ms: u64) -> (Repl
                     Ok(true) => {}
                     Ok(false) => {
                         error = Some(format!(
-                            "unknown simConfigure parameter {k:?}; known: latencyms, errorrate, droprate, malformedrate, jobdurationms, jobfailure, alertscaling, kubeletdelayms, scannerintervalms, vmopms, readypollms, scaletimeoutms, maxclustersize"
+                            "unknown simConfigure parameter {k:?}; known: latencyms, errorrate, droprate, malformedrate, jobdurationms, jobfailure, alertscaling, kubeletdelayms, scannerintervalms, vmopms, readypollms, scaletimeoutms, maxclustersize, pickupdelayms, removalpernodems"
                         ));
                         break;
                     }

@@ -88,6 +88,20 @@ pub struct SimSettings {
     pub scale_timeout: Duration,
     /// `cloud.kubernetes.cluster.max.size`: the largest worker count plus control nodes allowed.
     pub max_cluster_size: u64,
+    /// Time from `scaleKubernetesCluster` returning its jobid to a worker picking the job up.
+    /// Zero: the job validates and moves the cluster to Scaling inside the API call (the
+    /// simulator's historical shortcut). Above zero, CloudStack's real order: the call only
+    /// parses parameters and queues the job; after this delay the job validates against the
+    /// cluster as it is *then*, fails (530) or moves it to Scaling and runs. Until then
+    /// listings show the old state and size, and two queued jobs on one cluster can both be
+    /// accepted, the later one failing at its pick-up (see `jobs::run_pickup`).
+    pub pickup_delay: Duration,
+    /// Time a removal job spends on each node it removes (drain, VM destroyed and expunged:
+    /// CloudStack removes them one after another, `KubernetesClusterScaleWorker
+    /// .scaleDownKubernetesClusterSize`). Zero: a removal job takes `job_duration` whatever the
+    /// number of nodes, shared among them. Above zero: `job_duration` (the job's own part)
+    /// plus this for every node.
+    pub removal_per_node: Duration,
 }
 
 impl Default for SimSettings {
@@ -106,6 +120,8 @@ impl Default for SimSettings {
             ready_poll: Duration::from_millis(250),
             scale_timeout: Duration::from_secs(3600),
             max_cluster_size: 50,
+            pickup_delay: Duration::ZERO,
+            removal_per_node: Duration::ZERO,
         }
     }
 }
@@ -170,6 +186,8 @@ impl SimSettings {
                 self.ready_poll = d;
             }
             "scaletimeoutms" => self.scale_timeout = ms(value)?,
+            "pickupdelayms" => self.pickup_delay = ms(value)?,
+            "removalpernodems" => self.removal_per_node = ms(value)?,
             "maxclustersize" => {
                 self.max_cluster_size = value
                     .trim()
@@ -198,6 +216,8 @@ impl SimSettings {
             "readypollms": ms(self.ready_poll),
             "scaletimeoutms": ms(self.scale_timeout),
             "maxclustersize": self.max_cluster_size,
+            "pickupdelayms": ms(self.pickup_delay),
+            "removalpernodems": ms(self.removal_per_node),
         })
     }
 }
@@ -227,5 +247,9 @@ mod tests {
         );
         assert_eq!(s.apply("colour", "red"), Ok(false));
         assert_eq!(s.to_json()["latencyms"], 250);
+        assert_eq!(SimSettings::default().pickup_delay, Duration::ZERO);
+        assert_eq!(s.apply("pickupdelayms", "100"), Ok(true));
+        assert_eq!(s.pickup_delay, Duration::from_millis(100));
+        assert_eq!(s.to_json()["pickupdelayms"], 100);
     }
 }

@@ -11,7 +11,7 @@ use super::clock::{format_stamp, now_stamp};
 use super::config::{JobFailure, SimSettings};
 use super::model::{ClusterState, Job, JobKind, JobResult, JobStatus, VmRole, VmState, World};
 use super::render;
-use super::rules::{ScalePlan, SizePlan};
+use super::rules::{self, ScalePlan, ScaleRequest, SizePlan};
 
 /// CloudStack's INTERNAL_ERROR, the code of every failed scale job.
 pub const INTERNAL_ERROR: u32 = 530;
@@ -169,6 +169,67 @@ fn apply_offerings(w: &mut World, cluster_id: &str, plan: &ScalePlan) {
         && let Some(c) = w.cluster_mut(cluster_id)
     {
         c.offering_id = o.clone();
+    }
+}
+
+/// A worker picks up scale job `job_id`: CloudStack's `ScaleKubernetesClusterCmd.execute`
+/// calls `KubernetesClusterManagerImpl.scaleKubernetesCluster`, which validates the request
+/// against the cluster as it is now (`validateKubernetesClusterScaleParameters`); the scale
+/// worker (`KubernetesClusterScaleWorker.scaleCluster`) runs its own checks (capacity plan,
+/// VM count) and then moves Running or Alert to Scaling. A refusal fails the job (530) and
+/// changes nothing. Returns what the job goes on to do, or `None` when it has ended here
+/// (refused, or nothing to wait for). Called under the world lock, so the check and the move
+/// to Scaling are one step: of two jobs picked up together, the second finds Scaling.
+pub fn start_scale(
+    w: &mut World,
+    job_id: &str,
+    req: &ScaleRequest,
+) -> Option<(ScalePlan, SimSettings)> {
+    let cluster_id = req.cluster_id.as_str();
+    let Some(c) = w.cluster(cluster_id) else {
+        fail(w, job_id, INTERNAL_ERROR, "Invalid Kubernetes cluster ID");
+        return None;
+    };
+    let checked = rules::validate(w, c, req).and_then(|plan| {
+        rules::pre_transition_checks(w, c, &plan, w.settings.job_failure).map(|()| plan)
+    });
+    let plan = match checked {
+        Ok(plan) => plan,
+        Err(text) => {
+            fail(w, job_id, INTERNAL_ERROR, &text);
+            return None;
+        }
+    };
+    if let SizePlan::Record { new_size } = plan.size
+        && let Some(c) = w.cluster_mut(cluster_id)
+    {
+        c.size = new_size;
+    }
+    if plan.is_noop() || matches!(plan.size, SizePlan::Record { .. }) {
+        let result = cluster_result(w, cluster_id);
+        succeed(w, job_id, result);
+        return None;
+    }
+    if let Some(c) = w.cluster_mut(cluster_id)
+        && matches!(c.state, ClusterState::Running | ClusterState::Alert)
+    {
+        c.state = ClusterState::Scaling;
+    }
+    Some((plan, w.settings.clone()))
+}
+
+/// A queued scale job (`SimSettings::pickup_delay` > 0): after `delay` a worker picks it up
+/// ([`start_scale`]) and, if it passes, runs it. Until then the job is in progress and the
+/// cluster keeps its state and size. The delay stands for CloudStack's async job executor
+/// taking the job from its queue (`AsyncJobManagerImpl`); its real length is not documented
+/// and depends on the management server's load (*unverified*).
+pub async fn run_pickup(sh: Arc<Shared>, job_id: String, req: ScaleRequest, delay: Duration) {
+    if !pause(&sh, delay).await {
+        return;
+    }
+    let started = start_scale(&mut sh.lock(), &job_id, &req);
+    if let Some((plan, settings)) = started {
+        run_scale(sh, job_id, req.cluster_id, plan, settings).await;
     }
 }
 
@@ -349,7 +410,16 @@ async fn scale_down(
     remove: &[String],
     s: &SimSettings,
 ) -> Option<Result<(), String>> {
-    let step = s.job_duration / (remove.len().max(1) as u32);
+    let step = if s.removal_per_node.is_zero() {
+        s.job_duration / (remove.len().max(1) as u32)
+    } else {
+        // The job's own part (start, state change, reaching the control node), then each
+        // node in turn.
+        if !pause(sh, s.job_duration).await {
+            return None;
+        }
+        s.removal_per_node
+    };
     for id in remove {
         {
             let mut w = sh.lock();

@@ -145,6 +145,11 @@ impl Shared {
                 start,
                 duration,
             } => tokio::spawn(jobs::run_vm_op(sh, job_id, vm_id, start, duration)),
+            Spawn::Pickup {
+                job_id,
+                request,
+                delay,
+            } => tokio::spawn(jobs::run_pickup(sh, job_id, *request, delay)),
         };
         let mut tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
         tasks.retain(|t| !t.is_finished());
