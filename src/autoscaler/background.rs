@@ -12,8 +12,9 @@
 //!   `--node-delete-delay-after-taint` (5 s) and then starts one goroutine per node
 //!   (`ScheduleDeletion`);
 //! - `group_deletion_scheduler.go` `scheduleDeletion`: `NodeGroupGetOptions` for the node's
-//!   group (an error other than Unimplemented aborts that node's deletion), the drain (drained
-//!   nodes only), then the batcher;
+//!   group (an error other than Unimplemented aborts that node's deletion; an answer the
+//!   release's client would crash on crashes the process, which the next loop reports), the
+//!   drain (drained nodes only), then the batcher;
 //! - `delete_in_batch.go` `AddNodes`: with `--node-deletion-batcher-interval` 0 (the default)
 //!   `deleteNodesAndRegisterStatus` runs at once in its own goroutine with that one node, so
 //!   a loop removing several nodes sends one `NodeGroupDeleteNodes` per node, concurrently;
@@ -32,8 +33,8 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tonic::transport::Channel;
 
-use super::calls::{Finished, GroupOptions, get_options_call, nodes_call};
-use super::client::delete_nodes_call;
+use super::calls::{Finished, GroupOptions, nodes_call};
+use super::client::{OptionsFailure, delete_nodes_call, get_options_call};
 use super::config::AutoscalerConfig;
 use super::nodes::KubeNode;
 use super::timeline::Reply;
@@ -54,6 +55,9 @@ pub(crate) enum Done {
         loop_no: u64,
         finished: Box<Finished>,
     },
+    /// The real autoscaler process would have crashed in a background task (a nil pointer
+    /// dereference in `NodeGroup.GetOptions`).
+    Crash { reason: String },
     /// The end of one node's scale-down deletion.
     Deletion {
         key: String,
@@ -94,6 +98,11 @@ impl Outbox {
             result,
             at: Instant::now(),
         });
+        self.changed.notify_waiters();
+    }
+
+    fn crash(&self, reason: String) {
+        lock(&self.done).push(Done::Crash { reason });
         self.changed.notify_waiters();
     }
 
@@ -210,16 +219,34 @@ impl Actuation {
 
     /// `GroupDeletionScheduler.scheduleDeletion`: the group's options, the drain, the batcher.
     async fn schedule_deletion(self, group: String, d: Deletion) {
-        let deadline = self.config.call_deadline;
-        let finished = get_options_call(self.grpc.clone(), deadline, &group, &self.config).await;
-        let options = GroupOptions::resolve(&self.config, &finished.2.outcome);
+        let (finished, answer) = get_options_call(
+            self.grpc.clone(),
+            self.config.call_deadline,
+            self.config.wire_generation(),
+            &group,
+            &self.config.node_group_defaults(),
+        )
+        .await;
+        let options = GroupOptions::resolve(&self.config, answer);
         self.outbox.call(finished);
-        if let Err(e) = options {
-            // `AbortNodeDeletionDueToError`: untainted, a failed deletion.
-            let error = format!("NodeGroupGetOptions failed: {e}");
-            self.outbox
-                .deletion(d.node.cache_key(), &group, &d.node.name, Err(error));
-            return;
+        match options {
+            Ok(_) => {}
+            Err(OptionsFailure::Rpc(e)) => {
+                // `AbortNodeDeletionDueToError`: untainted, a failed deletion.
+                let error = format!("NodeGroupGetOptions failed: {e}");
+                self.outbox
+                    .deletion(d.node.cache_key(), &group, &d.node.name, Err(error));
+                return;
+            }
+            Err(OptionsFailure::Crash(why)) => {
+                // The goroutine's panic ends the process: this deletion, like every other,
+                // stops here (on restart, `cleanUpIfRequired` untaints the node).
+                self.outbox.crash(why.clone());
+                let error = format!("the autoscaler process crashed: {why}");
+                self.outbox
+                    .deletion(d.node.cache_key(), &group, &d.node.name, Err(error));
+                return;
+            }
         }
         if d.drain {
             // `prepareNodeForDeletion`: evict the pods and wait for them to go.

@@ -5,6 +5,13 @@
 
 use std::time::Duration;
 
+use super::wire::{NodeGroupOptions, WireGeneration};
+
+/// The flag defaults of `--scale-down-utilization-threshold` and
+/// `--scale-down-gpu-utilization-threshold` (0.5 both), which the client sends in NodeGroupGetOptions'
+/// `defaults`; the mock does not model utilization otherwise.
+const UTILIZATION_THRESHOLD: f64 = 0.5;
+
 /// The newest cluster-autoscaler minor release whose core this mock follows by default.
 pub const NEWEST_RELEASE: u32 = 36;
 
@@ -21,7 +28,14 @@ pub struct AutoscalerConfig {
     /// default. From 35 the readiness pass asks NodeGroupGetOptions for every autoscaled node
     /// (its max node startup time); from 36 a timed-out scale-up is reverted with
     /// NodeGroupDecreaseTargetSize and failure paths no longer ask for the node template.
+    /// It also chooses the wire generation, unless [`Self::wire`] does.
     pub release: u32,
+    /// The externalgrpc message shapes the client speaks (which fields of
+    /// NodeGroupGetOptions it sends and reads, which field of NodeGroupTemplateNodeInfo it
+    /// reads). `None`, the default: those of [`Self::release`]'s first patch
+    /// ([`Self::wire_generation`]). Set it for what a minor number cannot name (1.34.2 and
+    /// later 1.34 patches: [`WireGeneration::V1_34_2`]).
+    pub wire: Option<WireGeneration>,
     /// How long a Ready node must stay unneeded before it is removed
     /// (`--scale-down-unneeded-time`, 10 min; NodeGroupGetOptions may override it per group).
     pub scale_down_unneeded_time: Duration,
@@ -93,6 +107,7 @@ impl Default for AutoscalerConfig {
             call_deadline: Duration::from_secs(5),
             loop_interval: Duration::from_secs(10),
             release: NEWEST_RELEASE,
+            wire: None,
             scale_down_unneeded_time: Duration::from_secs(10 * MIN),
             scale_down_unready_time: Duration::from_secs(20 * MIN),
             max_node_provision_time: Duration::from_secs(15 * MIN),
@@ -143,6 +158,29 @@ impl AutoscalerConfig {
             max_cloud_provider_node_deletion_time: base.max_cloud_provider_node_deletion_time / d,
             instances_cache_refresh_interval: base.instances_cache_refresh_interval / d,
             ..base
+        }
+    }
+
+    /// The wire generation spoken: [`Self::wire`] if set, else that of release
+    /// 1.[`Self::release`].0 ([`WireGeneration::of_minor`]; releases before 1.28 are not
+    /// modelled and speak 1.28's).
+    pub fn wire_generation(&self) -> WireGeneration {
+        self.wire
+            .unwrap_or_else(|| WireGeneration::of_minor(self.release))
+    }
+
+    /// The autoscaler's own per-group options, sent as NodeGroupGetOptions' `defaults` and
+    /// applied when the provider gives none (`--scale-down-*`, `--max-node-provision-time`;
+    /// `zeroOrMaxNodeScaling` and `ignoreDaemonSetsUtilization` at their false defaults).
+    pub(crate) fn node_group_defaults(&self) -> NodeGroupOptions {
+        NodeGroupOptions {
+            scale_down_utilization_threshold: UTILIZATION_THRESHOLD,
+            scale_down_gpu_utilization_threshold: UTILIZATION_THRESHOLD,
+            scale_down_unneeded_time: self.scale_down_unneeded_time,
+            scale_down_unready_time: self.scale_down_unready_time,
+            max_node_provision_time: self.max_node_provision_time,
+            zero_or_max_node_scaling: false,
+            ignore_daemonsets_utilization: false,
         }
     }
 
@@ -209,5 +247,27 @@ mod tests {
         assert!(c.failures_ask_for_template());
         c.release = 33;
         assert!(!c.startup_time_from_options());
+    }
+
+    #[test]
+    fn the_release_chooses_the_wire_generation_unless_overridden() {
+        let mut c = AutoscalerConfig::default();
+        assert_eq!(c.wire_generation(), WireGeneration::V1_35);
+        for (release, want) in [
+            (27, WireGeneration::V1_28),
+            (28, WireGeneration::V1_28),
+            (29, WireGeneration::V1_29),
+            (32, WireGeneration::V1_29),
+            (33, WireGeneration::V1_33),
+            (34, WireGeneration::V1_33),
+            (35, WireGeneration::V1_35),
+            (36, WireGeneration::V1_35),
+        ] {
+            c.release = release;
+            assert_eq!(c.wire_generation(), want, "1.{release}");
+        }
+        c.release = 34;
+        c.wire = Some(WireGeneration::V1_34_2);
+        assert_eq!(c.wire_generation(), WireGeneration::V1_34_2);
     }
 }

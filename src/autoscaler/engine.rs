@@ -12,16 +12,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tonic::transport::{Channel, Endpoint};
 
 use super::background::{Background, Done, lock, passed};
 use super::calls::{
-    ClientExtras, GroupOptions, cleanup_call, get_options_call, gpu_label_call, gpu_types_call,
-    nodes_call,
+    ClientExtras, GroupOptions, cleanup_call, gpu_label_call, gpu_types_call, nodes_call,
 };
-use super::client::{ExternalGrpcClient, Recorder};
+use super::client::{ExternalGrpcClient, OptionsFailure, Recorder};
 use super::config::AutoscalerConfig;
 use super::nodes::{FAKE_NODE_CREATE_ERROR, FAKE_NODE_UNREGISTERED, KubeNode, NodeSource};
 use super::pods::{NodeTemplate, PodSpec, Resources, TemplateSource, place};
@@ -47,6 +47,17 @@ pub struct MockAutoscaler {
     /// GPULabel and GetAvailableGPUTypes answers, cached forever after a success.
     pub(super) extras: ClientExtras,
     pub(super) bg: Background,
+    pub(super) crash: Crash,
+}
+
+/// A crash of the real autoscaler process that this mock turns into the failure of a loop
+/// (see [`MockAutoscaler::crash`]).
+#[derive(Debug, Default)]
+pub(super) struct Crash {
+    /// What the real process would have died of, until a loop reports it.
+    reason: Option<String>,
+    /// Ends the loop in which the crash happened, at the point it happened.
+    signal: Arc<Notify>,
 }
 
 impl std::fmt::Debug for MockAutoscaler {
@@ -258,14 +269,18 @@ impl MockAutoscaler {
         nodes: Arc<dyn NodeSource>,
         config: AutoscalerConfig,
     ) -> Self {
+        let wire = config.wire_generation();
+        let mut rec = Recorder::new();
+        rec.wire = wire;
         Self {
-            client: ExternalGrpcClient::new(client, config.call_deadline),
+            client: ExternalGrpcClient::with_generation(client, config.call_deadline, wire),
             nodes,
             config,
-            rec: Recorder::new(),
+            rec,
             state: CoreState::default(),
             extras: ClientExtras::default(),
             bg: Background::default(),
+            crash: Crash::default(),
         }
     }
 
@@ -455,14 +470,31 @@ impl MockAutoscaler {
     }
 
     /// One autoscaler loop. Failures are part of the result (and the timeline), not errors.
+    /// An answer the real autoscaler would crash on (see the [module docs](super)) ends the
+    /// loop where it comes, and the crash is the loop's abort reason.
     pub async fn run_once(&mut self) -> LoopSummary {
         self.client.deadline = self.config.call_deadline;
+        let wire = self.config.wire_generation();
+        if self.client.generation() != wire {
+            self.client.set_generation(wire);
+        }
+        self.rec.wire = wire;
         self.rec.loop_no += 1;
         self.bg.outbox.set_loop(self.rec.loop_no);
         let started = Instant::now();
         let first_event = self.rec.timeline.events.len();
         self.rec.record(EventKind::LoopStarted);
-        if let Err(reason) = self.loop_body().await {
+        let crashed = self.crash.signal.clone();
+        let outcome = tokio::select! {
+            biased;
+            () = crashed.notified() => Ok(()),
+            outcome = self.loop_body() => outcome,
+        };
+        let outcome = match self.crash.reason.take() {
+            Some(why) => Err(format!("the autoscaler process crashed: {why}")),
+            None => outcome,
+        };
+        if let Err(reason) = outcome {
             self.rec.record(EventKind::LoopAborted { reason });
         }
         let duration = started.elapsed();
@@ -496,12 +528,16 @@ impl MockAutoscaler {
                         request,
                         outcome: timed.outcome,
                         latency: timed.latency,
+                        wire: self.rec.wire,
                     };
                     self.rec.timeline.events.push(Event {
                         loop_no: self.rec.loop_no,
                         at,
                         kind: EventKind::BackgroundCall(call),
                     });
+                }
+                Done::Crash { reason } => {
+                    self.crash.reason.get_or_insert(reason);
                 }
                 Done::Deletion {
                     key,
@@ -536,19 +572,32 @@ impl MockAutoscaler {
         }
     }
 
-    /// `NodeGroupGetOptions` for `group`, resolved as `DelegatingNodeGroupConfigProcessor`
-    /// does; never cached (`externalgrpc_node_group.go` `GetOptions`).
+    /// `NodeGroupGetOptions` for `group` in the fields of the wire generation spoken, the
+    /// autoscaler's flags as `defaults`, resolved as `DelegatingNodeGroupConfigProcessor`
+    /// does; never cached (`externalgrpc_node_group.go` `NodeGroup.GetOptions`). An answer
+    /// the release's client would crash on (up to 1.34.1: a missing duration in fields 3-5,
+    /// dereferenced without a nil check) ends the loop here ([`Self::crash`]).
     pub(super) async fn options(&mut self, group: &str) -> Result<GroupOptions, RpcError> {
-        let (request, started, timed) = get_options_call(
-            self.client.grpc.clone(),
-            self.client.deadline,
-            group,
-            &self.config,
-        )
-        .await;
-        let resolved = GroupOptions::resolve(&self.config, &timed.outcome);
-        self.rec.record_call(request, started, timed);
-        resolved
+        let flags = self.config.node_group_defaults();
+        let answer = self.client.get_options(group, &flags, &mut self.rec).await;
+        match GroupOptions::resolve(&self.config, answer) {
+            Ok(options) => Ok(options),
+            Err(OptionsFailure::Rpc(e)) => Err(e),
+            Err(OptionsFailure::Crash(why)) => self.crash(why).await,
+        }
+    }
+
+    /// The real autoscaler process dies here (a nil pointer dereference in its client or
+    /// core): nothing more of this loop happens, and the loop is reported aborted with `why`.
+    /// Never returns; only for code that runs inside [`Self::run_once`], whose loop it ends.
+    ///
+    /// The real process is restarted with empty caches and state, crashing again at the same
+    /// point for as long as the provider answers the same way; this mock goes on with its
+    /// state, each such loop reported aborted.
+    async fn crash<T>(&mut self, why: String) -> T {
+        self.crash.reason.get_or_insert(why);
+        self.crash.signal.notify_one();
+        std::future::pending().await
     }
 
     /// `GPULabel()`: cached forever after a success, "" after a failure (asked again at the
@@ -597,6 +646,11 @@ impl MockAutoscaler {
 impl MockAutoscaler {
     async fn loop_body(&mut self) -> Result<(), String> {
         let now = Instant::now();
+        // A crash a background task ran into, collected between loops (`settle_deletions`):
+        // this loop only reports it (`run_once`).
+        if self.crash.reason.is_some() {
+            return Ok(());
+        }
         if !self.bg.started {
             self.start_cluster_state().await;
         }
@@ -618,6 +672,10 @@ impl MockAutoscaler {
         self.state.track_nodes(&nodes, now);
         // The scale-down actuation status is read before the cloud provider refreshes.
         self.collect_background();
+        if self.crash.reason.is_some() {
+            // A background task crashed the process (`run_once` reports why).
+            return Ok(());
+        }
 
         self.client
             .refresh(&mut self.rec)
@@ -1002,6 +1060,22 @@ impl MockAutoscaler {
                 continue;
             }
             match self.client.template_node_info(&g.id, &mut self.rec).await {
+                Ok(bytes) if bytes.is_empty() => {
+                    // The field the release reads is unset: its `NodeGroup.TemplateNodeInfo`
+                    // returns (nil, nil), and the core dereferences the nil NodeInfo
+                    // (`core/utils/utils.go` `GetNodeInfoFromTemplate` up to 1.32,
+                    // `simulator/node_info_utils.go` `SanitizedTemplateNodeInfoFromNodeGroup`
+                    // from 1.33, called by `MixedTemplateNodeInfoProvider.Process`).
+                    let why = format!(
+                        "cluster-autoscaler {} finds no template node in the \
+                         NodeGroupTemplateNodeInfo answer for {} ({} unset) and dereferences \
+                         the nil NodeInfo: nil pointer dereference",
+                        self.client.generation(),
+                        g.id,
+                        self.client.generation().template_field()
+                    );
+                    return self.crash(why).await;
+                }
                 Ok(bytes) => {
                     let t = NodeTemplate::decode(&bytes).map_err(|e| {
                         format!(

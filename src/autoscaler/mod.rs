@@ -5,6 +5,23 @@
 //! where it differs, chosen with [`AutoscalerConfig::release`]); each imitated behaviour names
 //! its upstream file and function in a comment beside the code.
 //!
+//! The client speaks the externalgrpc message shapes of that release, its [`WireGeneration`]
+//! ([`AutoscalerConfig::wire_generation`]; [`AutoscalerConfig::wire`] overrides it, e.g. for
+//! 1.34.2, which a minor number cannot name), after `externalgrpc_node_group.go` at the
+//! release's tag: `NodeGroupTemplateNodeInfo` read from field 1 up to 1.34.1, from field 2
+//! (else 1) in 1.34.2, from field 2 from 1.35; `NodeGroupGetOptions` sent with the flags as
+//! `defaults` and read back in the fields the release has (durations as meta.v1.Duration in
+//! 3, 4, and 5 from 1.29, up to 1.34.x; as google.protobuf.Duration in 8-10 from 1.34.2; the
+//! fields a release does not read are 0 for it). 1.28 takes `Unimplemented` from both RPCs for
+//! an error. An answer the release would crash on ends the loop at that call, reported
+//! aborted ("the autoscaler process crashed: …"): up to 1.34.1 an options answer missing one
+//! of the durations in 3-5 it dereferences (`NodeGroup.GetOptions`; in 1.34.2 only when 8-10
+//! miss too), and for every release an OK template answer without the field it reads (the
+//! template pass dereferences the nil NodeInfo). A crash in a background deletion ends that
+//! deletion, and the next loop is reported aborted before it calls anything. The real process
+//! restarts with empty state; the mock keeps its own. Apart from the wire, every release runs
+//! the 1.33 / 1.35 core described here.
+//!
 //! Before the first loop (`ClusterStateRegistry.Start`) the NodeGroupNodes cache is filled:
 //! `NodeGroups`, then `NodeGroupNodes` per group, before any `Refresh`. Each
 //! [`MockAutoscaler::run_once`] is then one loop of the real `StaticAutoscaler.RunOnce`:
@@ -59,19 +76,19 @@
 //! real client. Everything lands in a [`Timeline`]: calls with request, outcome and latency
 //! (background calls as [`EventKind::BackgroundCall`] when a loop collects them),
 //! observations, decisions with reasons, and one [`LoopSummary`] per loop whose `Display` is the
-//! demo's progress line. `Unimplemented` from `NodeGroupTemplateNodeInfo` and
-//! `NodeGroupGetOptions` is no error ([`Call::is_not_implemented`]): the flags, resp. real
-//! nodes, apply. Each `MockAutoscaler` owns all its state, so several can drive the same
+//! demo's progress line. From 1.29, `Unimplemented` from `NodeGroupTemplateNodeInfo` and
+//! `NodeGroupGetOptions` is no error ([`Call::is_not_implemented`]): real nodes, resp. the
+//! flags, apply. Each `MockAutoscaler` owns all its state, so several can drive the same
 //! provider at once.
 //!
 //! Node templates follow `MixedTemplateNodeInfoProvider`: a group's template is its first
 //! Ready node not being deleted (remembered, so a group whose nodes all go NotReady keeps it
 //! while this `MockAutoscaler` lives), else the remembered one, else
-//! `NodeGroupTemplateNodeInfo` (its `nodeBytes` decoded as a Kubernetes-protobuf `v1.Node`;
-//! answers cached per group until the next Refresh, errors never cached), else a NotReady node
-//! of the group. `Unimplemented` leaves the group to that last resort, and a group with no
-//! template is no scale-up candidate; any other error, or bytes that are no Node, aborts the
-//! loop, as the real template pass fails the whole `RunOnce`. Templates are built every loop,
+//! `NodeGroupTemplateNodeInfo` (the field the release reads decoded as a Kubernetes-protobuf
+//! `v1.Node`; answers cached per group until the next Refresh, errors never cached), else a
+//! NotReady node of the group. `Unimplemented` leaves the group to that last resort (from
+//! 1.29), and a group with no template is no scale-up candidate; any other error, or bytes
+//! that are no Node, aborts the loop, as the real template pass fails the whole `RunOnce`. Templates are built every loop,
 //! so a group with no node costs one `NodeGroupTemplateNodeInfo` per loop.
 //!
 //! The workload is either a node count ([`MockAutoscaler::set_demand`],
@@ -97,9 +114,8 @@
 //!   the template pass;
 //! - `--force-delete-unregistered-nodes` / `--force-delete-failed-nodes` (the client has no
 //!   ForceDeleteNodes anyway), `--enforce-node-group-min-size`, node-group auto-provisioning;
-//! - the wire differences of releases up to 1.34.1 (options fields 3–5, template field 1):
-//!   `NodeGroupGetOptions` is sent and read with the 1.35 fields 8–10 (an unset Duration is
-//!   0, as 1.35 reads it; 1.33 dereferences it without a check);
+//! - the cores of releases before 1.33 beyond their wire (they run the 1.33 loop), and the
+//!   restart after a crash (the mock goes on with its state);
 //! - the first NodeGroupNodes cache fill runs concurrently with the first loop in the real
 //!   autoscaler; here the first loop waits for it. The NodeGroupNodes cache entries older
 //!   than 5 minutes only produce a warning upstream, so nothing here either.
@@ -138,6 +154,7 @@ mod nodes;
 mod pods;
 mod scaledown;
 mod timeline;
+mod wire;
 
 #[cfg(test)]
 mod tests;
@@ -156,3 +173,4 @@ pub use timeline::{
     Call, Decision, Event, EventKind, GroupObservation, InstanceCounts, LoopSummary, Observation,
     RemovedNode, Reply, Request, Rpc, RpcError, ScaleDownReason, Timeline,
 };
+pub use wire::{NodeGroupOptions, OptionsAnswer, WireGeneration};

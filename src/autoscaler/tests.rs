@@ -34,7 +34,10 @@ struct FakeState {
     extra_members: HashMap<String, String>,
     refresh_error: Option<Status>,
     /// NodeGroupTemplateNodeInfo answer; `None`: Unimplemented (a provider without templates).
+    /// Sent in both template fields, as the provider does, unless `template_field_2_only`.
     template: Option<Result<Vec<u8>, Status>>,
+    /// The template answer leaves field 1 (`nodeInfo`, read up to 1.34.1) unset.
+    template_field_2_only: bool,
     target_size_error: Option<Status>,
     increase_error: Option<Status>,
     nodes_error: Option<Status>,
@@ -42,6 +45,8 @@ struct FakeState {
     decrease_error: Option<Status>,
     /// NodeGroupGetOptions answer; `None`: Unimplemented (a provider without options).
     options: Option<Result<Option<pb::NodeGroupAutoscalingOptions>, Status>>,
+    /// Every NodeGroupGetOptions request as it arrived.
+    options_requests: Vec<pb::NodeGroupAutoscalingOptionsRequest>,
     /// GPULabel answer; `None`: Unimplemented.
     gpu_label: Option<String>,
     delays: HashMap<&'static str, Duration>,
@@ -236,13 +241,19 @@ impl CloudProvider for FakeProvider {
         req: GrpcRequest<pb::NodeGroupTemplateNodeInfoRequest>,
     ) -> Result<Response<pb::NodeGroupTemplateNodeInfoResponse>, Status> {
         self.enter("NodeGroupTemplateNodeInfo", &req).await;
-        match self.edit(|s| s.template.clone()) {
-            None => Err(Status::unimplemented("no templates here")),
-            Some(Err(e)) => Err(e),
-            Some(Ok(node_bytes)) => Ok(Response::new(pb::NodeGroupTemplateNodeInfoResponse {
-                node_bytes,
-                ..Default::default()
-            })),
+        match self.edit(|s| (s.template.clone(), s.template_field_2_only)) {
+            (None, _) => Err(Status::unimplemented("no templates here")),
+            (Some(Err(e)), _) => Err(e),
+            (Some(Ok(node_bytes)), field_2_only) => {
+                Ok(Response::new(pb::NodeGroupTemplateNodeInfoResponse {
+                    node_info: if field_2_only {
+                        Vec::new()
+                    } else {
+                        node_bytes.clone()
+                    },
+                    node_bytes,
+                }))
+            }
         }
     }
 
@@ -269,7 +280,11 @@ impl CloudProvider for FakeProvider {
         req: GrpcRequest<pb::NodeGroupAutoscalingOptionsRequest>,
     ) -> Result<Response<pb::NodeGroupAutoscalingOptionsResponse>, Status> {
         self.enter("NodeGroupGetOptions", &req).await;
-        match self.edit(|s| s.options.clone()) {
+        let request = req.into_inner();
+        match self.edit(|s| {
+            s.options_requests.push(request);
+            s.options.clone()
+        }) {
             None => Err(Status::unimplemented("no options here")),
             Some(Err(e)) => Err(e),
             Some(Ok(node_group_autoscaling_options)) => {

@@ -7,6 +7,7 @@ use std::fmt;
 use std::time::Duration;
 
 use super::pods::{NodeTemplate, PodSpec};
+use super::wire::WireGeneration;
 use crate::pb;
 use crate::pb::instance_status::InstanceState;
 
@@ -156,10 +157,13 @@ pub enum Request {
         /// Node group id.
         id: String,
     },
-    /// `NodeGroupGetOptions` (the request's `defaults` are the autoscaler's flags).
+    /// `NodeGroupGetOptions`.
     NodeGroupGetOptions {
         /// Node group id.
         id: String,
+        /// The autoscaler's flags as sent, in the fields of the wire generation spoken
+        /// ([`WireGeneration::options_request`]).
+        defaults: pb::NodeGroupAutoscalingOptions,
     },
     /// `GPULabel`
     GpuLabel,
@@ -199,7 +203,7 @@ impl Request {
             | Request::GetAvailableGpuTypes
             | Request::Cleanup => None,
             Request::NodeGroupTargetSize { id }
-            | Request::NodeGroupGetOptions { id }
+            | Request::NodeGroupGetOptions { id, .. }
             | Request::NodeGroupNodes { id }
             | Request::NodeGroupIncreaseSize { id, .. }
             | Request::NodeGroupDeleteNodes { id, .. }
@@ -224,7 +228,7 @@ impl fmt::Display for Request {
             Request::NodeGroupTargetSize { id }
             | Request::NodeGroupNodes { id }
             | Request::NodeGroupTemplateNodeInfo { id }
-            | Request::NodeGroupGetOptions { id } => write!(f, "{rpc}({id})"),
+            | Request::NodeGroupGetOptions { id, .. } => write!(f, "{rpc}({id})"),
             Request::NodeGroupIncreaseSize { id, delta }
             | Request::NodeGroupDecreaseTargetSize { id, delta } => {
                 write!(f, "{rpc}({id}, {delta:+})")
@@ -274,13 +278,27 @@ impl fmt::Display for Reply {
             Reply::Instances(instances) => write!(f, "{}", InstanceCounts::of(instances)),
             Reply::TemplateNode(bytes) => write!(f, "template node ({} bytes)", bytes.len()),
             Reply::Options(None) => f.write_str("no options"),
-            Reply::Options(Some(o)) => write!(
-                f,
-                "options (unneeded {}, unready {}, provision {})",
-                duration_text(o.scale_down_unneeded_duration.as_ref()),
-                duration_text(o.scale_down_unready_duration.as_ref()),
-                duration_text(o.max_node_provision_duration.as_ref()),
-            ),
+            Reply::Options(Some(o)) => {
+                let meta = |d: Option<&k8s_pb::apimachinery::pkg::apis::meta::v1::Duration>| {
+                    d.map(|d| {
+                        let nanos = d.duration.unwrap_or(0);
+                        prost_types::Duration {
+                            seconds: nanos.div_euclid(1_000_000_000),
+                            nanos: i32::try_from(nanos.rem_euclid(1_000_000_000)).unwrap_or(0),
+                        }
+                    })
+                };
+                write!(
+                    f,
+                    "options (unneeded {}, unready {}, provision {}; fields 3-5: {}, {}, {})",
+                    duration_text(o.scale_down_unneeded_duration.as_ref()),
+                    duration_text(o.scale_down_unready_duration.as_ref()),
+                    duration_text(o.max_node_provision_duration.as_ref()),
+                    duration_text(meta(o.scale_down_unneeded_time.as_ref()).as_ref()),
+                    duration_text(meta(o.scale_down_unready_time.as_ref()).as_ref()),
+                    duration_text(meta(o.max_node_provision_time.as_ref()).as_ref()),
+                )
+            }
             Reply::GpuLabel(label) => write!(f, "label {label:?}"),
             Reply::GpuTypes(types) => write!(f, "[{}]", types.join(", ")),
         }
@@ -328,6 +346,8 @@ pub struct Call {
     pub outcome: Result<Reply, RpcError>,
     /// Time until the answer (or the deadline).
     pub latency: Duration,
+    /// The wire generation the client spoke.
+    pub wire: WireGeneration,
 }
 
 impl Call {
@@ -348,14 +368,17 @@ impl Call {
 
     /// The call failed with `Unimplemented` where the client takes that as "not implemented"
     /// rather than as an error (NodeGroupTemplateNodeInfo, NodeGroupGetOptions: the core
-    /// falls back on real nodes, resp. its own flags).
+    /// falls back on real nodes, resp. its own flags), which releases from 1.29 do
+    /// ([`WireGeneration::understands_unimplemented`]).
     pub fn is_not_implemented(&self) -> bool {
-        matches!(
-            self.rpc(),
-            Rpc::NodeGroupTemplateNodeInfo | Rpc::NodeGroupGetOptions
-        ) && self
-            .error()
-            .is_some_and(|e| e.code == tonic::Code::Unimplemented)
+        self.wire.understands_unimplemented()
+            && matches!(
+                self.rpc(),
+                Rpc::NodeGroupTemplateNodeInfo | Rpc::NodeGroupGetOptions
+            )
+            && self
+                .error()
+                .is_some_and(|e| e.code == tonic::Code::Unimplemented)
     }
 }
 

@@ -6,6 +6,8 @@
 
 use super::*;
 
+/// Options as the provider answers them: each duration given in both of its fields
+/// (google.protobuf.Duration 8-10 and meta.v1.Duration 3-5), each one not given in neither.
 fn group_options(
     unneeded: Option<Duration>,
     unready: Option<Duration>,
@@ -15,11 +17,37 @@ fn group_options(
         seconds: i64::try_from(d.as_secs()).unwrap(),
         nanos: i32::try_from(d.subsec_nanos()).unwrap(),
     };
+    let meta = |d: Duration| k8s_pb::apimachinery::pkg::apis::meta::v1::Duration {
+        duration: Some(i64::try_from(d.as_nanos()).unwrap()),
+    };
     pb::NodeGroupAutoscalingOptions {
         scale_down_unneeded_duration: unneeded.map(d),
         scale_down_unready_duration: unready.map(d),
         max_node_provision_duration: provision.map(d),
+        scale_down_unneeded_time: unneeded.map(meta),
+        scale_down_unready_time: unready.map(meta),
+        max_node_provision_time: provision.map(meta),
         ..Default::default()
+    }
+}
+
+/// The flags of [`config`] as options, in the fields of every release.
+fn flag_options() -> pb::NodeGroupAutoscalingOptions {
+    let c = config();
+    group_options(
+        Some(c.scale_down_unneeded_time),
+        Some(c.scale_down_unready_time),
+        Some(c.max_node_provision_time),
+    )
+}
+
+/// [`group_options`] as a provider that knows only the 1.35 shape answers them (fields 8-10).
+fn new_fields_only(options: pb::NodeGroupAutoscalingOptions) -> pb::NodeGroupAutoscalingOptions {
+    pb::NodeGroupAutoscalingOptions {
+        scale_down_unneeded_time: None,
+        scale_down_unready_time: None,
+        max_node_provision_time: None,
+        ..options
     }
 }
 
@@ -738,7 +766,9 @@ async fn from_1_35_answered_options_make_a_new_not_ready_node_unready_at_once() 
         let fake =
             FakeProvider::with_group(1, 5, 2, vec![running(&pid("w1")), running(&pid("w2"))]);
         if options {
-            fake.edit(|s| s.options = Some(Ok(Some(group_options(None, None, None)))));
+            // Every duration 0, in the fields of every release.
+            let zero = Some(Duration::ZERO);
+            fake.edit(|s| s.options = Some(Ok(Some(group_options(zero, zero, zero)))));
         }
         let nodes = StaticNodeSource::new(vec![worker("w1"), worker("w2").not_ready()]);
         let mut cfg = config();
@@ -839,4 +869,240 @@ async fn cleanup_is_called_at_exit_only_with_the_status_configmap() {
     ca.exit().await;
     assert!(ca.calls(Rpc::Cleanup).is_empty());
     assert_eq!(fake.log_count("Cleanup"), 1);
+}
+
+/// The wire switch: a mock of release 1.x sends NodeGroupGetOptions' `defaults` in the fields
+/// that release's `NodeGroup.GetOptions` fills (`externalgrpc_node_group.go` at its tag), as
+/// the provider receives them.
+#[tokio::test(start_paused = true)]
+async fn each_release_sends_the_option_fields_its_client_has() {
+    // (release, wire override, fields 3 4 5 set, fields 8 9 10 set)
+    for (release, wire, meta, google) in [
+        (28, None, [true, true, false], false),
+        (29, None, [true, true, true], false),
+        (33, None, [true, true, true], false),
+        (34, None, [true, true, true], false),
+        (34, Some(WireGeneration::V1_34_2), [true, true, true], true),
+        (35, None, [false, false, false], true),
+        (36, None, [false, false, false], true),
+    ] {
+        let (instances, list) = workers(2);
+        let fake = FakeProvider::with_group(1, 5, 2, instances);
+        fake.edit(|s| s.options = Some(Ok(Some(flag_options()))));
+        let nodes = StaticNodeSource::new(list);
+        let mut cfg = config();
+        cfg.release = release;
+        cfg.wire = wire;
+        let mut ca = start(&fake, &nodes, cfg).await;
+        let l = ca.run_once().await;
+        let what = format!("1.{release} {wire:?}");
+        assert!(l.aborted.is_none(), "{what}: {l}");
+        assert!(l.count(Rpc::NodeGroupGetOptions) > 0, "{what}: {l}");
+        for r in fake.edit(|s| s.options_requests.clone()) {
+            let d = r.defaults.expect("defaults");
+            let sent = [
+                d.scale_down_unneeded_time.is_some(),
+                d.scale_down_unready_time.is_some(),
+                d.max_node_provision_time.is_some(),
+            ];
+            assert_eq!(sent, meta, "{what}: {d:?}");
+            for g in [
+                &d.scale_down_unneeded_duration,
+                &d.scale_down_unready_duration,
+                &d.max_node_provision_duration,
+            ] {
+                assert_eq!(g.is_some(), google, "{what}: {d:?}");
+            }
+            if let Some(unneeded) = d.scale_down_unneeded_time {
+                assert_eq!(
+                    unneeded.duration,
+                    Some(i64::try_from(config().scale_down_unneeded_time.as_nanos()).unwrap()),
+                    "{what}: the flag, in nanoseconds"
+                );
+            }
+        }
+    }
+}
+
+/// Up to 1.34.1 `NodeGroup.GetOptions` reads `GetScaleDownUnneededTime().Duration` (fields
+/// 3-5) without a nil check: an answer with only fields 8-10 crashes the process. The mock
+/// ends the loop at that call and reports it aborted; 1.34.2 (falling back on 3-5 only when
+/// 8-10 are missing) and 1.35 read the same answer fine, and 1.33 reads an answer in both.
+#[tokio::test(start_paused = true)]
+async fn up_to_1_34_1_options_without_fields_3_to_5_crash_the_loop() {
+    let both = group_options(
+        Some(Duration::from_millis(100)),
+        Some(Duration::from_millis(400)),
+        Some(Duration::from_secs(60)),
+    );
+    for (release, wire, answer, crashes) in [
+        (33, None, new_fields_only(both), true),
+        (29, None, new_fields_only(both), true),
+        (28, None, new_fields_only(both), true),
+        (33, None, both, false),
+        (
+            34,
+            Some(WireGeneration::V1_34_2),
+            new_fields_only(both),
+            false,
+        ),
+        (36, None, new_fields_only(both), false),
+    ] {
+        let (instances, list) = workers(3);
+        let fake = FakeProvider::with_group(1, 5, 3, instances);
+        fake.edit(|s| s.options = Some(Ok(Some(answer))));
+        let nodes = StaticNodeSource::new(list);
+        let mut cfg = config();
+        cfg.release = release;
+        cfg.wire = wire;
+        let mut ca = start(&fake, &nodes, cfg).await;
+        // Scale-down eligibility asks for the options of every candidate.
+        ca.set_needed_nodes(2);
+        let what = format!("1.{release} {wire:?} crashes {crashes}");
+        let l = ca.run_once().await;
+        if !crashes {
+            assert!(l.aborted.is_none(), "{what}: {l}");
+            assert!(ca.errors().is_empty(), "{what}: {}", ca.timeline());
+            continue;
+        }
+        let reason = l.aborted.as_deref().expect("aborted");
+        assert!(
+            reason.contains("crashed")
+                && reason.contains("scaleDownUnneededTime (field 3)")
+                && reason.contains("NodeGroup.GetOptions"),
+            "{what}: {reason}"
+        );
+        // Nothing after the crash: the options call was the loop's last, and the only one.
+        let calls = ca.timeline().calls_in_loop(l.loop_no);
+        assert_eq!(
+            calls.last().map(|c| c.rpc()),
+            Some(Rpc::NodeGroupGetOptions),
+            "{what}: {l}"
+        );
+        assert_eq!(l.count(Rpc::NodeGroupGetOptions), 1, "{what}: {l}");
+        // Every loop crashes the same way for as long as the answer stays.
+        let next = ca.run_once().await;
+        assert!(
+            next.aborted
+                .as_deref()
+                .is_some_and(|r| r.contains("crashed")),
+            "{what}: {next}"
+        );
+    }
+}
+
+/// The crash can come from a scale-down deletion task (`scheduleDeletion` asks for the
+/// group's options): no NodeGroupDeleteNodes is sent, and the next loop is reported aborted
+/// before it calls anything.
+#[tokio::test(start_paused = true)]
+async fn a_crash_in_a_deletion_task_aborts_the_next_loop() {
+    let (instances, list) = workers(3);
+    let fake = FakeProvider::with_group(1, 5, 3, instances);
+    let both = group_options(
+        Some(Duration::from_millis(100)),
+        Some(Duration::from_millis(400)),
+        Some(Duration::from_secs(60)),
+    );
+    fake.edit(|s| s.options = Some(Ok(Some(both))));
+    let nodes = StaticNodeSource::new(list);
+    let mut cfg = config();
+    cfg.release = 33;
+    // Long enough that the loop starting the deletion ends before the task asks.
+    cfg.node_delete_delay_after_taint = Duration::from_millis(100);
+    let mut ca = start(&fake, &nodes, cfg).await;
+    ca.set_needed_nodes(2);
+    ca.run_until(WAIT, |ca| ca.deletions_in_progress() > 0)
+        .await
+        .unwrap();
+    assert!(
+        ca.timeline().aborted_loops().is_empty(),
+        "{}",
+        ca.timeline()
+    );
+    fake.edit(|s| s.options = Some(Ok(Some(new_fields_only(both)))));
+    ca.settle_deletions().await;
+    assert!(ca.calls(Rpc::NodeGroupDeleteNodes).is_empty());
+    let l = ca.run_once().await;
+    let reason = l.aborted.as_deref().expect("aborted");
+    assert!(
+        reason.contains("crashed") && reason.contains("field 3"),
+        "{reason}"
+    );
+    assert!(l.calls.is_empty(), "{l}");
+}
+
+/// `NodeGroup.GetOptions` of 1.28 returns the gRPC error as it came, so Unimplemented is an
+/// error for its core (`DelegatingNodeGroupConfigProcessor` falls back on the flags only for
+/// `ErrNotImplemented`): scale-down eligibility fails for every candidate and nothing is
+/// removed. From 1.29 Unimplemented means the flags.
+#[tokio::test(start_paused = true)]
+async fn only_1_28_takes_unimplemented_options_for_an_error() {
+    for release in [28, 29] {
+        let (instances, list) = workers(3);
+        let fake = FakeProvider::with_group(1, 5, 3, instances);
+        fake.edit(|s| s.options = None);
+        let nodes = StaticNodeSource::new(list);
+        let mut cfg = config();
+        cfg.release = release;
+        let mut ca = start(&fake, &nodes, cfg).await;
+        ca.set_needed_nodes(2);
+        // Three times the unneeded time.
+        let loops = ca.run_loops(45).await;
+        assert!(loops.iter().all(|l| l.aborted.is_none()), "1.{release}");
+        let option_errors = ca
+            .errors()
+            .iter()
+            .filter(|c| c.rpc() == Rpc::NodeGroupGetOptions)
+            .count();
+        if release == 28 {
+            assert!(option_errors > 0, "{}", ca.timeline());
+            assert!(ca.calls(Rpc::NodeGroupDeleteNodes).is_empty());
+            assert_eq!(ca.deletions_in_progress(), 0);
+        } else {
+            assert_eq!(option_errors, 0, "{}", ca.timeline());
+            ca.settle_deletions().await;
+            assert_eq!(ca.calls(Rpc::NodeGroupDeleteNodes).len(), 1);
+        }
+    }
+}
+
+/// Up to 1.34.1 the template node comes from field 1 (`nodeInfo`); an answer without it is
+/// (nil, nil) from `NodeGroup.TemplateNodeInfo`, which the template pass dereferences: the
+/// process crashes. 1.35 reads field 2 and scales from zero.
+#[tokio::test(start_paused = true)]
+async fn up_to_1_34_1_a_template_without_field_1_crashes_the_loop() {
+    for (release, field_2_only, crashes) in
+        [(33, true, true), (33, false, false), (36, true, false)]
+    {
+        let fake = FakeProvider::with_group(0, 5, 0, Vec::new());
+        fake.edit(|s| {
+            s.template = Some(Ok(template_bytes(&[])));
+            s.template_field_2_only = field_2_only;
+        });
+        let nodes = StaticNodeSource::new(Vec::new());
+        let mut cfg = config();
+        cfg.release = release;
+        let mut ca = start(&fake, &nodes, cfg).await;
+        ca.set_pending_pods(PodSpec::replicas("web", 1, 100, GI));
+        let l = ca.run_once().await;
+        let what = format!("1.{release}, field 2 only {field_2_only}");
+        if crashes {
+            let reason = l.aborted.as_deref().expect("aborted");
+            assert!(
+                reason.contains("crashed") && reason.contains("nodeInfo (field 1)"),
+                "{what}: {reason}"
+            );
+            assert_eq!(
+                ca.timeline()
+                    .calls_in_loop(l.loop_no)
+                    .last()
+                    .map(|c| c.rpc()),
+                Some(Rpc::NodeGroupTemplateNodeInfo),
+                "{what}: {l}"
+            );
+        } else {
+            assert!(l.aborted.is_none(), "{what}: {l}");
+            assert_eq!(l.count(Rpc::NodeGroupIncreaseSize), 1, "{what}: {l}");
+        }
+    }
 }
