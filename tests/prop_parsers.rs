@@ -176,7 +176,9 @@ struct GeneratedConfig {
 fn url() -> impl Strategy<Value = String> {
     (
         prop::sample::select(&["http", "https"][..]),
-        "[a-z][a-z0-9-]{0,10}(\\.[a-z]{2,5}){0,2}",
+        // Never starting with "x": a label "xn--…" is punycode, and an invalid one (such as
+        // "xn---") is rightly refused as a URL, so it is no round-trip case.
+        "[a-wyz][a-z0-9-]{0,10}(\\.[a-z]{2,5}){0,2}",
         prop::option::of(1..65535u16),
         prop::sample::select(&["/client/api", "", "/", "/cloud/client/api"][..]),
     )

@@ -225,3 +225,60 @@ async fn scales_up_and_down_without_a_second_request_while_a_job_waits_for_pick_
     assert_eq!(env.target().await, 3);
     env.shutdown().await;
 }
+
+/// A submission whose answer is lost (CloudStack slower than the RPC's deadline) while the
+/// job waits to be picked up: long after the provider gave up on the answer, listings still
+/// show the cluster Running at its old size. The job list tells the provider its request
+/// became a job (a pending `ScaleKubernetesClusterCmd` created since it was sent), so a
+/// second IncreaseSize is queued behind it, never sent as a second job.
+#[tokio::test(start_paused = true)]
+async fn a_lost_answer_is_not_taken_for_no_job_while_the_job_waits_to_be_picked_up() {
+    let mut cfg = sim_config();
+    cfg.settings.latency = Duration::from_secs(1);
+    cfg.settings.pickup_delay = Duration::from_secs(8);
+    cfg.settings.job_duration = Duration::from_secs(2);
+    let mut env = Stack::refreshed(cfg, "demo", |_| {}).await;
+    let mut c = env.client.clone();
+    let lost = c
+        .node_group_increase_size(with_deadline(
+            pb::NodeGroupIncreaseSizeRequest {
+                delta: 1,
+                id: env.cluster_id.clone(),
+            },
+            Duration::from_millis(1500),
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(lost.code(), Code::Unavailable, "{}", lost.message());
+    // Past the provider's settle time (client timeout 3 s + 1 s), before the pick-up (8 s).
+    elapse(Duration::from_secs(5)).await;
+    assert_eq!(
+        env.scale_requests().len(),
+        1,
+        "the request reached CloudStack"
+    );
+    assert_eq!(env.cluster_state(), "Running", "not picked up yet");
+    env.refresh().await.expect("refresh");
+    env.increase(1).await.expect("queued behind the found job");
+    assert_eq!(env.target().await, 5, "both scale-ups counted");
+    assert_eq!(
+        env.scale_requests().len(),
+        1,
+        "no second job while the first is queued"
+    );
+    wait_until("the scale-ups to be done", async || {
+        assert!(
+            env.sim.running_jobs(&env.cluster_id) <= 1,
+            "two scale jobs at once"
+        );
+        env.cluster_size() == 5 && env.cluster_state() == "Running"
+    })
+    .await;
+    let sizes: Vec<String> = env
+        .scale_requests()
+        .iter()
+        .filter_map(|r| r.get("size").cloned())
+        .collect();
+    assert_eq!(sizes, ["4", "5"]);
+    env.shutdown().await;
+}

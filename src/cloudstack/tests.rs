@@ -744,7 +744,6 @@ fn job_json(
         "accountid": "acc", "userid": "usr",
         "cmd": "org.apache.cloudstack.api.command.user.kubernetes.cluster.ScaleKubernetesClusterCmd",
         "jobid": jobid, "jobstatus": status, "jobprocstatus": 0, "jobresultcode": resultcode,
-        "jobinstancetype": "KubernetesCluster", "jobinstanceid": CLUSTER_ID,
         "created": "2025-07-01T10:00:00+0000"
     });
     if let Some(result) = result {
@@ -836,8 +835,10 @@ async fn async_jobs_are_listed_one_page_at_a_time() {
     let (jobs, more) = client.list_async_jobs_page(since, 1).await.unwrap();
     let ids: Vec<_> = jobs.iter().map(|j| j.jobid.as_str()).collect();
     assert_eq!((ids.as_slice(), more), (["j1", "j2"].as_slice(), true));
-    assert!(jobs[0].is_running_scale_of(CLUSTER_ID));
-    assert!(!jobs[1].is_running_scale_of(CLUSTER_ID), "finished");
+    assert!(jobs[0].is_running_scale());
+    assert!(!jobs[1].is_running_scale(), "finished");
+    assert_eq!(jobs[0].jobinstanceid, None, "scale jobs name no instance");
+    assert_eq!(jobs[0].created_unix(), Some(1_751_364_000));
     let (jobs, more) = client.list_async_jobs_page(since, 2).await.unwrap();
     let ids: Vec<_> = jobs.iter().map(|j| j.jobid.as_str()).collect();
     assert_eq!((ids.as_slice(), more), (["j3"].as_slice(), false));
@@ -1139,4 +1140,24 @@ async fn https_verifies_certificates_unless_told_otherwise() {
         .await
         .unwrap();
     assert_eq!(offering.map(|o| o.name).as_deref(), Some("small"));
+}
+
+#[test]
+fn cloudstack_dates_read_back_as_written_whatever_the_offset() {
+    use crate::cloudstack::types::{cloudstack_date, parse_cloudstack_date};
+    for secs in [0u64, 86_399, 951_782_400, 1_751_364_000, 4_102_444_799] {
+        assert_eq!(parse_cloudstack_date(&cloudstack_date(secs)), Some(secs));
+    }
+    assert_eq!(
+        parse_cloudstack_date("2025-07-01T12:00:00+0200"),
+        Some(1_751_364_000)
+    );
+    for bad in [
+        "",
+        "2025-07-01",
+        "2025-13-01T10:00:00+0000",
+        "2025-07-01T10:00:00Z",
+    ] {
+        assert_eq!(parse_cloudstack_date(bad), None, "{bad}");
+    }
 }

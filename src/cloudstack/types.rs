@@ -178,15 +178,53 @@ pub struct ListedJob {
 }
 
 impl ListedJob {
-    /// A `scaleKubernetesCluster` job of this cluster still in progress.
-    pub fn is_running_scale_of(&self, cluster_id: &str) -> bool {
+    /// A `scaleKubernetesCluster` job still in progress (queued or running), of any cluster:
+    /// CloudStack's scale jobs name no instance (`ScaleKubernetesClusterCmd` does not override
+    /// `BaseCmd.getApiResourceId()`; apache/cloudstack issue #11166's job dump has neither
+    /// `jobinstancetype` nor `jobinstanceid`), so the cluster is told by other means.
+    pub fn is_running_scale(&self) -> bool {
         self.jobstatus == 0
             && self
                 .cmd
                 .as_deref()
                 .is_some_and(|c| c.ends_with("ScaleKubernetesClusterCmd"))
-            && self.jobinstanceid.as_deref() == Some(cluster_id)
     }
+
+    /// When CloudStack created it, in seconds since the Unix epoch (`None` when absent or not
+    /// in CloudStack's date format).
+    pub fn created_unix(&self) -> Option<u64> {
+        self.created.as_deref().and_then(parse_cloudstack_date)
+    }
+}
+
+/// Reads CloudStack's `yyyy-MM-dd'T'HH:mm:ssZ` (e.g. `2022-04-18T06:21:58+0000`) as seconds
+/// since the Unix epoch; the inverse of [`cloudstack_date`], any UTC offset allowed.
+pub fn parse_cloudstack_date(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let num = |r: std::ops::Range<usize>| s.get(r)?.parse::<i64>().ok();
+    if s.len() != 24 || s.get(4..5)? != "-" || s.get(10..11)? != "T" {
+        return None;
+    }
+    let (y, m, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (hh, mm, ss) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    let sign = match s.get(19..20)? {
+        "+" => 1,
+        "-" => -1,
+        _ => return None,
+    };
+    let offset = sign * (num(20..22)? * 3600 + num(22..24)? * 60);
+    if !(1..=12).contains(&m) || !(1..=31).contains(&d) || hh > 23 || mm > 59 || ss > 60 {
+        return None;
+    }
+    // Howard Hinnant's days-from-civil algorithm.
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    u64::try_from(days * 86_400 + hh * 3600 + mm * 60 + ss - offset).ok()
 }
 
 /// `unix_secs` (seconds since the Unix epoch) as CloudStack writes and reads dates:

@@ -123,7 +123,10 @@ pub enum Phase {
         since: Instant,
     },
     Adopted {
-        job: String,
+        /// The job, when `listAsyncJobs` could tell which it is. Real scale jobs name no
+        /// instance (no `jobinstanceid`), so with several clusters scaling at once it may not
+        /// be known: the job's end is then seen when the cluster leaves Scaling.
+        job: Option<String>,
         since: Instant,
     },
 }
@@ -142,7 +145,7 @@ impl Phase {
     /// The job being followed, if any.
     pub fn job(&self) -> Option<&str> {
         match self {
-            Phase::Running { job, .. } | Phase::Adopted { job, .. } => Some(job),
+            Phase::Running { job, .. } | Phase::Adopted { job: Some(job), .. } => Some(job),
             _ => None,
         }
     }
@@ -165,8 +168,15 @@ impl Phase {
             Phase::Submitting { .. } => "being submitted".to_string(),
             Phase::AnswerLost { .. } => "answer lost, checking".to_string(),
             Phase::Running { job, .. } => format!("job {job}"),
-            Phase::Adopted { job, .. } => {
+            Phase::Adopted { job: Some(job), .. } => {
                 return Some(format!("scale job {job} started elsewhere"));
+            }
+            Phase::Adopted { job: None, .. } => {
+                return Some(
+                    "a scale job started elsewhere (which one CloudStack does not say; its end \
+                     is seen when the cluster leaves Scaling)"
+                        .to_string(),
+                );
             }
         };
         Some(match self.op().map(|o| &o.kind) {
@@ -717,17 +727,23 @@ impl ScaleMachine {
             .retain(|_, t| now.saturating_duration_since(*t) < REMOVED_MEMORY);
         self.snap = Some(snap);
         match &self.phase {
+            Phase::Adopted { job: None, .. } if !scaling => {
+                // The unidentified job is over.
+                self.phase = Phase::Idle;
+                self.next_from_queue(alert, now)
+            }
             Phase::Running { .. } | Phase::Adopted { .. } if !scaling => vec![Effect::PollNow],
             Phase::Idle if scaling => vec![Effect::FindJob],
             Phase::AnswerLost { .. } if scaling => vec![Effect::FindJob],
+            // A request given up on may still be on its way to CloudStack: only once it is
+            // older than the longest a request may take can it be settled. Even then "not
+            // Scaling" does not mean it never became a job: CloudStack queues the job and
+            // moves the cluster to Scaling only once a worker picked it up and validated it.
+            // So the job list is asked first ([`ScaleMachine::no_job_found`] settles it).
             Phase::AnswerLost { since, .. }
                 if now.saturating_duration_since(*since) > self.timings.lost_settle =>
             {
-                // A request given up on may still be on its way to CloudStack: only once it is
-                // older than the longest a request may take does "not Scaling" mean it never
-                // became a job.
-                self.phase = Phase::Idle;
-                self.next_from_queue(alert, now)
+                vec![Effect::FindJob]
             }
             // Work left queued by a job that ended unseen (Cleanup forgot it) goes out now.
             Phase::Idle => self.next_from_queue(alert, now),
@@ -1191,8 +1207,15 @@ impl ScaleMachine {
             }
             Phase::Idle => {
                 self.phase = Phase::Adopted {
-                    job: job.clone(),
+                    job: Some(job.clone()),
                     since: now,
+                };
+                vec![Effect::Follow(job)]
+            }
+            Phase::Adopted { job: None, since } => {
+                self.phase = Phase::Adopted {
+                    job: Some(job.clone()),
+                    since,
                 };
                 vec![Effect::Follow(job)]
             }
@@ -1200,6 +1223,33 @@ impl ScaleMachine {
                 self.phase = other;
                 Vec::new()
             }
+        }
+    }
+
+    /// The job list shows no scale job this cluster's phase could be waiting for. A lost
+    /// submission older than `lost_settle`, with the cluster not Scaling, never became a job:
+    /// forgotten, and the queue goes out. A cluster Scaling with no job this provider knows
+    /// is adopted without a job id (its end is seen in the snapshots).
+    pub fn no_job_found(&mut self, alert: &AlertScaling, now: Instant) -> Vec<Effect> {
+        let scaling = self
+            .snap
+            .as_ref()
+            .is_some_and(|s| s.snap.state == ClusterState::Scaling);
+        match &self.phase {
+            Phase::AnswerLost { since, .. }
+                if !scaling && now.saturating_duration_since(*since) > self.timings.lost_settle =>
+            {
+                self.phase = Phase::Idle;
+                self.next_from_queue(alert, now)
+            }
+            Phase::Idle if scaling => {
+                self.phase = Phase::Adopted {
+                    job: None,
+                    since: now,
+                };
+                Vec::new()
+            }
+            _ => Vec::new(),
         }
     }
 
@@ -1643,6 +1693,8 @@ mod tests {
         Remove,
         /// The shell closes the removal window.
         Close,
+        /// The job list shows no job the phase waits for.
+        NoJob,
     }
 
     /// Applies `ev` and returns a summary: the effects (as short names) or the error.
@@ -1736,6 +1788,7 @@ mod tests {
                 Ok(e) => fx(e),
                 Err(e) => format!("err:{}", err_name(&e)),
             },
+            Ev::NoJob => fx(m.no_job_found(&ALERT, at(t0, 60))),
         }
     }
 
@@ -1775,6 +1828,7 @@ mod tests {
             ("idle", Decrease, "cancelled:0", "idle", 3),
             ("idle", Remove, "openswindow", "idle", 2),
             ("idle", Close, "", "idle", 3),
+            ("idle", NoJob, "", "idle", 3),
 
             ("submitting", Increase, "queued", "submitting", 6),
             ("submitting", Answered, "", "running", 5),
@@ -1790,6 +1844,7 @@ mod tests {
             ("submitting", Decrease, "cancelled:0", "submitting", 5),
             ("submitting", Remove, "behind", "submitting", 4),
             ("submitting", Close, "", "submitting", 5),
+            ("submitting", NoJob, "", "submitting", 5),
 
             ("answer-lost", Increase, "err:answer-lost", "answer-lost", 5),
             ("answer-lost", Answered, "", "answer-lost", 5),
@@ -1801,11 +1856,14 @@ mod tests {
             // Too early to tell: the request may still reach CloudStack.
             ("answer-lost", SnapRunning, "", "answer-lost", 5),
             ("answer-lost", SnapScaling, "find", "answer-lost", 5),
-            ("answer-lost", SnapRunningLate, "", "idle", 3),
+            // Late enough: the job list tells whether it became a job (it may be queued, not
+            // picked up yet).
+            ("answer-lost", SnapRunningLate, "find", "answer-lost", 5),
             ("answer-lost", Cleanup, "", "answer-lost", 5),
             ("answer-lost", Decrease, "cancelled:0", "answer-lost", 5),
             ("answer-lost", Remove, "behind", "answer-lost", 4),
             ("answer-lost", Close, "", "answer-lost", 5),
+            ("answer-lost", NoJob, "", "idle", 3),
 
             ("running", Increase, "queued", "running", 6),
             ("running", Answered, "", "running", 5),
@@ -1822,6 +1880,7 @@ mod tests {
             ("running", Decrease, "cancelled:0", "running", 5),
             ("running", Remove, "behind", "running", 4),
             ("running", Close, "", "running", 5),
+            ("running", NoJob, "", "running", 5),
 
             ("adopted", Increase, "queued", "adopted", 4),
             ("adopted", Answered, "", "adopted", 3),
@@ -1837,6 +1896,7 @@ mod tests {
             ("adopted", Decrease, "cancelled:0", "adopted", 3),
             ("adopted", Remove, "behind", "adopted", 2),
             ("adopted", Close, "", "adopted", 3),
+            ("adopted", NoJob, "", "adopted", 3),
         ];
         let t0 = Instant::now() + Duration::from_secs(T0_SECS);
         for (phase, ev, returns, after, target) in table {
@@ -1848,7 +1908,7 @@ mod tests {
             assert_eq!(m.target(), Some(*target), "{case}: target after");
         }
         let phases = ["idle", "submitting", "answer-lost", "running", "adopted"];
-        assert_eq!(table.len(), phases.len() * 14, "every phase × every event");
+        assert_eq!(table.len(), phases.len() * 15, "every phase × every event");
     }
 
     /// Found by the soak test: increases queued behind a lost submission were stranded when
@@ -1865,7 +1925,12 @@ mod tests {
             m.snapshot_installed(running3(t0), &ALERT, at(t0, 5))
                 .is_empty()
         );
+        // Late enough: the job list is asked first (CloudStack may have queued the job
+        // without picking it up yet); it shows none.
         let fx = m.snapshot_installed(running3(t0), &ALERT, at(t0, 11));
+        assert_eq!(fx, vec![Effect::FindJob]);
+        assert_eq!(m.phase().name(), "answer-lost");
+        let fx = m.no_job_found(&ALERT, at(t0, 11));
         assert_eq!(
             fx,
             vec![Effect::Submit(ScaleRequest::Resize { new_size: 4 })]
@@ -2529,6 +2594,7 @@ mod tests {
             Refused,
             Lost,
             Found,
+            NoJobFound,
             JobEnds {
                 failed: bool,
                 watched: bool,
@@ -2555,6 +2621,7 @@ mod tests {
                 Just(Step::Refused),
                 Just(Step::Lost),
                 Just(Step::Found),
+                Just(Step::NoJobFound),
                 (any::<bool>(), any::<bool>())
                     .prop_map(|(failed, watched)| Step::JobEnds { failed, watched }),
                 (any::<bool>(), 1u32..7, 0u32..4, 0u32..4, 0u64..30).prop_map(
@@ -2672,6 +2739,7 @@ mod tests {
                         Step::Refused => effects = m.submission_refused("no", &ALERT, now),
                         Step::Lost => m.submission_lost(),
                         Step::Found => effects = m.job_found("job-x".into(), now),
+                        Step::NoJobFound => effects = m.no_job_found(&ALERT, now),
                         Step::JobEnds { failed, watched } => {
                             let end = if failed {
                                 JobEnd::Failed { code: 530, text: "boom".into() }
@@ -2700,7 +2768,7 @@ mod tests {
                     if submits == 1 {
                         prop_assert!(
                             !matches!(before.phase(), Phase::Submitting { .. } | Phase::AnswerLost { .. } | Phase::Running { .. } | Phase::Adopted { .. })
-                                || matches!(s, Step::Refused | Step::JobEnds { .. } | Step::Snapshot { .. }),
+                                || matches!(s, Step::Refused | Step::JobEnds { .. } | Step::Snapshot { .. } | Step::NoJobFound),
                             "a request sent while another was in flight: {:?} then {:?}", before.phase(), s
                         );
                         prop_assert_eq!(m.phase().name(), "submitting");

@@ -5,12 +5,18 @@
 
 use super::{Provider, now};
 use crate::cloudstack::types::{JobOutcome, cloudstack_date};
-use crate::domain::machine::{JobEnd, Phase, Settled, poll_delay};
+use crate::domain::cluster::ClusterState;
+use crate::domain::machine::{Effect, JobEnd, Phase, Settled, poll_delay};
+use std::collections::HashSet;
 use std::time::Duration;
 use tokio::time::Instant;
 
 /// How far before the follow limit a job search looks, for clock differences with CloudStack.
 const ADOPTION_CLOCK_SLACK: Duration = Duration::from_secs(15 * 60);
+
+/// How much earlier than a lost submission a job may look created, for clock differences
+/// with CloudStack (its `created` has one-second resolution).
+const CREATED_CLOCK_SLACK: Duration = Duration::from_secs(120);
 
 /// A safety net on the pages one job search reads (each of `DEFAULT_PAGE_SIZE` jobs): the
 /// `startdate` window bounds them already, unless the account starts thousands of jobs an hour.
@@ -149,51 +155,70 @@ impl Provider {
         Some(settled)
     }
 
-    /// Looks for the running scale job of a cluster that is Scaling with no job known, and
-    /// follows it when found.
-    pub(crate) async fn find_and_follow(&self, gi: usize) {
+    /// Looks for the scale job the group's phase waits for (a cluster Scaling with no job
+    /// known, or a submission whose answer was lost) and reports what it found to the
+    /// machine; returns the effects that follow (the queue's next request).
+    pub(crate) async fn find_and_follow(&self, gi: usize) -> Vec<Effect> {
         let Some(cluster_id) = self.inner.groups[gi].read().scale.cluster_id.clone() else {
-            return;
+            return Vec::new();
         };
-        let job_id = match self.find_running_scale_job(&cluster_id).await {
-            Ok(Some(id)) => id,
-            Ok(None) => return,
+        let found = match self.find_running_scale_job(gi, &cluster_id).await {
+            Ok(found) => found,
             Err(e) => {
                 tracing::warn!(error = %e, "listAsyncJobs failed; cannot adopt the running scale job yet");
-                return;
+                return Vec::new();
             }
         };
-        let effects = {
+        let alert = self.alert_scaling();
+        let (effects, was_lost, adopted_blind) = {
             let mut st = self.inner.groups[gi].lock();
             let was_lost = matches!(st.scale.phase(), Phase::AnswerLost { .. });
-            let effects = st.scale.job_found(job_id.clone(), now());
-            if !effects.is_empty() {
-                if was_lost {
-                    tracing::info!(group = %cluster_id, job = %job_id, "the scale request whose answer was lost became a job; following it");
-                } else {
-                    tracing::info!(group = %cluster_id, job = %job_id, "adopting a running scale job this provider did not start");
-                }
-            }
-            effects
+            let effects = match &found {
+                Some(job) => st.scale.job_found(job.clone(), now()),
+                None => st.scale.no_job_found(&alert, now()),
+            };
+            let adopted_blind = matches!(st.scale.phase(), Phase::Adopted { job: None, .. });
+            (effects, was_lost, adopted_blind)
         };
-        for effect in effects {
-            if let crate::domain::machine::Effect::Follow(job) = effect {
-                self.spawn_follower(gi, job);
+        match (&found, was_lost) {
+            (Some(job), true) if !effects.is_empty() => {
+                tracing::info!(group = %cluster_id, job = %job, "the scale request whose answer was lost became a job; following it")
             }
+            (Some(job), false) if !effects.is_empty() => {
+                tracing::info!(group = %cluster_id, job = %job, "adopting a running scale job this provider did not start")
+            }
+            (None, true) => {
+                tracing::warn!(group = %cluster_id, "the scale request whose answer was lost did not become a job; forgetting it")
+            }
+            (None, false) if adopted_blind => {
+                tracing::info!(group = %cluster_id,
+                    "the cluster is Scaling under a job CloudStack does not name; its end is seen when the cluster leaves Scaling")
+            }
+            _ => {}
         }
+        effects
     }
 
-    /// The running `scaleKubernetesCluster` job of a cluster, read from `listAsyncJobs` one
-    /// page at a time and only as far back as such a job can have started: CloudStack ends a
-    /// scale job after its scale timeout (1 h by default), and this provider follows one for
-    /// `job_max_follow` (2 h by default) before polling it rarely, so older jobs cannot matter.
-    /// CloudStack keeps finished jobs for a day and lists them oldest first, so without
-    /// `startdate` every check would read the account's whole day of jobs.
+    /// The running `scaleKubernetesCluster` job the group waits for, read from
+    /// `listAsyncJobs` one page at a time and only as far back as such a job can have
+    /// started: CloudStack ends a scale job after its scale timeout (1 h by default), and this
+    /// provider follows one for `job_max_follow` (2 h by default) before polling it rarely, so
+    /// older jobs cannot matter. CloudStack keeps finished jobs for a day and lists them
+    /// oldest first, so without `startdate` every check would read the account's whole day of
+    /// jobs.
+    ///
+    /// Real scale jobs name no cluster (no `jobinstanceid`), so a job is this cluster's when
+    /// it names it, or when it is the only running scale job not already followed by another
+    /// group while this group is the only one waiting for one. For a lost submission, only
+    /// jobs created since it was sent count (CloudStack queues a job before a worker picks it
+    /// up, validates it and moves the cluster to Scaling, so its job can exist while the
+    /// cluster still shows Running). With several candidates the job is not guessed.
     ///
     /// `startdate` is the only place the provider reads the wall clock; it goes back an extra
     /// [`ADOPTION_CLOCK_SLACK`] so a clock a little ahead of CloudStack's still finds the job.
     async fn find_running_scale_job(
         &self,
+        gi: usize,
         cluster_id: &str,
     ) -> Result<Option<String>, crate::cloudstack::CsError> {
         let window = self.inner.settings.job_max_follow + ADOPTION_CLOCK_SLACK;
@@ -202,20 +227,87 @@ impl Provider {
             .map(|d| d.as_secs())
             .unwrap_or(0);
         let startdate = cloudstack_date(wall.saturating_sub(window.as_secs()));
+        // A lost submission: when it was sent, on the wall clock, less the clock slack.
+        let lost_since = match self.inner.groups[gi].read().scale.phase() {
+            Phase::AnswerLost { since, .. } => Some(
+                wall.saturating_sub(now().saturating_duration_since(*since).as_secs())
+                    .saturating_sub(CREATED_CLOCK_SLACK.as_secs()),
+            ),
+            _ => None,
+        };
+        let followed: HashSet<String> = (0..self.inner.groups.len())
+            .filter(|&other| other != gi)
+            .filter_map(|other| {
+                self.inner.groups[other]
+                    .read()
+                    .scale
+                    .phase()
+                    .job()
+                    .map(str::to_string)
+            })
+            .collect();
+        let mut unnamed = Vec::new();
+        let mut complete = false;
         for page in 1..=ADOPTION_MAX_PAGES {
             let (jobs, more) = self.inner.cs.list_async_jobs_page(&startdate, page).await?;
-            if let Some(job) = jobs.into_iter().find(|j| j.is_running_scale_of(cluster_id)) {
-                return Ok(Some(job.jobid));
+            for job in jobs {
+                if !job.is_running_scale() || followed.contains(&job.jobid) {
+                    continue;
+                }
+                match job.jobinstanceid.as_deref() {
+                    Some(id) if id == cluster_id => return Ok(Some(job.jobid)),
+                    Some(_) => {}
+                    None => {
+                        let recent =
+                            lost_since.is_none_or(|t| job.created_unix().is_none_or(|c| c >= t));
+                        if recent {
+                            unnamed.push(job.jobid);
+                        }
+                    }
+                }
             }
             if !more {
-                return Ok(None);
+                complete = true;
+                break;
             }
         }
-        tracing::warn!(
-            cluster = cluster_id,
-            pages = ADOPTION_MAX_PAGES,
-            "no running scale job found in the first pages of listAsyncJobs since {startdate}; not reading further"
-        );
+        if !complete {
+            tracing::warn!(
+                cluster = cluster_id,
+                pages = ADOPTION_MAX_PAGES,
+                "no running scale job found in the first pages of listAsyncJobs since {startdate}; not reading further"
+            );
+            return Ok(None);
+        }
+        let waiting = (0..self.inner.groups.len())
+            .filter(|&other| self.waits_for_a_job(other))
+            .count();
+        if unnamed.len() == 1 && waiting <= 1 {
+            return Ok(unnamed.pop());
+        }
+        if !unnamed.is_empty() {
+            tracing::debug!(
+                cluster = cluster_id,
+                candidates = unnamed.len(),
+                waiting,
+                "several running scale jobs could be this cluster's; not guessing"
+            );
+        }
         Ok(None)
+    }
+
+    /// Whether a group waits for a job it cannot name: a lost submission, or its cluster
+    /// Scaling with no job followed.
+    fn waits_for_a_job(&self, gi: usize) -> bool {
+        let st = self.inner.groups[gi].read();
+        let scaling = st
+            .scale
+            .snapshot()
+            .is_some_and(|s| s.snap.state == ClusterState::Scaling);
+        match st.scale.phase() {
+            Phase::AnswerLost { .. } => true,
+            Phase::Idle | Phase::Adopted { job: None, .. } => scaling,
+            _ => false,
+        }
     }
 }

@@ -383,7 +383,6 @@ impl Provider {
         let effects = {
             let mut st = g.lock();
             st.last_error = None;
-            let was_lost = matches!(st.scale.phase(), Phase::AnswerLost { .. });
             let newly_external = indexed.snap.externally_managed
                 && st
                     .scale
@@ -395,12 +394,7 @@ impl Provider {
                      this provider lists its workers but refuses every scale request for it",
                     indexed.snap.name);
             }
-            let effects = st.scale.snapshot_installed(indexed.clone(), &alert, now());
-            if was_lost && !matches!(st.scale.phase(), Phase::AnswerLost { .. }) {
-                tracing::warn!(group = %indexed.snap.name,
-                    "the scale request whose answer was lost did not become a job; forgetting it");
-            }
-            effects
+            st.scale.snapshot_installed(indexed.clone(), &alert, now())
         };
         self.update_ready();
         (indexed, effects)
@@ -409,7 +403,8 @@ impl Provider {
     /// Carries out what the machine asked for. `FindJob` is awaited (so a Refresh answers
     /// with the adopted job counted); requests are sent by tasks of their own.
     pub(crate) async fn run_effects(&self, gi: usize, effects: Vec<Effect>) {
-        for effect in effects {
+        let mut effects = std::collections::VecDeque::from(effects);
+        while let Some(effect) = effects.pop_front() {
             match effect {
                 Effect::PollNow => self.inner.groups[gi].poke.notify_one(),
                 Effect::Follow(job) => self.spawn_follower(gi, job),
@@ -417,7 +412,7 @@ impl Provider {
                     let p = self.clone();
                     tokio::spawn(async move { p.submit_queued(gi, request).await });
                 }
-                Effect::FindJob => self.find_and_follow(gi).await,
+                Effect::FindJob => effects.extend(self.find_and_follow(gi).await),
                 Effect::RemovalDropped { vms, reason } => {
                     crate::metrics::record_removals_dropped(vms.len());
                     tracing::warn!(group = %self.group_label(gi), vms = %vms.join(","),

@@ -300,10 +300,14 @@ impl JobKind {
         }
     }
 
-    pub fn instance_type(self) -> &'static str {
+    /// The `jobinstancetype` CloudStack records for the job, if any. A scale job has none:
+    /// `ScaleKubernetesClusterCmd` does not override `BaseCmd.getApiResourceId()` (null), so
+    /// `ApiServer` queues it without an instance (apache/cloudstack issue #11166's job dump
+    /// lacks both fields). VM jobs (`StartVMCmd`, `StopVMCmd`) name their VM.
+    pub fn instance_type(self) -> Option<&'static str> {
         match self {
-            Self::ScaleCluster => "KubernetesCluster",
-            Self::StartVm | Self::StopVm => "VirtualMachine",
+            Self::ScaleCluster => None,
+            Self::StartVm | Self::StopVm => Some("VirtualMachine"),
         }
     }
 }

@@ -367,9 +367,13 @@ impl Serialize for JobView<'_> {
                 None => {}
             }
         }
-        m.serialize_entry("jobinstancetype", j.kind.instance_type())?;
-        m.serialize_entry("jobinstanceid", &j.instance_id)?;
+        if let Some(kind) = j.kind.instance_type() {
+            m.serialize_entry("jobinstancetype", kind)?;
+            m.serialize_entry("jobinstanceid", &j.instance_id)?;
+        }
         m.serialize_entry("created", &j.created)?;
+        m.serialize_entry("userid", &w.owner.user_id)?;
+        m.serialize_entry("accountid", &w.owner.account_id)?;
         if let Some(done) = &j.completed {
             m.serialize_entry("completed", done)?;
         }
