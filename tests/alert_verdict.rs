@@ -63,3 +63,34 @@ async fn a_learned_alert_verdict_is_shown_and_asked_again_after_the_recheck_time
     assert_eq!(env.provider.alert_verdict().verdict, "unknown");
     env.shutdown().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_upgrade_of_cloudstack_drops_the_learned_verdict_at_once() {
+    let mut cfg = sim_config();
+    cfg.settings.alert_scaling = false;
+    let mut env = Stack::refreshed(cfg, "demo", |s| {
+        s.alert_recheck = Duration::from_secs(3600);
+    })
+    .await;
+    let (wid, _, _) = env.workers()[0].clone();
+    env.sim.stop_vm(&wid);
+    env.sim.scan_now();
+    env.wait_state("Alert").await;
+    env.refresh().await.unwrap();
+    env.increase(1).await.unwrap_err();
+    assert_eq!(env.provider.alert_verdict().verdict, "unsupported");
+    // The same version a minute later: the verdict stands.
+    elapse(Duration::from_secs(61)).await;
+    env.refresh().await.unwrap();
+    assert_eq!(env.provider.alert_verdict().verdict, "unsupported");
+    // Upgraded to a CloudStack with the Alert-scaling change: the next check drops it.
+    env.sim.set_cloudstack_version("4.23.0.0");
+    env.sim.configure(|s| s.alert_scaling = true);
+    elapse(Duration::from_secs(61)).await;
+    env.refresh().await.unwrap();
+    assert_eq!(env.provider.alert_verdict().verdict, "unknown");
+    env.increase(1)
+        .await
+        .expect("scaled in Alert after the upgrade");
+    env.shutdown().await;
+}

@@ -110,3 +110,50 @@ async fn in_alert_external_nodes_count_as_cloudstack_counts_them() {
     );
     env.shutdown().await;
 }
+
+/// An externally managed cluster (`clustertype` ExternalManaged): CloudStack's scale job fails
+/// for it (`KubernetesClusterManagerImpl.validateKubernetesClusterScaleParameters`), so the
+/// provider says so in the group's debug line and refuses every scale request itself.
+#[tokio::test(start_paused = true)]
+async fn an_externally_managed_cluster_is_listed_but_never_scaled() {
+    let mut spec = ClusterSpec::new("byo", 1, 3);
+    spec.externally_managed = true;
+    let mut cfg = sim_config();
+    cfg.scenario = Scenario::with_cluster(spec);
+    let mut env = Stack::refreshed(cfg, "byo", |s| s.groups[0].min = 1).await;
+    assert_eq!(env.cluster()["clustertype"], "ExternalManaged");
+    assert_eq!(env.target().await, 3);
+    let debug = env.provider.node_groups().remove(0).debug;
+    assert!(debug.contains("externally managed"), "{debug}");
+    let e = env.increase(1).await.unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition, "{}", e.message());
+    assert!(
+        e.message().contains("externally managed"),
+        "{}",
+        e.message()
+    );
+    let w = env.workers()[0].clone();
+    let e = env.delete(vec![as_node(&w)]).await.unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition, "{}", e.message());
+    assert!(
+        env.scale_requests().is_empty(),
+        "nothing reached CloudStack"
+    );
+    // CloudStack itself refuses it inside the job, as the provider expected.
+    let cs = cks_autoscaler_provider::testkit::cs::Client::new(&env.sim);
+    let job = cs
+        .ok(
+            "scaleKubernetesCluster",
+            &[("id", env.cluster_id.as_str()), ("size", "4")],
+        )
+        .await;
+    let done = cs.wait_job(job["jobid"].as_str().expect("jobid")).await;
+    assert_eq!(done["jobstatus"], 2, "{done}");
+    assert!(
+        done["jobresult"]["errortext"]
+            .as_str()
+            .is_some_and(|t| t.contains("not supported for an externally managed cluster")),
+        "{done}"
+    );
+    env.shutdown().await;
+}

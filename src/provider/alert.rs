@@ -14,6 +14,9 @@ use std::time::{Duration, Instant};
 
 /// How often, at most, `listCapabilities` is asked while a learned verdict stands.
 const VERSION_CHECK_INTERVAL: Duration = Duration::from_secs(60);
+/// How often otherwise: the version a verdict is learned under must be known before it is
+/// learned, or an upgrade right after would go unnoticed.
+const VERSION_CHECK_IDLE_INTERVAL: Duration = Duration::from_secs(10 * 60);
 
 /// The verdict and what it rests on.
 #[derive(Debug, Clone)]
@@ -74,7 +77,8 @@ impl Provider {
         {
             tracing::info!(after = ?recheck,
                 "asking CloudStack again whether it scales clusters in Alert (the verdict learned from its refusal has expired)");
-            *v = AlertVerdict::new(AlertScaling::Unknown);
+            v.scaling = AlertScaling::Unknown;
+            v.learned_at = None;
         }
         v.scaling.clone()
     }
@@ -103,14 +107,19 @@ impl Provider {
         };
     }
 
-    /// While a learned verdict stands, asks `listCapabilities` (at most once a minute): another
-    /// `cloudstackversion` (an upgrade) drops the verdict at once.
+    /// Asks `listCapabilities` for CloudStack's version (at most once a minute while a learned
+    /// verdict stands, every ten minutes otherwise): another `cloudstackversion` (an upgrade)
+    /// drops a learned verdict at once.
     pub(crate) async fn check_cloudstack_version(&self) {
         let due = {
             let v = self.verdict();
-            v.learned_at.is_some()
-                && v.version_checked
-                    .is_none_or(|t| now().saturating_duration_since(t) >= VERSION_CHECK_INTERVAL)
+            let interval = if v.learned_at.is_some() {
+                VERSION_CHECK_INTERVAL
+            } else {
+                VERSION_CHECK_IDLE_INTERVAL
+            };
+            v.version_checked
+                .is_none_or(|t| now().saturating_duration_since(t) >= interval)
         };
         if !due {
             return;
@@ -127,13 +136,14 @@ impl Provider {
         v.version_checked = Some(now());
         match &v.version {
             None => v.version = Some(seen),
-            Some(known) if *known != seen => {
+            Some(known) if *known != seen && v.learned_at.is_some() => {
                 tracing::info!(from = %known, to = %seen,
                     "CloudStack's version changed: asking it again whether it scales clusters in Alert");
-                *v = AlertVerdict::new(AlertScaling::Unknown);
+                v.scaling = AlertScaling::Unknown;
+                v.learned_at = None;
                 v.version = Some(seen);
             }
-            Some(_) => {}
+            Some(_) => v.version = Some(seen),
         }
     }
 

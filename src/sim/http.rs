@@ -293,7 +293,7 @@ fn authenticated_reply(sh: &Arc<Shared>, command: Option<&str>, params: &Params)
     }
     let (reply, spawn) = {
         let mut w = sh.lock();
-        api::dispatch(&mut w, name, params, sh.clock.now_ms(), &sh.version)
+        api::dispatch(&mut w, name, params, sh.clock.now_ms(), &sh.version())
     };
     if let Some(spawn) = spawn {
         sh.spawn_job(spawn);

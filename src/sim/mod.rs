@@ -115,7 +115,8 @@ pub(crate) struct Shared {
     clock: Clock,
     api_key: String,
     secret_key: String,
-    version: String,
+    /// What `listCapabilities` reports (an upgrade changes it: [`SimHandle::set_cloudstack_version`]).
+    version: Mutex<String>,
     /// Wakes the scanner when its interval changes.
     settings_changed: Notify,
     /// `true` once the simulator shuts down; job tasks and the scanner stop at their next sleep.
@@ -125,6 +126,14 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// The version `listCapabilities` reports now.
+    pub(crate) fn version(&self) -> String {
+        self.version
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
     fn lock(&self) -> MutexGuard<'_, World> {
         // A panic in another holder leaves plain data behind; keep serving it.
         self.world.lock().unwrap_or_else(|e| e.into_inner())
@@ -189,7 +198,7 @@ fn build(config: SimConfig) -> anyhow::Result<Arc<Shared>> {
         clock: Clock::new(),
         api_key,
         secret_key,
-        version: config.cloudstack_version,
+        version: Mutex::new(config.cloudstack_version),
         settings_changed: Notify::new(),
         shutdown,
         tasks: Mutex::new(Vec::new()),
@@ -407,6 +416,15 @@ impl SimHandle {
             .unwrap_or(0)
             .saturating_sub(age.as_secs());
         jobs::add_past_jobs(&mut self.shared.lock(), cluster_id, count, created);
+    }
+
+    /// Upgrades the simulated CloudStack: `listCapabilities` reports `version` from now on.
+    pub fn set_cloudstack_version(&self, version: &str) {
+        *self
+            .shared
+            .version
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = version.to_string();
     }
 
     /// Runs one status-scanner pass now, whatever the interval.

@@ -214,6 +214,8 @@ pub struct Cluster {
     pub min_size: Option<u64>,
     pub max_size: Option<u64>,
     pub autoscaling: bool,
+    /// `clustertype` ExternalManaged (CloudStack scales no such cluster).
+    pub externally_managed: bool,
     /// Recorded totals, updated the way CloudStack updates them (see `jobs`).
     pub cores: u64,
     pub memory: u64,

@@ -282,7 +282,11 @@ pub fn cluster<'a>(w: &'a World, c: &'a Cluster, fallback_zone: &'a Zone) -> Clu
         autoscalingenabled: c.autoscaling,
         minsize: c.min_size,
         maxsize: c.max_size,
-        clustertype: "CloudManaged",
+        clustertype: if c.externally_managed {
+            "ExternalManaged"
+        } else {
+            "CloudManaged"
+        },
         created: &c.created,
         hasannotations: false,
         virtualmachines: c.vms.iter().map(|vm| cluster_vm(w, c, zone, vm)).collect(),

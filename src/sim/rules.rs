@@ -82,6 +82,13 @@ pub fn validate(w: &World, c: &Cluster, r: &ScaleRequest) -> Result<ScalePlan, S
     let zone = w
         .zone(&c.zone_id)
         .ok_or_else(|| format!("Unable to find zone for Kubernetes cluster : {name}"))?;
+    // KubernetesClusterManagerImpl.validateKubernetesClusterScaleParameters, after the access
+    // check: `isCommandSupported` is false for scaling an ExternalManaged cluster.
+    if c.externally_managed {
+        return Err(format!(
+            "Scale kubernetes cluster is not supported for an externally managed cluster ({name})"
+        ));
+    }
     let node_offering_empty =
         r.node_offerings.is_empty() || r.node_offerings.iter().any(|(_, o)| o.is_none());
     if r.service_offering_id.is_none()

@@ -146,6 +146,9 @@ pub struct ClusterSpec {
     pub max_size: Option<u64>,
     #[serde(default)]
     pub autoscaling: bool,
+    /// `clustertype` ExternalManaged instead of CloudManaged.
+    #[serde(default)]
+    pub externally_managed: bool,
     #[serde(default = "default_version")]
     pub kubernetes_version: String,
     /// Whether the nodes of the VMs Running at start are registered (and Ready) from the start.
@@ -196,6 +199,7 @@ impl ClusterSpec {
             min_size: None,
             max_size: None,
             autoscaling: false,
+            externally_managed: false,
             kubernetes_version: default_version(),
             nodes_registered: true,
         }
@@ -431,6 +435,7 @@ fn add_cluster(world: &mut World, spec: &ClusterSpec, zone_id: &str) -> anyhow::
         min_size: spec.min_size,
         max_size: spec.max_size,
         autoscaling: spec.autoscaling,
+        externally_managed: spec.externally_managed,
         cores: 0,
         memory: 0,
         version_id: world.ids.uuid(),
