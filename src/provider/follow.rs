@@ -212,7 +212,10 @@ impl Provider {
     /// group while this group is the only one waiting for one. For a lost submission, only
     /// jobs created since it was sent count (CloudStack queues a job before a worker picks it
     /// up, validates it and moves the cluster to Scaling, so its job can exist while the
-    /// cluster still shows Running). With several candidates the job is not guessed.
+    /// cluster still shows Running). With several candidates the job is not guessed. The one
+    /// guess left: a single running scale job of the account for a cluster this provider does
+    /// not serve, while one of its clusters is Scaling under a job the API key cannot see, is
+    /// taken for that cluster's; following it then ends early and the cluster is adopted again.
     ///
     /// `startdate` is the only place the provider reads the wall clock; it goes back an extra
     /// [`ADOPTION_CLOCK_SLACK`] so a clock a little ahead of CloudStack's still finds the job.
