@@ -11,8 +11,9 @@
 use crate::cli::{LogFormat, ServeArgs};
 use crate::cloudstack::{Client, ClientConfig};
 use crate::config::{self, CloudConfig, NodeGroupSpec};
+use crate::domain::instances::InstanceView;
 use crate::domain::status::InstanceState;
-use crate::metrics::{GroupGauges, MetricsSource};
+use crate::metrics::{GroupGauges, MetricsSource, Told, Worker};
 use crate::provider::{Provider, Settings};
 use crate::server::{ServeOptions, serve};
 use anyhow::{Context, bail};
@@ -22,10 +23,21 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 
-/// Sets up tracing (`RUST_LOG`-style filter, else `default_filter`).
+/// Sets up tracing on stderr in `format` (`RUST_LOG`-style filter, else `default_filter`). A
+/// `RUST_LOG` that does not parse is reported through the new subscriber, in its format, and
+/// `default_filter` applies.
 pub fn init_tracing(format: LogFormat, default_filter: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
+    let rust_log = std::env::var("RUST_LOG")
+        .ok()
+        .filter(|v| !v.trim().is_empty());
+    let (filter, invalid) = match rust_log
+        .as_deref()
+        .map(tracing_subscriber::EnvFilter::try_new)
+    {
+        Some(Ok(filter)) => (filter, None),
+        Some(Err(e)) => (tracing_subscriber::EnvFilter::new(default_filter), Some(e)),
+        None => (tracing_subscriber::EnvFilter::new(default_filter), None),
+    };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -33,6 +45,10 @@ pub fn init_tracing(format: LogFormat, default_filter: &str) {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().try_init(),
     };
+    if let Some(e) = invalid {
+        tracing::warn!(rust_log = rust_log.as_deref().unwrap_or_default(), error = %e,
+            "RUST_LOG is not a valid filter; logging at {default_filter}");
+    }
 }
 
 /// A service built from the `serve` flags, not yet listening.
@@ -145,10 +161,13 @@ impl App {
             shutdown_grace,
             _sim,
         } = self;
+        if metrics.is_some() {
+            // Before anything is recorded: the first refresh's CloudStack calls count too.
+            crate::metrics::install();
+        }
         provider.spawn_initial_refresh();
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         if let Some(http) = metrics {
-            crate::metrics::install();
             let addr = http
                 .local_addr()
                 .context("reading the metrics listener's address")?;
@@ -197,27 +216,35 @@ impl MetricsSource for ProviderMetrics {
         let p = &self.0;
         p.node_groups()
             .into_iter()
-            .map(|g| {
-                let mut gauges = GroupGauges {
-                    target_size: p.target_size(&g.id).ok(),
-                    min_size: g.min,
-                    max_size: g.max,
-                    down: p.down_workers(&g.id).len(),
-                    cluster_state: p.snapshot(&g.id).map(|s| s.state.as_str().to_string()),
-                    since_refresh: p.snapshot_age(&g.id),
-                    ..GroupGauges::default()
-                };
-                for i in p.nodes(&g.id).unwrap_or_default().iter() {
-                    match i.state {
-                        InstanceState::Running => gauges.running += 1,
-                        InstanceState::Creating => gauges.creating += 1,
-                        InstanceState::Deleting => gauges.deleting += 1,
-                    }
-                }
-                gauges.id = g.id;
-                gauges
+            .map(|g| GroupGauges {
+                target_size: p.target_size(&g.id).ok(),
+                min_size: g.min,
+                max_size: g.max,
+                workers: p
+                    .nodes(&g.id)
+                    .unwrap_or_default()
+                    .iter()
+                    .map(gauge_worker)
+                    .collect(),
+                cluster_state: p.snapshot(&g.id).map(|s| s.state.as_str().to_string()),
+                since_refresh: p.snapshot_age(&g.id),
+                id: g.id,
             })
             .collect()
+    }
+}
+
+/// An instance as the worker gauges count it. Its VM is down when the autoscaler is told so:
+/// the error codes `vm-<state>` that `domain::status::vm_status` gives a down VM (a failed
+/// creation's `scale-up-failed`/`out-of-resources` is a creation, not a down VM).
+fn gauge_worker(i: &InstanceView) -> Worker {
+    Worker {
+        told: match i.state {
+            InstanceState::Running => Told::Running,
+            InstanceState::Creating => Told::Creating,
+            InstanceState::Deleting => Told::Deleting,
+        },
+        down: i.error.as_ref().is_some_and(|e| e.code.starts_with("vm-")),
     }
 }
 
@@ -446,6 +473,59 @@ mod tests {
             settings(&s, Vec::new()).job_max_follow,
             Duration::from_secs(90 * 60)
         );
+    }
+
+    #[test]
+    fn a_worker_is_down_for_the_gauges_exactly_when_its_vm_is_down_and_it_stays() {
+        use crate::domain::cluster::{NodeRole, Vm, VmState};
+        use crate::domain::status::{VmActivity, scale_up_failure, vm_status};
+        let states = [
+            VmState::Starting,
+            VmState::Running,
+            VmState::Stopping,
+            VmState::Stopped,
+            VmState::Destroyed,
+            VmState::Expunging,
+            VmState::Migrating,
+            VmState::Error,
+            VmState::Unknown,
+            VmState::Shutdown,
+            VmState::Restoring,
+            VmState::Other("Hibernated".into()),
+        ];
+        let activities = [
+            VmActivity::Idle,
+            VmActivity::BeingCreated,
+            VmActivity::BeingRemoved,
+            VmActivity::CreateFailed(scale_up_failure("job-1", 530, "boom")),
+        ];
+        for state in states {
+            for activity in &activities {
+                let vm = Vm {
+                    id: "vm-1".into(),
+                    name: "k8s-node-1".into(),
+                    state: state.clone(),
+                    role: NodeRole::Worker,
+                };
+                let (told, error) = vm_status(&vm, activity);
+                let w = gauge_worker(&InstanceView {
+                    id: "cloudstack:///vm-1".into(),
+                    state: told,
+                    error,
+                });
+                let down = state.is_down()
+                    && !state.is_gone()
+                    && matches!(activity, VmActivity::Idle | VmActivity::BeingCreated);
+                assert_eq!(w.down, down, "{state} {activity:?}");
+                let expected = match told {
+                    InstanceState::Deleting => "deleting",
+                    _ if down => "down",
+                    InstanceState::Running => "running",
+                    InstanceState::Creating => "creating",
+                };
+                assert_eq!(w.state(), expected, "{state} {activity:?}");
+            }
+        }
     }
 
     #[tokio::test]

@@ -178,7 +178,9 @@ pub struct ServeArgs {
     #[arg(long, env = "CKS_PROVIDER_CONFIG")]
     pub config: Option<PathBuf>,
     /// On SIGTERM: after in-flight RPCs finish, keep following running scale jobs for at most
-    /// this long.
+    /// this long, then exit. A job still running goes on in CloudStack and the next provider
+    /// adopts it. Keep it well below the pod's terminationGracePeriodSeconds (60 s in the
+    /// manifests).
     #[arg(long, env = "CKS_PROVIDER_SHUTDOWN_GRACE", default_value = "10s", value_parser = parse_duration)]
     pub shutdown_grace: Duration,
     /// Allow plaintext gRPC on a non-loopback address.

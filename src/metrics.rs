@@ -2,8 +2,11 @@
 //! `/readyz`) served on `--metrics-listen`, apart from the gRPC port.
 //!
 //! Counters and histograms are recorded through the `metrics` facade where things happen
-//! (RPCs in `grpc.rs`, CloudStack calls, job outcomes); per-group gauges are read from a
-//! [`MetricsSource`] at scrape time so they can never drift from what the autoscaler is told.
+//! (RPCs in `grpc.rs`, CloudStack calls, scale jobs and refusals); per-group gauges are read
+//! from a [`MetricsSource`] at scrape time so they can never drift from what the autoscaler is
+//! told, and the process metrics (`process_*`) are read from `/proc` at scrape time by
+//! `metrics-process`. Every family is described once, at [`install`], so each has a `# HELP`
+//! line.
 //!
 //! A leaf: it knows no provider, gRPC or configuration type. Whoever serves the endpoint
 //! supplies the [`MetricsSource`]; callers pass labels as plain strings.
@@ -12,14 +15,54 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
+use metrics::{describe_counter, describe_gauge, describe_histogram};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use std::collections::BTreeSet;
 use std::future::Future;
-use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant, SystemTime};
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
-/// Installs the process-wide Prometheus recorder once; later calls return the same handle.
+/// CloudStack's Kubernetes cluster states (`KubernetesCluster.State`, as
+/// `listKubernetesClusters` spells them). `cks_provider_cluster_state` has a series for each,
+/// 0 or 1, so an alert on one state sees it end.
+pub const CLUSTER_STATES: [&str; 12] = [
+    "Created",
+    "Starting",
+    "Running",
+    "Stopping",
+    "Stopped",
+    "Scaling",
+    "Upgrading",
+    "Alert",
+    "Recovering",
+    "Destroying",
+    "Destroyed",
+    "Error",
+];
+
+/// States outside [`CLUSTER_STATES`] a cluster was seen in (a newer CloudStack): they get a
+/// series too, set back to 0 once the cluster leaves them.
+static OTHER_STATES: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+
+/// The `state` labels of `cks_provider_node_group_workers`, each worker counted under one.
+pub const WORKER_STATES: [&str; 4] = ["running", "creating", "deleting", "down"];
+
+/// The `kind` labels of the job counters, and the `outcome` labels of finished jobs. Each
+/// group's series start at 0, so `increase()` sees a group's first failure.
+const JOB_KINDS: [&str; 3] = ["scale_up", "remove_nodes", "adopted"];
+const JOB_OUTCOMES: [&str; 2] = ["succeeded", "failed"];
+
+/// The process metrics (`process_cpu_seconds_total`, `process_resident_memory_bytes`,
+/// `process_open_fds`, …), read at scrape time.
+fn process_collector() -> &'static metrics_process::Collector {
+    static COLLECTOR: OnceLock<metrics_process::Collector> = OnceLock::new();
+    COLLECTOR.get_or_init(metrics_process::Collector::default)
+}
+
+/// Installs the process-wide Prometheus recorder once, describes every metric family and sets
+/// `cks_provider_build_info`; later calls return the same handle.
 pub fn install() -> PrometheusHandle {
     HANDLE
         .get_or_init(|| {
@@ -33,9 +76,96 @@ pub fn install() -> PrometheusHandle {
             let handle = recorder.handle();
             // Fails only when another recorder is installed (tests); the handle still renders.
             let _ = metrics::set_global_recorder(recorder);
+            describe();
+            metrics::gauge!("cks_provider_build_info", "version" => env!("CARGO_PKG_VERSION"))
+                .set(1.0);
             handle
         })
         .clone()
+}
+
+/// The `# HELP` text of every family this crate exports.
+fn describe() {
+    describe_counter!(
+        "cks_provider_grpc_requests_total",
+        "externalgrpc calls the autoscaler made, by method and gRPC status code."
+    );
+    describe_histogram!(
+        "cks_provider_grpc_request_duration_seconds",
+        "Time the provider took to answer an externalgrpc call, by method and status code."
+    );
+    describe_counter!(
+        "cks_provider_cloudstack_requests_total",
+        "CloudStack API calls, by command and outcome (ok, unreachable, api_error, \
+         unauthorized, http_error, malformed, config)."
+    );
+    describe_histogram!(
+        "cks_provider_cloudstack_request_duration_seconds",
+        "Time CloudStack took to answer an API call (request sent to whole answer read), by \
+         command."
+    );
+    describe_counter!(
+        "cks_provider_scale_jobs_started_total",
+        "Scale jobs this provider follows from their start, by node group and kind: scale_up \
+         and remove_nodes (scaleKubernetesCluster accepted by CloudStack), adopted (a running \
+         job started elsewhere, found through listAsyncJobs)."
+    );
+    describe_counter!(
+        "cks_provider_scale_jobs_finished_total",
+        "Scale jobs that ended, by node group, kind and outcome (succeeded, failed; a \
+         cancelled job counts as failed)."
+    );
+    describe_counter!(
+        "cks_provider_scale_requests_refused_total",
+        "Scale requests refused before anything was sent to CloudStack, by node group and the \
+         CloudStack scaling rule that refuses them."
+    );
+    describe_counter!(
+        "cks_provider_removals_dropped_total",
+        "Accepted node removals that were not carried out (the merged request refused, or its \
+         job failed with these nodes left): the nodes count in the target again."
+    );
+    describe_gauge!(
+        "cks_provider_node_group_target_size",
+        "Target size the autoscaler is told, by node group."
+    );
+    describe_gauge!(
+        "cks_provider_node_group_min_size",
+        "Minimum size of the node group."
+    );
+    describe_gauge!(
+        "cks_provider_node_group_max_size",
+        "Maximum size of the node group."
+    );
+    describe_gauge!(
+        "cks_provider_node_group_workers",
+        "Workers of the node group, each counted once by state: deleting (being removed or \
+         gone), down (its VM Stopped, Shutdown or Error), else running or creating as the \
+         autoscaler is told."
+    );
+    describe_gauge!(
+        "cks_provider_cluster_state",
+        "The CKS cluster's CloudStack state: 1 for the current state, 0 for the others."
+    );
+    describe_gauge!(
+        "cks_provider_node_group_last_refresh_timestamp_seconds",
+        "Unix time of the node group's latest CloudStack snapshot."
+    );
+    describe_gauge!(
+        "cks_provider_alert_scaling",
+        "Whether this CloudStack scales clusters in Alert: 1 for the current verdict (unknown, \
+         supported, unsupported), 0 for the others."
+    );
+    describe_gauge!(
+        "cks_provider_alert_scaling_verdict_age_seconds",
+        "Seconds since CloudStack's refusal taught the unsupported verdict (0 when no refusal \
+         did)."
+    );
+    describe_gauge!(
+        "cks_provider_build_info",
+        "Always 1; the version label is the provider's version."
+    );
+    process_collector().describe();
 }
 
 /// Records one gRPC call. `code` is the gRPC status code's name as tonic spells it (`Ok`,
@@ -57,9 +187,23 @@ pub fn record_cloudstack(command: &str, waited: Duration, outcome: &'static str)
         .record(waited.as_secs_f64());
 }
 
-/// Records a finished scale job.
-pub fn record_job(kind: &'static str, outcome: &'static str) {
-    metrics::counter!("cks_provider_scale_jobs_total", "kind" => kind, "outcome" => outcome)
+/// Records a scale job this provider now follows from its start: `kind` is `scale_up`,
+/// `remove_nodes` (a request CloudStack accepted) or `adopted` (a job started elsewhere).
+pub fn record_job_started(node_group: &str, kind: &'static str) {
+    metrics::counter!("cks_provider_scale_jobs_started_total", "node_group" => node_group.to_string(), "kind" => kind)
+        .increment(1);
+}
+
+/// Records a finished scale job: `outcome` is `succeeded` or `failed`.
+pub fn record_job(node_group: &str, kind: &'static str, outcome: &'static str) {
+    metrics::counter!("cks_provider_scale_jobs_finished_total", "node_group" => node_group.to_string(), "kind" => kind, "outcome" => outcome)
+        .increment(1);
+}
+
+/// Records a scale request refused by one of CloudStack's scaling rules before anything was
+/// sent (`rule`: the rule's stable name, e.g. `alert_rule_7_no_down_worker`).
+pub fn record_refusal(node_group: &str, rule: &'static str) {
+    metrics::counter!("cks_provider_scale_requests_refused_total", "node_group" => node_group.to_string(), "rule" => rule)
         .increment(1);
 }
 
@@ -67,6 +211,36 @@ pub fn record_job(kind: &'static str, outcome: &'static str) {
 /// its job failed with these nodes left).
 pub fn record_removals_dropped(count: usize) {
     metrics::counter!("cks_provider_removals_dropped_total").increment(count as u64);
+}
+
+/// What the autoscaler is told about an instance (`InstanceStatus.InstanceState`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Told {
+    Running,
+    Creating,
+    Deleting,
+}
+
+/// One worker (an instance `NodeGroupNodes` lists) as the gauges see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Worker {
+    pub told: Told,
+    /// Its VM is down (Stopped, Shutdown, Error) and the autoscaler is told so.
+    pub down: bool,
+}
+
+impl Worker {
+    /// The one `state` label the worker is counted under: `deleting` whatever its VM's state
+    /// (it is on its way out), else `down` when its VM is down, else what the autoscaler is
+    /// told.
+    pub fn state(self) -> &'static str {
+        match (self.told, self.down) {
+            (Told::Deleting, _) => "deleting",
+            (_, true) => "down",
+            (Told::Running, false) => "running",
+            (Told::Creating, false) => "creating",
+        }
+    }
 }
 
 /// One node group's state as the gauges show it, read at scrape time.
@@ -77,12 +251,8 @@ pub struct GroupGauges {
     pub target_size: Option<u32>,
     pub min_size: u32,
     pub max_size: u32,
-    /// Workers by the state the autoscaler is told.
-    pub running: u32,
-    pub creating: u32,
-    pub deleting: u32,
-    /// Workers CloudStack reports as not running (stopped, errored…).
-    pub down: usize,
+    /// Every worker, once.
+    pub workers: Vec<Worker>,
     /// CloudStack's name for the cluster's state, when a snapshot exists.
     pub cluster_state: Option<String>,
     /// Age of the group's snapshot, when one exists.
@@ -119,8 +289,26 @@ fn set_alert_verdict(verdict: Option<(&'static str, Option<Duration>)>) {
         .set(age.map_or(0.0, |a| a.as_secs_f64()));
 }
 
-/// Sets the per-group gauges.
-fn set_group_gauges(groups: &[GroupGauges]) {
+/// Sets the cluster-state gauge of a group: `current` 1, every other state 0.
+fn set_cluster_state(group: &str, current: &str) {
+    let others: Vec<String> = {
+        let mut seen = OTHER_STATES.lock().unwrap_or_else(|e| e.into_inner());
+        if !CLUSTER_STATES.contains(&current) {
+            seen.insert(current.to_string());
+        }
+        seen.iter().cloned().collect()
+    };
+    let states = CLUSTER_STATES.iter().map(|s| s.to_string()).chain(others);
+    for state in states {
+        let value = if state == current { 1.0 } else { 0.0 };
+        metrics::gauge!("cks_provider_cluster_state", "node_group" => group.to_string(), "state" => state)
+            .set(value);
+    }
+}
+
+/// Sets the per-group gauges; `wall` is the scrape's wall-clock time (the refresh timestamps
+/// are `wall` less each snapshot's age).
+fn set_group_gauges(groups: &[GroupGauges], wall: SystemTime) {
     for g in groups {
         let id = g.id.clone();
         if let Some(t) = g.target_size {
@@ -131,21 +319,30 @@ fn set_group_gauges(groups: &[GroupGauges]) {
             .set(f64::from(g.min_size));
         metrics::gauge!("cks_provider_node_group_max_size", "node_group" => id.clone())
             .set(f64::from(g.max_size));
-        for (state, n) in [
-            ("running", f64::from(g.running)),
-            ("creating", f64::from(g.creating)),
-            ("deleting", f64::from(g.deleting)),
-            ("down", g.down as f64),
-        ] {
-            metrics::gauge!("cks_provider_node_group_workers", "node_group" => id.clone(), "state" => state).set(n);
+        for state in WORKER_STATES {
+            let n = g.workers.iter().filter(|w| w.state() == state).count();
+            metrics::gauge!("cks_provider_node_group_workers", "node_group" => id.clone(), "state" => state)
+                .set(n as f64);
+        }
+        for kind in JOB_KINDS {
+            metrics::counter!("cks_provider_scale_jobs_started_total", "node_group" => id.clone(), "kind" => kind)
+                .increment(0);
+            for outcome in JOB_OUTCOMES {
+                metrics::counter!("cks_provider_scale_jobs_finished_total", "node_group" => id.clone(), "kind" => kind, "outcome" => outcome)
+                    .increment(0);
+            }
         }
         if let Some(state) = &g.cluster_state {
-            metrics::gauge!("cks_provider_cluster_state", "node_group" => id.clone(), "state" => state.clone())
-                .set(1.0);
+            set_cluster_state(&id, state);
         }
         if let Some(age) = g.since_refresh {
-            metrics::gauge!("cks_provider_seconds_since_refresh", "node_group" => id.clone())
-                .set(age.as_secs_f64());
+            let at = wall
+                .checked_sub(age)
+                .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok());
+            if let Some(at) = at {
+                metrics::gauge!("cks_provider_node_group_last_refresh_timestamp_seconds", "node_group" => id.clone())
+                    .set(at.as_secs_f64());
+            }
         }
     }
 }
@@ -157,8 +354,9 @@ struct HttpState {
 }
 
 async fn metrics_page(State(s): State<HttpState>) -> String {
-    set_group_gauges(&s.source.group_gauges());
+    set_group_gauges(&s.source.group_gauges(), SystemTime::now());
     set_alert_verdict(s.source.alert_verdict());
+    process_collector().collect();
     s.handle.render()
 }
 
@@ -203,6 +401,10 @@ mod tests {
         ready: bool,
     }
 
+    fn worker(told: Told, down: bool) -> Worker {
+        Worker { told, down }
+    }
+
     impl MetricsSource for Fixed {
         fn ready(&self) -> bool {
             self.ready
@@ -214,10 +416,11 @@ mod tests {
                 target_size: Some(3),
                 min_size: 1,
                 max_size: 5,
-                running: 2,
-                creating: 1,
-                deleting: 0,
-                down: 1,
+                workers: vec![
+                    worker(Told::Running, false),
+                    worker(Told::Running, true),
+                    worker(Told::Creating, false),
+                ],
                 cluster_state: Some("Running".into()),
                 since_refresh: Some(Duration::from_secs(2)),
             }]
@@ -230,6 +433,12 @@ mod tests {
             .expect("endpoint answers");
         let status = r.status().as_u16();
         (status, r.text().await.expect("body"))
+    }
+
+    /// The value of one series (name and labels exactly as rendered) on a page.
+    fn value(page: &str, series: &str) -> Option<f64> {
+        page.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
     }
 
     #[tokio::test]
@@ -247,6 +456,10 @@ mod tests {
             }));
             assert_eq!(get(addr, "/healthz").await, (200, "ok\n".into()));
             assert_eq!(get(addr, "/readyz").await.0, readyz, "ready: {ready}");
+            let before = SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .expect("after 1970")
+                .as_secs_f64();
             let (status, page) = get(addr, "/metrics").await;
             assert_eq!(status, 200);
             for line in [
@@ -254,20 +467,209 @@ mod tests {
                 r#"cks_provider_node_group_target_size{node_group="metrics-test-group"} 3"#,
                 r#"cks_provider_node_group_min_size{node_group="metrics-test-group"} 1"#,
                 r#"cks_provider_node_group_max_size{node_group="metrics-test-group"} 5"#,
-                r#"cks_provider_node_group_workers{node_group="metrics-test-group",state="running"} 2"#,
+                r#"cks_provider_node_group_workers{node_group="metrics-test-group",state="running"} 1"#,
                 r#"cks_provider_node_group_workers{node_group="metrics-test-group",state="creating"} 1"#,
                 r#"cks_provider_node_group_workers{node_group="metrics-test-group",state="deleting"} 0"#,
                 r#"cks_provider_node_group_workers{node_group="metrics-test-group",state="down"} 1"#,
                 r#"cks_provider_cluster_state{node_group="metrics-test-group",state="Running"} 1"#,
-                r#"cks_provider_seconds_since_refresh{node_group="metrics-test-group"} 2"#,
+                r#"cks_provider_cluster_state{node_group="metrics-test-group",state="Alert"} 0"#,
+                r#"cks_provider_scale_jobs_started_total{node_group="metrics-test-group",kind="remove_nodes"} 0"#,
+                r#"cks_provider_scale_jobs_finished_total{node_group="metrics-test-group",kind="scale_up",outcome="failed"} 0"#,
+                concat!(
+                    r#"cks_provider_build_info{version=""#,
+                    env!("CARGO_PKG_VERSION"),
+                    r#""} 1"#
+                ),
             ] {
                 assert!(
                     page.lines().any(|l| l == line),
                     "{line} missing in:\n{page}"
                 );
             }
+            // The snapshot is 2 s old at the scrape: its time is the scrape's less 2 s.
+            let refreshed = value(
+                &page,
+                r#"cks_provider_node_group_last_refresh_timestamp_seconds{node_group="metrics-test-group"}"#,
+            )
+            .expect("refresh timestamp");
+            assert!(
+                refreshed >= before - 2.5 && refreshed <= before + 5.0,
+                "{refreshed} vs scrape at {before}"
+            );
+            assert!(!page.contains("seconds_since_refresh"), "{page}");
             let _ = stop.send(());
             server.await.expect("joins").expect("serves until stopped");
         }
+    }
+
+    #[test]
+    fn every_family_has_a_help_line() {
+        let handle = install();
+        record_rpc("HelpTestRpc", Instant::now(), "Ok");
+        record_cloudstack("helpTestCommand", Duration::from_millis(3), "ok");
+        record_job_started("help-test-group", "scale_up");
+        record_job("help-test-group", "scale_up", "failed");
+        record_refusal("help-test-group", "alert_rule_7_no_down_worker");
+        record_removals_dropped(1);
+        set_alert_verdict(Some(("unknown", None)));
+        set_group_gauges(
+            &[GroupGauges {
+                id: "help-test-group".into(),
+                target_size: Some(1),
+                min_size: 1,
+                max_size: 2,
+                workers: vec![worker(Told::Running, false)],
+                cluster_state: Some("Running".into()),
+                since_refresh: Some(Duration::from_secs(1)),
+            }],
+            SystemTime::now(),
+        );
+        process_collector().collect();
+        let page = handle.render();
+        let typed: Vec<&str> = page
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| l.split(' ').next())
+            .collect();
+        for family in [
+            "cks_provider_grpc_requests_total",
+            "cks_provider_grpc_request_duration_seconds",
+            "cks_provider_cloudstack_requests_total",
+            "cks_provider_cloudstack_request_duration_seconds",
+            "cks_provider_scale_jobs_started_total",
+            "cks_provider_scale_jobs_finished_total",
+            "cks_provider_scale_requests_refused_total",
+            "cks_provider_removals_dropped_total",
+            "cks_provider_node_group_target_size",
+            "cks_provider_node_group_min_size",
+            "cks_provider_node_group_max_size",
+            "cks_provider_node_group_workers",
+            "cks_provider_cluster_state",
+            "cks_provider_node_group_last_refresh_timestamp_seconds",
+            "cks_provider_alert_scaling",
+            "cks_provider_alert_scaling_verdict_age_seconds",
+            "cks_provider_build_info",
+            "process_cpu_seconds_total",
+            "process_resident_memory_bytes",
+            "process_open_fds",
+            "process_start_time_seconds",
+        ] {
+            assert!(typed.contains(&family), "{family} not exported:\n{page}");
+        }
+        // Every family on the page, recorded here or by any other test of this process.
+        for family in typed {
+            let help = format!("# HELP {family} ");
+            let line = page
+                .lines()
+                .find(|l| l.starts_with(&help))
+                .unwrap_or_else(|| panic!("{family} has no HELP line:\n{page}"));
+            assert!(line.len() > help.len() + 10, "{line}");
+        }
+        assert_eq!(
+            value(
+                &page,
+                r#"cks_provider_scale_requests_refused_total{node_group="help-test-group",rule="alert_rule_7_no_down_worker"}"#
+            ),
+            Some(1.0)
+        );
+    }
+
+    #[test]
+    fn the_cluster_state_gauge_follows_the_current_state_back() {
+        let handle = install();
+        let gauges = |state: &str| GroupGauges {
+            id: "state-test-group".into(),
+            cluster_state: Some(state.into()),
+            ..GroupGauges::default()
+        };
+        let series = |state: &str| {
+            format!(
+                r#"cks_provider_cluster_state{{node_group="state-test-group",state="{state}"}}"#
+            )
+        };
+        // Alert, then a state this provider does not know (it has a series from then on),
+        // then Running again.
+        for (current, unknown_seen) in [
+            ("Running", false),
+            ("Alert", false),
+            ("Maintenance", true),
+            ("Running", true),
+        ] {
+            set_group_gauges(&[gauges(current)], SystemTime::now());
+            let page = handle.render();
+            let unknown = unknown_seen.then_some("Maintenance");
+            for state in CLUSTER_STATES.iter().copied().chain(unknown) {
+                let expected = if state == current { 1.0 } else { 0.0 };
+                assert_eq!(
+                    value(&page, &series(state)),
+                    Some(expected),
+                    "state {state} while the cluster is {current}:\n{page}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn each_worker_is_counted_once_under_one_state() {
+        assert_eq!(worker(Told::Running, false).state(), "running");
+        assert_eq!(worker(Told::Creating, false).state(), "creating");
+        assert_eq!(worker(Told::Deleting, false).state(), "deleting");
+        assert_eq!(worker(Told::Running, true).state(), "down");
+        assert_eq!(worker(Told::Creating, true).state(), "down");
+        assert_eq!(worker(Told::Deleting, true).state(), "deleting");
+
+        let handle = install();
+        let workers = vec![
+            worker(Told::Running, false),
+            worker(Told::Running, false),
+            worker(Told::Running, true),
+            worker(Told::Creating, true),
+            worker(Told::Creating, false),
+            worker(Told::Deleting, true),
+        ];
+        set_group_gauges(
+            &[GroupGauges {
+                id: "workers-test-group".into(),
+                workers: workers.clone(),
+                ..GroupGauges::default()
+            }],
+            SystemTime::now(),
+        );
+        let page = handle.render();
+        let count = |state: &str| {
+            value(
+                &page,
+                &format!(r#"cks_provider_node_group_workers{{node_group="workers-test-group",state="{state}"}}"#),
+            )
+            .unwrap_or_else(|| panic!("no {state} series:\n{page}"))
+        };
+        assert_eq!(
+            WORKER_STATES.map(count),
+            [2.0, 1.0, 1.0, 2.0],
+            "running, creating, deleting, down"
+        );
+        let total: f64 = WORKER_STATES.iter().map(|s| count(s)).sum();
+        assert_eq!(total, workers.len() as f64, "every worker once");
+    }
+
+    #[test]
+    fn the_refresh_timestamp_is_the_scrape_time_less_the_snapshot_age() {
+        let handle = install();
+        let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        set_group_gauges(
+            &[GroupGauges {
+                id: "refresh-test-group".into(),
+                since_refresh: Some(Duration::from_millis(2500)),
+                ..GroupGauges::default()
+            }],
+            wall,
+        );
+        assert_eq!(
+            value(
+                &handle.render(),
+                r#"cks_provider_node_group_last_refresh_timestamp_seconds{node_group="refresh-test-group"}"#
+            ),
+            Some(1_699_999_997.5)
+        );
     }
 }

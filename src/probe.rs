@@ -5,6 +5,7 @@ use crate::pb;
 use crate::pb::cloud_provider_client::CloudProviderClient;
 use crate::pb::instance_status::InstanceState;
 use anyhow::Context;
+use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 use tonic::transport::{Channel, Endpoint};
@@ -77,13 +78,33 @@ fn state_name(s: Option<&pb::InstanceStatus>) -> &'static str {
     }
 }
 
-/// Runs the probe and prints the report.
+/// Runs the probe and prints the report on stdout. A reader that goes away before the end
+/// (`probe | head`) ends it quietly, with success: the rest of the report has nowhere to go.
 pub async fn run(args: ProbeArgs) -> anyhow::Result<()> {
-    let mut c = connect(&args).await?;
+    // `Stdout` takes its lock for each line; unlike `println!`, a failed write is an error
+    // returned here, not a panic.
+    match report(&args, &mut std::io::stdout()).await {
+        Err(e) if is_broken_pipe(&e) => Ok(()),
+        other => other,
+    }
+}
+
+/// Whether an error is the reader of the report having gone away.
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// Writes the report to `out`.
+async fn report(args: &ProbeArgs, out: &mut impl Write) -> anyhow::Result<()> {
+    let mut c = connect(args).await?;
     if !args.no_refresh {
         match c.refresh(pb::RefreshRequest {}).await {
-            Ok(_) => println!("Refresh: ok"),
-            Err(e) => println!("Refresh: {:?}: {}", e.code(), e.message()),
+            Ok(_) => writeln!(out, "Refresh: ok")?,
+            Err(e) => writeln!(out, "Refresh: {:?}: {}", e.code(), e.message())?,
         }
     }
     let groups = c
@@ -93,20 +114,24 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<()> {
         .into_inner()
         .node_groups;
     if groups.is_empty() {
-        println!("No node groups (no CloudStack snapshot yet, or no cluster resolved).");
+        writeln!(
+            out,
+            "No node groups (no CloudStack snapshot yet, or no cluster resolved)."
+        )?;
     }
     for g in groups {
-        println!(
+        writeln!(
+            out,
             "\nnode group {} (min {}, max {})",
             g.id, g.min_size, g.max_size
-        );
-        println!("  {}", g.debug);
+        )?;
+        writeln!(out, "  {}", g.debug)?;
         match c
             .node_group_target_size(pb::NodeGroupTargetSizeRequest { id: g.id.clone() })
             .await
         {
-            Ok(t) => println!("  target size: {}", t.into_inner().target_size),
-            Err(e) => println!("  target size: {:?}: {}", e.code(), e.message()),
+            Ok(t) => writeln!(out, "  target size: {}", t.into_inner().target_size)?,
+            Err(e) => writeln!(out, "  target size: {:?}: {}", e.code(), e.message())?,
         }
         match c
             .node_group_nodes(pb::NodeGroupNodesRequest { id: g.id.clone() })
@@ -114,7 +139,7 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<()> {
         {
             Ok(n) => {
                 let instances = n.into_inner().instances;
-                println!("  instances: {}", instances.len());
+                writeln!(out, "  instances: {}", instances.len())?;
                 for i in instances {
                     let state = state_name(i.status.as_ref());
                     match i
@@ -123,16 +148,36 @@ pub async fn run(args: ProbeArgs) -> anyhow::Result<()> {
                         .and_then(|s| s.error_info.as_ref())
                         .filter(|e| !e.error_code.is_empty())
                     {
-                        Some(e) => println!(
+                        Some(e) => writeln!(
+                            out,
                             "    {:<60} {:<9} error {} (class {}): {}",
                             i.id, state, e.error_code, e.instance_error_class, e.error_message
-                        ),
-                        None => println!("    {:<60} {state}", i.id),
+                        )?,
+                        None => writeln!(out, "    {:<60} {state}", i.id)?,
                     }
                 }
             }
-            Err(e) => println!("  instances: {:?}: {}", e.code(), e.message()),
+            Err(e) => writeln!(out, "  instances: {:?}: {}", e.code(), e.message())?,
         }
     }
+    out.flush()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_broken_pipe_counts_as_the_reader_gone() {
+        use std::io::{Error, ErrorKind};
+        let gone = anyhow::Error::from(Error::from(ErrorKind::BrokenPipe));
+        assert!(is_broken_pipe(&gone));
+        assert!(is_broken_pipe(&gone.context("writing the report")));
+        let full = anyhow::Error::from(Error::from(ErrorKind::StorageFull));
+        assert!(!is_broken_pipe(&full));
+        assert!(!is_broken_pipe(&anyhow::anyhow!(
+            "connecting to 127.0.0.1:1"
+        )));
+    }
 }

@@ -6,7 +6,7 @@
 use super::{Provider, now};
 use crate::cloudstack::types::{JobOutcome, cloudstack_date};
 use crate::domain::cluster::ClusterState;
-use crate::domain::machine::{Effect, JobEnd, Phase, Settled, poll_delay};
+use crate::domain::machine::{Effect, JobEnd, OpKind, Phase, Settled, poll_delay};
 use std::collections::HashSet;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -138,14 +138,15 @@ impl Provider {
             now(),
         )?;
         let label = self.group_label(gi);
+        let group_id = self.group_id(gi);
         match end.failure() {
             None => {
                 tracing::info!(group = %label, job = job_id, "scale job succeeded");
-                crate::metrics::record_job(settled.kind, "succeeded");
+                crate::metrics::record_job(&group_id, settled.kind, "succeeded");
             }
             Some((code, text)) => {
                 tracing::warn!(group = %label, job = job_id, code, "scale job failed: {text}");
-                crate::metrics::record_job(settled.kind, "failed");
+                crate::metrics::record_job(&group_id, settled.kind, "failed");
                 if settled.alert_refusal {
                     self.set_alert_unsupported(text);
                 }
@@ -182,10 +183,13 @@ impl Provider {
         };
         match (&found, was_lost) {
             (Some(job), true) if !effects.is_empty() => {
-                tracing::info!(group = %cluster_id, job = %job, "the scale request whose answer was lost became a job; following it")
+                tracing::info!(group = %cluster_id, job = %job, "the scale request whose answer was lost became a job; following it");
+                let kind = followed_kind(self.inner.groups[gi].read().scale.phase());
+                crate::metrics::record_job_started(&cluster_id, kind);
             }
             (Some(job), false) if !effects.is_empty() => {
-                tracing::info!(group = %cluster_id, job = %job, "adopting a running scale job this provider did not start")
+                tracing::info!(group = %cluster_id, job = %job, "adopting a running scale job this provider did not start");
+                crate::metrics::record_job_started(&cluster_id, "adopted");
             }
             (None, true) => {
                 tracing::warn!(group = %cluster_id, "the scale request whose answer was lost did not become a job; forgetting it")
@@ -299,6 +303,16 @@ impl Provider {
         Ok(None)
     }
 
+    /// The group's id (its cluster's id) as metric labels name it.
+    pub(crate) fn group_id(&self, gi: usize) -> String {
+        self.inner.groups[gi]
+            .read()
+            .scale
+            .cluster_id
+            .clone()
+            .unwrap_or_default()
+    }
+
     /// Whether a group waits for a job it cannot name: a lost submission, or its cluster
     /// Scaling with no job followed.
     fn waits_for_a_job(&self, gi: usize) -> bool {
@@ -312,5 +326,15 @@ impl Provider {
             Phase::Idle | Phase::Adopted { job: None, .. } => scaling,
             _ => false,
         }
+    }
+}
+
+/// The `kind` label of the job a group follows, as [`Settled::kind`] names it when the job
+/// ends: `scale_up`, `remove_nodes`, or `adopted` (a job this provider did not start).
+fn followed_kind(phase: &Phase) -> &'static str {
+    match phase.op().map(|o| &o.kind) {
+        Some(OpKind::Increase { .. }) => "scale_up",
+        Some(OpKind::Remove { .. }) => "remove_nodes",
+        None => "adopted",
     }
 }

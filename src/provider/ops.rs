@@ -19,6 +19,7 @@ impl Provider {
     fn scale_error(&self, gi: usize, source: ScaleError) -> Error {
         if let ScaleError::Refused(r) = &source {
             tracing::info!(group = %self.group_label(gi), rule = r.rule(), "scale request refused: {r}");
+            crate::metrics::record_refusal(&self.group_id(gi), r.rule());
         }
         Error::Scale {
             group: self.group_label(gi),
@@ -174,6 +175,11 @@ impl Provider {
         };
         g.lock().scale.submission_answered(job_id.clone(), now());
         tracing::info!(group = %label, job = %job_id, "scale job accepted by CloudStack");
+        let kind = match &request {
+            ScaleRequest::Resize { .. } => "scale_up",
+            ScaleRequest::RemoveNodes { .. } => "remove_nodes",
+        };
+        crate::metrics::record_job_started(&cluster_id, kind);
         if let Some(d) = deadline
             && let Some(end) = self.watch(gi, &job_id, d).await
         {
