@@ -10,7 +10,7 @@
 
 use crate::cli::{LogFormat, ServeArgs};
 use crate::cloudstack::{Client, ClientConfig};
-use crate::config::{self, CloudConfig, NodeGroupSpec};
+use crate::config::{self, BoundNodeGroup, CloudConfig, NodeGroupSpec};
 use crate::domain::instances::InstanceView;
 use crate::domain::status::InstanceState;
 use crate::metrics::{GroupGauges, MetricsSource, Told, Worker};
@@ -100,10 +100,13 @@ impl App {
                 groups = handle
                     .cluster_ids()
                     .into_iter()
-                    .map(|id| NodeGroupSpec {
-                        min: 1,
-                        max: 10,
-                        cluster: config::ClusterRef::Id(id),
+                    .map(|id| BoundNodeGroup {
+                        group: NodeGroupSpec {
+                            min: 1,
+                            max: 10,
+                            cluster: config::ClusterRef::Id(id),
+                        },
+                        client: None,
                     })
                     .collect();
             }
@@ -121,8 +124,17 @@ impl App {
                 "cluster-autoscaler cloud-config (--cloud-provider=externalgrpc --cloud-config=FILE):\n"
             );
             println!("address: \"{}\"\ngrpc_timeout: 5s\n", args.listen);
-            for g in &groups {
-                println!("node group (--nodes): {}:{}:{}", g.min, g.max, g.cluster);
+            for b in &groups {
+                let g = &b.group;
+                let client = b
+                    .client
+                    .as_deref()
+                    .map(|c| format!("@{c}"))
+                    .unwrap_or_default();
+                println!(
+                    "node group (--nodes): {}:{}:{}{client}",
+                    g.min, g.max, g.cluster
+                );
             }
             sim = Some(handle);
             (cfg, groups)
@@ -132,6 +144,8 @@ impl App {
         if groups.is_empty() {
             bail!("no node groups: give at least one --nodes MIN:MAX:CLUSTER");
         }
+        // Before anything listens: no autoscaler may see another's groups.
+        config::check_client_binding(&groups, args.tls_client_ca.is_some())?;
         let client = Client::new(client_cfg).context("building the CloudStack client")?;
         let provider = Provider::new(client, settings(args, groups));
         Ok(App {
@@ -249,8 +263,9 @@ fn gauge_worker(i: &InstanceView) -> Worker {
 }
 
 /// The provider settings the flags describe.
-fn settings(args: &ServeArgs, groups: Vec<NodeGroupSpec>) -> Settings {
-    let mut s = Settings::with_groups(groups);
+fn settings(args: &ServeArgs, groups: Vec<BoundNodeGroup>) -> Settings {
+    let mut s = Settings::with_bound_groups(groups);
+    s.max_node_provision_time = args.max_node_provision_time;
     s.job_poll_interval = args.job_poll_interval;
     s.refresh_min_interval = args.refresh_min_interval;
     s.staleness_bound = args.staleness_bound;
@@ -312,10 +327,10 @@ fn extras(args: &ServeArgs) -> anyhow::Result<crate::extras::ProviderExtras> {
     })
 }
 
-fn groups(args: &ServeArgs) -> anyhow::Result<Vec<NodeGroupSpec>> {
+fn groups(args: &ServeArgs) -> anyhow::Result<Vec<BoundNodeGroup>> {
     args.nodes
         .iter()
-        .map(|n| config::parse_nodes_spec(n).map_err(|e| anyhow::anyhow!("--nodes: {e}")))
+        .map(|n| config::parse_nodes(n).map_err(|e| anyhow::anyhow!("--nodes: {e}")))
         .collect()
 }
 

@@ -58,8 +58,12 @@ pub struct ServeArgs {
     /// ssl-no-verify, project-id, zone): the file the in-tree cloudstack provider uses.
     #[arg(long, env = "CKS_PROVIDER_CLOUD_CONFIG")]
     pub cloud_config: Option<PathBuf>,
-    /// A node group: MIN:MAX:CLUSTER (CKS cluster id or name). Repeatable. The cluster's own
-    /// minsize/maxsize win when CKS autoscaling is enabled on it.
+    /// A node group: MIN:MAX:CLUSTER (CKS cluster id or name), or MIN:MAX:CLUSTER@CLIENT to
+    /// serve it only to the autoscaler whose client certificate names CLIENT (a DNS SAN, or
+    /// the CN when it has none). Repeatable. With more than one, each must name its CLIENT
+    /// and --tls-client-ca is required (client binding): an autoscaler never sees or changes
+    /// another cluster's group. The cluster's own minsize/maxsize win when CKS autoscaling is
+    /// enabled on it.
     #[arg(long = "nodes", env = "CKS_PROVIDER_NODES", value_delimiter = ';')]
     pub nodes: Vec<String>,
     /// Read the API key from this file instead of the cloud-config (env CKS_PROVIDER_API_KEY
@@ -104,6 +108,11 @@ pub struct ServeArgs {
     /// 30 times less often. Also how far back listAsyncJobs is searched for a running job.
     #[arg(long, env = "CKS_PROVIDER_JOB_MAX_FOLLOW", default_value = "2h", value_parser = parse_duration)]
     pub job_max_follow: Duration,
+    /// The autoscalers' --max-node-provision-time: for that long after any autoscaler
+    /// reported a VM's node (NodeGroupForNode), the VM is never deleted as "unregistered".
+    /// Set it to the autoscalers' value (the deploy manifests use 25m).
+    #[arg(long, env = "CKS_PROVIDER_MAX_NODE_PROVISION_TIME", default_value = "25m", value_parser = parse_duration)]
+    pub max_node_provision_time: Duration,
     /// How long instances of a failed scale-up are reported before they are forgotten.
     #[arg(long, env = "CKS_PROVIDER_FAILED_INSTANCE_TTL", default_value = "30m", value_parser = parse_duration)]
     pub failed_instance_ttl: Duration,

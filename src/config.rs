@@ -6,7 +6,8 @@
 //! (`gopkg.in/gcfg.v1`, which the in-tree provider calls) does, so one file means the same to
 //! both. The rules, and the one place this reader is more lenient (unknown keys and sections are
 //! ignored with a warning instead of refused), are in docs/operations.md §2.5. The `--nodes`
-//! spec is the in-tree provider's `MIN:MAX:CLUSTER`.
+//! spec is the in-tree provider's `MIN:MAX:CLUSTER`, optionally bound to the one autoscaler it
+//! is served to (`MIN:MAX:CLUSTER@CLIENT`, see [`parse_nodes`] and [`check_client_binding`]).
 //!
 //! Nothing here logs or returns a value read from the file except `api-url` and
 //! `ssl-no-verify`: errors and warnings name lines, columns, keys and sections.
@@ -19,7 +20,8 @@ use std::path::Path;
 pub const MAX_NODES_LIMIT: u32 = 10_000;
 
 const SECTION: &str = "Global";
-const NODES_FORMAT: &str = "MIN:MAX:CLUSTER (e.g. 1:10:<cluster-uuid>, 1:10:name=my-cluster)";
+const NODES_FORMAT: &str = "MIN:MAX:CLUSTER or MIN:MAX:CLUSTER@CLIENT (e.g. 1:10:<cluster-uuid>, \
+     1:10:name=my-cluster@autoscaler.my-cluster)";
 
 /// The string keys of `[Global]`, as the in-tree provider's `CSConfig` tags them.
 const STRING_KEYS: [&str; 5] = ["api-url", "api-key", "secret-key", "project-id", "zone"];
@@ -70,6 +72,16 @@ pub enum ConfigError {
         reason: String,
         expected: &'static str,
     },
+    /// The node groups and the TLS settings together would let one autoscaler see or change
+    /// another's groups. `missing` says what to add, each item a sentence.
+    #[error(
+        "client binding: {}. Each autoscaler must see only its own cluster's node group: one \
+         that saw another cluster's group would take that cluster's workers for its own \
+         unregistered nodes and delete them after max-node-provision-time, and scale that \
+         cluster for its own pods",
+        missing.join("; ")
+    )]
+    ClientBinding { missing: Vec<String> },
 }
 
 /// CloudStack connection settings from the cloud-config.
@@ -780,14 +792,43 @@ pub struct NodeGroupSpec {
     pub cluster: ClusterRef,
 }
 
-/// Parses `MIN:MAX:CLUSTER`. CLUSTER is an id when UUID-shaped, else a name; `id=…`/`name=…`
-/// say which explicitly.
+/// One `--nodes MIN:MAX:CLUSTER[@CLIENT]` value: a node group and the autoscaler it is served
+/// to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BoundNodeGroup {
+    pub group: NodeGroupSpec,
+    /// The client the group is served to, matched against the DNS SANs of the caller's
+    /// verified client certificate (its CN when it has no DNS SAN). `None`: every client.
+    pub client: Option<String>,
+}
+
+/// Parses `MIN:MAX:CLUSTER` with no client bound (see [`parse_nodes`] for the whole syntax):
+/// a value binding a client is refused rather than read without its client.
 pub fn parse_nodes_spec(s: &str) -> Result<NodeGroupSpec, ConfigError> {
-    let err = |reason: String| ConfigError::NodesSpec {
-        input: s.to_string(),
+    let bound = parse_nodes(s)?;
+    match bound.client {
+        None => Ok(bound.group),
+        Some(client) => Err(nodes_error(
+            s,
+            format!("binds client {client:?}, which this reader of MIN:MAX:CLUSTER would drop"),
+        )),
+    }
+}
+
+fn nodes_error(input: &str, reason: String) -> ConfigError {
+    ConfigError::NodesSpec {
+        input: input.to_string(),
         reason,
         expected: NODES_FORMAT,
-    };
+    }
+}
+
+/// Parses `MIN:MAX:CLUSTER[@CLIENT]`. CLUSTER is an id when UUID-shaped, else a name;
+/// `id=…`/`name=…` say which explicitly. The first `@` starts CLIENT, so a cluster whose name
+/// holds an `@` is named by id. CLIENT is a DNS name or a certificate CN: no `*` (wildcards are
+/// never matched), no control characters, no surrounding spaces.
+pub fn parse_nodes(s: &str) -> Result<BoundNodeGroup, ConfigError> {
+    let err = |reason: String| nodes_error(s, reason);
     let parts: Vec<&str> = s.trim().split(':').collect();
     let [min, max, cluster] = parts.as_slice() else {
         return Err(err(format!(
@@ -813,6 +854,10 @@ pub fn parse_nodes_spec(s: &str) -> Result<NodeGroupSpec, ConfigError> {
             "MAX {max} exceeds the limit of {MAX_NODES_LIMIT}"
         )));
     }
+    let (cluster, client) = match cluster.split_once('@') {
+        Some((cluster, client)) => (cluster, Some(parse_client(client).map_err(err)?)),
+        None => (*cluster, None),
+    };
     let cluster = cluster.trim();
     let cluster = if let Some(id) = cluster.strip_prefix("id=") {
         ClusterRef::Id(id.trim().to_string())
@@ -827,7 +872,71 @@ pub fn parse_nodes_spec(s: &str) -> Result<NodeGroupSpec, ConfigError> {
     if v.is_empty() {
         return Err(err("CLUSTER is empty".into()));
     }
-    Ok(NodeGroupSpec { min, max, cluster })
+    Ok(BoundNodeGroup {
+        group: NodeGroupSpec { min, max, cluster },
+        client,
+    })
+}
+
+/// The CLIENT of `CLUSTER@CLIENT`, trimmed.
+fn parse_client(client: &str) -> Result<String, String> {
+    let client = client.trim();
+    if client.is_empty() {
+        return Err("CLIENT after `@` is empty".into());
+    }
+    if client.contains('*') {
+        return Err(format!(
+            "CLIENT {client:?} holds a `*`: wildcard certificate names are never matched; name \
+             the one DNS SAN (or CN) of the autoscaler's certificate"
+        ));
+    }
+    if client.chars().any(char::is_control) {
+        return Err(format!("CLIENT {client:?} holds a control character"));
+    }
+    Ok(client.to_string())
+}
+
+/// Refuses node groups and TLS settings that would let an autoscaler see or change another's
+/// groups: with more than one group, every group must name its client and client
+/// certificates must be required (`client_ca`, `--tls-client-ca`); a group naming a client
+/// needs them too, or no caller could ever be told to be that client. One group served to
+/// every client (the in-tree provider's setup) needs nothing.
+pub fn check_client_binding(groups: &[BoundNodeGroup], client_ca: bool) -> Result<(), ConfigError> {
+    let mut missing = Vec::new();
+    let unbound: Vec<String> = groups
+        .iter()
+        .filter(|g| g.client.is_none())
+        .map(|g| g.group.cluster.to_string())
+        .collect();
+    if groups.len() > 1 && !unbound.is_empty() {
+        missing.push(format!(
+            "{} node groups are served on one listener, and {} name(s) no client ({}): write \
+             each as --nodes MIN:MAX:CLUSTER@CLIENT, CLIENT being a DNS SAN (or, without SANs, \
+             the CN) of that cluster's autoscaler's client certificate",
+            groups.len(),
+            unbound.len(),
+            unbound.join(", ")
+        ));
+    }
+    let bound = groups.len() - unbound.len();
+    if !client_ca && (groups.len() > 1 || bound > 0) {
+        missing.push(if bound > 0 {
+            format!(
+                "{bound} node group(s) name a client but --tls-client-ca is not set: without \
+                 required client certificates no caller can be told apart; give --tls-client-ca \
+                 (with --tls-cert and --tls-key)"
+            )
+        } else {
+            "--tls-client-ca is not set: give it (with --tls-cert and --tls-key) so that every \
+             autoscaler presents a client certificate naming it"
+                .to_string()
+        });
+    }
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(ConfigError::ClientBinding { missing })
+    }
 }
 
 /// 8-4-4-4-12 hex digits.
@@ -1507,5 +1616,101 @@ mod tests {
             assert!(err.contains(reason), "{input}: {err}");
             assert!(err.contains("MIN:MAX:CLUSTER"), "{err}");
         }
+    }
+
+    #[test]
+    fn nodes_binds_a_client_after_the_first_at() {
+        let name = |n: &str| ClusterRef::Name(n.into());
+        let cases: [(&str, ClusterRef, Option<&str>); 7] = [
+            ("1:3:prod", name("prod"), None),
+            (
+                "1:3:prod@autoscaler.prod",
+                name("prod"),
+                Some("autoscaler.prod"),
+            ),
+            (
+                "1:3:177d0eeb-ee9f-4bd6-b3b3-2e8e1bf4e1a4@ca-a",
+                ClusterRef::Id(UUID.into()),
+                Some("ca-a"),
+            ),
+            ("1:3:name=prod @ ca-a ", name("prod"), Some("ca-a")),
+            ("1:3:id=x@ca-a", ClusterRef::Id("x".into()), Some("ca-a")),
+            // A CN may hold spaces and an `@`: only the first `@` separates.
+            (
+                "1:3:prod@cluster autoscaler@prod",
+                name("prod"),
+                Some("cluster autoscaler@prod"),
+            ),
+            ("0:0:a@B.Example", name("a"), Some("B.Example")),
+        ];
+        for (input, cluster, client) in cases {
+            let bound = parse_nodes(input).unwrap_or_else(|e| panic!("{input}: {e}"));
+            assert_eq!(bound.group.cluster, cluster, "{input}");
+            assert_eq!(bound.client.as_deref(), client, "{input}");
+        }
+        assert_eq!(
+            parse_nodes("2:5:prod@ca")
+                .map(|b| (b.group.min, b.group.max))
+                .ok(),
+            Some((2, 5))
+        );
+    }
+
+    #[test]
+    fn nodes_refuses_an_unusable_client_and_the_plain_reader_never_drops_one() {
+        let cases: [(&str, &str); 5] = [
+            ("1:3:prod@", "CLIENT after `@` is empty"),
+            ("1:3:prod@  ", "CLIENT after `@` is empty"),
+            ("1:3:prod@*.example", "wildcard"),
+            ("1:3:prod@a\tb", "control character"),
+            ("1:3:@ca-a", "CLUSTER is empty"),
+        ];
+        for (input, reason) in cases {
+            let err = parse_nodes(input).expect_err(input).to_string();
+            assert!(err.contains(reason), "{input}: {err}");
+            assert!(err.contains(&format!("{input:?}")), "{err}");
+            assert!(err.contains("MIN:MAX:CLUSTER@CLIENT"), "{err}");
+        }
+        let err = parse_nodes_spec("1:3:prod@ca-a").expect_err("binds a client");
+        assert!(err.to_string().contains("binds client \"ca-a\""), "{err}");
+        assert_eq!(
+            parse_nodes_spec("1:3:prod").ok().map(|g| g.cluster),
+            Some(ClusterRef::Name("prod".into()))
+        );
+    }
+
+    #[test]
+    fn several_groups_need_every_client_named_and_client_certificates_required() {
+        let bound = |spec: &str| parse_nodes(spec).expect(spec);
+        let a = bound("1:3:a@ca-a");
+        let b = bound("1:3:b@ca-b");
+        let plain_b = bound("1:3:b");
+        let plain_a = bound("1:3:a");
+        // Accepted: one unbound group, with or without mTLS; bound groups with mTLS.
+        assert!(check_client_binding(std::slice::from_ref(&plain_a), false).is_ok());
+        assert!(check_client_binding(std::slice::from_ref(&plain_a), true).is_ok());
+        assert!(check_client_binding(&[a.clone(), b.clone()], true).is_ok());
+        assert!(check_client_binding(std::slice::from_ref(&a), true).is_ok());
+        // Refused, each naming what is missing.
+        let refused = |groups: &[BoundNodeGroup], ca: bool| {
+            check_client_binding(groups, ca)
+                .expect_err("refused")
+                .to_string()
+        };
+        let e = refused(&[a.clone(), plain_b.clone()], true);
+        assert!(e.starts_with("client binding: "), "{e}");
+        assert!(e.contains("1 name(s) no client (name=b)"), "{e}");
+        assert!(!e.contains("--tls-client-ca is not set"), "{e}");
+        let e = refused(&[a.clone(), b.clone()], false);
+        assert!(
+            e.contains("2 node group(s) name a client but --tls-client-ca is not set"),
+            "{e}"
+        );
+        let e = refused(&[plain_a.clone(), plain_b.clone()], false);
+        assert!(e.contains("2 name(s) no client (name=a, name=b)"), "{e}");
+        assert!(e.contains("--tls-client-ca is not set"), "{e}");
+        assert!(e.contains("delete them"), "the message says why: {e}");
+        let e = refused(std::slice::from_ref(&a), false);
+        assert!(e.contains("1 node group(s) name a client"), "{e}");
     }
 }

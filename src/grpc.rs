@@ -1,6 +1,8 @@
 //! The externalgrpc `CloudProvider` service: a thin adapter from protobuf messages to
 //! [`Provider`] calls, and the one place where a provider error becomes a gRPC status code
-//! ([`status`]). Deadlines come from the request's `grpc-timeout`.
+//! ([`status`]). Deadlines come from the request's `grpc-timeout`; the caller ([`caller`])
+//! from its verified client certificate, and every call goes through the provider as that
+//! caller sees it ([`Provider::seen_by`]): its own node groups only.
 
 use crate::cloudstack::CsError;
 use crate::domain::machine::ScaleError;
@@ -8,7 +10,7 @@ use crate::domain::status::{InstanceError, InstanceState};
 use crate::extras::ProviderExtras;
 use crate::pb;
 use crate::pb::cloud_provider_server::CloudProvider;
-use crate::provider::{Error, InstanceView, NodeGroupView, NodeRef, Provider};
+use crate::provider::{Caller, Error, InstanceView, NodeGroupView, NodeRef, Provider};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,6 +39,7 @@ pub fn status(e: &Error) -> Status {
             | ScaleError::PreviousAnswerLost
             | ScaleError::NotWorker { .. }
             | ScaleError::RegisteredElsewhere { .. }
+            | ScaleError::RecentlyRegistered { .. }
             | ScaleError::BeingCreated { .. }
             | ScaleError::BelowMin { .. } => Code::FailedPrecondition,
         },
@@ -83,6 +86,19 @@ async fn observed<T>(
 pub struct CloudProviderService {
     provider: Provider,
     extras: Arc<ProviderExtras>,
+}
+
+/// Who sent `req`: the names its client certificate carries, as the TLS handshake verified it
+/// (`tls::certificate_identities`); anonymous without a client certificate (plaintext, or TLS
+/// without `--tls-client-ca`).
+pub fn caller<T>(req: &Request<T>) -> Caller {
+    match req.peer_certs() {
+        Some(chain) => match chain.first() {
+            Some(leaf) => Caller::with_identities(crate::tls::certificate_identities(leaf)),
+            None => Caller::anonymous(),
+        },
+        None => Caller::anonymous(),
+    }
 }
 
 /// Parses a `grpc-timeout` header value (`<digits><H|M|S|m|u|n>`).
@@ -157,12 +173,14 @@ fn error_pb(e: InstanceError) -> pb::InstanceErrorInfo {
 impl CloudProvider for CloudProviderService {
     async fn node_groups(
         &self,
-        _request: Request<pb::NodeGroupsRequest>,
+        request: Request<pb::NodeGroupsRequest>,
     ) -> Result<Response<pb::NodeGroupsResponse>, Status> {
+        let caller = caller(&request);
         observed("NodeGroups", async {
             Ok(pb::NodeGroupsResponse {
                 node_groups: self
                     .provider
+                    .seen_by(&caller)
                     .node_groups()
                     .into_iter()
                     .map(group_pb)
@@ -176,6 +194,7 @@ impl CloudProvider for CloudProviderService {
         &self,
         request: Request<pb::NodeGroupForNodeRequest>,
     ) -> Result<Response<pb::NodeGroupForNodeResponse>, Status> {
+        let caller = caller(&request);
         observed("NodeGroupForNode", async {
             let Some(node) = request.into_inner().node else {
                 return Err(Error::InvalidArgument(
@@ -184,6 +203,7 @@ impl CloudProvider for CloudProviderService {
             };
             let group = self
                 .provider
+                .seen_by(&caller)
                 .node_group_for_node(
                     &node.provider_id,
                     &node.name,
@@ -230,10 +250,11 @@ impl CloudProvider for CloudProviderService {
 
     async fn cleanup(
         &self,
-        _request: Request<pb::CleanupRequest>,
+        request: Request<pb::CleanupRequest>,
     ) -> Result<Response<pb::CleanupResponse>, Status> {
+        let caller = caller(&request);
         observed("Cleanup", async {
-            self.provider.cleanup();
+            self.provider.seen_by(&caller).cleanup();
             Ok(pb::CleanupResponse {})
         })
         .await
@@ -244,8 +265,12 @@ impl CloudProvider for CloudProviderService {
         request: Request<pb::RefreshRequest>,
     ) -> Result<Response<pb::RefreshResponse>, Status> {
         let deadline = self.deadline(&request);
+        let caller = caller(&request);
         observed("Refresh", async {
-            self.provider.refresh_within(Some(deadline)).await?;
+            self.provider
+                .seen_by(&caller)
+                .refresh_within(Some(deadline))
+                .await?;
             Ok(pb::RefreshResponse {})
         })
         .await
@@ -255,8 +280,12 @@ impl CloudProvider for CloudProviderService {
         &self,
         request: Request<pb::NodeGroupTargetSizeRequest>,
     ) -> Result<Response<pb::NodeGroupTargetSizeResponse>, Status> {
+        let caller = caller(&request);
         observed("NodeGroupTargetSize", async {
-            let size = self.provider.target_size(&request.get_ref().id)?;
+            let size = self
+                .provider
+                .seen_by(&caller)
+                .target_size(&request.get_ref().id)?;
             Ok(pb::NodeGroupTargetSizeResponse {
                 target_size: i32::try_from(size).unwrap_or(i32::MAX),
             })
@@ -269,9 +298,11 @@ impl CloudProvider for CloudProviderService {
         request: Request<pb::NodeGroupIncreaseSizeRequest>,
     ) -> Result<Response<pb::NodeGroupIncreaseSizeResponse>, Status> {
         let deadline = self.deadline(&request);
+        let caller = caller(&request);
         let r = request.into_inner();
         observed("NodeGroupIncreaseSize", async {
             self.provider
+                .seen_by(&caller)
                 .increase_size(&r.id, r.delta, deadline)
                 .await?;
             Ok(pb::NodeGroupIncreaseSizeResponse {})
@@ -284,6 +315,7 @@ impl CloudProvider for CloudProviderService {
         request: Request<pb::NodeGroupDeleteNodesRequest>,
     ) -> Result<Response<pb::NodeGroupDeleteNodesResponse>, Status> {
         let deadline = self.deadline(&request);
+        let caller = caller(&request);
         let r = request.into_inner();
         let nodes = r
             .nodes
@@ -295,7 +327,10 @@ impl CloudProvider for CloudProviderService {
             })
             .collect();
         observed("NodeGroupDeleteNodes", async {
-            self.provider.delete_nodes(&r.id, nodes, deadline).await?;
+            self.provider
+                .seen_by(&caller)
+                .delete_nodes(&r.id, nodes, deadline)
+                .await?;
             Ok(pb::NodeGroupDeleteNodesResponse {})
         })
         .await
@@ -305,9 +340,13 @@ impl CloudProvider for CloudProviderService {
         &self,
         request: Request<pb::NodeGroupDecreaseTargetSizeRequest>,
     ) -> Result<Response<pb::NodeGroupDecreaseTargetSizeResponse>, Status> {
+        let caller = caller(&request);
         let r = request.into_inner();
         observed("NodeGroupDecreaseTargetSize", async {
-            self.provider.decrease_target_size(&r.id, r.delta).await?;
+            self.provider
+                .seen_by(&caller)
+                .decrease_target_size(&r.id, r.delta)
+                .await?;
             Ok(pb::NodeGroupDecreaseTargetSizeResponse {})
         })
         .await
@@ -317,8 +356,12 @@ impl CloudProvider for CloudProviderService {
         &self,
         request: Request<pb::NodeGroupNodesRequest>,
     ) -> Result<Response<pb::NodeGroupNodesResponse>, Status> {
+        let caller = caller(&request);
         observed("NodeGroupNodes", async {
-            let instances = self.provider.nodes(&request.get_ref().id)?;
+            let instances = self
+                .provider
+                .seen_by(&caller)
+                .nodes(&request.get_ref().id)?;
             Ok(pb::NodeGroupNodesResponse {
                 instances: instances.iter().map(instance_pb).collect(),
             })
@@ -330,10 +373,11 @@ impl CloudProvider for CloudProviderService {
         &self,
         request: Request<pb::NodeGroupTemplateNodeInfoRequest>,
     ) -> Result<Response<pb::NodeGroupTemplateNodeInfoResponse>, Status> {
+        let caller = caller(&request);
         observed("NodeGroupTemplateNodeInfo", async {
-            let node_bytes = self
-                .extras
-                .template_node_info(&self.provider, &request.get_ref().id)?;
+            let id = &request.get_ref().id;
+            self.provider.seen_by(&caller).has_group(id)?;
+            let node_bytes = self.extras.template_node_info(&self.provider, id)?;
             // The same Node in both fields: releases up to 1.34.1 read field 1 (declared as a
             // v1.Node message upstream, as bytes here: the encoding is the same), releases
             // from 1.34.2 field 2.
@@ -349,7 +393,11 @@ impl CloudProvider for CloudProviderService {
         &self,
         request: Request<pb::NodeGroupAutoscalingOptionsRequest>,
     ) -> Result<Response<pb::NodeGroupAutoscalingOptionsResponse>, Status> {
+        let caller = caller(&request);
         observed("NodeGroupGetOptions", async {
+            self.provider
+                .seen_by(&caller)
+                .has_group(&request.get_ref().id)?;
             // `None` (for a 1.28 autoscaler) is an answer without options: that client then
             // applies its own flags.
             let options = self.extras.get_options(&self.provider, request.get_ref())?;

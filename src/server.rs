@@ -21,7 +21,9 @@ pub const MAX_REQUEST_BYTES: usize = 4 * 1024 * 1024;
 pub struct ServeOptions {
     /// The optional RPCs (template node, option overrides).
     pub extras: Arc<ProviderExtras>,
-    /// TLS (mutual when a client CA is configured), re-read when the files change.
+    /// TLS (mutual when a client CA is configured), re-read when the files change. With a
+    /// client CA, each call's verified client certificate names its caller, which sees only
+    /// the node groups bound to it (`--nodes …@CLIENT`, `crate::grpc::caller`).
     pub tls: Option<crate::tls::ReloadingTls>,
     /// Concurrent requests per connection.
     pub concurrency_per_connection: usize,

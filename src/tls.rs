@@ -16,7 +16,9 @@
 //!   certificate they were opened with; new ones get the current configuration.
 //!
 //! With a client CA, the client certificate is required and verified during the handshake, so a
-//! client without a valid certificate never reaches a gRPC handler. The crypto provider is
+//! client without a valid certificate never reaches a gRPC handler. [`certificate_identities`]
+//! reads the names a verified client certificate carries, which `--nodes …@CLIENT` binds
+//! groups to. The crypto provider is
 //! aws-lc-rs, the one tonic's `tls-aws-lc` feature uses; server configurations name it
 //! explicitly so they never depend on the process-wide default.
 
@@ -587,6 +589,90 @@ async fn accept_loop(
     }
 }
 
+/// The names a client certificate identifies its holder by, for `--nodes …@CLIENT`: its DNS
+/// subject alternative names, in order, or, when it has none, its subject's common name (the
+/// last one, the most specific), as TLS name checks do (RFC 6125 §6.4.4). Empty when the
+/// certificate cannot be parsed or names nothing. Call it only on a certificate the handshake
+/// verified: the names are taken as they are written.
+pub fn certificate_identities(cert: &CertificateDer<'_>) -> Vec<String> {
+    let Ok(parsed) = webpki::EndEntityCert::try_from(cert) else {
+        return Vec::new();
+    };
+    let sans: Vec<String> = parsed.valid_dns_names().map(str::to_owned).collect();
+    if !sans.is_empty() {
+        return sans;
+    }
+    common_name(parsed.subject()).into_iter().collect()
+}
+
+/// OID 2.5.4.3 (id-at-commonName), DER-encoded.
+const OID_COMMON_NAME: &[u8] = &[0x55, 0x04, 0x03];
+
+/// The last common name in a DER `Name` (the contents of its SEQUENCE, as webpki hands them
+/// over): a sequence of SETs of `SEQUENCE { type OID, value }`. `None` when there is none or
+/// the encoding is not what DER allows.
+fn common_name(name: &[u8]) -> Option<String> {
+    let mut found = None;
+    let mut rdns = name;
+    while !rdns.is_empty() {
+        let (set, rest) = der_item(rdns, 0x31)?;
+        rdns = rest;
+        let mut attributes = set;
+        while !attributes.is_empty() {
+            let (attribute, rest) = der_item(attributes, 0x30)?;
+            attributes = rest;
+            let (oid, value) = der_item(attribute, 0x06)?;
+            if oid == OID_COMMON_NAME {
+                found = Some(directory_string(value)?);
+            }
+        }
+    }
+    found
+}
+
+/// The text of a DER DirectoryString (UTF8String, PrintableString, IA5String, TeletexString
+/// holding UTF-8, or BMPString).
+fn directory_string(item: &[u8]) -> Option<String> {
+    let (&tag, _) = item.split_first()?;
+    let (text, rest) = der_item(item, tag)?;
+    if !rest.is_empty() {
+        return None;
+    }
+    match tag {
+        0x0c | 0x13 | 0x16 | 0x14 => String::from_utf8(text.to_vec()).ok(),
+        0x1e if text.len() % 2 == 0 => String::from_utf16(
+            &text
+                .chunks_exact(2)
+                .map(|p| u16::from_be_bytes([p[0], p[1]]))
+                .collect::<Vec<_>>(),
+        )
+        .ok(),
+        _ => None,
+    }
+}
+
+/// Splits one DER item with tag `tag` off `input`: its contents and what follows. Definite
+/// lengths only (DER has no other), up to four length bytes.
+fn der_item(input: &[u8], tag: u8) -> Option<(&[u8], &[u8])> {
+    let (&found, input) = input.split_first()?;
+    if found != tag {
+        return None;
+    }
+    let (&first, mut input) = input.split_first()?;
+    let len = if first < 0x80 {
+        usize::from(first)
+    } else {
+        let count = usize::from(first & 0x7f);
+        if count == 0 || count > 4 || input.len() < count {
+            return None;
+        }
+        let (bytes, rest) = input.split_at(count);
+        input = rest;
+        bytes.iter().fold(0usize, |n, b| (n << 8) | usize::from(*b))
+    };
+    (input.len() >= len).then(|| input.split_at(len))
+}
+
 /// Client-side TLS for tests and probes: trust `ca` for the server's certificate, expect it
 /// to be valid for `domain`, and present `client_cert` (certificate, key) when given. The
 /// files are validated now, with the same errors as the server side.
@@ -618,4 +704,121 @@ pub fn client_tls_config(
         config = config.identity(tonic::transport::Identity::from_pem(cert_pem, key_pem));
     }
     Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rcgen::string::{BmpString, Ia5String, PrintableString};
+    use rcgen::{CertificateParams, DistinguishedName, DnType, DnValue, KeyPair};
+
+    /// A self-signed certificate with these SANs (IP addresses become IP SANs) and CN.
+    fn cert(sans: &[&str], cn: Option<DnValue>) -> CertificateDer<'static> {
+        let mut params =
+            CertificateParams::new(sans.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+                .expect("params");
+        params.distinguished_name = DistinguishedName::new();
+        if let Some(cn) = cn {
+            params
+                .distinguished_name
+                .push(DnType::OrganizationName, "org");
+            params.distinguished_name.push(DnType::CommonName, cn);
+        }
+        let key = KeyPair::generate().expect("key");
+        params.self_signed(&key).expect("cert").der().clone()
+    }
+
+    #[test]
+    fn identities_are_the_dns_sans_else_the_common_name() {
+        let utf8 = |s: &str| Some(DnValue::Utf8String(s.into()));
+        let cases: [(&str, CertificateDer<'static>, &[&str]); 7] = [
+            (
+                "DNS SANs, in order, and the CN left out",
+                cert(&["autoscaler.a", "Other.Example"], utf8("cn-a")),
+                &["autoscaler.a", "Other.Example"],
+            ),
+            (
+                "no SAN: the CN",
+                cert(&[], utf8("cluster autoscaler a")),
+                &["cluster autoscaler a"],
+            ),
+            (
+                "an IP SAN is no DNS SAN: the CN",
+                cert(&["10.0.0.1"], utf8("cn-b")),
+                &["cn-b"],
+            ),
+            (
+                "a PrintableString CN",
+                cert(
+                    &[],
+                    Some(DnValue::PrintableString(
+                        PrintableString::try_from("cn-p").unwrap(),
+                    )),
+                ),
+                &["cn-p"],
+            ),
+            (
+                "an IA5String CN",
+                cert(
+                    &[],
+                    Some(DnValue::Ia5String(Ia5String::try_from("cn-i").unwrap())),
+                ),
+                &["cn-i"],
+            ),
+            (
+                "a BMPString CN",
+                cert(
+                    &[],
+                    Some(DnValue::BmpString(BmpString::try_from("cn-ü").unwrap())),
+                ),
+                &["cn-ü"],
+            ),
+            ("no SAN, no CN: nothing", cert(&[], None), &[]),
+        ];
+        for (what, der, want) in cases {
+            assert_eq!(certificate_identities(&der), want, "{what}");
+        }
+        let garbage = CertificateDer::from(vec![0x30, 0x03, 0x02, 0x01, 0x01]);
+        assert!(certificate_identities(&garbage).is_empty());
+    }
+
+    #[test]
+    fn the_common_name_reader_takes_the_last_and_refuses_bad_lengths() {
+        // SET { SEQUENCE { OID, UTF8String } } for each value.
+        let rdn = |oid: &[u8], text: &str| {
+            let mut atv = vec![0x06, oid.len() as u8];
+            atv.extend_from_slice(oid);
+            atv.extend([0x0c, text.len() as u8]);
+            atv.extend_from_slice(text.as_bytes());
+            let mut seq = vec![0x30, atv.len() as u8];
+            seq.extend(atv);
+            let mut set = vec![0x31, seq.len() as u8];
+            set.extend(seq);
+            set
+        };
+        let org = [0x55, 0x04, 0x0a];
+        let mut name = rdn(OID_COMMON_NAME, "first");
+        name.extend(rdn(&org, "org"));
+        name.extend(rdn(OID_COMMON_NAME, "last"));
+        assert_eq!(common_name(&name).as_deref(), Some("last"));
+        assert_eq!(common_name(&rdn(&org, "org")), None);
+        assert_eq!(common_name(&[]), None);
+        // Cut short anywhere: no name rather than a misread one.
+        for cut in 1..name.len() {
+            let got = common_name(&name[..cut]);
+            assert!(
+                got.is_none() || got.as_deref() == Some("first"),
+                "{cut}: {got:?}"
+            );
+        }
+        // Long-form lengths read; a length past the end is refused.
+        let long = [0x04, 0x81, 0x02, 0xaa, 0xbb, 0xcc];
+        assert_eq!(
+            der_item(&long, 0x04),
+            Some((&[0xaa, 0xbb][..], &[0xcc][..]))
+        );
+        assert_eq!(der_item(&[0x04, 0x82, 0x01, 0x00, 0xaa], 0x04), None);
+        assert_eq!(der_item(&[0x04, 0x80], 0x04), None);
+        assert_eq!(der_item(&[0x05, 0x00], 0x04), None);
+    }
 }

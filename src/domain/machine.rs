@@ -25,6 +25,7 @@
 
 use super::cluster::{ClusterState, IndexedSnapshot, NodeRole};
 use super::nodeid::{FAKE_NODE_REASON_ANNOTATION, default_provider_id, vm_id_from_provider_id};
+use super::registry::Registrations;
 use super::rules::{AlertScaling, Refusal, ScaleRequest, check_scale};
 use super::status::{ErrorClass, InstanceError, scale_up_failure};
 use std::collections::{HashMap, HashSet};
@@ -392,6 +393,16 @@ pub enum ScaleError {
         provider_id: String,
         instance: String,
     },
+    /// A fake "unregistered" node for a VM whose node an autoscaler reported as registered
+    /// `ago_secs` before, within the autoscaler's max-node-provision-time (`window_secs`).
+    /// (Whole seconds keep the error small.)
+    RecentlyRegistered {
+        vm: String,
+        instance: String,
+        node: String,
+        ago_secs: u64,
+        window_secs: u64,
+    },
     /// An instance a running job is creating (cannot be cancelled).
     BeingCreated {
         instance: String,
@@ -444,6 +455,19 @@ impl fmt::Display for ScaleError {
                 "refusing to delete VM {vm} as unregistered: its node {node} is registered \
                  (providerID {provider_id:?}); the autoscaler matched instance {instance} to no node \
                  because the providerIDs differ; nothing was deleted"
+            ),
+            ScaleError::RecentlyRegistered {
+                vm,
+                instance,
+                node,
+                ago_secs,
+                window_secs,
+            } => write!(
+                f,
+                "refusing to delete VM {vm} (instance {instance}) as unregistered: its node {node} \
+                 was reported registered {ago_secs}s ago, within max-node-provision-time \
+                 ({window_secs}s): the node is another autoscaler's, or left the cluster less \
+                 than that long ago; nothing was deleted"
             ),
             ScaleError::BeingCreated { instance } => write!(
                 f,
@@ -825,18 +849,20 @@ impl ScaleMachine {
 
     /// DeleteNodes: resolves every node (all or nothing); checks the bounds against everything
     /// queued and in flight (the group's minimum, never the last worker, never a control, etcd
-    /// or external VM) and, with the cluster at rest, CloudStack's rules for the merged
-    /// request; then queues the VMs (the target drops at once) and drops placeholders
-    /// locally. A refusal changes nothing. The rules are checked again when the merged
-    /// request is sent (a job running now may change the cluster).
+    /// or external VM, never a VM whose node is `registered` through a fake "unregistered"
+    /// node) and, with the cluster at rest, CloudStack's rules for the merged request; then
+    /// queues the VMs (the target drops at once) and drops placeholders locally. A refusal
+    /// changes nothing. The rules are checked again when the merged request is sent (a job
+    /// running now may change the cluster).
     pub fn accept_removal(
         &mut self,
         nodes: &[NodeRef],
         min: u32,
         alert: &AlertScaling,
+        registered: &Registrations,
         now: Instant,
     ) -> Result<Accepted, ScaleError> {
-        let plan = self.plan_removal(nodes, min)?;
+        let plan = self.plan_removal(nodes, min, registered, now)?;
         let snap = self.snap.clone().ok_or(ScaleError::NoSnapshot)?;
         let at_rest = self.phase == Phase::Idle && snap.snap.state != ClusterState::Scaling;
         if !plan.vms.is_empty() {
@@ -898,7 +924,13 @@ impl ScaleMachine {
 
     /// Resolves the nodes of a DeleteNodes (all or nothing) and checks the group's minimum.
     /// An empty `vms` means nothing needs CloudStack.
-    fn plan_removal(&self, nodes: &[NodeRef], min: u32) -> Result<DeletePlan, ScaleError> {
+    fn plan_removal(
+        &self,
+        nodes: &[NodeRef],
+        min: u32,
+        registered: &Registrations,
+        now: Instant,
+    ) -> Result<DeletePlan, ScaleError> {
         let s = self.snap.clone().ok_or(ScaleError::NoSnapshot)?;
         let removing = self.removing();
         let mut plan = DeletePlan::default();
@@ -949,6 +981,17 @@ impl ScaleMachine {
                             node: l.node_name.clone(),
                             provider_id: l.provider_id.clone(),
                             instance: n.provider_id.clone(),
+                        });
+                    }
+                    if reason == Some("unregistered")
+                        && let Some(r) = registered.recent(&vm.id, now)
+                    {
+                        return Err(ScaleError::RecentlyRegistered {
+                            vm: vm.name.clone(),
+                            instance: shown.clone(),
+                            node: r.node.clone(),
+                            ago_secs: now.saturating_duration_since(r.seen).as_secs(),
+                            window_secs: registered.window().as_secs(),
                         });
                     }
                     // Named twice, queued already or in the removal in flight: sent once.
@@ -1623,6 +1666,13 @@ mod tests {
 
     const ALERT: AlertScaling = AlertScaling::Supported;
     const MAX: u32 = 10;
+    /// The autoscaler's max-node-provision-time, as the deploy manifests set it.
+    const PROVISION: Duration = Duration::from_secs(25 * 60);
+
+    /// No node reported registered.
+    fn no_reports() -> Registrations {
+        Registrations::new(PROVISION)
+    }
 
     fn timings() -> Timings {
         Timings {
@@ -1779,7 +1829,7 @@ mod tests {
                     provider_id: "external-cloudstack://w1".into(),
                     ..NodeRef::default()
                 };
-                match m.accept_removal(&[node], 1, &ALERT, t0) {
+                match m.accept_removal(&[node], 1, &ALERT, &no_reports(), t0) {
                     Ok(a) => format!("{a:?}").to_ascii_lowercase(),
                     Err(e) => format!("err:{}", err_name(&e)),
                 }
@@ -1801,6 +1851,7 @@ mod tests {
             ScaleError::UnknownNode { .. } => "unknown-node",
             ScaleError::NotWorker { .. } => "not-worker",
             ScaleError::RegisteredElsewhere { .. } => "registered",
+            ScaleError::RecentlyRegistered { .. } => "recently-registered",
             ScaleError::BeingCreated { .. } => "being-created",
             ScaleError::BelowMin { .. } => "below-min",
         }
@@ -2077,6 +2128,79 @@ mod tests {
         }
     }
 
+    /// The fake node the autoscaler builds for an instance without a node.
+    fn fake(id: &str, reason: &str) -> NodeRef {
+        let instance = format!("external-cloudstack://{id}");
+        NodeRef {
+            provider_id: instance.clone(),
+            name: instance,
+            annotations: HashMap::from([(FAKE_NODE_REASON_ANNOTATION.into(), reason.into())]),
+        }
+    }
+
+    #[test]
+    fn a_vm_reported_registered_is_not_deleted_as_unregistered_within_the_window() {
+        let t0 = Instant::now();
+        let mut m = machine_in("idle", t0);
+        let mut reports = no_reports();
+        // Another autoscaler showed w1's node, with the default providerID, 10 minutes in.
+        let seen = at(t0, 600);
+        reports.record("w1", "k-node-w1", "external-cloudstack://w1", seen);
+
+        let refused = m.accept_removal(
+            &[fake("w1", "unregistered")],
+            1,
+            &ALERT,
+            &reports,
+            seen + PROVISION - Duration::from_secs(1),
+        );
+        let Err(e @ ScaleError::RecentlyRegistered { .. }) = refused else {
+            panic!("refused as registered: {refused:?}");
+        };
+        let text = e.to_string();
+        assert!(
+            text.contains("external-cloudstack://w1") && text.contains("k-node-w1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("1499s ago") && text.contains("(1500s)"),
+            "{text}"
+        );
+        assert!(m.queue().remove.is_empty(), "nothing queued");
+        assert_eq!(m.target(), Some(3));
+
+        // Not protected: another VM, a failed creation, a real node the autoscaler sees.
+        let now = seen + Duration::from_secs(60);
+        assert_eq!(
+            m.plan_removal(&[fake("w2", "unregistered")], 1, &reports, now)
+                .map(|p| p.vms),
+            Ok(vec!["w2".to_string()])
+        );
+        assert_eq!(
+            m.plan_removal(&[fake("w1", "create-error")], 1, &reports, now)
+                .map(|p| p.vms),
+            Ok(vec!["w1".to_string()])
+        );
+        assert_eq!(
+            m.plan_removal(&[node("w1")], 1, &reports, now)
+                .map(|p| p.vms),
+            Ok(vec!["w1".to_string()])
+        );
+
+        // Once the node has not been seen for the whole window, the deletion is the
+        // autoscaler's to make.
+        assert_eq!(
+            m.accept_removal(
+                &[fake("w1", "unregistered")],
+                1,
+                &ALERT,
+                &reports,
+                seen + PROVISION
+            ),
+            Ok(Accepted::OpensWindow)
+        );
+    }
+
     fn running(n: u32, t: Instant) -> Arc<IndexedSnapshot> {
         let ids: Vec<String> = (1..=n).map(|i| format!("w{i}")).collect();
         let vms: Vec<(&str, VmState)> =
@@ -2138,7 +2262,7 @@ mod tests {
             annotations: HashMap::new(),
         };
         assert_eq!(
-            m.accept_removal(std::slice::from_ref(&w2), 1, &ALERT, t0),
+            m.accept_removal(std::slice::from_ref(&w2), 1, &ALERT, &no_reports(), t0),
             Ok(Accepted::OpensWindow)
         );
         assert_eq!(m.target(), Some(2), "the target drops once accepted");
@@ -2149,7 +2273,7 @@ mod tests {
         assert_eq!(m.target(), Some(3));
         assert!(m.recently_removed.is_empty());
         // Accepted: remembered under id and name; once gone, naming it again is a no-op.
-        m.accept_removal(std::slice::from_ref(&w2), 1, &ALERT, t0)
+        m.accept_removal(std::slice::from_ref(&w2), 1, &ALERT, &no_reports(), t0)
             .expect("accepted");
         m.close_window(&ALERT, t0).expect("sent");
         m.submission_answered("job-2".into(), t0);
@@ -2163,21 +2287,21 @@ mod tests {
             t0,
         );
         assert_eq!(
-            m.accept_removal(std::slice::from_ref(&w2), 1, &ALERT, t0),
+            m.accept_removal(std::slice::from_ref(&w2), 1, &ALERT, &no_reports(), t0),
             Ok(Accepted::Done)
         );
         // A removal while the first runs waits behind it, but not below the minimum.
         assert_eq!(
-            m.accept_removal(&[node("w3")], 2, &ALERT, t0)
+            m.accept_removal(&[node("w3")], 2, &ALERT, &no_reports(), t0)
                 .map_err(|e| err_name(&e)),
             Err("below-min")
         );
         assert_eq!(
-            m.accept_removal(&[node("w3")], 1, &ALERT, t0),
+            m.accept_removal(&[node("w3")], 1, &ALERT, &no_reports(), t0),
             Ok(Accepted::Behind)
         );
         assert_eq!(
-            m.accept_removal(&[node("w1")], 0, &ALERT, t0),
+            m.accept_removal(&[node("w1")], 0, &ALERT, &no_reports(), t0),
             Err(ScaleError::Refused(Refusal::RemovesAllWorkers {
                 cluster: "k".into(),
                 workers: 2
@@ -2195,7 +2319,7 @@ mod tests {
         m.snapshot_installed(running(6, t0), &ALERT, t0);
         let got: Vec<_> = ["w1", "w2", "w3", "w2"]
             .iter()
-            .map(|id| m.accept_removal(&[node(id)], 1, &ALERT, t0))
+            .map(|id| m.accept_removal(&[node(id)], 1, &ALERT, &no_reports(), t0))
             .collect();
         assert_eq!(
             got,
@@ -2218,20 +2342,20 @@ mod tests {
         // More arrive while the job runs: accepted at once, sent together when it ends; a
         // node of the job in flight is not sent again.
         assert_eq!(
-            m.accept_removal(&[node("w4")], 1, &ALERT, t0),
+            m.accept_removal(&[node("w4")], 1, &ALERT, &no_reports(), t0),
             Ok(Accepted::Behind)
         );
         assert_eq!(
-            m.accept_removal(&[node("w5")], 1, &ALERT, t0),
+            m.accept_removal(&[node("w5")], 1, &ALERT, &no_reports(), t0),
             Ok(Accepted::Behind)
         );
         assert_eq!(
-            m.accept_removal(&[node("w1")], 1, &ALERT, t0),
+            m.accept_removal(&[node("w1")], 1, &ALERT, &no_reports(), t0),
             Ok(Accepted::Done)
         );
         assert_eq!(m.target(), Some(1));
         assert_eq!(
-            m.accept_removal(&[node("w6")], 1, &ALERT, t0)
+            m.accept_removal(&[node("w6")], 1, &ALERT, &no_reports(), t0)
                 .map_err(|e| err_name(&e)),
             Err("below-min"),
             "the minimum holds against everything queued"
@@ -2257,9 +2381,9 @@ mod tests {
     fn a_queued_node_that_disappears_is_left_out_and_one_that_comes_back_is_sent() {
         let t0 = Instant::now();
         let mut m = machine_in("running", t0);
-        m.accept_removal(&[node("w1")], 1, &ALERT, t0)
+        m.accept_removal(&[node("w1")], 1, &ALERT, &no_reports(), t0)
             .expect("queued");
-        m.accept_removal(&[node("w2")], 1, &ALERT, t0)
+        m.accept_removal(&[node("w2")], 1, &ALERT, &no_reports(), t0)
             .expect("queued");
         // w1 vanished (destroyed elsewhere), w2 missing from one listing and back.
         m.snapshot_installed(
@@ -2289,7 +2413,7 @@ mod tests {
         assert_eq!(settled.effects, vec![remove_of(&["w2"])]);
         // Every queued node gone: nothing is sent.
         let mut m = machine_in("running", t0);
-        m.accept_removal(&[node("w1")], 1, &ALERT, t0)
+        m.accept_removal(&[node("w1")], 1, &ALERT, &no_reports(), t0)
             .expect("queued");
         m.snapshot_installed(
             snapshot(
@@ -2311,7 +2435,7 @@ mod tests {
     fn removals_go_before_increases_and_neither_is_lost() {
         let t0 = Instant::now();
         let mut m = machine_in("running", t0);
-        m.accept_removal(&[node("w1")], 1, &ALERT, t0)
+        m.accept_removal(&[node("w1")], 1, &ALERT, &no_reports(), t0)
             .expect("queued");
         assert_eq!(m.admit_increase(2, MAX), Ok(Admission::Queued));
         assert_eq!(m.target(), Some(5 - 1 + 2));
@@ -2340,7 +2464,7 @@ mod tests {
         // An increase arriving while a window collects removals waits for them.
         let mut m = machine_in("idle", t0);
         assert_eq!(
-            m.accept_removal(&[node("w1")], 1, &ALERT, t0),
+            m.accept_removal(&[node("w1")], 1, &ALERT, &no_reports(), t0),
             Ok(Accepted::OpensWindow)
         );
         assert_eq!(m.admit_increase(1, MAX), Ok(Admission::Queued));
@@ -2359,13 +2483,13 @@ mod tests {
         );
         m.snapshot_installed(alert_no_down_worker, &ALERT, t0);
         assert!(matches!(
-            m.accept_removal(&[node("w1")], 1, &ALERT, t0),
+            m.accept_removal(&[node("w1")], 1, &ALERT, &no_reports(), t0),
             Err(ScaleError::Refused(Refusal::AlertWithoutDownWorker { .. }))
         ));
         assert_eq!(m.target(), Some(2));
         // Queued behind a job, they are checked when their turn comes.
         let mut m = machine_in("running", t0);
-        m.accept_removal(&[node("w1")], 1, &ALERT, t0)
+        m.accept_removal(&[node("w1")], 1, &ALERT, &no_reports(), t0)
             .expect("queued");
         m.snapshot_installed(
             snapshot(
@@ -2393,7 +2517,7 @@ mod tests {
         // In a window, the refusal is the window's error.
         let mut m = ScaleMachine::new(Some("cid".into()), timings());
         m.snapshot_installed(running3(t0), &ALERT, t0);
-        m.accept_removal(&[node("w1")], 1, &ALERT, t0)
+        m.accept_removal(&[node("w1")], 1, &ALERT, &no_reports(), t0)
             .expect("queued");
         m.snapshot_installed(
             snapshot(
@@ -2420,9 +2544,9 @@ mod tests {
         let t0 = Instant::now();
         let mut m = ScaleMachine::new(Some("cid".into()), timings());
         m.snapshot_installed(running(4, t0), &ALERT, t0);
-        m.accept_removal(&[node("w1")], 1, &ALERT, t0)
+        m.accept_removal(&[node("w1")], 1, &ALERT, &no_reports(), t0)
             .expect("queued");
-        m.accept_removal(&[node("w2")], 1, &ALERT, t0)
+        m.accept_removal(&[node("w2")], 1, &ALERT, &no_reports(), t0)
             .expect("queued");
         m.close_window(&ALERT, t0).expect("sent");
         m.submission_answered("job-1".into(), t0);
@@ -2454,12 +2578,12 @@ mod tests {
         assert_eq!(m.target(), Some(3));
         // w2 can be removed again; w1 is done.
         assert_eq!(
-            m.accept_removal(&[node("w1")], 1, &ALERT, t0)
+            m.accept_removal(&[node("w1")], 1, &ALERT, &no_reports(), t0)
                 .map_err(|e| err_name(&e)),
             Ok(Accepted::Done)
         );
         assert_eq!(
-            m.accept_removal(&[node("w2")], 1, &ALERT, t0),
+            m.accept_removal(&[node("w2")], 1, &ALERT, &no_reports(), t0),
             Ok(Accepted::OpensWindow)
         );
     }
@@ -2501,7 +2625,7 @@ mod tests {
         for (ids, min, want) in cases {
             let nodes: Vec<NodeRef> = ids.iter().map(|i| node(i)).collect();
             let got = m
-                .plan_removal(&nodes, *min)
+                .plan_removal(&nodes, *min, &no_reports(), t0)
                 .map(|p| p.vms.len())
                 .map_err(|e| err_name(&e));
             assert_eq!(got, *want, "{ids:?} min {min}");
@@ -2716,7 +2840,7 @@ mod tests {
                         },
                         Step::Remove(n) => {
                             let node = NodeRef { provider_id: format!("external-cloudstack://w{n}"), ..NodeRef::default() };
-                            match m.accept_removal(&[node], 1, &ALERT, now) {
+                            match m.accept_removal(&[node], 1, &ALERT, &no_reports(), now) {
                                 Ok(Accepted::Done) => prop_assert!(m.target() <= before.target()),
                                 Ok(_) => prop_assert_eq!(m.target(), before.target().map(|t| t - 1), "the target drops at once"),
                                 Err(_) => {

@@ -12,6 +12,8 @@
 //!   life is there, with its table of tests.
 //! - [`instances`]: what the autoscaler is told, derived from the machine: target size,
 //!   instances and their status, node resolution, bounds, the debug line.
+//! - [`registry`]: the VMs whose nodes the autoscalers reported as registered, and when: what
+//!   keeps a registered VM from being deleted as "unregistered".
 //!
 //! Nothing here touches the network, the clock or a lock; callers pass in what they observed
 //! and the time they observed it.
@@ -19,5 +21,6 @@ pub mod cluster;
 pub mod instances;
 pub mod machine;
 pub mod nodeid;
+pub mod registry;
 pub mod rules;
 pub mod status;

@@ -7,12 +7,18 @@
 //! Reads (NodeGroups, NodeGroupForNode, NodeGroupNodes, NodeGroupTargetSize) are answered from
 //! memory. Only Refresh, the scale RPCs and the job followers call CloudStack.
 //!
+//! Callers: the gRPC layer calls through [`Provider::seen_by`], which shows each autoscaler
+//! only the groups bound to it (`--nodes …@CLIENT`, [`caller`]); a caller never sees or
+//! changes another client's group. The provider's own methods of the same names see every
+//! group, for the operator's tools (metrics, demo, tests).
+//!
 //! Locking: each group has a `std::sync::Mutex` over its state, never held across an `.await`;
 //! every transition of the machine is one critical section, and a submission starts only from
 //! the `Idle` phase, so at most one CloudStack scale job per cluster is started at a time
 //! without any lock held while CloudStack answers.
 
 mod alert;
+mod caller;
 mod error;
 mod follow;
 mod ops;
@@ -24,16 +30,18 @@ mod tests;
 pub use crate::domain::instances::InstanceView;
 pub use crate::domain::machine::NodeRef;
 pub use alert::AlertVerdictView;
+pub use caller::Caller;
 pub use error::{Error, Result};
 pub use view::NodeGroupView;
 
 use crate::cloudstack::types::{KubernetesCluster, ServiceOffering};
 use crate::cloudstack::{Client, CsError};
-use crate::config::{ClusterRef, NodeGroupSpec};
+use crate::config::{BoundNodeGroup, ClusterRef, NodeGroupSpec};
 use crate::domain::cluster::{
     ClusterInput, ClusterSnapshot, ClusterState, IndexedSnapshot, OfferingRef, VmInput, VmState,
 };
 use crate::domain::machine::{Effect, Phase, ScaleMachine, Timings};
+use crate::domain::registry::Registrations;
 use crate::domain::rules::AlertScaling;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
@@ -55,6 +63,13 @@ pub enum AlertScalingMode {
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub groups: Vec<NodeGroupSpec>,
+    /// The client each group of `groups` is served to (`--nodes …@CLIENT`), by position; a
+    /// group without an entry, or with `None`, is served to every client.
+    pub clients: Vec<Option<String>>,
+    /// The autoscaler's max-node-provision-time: for that long after an autoscaler reported
+    /// a VM's node (NodeGroupForNode), the VM is not deleted through a fake "unregistered"
+    /// node.
+    pub max_node_provision_time: Duration,
     /// How often a followed job is polled with `queryAsyncJobResult`.
     pub job_poll_interval: Duration,
     /// A Refresh within this time of the last successful fetch reuses it (several autoscaler
@@ -91,10 +106,23 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// Defaults for everything but the groups.
+    /// Groups bound to their clients (`--nodes MIN:MAX:CLUSTER[@CLIENT]`), defaults for
+    /// everything else.
+    pub fn with_bound_groups(groups: Vec<BoundNodeGroup>) -> Self {
+        let (groups, clients) = groups.into_iter().map(|b| (b.group, b.client)).unzip();
+        Settings {
+            clients,
+            ..Settings::with_groups(groups)
+        }
+    }
+
+    /// Defaults for everything but the groups, which are served to every client.
     pub fn with_groups(groups: Vec<NodeGroupSpec>) -> Self {
         Settings {
             groups,
+            clients: Vec::new(),
+            // What the deploy manifests give the autoscaler (docs/operations.md §1).
+            max_node_provision_time: Duration::from_secs(25 * 60),
             job_poll_interval: Duration::from_secs(2),
             refresh_min_interval: Duration::from_secs(5),
             staleness_bound: Duration::from_secs(120),
@@ -143,6 +171,12 @@ pub(crate) struct Views {
 
 pub(crate) struct Group {
     pub spec: NodeGroupSpec,
+    /// The only client this group is served to (`--nodes …@CLIENT`); `None`: every client.
+    pub client: Option<String>,
+    /// The group's VMs whose nodes were reported registered, and when. Apart from `state`
+    /// so that recording a sighting (every NodeGroupForNode) leaves the cached views alone;
+    /// taken after `state` when both are held, never the other way round.
+    pub registered: Mutex<Registrations>,
     /// Wakes the job follower early (a snapshot shows the job may be over).
     pub poke: tokio::sync::Notify,
     /// Never held across an `.await`: every transition is one critical section.
@@ -187,6 +221,12 @@ pub(crate) struct Inner {
     pub groups: Vec<Group>,
     pub alert: Mutex<alert::AlertVerdict>,
     pub refresh_lock: tokio::sync::Mutex<()>,
+    /// The groups the refresh round holding `refresh_lock` fetches: a Refresh finding a round
+    /// in progress waits for it, and then needs no round of its own when that one covered its
+    /// groups. Written right after `refresh_lock` is taken, before anything is awaited.
+    pub round_groups: Mutex<Vec<usize>>,
+    /// Callers already logged as matching no group.
+    pub unmatched: caller::Unmatched,
     pub shutdown: watch::Sender<bool>,
     pub ready: watch::Sender<bool>,
 }
@@ -213,6 +253,83 @@ pub(crate) fn now() -> Instant {
 #[derive(Clone)]
 pub struct Provider {
     pub(crate) inner: Arc<Inner>,
+}
+
+/// The provider as one caller sees it ([`Provider::seen_by`]): the RPCs' operations, limited to
+/// the caller's groups. Any other group is not found, as one that does not exist, and nothing
+/// is done to it.
+#[derive(Clone, Copy)]
+pub struct Scoped<'a> {
+    pub(crate) p: &'a Provider,
+    /// `None`: every group (the provider's own methods).
+    pub(crate) caller: Option<&'a Caller>,
+}
+
+impl<'a> Scoped<'a> {
+    /// Whether group `gi` is the caller's.
+    pub(crate) fn sees(&self, gi: usize) -> bool {
+        self.caller
+            .is_none_or(|c| c.may_see(self.p.inner.groups[gi].client.as_deref()))
+    }
+
+    /// The caller's groups, by index.
+    pub(crate) fn visible(&self) -> Vec<usize> {
+        (0..self.p.inner.groups.len())
+            .filter(|gi| self.sees(*gi))
+            .collect()
+    }
+
+    pub(crate) fn sees_any(&self) -> bool {
+        (0..self.p.inner.groups.len()).any(|gi| self.sees(gi))
+    }
+
+    /// The caller's group with this node-group id (= resolved cluster id). Another caller's
+    /// group is [`Error::UnknownGroup`], listing only the caller's own.
+    pub(crate) fn group(&self, id: &str) -> Result<(usize, &'a Group)> {
+        if id.is_empty() {
+            return Err(Error::InvalidArgument("node group id is empty".into()));
+        }
+        let p = self.p;
+        for (i, g) in p.inner.groups.iter().enumerate() {
+            if self.sees(i) && g.read().scale.cluster_id.as_deref() == Some(id) {
+                return Ok((i, g));
+            }
+        }
+        let configured = self
+            .visible()
+            .into_iter()
+            .map(|gi| p.configured_name(gi))
+            .collect::<Vec<_>>();
+        Err(Error::UnknownGroup {
+            id: id.to_string(),
+            configured: if configured.is_empty() {
+                "none for this client".to_string()
+            } else {
+                configured.join(", ")
+            },
+        })
+    }
+
+    /// Whether the caller has a node group with this id.
+    pub fn has_group(&self, id: &str) -> Result<()> {
+        self.group(id).map(|_| ())
+    }
+
+    /// Stops following the caller's groups' jobs (they keep running in CloudStack; a later
+    /// Refresh adopts them again). Other groups are left alone.
+    pub fn cleanup(&self) {
+        for gi in self.visible() {
+            let g = &self.p.inner.groups[gi];
+            g.lock().scale.cleanup();
+            // Its follower wakes, finds the job no longer the group's and ends.
+            g.poke.notify_one();
+        }
+    }
+
+    /// Refresh of the caller's groups, as [`Provider::refresh_within`] does it for all.
+    pub async fn refresh_within(&self, deadline: Option<tokio::time::Instant>) -> Result<()> {
+        self.p.refresh_groups(self.visible(), deadline).await
+    }
 }
 
 /// Converts CloudStack's cluster object into the domain's input.
@@ -277,13 +394,16 @@ impl Provider {
         let groups = settings
             .groups
             .iter()
-            .map(|spec| {
+            .enumerate()
+            .map(|(gi, spec)| {
                 let cluster_id = match &spec.cluster {
                     ClusterRef::Id(id) => Some(id.clone()),
                     ClusterRef::Name(_) => None,
                 };
                 Group {
                     spec: spec.clone(),
+                    client: settings.clients.get(gi).cloned().flatten(),
+                    registered: Mutex::new(Registrations::new(settings.max_node_provision_time)),
                     state: Mutex::new(GroupState {
                         scale: ScaleMachine::new(cluster_id, timings),
                         last_error: None,
@@ -305,6 +425,8 @@ impl Provider {
                 groups,
                 alert: Mutex::new(alert::AlertVerdict::new(alert)),
                 refresh_lock: tokio::sync::Mutex::new(()),
+                round_groups: Mutex::new(Vec::new()),
+                unmatched: caller::Unmatched::default(),
                 shutdown,
                 ready,
             }),
@@ -321,20 +443,18 @@ impl Provider {
         self.inner.ready.subscribe()
     }
 
+    /// Every group: the provider's own view, for the operator's tools. RPCs go through
+    /// [`Provider::seen_by`].
+    pub(crate) fn everyone(&self) -> Scoped<'_> {
+        Scoped {
+            p: self,
+            caller: None,
+        }
+    }
+
     /// The group with this node-group id (= resolved cluster id).
     pub(crate) fn group(&self, id: &str) -> Result<(usize, &Group)> {
-        if id.is_empty() {
-            return Err(Error::InvalidArgument("node group id is empty".into()));
-        }
-        for (i, g) in self.inner.groups.iter().enumerate() {
-            if g.read().scale.cluster_id.as_deref() == Some(id) {
-                return Ok((i, g));
-            }
-        }
-        Err(Error::UnknownGroup {
-            id: id.to_string(),
-            configured: self.configured_names().join(", "),
-        })
+        self.everyone().group(id)
     }
 
     /// Whether a node group with this id is configured.
@@ -342,22 +462,18 @@ impl Provider {
         self.group(id).map(|_| ())
     }
 
-    fn configured_names(&self) -> Vec<String> {
-        self.inner
-            .groups
-            .iter()
-            .map(
-                |g| match (&g.spec.cluster, g.read().scale.cluster_id.clone()) {
-                    (_, Some(id)) => id,
-                    (ClusterRef::Name(n), None) => format!("{n} (name, not resolved yet)"),
-                    (ClusterRef::Id(id), None) => id.clone(),
-                },
-            )
-            .collect()
+    /// A group's id for messages, or what `--nodes` named it by before it is resolved.
+    fn configured_name(&self, gi: usize) -> String {
+        let g = &self.inner.groups[gi];
+        match (&g.spec.cluster, g.read().scale.cluster_id.clone()) {
+            (_, Some(id)) => id,
+            (ClusterRef::Name(n), None) => format!("{n} (name, not resolved yet)"),
+            (ClusterRef::Id(id), None) => id.clone(),
+        }
     }
 
-    /// Stops background work (job followers). Jobs keep running in CloudStack; a later
-    /// Refresh adopts them again.
+    /// Stops background work (job followers) of every group. Jobs keep running in CloudStack;
+    /// a later Refresh adopts them again.
     pub fn cleanup(&self) {
         self.inner.shutdown.send_replace(true);
         for g in &self.inner.groups {
@@ -490,16 +606,31 @@ impl Provider {
     /// install their result when it comes, and a caller that gives up (the autoscaler's
     /// deadline, a dropped connection) cannot interrupt them half-way. Rounds never overlap
     /// (`refresh_lock`): a Refresh arriving while one runs waits for that one instead of
-    /// fetching the same clusters again, so a CloudStack slower than the autoscaler's loop
+    /// fetching the same clusters again (and then fetches only when that round left some of
+    /// its groups out: another caller's), so a CloudStack slower than the autoscaler's loop
     /// never piles requests up.
     pub async fn refresh_within(&self, deadline: Option<tokio::time::Instant>) -> Result<()> {
+        self.refresh_groups((0..self.inner.groups.len()).collect(), deadline)
+            .await
+    }
+
+    /// [`Provider::refresh_within`] for these groups only (a caller's).
+    async fn refresh_groups(
+        &self,
+        groups: Vec<usize>,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<()> {
+        if groups.is_empty() {
+            return Ok(());
+        }
         let p = self.clone();
-        let round = tokio::spawn(async move { p.refresh_round().await });
+        let mine = groups.clone();
+        let round = tokio::spawn(async move { p.refresh_round(mine).await });
         let joined = match deadline {
             None => round.await,
             Some(d) => match tokio::time::timeout_at(before(d), round).await {
                 Ok(joined) => joined,
-                Err(_) => return self.judge_snapshots(true),
+                Err(_) => return self.judge_snapshots(&groups, true),
             },
         };
         joined.unwrap_or_else(|e| {
@@ -507,6 +638,14 @@ impl Provider {
                 "the refresh task ended abnormally: {e}"
             )))
         })
+    }
+
+    /// The groups of the refresh round in progress.
+    fn round_groups(&self) -> MutexGuard<'_, Vec<usize>> {
+        self.inner
+            .round_groups
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     /// The age of a group's snapshot on tokio's clock.
@@ -517,19 +656,28 @@ impl Provider {
             .map(|s| now().saturating_duration_since(s.fetched_at))
     }
 
-    /// One refresh round, or, when one is already running, waiting for that round.
-    async fn refresh_round(&self) -> Result<()> {
-        let _one_at_a_time = match self.inner.refresh_lock.try_lock() {
-            Ok(guard) => guard,
-            Err(_) => {
-                drop(self.inner.refresh_lock.lock().await);
-                return self.judge_snapshots(false);
+    /// One refresh round of `groups`, or, when a round is already running, waiting for that
+    /// round (and then running one only if that round left some of `groups` out).
+    async fn refresh_round(&self, groups: Vec<usize>) -> Result<()> {
+        let _one_at_a_time = loop {
+            match self.inner.refresh_lock.try_lock() {
+                Ok(guard) => {
+                    *self.round_groups() = groups.clone();
+                    break guard;
+                }
+                Err(_) => {
+                    let covered = self.round_groups().clone();
+                    drop(self.inner.refresh_lock.lock().await);
+                    if groups.iter().all(|gi| covered.contains(gi)) {
+                        return self.judge_snapshots(&groups, false);
+                    }
+                }
             }
         };
         let min_interval = self.inner.settings.refresh_min_interval;
         let stale = self.inner.settings.staleness_bound;
         let mut failures = Vec::new();
-        for gi in 0..self.inner.groups.len() {
+        for &gi in &groups {
             let age = self.snapshot_age_of(gi);
             if age.is_some_and(|a| a < min_interval) {
                 continue;
@@ -544,7 +692,7 @@ impl Provider {
                 }
             }
         }
-        self.refresh_offerings().await;
+        self.refresh_offerings(&groups).await;
         self.check_cloudstack_version().await;
         if failures.is_empty() {
             Ok(())
@@ -559,10 +707,10 @@ impl Provider {
     /// The Refresh answer from the snapshots as they are, when the round did not end in time
     /// (`timed_out`) or another caller's round was awaited: OK when every group has a snapshot
     /// within the staleness bound, else `Stale` naming the groups and why.
-    fn judge_snapshots(&self, timed_out: bool) -> Result<()> {
+    fn judge_snapshots(&self, groups: &[usize], timed_out: bool) -> Result<()> {
         let stale = self.inner.settings.staleness_bound;
         let mut failures = Vec::new();
-        for gi in 0..self.inner.groups.len() {
+        for &gi in groups {
             let age = self.snapshot_age_of(gi);
             let last_error = self.inner.groups[gi].read().last_error.clone();
             if age.is_some_and(|a| a < stale) {
@@ -600,8 +748,8 @@ impl Provider {
 
     /// Reads the worker offering of each group when it is not cached or changed
     /// (`listServiceOfferings`, at most once per change).
-    async fn refresh_offerings(&self) {
-        for gi in 0..self.inner.groups.len() {
+    async fn refresh_offerings(&self, groups: &[usize]) {
+        for &gi in groups {
             let wanted = {
                 let st = self.inner.groups[gi].read();
                 let Some(s) = st.scale.snapshot() else {

@@ -2,9 +2,10 @@
 //! fetches a fresh snapshot when the machine needs one, sends at most one
 //! `scaleKubernetesCluster` (size only, or nodeids only) when the machine says so, and returns
 //! within the request's deadline without waiting for the job. A refused request changes
-//! nothing: the machine validates before it changes state.
+//! nothing: the machine validates before it changes state. Each is limited to the caller's
+//! groups ([`Scoped`]): another client's group is not found, and nothing is sent for it.
 
-use super::{Error, Provider, Result, before, now};
+use super::{Error, Provider, Result, Scoped, before, now};
 use crate::cloudstack::CsError;
 use crate::cloudstack::types::JobOutcome;
 use crate::domain::cluster::{ClusterState, IndexedSnapshot};
@@ -60,14 +61,39 @@ impl Provider {
         }
     }
 
-    /// NodeGroupIncreaseSize.
+    /// NodeGroupIncreaseSize of any group (see [`Scoped::increase_size`]).
     pub async fn increase_size(&self, id: &str, delta: i32, deadline: Instant) -> Result<()> {
+        self.everyone().increase_size(id, delta, deadline).await
+    }
+
+    /// NodeGroupDeleteNodes of any group (see [`Scoped::delete_nodes`]).
+    pub async fn delete_nodes(
+        &self,
+        id: &str,
+        nodes: Vec<NodeRef>,
+        deadline: Instant,
+    ) -> Result<()> {
+        self.everyone().delete_nodes(id, nodes, deadline).await
+    }
+
+    /// NodeGroupDecreaseTargetSize of any group (see [`Scoped::decrease_target_size`]).
+    pub async fn decrease_target_size(&self, id: &str, delta: i32) -> Result<()> {
+        self.everyone().decrease_target_size(id, delta).await
+    }
+
+    async fn increase_size_in(
+        &self,
+        scope: &Scoped<'_>,
+        id: &str,
+        delta: i32,
+        deadline: Instant,
+    ) -> Result<()> {
         if delta <= 0 {
             return Err(Error::InvalidArgument(format!(
                 "delta must be positive, got {delta}"
             )));
         }
-        let (gi, g) = self.group(id)?;
+        let (gi, g) = scope.group(id)?;
         let delta = delta.unsigned_abs();
         let (_, max) = self.bounds(gi);
         let admitted = g.lock().scale.admit_increase(delta, max);
@@ -289,14 +315,9 @@ impl Provider {
         }
     }
 
-    /// NodeGroupDeleteNodes. The real autoscaler sends one call per node, several at once
-    /// (`core/scaledown/actuation/actuator.go` `deleteNodesAsync`): each call is validated
-    /// and queued by the machine, and answered OK once queued. Calls at rest are collected for
-    /// `removal_window` and sent as one `nodeids` request; each such call waits for that
-    /// request's answer within its deadline, so CloudStack's refusal reaches every caller.
-    /// Calls arriving while a job runs are answered at once and go out together when it ends.
-    pub async fn delete_nodes(
+    async fn delete_nodes_in(
         &self,
+        scope: &Scoped<'_>,
         id: &str,
         nodes: Vec<NodeRef>,
         deadline: Instant,
@@ -306,7 +327,7 @@ impl Provider {
                 "no nodes to delete were given".into(),
             ));
         }
-        let (gi, g) = self.group(id)?;
+        let (gi, g) = scope.group(id)?;
         let (min, _) = self.bounds(gi);
         let alert = self.alert_scaling();
         // Decided under the lock, with the window's channel made or joined in the same
@@ -314,7 +335,11 @@ impl Provider {
         // the state again).
         let (accepted, outcome) = {
             let mut st = g.lock();
-            match st.scale.accept_removal(&nodes, min, &alert, now()) {
+            let registered = g.registered.lock().unwrap_or_else(|p| p.into_inner());
+            match st
+                .scale
+                .accept_removal(&nodes, min, &alert, &registered, now())
+            {
                 Ok(Accepted::OpensWindow) => {
                     let (tx, rx) = watch::channel(None);
                     st.removal_window = Some(rx.clone());
@@ -397,18 +422,18 @@ impl Provider {
         tx.send_replace(Some(outcome.map_err(Arc::new)));
     }
 
-    /// NodeGroupDecreaseTargetSize: cancels requested nodes that do not exist and will not be
-    /// created (queued requests, failed scale-up placeholders), as many as asked and no more
-    /// than there are, and answers OK: the real core's `fixNodeGroupSize` asks for more
-    /// whenever an instance without a node is among what it counts, and aborts its whole
-    /// loop on an error (docs/decrease-target-size.md).
-    pub async fn decrease_target_size(&self, id: &str, delta: i32) -> Result<()> {
+    async fn decrease_target_size_in(
+        &self,
+        scope: &Scoped<'_>,
+        id: &str,
+        delta: i32,
+    ) -> Result<()> {
         if delta >= 0 {
             return Err(Error::InvalidArgument(format!(
                 "delta must be negative, got {delta}"
             )));
         }
-        let (gi, g) = self.group(id)?;
+        let (gi, g) = scope.group(id)?;
         let d = g.lock().scale.decrease_target(delta.unsigned_abs());
         if d.cancelled < d.asked {
             tracing::info!(group = %self.group_label(gi), asked = d.asked, cancelled = d.cancelled,
@@ -417,6 +442,39 @@ impl Provider {
             tracing::info!(group = %self.group_label(gi), cancelled = d.cancelled, "target size decreased (requests cancelled)");
         }
         Ok(())
+    }
+}
+
+impl Scoped<'_> {
+    /// NodeGroupIncreaseSize of one of the caller's groups.
+    pub async fn increase_size(&self, id: &str, delta: i32, deadline: Instant) -> Result<()> {
+        self.p.increase_size_in(self, id, delta, deadline).await
+    }
+
+    /// NodeGroupDeleteNodes of one of the caller's groups. The real autoscaler sends one call
+    /// per node, several at once (`core/scaledown/actuation/actuator.go` `deleteNodesAsync`):
+    /// each call is validated and queued by the machine, and answered OK once queued. Calls
+    /// at rest are collected for `removal_window` and sent as one `nodeids` request; each such
+    /// call waits for that request's answer within its deadline, so CloudStack's refusal
+    /// reaches every caller. Calls arriving while a job runs are answered at once and go out
+    /// together when it ends. A fake "unregistered" node of a VM whose node any client
+    /// reported within the max-node-provision-time is refused.
+    pub async fn delete_nodes(
+        &self,
+        id: &str,
+        nodes: Vec<NodeRef>,
+        deadline: Instant,
+    ) -> Result<()> {
+        self.p.delete_nodes_in(self, id, nodes, deadline).await
+    }
+
+    /// NodeGroupDecreaseTargetSize of one of the caller's groups: cancels requested nodes
+    /// that do not exist and will not be created (queued requests, failed scale-up
+    /// placeholders), as many as asked and no more than there are, and answers OK: the real
+    /// core's `fixNodeGroupSize` asks for more whenever an instance without a node is among
+    /// what it counts, and aborts its whole loop on an error (docs/decrease-target-size.md).
+    pub async fn decrease_target_size(&self, id: &str, delta: i32) -> Result<()> {
+        self.p.decrease_target_size_in(self, id, delta).await
     }
 }
 

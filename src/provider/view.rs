@@ -1,9 +1,9 @@
 //! Read-side answers, from a group's state under its lock with no CloudStack call: node
 //! groups, node → group, target size, instances and their status, the debug line. The
 //! derivations are the domain's (`crate::domain::instances`); this module caches them per
-//! state change (see `Views`).
+//! state change (see `Views`). Each answer is limited to the caller's groups ([`Scoped`]).
 
-use super::{Error, GroupState, Provider, Result};
+use super::{Error, GroupState, Provider, Result, Scoped, now};
 use crate::config::{ClusterRef, NodeGroupSpec};
 use crate::domain::cluster::VmState;
 use crate::domain::instances::{InstanceView, min_max};
@@ -108,14 +108,65 @@ impl Provider {
 
     /// NodeGroups: every configured group whose cluster id is known.
     pub fn node_groups(&self) -> Vec<NodeGroupView> {
-        (0..self.inner.groups.len())
-            .filter_map(|gi| self.view(gi))
+        self.everyone().node_groups()
+    }
+
+    /// NodeGroupForNode over every group (see [`Scoped::node_group_for_node`]).
+    pub fn node_group_for_node(
+        &self,
+        provider_id: &str,
+        name: &str,
+        labels: &HashMap<String, String>,
+        annotations: &HashMap<String, String>,
+    ) -> Option<NodeGroupView> {
+        self.everyone()
+            .node_group_for_node(provider_id, name, labels, annotations)
+    }
+
+    /// NodeGroupTargetSize. Fails only for an unknown group or one never fetched.
+    pub fn target_size(&self, id: &str) -> Result<u32> {
+        self.everyone().target_size(id)
+    }
+
+    /// NodeGroupNodes (shared: built once per state change).
+    pub fn nodes(&self, id: &str) -> Result<Arc<Vec<InstanceView>>> {
+        self.everyone().nodes(id)
+    }
+
+    /// Down worker VMs of a group (name, state), for the probe and metrics.
+    pub fn down_workers(&self, id: &str) -> Vec<(String, VmState)> {
+        let Ok((_, g)) = self.group(id) else {
+            return Vec::new();
+        };
+        let st = g.read();
+        st.scale
+            .snapshot()
+            .map(|s| {
+                s.snap
+                    .workers()
+                    .filter(|v| v.state.is_down() && !v.state.is_gone())
+                    .map(|v| (v.name.clone(), v.state.clone()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+impl Scoped<'_> {
+    /// NodeGroups: the caller's groups whose cluster id is known.
+    pub fn node_groups(&self) -> Vec<NodeGroupView> {
+        self.visible()
+            .into_iter()
+            .filter_map(|gi| self.p.view(gi))
             .collect()
     }
 
-    /// NodeGroupForNode: the group of the worker VM this node is, or `None` (id "") for
-    /// control, etcd and external nodes and nodes of no configured cluster. Real nodes teach
-    /// the provider which providerID each VM's node carries.
+    /// NodeGroupForNode: the caller's group of the worker VM this node is, or `None` (id "")
+    /// for control, etcd and external nodes, nodes of no configured cluster and nodes of
+    /// another client's groups. Real nodes teach the provider which providerID each VM's node
+    /// carries (the caller's groups only: what another client reports never changes what a
+    /// group's own autoscaler is told) and are recorded as registered, whoever reports them
+    /// (see `crate::domain::registry`).
     pub fn node_group_for_node(
         &self,
         provider_id: &str,
@@ -124,11 +175,12 @@ impl Provider {
         annotations: &HashMap<String, String>,
     ) -> Option<NodeGroupView> {
         let fake = annotations.contains_key(FAKE_NODE_REASON_ANNOTATION);
-        for (gi, g) in self.inner.groups.iter().enumerate() {
+        for (gi, g) in self.p.inner.groups.iter().enumerate() {
             let st = g.read();
             let Some(hit) = st.resolve(provider_id, name) else {
                 continue;
             };
+            let mine = self.sees(gi);
             if let Hit::Vm(i) = hit {
                 if !st.scale.is_worker(i) {
                     return None;
@@ -137,9 +189,15 @@ impl Provider {
                     continue;
                 };
                 let teach = !fake && !name.is_empty();
-                let learn = teach && st.scale.would_learn(&vm_id, provider_id, name);
-                let sample = teach && !labels.is_empty() && st.sample_labels.is_none();
+                let learn = mine && teach && st.scale.would_learn(&vm_id, provider_id, name);
+                let sample = mine && teach && !labels.is_empty() && st.sample_labels.is_none();
                 drop(st);
+                if teach {
+                    g.registered
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .record(&vm_id, name, provider_id, now());
+                }
                 if learn || sample {
                     // Rare (a node with a non-default providerID, the first labelled node):
                     // the only case where a read changes state.
@@ -160,12 +218,18 @@ impl Provider {
             } else {
                 drop(st);
             }
-            return self.view(gi);
+            if !mine {
+                // Another client's node; a group of the caller's may still name the same
+                // cluster.
+                continue;
+            }
+            return self.p.view(gi);
         }
         None
     }
 
-    /// NodeGroupTargetSize. Fails only for an unknown group or one never fetched.
+    /// NodeGroupTargetSize. Fails only for an unknown group (or another client's) or one
+    /// never fetched.
     pub fn target_size(&self, id: &str) -> Result<u32> {
         let (_, g) = self.group(id)?;
         let st = g.read();
@@ -179,23 +243,5 @@ impl Provider {
     pub fn nodes(&self, id: &str) -> Result<Arc<Vec<InstanceView>>> {
         let (_, g) = self.group(id)?;
         Ok(g.read().instances())
-    }
-
-    /// Down worker VMs of a group (name, state), for the probe and metrics.
-    pub fn down_workers(&self, id: &str) -> Vec<(String, VmState)> {
-        let Ok((_, g)) = self.group(id) else {
-            return Vec::new();
-        };
-        let st = g.read();
-        st.scale
-            .snapshot()
-            .map(|s| {
-                s.snap
-                    .workers()
-                    .filter(|v| v.state.is_down() && !v.state.is_gone())
-                    .map(|v| (v.name.clone(), v.state.clone()))
-                    .collect()
-            })
-            .unwrap_or_default()
     }
 }

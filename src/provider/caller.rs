@@ -1,0 +1,121 @@
+//! Who is calling, and which node groups that caller may see and change.
+//!
+//! A group configured as `--nodes MIN:MAX:CLUSTER@CLIENT` is bound to the autoscaler whose
+//! verified client certificate names CLIENT; a group without `@CLIENT` is served to every
+//! caller. The gRPC layer reads the caller's names from its certificate once per request
+//! (`crate::tls::certificate_identities`) and hands them over as a [`Caller`]; the provider
+//! answers each call through [`Provider::seen_by`], which shows the caller its own groups and
+//! nothing else: another client's group is not found, exactly as a group that does not exist.
+
+use super::{Provider, Scoped};
+use std::collections::HashSet;
+use std::sync::Mutex;
+
+/// The names a caller was verified to hold (its client certificate's DNS SANs, or its CN);
+/// none for a caller without a client certificate.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Caller {
+    identities: Vec<String>,
+}
+
+impl Caller {
+    /// A caller with no client certificate: it sees only the groups bound to no client.
+    pub fn anonymous() -> Caller {
+        Caller::default()
+    }
+
+    /// A caller verified to hold these names.
+    pub fn with_identities(identities: Vec<String>) -> Caller {
+        Caller { identities }
+    }
+
+    /// The caller's names.
+    pub fn identities(&self) -> &[String] {
+        &self.identities
+    }
+
+    /// Whether a group bound to `client` (`None`: bound to no client) is this caller's. Names
+    /// compare without regard to ASCII case, as DNS names do; nothing else is lenient (no
+    /// wildcards, no suffixes).
+    pub fn may_see(&self, client: Option<&str>) -> bool {
+        client.is_none_or(|c| self.identities.iter().any(|i| i.eq_ignore_ascii_case(c)))
+    }
+
+    /// The caller for logs.
+    fn describe(&self) -> String {
+        if self.identities.is_empty() {
+            "a client without a client certificate".to_string()
+        } else {
+            format!("client {}", self.identities.join(", "))
+        }
+    }
+}
+
+/// The callers already told they match no group, so each is logged once.
+#[derive(Debug, Default)]
+pub(crate) struct Unmatched(Mutex<HashSet<Vec<String>>>);
+
+impl Provider {
+    /// The provider as `caller` sees it: its groups only. A caller that matches no group sees
+    /// an empty provider, which is logged once per caller.
+    pub fn seen_by<'a>(&'a self, caller: &'a Caller) -> Scoped<'a> {
+        let scoped = Scoped {
+            p: self,
+            caller: Some(caller),
+        };
+        if !scoped.sees_any() {
+            let mut logged = self
+                .inner
+                .unmatched
+                .0
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if logged.insert(caller.identities.clone()) {
+                let clients: Vec<&str> = self
+                    .inner
+                    .groups
+                    .iter()
+                    .filter_map(|g| g.client.as_deref())
+                    .collect();
+                tracing::warn!(
+                    "{} matches no node group: it sees an empty provider (groups are bound to: {}); \
+                     bind its group with --nodes MIN:MAX:CLUSTER@CLIENT naming a DNS SAN (or, \
+                     without SANs, the CN) of its certificate",
+                    caller.describe(),
+                    clients.join(", ")
+                );
+            }
+        }
+        scoped
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Caller;
+
+    #[test]
+    fn a_group_is_seen_when_it_names_no_client_or_one_of_the_callers_names() {
+        let a = Caller::with_identities(vec!["autoscaler.a".into(), "Alias.A".into()]);
+        let anonymous = Caller::anonymous();
+        let cases: [(&Caller, Option<&str>, bool); 10] = [
+            (&a, None, true),
+            (&anonymous, None, true),
+            (&a, Some("autoscaler.a"), true),
+            (&a, Some("AUTOSCALER.A"), true),
+            (&a, Some("alias.a"), true),
+            (&a, Some("autoscaler.b"), false),
+            (&a, Some("a"), false),
+            (&a, Some("autoscaler.a.evil"), false),
+            (&a, Some("*.a"), false),
+            (&anonymous, Some("autoscaler.a"), false),
+        ];
+        for (caller, client, seen) in cases {
+            assert_eq!(caller.may_see(client), seen, "{caller:?} / {client:?}");
+        }
+        // A wildcard the caller holds is a name like any other: it matches only itself.
+        let wild = Caller::with_identities(vec!["*.example".into()]);
+        assert!(!wild.may_see(Some("a.example")));
+        assert_eq!(a.identities().len(), 2);
+    }
+}
