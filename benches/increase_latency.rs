@@ -46,7 +46,8 @@ async fn measure(sim: &SimHandle, clusters: &[String], pickup: Duration) -> Vec<
     let p = ProviderProcess::spawn(
         support::provider_bin(),
         &support::work_dir("increase-latency"),
-        ProviderArgs::new(&sim.api_url, &sim.api_key, &sim.secret_key, groups),
+        ProviderArgs::new(&sim.api_url, &sim.api_key, &sim.secret_key, groups)
+            .bound_to("bench", support::tls::bound_tls("bench")),
     )
     .await;
     p.wait_serving(Duration::from_secs(30)).await;

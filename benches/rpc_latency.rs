@@ -183,7 +183,8 @@ async fn start_provider(sim: &SimHandle, clusters: &[&str], refresh_min: &str) -
         &sim.secret_key,
         clusters.iter().map(|c| format!("1:1000:{c}")).collect(),
     )
-    .flag("--refresh-min-interval", refresh_min);
+    .flag("--refresh-min-interval", refresh_min)
+    .bound_to("bench", support::tls::bound_tls("bench"));
     let p = ProviderProcess::spawn(support::provider_bin(), &support::work_dir("rpc"), args).await;
     p.wait_serving(Duration::from_secs(30)).await;
     p

@@ -285,7 +285,8 @@ async fn run_model(model: JobModel, cases: &[Case]) -> Vec<Row> {
         .iter()
         .map(|&c| format!("1:45:{}", id("merged", c)))
         .collect();
-    let args = ProviderArgs::new(&sim.api_url, &sim.api_key, &sim.secret_key, groups);
+    let args = ProviderArgs::new(&sim.api_url, &sim.api_key, &sim.secret_key, groups)
+        .bound_to("bench", support::tls::bound_tls("bench"));
     let p = ProviderProcess::spawn(
         support::provider_bin(),
         &support::work_dir("scale-down"),

@@ -73,7 +73,8 @@ async fn provider(sim: &SimHandle, clusters: &[String], flags: &[(&str, &str)]) 
         &sim.api_key,
         &sim.secret_key,
         clusters.iter().map(|c| format!("1:20:{c}")).collect(),
-    );
+    )
+    .bound_to("bench", support::tls::bound_tls("bench"));
     for (k, v) in flags {
         args = args.flag(k, v);
     }

@@ -27,6 +27,9 @@
 //! `SOAK_SECS` (default 40) sets the load duration, `SOAK_CLIENTS` (default 24) the number of
 //! concurrent clients.
 
+#[path = "../benches/support/tls.rs"]
+mod tls;
+
 use cks_autoscaler_provider::pb;
 use cks_autoscaler_provider::pb::cloud_provider_client::CloudProviderClient;
 use cks_autoscaler_provider::sim::{self, ClusterSpec, Scenario, SimConfig, SimHandle};
@@ -342,7 +345,9 @@ async fn many_clients_against_a_faulty_cloudstack() {
     .flag("--refresh-min-interval", "100ms")
     .flag("--scale-watch", "100ms")
     .flag("--staleness-bound", "30s")
-    .flag("--cloudstack-timeout", "2s");
+    .flag("--cloudstack-timeout", "2s")
+    // Several clusters: each group bound to its client over mutual TLS (one client here).
+    .bound_to("soak", tls::bound_tls("soak"));
     let bin = Path::new(env!("CARGO_BIN_EXE_cks-autoscaler-provider"));
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("soak");
     let mut provider = ProviderProcess::spawn(bin, &dir, args).await;

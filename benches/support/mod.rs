@@ -3,6 +3,8 @@
 //! the rest of the test support are `cks_autoscaler_provider::testkit`.
 #![allow(dead_code)]
 
+pub mod tls;
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 

@@ -34,6 +34,21 @@ pub struct ProviderArgs {
     pub port: u16,
     /// Extra environment variables (e.g. allocator settings).
     pub env: Vec<(String, String)>,
+    /// Serve mutual TLS with these certificates, and connect presenting the client one: a
+    /// provider for several clusters must bind each group to its client (`--nodes …@CLIENT`),
+    /// which needs client certificates.
+    pub tls: Option<TestTls>,
+}
+
+/// PEM texts for a provider over mutual TLS: one CA signs the server certificate (valid for
+/// `localhost`) and the client certificate the harness presents.
+#[derive(Debug, Clone)]
+pub struct TestTls {
+    pub ca: String,
+    pub server_cert: String,
+    pub server_key: String,
+    pub client_cert: String,
+    pub client_key: String,
 }
 
 impl ProviderArgs {
@@ -47,13 +62,51 @@ impl ProviderArgs {
             metrics: false,
             port: 0,
             env: Vec::new(),
+            tls: None,
         }
+    }
+
+    /// Binds every group to `client` (`MIN:MAX:CLUSTER@client`) and serves mutual TLS with
+    /// `tls`, whose client certificate must name `client`.
+    pub fn bound_to(mut self, client: &str, tls: TestTls) -> Self {
+        for n in &mut self.nodes {
+            if !n.contains('@') {
+                n.push('@');
+                n.push_str(client);
+            }
+        }
+        self.tls = Some(tls);
+        self
     }
 
     pub fn flag(mut self, name: &str, value: &str) -> Self {
         self.flags.push(name.to_string());
         self.flags.push(value.to_string());
         self
+    }
+}
+
+/// Where [`TestTls`] is written in a provider's work dir.
+struct TlsPaths {
+    ca: PathBuf,
+    server_cert: PathBuf,
+    server_key: PathBuf,
+    client_cert: PathBuf,
+    client_key: PathBuf,
+}
+
+fn write_tls(dir: &Path, tls: &TestTls) -> TlsPaths {
+    let write = |name: &str, pem: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, pem).expect("writing a test certificate");
+        path
+    };
+    TlsPaths {
+        ca: write("tls-ca.pem", &tls.ca),
+        server_cert: write("tls-server.pem", &tls.server_cert),
+        server_key: write("tls-server-key.pem", &tls.server_key),
+        client_cert: write("tls-client.pem", &tls.client_cert),
+        client_key: write("tls-client-key.pem", &tls.client_key),
     }
 }
 
@@ -137,6 +190,15 @@ impl ProviderProcess {
             for n in &args.nodes {
                 cmd.arg("--nodes").arg(n);
             }
+            if let Some(tls) = &args.tls {
+                let files = write_tls(dir, tls);
+                cmd.arg("--tls-cert")
+                    .arg(&files.server_cert)
+                    .arg("--tls-key")
+                    .arg(&files.server_key)
+                    .arg("--tls-client-ca")
+                    .arg(&files.ca);
+            }
             let metrics_addr = if args.metrics {
                 let m: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
                 cmd.arg("--metrics-listen").arg(m.to_string());
@@ -200,11 +262,27 @@ impl ProviderProcess {
     }
 
     pub fn channel(&self) -> Channel {
-        Endpoint::from_shared(format!("http://{}", self.addr))
+        let scheme = if self.args.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        let mut endpoint = Endpoint::from_shared(format!("{scheme}://{}", self.addr))
             .expect("endpoint")
             .connect_timeout(Duration::from_secs(5))
-            .tcp_nodelay(true)
-            .connect_lazy()
+            .tcp_nodelay(true);
+        if let Some(tls) = &self.args.tls {
+            let dir = self.log_path.parent().unwrap_or(Path::new("."));
+            let files = write_tls(dir, tls);
+            let config = crate::tls::client_tls_config(
+                &files.ca,
+                Some((&files.client_cert, &files.client_key)),
+                "localhost",
+            )
+            .expect("client TLS config");
+            endpoint = endpoint.tls_config(config).expect("TLS endpoint");
+        }
+        endpoint.connect_lazy()
     }
 
     /// Waits until gRPC health reports SERVING (every group has a snapshot).
