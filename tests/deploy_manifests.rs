@@ -2419,6 +2419,60 @@ fn the_workload_cluster_example_dials_the_central_example() {
     );
 }
 
+/// An overlay leaves none of the base's placeholders: its `--nodes` patch lands on the
+/// provider's `--nodes`, its `images` on the provider's image.
+fn check_overlay(s: &Set, base: &Set) -> Vec<String> {
+    let mut problems = Vec::new();
+    let (p, b) = match (s.provider(), base.provider()) {
+        (Ok(p), Ok(b)) => (p, b),
+        (Err(e), _) | (_, Err(e)) => return vec![e],
+    };
+    let nodes = flag_values(&p.args(), "nodes");
+    if nodes.is_empty() || nodes.iter().any(|n| n.contains("REPLACE-WITH")) {
+        problems.push(format!(
+            "provider --nodes {nodes:?} keeps the base's placeholder"
+        ));
+    }
+    let mut rest = flag_map(&p.args());
+    let mut base_rest = flag_map(&b.args());
+    rest.remove("--nodes");
+    base_rest.remove("--nodes");
+    if rest != base_rest {
+        problems.push(format!(
+            "the overlay changed provider flags other than --nodes: {rest:?} vs {base_rest:?}"
+        ));
+    }
+    let image = str_at(p.container, "/image").unwrap_or("");
+    if image == str_at(b.container, "/image").unwrap_or("") {
+        problems.push(format!("provider image {image} is still the base's"));
+    }
+    problems
+}
+
+#[test]
+fn overlays_replace_the_base_placeholders() {
+    let Some(r) = rendered() else { return };
+    let base = r.set("kustomize-base");
+    let overlays: Vec<&Set> = r
+        .sets
+        .iter()
+        .filter(|s| s.name.starts_with("kustomize-overlays-"))
+        .collect();
+    assert!(!overlays.is_empty());
+    for s in overlays {
+        assert_none(&s.name, check_overlay(s, base));
+    }
+    // The check notices a patch that lands on another argument.
+    let mut shifted = r.set("kustomize-overlays-example").clone();
+    set_arg(
+        &mut shifted,
+        PROVIDER,
+        "--nodes=",
+        "--nodes=1:5:REPLACE-WITH-CKS-CLUSTER-ID",
+    );
+    assert_caught(check_overlay(&shifted, base), "placeholder");
+}
+
 #[test]
 fn dockerfile_builds_the_binary_the_deployment_runs() {
     let Some(r) = rendered() else { return };
