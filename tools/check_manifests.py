@@ -6,7 +6,9 @@
 - The Helm chart is linted (`helm lint --strict`, for the oldest and the newest Kubernetes minor
   supported) and rendered by Helm itself (helm-python-sdk: Helm v4's Go SDK as a library) for
   each values file in deploy/helm/cks-autoscaler-provider/ci/ and deploy/helm/examples/. Each
-  render also goes through `kubectl kustomize`, as a Helm post-renderer would take it. Values
+  render also goes through `kubectl kustomize`, as a Helm post-renderer would take it. A values
+  file's line `# render: release=R namespace=N` names the release and namespace it is rendered
+  as (default: cks-autoscaler-provider in kube-system). Values
   the chart must refuse are rendered too, and must fail with the reason.
 - The objects of deploy/kustomize/examples are validated as written.
 - Every rendered YAML stream is read with a loader that refuses duplicate mapping keys.
