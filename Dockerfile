@@ -12,10 +12,14 @@
 # Run stage: gcr.io/distroless/static (no shell, no package manager). Unlike `scratch` it already
 # carries the CA certificates CloudStack's HTTPS certificate is verified against, tzdata, and a
 # `nonroot` user (65532).
+#
+# Both base images are pinned by digest (the multi-architecture index), so a rebuild of one
+# commit gets the same bases whatever their tags point at later; the tag stays for readers. To
+# move to newer bases, look the digests up and replace them:
+#   docker buildx imagetools inspect rust:1.95-alpine                      (or: crane digest ...)
+#   docker buildx imagetools inspect gcr.io/distroless/static-debian12:nonroot
 
-ARG RUST_VERSION=1.95
-
-FROM rust:${RUST_VERSION}-alpine AS build
+FROM rust:1.95-alpine@sha256:606fd313a0f49743ee2a7bd49a0914bab7deedb12791f3a846a34a4711db7ed2 AS build
 # musl-dev and gcc: C parts of the TLS stack (aws-lc-sys, ring). linux-headers: aws-lc includes
 # <linux/random.h>. cmake and make: aws-lc-sys falls back to its CMake build when the plain cc
 # build is not possible.
@@ -37,7 +41,7 @@ RUN if readelf -d /out/cks-autoscaler-provider | grep -q NEEDED; then \
     fi \
  && /out/cks-autoscaler-provider --help > /dev/null
 
-FROM gcr.io/distroless/static-debian12:nonroot
+FROM gcr.io/distroless/static-debian12:nonroot@sha256:afa5c872c891853ca7fcf1f12c3edb23f7eeef36189728842dd51042ff57f7ab
 LABEL org.opencontainers.image.title="cks-autoscaler-provider" \
       org.opencontainers.image.description="Kubernetes cluster-autoscaler externalgrpc cloud provider for Apache CloudStack Kubernetes Service (CKS)" \
       org.opencontainers.image.licenses="Apache-2.0"

@@ -1,45 +1,159 @@
-//! Wiring checks for `deploy/`, the Dockerfile and the Helm chart: the parts an operator applies
-//! must agree with each other, or the autoscaler never reaches the provider.
+//! What no tool checks in `deploy/`: that its files agree with each other.
 //!
-//! Every YAML document under `deploy/kustomize` is parsed (as Kubernetes reads it: YAML 1.1
-//! octal numbers). The checks then follow the references an apiserver, kubelet or cert-manager
-//! would follow: ports (container, Service, probes, NetworkPolicy, the autoscaler's `address`),
-//! Secret and ConfigMap names and keys behind every mounted path given in the arguments, the
-//! server certificate's names against the host the autoscaler dials, security contexts, image
-//! tags, RBAC subjects and rules, kustomize overlays and components, the autoscaler release per
-//! Kubernetes minor and its flags, and the Dockerfile's user, ports and binary path.
+//! The tools check each file: `tools/check_manifests.py` builds every kustomization with
+//! `kubectl kustomize` (every Component on the base), renders the Helm chart with Helm itself
+//! for each values file of `deploy/helm/cks-autoscaler-provider/ci/` and `deploy/helm/examples/`
+//! (after `helm lint --strict`), refuses duplicate YAML keys, and validates every object
+//! against the Kubernetes schemas of the oldest and the newest supported minor (cert-manager and
+//! Prometheus Operator objects against their CRDs). This test runs it once and fails on what it
+//! reports; then it reads what the tools rendered and follows the references an apiserver,
+//! kubelet, cert-manager or the autoscaler would follow across objects and files: ports
+//! (container, Service, probes, NetworkPolicy, the autoscaler's `address`), the Secret and
+//! ConfigMap keys behind every path given in arguments, the server certificate's names against
+//! the host each autoscaler dials, the clients `--nodes …@CLIENT` binds against the client
+//! certificates' DNS names, the cloud-config the autoscaler reads, security contexts, image
+//! pins, RBAC, the autoscaler release per Kubernetes minor (chart, kustomize components, README),
+//! the chart's defaults against the kustomize base, a central provider against a workload
+//! cluster's autoscaler, and the Dockerfile against the Deployment.
+//!
+//! The tools come from `tools/install-manifest-tools.sh` (a virtual environment under
+//! `target/manifest-tools`, or `CKS_MANIFEST_TOOLS=<its python>`). Without them every test here
+//! passes after saying, once, on the terminal, that it was skipped; `.ci/run` installs them and
+//! sets `CKS_MANIFEST_TOOLS_REQUIRED`, which turns the skip into a failure.
 //!
 //! Each check returns the problems it found, so the `*_is_caught` tests can break one piece of
-//! wiring in memory and show that the check notices.
+//! rendered wiring in memory and show that the check notices.
 
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
+use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
 
 const PROVIDER_BINARY: &str = "/usr/local/bin/cks-autoscaler-provider";
 const CERT_MANAGER_KEYS: [&str; 3] = ["tls.crt", "tls.key", "ca.crt"];
+const AUTOSCALER_IMAGE: &str = "registry.k8s.io/autoscaling/cluster-autoscaler";
+/// The pod annotation naming the autoscaler's client identity (its certificate's DNS name).
+const CLIENT_ANNOTATION: &str = "cks-autoscaler-provider/client";
+/// The python of the tools' virtual environment.
+const TOOLS_ENV: &str = "CKS_MANIFEST_TOOLS";
+/// Set (by `.ci/run`): missing tools fail the tests instead of skipping them.
+const REQUIRED_ENV: &str = "CKS_MANIFEST_TOOLS_REQUIRED";
+/// `tools/check_manifests.py`'s exit status when a tool is missing.
+const TOOLS_MISSING_EXIT: i32 = 3;
 
 // ---------------------------------------------------------------------------------------------
-// Loading
+// Running the tools
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn kustomize_dir() -> PathBuf {
-    repo().join("deploy/kustomize")
-}
-
-fn base_dir() -> PathBuf {
-    kustomize_dir().join("base")
 }
 
 fn chart_dir() -> PathBuf {
     repo().join("deploy/helm/cks-autoscaler-provider")
 }
 
-/// Parses every document of a YAML file. Kubernetes' YAML reader takes `0440` as octal, so
+/// What the tools rendered, one set per kustomization, example file or Helm values file.
+#[derive(Clone, Debug)]
+struct Rendered {
+    /// The oldest and the newest Kubernetes minor the objects were validated against.
+    minors: Vec<String>,
+    sets: Vec<Set>,
+}
+
+impl Rendered {
+    fn set(&self, name: &str) -> &Set {
+        self.sets
+            .iter()
+            .find(|s| s.name == name)
+            .unwrap_or_else(|| panic!("no rendered set {name}"))
+    }
+}
+
+enum ToolsRun {
+    Missing(String),
+    Ran {
+        ok: bool,
+        output: String,
+        rendered: Result<Rendered, String>,
+    },
+}
+
+fn tools_run() -> &'static ToolsRun {
+    static RUN: OnceLock<ToolsRun> = OnceLock::new();
+    RUN.get_or_init(run_tools)
+}
+
+fn run_tools() -> ToolsRun {
+    let python = std::env::var_os(TOOLS_ENV)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join("target/manifest-tools/venv/bin/python"));
+    if !python.is_file() {
+        return ToolsRun::Missing(format!(
+            "{} does not exist (run tools/install-manifest-tools.sh, or set {TOOLS_ENV})",
+            python.display()
+        ));
+    }
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("rendered-manifests");
+    let run = Command::new(&python)
+        .arg(repo().join("tools/check_manifests.py"))
+        .arg("--out")
+        .arg(&out)
+        .output();
+    match run {
+        Err(e) => ToolsRun::Missing(format!("{}: {e}", python.display())),
+        Ok(o) => {
+            let output = format!(
+                "{}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            );
+            if o.status.code() == Some(TOOLS_MISSING_EXIT) {
+                return ToolsRun::Missing(output.trim().to_string());
+            }
+            ToolsRun::Ran {
+                ok: o.status.success(),
+                output,
+                rendered: load_rendered(&out),
+            }
+        }
+    }
+}
+
+/// The rendered sets; `None` when the tools are missing (the caller's test is then skipped).
+fn rendered() -> Option<&'static Rendered> {
+    match tools_run() {
+        ToolsRun::Missing(why) => {
+            assert!(
+                std::env::var_os(REQUIRED_ENV).is_none(),
+                "{REQUIRED_ENV} is set but the manifest tools are missing: {why}"
+            );
+            static NOTICE: OnceLock<()> = OnceLock::new();
+            NOTICE.get_or_init(|| {
+                // Straight to the terminal: the harness shows a passing test's output only with
+                // --nocapture, and a skip must not go unnoticed.
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "\ndeploy_manifests: SKIPPED, the manifest tools are not installed ({why}).\n\
+                     Install them with tools/install-manifest-tools.sh to check deploy/.\n"
+                );
+            });
+            None
+        }
+        ToolsRun::Ran {
+            rendered: Ok(r), ..
+        } => Some(r),
+        ToolsRun::Ran {
+            rendered: Err(e),
+            output,
+            ..
+        } => panic!("tools/check_manifests.py left nothing readable ({e}):\n{output}"),
+    }
+}
+
+/// Parses every document of a YAML text. Kubernetes' YAML reader takes `0440` as octal, so
 /// this one does too.
 fn parse_yaml(text: &str) -> Result<Vec<Value>, String> {
     let options = serde_saphyr::options! { legacy_octal_numbers: true };
@@ -51,92 +165,53 @@ fn load_yaml(path: &Path) -> Result<Vec<Value>, String> {
     parse_yaml(&text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-fn yaml_files_under(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let entries = fs::read_dir(&d).unwrap_or_else(|e| panic!("{}: {e}", d.display()));
-        for entry in entries {
-            let path = entry.expect("directory entry").path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if matches!(
-                path.extension().and_then(|e| e.to_str()),
-                Some("yaml" | "yml")
-            ) {
-                out.push(path);
-            }
-        }
-    }
-    out.sort();
-    out
-}
-
-#[derive(Clone, Debug)]
-struct Doc {
-    file: String,
-    v: Value,
-}
-
-impl Doc {
-    fn kind(&self) -> &str {
-        str_at(&self.v, "/kind").unwrap_or("")
-    }
-    fn name(&self) -> &str {
-        str_at(&self.v, "/metadata/name").unwrap_or("")
-    }
-    fn id(&self) -> String {
-        format!("{} {} ({})", self.kind(), self.name(), self.file)
-    }
-}
-
-/// The kustomize base as kustomize would assemble it (resources plus the `namespace` and
-/// `images` settings), and the example objects an operator provides outside the base.
-#[derive(Clone, Debug)]
-struct Base {
-    kustomization: Value,
-    namespace: String,
-    docs: Vec<Doc>,
-    external: Vec<Doc>,
-}
-
-fn load_base() -> Base {
-    let dir = base_dir();
-    let kustomization = load_yaml(&dir.join("kustomization.yaml"))
-        .expect("base kustomization parses")
-        .into_iter()
-        .next()
-        .expect("base kustomization has a document");
-    let namespace = str_at(&kustomization, "/namespace")
-        .unwrap_or("default")
-        .to_string();
-    let mut docs = Vec::new();
-    for res in strings_at(&kustomization, "/resources") {
-        // A missing file is reported by check_kustomization_files; skip it here.
-        let Ok(values) = load_yaml(&dir.join(&res)) else {
-            continue;
-        };
-        docs.extend(values.into_iter().map(|v| Doc {
-            file: res.clone(),
-            v,
-        }));
-    }
-    let mut external = Vec::new();
-    for path in yaml_files_under(&kustomize_dir().join("examples")) {
-        let file = path.display().to_string();
-        for v in load_yaml(&path).expect("example parses") {
-            external.push(Doc {
-                file: file.clone(),
+fn load_rendered(dir: &Path) -> Result<Rendered, String> {
+    let index: Value = serde_json::from_str(
+        &fs::read_to_string(dir.join("index.json")).map_err(|e| format!("index.json: {e}"))?,
+    )
+    .map_err(|e| format!("index.json: {e}"))?;
+    let minors = strings_at(&index, "/minors");
+    let mut sets = Vec::new();
+    for entry in arr_at(&index, "/sets") {
+        let field = |f: &str| str_at(entry, &format!("/{f}")).unwrap_or("").to_string();
+        let name = field("name");
+        let docs = load_yaml(&dir.join(field("file")))?
+            .into_iter()
+            .filter(|v| !v.is_null())
+            .map(|v| Doc {
+                set: name.clone(),
                 v,
-            });
-        }
+            })
+            .collect();
+        let source = field("source");
+        let values = if source == "helm" {
+            load_yaml(&repo().join(field("origin")))?
+                .into_iter()
+                .next()
+                .unwrap_or(Value::Null)
+        } else {
+            Value::Null
+        };
+        sets.push(Set {
+            name,
+            source,
+            namespace: field("namespace"),
+            docs,
+            external: Vec::new(),
+            values,
+        });
     }
-    Base {
-        kustomization,
-        namespace,
-        docs,
-        external,
+    // The objects an operator creates by hand (deploy/kustomize/examples) exist beside every
+    // set, as they would in the cluster.
+    let external: Vec<Doc> = sets
+        .iter()
+        .filter(|s| s.source == "example")
+        .flat_map(|s| s.docs.clone())
+        .collect();
+    for s in &mut sets {
+        s.external = external.clone();
     }
+    Ok(Rendered { minors, sets })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -208,6 +283,18 @@ fn flag(args: &[String], name: &str) -> Option<String> {
     flag_values(args, name).into_iter().next()
 }
 
+/// Flags as a map (`--name` → values), the first argument (a subcommand) left out.
+fn flag_map(args: &[String]) -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for a in args.iter().filter(|a| a.starts_with("--")) {
+        let (name, value) = a.split_once('=').unwrap_or((a.as_str(), ""));
+        out.entry(name.to_string())
+            .or_default()
+            .push(value.to_string());
+    }
+    out
+}
+
 fn port_of(host_port: &str) -> Option<u64> {
     host_port.rsplit_once(':')?.1.parse().ok()
 }
@@ -246,8 +333,92 @@ fn go_duration_ms(text: &str) -> Option<u64> {
     Some(total as u64)
 }
 
+/// One `--nodes` value: `MIN:MAX:CLUSTER` or `MIN:MAX:CLUSTER@CLIENT`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Group {
+    cluster: String,
+    client: Option<String>,
+}
+
+fn parse_group(spec: &str) -> Option<Group> {
+    let mut parts = spec.splitn(3, ':');
+    let (min, max, rest) = (parts.next()?, parts.next()?, parts.next()?);
+    min.parse::<u64>().ok()?;
+    max.parse::<u64>().ok()?;
+    let (cluster, client) = match rest.split_once('@') {
+        Some((c, client)) => (c, Some(client.to_string())),
+        None => (rest, None),
+    };
+    (!cluster.is_empty()).then(|| Group {
+        cluster: cluster.to_string(),
+        client,
+    })
+}
+
+fn image_name(image: &str) -> &str {
+    let no_digest = image.split('@').next().unwrap_or(image);
+    match no_digest.rsplit_once(':') {
+        Some((name, tag)) if !tag.contains('/') => name,
+        _ => no_digest,
+    }
+}
+
+fn image_tag(image: &str) -> Option<&str> {
+    let no_digest = image.split('@').next().unwrap_or(image);
+    match no_digest.rsplit_once(':') {
+        Some((_, tag)) if !tag.contains('/') => Some(tag),
+        _ => None,
+    }
+}
+
+/// The Kubernetes minor of a cluster-autoscaler release tag: `v1.33.6` → `1.33`.
+fn release_minor(tag: &str) -> Option<String> {
+    let mut parts = tag.strip_prefix('v')?.split('.');
+    let (major, minor, patch) = (parts.next()?, parts.next()?, parts.next()?);
+    let numeric = |p: &str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit());
+    (numeric(major) && numeric(minor) && numeric(patch) && parts.next().is_none())
+        .then(|| format!("{major}.{minor}"))
+}
+
+fn minor_number(minor: &str) -> Option<u32> {
+    minor.strip_prefix("1.").and_then(|n| n.parse().ok())
+}
+
 // ---------------------------------------------------------------------------------------------
 // The objects the checks are about
+
+#[derive(Clone, Debug)]
+struct Doc {
+    set: String,
+    v: Value,
+}
+
+impl Doc {
+    fn kind(&self) -> &str {
+        str_at(&self.v, "/kind").unwrap_or("")
+    }
+    fn name(&self) -> &str {
+        str_at(&self.v, "/metadata/name").unwrap_or("")
+    }
+    fn id(&self) -> String {
+        format!("{} {} ({})", self.kind(), self.name(), self.set)
+    }
+}
+
+/// The objects one kustomization, example file or Helm values file rendered.
+#[derive(Clone, Debug)]
+struct Set {
+    name: String,
+    /// `kustomize`, `helm` or `example`.
+    source: String,
+    /// The release namespace (Helm) or the kustomization's (`kube-system`).
+    namespace: String,
+    docs: Vec<Doc>,
+    /// Objects the operator creates by hand (deploy/kustomize/examples).
+    external: Vec<Doc>,
+    /// The values file a Helm set was rendered with (`Null` for the others).
+    values: Value,
+}
 
 struct Workload<'a> {
     doc: &'a Doc,
@@ -264,7 +435,7 @@ impl Workload<'_> {
     }
 }
 
-impl Base {
+impl Set {
     fn of_kind(&self, kind: &str) -> std::vec::IntoIter<&Doc> {
         let docs: Vec<&Doc> = self.docs.iter().filter(|d| d.kind() == kind).collect();
         docs.into_iter()
@@ -278,7 +449,7 @@ impl Base {
         for d in self.of_kind("Deployment") {
             for c in arr_at(&d.v, "/spec/template/spec/containers") {
                 if pick(c) {
-                    let pod = d.v.pointer("/spec/template/spec").expect("pod spec");
+                    let pod = d.v.pointer("/spec/template/spec").unwrap_or(&Value::Null);
                     return Ok(Workload {
                         doc: d,
                         pod,
@@ -287,7 +458,7 @@ impl Base {
                 }
             }
         }
-        Err(format!("no Deployment runs the {what}"))
+        Err(format!("{}: no Deployment runs the {what}", self.name))
     }
 
     /// The Deployment whose container runs `cks-autoscaler-provider serve`.
@@ -306,22 +477,53 @@ impl Base {
         )
     }
 
-    /// The Service that selects the provider's pods.
+    fn has_provider(&self) -> bool {
+        self.provider().is_ok()
+    }
+
+    fn has_autoscaler(&self) -> bool {
+        self.autoscaler().is_ok()
+    }
+
+    /// The provider's own Service: the one named as its Deployment (the gRPC host).
     fn provider_service(&self) -> Result<&Doc, String> {
         let p = self.provider()?;
         let labels = p.pod_labels();
         self.of_kind("Service")
-            .find(|s| selects(&labels_at(&s.v, "/spec/selector"), &labels))
-            .ok_or_else(|| "no Service selects the provider's pods".to_string())
+            .find(|s| {
+                s.name() == p.doc.name() && selects(&labels_at(&s.v, "/spec/selector"), &labels)
+            })
+            .ok_or_else(|| format!("{}: no Service named as the provider selects it", self.name))
+    }
+
+    /// Services besides the provider's own that reach its pods (for other clusters).
+    fn external_services(&self) -> Vec<&Doc> {
+        let Ok(p) = self.provider() else {
+            return Vec::new();
+        };
+        let labels = p.pod_labels();
+        self.of_kind("Service")
+            .filter(|s| {
+                s.name() != p.doc.name() && selects(&labels_at(&s.v, "/spec/selector"), &labels)
+            })
+            .collect()
+    }
+
+    /// Whether cert-manager issues this set's certificates (else the operator supplies them).
+    fn uses_cert_manager(&self) -> bool {
+        self.of_kind("Certificate").next().is_some()
+    }
+
+    fn certificate_for_secret(&self, secret: &str) -> Option<&Doc> {
+        self.of_kind("Certificate")
+            .find(|c| str_at(&c.v, "/spec/secretName") == Some(secret))
     }
 
     /// The keys a Secret of this name will have: a cert-manager Certificate writes tls.crt,
-    /// tls.key and ca.crt; a Secret object (in the base or the examples) has its own keys.
+    /// tls.key and ca.crt; a Secret object (in the set or the examples) has its own keys.
+    /// `None`: the operator creates it, with keys the files cannot tell.
     fn secret_keys(&self, name: &str) -> Option<BTreeSet<String>> {
-        if self
-            .of_kind("Certificate")
-            .any(|c| str_at(&c.v, "/spec/secretName") == Some(name))
-        {
+        if self.certificate_for_secret(name).is_some() {
             return Some(CERT_MANAGER_KEYS.iter().map(|k| k.to_string()).collect());
         }
         self.docs
@@ -364,21 +566,21 @@ impl Base {
             }
         }
     }
-}
 
-fn image_name(image: &str) -> &str {
-    let no_digest = image.split('@').next().unwrap_or(image);
-    match no_digest.rsplit_once(':') {
-        Some((name, tag)) if !tag.contains('/') => name,
-        _ => no_digest,
+    /// Whether the autoscaler of this set dials the provider of this set.
+    fn autoscaler_dials_own_provider(&self) -> bool {
+        self.has_provider() && self.has_autoscaler()
     }
-}
 
-fn image_tag(image: &str) -> Option<&str> {
-    let no_digest = image.split('@').next().unwrap_or(image);
-    match no_digest.rsplit_once(':') {
-        Some((_, tag)) if !tag.contains('/') => Some(tag),
-        _ => None,
+    /// The provider's node groups (its --nodes).
+    fn groups(&self) -> Vec<Result<Group, String>> {
+        let Ok(p) = self.provider() else {
+            return Vec::new();
+        };
+        flag_values(&p.args(), "nodes")
+            .into_iter()
+            .map(|spec| parse_group(&spec).ok_or(spec))
+            .collect()
     }
 }
 
@@ -480,80 +682,13 @@ fn service_port<'a>(service: &'a Doc, name: &str) -> Option<&'a Value> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Checks on the kustomize base
+// Checks on one rendered set
 
-/// Every resource a kustomization lists exists and parses, every YAML file in the directory is
-/// listed (nothing silently left out), and every document is a Kubernetes object.
-fn check_kustomization_files(dir: &Path) -> Vec<String> {
-    let mut problems = Vec::new();
-    let k = match load_yaml(&dir.join("kustomization.yaml")) {
-        Ok(docs) => docs.into_iter().next().unwrap_or(Value::Null),
-        Err(e) => return vec![e],
-    };
-    let mut listed = BTreeSet::new();
-    let mut entries = strings_at(&k, "/resources");
-    entries.extend(
-        arr_at(&k, "/patches")
-            .iter()
-            .filter_map(|p| str_at(p, "/path").map(str::to_string)),
-    );
-    for res in &entries {
-        let path = dir.join(res);
-        if path.is_dir() {
-            if !path.join("kustomization.yaml").is_file() {
-                problems.push(format!(
-                    "{}: {res} has no kustomization.yaml",
-                    dir.display()
-                ));
-            }
-            continue;
-        }
-        if !path.is_file() {
-            problems.push(format!("{}: resource {res} does not exist", dir.display()));
-            continue;
-        }
-        listed.insert(res.clone());
-        match load_yaml(&path) {
-            Err(e) => problems.push(e),
-            Ok(docs) if docs.is_empty() => problems.push(format!("{res}: no document")),
-            Ok(docs) => {
-                for d in docs {
-                    // JSON6902 patches are lists of operations, not objects.
-                    if d.is_array() {
-                        continue;
-                    }
-                    if str_at(&d, "/apiVersion").is_none()
-                        || str_at(&d, "/kind").is_none()
-                        || str_at(&d, "/metadata/name").is_none()
-                    {
-                        problems.push(format!(
-                            "{res}: a document lacks apiVersion, kind or metadata.name"
-                        ));
-                    }
-                }
-            }
-        }
-    }
-    for path in yaml_files_under(dir) {
-        if path.parent() != Some(dir) {
-            continue;
-        }
-        let file = path.file_name().and_then(|f| f.to_str()).unwrap_or("");
-        if file != "kustomization.yaml" && !listed.contains(file) {
-            problems.push(format!(
-                "{}: {file} is not listed in kustomization.yaml",
-                dir.display()
-            ));
-        }
-    }
-    problems
-}
-
-/// gRPC and metrics ports agree across the provider's flags, its container ports, the Service,
+/// gRPC and metrics ports agree across the provider's flags, its container ports, its Services,
 /// the probes and the autoscaler's `address`.
-fn check_ports(b: &Base) -> Vec<String> {
+fn check_ports(s: &Set) -> Vec<String> {
     let mut problems = Vec::new();
-    let p = match b.provider() {
+    let p = match s.provider() {
         Ok(p) => p,
         Err(e) => return vec![e],
     };
@@ -571,8 +706,8 @@ fn check_ports(b: &Base) -> Vec<String> {
             ));
         }
     }
-    let svc = match b.provider_service() {
-        Ok(s) => s,
+    let svc = match s.provider_service() {
+        Ok(svc) => svc,
         Err(e) => {
             problems.push(e);
             return problems;
@@ -597,6 +732,20 @@ fn check_ports(b: &Base) -> Vec<String> {
             }
         }
     }
+    // A Service for other clusters carries the gRPC port only: metrics stay inside.
+    for ext in s.external_services() {
+        for sp in arr_at(&ext.v, "/spec/ports") {
+            let target = sp.pointer("/targetPort").or_else(|| sp.pointer("/port"));
+            let got = target.and_then(|t| container_port(p.container, t));
+            if got != Some(listen) {
+                problems.push(format!(
+                    "{}: port {} reaches container port {got:?}, not gRPC ({listen})",
+                    ext.id(),
+                    scalar(&sp["port"])
+                ));
+            }
+        }
+    }
     for (probe, path) in [("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")] {
         let Some(pr) = p.container.pointer(&format!("/{probe}")) else {
             problems.push(format!("provider has no {probe}"));
@@ -614,47 +763,54 @@ fn check_ports(b: &Base) -> Vec<String> {
             if str_at(http, "/path") != Some(path) {
                 problems.push(format!("provider {probe} must GET {path}"));
             }
-        } else if let Some(grpc) = pr.pointer("/grpc") {
-            let port = grpc.pointer("/port").and_then(Value::as_u64);
-            if port != Some(listen) {
-                problems.push(format!(
-                    "provider {probe} gRPC probe on port {port:?}, gRPC listens on {listen}"
-                ));
-            }
         } else {
-            problems.push(format!("provider {probe} is neither httpGet nor grpc"));
+            problems.push(format!(
+                "provider {probe} is not httpGet (the kubelet's gRPC probe cannot pass mTLS)"
+            ));
         }
     }
-    match b.autoscaler_cloud_config() {
-        Err(e) => problems.push(e),
-        Ok(cc) => {
-            let address = str_at(&cc, "/address").unwrap_or("");
-            let port = port_of(address);
-            if port.is_none() || port != grpc_service_port {
-                problems.push(format!(
-                    "autoscaler address {address:?} uses port {port:?}; Service {} serves gRPC on {grpc_service_port:?}",
-                    svc.name()
-                ));
+    if s.autoscaler_dials_own_provider() {
+        match s.autoscaler_cloud_config() {
+            Err(e) => problems.push(e),
+            Ok(cc) => {
+                let address = str_at(&cc, "/address").unwrap_or("");
+                let port = port_of(address);
+                if port.is_none() || port != grpc_service_port {
+                    problems.push(format!(
+                        "autoscaler address {address:?} uses port {port:?}; Service {} serves gRPC on {grpc_service_port:?}",
+                        svc.name()
+                    ));
+                }
             }
         }
     }
     problems
 }
 
-/// Every file the provider's flags name is mounted, from a Secret or ConfigMap key that exists.
-fn check_provider_mounts(b: &Base) -> Vec<String> {
+/// Every file the provider's flags name is mounted, from a Secret or ConfigMap key that exists
+/// (certificates from one Secret, written by a Certificate when cert-manager issues them).
+fn check_provider_mounts(s: &Set) -> Vec<String> {
     let mut problems = Vec::new();
-    let p = match b.provider() {
+    let p = match s.provider() {
         Ok(p) => p,
         Err(e) => return vec![e],
     };
     let args = p.args();
-    let expect = [
-        ("cloud-config", None),
-        ("tls-cert", Some("tls.crt")),
-        ("tls-key", Some("tls.key")),
-        ("tls-client-ca", Some("ca.crt")),
-    ];
+    let mut expect = vec![("cloud-config", None)];
+    if flag(&args, "tls-cert").is_some() {
+        expect.extend([
+            ("tls-cert", Some("tls.crt")),
+            ("tls-key", Some("tls.key")),
+            ("tls-client-ca", Some("ca.crt")),
+        ]);
+    } else if flag(&args, "insecure").is_none() {
+        problems.push("provider has neither --tls-cert nor --insecure".into());
+    }
+    for optional in ["cloudstack-ca", "config"] {
+        if flag(&args, optional).is_some() {
+            expect.push((optional, None));
+        }
+    }
     let mut tls_secrets = BTreeSet::new();
     for (name, want_key) in expect {
         let Some(path) = flag(&args, name) else {
@@ -663,18 +819,29 @@ fn check_provider_mounts(b: &Base) -> Vec<String> {
         };
         match resolve_path(p.pod, p.container, &path) {
             Err(e) => problems.push(format!("provider --{name}: {e}")),
-            Ok(FileSource::ConfigMap { name: cm, key }) => problems.push(format!(
-                "provider --{name} {path} comes from ConfigMap {cm} key {key}; it must be a Secret"
-            )),
+            Ok(FileSource::ConfigMap { name: cm, key }) => {
+                if matches!(
+                    name,
+                    "cloud-config" | "tls-cert" | "tls-key" | "tls-client-ca"
+                ) {
+                    problems.push(format!(
+                        "provider --{name} {path} comes from ConfigMap {cm} key {key}; it must be a Secret"
+                    ));
+                } else if name == "config" && s.configmap_value(&cm, &key).is_none() {
+                    problems.push(format!(
+                        "provider --config {path}: no ConfigMap {cm} with key {key}"
+                    ));
+                }
+            }
             Ok(FileSource::Secret { name: secret, key }) => {
-                match b.secret_keys(&secret) {
-                    None => problems.push(format!(
-                        "provider --{name} {path}: Secret {secret} is neither created by a Certificate nor described in deploy/kustomize/examples"
-                    )),
+                match s.secret_keys(&secret) {
                     Some(keys) if !keys.contains(&key) => problems.push(format!(
                         "provider --{name} {path}: Secret {secret} has no key {key} (it has {keys:?})"
                     )),
-                    Some(_) => {}
+                    None if want_key.is_some() && s.uses_cert_manager() => problems.push(format!(
+                        "provider --{name} {path}: Secret {secret} is written by no Certificate"
+                    )),
+                    _ => {}
                 }
                 if let Some(want) = want_key {
                     if key != want {
@@ -695,23 +862,48 @@ fn check_provider_mounts(b: &Base) -> Vec<String> {
     problems
 }
 
-/// The autoscaler runs externalgrpc with a cloud-config whose client certificate paths are the
-/// mounted client Certificate's Secret, and whose address names the provider's Service.
-fn check_autoscaler_wiring(b: &Base) -> Vec<String> {
+/// The autoscaler runs externalgrpc with a cloud-config whose client certificate paths are one
+/// mounted Secret, whose address names the provider's Service (or, in a workload cluster, a
+/// host outside it), with its status and lease in its own namespace.
+fn check_autoscaler_wiring(s: &Set) -> Vec<String> {
     let mut problems = Vec::new();
-    let a = match b.autoscaler() {
+    let a = match s.autoscaler() {
         Ok(a) => a,
         Err(e) => return vec![e],
     };
-    if !flag_values(&a.args(), "nodes").is_empty() {
+    let args = a.args();
+    if !flag_values(&args, "nodes").is_empty() {
         problems.push(
             "autoscaler: --nodes has no effect with externalgrpc; the provider takes it".into(),
         );
     }
-    let cc = match b.autoscaler_cloud_config() {
+    // --namespace=$(POD_NAMESPACE) is expanded by the kubelet only from a variable the
+    // container defines; the downward API gives it the pod's namespace.
+    match flag(&args, "namespace").as_deref() {
+        Some("$(POD_NAMESPACE)") => {
+            let from_pod = arr_at(a.container, "/env").iter().any(|e| {
+                str_at(e, "/name") == Some("POD_NAMESPACE")
+                    && str_at(e, "/valueFrom/fieldRef/fieldPath") == Some("metadata.namespace")
+            });
+            if !from_pod {
+                problems.push(
+                    "autoscaler --namespace=$(POD_NAMESPACE) but POD_NAMESPACE is not the pod's namespace (fieldRef metadata.namespace)"
+                        .into(),
+                );
+            }
+        }
+        other => problems.push(format!(
+            "autoscaler --namespace is {other:?}: its status ConfigMap and lease would leave its namespace (default kube-system)"
+        )),
+    }
+    let cc = match s.autoscaler_cloud_config() {
         Ok(cc) => cc,
         Err(e) => return vec![e],
     };
+    let tls = str_at(&cc, "/cert").is_some();
+    if !tls && !s.has_provider() {
+        problems.push("autoscaler dials a provider in another cluster without TLS".into());
+    }
     let mut client_secrets = BTreeSet::new();
     for (field, want_key) in [
         ("key", "tls.key"),
@@ -719,7 +911,9 @@ fn check_autoscaler_wiring(b: &Base) -> Vec<String> {
         ("cacert", "ca.crt"),
     ] {
         let Some(path) = str_at(&cc, &format!("/{field}")) else {
-            problems.push(format!("autoscaler cloud-config has no `{field}`"));
+            if tls {
+                problems.push(format!("autoscaler cloud-config has no `{field}`"));
+            }
             continue;
         };
         match resolve_path(a.pod, a.container, path) {
@@ -733,17 +927,20 @@ fn check_autoscaler_wiring(b: &Base) -> Vec<String> {
                         "autoscaler cloud-config `{field}` {path} is key {key} of {name}, expected {want_key}"
                     ));
                 }
-                let cert = b
-                    .of_kind("Certificate")
-                    .find(|c| str_at(&c.v, "/spec/secretName") == Some(name.as_str()));
-                match cert {
-                    None => problems.push(format!(
-                        "autoscaler cloud-config `{field}`: Secret {name} is not written by any Certificate"
-                    )),
-                    Some(c) if !strings_at(&c.v, "/spec/usages").iter().any(|u| u == "client auth") => {
-                        problems.push(format!("{} lacks the `client auth` usage", c.id()))
+                if s.uses_cert_manager() {
+                    match s.certificate_for_secret(&name) {
+                        None => problems.push(format!(
+                            "autoscaler cloud-config `{field}`: Secret {name} is not written by any Certificate"
+                        )),
+                        Some(c)
+                            if !strings_at(&c.v, "/spec/usages")
+                                .iter()
+                                .any(|u| u == "client auth") =>
+                        {
+                            problems.push(format!("{} lacks the `client auth` usage", c.id()))
+                        }
+                        Some(_) => {}
                     }
-                    Some(_) => {}
                 }
                 client_secrets.insert(name);
             }
@@ -755,26 +952,36 @@ fn check_autoscaler_wiring(b: &Base) -> Vec<String> {
         ));
     }
     let address = str_at(&cc, "/address").unwrap_or("");
-    match (host_of(address), b.provider_service()) {
+    match (host_of(address), s.has_provider()) {
         (None, _) => problems.push(format!("autoscaler address {address:?} is not host:port")),
-        (_, Err(e)) => problems.push(e),
-        (Some(host), Ok(svc)) => {
-            let labels: Vec<&str> = host.split('.').collect();
-            if labels[0] != svc.name() {
-                problems.push(format!(
-                    "autoscaler address host {host} does not name Service {}",
-                    svc.name()
-                ));
+        (Some(host), true) => match s.provider_service() {
+            Err(e) => problems.push(e),
+            Ok(svc) => {
+                let labels: Vec<&str> = host.split('.').collect();
+                let ns = str_at(&svc.v, "/metadata/namespace").unwrap_or("");
+                if labels[0] != svc.name() {
+                    problems.push(format!(
+                        "autoscaler address host {host} does not name Service {}",
+                        svc.name()
+                    ));
+                }
+                if labels.len() > 1 && labels[1] != ns {
+                    problems.push(format!(
+                        "autoscaler address host {host} is in namespace {}, the Service in {ns}",
+                        labels[1]
+                    ));
+                }
+                if labels.len() > 2 && labels[2] != "svc" {
+                    problems.push(format!(
+                        "autoscaler address host {host} is not a Service name"
+                    ));
+                }
             }
-            if labels.len() > 1 && labels[1] != b.namespace {
+        },
+        (Some(host), false) => {
+            if host.ends_with(".svc") || host.ends_with(".svc.cluster.local") {
                 problems.push(format!(
-                    "autoscaler address host {host} is in namespace {}, the base deploys to {}",
-                    labels[1], b.namespace
-                ));
-            }
-            if labels.len() > 2 && labels[2] != "svc" {
-                problems.push(format!(
-                    "autoscaler address host {host} is not a Service name"
+                    "autoscaler address host {host} is a Service of its own cluster, where no provider runs"
                 ));
             }
         }
@@ -790,14 +997,48 @@ fn check_autoscaler_wiring(b: &Base) -> Vec<String> {
     problems
 }
 
-/// The server certificate covers the host the autoscaler dials and is issued by the same CA the
-/// client certificate is, and that CA issuer is backed by a CA Certificate.
-fn check_tls(b: &Base) -> Vec<String> {
+/// The client identity an autoscaler claims (its pod annotation) and the names its client
+/// certificate carries, when cert-manager issues it in this set.
+fn autoscaler_identity(s: &Set) -> Result<(String, Option<Vec<String>>), String> {
+    let a = s.autoscaler()?;
+    let claimed = str_at(
+        &a.doc.v,
+        &format!(
+            "/spec/template/metadata/annotations/{}",
+            CLIENT_ANNOTATION.replace('/', "~1")
+        ),
+    )
+    .ok_or_else(|| format!("autoscaler pod has no {CLIENT_ANNOTATION} annotation"))?
+    .to_string();
+    let cc = s.autoscaler_cloud_config()?;
+    let names = str_at(&cc, "/cert")
+        .and_then(|path| resolve_path(a.pod, a.container, path).ok())
+        .and_then(|src| match src {
+            FileSource::Secret { name, .. } => s.certificate_for_secret(&name),
+            FileSource::ConfigMap { .. } => None,
+        })
+        .map(certificate_names);
+    Ok((claimed, names))
+}
+
+/// A certificate's DNS names, then its common name: what the provider matches a client by.
+fn certificate_names(c: &Doc) -> Vec<String> {
+    let mut names = strings_at(&c.v, "/spec/dnsNames");
+    names.extend(str_at(&c.v, "/spec/commonName").map(str::to_string));
+    names
+}
+
+/// The server certificate covers the host the autoscaler dials and is issued by the same CA
+/// every client certificate is; that CA issuer is backed by a CA Certificate.
+fn check_tls(s: &Set) -> Vec<String> {
     let mut problems = Vec::new();
-    let p = match b.provider() {
+    let p = match s.provider() {
         Ok(p) => p,
         Err(e) => return vec![e],
     };
+    if flag(&p.args(), "tls-cert").is_none() || !s.uses_cert_manager() {
+        return problems;
+    }
     let server_secret = match flag(&p.args(), "tls-cert")
         .ok_or_else(|| "provider has no --tls-cert".to_string())
         .and_then(|path| resolve_path(p.pod, p.container, &path))
@@ -806,10 +1047,7 @@ fn check_tls(b: &Base) -> Vec<String> {
         Ok(other) => return vec![format!("provider --tls-cert comes from {other:?}")],
         Err(e) => return vec![e],
     };
-    let Some(server) = b
-        .of_kind("Certificate")
-        .find(|c| str_at(&c.v, "/spec/secretName") == Some(server_secret.as_str()))
-    else {
+    let Some(server) = s.certificate_for_secret(&server_secret) else {
         return vec![format!(
             "no Certificate writes the provider's Secret {server_secret}"
         )];
@@ -820,45 +1058,43 @@ fn check_tls(b: &Base) -> Vec<String> {
     {
         problems.push(format!("{} lacks the `server auth` usage", server.id()));
     }
-    let cc = match b.autoscaler_cloud_config() {
-        Ok(cc) => cc,
-        Err(e) => return vec![e],
-    };
-    let address = str_at(&cc, "/address").unwrap_or("");
-    let dns = strings_at(&server.v, "/spec/dnsNames");
-    match host_of(address) {
-        Some(host) if dns.iter().any(|d| d == host) => {}
-        host => problems.push(format!(
-            "{} dnsNames {dns:?} do not include {host:?}, the host the autoscaler verifies",
-            server.id()
-        )),
+    if s.autoscaler_dials_own_provider() {
+        match s.autoscaler_cloud_config() {
+            Err(e) => problems.push(e),
+            Ok(cc) => {
+                let address = str_at(&cc, "/address").unwrap_or("");
+                let dns = strings_at(&server.v, "/spec/dnsNames");
+                match host_of(address) {
+                    Some(host) if dns.iter().any(|d| d == host) => {}
+                    host => problems.push(format!(
+                        "{} dnsNames {dns:?} do not include {host:?}, the host the autoscaler verifies",
+                        server.id()
+                    )),
+                }
+            }
+        }
     }
-    // The autoscaler's client certificate must chain to the CA the provider trusts.
-    let a = match b.autoscaler() {
-        Ok(a) => a,
-        Err(e) => return vec![e],
-    };
-    let client_secret = str_at(&cc, "/cert")
-        .ok_or_else(|| "autoscaler cloud-config has no cert".to_string())
-        .and_then(|path| resolve_path(a.pod, a.container, path));
-    if let Ok(FileSource::Secret { name, .. }) = client_secret
-        && let Some(client) = b
-            .of_kind("Certificate")
-            .find(|c| str_at(&c.v, "/spec/secretName") == Some(name.as_str()))
-        && server.v.pointer("/spec/issuerRef") != client.v.pointer("/spec/issuerRef")
-    {
-        problems.push(format!(
-            "{} and {} come from different issuers: neither side would trust the other",
-            server.id(),
-            client.id()
-        ));
+    // Every client certificate must chain to the CA the provider trusts (its ca.crt is the
+    // issuer's CA).
+    for client in s.of_kind("Certificate").filter(|c| {
+        strings_at(&c.v, "/spec/usages")
+            .iter()
+            .any(|u| u == "client auth")
+    }) {
+        if server.v.pointer("/spec/issuerRef") != client.v.pointer("/spec/issuerRef") {
+            problems.push(format!(
+                "{} and {} come from different issuers: neither side would trust the other",
+                server.id(),
+                client.id()
+            ));
+        }
     }
     // Follow issuerRefs: every Issuer exists; a CA issuer's secret is written by an isCA
     // Certificate.
-    for cert in b.of_kind("Certificate") {
+    for cert in s.of_kind("Certificate") {
         let kind = str_at(&cert.v, "/spec/issuerRef/kind").unwrap_or("Issuer");
         let name = str_at(&cert.v, "/spec/issuerRef/name").unwrap_or("");
-        let Some(issuer) = b.find(kind, name) else {
+        let Some(issuer) = s.find(kind, name) else {
             problems.push(format!(
                 "{}: issuer {kind} {name} does not exist",
                 cert.id()
@@ -866,7 +1102,7 @@ fn check_tls(b: &Base) -> Vec<String> {
             continue;
         };
         if let Some(ca_secret) = str_at(&issuer.v, "/spec/ca/secretName") {
-            let backed = b.of_kind("Certificate").any(|c| {
+            let backed = s.of_kind("Certificate").any(|c| {
                 str_at(&c.v, "/spec/secretName") == Some(ca_secret)
                     && c.v.pointer("/spec/isCA") == Some(&Value::Bool(true))
             });
@@ -881,12 +1117,85 @@ fn check_tls(b: &Base) -> Vec<String> {
     problems
 }
 
+/// `--nodes …@CLIENT`: with more than one cluster every group names its client and client
+/// certificates are required, as `serve` demands; every client named has a client certificate
+/// carrying that name from the CA the provider trusts; the autoscaler of the set carries the
+/// identity it claims.
+fn check_client_binding(s: &Set) -> Vec<String> {
+    let mut problems = Vec::new();
+    let p = match s.provider() {
+        Ok(p) => p,
+        Err(e) => return vec![e],
+    };
+    let mut groups = Vec::new();
+    for g in s.groups() {
+        match g {
+            Ok(g) => groups.push(g),
+            Err(spec) => problems.push(format!(
+                "provider --nodes={spec} is not MIN:MAX:CLUSTER[@CLIENT]"
+            )),
+        }
+    }
+    if groups.is_empty() {
+        problems.push("provider has no --nodes".into());
+    }
+    let clusters: BTreeSet<&str> = groups.iter().map(|g| g.cluster.as_str()).collect();
+    if clusters.len() > 1 {
+        for g in groups.iter().filter(|g| g.client.is_none()) {
+            problems.push(format!(
+                "cluster {} has no @CLIENT with {} clusters on one provider: every client would see and scale it",
+                g.cluster,
+                clusters.len()
+            ));
+        }
+        if flag(&p.args(), "tls-client-ca").is_none() {
+            problems.push(format!(
+                "{} clusters but no --tls-client-ca: client binding needs verified client certificates",
+                clusters.len()
+            ));
+        }
+    }
+    if s.uses_cert_manager() {
+        let issuer_of_server = flag(&p.args(), "tls-cert")
+            .and_then(|path| resolve_path(p.pod, p.container, &path).ok())
+            .and_then(|src| match src {
+                FileSource::Secret { name, .. } => s.certificate_for_secret(&name),
+                FileSource::ConfigMap { .. } => None,
+            })
+            .and_then(|c| c.v.pointer("/spec/issuerRef").cloned());
+        for client in groups.iter().filter_map(|g| g.client.as_deref()) {
+            let issued = s.of_kind("Certificate").any(|c| {
+                certificate_names(c).iter().any(|n| n == client)
+                    && strings_at(&c.v, "/spec/usages")
+                        .iter()
+                        .any(|u| u == "client auth")
+                    && c.v.pointer("/spec/issuerRef").cloned() == issuer_of_server
+            });
+            if !issued {
+                problems.push(format!(
+                    "--nodes …@{client}: no client certificate for {client} from the provider's CA"
+                ));
+            }
+        }
+    }
+    if s.has_autoscaler() {
+        match autoscaler_identity(s) {
+            Err(e) => problems.push(e),
+            Ok((claimed, Some(names))) if !names.contains(&claimed) => problems.push(format!(
+                "autoscaler claims client {claimed} but its certificate names {names:?}"
+            )),
+            Ok(_) => {}
+        }
+    }
+    problems
+}
+
 /// Both pods run non-root with a read-only root filesystem, no privilege escalation, no
 /// capabilities, the RuntimeDefault seccomp profile, read-only mounts the user can read, and
 /// resource requests and memory limits.
-fn check_security(b: &Base) -> Vec<String> {
+fn check_security(s: &Set) -> Vec<String> {
     let mut problems = Vec::new();
-    for d in b.of_kind("Deployment") {
+    for d in s.of_kind("Deployment") {
         let pod = d.v.pointer("/spec/template/spec").unwrap_or(&Value::Null);
         let psc = pod.pointer("/securityContext").unwrap_or(&Value::Null);
         let id = d.id();
@@ -909,25 +1218,34 @@ fn check_security(b: &Base) -> Vec<String> {
             }
             // A non-root process reads a Secret file only through the group (fsGroup) or
             // "other" bits; the kubelet's default mode is 0644.
-            if let Some(secret) = v.pointer("/secret") {
-                let default_mode = secret
-                    .pointer("/defaultMode")
-                    .and_then(Value::as_u64)
-                    .unwrap_or(0o644);
-                let mut modes = vec![default_mode];
+            let secret_modes = |source: &Value| -> Vec<u64> {
+                let mut modes = vec![
+                    source
+                        .pointer("/defaultMode")
+                        .and_then(Value::as_u64)
+                        .unwrap_or(0o644),
+                ];
                 modes.extend(
-                    arr_at(secret, "/items")
+                    arr_at(source, "/items")
                         .iter()
                         .filter_map(|i| i.pointer("/mode").and_then(Value::as_u64)),
                 );
-                for mode in modes {
-                    let readable = mode & 0o004 != 0 || (fs_group.is_some() && mode & 0o040 != 0);
-                    if !readable {
-                        problems.push(format!(
-                            "{id}: volume {} mode {mode:o} is unreadable for uid {uid:?} (fsGroup {fs_group:?})",
-                            scalar(&v["name"])
-                        ));
-                    }
+                modes
+            };
+            let mut modes = Vec::new();
+            if let Some(secret) = v.pointer("/secret") {
+                modes.extend(secret_modes(secret));
+            }
+            if let Some(projected) = v.pointer("/projected") {
+                modes.extend(secret_modes(projected));
+            }
+            for mode in modes {
+                let readable = mode & 0o004 != 0 || (fs_group.is_some() && mode & 0o040 != 0);
+                if !readable {
+                    problems.push(format!(
+                        "{id}: volume {} mode {mode:o} is unreadable for uid {uid:?} (fsGroup {fs_group:?})",
+                        scalar(&v["name"])
+                    ));
                 }
             }
         }
@@ -985,7 +1303,7 @@ fn check_security(b: &Base) -> Vec<String> {
         }
     }
     // The provider never calls the Kubernetes API: no token in its pod.
-    if let Ok(p) = b.provider()
+    if let Ok(p) = s.provider()
         && p.pod.pointer("/automountServiceAccountToken") != Some(&Value::Bool(false))
     {
         problems.push("provider pod mounts a service account token it never uses".into());
@@ -993,46 +1311,20 @@ fn check_security(b: &Base) -> Vec<String> {
     problems
 }
 
-/// The image a container runs once the kustomization's `images` settings are applied.
-fn effective_image(b: &Base, image: &str) -> String {
-    let name = image_name(image);
-    for i in arr_at(&b.kustomization, "/images") {
-        if str_at(i, "/name") == Some(name) {
-            let new_name = str_at(i, "/newName").unwrap_or(name);
-            if let Some(digest) = str_at(i, "/digest") {
-                return format!("{new_name}@{digest}");
-            }
-            let tag = i
-                .pointer("/newTag")
-                .map(scalar)
-                .or_else(|| image_tag(image).map(str::to_string));
-            return match tag {
-                Some(t) => format!("{new_name}:{t}"),
-                None => new_name.to_string(),
-            };
-        }
-    }
-    image.to_string()
-}
-
-/// Images are pinned to a tag (or digest) that is not `latest`, before and after the
-/// kustomization's `images`; the provider runs the crate's own version.
-fn check_images(b: &Base) -> Vec<String> {
+/// Images are pinned to a tag (or digest) that is not `latest`; the provider runs the crate's
+/// own version.
+fn check_images(s: &Set) -> Vec<String> {
     let mut problems = Vec::new();
-    let pinned = |image: &str| -> bool {
-        image.contains("@sha256:") || image_tag(image).is_some_and(|t| t != "latest")
-    };
-    for d in b.of_kind("Deployment") {
+    for d in s.of_kind("Deployment") {
         for c in arr_at(&d.v, "/spec/template/spec/containers") {
             let image = str_at(c, "/image").unwrap_or("");
-            let effective = effective_image(b, image);
-            for shown in [image, effective.as_str()] {
-                if !pinned(shown) {
-                    problems.push(format!(
-                        "{}: image {shown:?} is not pinned to a tag",
-                        d.id()
-                    ));
-                }
+            let pinned =
+                image.contains("@sha256:") || image_tag(image).is_some_and(|t| t != "latest");
+            if !pinned {
+                problems.push(format!(
+                    "{}: image {image:?} is not pinned to a tag",
+                    d.id()
+                ));
             }
             if str_at(c, "/imagePullPolicy") == Some("Always") {
                 problems.push(format!(
@@ -1042,32 +1334,33 @@ fn check_images(b: &Base) -> Vec<String> {
             }
         }
     }
-    if let Ok(p) = b.provider() {
-        let effective = effective_image(b, str_at(p.container, "/image").unwrap_or(""));
+    if let Ok(p) = s.provider() {
+        let image = str_at(p.container, "/image").unwrap_or("");
         let want = env!("CARGO_PKG_VERSION");
-        if image_tag(&effective) != Some(want) {
+        if image_tag(image) != Some(want) {
             problems.push(format!(
-                "provider image {effective} does not carry the crate version {want}"
+                "provider image {image} does not carry the crate version {want}"
             ));
         }
     }
     problems
 }
 
-/// The NetworkPolicy admits only the autoscaler's pods to the gRPC port and only a selected
-/// monitoring peer to the metrics port.
-fn check_network_policy(b: &Base) -> Vec<String> {
+/// The NetworkPolicy admits to the gRPC port only the autoscaler's pods and, for a central
+/// provider, address blocks of the workload clusters; to the metrics port, only a selected
+/// monitoring peer.
+fn check_network_policy(s: &Set) -> Vec<String> {
     let mut problems = Vec::new();
-    let (p, a) = match (b.provider(), b.autoscaler()) {
-        (Ok(p), Ok(a)) => (p, a),
-        (Err(e), _) | (_, Err(e)) => return vec![e],
+    let p = match s.provider() {
+        Ok(p) => p,
+        Err(e) => return vec![e],
     };
     let args = p.args();
     let listen = flag(&args, "listen").and_then(|l| port_of(&l));
     let metrics = flag(&args, "metrics-listen").and_then(|l| port_of(&l));
     let provider_labels = p.pod_labels();
-    let autoscaler_labels = a.pod_labels();
-    let policies: Vec<&Doc> = b
+    let autoscaler_labels = s.autoscaler().ok().map(|a| a.pod_labels());
+    let policies: Vec<&Doc> = s
         .of_kind("NetworkPolicy")
         .filter(|np| {
             selects(
@@ -1077,9 +1370,13 @@ fn check_network_policy(b: &Base) -> Vec<String> {
         })
         .collect();
     if policies.is_empty() {
-        return vec!["no NetworkPolicy selects the provider's pods".into()];
+        return vec![format!(
+            "{}: no NetworkPolicy selects the provider's pods",
+            s.name
+        )];
     }
     let mut grpc_admits_autoscaler = false;
+    let mut grpc_admits_blocks = false;
     let mut metrics_admitted = false;
     for np in policies {
         if !strings_at(&np.v, "/spec/policyTypes")
@@ -1108,14 +1405,19 @@ fn check_network_policy(b: &Base) -> Vec<String> {
                 }
                 for peer in peers {
                     let sel = labels_at(peer, "/podSelector/matchLabels");
-                    let only_autoscaler = peer.pointer("/namespaceSelector").is_none()
+                    let is_autoscaler = peer.pointer("/namespaceSelector").is_none()
                         && peer.pointer("/ipBlock").is_none()
-                        && selects(&sel, &autoscaler_labels);
-                    if only_autoscaler {
+                        && autoscaler_labels
+                            .as_ref()
+                            .is_some_and(|labels| selects(&sel, labels));
+                    let block = str_at(peer, "/ipBlock/cidr");
+                    if is_autoscaler {
                         grpc_admits_autoscaler = true;
+                    } else if block.is_some_and(|c| !c.ends_with("/0")) {
+                        grpc_admits_blocks = true;
                     } else {
                         problems.push(format!(
-                            "{}: the gRPC port is open to {peer} besides the autoscaler",
+                            "{}: the gRPC port is open to {peer} besides the autoscaler and the workload clusters' address blocks",
                             np.id()
                         ));
                     }
@@ -1154,10 +1456,14 @@ fn check_network_policy(b: &Base) -> Vec<String> {
             }
         }
     }
-    if !grpc_admits_autoscaler {
-        problems.push(format!(
-            "no NetworkPolicy rule admits the autoscaler ({autoscaler_labels:?}) to gRPC port {listen:?}"
-        ));
+    match &autoscaler_labels {
+        Some(labels) if !grpc_admits_autoscaler => problems.push(format!(
+            "no NetworkPolicy rule admits the autoscaler ({labels:?}) to gRPC port {listen:?}"
+        )),
+        None if !grpc_admits_blocks => problems.push(format!(
+            "no autoscaler in this cluster and no NetworkPolicy rule admits any other to gRPC port {listen:?}"
+        )),
+        _ => {}
     }
     if !metrics_admitted {
         problems.push(format!(
@@ -1167,12 +1473,17 @@ fn check_network_policy(b: &Base) -> Vec<String> {
     problems
 }
 
-/// Selectors select their own pods, service accounts exist, RBAC bindings point at existing
-/// roles and the autoscaler's account, and the roles grant what leader election and the status
-/// ConfigMap need.
-fn check_identity(b: &Base) -> Vec<String> {
+/// Selectors select their own pods (Deployments, Services, PodDisruptionBudgets), service
+/// accounts exist, RBAC bindings point at existing roles and the autoscaler's account, and the
+/// roles grant what leader election, the status ConfigMap and the releases' watches need.
+fn check_identity(s: &Set) -> Vec<String> {
     let mut problems = Vec::new();
-    for d in b.of_kind("Deployment") {
+    let external_sa = s
+        .values
+        .pointer("/autoscaler/serviceAccount/create")
+        .and_then(Value::as_bool)
+        == Some(false);
+    for d in s.of_kind("Deployment") {
         let sel = labels_at(&d.v, "/spec/selector/matchLabels");
         let labels = labels_at(&d.v, "/spec/template/metadata/labels");
         if !selects(&sel, &labels) {
@@ -1182,11 +1493,40 @@ fn check_identity(b: &Base) -> Vec<String> {
             ));
         }
         let sa = str_at(&d.v, "/spec/template/spec/serviceAccountName").unwrap_or("default");
-        if b.find("ServiceAccount", sa).is_none() {
+        let is_autoscaler = s.autoscaler().is_ok_and(|a| a.doc.name() == d.name());
+        if s.find("ServiceAccount", sa).is_none() && !(is_autoscaler && external_sa) {
             problems.push(format!("{}: ServiceAccount {sa} does not exist", d.id()));
         }
+        let budgets = s
+            .of_kind("PodDisruptionBudget")
+            .filter(|b| selects(&labels_at(&b.v, "/spec/selector/matchLabels"), &labels))
+            .count();
+        let wanted = if d.name()
+            == s.provider()
+                .map(|p| p.doc.name().to_string())
+                .unwrap_or_default()
+        {
+            s.values.pointer("/podDisruptionBudget/enabled")
+        } else {
+            s.values.pointer("/autoscaler/podDisruptionBudget/enabled")
+        } != Some(&Value::Bool(false));
+        if wanted && budgets != 1 {
+            problems.push(format!(
+                "{}: {budgets} PodDisruptionBudgets select its pods; one lets the autoscaler drain the node it runs on",
+                d.id()
+            ));
+        }
     }
-    if let (Ok(svc), Ok(a)) = (b.provider_service(), b.autoscaler())
+    for b in s.of_kind("PodDisruptionBudget") {
+        let sel = labels_at(&b.v, "/spec/selector/matchLabels");
+        if !s
+            .of_kind("Deployment")
+            .any(|d| selects(&sel, &labels_at(&d.v, "/spec/template/metadata/labels")))
+        {
+            problems.push(format!("{}: selects no Deployment's pods", b.id()));
+        }
+    }
+    if let (Ok(svc), Ok(a)) = (s.provider_service(), s.autoscaler())
         && selects(&labels_at(&svc.v, "/spec/selector"), &a.pod_labels())
     {
         problems.push(format!(
@@ -1194,32 +1534,38 @@ fn check_identity(b: &Base) -> Vec<String> {
             svc.name()
         ));
     }
-    let Ok(a) = b.autoscaler() else {
+    let Ok(a) = s.autoscaler() else {
         return problems;
     };
+    let ns = str_at(&a.doc.v, "/metadata/namespace").unwrap_or("");
     let sa = str_at(a.pod, "/serviceAccountName").unwrap_or("default");
     let mut bound = BTreeSet::new();
-    for binding in b
+    let bindings: Vec<&Doc> = s
         .of_kind("ClusterRoleBinding")
-        .chain(b.of_kind("RoleBinding"))
-    {
+        .chain(s.of_kind("RoleBinding"))
+        .collect();
+    if bindings.is_empty() {
+        // autoscaler.rbac.create=false: the operator binds the account.
+        return problems;
+    }
+    for binding in bindings {
         let kind = str_at(&binding.v, "/roleRef/kind").unwrap_or("");
         let name = str_at(&binding.v, "/roleRef/name").unwrap_or("");
-        if b.find(kind, name).is_none() {
+        if s.find(kind, name).is_none() {
             problems.push(format!(
                 "{}: roleRef {kind} {name} does not exist",
                 binding.id()
             ));
         }
-        for s in arr_at(&binding.v, "/subjects") {
-            if str_at(s, "/kind") == Some("ServiceAccount") && str_at(s, "/name") == Some(sa) {
-                match str_at(s, "/namespace") {
-                    None => {}
-                    Some(ns) if ns == b.namespace => {}
-                    Some(ns) => problems.push(format!(
-                        "{}: subject {sa} in namespace {ns}, the base deploys to {}",
-                        binding.id(),
-                        b.namespace
+        for subject in arr_at(&binding.v, "/subjects") {
+            if str_at(subject, "/kind") == Some("ServiceAccount")
+                && str_at(subject, "/name") == Some(sa)
+            {
+                match str_at(subject, "/namespace") {
+                    Some(sns) if sns == ns => {}
+                    other => problems.push(format!(
+                        "{}: subject {sa} in namespace {other:?}, the autoscaler runs in {ns}",
+                        binding.id()
                     )),
                 }
                 bound.insert(kind.to_string());
@@ -1233,8 +1579,16 @@ fn check_identity(b: &Base) -> Vec<String> {
             ));
         }
     }
+    for role in s.of_kind("Role") {
+        if str_at(&role.v, "/metadata/namespace") != Some(ns) {
+            problems.push(format!(
+                "{}: not in {ns}, where the autoscaler keeps its status ConfigMap (--namespace)",
+                role.id()
+            ));
+        }
+    }
     let grants = |kind: &str, resource: &str, resource_name: Option<&str>, verb: &str| {
-        b.of_kind(kind).any(|r| {
+        s.of_kind(kind).any(|r| {
             arr_at(&r.v, "/rules").iter().any(|rule| {
                 strings_at(rule, "/resources").iter().any(|x| x == resource)
                     && strings_at(rule, "/verbs").iter().any(|x| x == verb)
@@ -1264,6 +1618,7 @@ fn check_identity(b: &Base) -> Vec<String> {
         ("ClusterRole", "resourceslices", None, "watch"),
         ("ClusterRole", "resourceclaims", None, "watch"),
         ("ClusterRole", "deviceclasses", None, "watch"),
+        ("ClusterRole", "poddisruptionbudgets", None, "list"),
         ("ClusterRole", "configmaps", None, "get"),
         (
             "Role",
@@ -1282,24 +1637,31 @@ fn check_identity(b: &Base) -> Vec<String> {
     problems
 }
 
-/// Resources carry no namespace of their own: the kustomization's applies to all.
-fn check_namespace_agnostic(b: &Base) -> Vec<String> {
-    b.docs
-        .iter()
-        .filter(|d| d.v.pointer("/metadata/namespace").is_some())
-        .map(|d| {
-            format!(
-                "{} sets metadata.namespace; leave it to the kustomization",
-                d.id()
-            )
-        })
-        .collect()
+/// Namespaced objects are in the set's namespace, cluster-scoped ones in none.
+fn check_namespaces(s: &Set) -> Vec<String> {
+    let cluster_scoped = ["ClusterRole", "ClusterRoleBinding", "ClusterIssuer"];
+    let mut problems = Vec::new();
+    for d in &s.docs {
+        let ns = str_at(&d.v, "/metadata/namespace");
+        if cluster_scoped.contains(&d.kind()) {
+            if ns.is_some() {
+                problems.push(format!("{} is cluster-scoped but has a namespace", d.id()));
+            }
+        } else if ns != Some(s.namespace.as_str()) {
+            problems.push(format!(
+                "{} is in namespace {ns:?}, the rest in {}",
+                d.id(),
+                s.namespace
+            ));
+        }
+    }
+    problems
 }
 
-/// The CloudStack cloud-config Secret the provider mounts is the one CKS creates (the example
-/// describes it): same name, same key.
-fn check_cloudstack_secret(b: &Base) -> Vec<String> {
-    let p = match b.provider() {
+/// A kustomize provider mounts the cloud-config CKS creates (the example describes it): Secret
+/// `cloudstack-secret`, key `cloud-config`.
+fn check_cloudstack_secret(s: &Set) -> Vec<String> {
+    let p = match s.provider() {
         Ok(p) => p,
         Err(e) => return vec![e],
     };
@@ -1310,7 +1672,7 @@ fn check_cloudstack_secret(b: &Base) -> Vec<String> {
         Ok(FileSource::Secret { name, key })
             if name == "cloudstack-secret" && key == "cloud-config" =>
         {
-            let example = b
+            let example = s
                 .external
                 .iter()
                 .find(|d| d.kind() == "Secret" && d.name() == name);
@@ -1328,95 +1690,370 @@ fn check_cloudstack_secret(b: &Base) -> Vec<String> {
     }
 }
 
-// ---------------------------------------------------------------------------------------------
-// Overlays, Dockerfile
-
-/// Overlays: their resources exist, JSON6902 patches aim at objects and paths that exist in the
-/// base (and `--nodes` replaces `--nodes`), `images` entries name images the base uses.
-fn check_overlays(b: &Base) -> Vec<String> {
-    let mut problems = Vec::new();
-    let overlays = kustomize_dir().join("overlays");
-    let Ok(entries) = fs::read_dir(&overlays) else {
-        return vec![format!("{}: missing", overlays.display())];
+/// The autoscaler waits for CKS nodes as long as `RECOMMENDED_MAX_NODE_PROVISION` says.
+fn check_autoscaler_flags(s: &Set) -> Vec<String> {
+    let a = match s.autoscaler() {
+        Ok(a) => a,
+        Err(e) => return vec![e],
     };
-    let base_images: BTreeSet<String> = b
-        .of_kind("Deployment")
-        .flat_map(|d| arr_at(&d.v, "/spec/template/spec/containers").to_vec())
-        .filter_map(|c| str_at(&c, "/image").map(|i| image_name(i).to_string()))
-        .collect();
-    for entry in entries {
-        let dir = entry.expect("overlay entry").path();
-        problems.extend(check_kustomization_files(&dir));
-        let Ok(k) = load_yaml(&dir.join("kustomization.yaml")) else {
+    let want = cks_autoscaler_provider::options::RECOMMENDED_MAX_NODE_PROVISION;
+    match flag(&a.args(), "max-node-provision-time") {
+        None => vec![
+            "autoscaler: no --max-node-provision-time (the 15m default deletes CKS nodes still joining)"
+                .into(),
+        ],
+        Some(v) => match go_duration_ms(&v) {
+            Some(ms) if u128::from(ms) == want.as_millis() => vec![],
+            other => vec![format!(
+                "autoscaler --max-node-provision-time={v} ({other:?} ms), expected {want:?}"
+            )],
+        },
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Checks across sets and files
+
+fn chart_values() -> Value {
+    load_yaml(&chart_dir().join("values.yaml"))
+        .ok()
+        .and_then(|d| d.into_iter().next())
+        .unwrap_or(Value::Null)
+}
+
+/// The supported-releases table of the README: Kubernetes minor → cluster-autoscaler release.
+fn readme_releases(readme: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let Some(start) = readme.find("## Supported cluster-autoscaler releases") else {
+        return out;
+    };
+    for line in readme[start..].lines().skip(1) {
+        if line.starts_with("## ") {
+            break;
+        }
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        if cells.len() > 3 && minor_number(cells[1]).is_some() {
+            out.insert(cells[1].to_string(), cells[2].to_string());
+        }
+    }
+    out
+}
+
+/// One release per Kubernetes minor, the same in the chart, in what each kustomize component
+/// renders and in the README; each a release of its own minor; every minor from the oldest up
+/// without a gap; the objects validated against the oldest and the newest of them.
+fn check_autoscaler_releases(r: &Rendered, values: &Value, readme: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    let chart: BTreeMap<String, String> = values
+        .pointer("/autoscaler/image/tagByKubernetesMinor")
+        .and_then(Value::as_object)
+        .map(|m| m.iter().map(|(k, v)| (k.clone(), scalar(v))).collect())
+        .unwrap_or_default();
+    let mut components = BTreeMap::new();
+    for s in &r.sets {
+        let Some(minor) = s
+            .name
+            .strip_prefix("kustomize-components-cluster-autoscaler-")
+        else {
             continue;
         };
-        let k = k.into_iter().next().unwrap_or(Value::Null);
-        for c in strings_at(&k, "/components") {
-            let path = dir.join(&c).join("kustomization.yaml");
-            let kind = load_yaml(&path)
-                .ok()
-                .and_then(|d| d.into_iter().next())
-                .and_then(|d| str_at(&d, "/kind").map(str::to_string));
-            if kind.as_deref() != Some("Component") {
-                problems.push(format!(
-                    "{}: component {c} is not a kustomize Component",
-                    dir.display()
-                ));
-            }
-        }
-        for i in arr_at(&k, "/images") {
-            let name = str_at(i, "/name").unwrap_or("");
-            if !base_images.contains(name) {
-                problems.push(format!(
-                    "{}: images entry {name} matches no container",
-                    dir.display()
-                ));
-            }
-        }
-        for patch in arr_at(&k, "/patches") {
-            let kind = str_at(patch, "/target/kind").unwrap_or("");
-            let name = str_at(patch, "/target/name").unwrap_or("");
-            let Some(target) = b.find(kind, name) else {
-                problems.push(format!(
-                    "{}: patch target {kind} {name} is not in the base",
-                    dir.display()
-                ));
-                continue;
-            };
-            let Some(file) = str_at(patch, "/path") else {
-                continue;
-            };
-            let Ok(docs) = load_yaml(&dir.join(file)) else {
-                continue;
-            };
-            for op in docs
-                .iter()
-                .flat_map(|d| d.as_array().cloned().unwrap_or_default())
-            {
-                let path = str_at(&op, "/path").unwrap_or("");
-                let verb = str_at(&op, "/op").unwrap_or("");
-                if matches!(verb, "replace" | "remove" | "test") {
-                    match target.v.pointer(path) {
-                        None => problems.push(format!(
-                            "{}/{file}: {verb} {path}: no such field in {}",
-                            dir.display(),
-                            target.id()
-                        )),
-                        Some(old) => {
-                            let new = str_at(&op, "/value").unwrap_or("");
-                            let old = old.as_str().unwrap_or("");
-                            if let Some((flag_name, _)) = new.split_once('=')
-                                && new.starts_with("--")
-                                && !old.starts_with(&format!("{flag_name}="))
-                            {
-                                problems.push(format!(
-                                    "{}/{file}: replaces {old:?} at {path} with {new:?}",
-                                    dir.display()
-                                ));
-                            }
-                        }
-                    }
+        match s.autoscaler() {
+            Ok(a) => {
+                let image = str_at(a.container, "/image").unwrap_or("");
+                if image_name(image) != AUTOSCALER_IMAGE {
+                    problems.push(format!("{}: autoscaler image {image}", s.name));
                 }
+                components.insert(
+                    minor.to_string(),
+                    image_tag(image).unwrap_or("").to_string(),
+                );
+            }
+            Err(e) => problems.push(e),
+        }
+    }
+    if chart != components {
+        problems.push(format!(
+            "chart autoscaler.image.tagByKubernetesMinor {chart:?} differs from what the kustomize components render {components:?}"
+        ));
+    }
+    let table = readme_releases(readme);
+    if chart != table {
+        problems.push(format!(
+            "README's supported-releases table {table:?} differs from the chart's {chart:?}"
+        ));
+    }
+    if values
+        .pointer("/autoscaler/image/repository")
+        .map(scalar)
+        .as_deref()
+        != Some(AUTOSCALER_IMAGE)
+    {
+        problems.push("chart autoscaler.image.repository is not the upstream image".into());
+    }
+    if values
+        .pointer("/autoscaler/image/tag")
+        .map(scalar)
+        .as_deref()
+        != Some("")
+    {
+        problems.push(
+            "chart autoscaler.image.tag is set by default: the minor would not choose".into(),
+        );
+    }
+    let mut minors: Vec<u32> = chart.keys().filter_map(|m| minor_number(m)).collect();
+    minors.sort_unstable();
+    if minors.len() != chart.len() {
+        problems.push(format!("minors {:?} are not all 1.<n>", chart.keys()));
+    }
+    if let (Some(lo), Some(hi)) = (minors.first(), minors.last()) {
+        if minors.len() as u32 != hi - lo + 1 {
+            problems.push(format!("minors {minors:?} have a gap"));
+        }
+        let validated = vec![format!("1.{lo}"), format!("1.{hi}")];
+        if r.minors != validated {
+            problems.push(format!(
+                "objects were validated for Kubernetes {:?}, the supported minors span {validated:?}",
+                r.minors
+            ));
+        }
+    } else {
+        problems.push("the chart lists no autoscaler release".into());
+    }
+    for (minor, tag) in &chart {
+        if release_minor(tag).as_deref() != Some(minor.as_str()) {
+            problems.push(format!(
+                "Kubernetes {minor} is given cluster-autoscaler {tag}, a release of another minor"
+            ));
+        }
+    }
+    problems
+}
+
+fn pod_container<'a>(w: &'a Workload<'_>, pointer: &str) -> Option<&'a Value> {
+    w.container.pointer(pointer)
+}
+
+/// The chart rendered with its defaults (and one cluster) describes the kustomize base: the
+/// same objects under the same names, flags, files behind them, images, ports, probes,
+/// security settings, resources, certificates and RBAC rules.
+fn check_chart_matches_base(chart: &Set, base: &Set) -> Vec<String> {
+    let mut problems = Vec::new();
+    let ids = |s: &Set| -> BTreeSet<(String, String)> {
+        s.docs
+            .iter()
+            .map(|d| (d.kind().to_string(), d.name().to_string()))
+            .collect()
+    };
+    let (c_ids, b_ids) = (ids(chart), ids(base));
+    for missing in b_ids.difference(&c_ids) {
+        problems.push(format!("the chart has no {missing:?}, the base has"));
+    }
+    for extra in c_ids.difference(&b_ids) {
+        problems.push(format!("the base has no {extra:?}, the chart has"));
+    }
+    for (what, c, b) in [
+        ("provider", chart.provider(), base.provider()),
+        ("autoscaler", chart.autoscaler(), base.autoscaler()),
+    ] {
+        let (c, b) = match (c, b) {
+            (Ok(c), Ok(b)) => (c, b),
+            (Err(e), _) | (_, Err(e)) => {
+                problems.push(e);
+                continue;
+            }
+        };
+        let mut cf = flag_map(&c.args());
+        let mut bf = flag_map(&b.args());
+        // The clusters are the operator's.
+        cf.remove("--nodes");
+        bf.remove("--nodes");
+        if cf != bf {
+            problems.push(format!("{what} flags differ: chart {cf:?}, base {bf:?}"));
+        }
+        for ptr in [
+            "/image",
+            "/ports",
+            "/livenessProbe",
+            "/readinessProbe",
+            "/securityContext",
+            "/resources",
+            "/env",
+        ] {
+            if pod_container(&c, ptr) != pod_container(&b, ptr) {
+                problems.push(format!(
+                    "{what} container {ptr} differs: chart {:?}, base {:?}",
+                    pod_container(&c, ptr),
+                    pod_container(&b, ptr)
+                ));
+            }
+        }
+        for ptr in [
+            "/securityContext",
+            "/priorityClassName",
+            "/tolerations",
+            "/affinity",
+            "/automountServiceAccountToken",
+            "/terminationGracePeriodSeconds",
+            "/serviceAccountName",
+        ] {
+            if c.pod.pointer(ptr) != b.pod.pointer(ptr) {
+                problems.push(format!(
+                    "{what} pod {ptr} differs: chart {:?}, base {:?}",
+                    c.pod.pointer(ptr),
+                    b.pod.pointer(ptr)
+                ));
+            }
+        }
+        // The files behind the paths the flags name come from the same Secret keys.
+        let mut paths: Vec<String> = c
+            .args()
+            .iter()
+            .filter_map(|a| a.split_once('=').map(|(_, v)| v.to_string()))
+            .filter(|v| v.starts_with('/'))
+            .collect();
+        if let Ok(cc) = chart.autoscaler_cloud_config()
+            && what == "autoscaler"
+        {
+            for field in ["/key", "/cert", "/cacert"] {
+                paths.extend(str_at(&cc, field).map(str::to_string));
+            }
+        }
+        for path in paths {
+            let (cs, bs) = (
+                resolve_path(c.pod, c.container, &path),
+                resolve_path(b.pod, b.container, &path),
+            );
+            if cs != bs {
+                problems.push(format!("{what} {path}: chart mounts {cs:?}, base {bs:?}"));
+            }
+        }
+    }
+    if chart.autoscaler_cloud_config().ok() != base.autoscaler_cloud_config().ok() {
+        problems.push(format!(
+            "autoscaler cloud-configs differ: chart {:?}, base {:?}",
+            chart.autoscaler_cloud_config(),
+            base.autoscaler_cloud_config()
+        ));
+    }
+    for kind in ["Certificate", "Issuer", "ClusterRole", "Role"] {
+        for c in chart.of_kind(kind) {
+            let Some(b) = base.find(kind, c.name()) else {
+                continue;
+            };
+            for ptr in ["/spec", "/rules"] {
+                if c.v.pointer(ptr) != b.v.pointer(ptr) {
+                    problems.push(format!(
+                        "{kind} {} {ptr} differs: chart {:?}, base {:?}",
+                        c.name(),
+                        c.v.pointer(ptr),
+                        b.v.pointer(ptr)
+                    ));
+                }
+            }
+        }
+    }
+    for kind in ["Service", "PodDisruptionBudget"] {
+        for c in chart.of_kind(kind) {
+            let Some(b) = base.find(kind, c.name()) else {
+                continue;
+            };
+            for ptr in [
+                "/spec/ports",
+                "/spec/type",
+                "/spec/maxUnavailable",
+                "/spec/unhealthyPodEvictionPolicy",
+            ] {
+                if c.v.pointer(ptr) != b.v.pointer(ptr) {
+                    problems.push(format!(
+                        "{kind} {} {ptr} differs: chart {:?}, base {:?}",
+                        c.name(),
+                        c.v.pointer(ptr),
+                        b.v.pointer(ptr)
+                    ));
+                }
+            }
+        }
+    }
+    problems
+}
+
+/// A workload cluster's autoscaler and the central provider it dials: the host is in the
+/// server certificate, the port is the external Service's, the identity it claims is bound to
+/// a cluster and issued by the central CA.
+fn check_central_pair(central: &Set, workload: &Set) -> Vec<String> {
+    let mut problems = Vec::new();
+    if central.has_autoscaler() {
+        problems.push(format!(
+            "{}: a central provider example should run no autoscaler",
+            central.name
+        ));
+    }
+    if workload.has_provider() {
+        problems.push(format!(
+            "{}: a workload cluster runs no provider",
+            workload.name
+        ));
+    }
+    let cc = match workload.autoscaler_cloud_config() {
+        Ok(cc) => cc,
+        Err(e) => return vec![e],
+    };
+    let address = str_at(&cc, "/address").unwrap_or("");
+    let (Some(host), Some(port)) = (host_of(address), port_of(address)) else {
+        return vec![format!(
+            "workload autoscaler address {address:?} is not host:port"
+        )];
+    };
+    let server = central.provider().ok().and_then(|p| {
+        flag(&p.args(), "tls-cert")
+            .and_then(|path| resolve_path(p.pod, p.container, &path).ok())
+            .and_then(|src| match src {
+                FileSource::Secret { name, .. } => central.certificate_for_secret(&name),
+                FileSource::ConfigMap { .. } => None,
+            })
+    });
+    match server {
+        None => problems.push("central provider: no server Certificate".into()),
+        Some(server) => {
+            let mut names = strings_at(&server.v, "/spec/dnsNames");
+            names.extend(strings_at(&server.v, "/spec/ipAddresses"));
+            if !names.iter().any(|n| n == host) {
+                problems.push(format!(
+                    "the workload autoscaler dials {host}, which the central server certificate ({names:?}) does not name"
+                ));
+            }
+        }
+    }
+    let ports: Vec<u64> = central
+        .external_services()
+        .iter()
+        .flat_map(|svc| arr_at(&svc.v, "/spec/ports").to_vec())
+        .filter_map(|p| p.pointer("/port").and_then(Value::as_u64))
+        .collect();
+    if !ports.contains(&port) {
+        problems.push(format!(
+            "the workload autoscaler dials port {port}; the central external Services serve {ports:?}"
+        ));
+    }
+    match autoscaler_identity(workload) {
+        Err(e) => problems.push(e),
+        Ok((client, _)) => {
+            let bound = central.groups().iter().any(|g| {
+                g.as_ref()
+                    .is_ok_and(|g| g.client.as_deref() == Some(client.as_str()))
+            });
+            if !bound {
+                problems.push(format!(
+                    "the workload autoscaler is client {client}, which no central --nodes binds"
+                ));
+            }
+            if !central
+                .of_kind("Certificate")
+                .any(|c| certificate_names(c).contains(&client))
+            {
+                problems.push(format!(
+                    "the central cluster issues no client certificate for {client}"
+                ));
             }
         }
     }
@@ -1450,59 +2087,47 @@ fn dockerfile_instructions(text: &str) -> Vec<(String, String)> {
     out
 }
 
-/// A multi-stage build with `cargo build --release --locked`, a pinned static base, the binary
-/// where the Deployment expects it, the user the pod runs as, and the ports the flags use.
-fn check_dockerfile(b: &Base, dockerfile: &str, dockerignore: &str) -> Vec<String> {
+/// A multi-stage build with `cargo build --release --locked`, base images pinned by digest, a
+/// static final base, the binary where the Deployment expects it, the user the pod runs as,
+/// and the ports the flags use.
+fn check_dockerfile(s: &Set, dockerfile: &str, dockerignore: &str) -> Vec<String> {
     let mut problems = Vec::new();
     let ins = dockerfile_instructions(dockerfile);
-    let mut args = BTreeMap::new();
-    let mut froms = Vec::new();
-    for (op, rest) in &ins {
-        match op.as_str() {
-            "ARG" => {
-                if let Some((k, v)) = rest.split_once('=') {
-                    args.insert(k.to_string(), v.to_string());
-                }
-            }
-            "FROM" => {
-                let words: Vec<&str> = rest
-                    .split_whitespace()
-                    .filter(|w| !w.starts_with("--"))
-                    .collect();
-                let mut image = words.first().copied().unwrap_or("").to_string();
-                for (k, v) in &args {
-                    image = image.replace(&format!("${{{k}}}"), v);
-                }
-                froms.push(image);
-            }
-            _ => {}
-        }
-    }
+    let froms: Vec<String> = ins
+        .iter()
+        .filter(|(op, _)| op == "FROM")
+        .map(|(_, rest)| {
+            rest.split_whitespace()
+                .find(|w| !w.starts_with("--"))
+                .unwrap_or("")
+                .to_string()
+        })
+        .collect();
     if froms.len() < 2 {
         problems.push("Dockerfile is not multi-stage".into());
     }
     for image in &froms {
-        if image.contains('$')
-            || !(image.contains("@sha256:") || image_tag(image).is_some_and(|t| t != "latest"))
-        {
-            problems.push(format!("Dockerfile FROM {image} is not pinned to a tag"));
+        let digest = image.split_once("@sha256:").map(|(_, d)| d);
+        let pinned = !image.contains('$')
+            && digest.is_some_and(|d| d.len() == 64 && d.bytes().all(|b| b.is_ascii_hexdigit()));
+        if !pinned {
+            problems.push(format!(
+                "Dockerfile FROM {image} is not pinned by digest (@sha256:…)"
+            ));
         }
     }
     let final_base = froms.last().cloned().unwrap_or_default();
-    if !(final_base.starts_with("gcr.io/distroless/static") || final_base == "scratch") {
+    if !final_base.starts_with("gcr.io/distroless/static") {
         problems.push(format!(
-            "final stage {final_base} is not a static (distroless/scratch) base"
+            "final stage {final_base} is not a static (distroless) base"
         ));
     }
-    let runs: Vec<&String> = ins
-        .iter()
-        .filter(|(op, _)| op == "RUN")
-        .map(|(_, r)| r)
-        .collect();
-    if !runs
-        .iter()
-        .any(|r| r.contains("cargo build") && r.contains("--release") && r.contains("--locked"))
-    {
+    if !ins.iter().any(|(op, r)| {
+        op == "RUN"
+            && r.contains("cargo build")
+            && r.contains("--release")
+            && r.contains("--locked")
+    }) {
         problems.push("Dockerfile does not run cargo build --release --locked".into());
     }
     let last_from = ins.iter().rposition(|(op, _)| op == "FROM").unwrap_or(0);
@@ -1527,23 +2152,23 @@ fn check_dockerfile(b: &Base, dockerfile: &str, dockerignore: &str) -> Vec<Strin
         .as_deref()
         .and_then(|u| u.split(':').next())
         .and_then(|u| u.parse::<u64>().ok());
-    match uid {
-        None | Some(0) => problems.push(format!(
+    let p = s.provider();
+    match (uid, &p) {
+        (None | Some(0), _) => problems.push(format!(
             "final stage USER {user:?} is not a numeric non-root uid"
         )),
-        Some(uid) => {
-            if let Ok(p) = b.provider() {
-                let pod_uid = p
-                    .pod
-                    .pointer("/securityContext/runAsUser")
-                    .and_then(Value::as_u64);
-                if pod_uid != Some(uid) {
-                    problems.push(format!(
-                        "image USER {uid} but the provider pod runs as {pod_uid:?}"
-                    ));
-                }
+        (Some(uid), Ok(p)) => {
+            let pod_uid = p
+                .pod
+                .pointer("/securityContext/runAsUser")
+                .and_then(Value::as_u64);
+            if pod_uid != Some(uid) {
+                problems.push(format!(
+                    "image USER {uid} but the provider pod runs as {pod_uid:?}"
+                ));
             }
         }
+        (Some(_), Err(e)) => problems.push(e.clone()),
     }
     let exposed: BTreeSet<u64> = final_stage
         .iter()
@@ -1554,7 +2179,7 @@ fn check_dockerfile(b: &Base, dockerfile: &str, dockerignore: &str) -> Vec<Strin
                 .collect::<Vec<u64>>()
         })
         .collect();
-    if let Ok(p) = b.provider() {
+    if let Ok(p) = p {
         let args = p.args();
         for name in ["listen", "metrics-listen"] {
             let port = flag(&args, name).and_then(|l| port_of(&l));
@@ -1592,430 +2217,7 @@ fn check_dockerfile(b: &Base, dockerfile: &str, dockerignore: &str) -> Vec<Strin
 }
 
 // ---------------------------------------------------------------------------------------------
-// Helm chart
-
-fn chart_templates() -> BTreeMap<String, String> {
-    let mut out = BTreeMap::new();
-    for entry in fs::read_dir(chart_dir().join("templates")).expect("chart templates") {
-        let path = entry.expect("template entry").path();
-        let name = path
-            .file_name()
-            .and_then(|f| f.to_str())
-            .unwrap_or("")
-            .to_string();
-        out.insert(name, fs::read_to_string(&path).expect("template readable"));
-    }
-    out
-}
-
-fn chart_values() -> Value {
-    load_yaml(&chart_dir().join("values.yaml"))
-        .expect("values.yaml parses")
-        .into_iter()
-        .next()
-        .expect("values.yaml has a document")
-}
-
-/// `.Values.a.b.c` references in the templates, with the file they are in.
-fn values_references(templates: &BTreeMap<String, String>) -> Vec<(String, Vec<String>)> {
-    let mut out = Vec::new();
-    for (file, text) in templates {
-        let mut rest = text.as_str();
-        while let Some(i) = rest.find(".Values.") {
-            rest = &rest[i + ".Values.".len()..];
-            let end = rest
-                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.'))
-                .unwrap_or(rest.len());
-            let path: Vec<String> = rest[..end]
-                .trim_end_matches('.')
-                .split('.')
-                .map(str::to_string)
-                .collect();
-            out.push((file.clone(), path));
-            rest = &rest[end..];
-        }
-    }
-    out
-}
-
-/// Template references to values that values.yaml does not define, and includes of templates
-/// that no `define` provides, and unbalanced `{{ }}` blocks.
-fn check_chart_templates(templates: &BTreeMap<String, String>, values: &Value) -> Vec<String> {
-    let mut problems = Vec::new();
-    for (file, path) in values_references(templates) {
-        let mut node = values;
-        for (depth, key) in path.iter().enumerate() {
-            match node.get(key) {
-                Some(next) => node = next,
-                None => {
-                    problems.push(format!(
-                        "{file}: .Values.{} is not in values.yaml (no `{key}` under `{}`)",
-                        path.join("."),
-                        if depth == 0 {
-                            ".".to_string()
-                        } else {
-                            path[..depth].join(".")
-                        }
-                    ));
-                    break;
-                }
-            }
-        }
-    }
-    let mut defined = BTreeSet::new();
-    for text in templates.values() {
-        for part in text.split("define \"").skip(1) {
-            if let Some(name) = part.split('"').next() {
-                defined.insert(name.to_string());
-            }
-        }
-    }
-    for (file, text) in templates {
-        for word in ["include \"", "template \""] {
-            for part in text.split(word).skip(1) {
-                let name = part.split('"').next().unwrap_or("");
-                if !defined.contains(name) {
-                    problems.push(format!("{file}: {word}{name}\" is defined nowhere"));
-                }
-            }
-        }
-        // Block actions must balance, or Helm refuses the whole chart.
-        let mut depth = 0i32;
-        let mut rest = text.as_str();
-        while let Some(start) = rest.find("{{") {
-            let Some(len) = rest[start..].find("}}") else {
-                problems.push(format!("{file}: unclosed {{{{"));
-                break;
-            };
-            let action = rest[start + 2..start + len]
-                .trim_start_matches('-')
-                .trim()
-                .trim_end_matches('-')
-                .trim();
-            let first = action.split_whitespace().next().unwrap_or("");
-            match first {
-                "if" | "range" | "with" | "define" | "block" => depth += 1,
-                "end" => depth -= 1,
-                _ => {}
-            }
-            if depth < 0 {
-                problems.push(format!("{file}: `end` without a block"));
-                depth = 0;
-            }
-            rest = &rest[start + len + 2..];
-        }
-        if depth != 0 {
-            problems.push(format!("{file}: {depth} block(s) without `end`"));
-        }
-    }
-    problems
-}
-
-/// The chart's defaults describe the same deployment as the kustomize base.
-fn check_chart_matches_base(values: &Value, b: &Base) -> Vec<String> {
-    let mut problems = Vec::new();
-    let (p, a) = match (b.provider(), b.autoscaler()) {
-        (Ok(p), Ok(a)) => (p, a),
-        (Err(e), _) | (_, Err(e)) => return vec![e],
-    };
-    let args = p.args();
-    let mut expect = |what: &str, chart: Option<String>, base: Option<String>| {
-        if chart.is_none() || chart != base {
-            problems.push(format!(
-                "chart {what} is {chart:?}, the kustomize base has {base:?}"
-            ));
-        }
-    };
-    let num = |v: &Value, ptr: &str| v.pointer(ptr).map(scalar);
-    expect(
-        "service.grpcPort",
-        num(values, "/service/grpcPort"),
-        flag(&args, "listen")
-            .and_then(|l| port_of(&l))
-            .map(|p| p.to_string()),
-    );
-    expect(
-        "service.metricsPort",
-        num(values, "/service/metricsPort"),
-        flag(&args, "metrics-listen")
-            .and_then(|l| port_of(&l))
-            .map(|p| p.to_string()),
-    );
-    let cloud =
-        flag(&args, "cloud-config").and_then(|path| resolve_path(p.pod, p.container, &path).ok());
-    let (secret, key) = match cloud {
-        Some(FileSource::Secret { name, key }) => (Some(name), Some(key)),
-        _ => (None, None),
-    };
-    expect(
-        "cloudConfig.secretName",
-        num(values, "/cloudConfig/secretName"),
-        secret,
-    );
-    expect("cloudConfig.key", num(values, "/cloudConfig/key"), key);
-    expect(
-        "image.repository",
-        num(values, "/image/repository"),
-        str_at(p.container, "/image").map(|i| image_name(i).to_string()),
-    );
-    // The base runs the release the chart lists for that release's minor.
-    let ca_image = effective_image(b, str_at(a.container, "/image").unwrap_or(""));
-    let base_minor = image_tag(&ca_image).and_then(release_minor);
-    let chart_tag = base_minor.as_ref().and_then(|minor| {
-        values
-            .pointer("/autoscaler/image/tagByKubernetesMinor")
-            .and_then(|m| m.get(minor.as_str()))
-            .map(scalar)
-    });
-    expect(
-        "autoscaler.image (for the base's Kubernetes minor)",
-        Some(format!(
-            "{}:{}",
-            num(values, "/autoscaler/image/repository").unwrap_or_default(),
-            chart_tag.unwrap_or_default()
-        )),
-        Some(ca_image),
-    );
-    expect(
-        "autoscaler.maxNodeProvisionTime",
-        num(values, "/autoscaler/maxNodeProvisionTime"),
-        flag(&a.args(), "max-node-provision-time"),
-    );
-    expect(
-        "autoscaler.grpcTimeout",
-        num(values, "/autoscaler/grpcTimeout"),
-        b.autoscaler_cloud_config()
-            .ok()
-            .and_then(|cc| cc.pointer("/grpc_timeout").map(scalar)),
-    );
-    expect(
-        "podSecurityContext.runAsUser",
-        num(values, "/podSecurityContext/runAsUser"),
-        p.pod.pointer("/securityContext/runAsUser").map(scalar),
-    );
-    for (ptr, want) in [
-        ("/securityContext/readOnlyRootFilesystem", Value::Bool(true)),
-        (
-            "/securityContext/allowPrivilegeEscalation",
-            Value::Bool(false),
-        ),
-        (
-            "/autoscaler/securityContext/readOnlyRootFilesystem",
-            Value::Bool(true),
-        ),
-        ("/podSecurityContext/runAsNonRoot", Value::Bool(true)),
-        (
-            "/autoscaler/podSecurityContext/runAsNonRoot",
-            Value::Bool(true),
-        ),
-        ("/tls/enabled", Value::Bool(true)),
-    ] {
-        if values.pointer(ptr) != Some(&want) {
-            problems.push(format!("chart default {ptr} is not {want}"));
-        }
-    }
-    problems
-}
-
-// ---------------------------------------------------------------------------------------------
-// The autoscaler: its release per Kubernetes minor, its flags, its RBAC in the chart
-
-const AUTOSCALER_IMAGE: &str = "registry.k8s.io/autoscaling/cluster-autoscaler";
-
-/// The Kubernetes minor of a cluster-autoscaler release tag: `v1.33.6` → `1.33`.
-fn release_minor(tag: &str) -> Option<String> {
-    let mut parts = tag.strip_prefix('v')?.split('.');
-    let (major, minor, patch) = (parts.next()?, parts.next()?, parts.next()?);
-    let numeric = |p: &str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit());
-    (numeric(major) && numeric(minor) && numeric(patch) && parts.next().is_none())
-        .then(|| format!("{major}.{minor}"))
-}
-
-/// `deploy/kustomize/components/cluster-autoscaler-<minor>`: minor → the tag it sets.
-fn load_components() -> Result<BTreeMap<String, String>, Vec<String>> {
-    let dir = kustomize_dir().join("components");
-    let entries = fs::read_dir(&dir).map_err(|e| vec![format!("{}: {e}", dir.display())])?;
-    let mut out = BTreeMap::new();
-    let mut problems = Vec::new();
-    for entry in entries {
-        let path = entry.expect("component entry").path();
-        let name = path
-            .file_name()
-            .and_then(|f| f.to_str())
-            .unwrap_or("")
-            .to_string();
-        let Some(minor) = name.strip_prefix("cluster-autoscaler-") else {
-            problems.push(format!("component {name}: not cluster-autoscaler-<minor>"));
-            continue;
-        };
-        let k = match load_yaml(&path.join("kustomization.yaml")) {
-            Ok(docs) => docs.into_iter().next().unwrap_or(Value::Null),
-            Err(e) => {
-                problems.push(e);
-                continue;
-            }
-        };
-        if str_at(&k, "/kind") != Some("Component") {
-            problems.push(format!("component {name}: kind is not Component"));
-        }
-        let images = arr_at(&k, "/images");
-        match images {
-            [i] if str_at(i, "/name") == Some(AUTOSCALER_IMAGE) => match str_at(i, "/newTag") {
-                Some(tag) => {
-                    out.insert(minor.to_string(), tag.to_string());
-                }
-                None => problems.push(format!("component {name}: no newTag")),
-            },
-            _ => problems.push(format!(
-                "component {name}: expected one images entry for {AUTOSCALER_IMAGE}"
-            )),
-        }
-    }
-    if problems.is_empty() {
-        Ok(out)
-    } else {
-        Err(problems)
-    }
-}
-
-/// One release per Kubernetes minor, the same in the chart and the kustomize components, each
-/// a release of its own minor, every minor from 1.28 up without a gap.
-fn check_autoscaler_releases(values: &Value, components: &BTreeMap<String, String>) -> Vec<String> {
-    let mut problems = Vec::new();
-    let chart: BTreeMap<String, String> = values
-        .pointer("/autoscaler/image/tagByKubernetesMinor")
-        .and_then(Value::as_object)
-        .map(|m| m.iter().map(|(k, v)| (k.clone(), scalar(v))).collect())
-        .unwrap_or_default();
-    if chart != *components {
-        problems.push(format!(
-            "chart autoscaler.image.tagByKubernetesMinor {chart:?} differs from the kustomize components {components:?}"
-        ));
-    }
-    if values
-        .pointer("/autoscaler/image/repository")
-        .map(scalar)
-        .as_deref()
-        != Some(AUTOSCALER_IMAGE)
-    {
-        problems.push("chart autoscaler.image.repository is not the upstream image".into());
-    }
-    if values
-        .pointer("/autoscaler/image/tag")
-        .map(scalar)
-        .as_deref()
-        != Some("")
-    {
-        problems.push(
-            "chart autoscaler.image.tag is set by default: the minor would not choose".into(),
-        );
-    }
-    let minor_number = |m: &str| m.strip_prefix("1.").and_then(|n| n.parse::<u32>().ok());
-    let minors: Vec<u32> = chart.keys().filter_map(|m| minor_number(m)).collect();
-    if minors.len() != chart.len() {
-        problems.push(format!("minors {:?} are not all 1.<n>", chart.keys()));
-    }
-    let (lowest, highest) = (minors.iter().min().copied(), minors.iter().max().copied());
-    if lowest != Some(28) {
-        problems.push(format!("the oldest minor listed is {lowest:?}, not 1.28"));
-    }
-    if let (Some(lo), Some(hi)) = (lowest, highest)
-        && minors.len() as u32 != hi - lo + 1
-    {
-        problems.push(format!("minors {minors:?} have a gap"));
-    }
-    for (minor, tag) in &chart {
-        if release_minor(tag).as_deref() != Some(minor.as_str()) {
-            problems.push(format!(
-                "Kubernetes {minor} is given cluster-autoscaler {tag}, a release of another minor"
-            ));
-        }
-    }
-    problems
-}
-
-/// The autoscaler's flags in the base and the chart: a max node provision time fit for CKS
-/// scale jobs (`RECOMMENDED_MAX_NODE_PROVISION`), passed by the chart's template.
-fn check_autoscaler_flags(b: &Base, templates: &BTreeMap<String, String>) -> Vec<String> {
-    let mut problems = Vec::new();
-    let a = match b.autoscaler() {
-        Ok(a) => a,
-        Err(e) => return vec![e],
-    };
-    let want = cks_autoscaler_provider::options::RECOMMENDED_MAX_NODE_PROVISION;
-    match flag(&a.args(), "max-node-provision-time") {
-        None => problems.push(
-            "autoscaler: no --max-node-provision-time (the 15m default deletes CKS nodes still joining)"
-                .into(),
-        ),
-        Some(v) => match go_duration_ms(&v) {
-            Some(ms) if u128::from(ms) == want.as_millis() => {}
-            other => problems.push(format!(
-                "autoscaler --max-node-provision-time={v} ({other:?} ms), expected {want:?}"
-            )),
-        },
-    }
-    let deployment = templates
-        .get("autoscaler-deployment.yaml")
-        .map(String::as_str)
-        .unwrap_or("");
-    if !deployment
-        .contains("printf \"--max-node-provision-time=%v\" .Values.autoscaler.maxNodeProvisionTime")
-    {
-        problems.push(
-            "chart autoscaler-deployment.yaml does not pass --max-node-provision-time".into(),
-        );
-    }
-    if !deployment.contains("include \"cks-autoscaler-provider.autoscalerImage\"") {
-        problems
-            .push("chart autoscaler-deployment.yaml does not choose the image per minor".into());
-    }
-    problems
-}
-
-/// The rules of the chart's ClusterRole and Role, read from its template with the template
-/// actions left out (its rules are plain YAML).
-fn chart_rbac_rules(template: &str) -> BTreeMap<String, Value> {
-    let plain: String = template
-        .lines()
-        .filter(|l| !l.contains("{{"))
-        .map(|l| format!("{l}\n"))
-        .collect();
-    let mut out = BTreeMap::new();
-    for doc in parse_yaml(&plain).expect("chart RBAC parses without its template actions") {
-        if let Some(kind) = str_at(&doc, "/kind")
-            && matches!(kind, "ClusterRole" | "Role")
-        {
-            out.insert(
-                kind.to_string(),
-                doc.pointer("/rules").cloned().unwrap_or(Value::Null),
-            );
-        }
-    }
-    out
-}
-
-/// The chart grants the autoscaler what the kustomize base grants it, rule for rule.
-fn check_chart_rbac_matches_base(template: &str, b: &Base) -> Vec<String> {
-    let chart = chart_rbac_rules(template);
-    let mut problems = Vec::new();
-    for kind in ["ClusterRole", "Role"] {
-        let base = b
-            .of_kind(kind)
-            .next()
-            .and_then(|d| d.v.pointer("/rules").cloned());
-        if chart.get(kind) != base.as_ref() {
-            problems.push(format!(
-                "chart {kind} rules differ from the base's: {:?} vs {base:?}",
-                chart.get(kind)
-            ));
-        }
-    }
-    problems
-}
-
-// ---------------------------------------------------------------------------------------------
-// Tests on the real files
+// Tests on what the tools rendered
 
 fn assert_none(what: &str, problems: Vec<String>) {
     assert!(
@@ -2025,111 +2227,273 @@ fn assert_none(what: &str, problems: Vec<String>) {
     );
 }
 
+/// Runs `check` on every set `applies` selects (at least one), each problem named by its set.
+fn every(
+    r: &Rendered,
+    applies: impl Fn(&Set) -> bool,
+    check: fn(&Set) -> Vec<String>,
+) -> Vec<String> {
+    let sets: Vec<&Set> = r.sets.iter().filter(|s| applies(s)).collect();
+    assert!(!sets.is_empty(), "no rendered set to check");
+    sets.into_iter()
+        .flat_map(|s| {
+            check(s)
+                .into_iter()
+                .map(move |p| format!("{}: {p}", s.name))
+        })
+        .collect()
+}
+
 #[test]
-fn every_yaml_document_under_deploy_kustomize_parses() {
-    let files = yaml_files_under(&kustomize_dir());
-    assert!(
-        files.len() >= 10,
-        "expected the base, an overlay and examples, found {files:?}"
-    );
-    let mut problems = Vec::new();
-    let mut documents = 0;
-    for f in &files {
-        match load_yaml(f) {
-            Ok(docs) => documents += docs.len(),
-            Err(e) => problems.push(e),
-        }
+fn the_tools_render_lint_and_validate_every_manifest() {
+    let Some(r) = rendered() else { return };
+    if let ToolsRun::Ran { ok, output, .. } = tools_run() {
+        assert!(ok, "tools/check_manifests.py found problems:\n{output}");
     }
-    assert_none("YAML that does not parse", problems);
-    assert!(documents >= 20, "only {documents} documents parsed");
+    let names: BTreeSet<&str> = r.sets.iter().map(|s| s.name.as_str()).collect();
+    for expected in [
+        "kustomize-base",
+        "kustomize-overlays-example",
+        "kustomize-components-cloudstack-ca",
+        "example-cloudstack-secret",
+        "helm-ci-default",
+        "helm-ci-rbac-off",
+        "helm-ci-own-certificates-and-accounts",
+        "helm-ci-oldest-minor-plaintext",
+        "helm-examples-central-provider",
+        "helm-examples-workload-cluster",
+    ] {
+        assert!(
+            names.contains(expected),
+            "{expected} not rendered: {names:?}"
+        );
+    }
+    for s in &r.sets {
+        assert!(!s.docs.is_empty(), "{} rendered nothing", s.name);
+    }
 }
 
 #[test]
-fn kustomization_resources_exist_and_cover_the_directory() {
-    assert_none(
-        "kustomize base files",
-        check_kustomization_files(&base_dir()),
-    );
-}
-
-#[test]
-fn ports_agree_between_flags_containers_service_probes_and_address() {
-    assert_none("ports", check_ports(&load_base()));
+fn ports_agree_between_flags_containers_services_probes_and_address() {
+    let Some(r) = rendered() else { return };
+    assert_none("ports", every(r, Set::has_provider, check_ports));
 }
 
 #[test]
 fn provider_flag_paths_are_mounted_from_existing_secret_keys() {
-    assert_none("provider mounts", check_provider_mounts(&load_base()));
-}
-
-#[test]
-fn provider_reads_the_cloudstack_secret_cks_creates() {
+    let Some(r) = rendered() else { return };
     assert_none(
-        "CloudStack cloud-config",
-        check_cloudstack_secret(&load_base()),
+        "provider mounts",
+        every(r, Set::has_provider, check_provider_mounts),
     );
 }
 
 #[test]
-fn autoscaler_cloud_config_matches_its_client_certificate_and_the_service() {
-    assert_none("autoscaler wiring", check_autoscaler_wiring(&load_base()));
+fn kustomize_providers_read_the_cloudstack_secret_cks_creates() {
+    let Some(r) = rendered() else { return };
+    assert_none(
+        "cloudstack-secret",
+        every(
+            r,
+            |s| s.source == "kustomize" && s.has_provider(),
+            check_cloudstack_secret,
+        ),
+    );
+}
+
+#[test]
+fn autoscaler_cloud_config_matches_its_client_certificate_and_the_provider() {
+    let Some(r) = rendered() else { return };
+    assert_none(
+        "autoscaler wiring",
+        every(r, Set::has_autoscaler, check_autoscaler_wiring),
+    );
 }
 
 #[test]
 fn server_certificate_covers_the_address_and_shares_the_client_ca() {
-    assert_none("TLS", check_tls(&load_base()));
+    let Some(r) = rendered() else { return };
+    assert_none("tls", every(r, Set::uses_cert_manager, check_tls));
 }
 
 #[test]
-fn pods_are_non_root_read_only_and_confined() {
-    assert_none("security", check_security(&load_base()));
-}
-
-#[test]
-fn images_are_pinned_and_the_provider_runs_the_crate_version() {
-    assert_none("images", check_images(&load_base()));
-}
-
-#[test]
-fn network_policy_admits_only_the_autoscaler_and_prometheus() {
-    assert_none("NetworkPolicy", check_network_policy(&load_base()));
-}
-
-#[test]
-fn selectors_service_accounts_and_rbac_line_up() {
-    assert_none("identity", check_identity(&load_base()));
-}
-
-#[test]
-fn base_resources_leave_the_namespace_to_the_kustomization() {
-    let b = load_base();
-    assert_eq!(b.namespace, "kube-system");
-    assert_none("namespaces", check_namespace_agnostic(&b));
-}
-
-#[test]
-fn overlays_patch_what_the_base_has() {
-    assert_none("overlays", check_overlays(&load_base()));
-}
-
-#[test]
-fn dockerfile_builds_the_binary_the_deployment_runs() {
-    let dockerfile = fs::read_to_string(repo().join("Dockerfile")).expect("Dockerfile");
-    let dockerignore = fs::read_to_string(repo().join(".dockerignore")).expect(".dockerignore");
+fn every_client_the_nodes_bind_has_its_certificate_and_several_clusters_are_bound() {
+    let Some(r) = rendered() else { return };
     assert_none(
-        "Dockerfile",
-        check_dockerfile(&load_base(), &dockerfile, &dockerignore),
+        "client binding",
+        every(r, Set::has_provider, check_client_binding),
+    );
+    // The central example binds several clusters, each to its own client.
+    let central = r.set("helm-examples-central-provider");
+    let clients: BTreeSet<Option<String>> = central
+        .groups()
+        .into_iter()
+        .map(|g| g.expect("group").client)
+        .collect();
+    assert!(
+        clients.len() >= 2 && !clients.contains(&None),
+        "{clients:?}"
     );
 }
 
 #[test]
-fn chart_metadata_parses_and_follows_the_crate_version() {
+fn pods_are_non_root_read_only_and_confined() {
+    let Some(r) = rendered() else { return };
+    assert_none(
+        "security",
+        every(r, |s| s.source != "example", check_security),
+    );
+}
+
+#[test]
+fn images_are_pinned_and_the_provider_runs_the_crate_version() {
+    let Some(r) = rendered() else { return };
+    assert_none("images", every(r, |s| s.source != "example", check_images));
+}
+
+#[test]
+fn network_policy_admits_only_the_autoscalers_and_prometheus() {
+    let Some(r) = rendered() else { return };
+    assert_none(
+        "network policy",
+        every(r, Set::has_provider, check_network_policy),
+    );
+}
+
+#[test]
+fn selectors_service_accounts_budgets_and_rbac_line_up() {
+    let Some(r) = rendered() else { return };
+    assert_none(
+        "identity",
+        every(r, |s| s.source != "example", check_identity),
+    );
+}
+
+#[test]
+fn objects_are_in_their_release_namespace() {
+    let Some(r) = rendered() else { return };
+    assert_none("namespaces", every(r, |_| true, check_namespaces));
+    assert_eq!(
+        r.set("helm-ci-oldest-minor-plaintext").namespace,
+        "autoscaling"
+    );
+}
+
+#[test]
+fn each_kubernetes_minor_gets_its_autoscaler_release_in_the_chart_and_kustomize() {
+    let Some(r) = rendered() else { return };
+    let readme = fs::read_to_string(repo().join("README.md")).expect("README.md");
+    assert_none(
+        "autoscaler releases",
+        check_autoscaler_releases(r, &chart_values(), &readme),
+    );
+}
+
+#[test]
+fn the_autoscaler_waits_long_enough_for_cks_nodes() {
+    let Some(r) = rendered() else { return };
+    assert_none(
+        "autoscaler flags",
+        every(r, Set::has_autoscaler, check_autoscaler_flags),
+    );
+}
+
+#[test]
+fn chart_defaults_render_the_kustomize_base() {
+    let Some(r) = rendered() else { return };
+    assert_none(
+        "chart vs base",
+        check_chart_matches_base(r.set("helm-ci-default"), r.set("kustomize-base")),
+    );
+}
+
+#[test]
+fn the_workload_cluster_example_dials_the_central_example() {
+    let Some(r) = rendered() else { return };
+    assert_none(
+        "central deployment",
+        check_central_pair(
+            r.set("helm-examples-central-provider"),
+            r.set("helm-examples-workload-cluster"),
+        ),
+    );
+}
+
+/// An overlay leaves none of the base's placeholders: its `--nodes` patch lands on the
+/// provider's `--nodes`, its `images` on the provider's image.
+fn check_overlay(s: &Set, base: &Set) -> Vec<String> {
+    let mut problems = Vec::new();
+    let (p, b) = match (s.provider(), base.provider()) {
+        (Ok(p), Ok(b)) => (p, b),
+        (Err(e), _) | (_, Err(e)) => return vec![e],
+    };
+    let nodes = flag_values(&p.args(), "nodes");
+    if nodes.is_empty() || nodes.iter().any(|n| n.contains("REPLACE-WITH")) {
+        problems.push(format!(
+            "provider --nodes {nodes:?} keeps the base's placeholder"
+        ));
+    }
+    let mut rest = flag_map(&p.args());
+    let mut base_rest = flag_map(&b.args());
+    rest.remove("--nodes");
+    base_rest.remove("--nodes");
+    if rest != base_rest {
+        problems.push(format!(
+            "the overlay changed provider flags other than --nodes: {rest:?} vs {base_rest:?}"
+        ));
+    }
+    let image = str_at(p.container, "/image").unwrap_or("");
+    if image == str_at(b.container, "/image").unwrap_or("") {
+        problems.push(format!("provider image {image} is still the base's"));
+    }
+    problems
+}
+
+#[test]
+fn overlays_replace_the_base_placeholders() {
+    let Some(r) = rendered() else { return };
+    let base = r.set("kustomize-base");
+    let overlays: Vec<&Set> = r
+        .sets
+        .iter()
+        .filter(|s| s.name.starts_with("kustomize-overlays-"))
+        .collect();
+    assert!(!overlays.is_empty());
+    for s in overlays {
+        assert_none(&s.name, check_overlay(s, base));
+    }
+    // The check notices a patch that lands on another argument.
+    let mut shifted = r.set("kustomize-overlays-example").clone();
+    set_arg(
+        &mut shifted,
+        PROVIDER,
+        "--nodes=",
+        "--nodes=1:5:REPLACE-WITH-CKS-CLUSTER-ID",
+    );
+    assert_caught(check_overlay(&shifted, base), "placeholder");
+}
+
+#[test]
+fn dockerfile_builds_the_binary_the_deployment_runs() {
+    let Some(r) = rendered() else { return };
+    let dockerfile = fs::read_to_string(repo().join("Dockerfile")).expect("Dockerfile");
+    let dockerignore = fs::read_to_string(repo().join(".dockerignore")).expect(".dockerignore");
+    assert_none(
+        "Dockerfile",
+        check_dockerfile(r.set("kustomize-base"), &dockerfile, &dockerignore),
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tests on plain files (no tool needed)
+
+#[test]
+fn chart_metadata_follows_the_crate_version_and_the_oldest_supported_minor() {
     let chart = load_yaml(&chart_dir().join("Chart.yaml"))
         .expect("Chart.yaml parses")
         .into_iter()
         .next()
         .expect("Chart.yaml has a document");
-    assert_eq!(str_at(&chart, "/apiVersion"), Some("v2"));
     assert_eq!(str_at(&chart, "/name"), Some("cks-autoscaler-provider"));
     let version = env!("CARGO_PKG_VERSION");
     assert_eq!(
@@ -2140,88 +2504,93 @@ fn chart_metadata_parses_and_follows_the_crate_version() {
         chart.pointer("/appVersion").map(scalar).as_deref(),
         Some(version)
     );
-    assert!(chart_values().is_object());
-}
-
-#[test]
-fn chart_templates_reference_only_defined_values_and_helpers() {
-    let templates = chart_templates();
-    for expected in [
-        "deployment.yaml",
-        "service.yaml",
-        "certificates.yaml",
-        "networkpolicy.yaml",
-        "autoscaler-deployment.yaml",
-        "autoscaler-cloud-config.yaml",
-        "autoscaler-rbac.yaml",
-        "_helpers.tpl",
-    ] {
-        assert!(
-            templates.contains_key(expected),
-            "chart lacks templates/{expected}"
-        );
-    }
-    assert!(values_references(&templates).len() > 40);
-    assert_none(
-        "chart templates",
-        check_chart_templates(&templates, &chart_values()),
+    let readme = fs::read_to_string(repo().join("README.md")).expect("README.md");
+    let oldest = readme_releases(&readme)
+        .keys()
+        .min_by_key(|m| minor_number(m))
+        .cloned()
+        .expect("README lists releases");
+    assert_eq!(
+        str_at(&chart, "/kubeVersion"),
+        Some(format!(">={oldest}.0-0").as_str()),
+        "the chart installs on the clusters the README supports"
     );
 }
 
 #[test]
-fn chart_defaults_match_the_kustomize_base() {
-    assert_none(
-        "chart vs base",
-        check_chart_matches_base(&chart_values(), &load_base()),
-    );
+fn readme_and_chart_list_the_same_autoscaler_release_per_minor() {
+    let readme = fs::read_to_string(repo().join("README.md")).expect("README.md");
+    let table = readme_releases(&readme);
+    assert!(table.len() >= 9, "{table:?}");
+    let chart: BTreeMap<String, String> = chart_values()
+        .pointer("/autoscaler/image/tagByKubernetesMinor")
+        .and_then(Value::as_object)
+        .map(|m| m.iter().map(|(k, v)| (k.clone(), scalar(v))).collect())
+        .unwrap_or_default();
+    assert_eq!(table, chart);
 }
 
 #[test]
-fn each_kubernetes_minor_gets_its_autoscaler_release_in_the_chart_and_kustomize() {
-    let components = load_components().unwrap_or_else(|p| panic!("components: {p:?}"));
-    assert!(components.len() >= 9, "{components:?}");
-    assert_none(
-        "autoscaler releases",
-        check_autoscaler_releases(&chart_values(), &components),
+fn go_durations_flags_and_node_groups_parse_as_the_tools_do() {
+    assert_eq!(go_duration_ms("10s"), Some(10_000));
+    assert_eq!(go_duration_ms("1m30s"), Some(90_000));
+    assert_eq!(go_duration_ms("500ms"), Some(500));
+    assert_eq!(go_duration_ms("10"), None);
+    let args: Vec<String> = [
+        "serve",
+        "--nodes=1:2:a",
+        "--nodes",
+        "3:4:b@x.example",
+        "--insecure",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    assert_eq!(
+        flag_values(&args, "nodes"),
+        vec!["1:2:a", "3:4:b@x.example"]
     );
-}
-
-#[test]
-fn the_autoscaler_waits_long_enough_for_cks_nodes() {
-    assert_none(
-        "autoscaler flags",
-        check_autoscaler_flags(&load_base(), &chart_templates()),
+    assert_eq!(flag(&args, "insecure").as_deref(), Some(""));
+    assert_eq!(
+        parse_group("3:4:b@x.example"),
+        Some(Group {
+            cluster: "b".into(),
+            client: Some("x.example".into())
+        })
     );
-}
-
-#[test]
-fn chart_rbac_grants_what_the_base_grants() {
-    let templates = chart_templates();
-    let rbac = templates.get("autoscaler-rbac.yaml").expect("chart RBAC");
-    let rules = chart_rbac_rules(rbac);
-    assert_eq!(rules.len(), 2, "{rules:?}");
-    assert_none(
-        "chart RBAC",
-        check_chart_rbac_matches_base(rbac, &load_base()),
+    assert_eq!(parse_group("1:2:a").and_then(|g| g.client), None);
+    assert_eq!(parse_group("1:a"), None);
+    assert_eq!(parse_group("x:2:a"), None);
+    assert_eq!(release_minor("v1.33.6").as_deref(), Some("1.33"));
+    assert_eq!(release_minor("1.33.6"), None);
+    assert_eq!(release_minor("v1.33"), None);
+    // Kubernetes reads a leading-zero mode as octal.
+    let v = parse_yaml("mode: 0440\n").expect("yaml");
+    assert_eq!(v[0]["mode"].as_u64(), Some(0o440));
+    let readme = "## Supported cluster-autoscaler releases\n\n| Kubernetes | ca |\n|---|---|\n| 1.28 | v1.28.7 | x |\n\n## Next\n| 1.29 | v1.29.5 | x |\n";
+    assert_eq!(
+        readme_releases(readme),
+        BTreeMap::from([("1.28".to_string(), "v1.28.7".to_string())])
     );
 }
 
 // ---------------------------------------------------------------------------------------------
-// Broken wiring is caught: each test breaks one thing in memory.
+// Broken wiring is caught: each test breaks one thing of a rendered set in memory.
 
-fn edit(b: &mut Base, kind: &str, name: &str, pointer: &str, value: Value) {
-    let doc = b
+fn edit(s: &mut Set, kind: &str, name: &str, pointer: &str, value: Value) {
+    let set = s.name.clone();
+    let doc = s
         .docs
         .iter_mut()
         .find(|d| d.kind() == kind && d.name() == name)
-        .unwrap_or_else(|| panic!("{kind} {name} in the base"));
+        .unwrap_or_else(|| panic!("{kind} {name} in {set}"));
     *doc.v
         .pointer_mut(pointer)
         .unwrap_or_else(|| panic!("{pointer} in {kind} {name}")) = value;
 }
 
-fn edit_cloud_config(b: &mut Base, from: &str, to: &str) {
-    let doc = b
+fn edit_cloud_config(s: &mut Set, from: &str, to: &str) {
+    let doc = s
         .docs
         .iter_mut()
         .find(|d| d.kind() == "ConfigMap" && d.name() == "cks-cluster-autoscaler-cloud-config")
@@ -2234,14 +2603,31 @@ fn edit_cloud_config(b: &mut Base, from: &str, to: &str) {
     doc.v["data"]["cloud-config"] = Value::String(text.replace(from, to));
 }
 
-fn provider_arg_index(b: &Base, prefix: &str) -> usize {
-    b.provider()
-        .expect("provider")
-        .args()
+fn arg_index(s: &Set, deployment: &str, prefix: &str) -> usize {
+    let d = s.find("Deployment", deployment).expect("deployment");
+    strings_at(&d.v, "/spec/template/spec/containers/0/args")
         .iter()
         .position(|a| a.starts_with(prefix))
-        .unwrap_or_else(|| panic!("provider arg {prefix}"))
+        .unwrap_or_else(|| panic!("{deployment} arg {prefix}"))
 }
+
+fn set_arg(s: &mut Set, deployment: &str, prefix: &str, value: &str) {
+    let i = arg_index(s, deployment, prefix);
+    edit(
+        s,
+        "Deployment",
+        deployment,
+        &format!("/spec/template/spec/containers/0/args/{i}"),
+        Value::from(value),
+    );
+}
+
+fn base(r: &Rendered) -> Set {
+    r.set("kustomize-base").clone()
+}
+
+const PROVIDER: &str = "cks-autoscaler-provider";
+const AUTOSCALER: &str = "cks-cluster-autoscaler";
 
 fn assert_caught(problems: Vec<String>, needle: &str) {
     assert!(
@@ -2252,11 +2638,12 @@ fn assert_caught(problems: Vec<String>, needle: &str) {
 
 #[test]
 fn a_service_port_that_differs_from_the_address_is_caught() {
-    let mut b = load_base();
+    let Some(r) = rendered() else { return };
+    let mut b = base(r);
     edit(
         &mut b,
         "Service",
-        "cks-autoscaler-provider",
+        PROVIDER,
         "/spec/ports/0/port",
         Value::from(8087),
     );
@@ -2265,17 +2652,10 @@ fn a_service_port_that_differs_from_the_address_is_caught() {
 
 #[test]
 fn a_container_port_that_differs_from_the_listen_flag_is_caught() {
-    let mut b = load_base();
-    let i = provider_arg_index(&b, "--listen=");
-    edit(
-        &mut b,
-        "Deployment",
-        "cks-autoscaler-provider",
-        &format!("/spec/template/spec/containers/0/args/{i}"),
-        Value::from("--listen=0.0.0.0:9999"),
-    );
-    let problems = check_ports(&b);
-    assert_caught(problems.clone(), "container port `grpc`");
+    let Some(r) = rendered() else { return };
+    let mut b = base(r);
+    set_arg(&mut b, PROVIDER, "--listen=", "--listen=0.0.0.0:9999");
+    assert_caught(check_ports(&b), "container port `grpc`");
     assert_caught(
         check_network_policy(&b),
         "no NetworkPolicy rule admits the autoscaler",
@@ -2289,11 +2669,12 @@ fn a_container_port_that_differs_from_the_listen_flag_is_caught() {
 
 #[test]
 fn a_probe_on_the_wrong_port_is_caught() {
-    let mut b = load_base();
+    let Some(r) = rendered() else { return };
+    let mut b = base(r);
     edit(
         &mut b,
         "Deployment",
-        "cks-autoscaler-provider",
+        PROVIDER,
         "/spec/template/spec/containers/0/readinessProbe/httpGet/port",
         Value::from("grpc"),
     );
@@ -2302,42 +2683,59 @@ fn a_probe_on_the_wrong_port_is_caught() {
 
 #[test]
 fn a_tls_path_outside_the_mount_is_caught() {
-    let mut b = load_base();
-    let i = provider_arg_index(&b, "--tls-cert=");
-    edit(
-        &mut b,
-        "Deployment",
-        "cks-autoscaler-provider",
-        &format!("/spec/template/spec/containers/0/args/{i}"),
-        Value::from("--tls-cert=/certs/tls.crt"),
-    );
+    let Some(r) = rendered() else { return };
+    let mut b = base(r);
+    set_arg(&mut b, PROVIDER, "--tls-cert=", "--tls-cert=/certs/tls.crt");
     assert_caught(check_provider_mounts(&b), "--tls-cert");
 }
 
 #[test]
 fn a_misspelt_secret_name_is_caught() {
-    let mut b = load_base();
+    let Some(r) = rendered() else { return };
+    let mut b = base(r);
+    let volumes = arr_at(
+        &b.find("Deployment", PROVIDER).expect("provider").v,
+        "/spec/template/spec/volumes",
+    )
+    .to_vec();
+    let i = volumes
+        .iter()
+        .position(|v| str_at(v, "/secret/secretName") == Some("cloudstack-secret"))
+        .expect("cloud-config volume");
     edit(
         &mut b,
         "Deployment",
-        "cks-autoscaler-provider",
-        "/spec/template/spec/volumes/0/secret/secretName",
+        PROVIDER,
+        &format!("/spec/template/spec/volumes/{i}/secret/secretName"),
         Value::from("cloudstack-secrets"),
     );
-    assert_caught(check_provider_mounts(&b), "cloudstack-secrets");
     assert_caught(check_cloudstack_secret(&b), "cloudstack-secrets");
+    let j = volumes
+        .iter()
+        .position(|v| str_at(v, "/secret/secretName") == Some("cks-autoscaler-provider-tls"))
+        .expect("tls volume");
+    edit(
+        &mut b,
+        "Deployment",
+        PROVIDER,
+        &format!("/spec/template/spec/volumes/{j}/secret/secretName"),
+        Value::from("cks-autoscaler-provider-tsl"),
+    );
+    assert_caught(check_provider_mounts(&b), "written by no Certificate");
 }
 
 #[test]
 fn a_wrong_client_key_path_in_the_autoscaler_cloud_config_is_caught() {
-    let mut b = load_base();
+    let Some(r) = rendered() else { return };
+    let mut b = base(r);
     edit_cloud_config(&mut b, "/tls/ca.crt", "/client/ca.crt");
     assert_caught(check_autoscaler_wiring(&b), "`cacert`");
 }
 
 #[test]
 fn an_address_the_server_certificate_does_not_cover_is_caught() {
-    let mut b = load_base();
+    let Some(r) = rendered() else { return };
+    let mut b = base(r);
     edit_cloud_config(
         &mut b,
         "cks-autoscaler-provider.kube-system.svc",
@@ -2349,7 +2747,8 @@ fn an_address_the_server_certificate_does_not_cover_is_caught() {
 
 #[test]
 fn certificates_from_different_issuers_are_caught() {
-    let mut b = load_base();
+    let Some(r) = rendered() else { return };
+    let mut b = base(r);
     edit(
         &mut b,
         "Certificate",
@@ -2361,12 +2760,32 @@ fn certificates_from_different_issuers_are_caught() {
 }
 
 #[test]
-fn a_writable_root_filesystem_is_caught() {
-    let mut b = load_base();
+fn an_autoscaler_namespace_flag_without_its_variable_is_caught() {
+    let Some(r) = rendered() else { return };
+    let mut b = base(r);
     edit(
         &mut b,
         "Deployment",
-        "cks-autoscaler-provider",
+        AUTOSCALER,
+        "/spec/template/spec/containers/0/env",
+        Value::Array(vec![]),
+    );
+    assert_caught(
+        check_autoscaler_wiring(&b),
+        "POD_NAMESPACE is not the pod's namespace",
+    );
+    set_arg(&mut b, AUTOSCALER, "--namespace=", "--v=2");
+    assert_caught(check_autoscaler_wiring(&b), "--namespace is None");
+}
+
+#[test]
+fn a_writable_root_filesystem_is_caught() {
+    let Some(r) = rendered() else { return };
+    let mut b = base(r);
+    edit(
+        &mut b,
+        "Deployment",
+        PROVIDER,
         "/spec/template/spec/containers/0/securityContext/readOnlyRootFilesystem",
         Value::Bool(false),
     );
@@ -2375,51 +2794,65 @@ fn a_writable_root_filesystem_is_caught() {
 
 #[test]
 fn an_unreadable_secret_mode_is_caught() {
-    let mut b = load_base();
+    let Some(r) = rendered() else { return };
+    let mut chart = r.set("helm-ci-default").clone();
     edit(
-        &mut b,
+        &mut chart,
         "Deployment",
-        "cks-cluster-autoscaler",
-        "/spec/template/spec/volumes/1/secret/defaultMode",
+        PROVIDER,
+        "/spec/template/spec/volumes/0/projected/defaultMode",
         Value::from(0o400),
     );
-    assert_caught(check_security(&b), "unreadable");
+    assert_caught(check_security(&chart), "unreadable");
 }
 
 #[test]
 fn a_latest_image_is_caught() {
-    let mut b = load_base();
+    let Some(r) = rendered() else { return };
+    let mut b = base(r);
     edit(
         &mut b,
         "Deployment",
-        "cks-cluster-autoscaler",
+        AUTOSCALER,
         "/spec/template/spec/containers/0/image",
         Value::from("registry.k8s.io/autoscaling/cluster-autoscaler:latest"),
     );
-    b.kustomization["images"] = Value::Array(vec![]);
     assert_caught(check_images(&b), "not pinned");
 }
 
 #[test]
-fn a_grpc_port_open_to_every_namespace_is_caught() {
-    let mut b = load_base();
+fn a_grpc_port_open_to_every_namespace_or_address_is_caught() {
+    let Some(r) = rendered() else { return };
+    let mut b = base(r);
     edit(
         &mut b,
         "NetworkPolicy",
-        "cks-autoscaler-provider",
+        PROVIDER,
         "/spec/ingress/0/from/0",
         serde_json::json!({ "namespaceSelector": {} }),
     );
     assert_caught(check_network_policy(&b), "besides the autoscaler");
+    let mut central = r.set("helm-examples-central-provider").clone();
+    edit(
+        &mut central,
+        "NetworkPolicy",
+        PROVIDER,
+        "/spec/ingress/0/from/0",
+        serde_json::json!({ "ipBlock": { "cidr": "0.0.0.0/0" } }),
+    );
+    let problems = check_network_policy(&central);
+    assert_caught(problems.clone(), "besides the autoscaler");
+    assert_caught(problems, "no autoscaler in this cluster");
 }
 
 #[test]
 fn a_metrics_port_open_to_all_pods_is_caught() {
-    let mut b = load_base();
+    let Some(r) = rendered() else { return };
+    let mut b = base(r);
     edit(
         &mut b,
         "NetworkPolicy",
-        "cks-autoscaler-provider",
+        PROVIDER,
         "/spec/ingress/1/from/0",
         serde_json::json!({ "namespaceSelector": {}, "podSelector": {} }),
     );
@@ -2427,154 +2860,126 @@ fn a_metrics_port_open_to_all_pods_is_caught() {
 }
 
 #[test]
-fn a_binding_to_a_missing_role_is_caught() {
-    let mut b = load_base();
+fn a_binding_to_a_missing_role_or_a_missing_account_is_caught() {
+    let Some(r) = rendered() else { return };
+    let mut b = base(r);
     edit(
         &mut b,
         "ClusterRoleBinding",
-        "cks-cluster-autoscaler",
+        AUTOSCALER,
         "/roleRef/name",
         Value::from("cluster-autoscaler"),
     );
     assert_caught(check_identity(&b), "does not exist");
-}
-
-#[test]
-fn an_overlay_patch_on_the_wrong_argument_is_caught() {
-    let mut b = load_base();
-    // Shift the provider's args so the example overlay's index no longer holds --nodes.
-    let doc = b
+    // autoscaler.rbac.create=false still needs the account the Deployment names.
+    let mut rbac_off = r.set("helm-ci-rbac-off").clone();
+    assert_none("rbac off", check_identity(&rbac_off));
+    rbac_off
         .docs
-        .iter_mut()
-        .find(|d| d.kind() == "Deployment" && d.name() == "cks-autoscaler-provider")
-        .expect("provider");
-    let args = doc.v["spec"]["template"]["spec"]["containers"][0]["args"]
-        .as_array_mut()
-        .expect("args");
-    args.insert(1, Value::from("--log-format=text"));
-    assert_caught(check_overlays(&b), "replaces");
+        .retain(|d| !(d.kind() == "ServiceAccount" && d.name() == AUTOSCALER));
+    assert_caught(
+        check_identity(&rbac_off),
+        "ServiceAccount cks-cluster-autoscaler does not exist",
+    );
 }
 
 #[test]
-fn a_dockerfile_user_other_than_the_pod_user_is_caught() {
-    let b = load_base();
-    let dockerfile = fs::read_to_string(repo().join("Dockerfile"))
-        .expect("Dockerfile")
-        .replace("USER 65532:65532", "USER 1000:1000");
+fn a_deployment_without_its_disruption_budget_is_caught() {
+    let Some(r) = rendered() else { return };
+    let mut b = base(r);
+    b.docs
+        .retain(|d| !(d.kind() == "PodDisruptionBudget" && d.name() == AUTOSCALER));
+    assert_caught(check_identity(&b), "0 PodDisruptionBudgets select its pods");
+}
+
+#[test]
+fn a_dockerfile_user_other_than_the_pod_user_or_an_unpinned_base_is_caught() {
+    let Some(r) = rendered() else { return };
+    let b = base(r);
+    let dockerfile = fs::read_to_string(repo().join("Dockerfile")).expect("Dockerfile");
     assert_caught(
-        check_dockerfile(&b, &dockerfile, "target\n.git\n"),
+        check_dockerfile(
+            &b,
+            &dockerfile.replace("USER 65532:65532", "USER 1000:1000"),
+            "target\n.git\n",
+        ),
         "runs as",
     );
-    let unpinned = fs::read_to_string(repo().join("Dockerfile"))
-        .expect("Dockerfile")
-        .replace("static-debian12:nonroot", "static-debian12");
+    let digest = dockerfile
+        .lines()
+        .rfind(|l| l.starts_with("FROM "))
+        .and_then(|l| l.split_once('@'))
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .expect("final FROM has a digest")
+        .to_string();
     assert_caught(
-        check_dockerfile(&b, &unpinned, "target\n.git\n"),
-        "not pinned",
-    );
-}
-
-#[test]
-fn a_template_using_an_undefined_value_is_caught() {
-    let mut templates = chart_templates();
-    templates.insert(
-        "broken.yaml".into(),
-        "{{- if .Values.autoscaler.enabled }}\nport: {{ .Values.service.grcpPort }}\n{{- end }}\n{{ include \"cks-autoscaler-provider.nope\" . }}\n{{- if .Values.tls.enabled }}\n".into(),
-    );
-    let problems = check_chart_templates(&templates, &chart_values());
-    assert_caught(problems.clone(), ".Values.service.grcpPort");
-    assert_caught(problems.clone(), "cks-autoscaler-provider.nope");
-    assert_caught(problems, "without `end`");
-}
-
-#[test]
-fn a_chart_default_that_drifts_from_the_base_is_caught() {
-    let mut values = chart_values();
-    values["service"]["grpcPort"] = Value::from(50051);
-    assert_caught(
-        check_chart_matches_base(&values, &load_base()),
-        "service.grpcPort",
+        check_dockerfile(
+            &b,
+            &dockerfile.replace(&format!("@{digest}"), ""),
+            "target\n.git\n",
+        ),
+        "not pinned by digest",
     );
 }
 
 #[test]
 fn a_missing_or_default_provision_time_is_caught() {
-    let templates = chart_templates();
-    let mut b = load_base();
-    let i = b
-        .autoscaler()
-        .expect("autoscaler")
-        .args()
-        .iter()
-        .position(|a| a.starts_with("--max-node-provision-time"))
-        .expect("flag");
-    edit(
+    let Some(r) = rendered() else { return };
+    let mut b = base(r);
+    set_arg(
         &mut b,
-        "Deployment",
-        "cks-cluster-autoscaler",
-        &format!("/spec/template/spec/containers/0/args/{i}"),
-        Value::from("--max-node-provision-time=15m"),
+        AUTOSCALER,
+        "--max-node-provision-time",
+        "--max-node-provision-time=15m",
     );
-    assert_caught(check_autoscaler_flags(&b, &templates), "expected 1500s");
-    edit(
-        &mut b,
-        "Deployment",
-        "cks-cluster-autoscaler",
-        &format!("/spec/template/spec/containers/0/args/{i}"),
-        Value::from("--v=2"),
-    );
+    assert_caught(check_autoscaler_flags(&b), "expected 1500s");
     assert_caught(
-        check_autoscaler_flags(&b, &templates),
-        "no --max-node-provision-time",
+        check_chart_matches_base(r.set("helm-ci-default"), &b),
+        "autoscaler flags differ",
     );
-    let mut values = chart_values();
-    values["autoscaler"]["maxNodeProvisionTime"] = Value::from("15m");
-    assert_caught(
-        check_chart_matches_base(&values, &load_base()),
-        "autoscaler.maxNodeProvisionTime",
-    );
+    set_arg(&mut b, AUTOSCALER, "--max-node-provision-time", "--v=2");
+    assert_caught(check_autoscaler_flags(&b), "no --max-node-provision-time");
 }
 
 #[test]
 fn a_release_of_the_wrong_minor_or_a_drift_between_chart_and_components_is_caught() {
-    let components = load_components().expect("components");
+    let Some(r) = rendered() else { return };
+    let readme = fs::read_to_string(repo().join("README.md")).expect("README.md");
     let mut values = chart_values();
     values["autoscaler"]["image"]["tagByKubernetesMinor"]["1.33"] = Value::from("v1.32.7");
-    let problems = check_autoscaler_releases(&values, &components);
+    let problems = check_autoscaler_releases(r, &values, &readme);
     assert_caught(problems.clone(), "a release of another minor");
-    assert_caught(problems, "differs from the kustomize components");
-    let mut fewer = components.clone();
-    fewer.remove("1.30");
+    assert_caught(
+        problems.clone(),
+        "differs from what the kustomize components render",
+    );
+    assert_caught(problems, "README's supported-releases table");
     let mut values = chart_values();
     if let Some(m) = values["autoscaler"]["image"]["tagByKubernetesMinor"].as_object_mut() {
         m.remove("1.30");
     }
-    assert_caught(check_autoscaler_releases(&values, &fewer), "have a gap");
+    assert_caught(check_autoscaler_releases(r, &values, &readme), "have a gap");
     let mut values = chart_values();
     values["autoscaler"]["image"]["tag"] = Value::from("v1.35.2");
     assert_caught(
-        check_autoscaler_releases(&values, &components),
+        check_autoscaler_releases(r, &values, &readme),
         "set by default",
     );
-    assert_eq!(release_minor("v1.33.6").as_deref(), Some("1.33"));
-    assert_eq!(release_minor("1.33.6"), None);
-    assert_eq!(release_minor("v1.33"), None);
 }
 
 #[test]
-fn rbac_without_volumeattachments_or_drifting_from_the_chart_is_caught() {
-    let mut b = load_base();
-    let rules = b
-        .find("ClusterRole", "cks-cluster-autoscaler")
-        .expect("ClusterRole")
-        .v["rules"]
-        .as_array()
-        .expect("rules")
-        .clone();
+fn rbac_or_certificates_drifting_between_chart_and_base_are_caught() {
+    let Some(r) = rendered() else { return };
+    let mut b = base(r);
+    let rules = arr_at(
+        &b.find("ClusterRole", AUTOSCALER).expect("ClusterRole").v,
+        "/rules",
+    )
+    .to_vec();
     let i = rules
         .iter()
-        .position(|r| {
-            strings_at(r, "/resources")
+        .position(|rule| {
+            strings_at(rule, "/resources")
                 .iter()
                 .any(|x| x == "volumeattachments")
         })
@@ -2584,32 +2989,128 @@ fn rbac_without_volumeattachments_or_drifting_from_the_chart_is_caught() {
     edit(
         &mut b,
         "ClusterRole",
-        "cks-cluster-autoscaler",
+        AUTOSCALER,
         &format!("/rules/{i}"),
         trimmed,
     );
     assert_caught(check_identity(&b), "watch volumeattachments");
-    let templates = chart_templates();
-    let rbac = templates.get("autoscaler-rbac.yaml").expect("chart RBAC");
+    let chart = r.set("helm-ci-default");
     assert_caught(
-        check_chart_rbac_matches_base(rbac, &b),
-        "ClusterRole rules differ",
+        check_chart_matches_base(chart, &b),
+        "ClusterRole cks-cluster-autoscaler /rules differs",
     );
+    let mut b = base(r);
+    edit(
+        &mut b,
+        "Certificate",
+        "cks-autoscaler-provider-tls",
+        "/spec/dnsNames/0",
+        Value::from("cks-provider"),
+    );
+    assert_caught(
+        check_chart_matches_base(chart, &b),
+        "Certificate cks-autoscaler-provider-tls /spec differs",
+    );
+    let mut b = base(r);
+    b.docs.retain(|d| d.kind() != "PodDisruptionBudget");
+    assert_caught(check_chart_matches_base(chart, &b), "PodDisruptionBudget");
 }
 
 #[test]
-fn go_durations_and_flags_parse_as_the_tools_do() {
-    assert_eq!(go_duration_ms("10s"), Some(10_000));
-    assert_eq!(go_duration_ms("1m30s"), Some(90_000));
-    assert_eq!(go_duration_ms("500ms"), Some(500));
-    assert_eq!(go_duration_ms("10"), None);
-    let args: Vec<String> = ["serve", "--nodes=1:2:a", "--nodes", "3:4:b", "--insecure"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    assert_eq!(flag_values(&args, "nodes"), vec!["1:2:a", "3:4:b"]);
-    assert_eq!(flag(&args, "insecure").as_deref(), Some(""));
-    // Kubernetes reads a leading-zero mode as octal.
-    let v = parse_yaml("mode: 0440\n").expect("yaml");
-    assert_eq!(v[0]["mode"].as_u64(), Some(0o440));
+fn several_clusters_without_client_binding_are_caught() {
+    let Some(r) = rendered() else { return };
+    let mut central = r.set("helm-examples-central-provider").clone();
+    assert_none("central", check_client_binding(&central));
+    let first = flag_values(
+        &strings_at(
+            &central.find("Deployment", PROVIDER).expect("provider").v,
+            "/spec/template/spec/containers/0/args",
+        ),
+        "nodes",
+    )[0]
+    .clone();
+    let unbound = first.split('@').next().expect("group").to_string();
+    set_arg(
+        &mut central,
+        PROVIDER,
+        &format!("--nodes={first}"),
+        &format!("--nodes={unbound}"),
+    );
+    assert_caught(check_client_binding(&central), "has no @CLIENT");
+    set_arg(
+        &mut central,
+        PROVIDER,
+        "--tls-client-ca",
+        "--log-format=json",
+    );
+    assert_caught(check_client_binding(&central), "no --tls-client-ca");
+}
+
+#[test]
+fn a_client_without_its_certificate_or_claiming_another_is_caught() {
+    let Some(r) = rendered() else { return };
+    let mut central = r.set("helm-examples-central-provider").clone();
+    let cert = central
+        .of_kind("Certificate")
+        .find(|c| c.name().contains("-client-"))
+        .expect("a remote client certificate")
+        .name()
+        .to_string();
+    edit(
+        &mut central,
+        "Certificate",
+        &cert,
+        "/spec/dnsNames/0",
+        Value::from("someone-else"),
+    );
+    edit(
+        &mut central,
+        "Certificate",
+        &cert,
+        "/spec/commonName",
+        Value::from("someone-else"),
+    );
+    assert_caught(check_client_binding(&central), "no client certificate for");
+    let mut b = base(r);
+    edit(
+        &mut b,
+        "Deployment",
+        AUTOSCALER,
+        &format!(
+            "/spec/template/metadata/annotations/{}",
+            CLIENT_ANNOTATION.replace('/', "~1")
+        ),
+        Value::from("prod-a"),
+    );
+    assert_caught(check_client_binding(&b), "claims client prod-a");
+}
+
+#[test]
+fn a_workload_cluster_dialing_what_the_central_provider_does_not_serve_is_caught() {
+    let Some(r) = rendered() else { return };
+    let central = r.set("helm-examples-central-provider");
+    let mut workload = r.set("helm-examples-workload-cluster").clone();
+    edit_cloud_config(
+        &mut workload,
+        "cks-provider.example.com:8086",
+        "provider.example.com:443",
+    );
+    let problems = check_central_pair(central, &workload);
+    assert_caught(problems.clone(), "does not name");
+    assert_caught(problems, "dials port 443");
+    let mut workload = r.set("helm-examples-workload-cluster").clone();
+    edit(
+        &mut workload,
+        "Deployment",
+        AUTOSCALER,
+        &format!(
+            "/spec/template/metadata/annotations/{}",
+            CLIENT_ANNOTATION.replace('/', "~1")
+        ),
+        Value::from("prod-z.autoscalers.example.com"),
+    );
+    assert_caught(
+        check_central_pair(central, &workload),
+        "which no central --nodes binds",
+    );
 }

@@ -17,18 +17,56 @@
 {{- end -}}
 {{- end -}}
 
-{{/* Name of the autoscaler's objects. */}}
+{{/*
+Name of the autoscaler's objects. Release `cks-autoscaler-provider` gives the names of the
+kustomize base: provider `cks-autoscaler-provider`, autoscaler `cks-cluster-autoscaler`
+(`<release>-cks-cluster-autoscaler` for another release name).
+*/}}
 {{- define "cks-autoscaler-provider.autoscalerName" -}}
-{{- printf "%s-autoscaler" (include "cks-autoscaler-provider.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- $full := include "cks-autoscaler-provider.fullname" . -}}
+{{- if hasSuffix "-autoscaler-provider" $full -}}
+{{- printf "%s-cluster-autoscaler" (trimSuffix "-autoscaler-provider" $full) | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-autoscaler" $full | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Prefix of the objects both sides share: the private CA and its issuers (`cks-autoscaler-ca`,
+`cks-autoscaler-ca-issuer`, as in the kustomize base) and the client certificates issued for
+autoscalers in other clusters (`cks-autoscaler-client-<client>`).
+*/}}
+{{- define "cks-autoscaler-provider.pairName" -}}
+{{- trimSuffix "-provider" (include "cks-autoscaler-provider.fullname" .) | trunc 50 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The ServiceAccount the autoscaler runs as. */}}
+{{- define "cks-autoscaler-provider.autoscalerServiceAccount" -}}
+{{- if .Values.autoscaler.serviceAccount.create -}}
+{{- default (include "cks-autoscaler-provider.autoscalerName" .) .Values.autoscaler.serviceAccount.name -}}
+{{- else -}}
+{{- required "autoscaler.serviceAccount.create=false: set autoscaler.serviceAccount.name to the ServiceAccount the autoscaler runs as (it must exist and be bound to the autoscaler's roles)" .Values.autoscaler.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The identity of this release's autoscaler: the DNS name in its client certificate, which a
+provider's `--nodes MIN:MAX:CLUSTER@CLIENT` names.
+*/}}
+{{- define "cks-autoscaler-provider.autoscalerClient" -}}
+{{- default (include "cks-autoscaler-provider.autoscalerName" .) .Values.autoscaler.client -}}
 {{- end -}}
 
 {{- define "cks-autoscaler-provider.chart" -}}
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
+{{/*
+Labels every object carries besides its selector labels. No app.kubernetes.io/instance here:
+the selector labels carry it, and a key written twice in one mapping is invalid YAML.
+*/}}
 {{- define "cks-autoscaler-provider.commonLabels" -}}
 helm.sh/chart: {{ include "cks-autoscaler-provider.chart" . }}
-app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/part-of: cks-autoscaler
@@ -41,21 +79,32 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
 {{- define "cks-autoscaler-provider.labels" -}}
-{{ include "cks-autoscaler-provider.commonLabels" . }}
 {{ include "cks-autoscaler-provider.selectorLabels" . }}
+{{ include "cks-autoscaler-provider.commonLabels" . }}
 app.kubernetes.io/component: cloud-provider
 {{- end -}}
 
-{{/* Autoscaler selector labels (the NetworkPolicy admits these pods to the gRPC port). */}}
+{{/*
+Autoscaler selector labels (the NetworkPolicy admits these pods to the gRPC port). The name is
+the one the kustomize base gives its autoscaler.
+*/}}
 {{- define "cks-autoscaler-provider.autoscalerSelectorLabels" -}}
-app.kubernetes.io/name: {{ include "cks-autoscaler-provider.name" . }}-autoscaler
+app.kubernetes.io/name: cks-cluster-autoscaler
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
 {{- define "cks-autoscaler-provider.autoscalerLabels" -}}
-{{ include "cks-autoscaler-provider.commonLabels" . }}
 {{ include "cks-autoscaler-provider.autoscalerSelectorLabels" . }}
+{{ include "cks-autoscaler-provider.commonLabels" . }}
 app.kubernetes.io/component: autoscaler
+{{- end -}}
+
+{{/* Labels of the certificate objects (CA, issuers, leaf certificates). */}}
+{{- define "cks-autoscaler-provider.tlsLabels" -}}
+app.kubernetes.io/name: {{ include "cks-autoscaler-provider.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{ include "cks-autoscaler-provider.commonLabels" . }}
+app.kubernetes.io/component: tls
 {{- end -}}
 
 {{- define "cks-autoscaler-provider.image" -}}
@@ -91,7 +140,77 @@ the cluster Helm talks to (some distributions report "28+").
 {{- end -}}
 
 {{- define "cks-autoscaler-provider.clientTlsSecret" -}}
-{{- default (printf "%s-autoscaler-client" (include "cks-autoscaler-provider.fullname" .)) .Values.tls.clientSecretName -}}
+{{- default (printf "%s-grpc-client" (include "cks-autoscaler-provider.autoscalerName" .)) .Values.tls.clientSecretName -}}
+{{- end -}}
+
+{{/*
+The clients named in `nodes[].client` whose certificates this release issues for autoscalers
+outside it (every name but this release's own autoscaler's), sorted and without repeats.
+*/}}
+{{- define "cks-autoscaler-provider.remoteClients" -}}
+{{- $own := "" -}}
+{{- if .Values.autoscaler.enabled -}}
+{{- $own = include "cks-autoscaler-provider.autoscalerClient" . -}}
+{{- end -}}
+{{- $clients := list -}}
+{{- range .Values.nodes -}}
+{{- if and .client (ne .client $own) -}}
+{{- $clients = append $clients .client -}}
+{{- end -}}
+{{- end -}}
+{{- $clients | uniq | sortAlpha | toJson -}}
+{{- end -}}
+
+{{/* The address the autoscaler dials: this release's Service, or a central provider. */}}
+{{- define "cks-autoscaler-provider.providerAddress" -}}
+{{- if .Values.provider.enabled -}}
+{{- printf "%s:%v" (include "cks-autoscaler-provider.grpcHost" .) .Values.service.grpcPort -}}
+{{- else -}}
+{{- required "provider.enabled=false: set autoscaler.providerAddress to the central provider's host:port (its host must be in that provider's server certificate: tls.extraDnsNames or tls.extraIpAddresses there)" .Values.autoscaler.providerAddress -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Refuses values the provider or the autoscaler could not run with, as `serve` refuses them:
+several clusters without a client bound to each, a workload-cluster autoscaler without TLS, a
+central provider no NetworkPolicy rule lets anyone reach.
+*/}}
+{{- define "cks-autoscaler-provider.validate" -}}
+{{- if not (or .Values.provider.enabled .Values.autoscaler.enabled) -}}
+{{- fail "provider.enabled and autoscaler.enabled are both false: nothing to deploy" -}}
+{{- end -}}
+{{- if .Values.provider.enabled -}}
+{{- if not .Values.nodes -}}
+{{- fail "set at least one entry in `nodes` (min, max, cluster): the CKS clusters to scale" -}}
+{{- end -}}
+{{- $clusters := list -}}
+{{- range .Values.nodes -}}
+{{- $clusters = append $clusters (toString (required "nodes[].cluster is required" .cluster)) -}}
+{{- if .client -}}
+{{- if not (regexMatch `^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$` (toString .client)) -}}
+{{- fail (printf "nodes[].client %q is not a lowercase DNS name: it is matched against the DNS names of client certificates" (toString .client)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if gt (len ($clusters | uniq)) 1 -}}
+{{- range .Values.nodes -}}
+{{- if not .client -}}
+{{- fail (printf "nodes: cluster %v has no `client`. With more than one cluster every entry names the client (the DNS name of the autoscaler's client certificate) that may see and scale it: client binding keeps each cluster's autoscaler to its own cluster, and the provider refuses to start without it" .cluster) -}}
+{{- end -}}
+{{- end -}}
+{{- if not .Values.tls.enabled -}}
+{{- fail "nodes: more than one cluster needs client certificates (tls.enabled=true): client binding matches the autoscaler's verified certificate" -}}
+{{- end -}}
+{{- end -}}
+{{- if and .Values.networkPolicy.enabled (not .Values.autoscaler.enabled) (not .Values.networkPolicy.extraGrpcClients) -}}
+{{- fail "networkPolicy: autoscaler.enabled=false and no networkPolicy.extraGrpcClients: nothing could reach the gRPC port. List where the workload clusters' autoscalers connect from (ipBlock peers), or set networkPolicy.enabled=false" -}}
+{{- end -}}
+{{- if and .Values.cloudstackCA.configMapName .Values.cloudstackCA.secretName -}}
+{{- fail "cloudstackCA: set configMapName or secretName, not both" -}}
+{{- end -}}
+{{- else if not .Values.tls.enabled -}}
+{{- fail "provider.enabled=false: the autoscaler dials a provider in another cluster, which needs mutual TLS (tls.enabled=true)" -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The host the autoscaler dials; the server certificate is issued for it. */}}
@@ -103,3 +222,4 @@ the cluster Helm talks to (some distributions report "28+").
 {{- define "cks-autoscaler-provider.configDir" -}}/etc/cks-provider{{- end -}}
 {{- define "cks-autoscaler-provider.tlsDir" -}}/tls{{- end -}}
 {{- define "cks-autoscaler-provider.clientTlsDir" -}}/etc/cluster-autoscaler/tls{{- end -}}
+{{- define "cks-autoscaler-provider.cloudstackCaDir" -}}/etc/cloudstack-ca{{- end -}}
