@@ -5,7 +5,6 @@
 
 use super::{Error, GroupState, Provider, Result, Scoped, now};
 use crate::config::{ClusterRef, NodeGroupSpec};
-use crate::domain::cluster::VmState;
 use crate::domain::instances::{InstanceView, min_max};
 use crate::domain::machine::Hit;
 use crate::domain::nodeid::FAKE_NODE_REASON_ANNOTATION;
@@ -131,24 +130,6 @@ impl Provider {
     /// NodeGroupNodes (shared: built once per state change).
     pub fn nodes(&self, id: &str) -> Result<Arc<Vec<InstanceView>>> {
         self.everyone().nodes(id)
-    }
-
-    /// Down worker VMs of a group (name, state), for the probe and metrics.
-    pub fn down_workers(&self, id: &str) -> Vec<(String, VmState)> {
-        let Ok((_, g)) = self.group(id) else {
-            return Vec::new();
-        };
-        let st = g.read();
-        st.scale
-            .snapshot()
-            .map(|s| {
-                s.snap
-                    .workers()
-                    .filter(|v| v.state.is_down() && !v.state.is_gone())
-                    .map(|v| (v.name.clone(), v.state.clone()))
-                    .collect()
-            })
-            .unwrap_or_default()
     }
 }
 
