@@ -73,8 +73,6 @@ pub enum OpKind {
         vm_ids: Vec<String>,
         /// Lower-cased names of those VMs, under which a later DeleteNodes may name them.
         names: Vec<String>,
-        /// Instances dropped locally once CloudStack accepts the removal.
-        drops: LocalDrops,
     },
 }
 
@@ -328,8 +326,6 @@ pub enum Started {
     Submit(ScaleRequest),
     /// Merged into the request sent when the operation in flight ends.
     Queued,
-    /// Nothing to send to CloudStack (every VM named is gone already); local drops applied.
-    Done,
 }
 
 /// The first step of IncreaseSize, on the cached state.
@@ -895,7 +891,7 @@ impl ScaleMachine {
                 .map_err(ScaleError::Refused)?;
             }
         }
-        self.apply_drops(&plan.drops, &[]);
+        self.apply_drops(&plan.drops);
         if plan.vms.is_empty() {
             return Ok(Accepted::Done);
         }
@@ -1043,12 +1039,10 @@ impl ScaleMachine {
         Ok(plan)
     }
 
-    /// Drops failed instances and queued increases a removal names (the ones of `vms`, the
-    /// failed VMs it removes, once CloudStack accepted it).
-    pub fn apply_drops(&mut self, drops: &LocalDrops, vms: &[String]) {
-        self.failed.retain(|f| {
-            !drops.failed.contains(&f.id) && !f.vm_id.as_ref().is_some_and(|v| vms.contains(v))
-        });
+    /// Drops the failed placeholders and queued increases a removal names (nothing needs
+    /// CloudStack for them).
+    fn apply_drops(&mut self, drops: &LocalDrops) {
+        self.failed.retain(|f| !drops.failed.contains(&f.id));
         self.queue.increase.retain(|p| !drops.queued.contains(p));
     }
 
@@ -1128,7 +1122,6 @@ impl ScaleMachine {
                 from: snap.snap.size,
                 vm_ids,
                 names,
-                drops: LocalDrops::default(),
             },
             origin,
             now,
@@ -1162,26 +1155,20 @@ impl ScaleMachine {
         }
     }
 
-    /// CloudStack accepted the submission as `job`. A removal's local drops apply now, and its
-    /// VMs are remembered as removed: CloudStack destroys them one by one while the job runs,
+    /// CloudStack accepted the submission as `job`. A removal's failed VMs stop being reported
+    /// as failed creations now, and its VMs are remembered as removed: CloudStack destroys them one by one while the job runs,
     /// so a DeleteNodes naming one that already left the listing is a no-op, not NotFound (a
     /// VM still listed resolves as a VM first).
     pub fn submission_answered(&mut self, job: String, now: Instant) {
         let Some((op, since)) = self.take_submission() else {
             return;
         };
-        if let OpKind::Remove {
-            vm_ids,
-            names,
-            drops,
-            ..
-        } = &op.kind
-        {
+        if let OpKind::Remove { vm_ids, names, .. } = &op.kind {
             for key in vm_ids.iter().chain(names) {
                 self.recently_removed.insert(key.clone(), now);
             }
-            let (drops, vm_ids) = (drops.clone(), vm_ids.clone());
-            self.apply_drops(&drops, &vm_ids);
+            self.failed
+                .retain(|f| !f.vm_id.as_ref().is_some_and(|v| vm_ids.contains(v)));
         }
         self.phase = Phase::Running { op, job, since };
     }

@@ -114,7 +114,7 @@ impl Provider {
                 tracing::info!(group = %self.group_label(gi), ?request, "scale-up: sending scaleKubernetesCluster");
                 self.submit(gi, request, Some(deadline)).await
             }
-            Started::Queued | Started::Done => Ok(()),
+            Started::Queued => Ok(()),
         }
     }
 
