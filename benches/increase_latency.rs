@@ -18,9 +18,7 @@
 mod support;
 
 use cks_autoscaler_provider::pb;
-use cks_autoscaler_provider::sim::{
-    self, ClusterSpec, ClusterState, Scenario, SimConfig, SimHandle, SimSettings,
-};
+use cks_autoscaler_provider::sim::{ClusterState, SimHandle};
 use cks_autoscaler_provider::testkit::process::{ProviderArgs, ProviderProcess};
 use std::time::{Duration, Instant};
 use support::{BenchArgs, Latency, Table, fmt_dur, report};
@@ -84,25 +82,7 @@ async fn main() {
     let machine = support::machine();
     let started = Instant::now();
 
-    let clusters: Vec<ClusterSpec> = (0..calls * pickups.len())
-        .map(|i| {
-            let mut c = ClusterSpec::new(&format!("c{i}"), 1, 3);
-            c.min_size = Some(1);
-            c.max_size = Some(20);
-            c.autoscaling = true;
-            c
-        })
-        .collect();
-    let mut cfg = SimConfig::for_tests("bench-key", "bench-secret");
-    cfg.settings = SimSettings {
-        job_duration: LONG_JOB,
-        ..SimSettings::default()
-    };
-    cfg.scenario = Scenario {
-        clusters,
-        ..Scenario::empty()
-    };
-    let sim = sim::spawn(cfg).await.expect("simulator");
+    let sim = support::autoscaled_clusters(calls * pickups.len(), LONG_JOB).await;
     let ids = sim.cluster_ids();
 
     let mut t = Table::new(&[

@@ -28,7 +28,6 @@
 
 mod support;
 
-use cks_autoscaler_provider::cloudstack::types::JobOutcome;
 use cks_autoscaler_provider::cloudstack::{Client, ClientConfig, CsError};
 use cks_autoscaler_provider::pb;
 use cks_autoscaler_provider::pb::cloud_provider_client::CloudProviderClient;
@@ -81,17 +80,7 @@ async fn one_at_a_time(cs: &Client, cluster: &str, vm: &str) -> Result<(), CsErr
     let job = cs
         .scale_cluster_remove_nodes(cluster, &[vm.to_string()])
         .await?;
-    loop {
-        tokio::time::sleep(POLL).await;
-        match cs.query_job(&job).await?.outcome() {
-            JobOutcome::Pending => continue,
-            JobOutcome::Succeeded(_) => return Ok(()),
-            JobOutcome::Failed { errortext, .. } => {
-                return Err(CsError::Config(format!("job failed: {errortext}")));
-            }
-            JobOutcome::Cancelled => return Err(CsError::Config("job cancelled".into())),
-        }
-    }
+    support::wait_for_job(cs, &job, POLL).await
 }
 
 /// One measurement: `n` nodes per batch, `batches` batches.

@@ -13,12 +13,9 @@
 
 mod support;
 
-use cks_autoscaler_provider::cloudstack::types::JobOutcome;
 use cks_autoscaler_provider::cloudstack::{Client, ClientConfig, CsError};
 use cks_autoscaler_provider::pb;
-use cks_autoscaler_provider::sim::{
-    self, ClusterSpec, Scenario, SimConfig, SimHandle, SimSettings,
-};
+use cks_autoscaler_provider::sim::SimHandle;
 use cks_autoscaler_provider::testkit::process::{ProviderArgs, ProviderProcess};
 use std::time::{Duration, Instant};
 use support::{BenchArgs, Latency, Table, fmt_dur, report};
@@ -36,17 +33,7 @@ const BLOCKING_POLL: Duration = Duration::from_secs(2);
 /// The in-tree design: answer only when the job has ended.
 async fn blocking_increase(cs: &Client, cluster: &str, size: u32) -> Result<(), CsError> {
     let job = cs.scale_cluster_size(cluster, size).await?;
-    loop {
-        tokio::time::sleep(BLOCKING_POLL).await;
-        match cs.query_job(&job).await?.outcome() {
-            JobOutcome::Pending => continue,
-            JobOutcome::Succeeded(_) => return Ok(()),
-            JobOutcome::Failed { errortext, .. } => {
-                return Err(CsError::Config(format!("job failed: {errortext}")));
-            }
-            JobOutcome::Cancelled => return Err(CsError::Config("job cancelled".into())),
-        }
-    }
+    support::wait_for_job(cs, &job, BLOCKING_POLL).await
 }
 
 /// Arrival time (simulator ms) of the first scale request for `cluster` at or after `since`.
@@ -179,25 +166,7 @@ async fn main() {
     let started = Instant::now();
 
     let total = 2 * n + 2 * nb;
-    let clusters: Vec<ClusterSpec> = (0..total)
-        .map(|i| {
-            let mut c = ClusterSpec::new(&format!("c{i}"), 1, 3);
-            c.min_size = Some(1);
-            c.max_size = Some(20);
-            c.autoscaling = true;
-            c
-        })
-        .collect();
-    let mut cfg = SimConfig::for_tests("bench-key", "bench-secret");
-    cfg.settings = SimSettings {
-        job_duration: LONG_JOB,
-        ..SimSettings::default()
-    };
-    cfg.scenario = Scenario {
-        clusters,
-        ..Scenario::empty()
-    };
-    let sim = sim::spawn(cfg).await.expect("simulator");
+    let sim = support::autoscaled_clusters(total, LONG_JOB).await;
     let ids = sim.cluster_ids();
     let (defaults_ids, rest) = ids.split_at(n);
     let (nowatch_ids, rest) = rest.split_at(n);
