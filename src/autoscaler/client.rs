@@ -544,17 +544,7 @@ mod tests {
     const MIN: u64 = 60;
     const GI: u64 = 1 << 30;
 
-    fn flags() -> NodeGroupOptions {
-        NodeGroupOptions {
-            scale_down_utilization_threshold: 0.5,
-            scale_down_gpu_utilization_threshold: 0.4,
-            scale_down_unneeded_time: Duration::from_secs(10 * MIN),
-            scale_down_unready_time: Duration::from_secs(20 * MIN),
-            max_node_provision_time: Duration::from_secs(25 * MIN),
-            zero_or_max_node_scaling: true,
-            ignore_daemonsets_utilization: true,
-        }
-    }
+    use crate::autoscaler::wire::test_flags as flags;
 
     /// Per generation, against a provider on loopback: the template-based part of a scale-up
     /// (the group's template decoded from the field the release reads, a pending pod checked

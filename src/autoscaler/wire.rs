@@ -288,6 +288,21 @@ impl fmt::Display for WireGeneration {
     }
 }
 
+/// The autoscaler flags the wire tests send as defaults (here and in the client's tests).
+#[cfg(test)]
+pub(crate) fn test_flags() -> NodeGroupOptions {
+    const MIN: u64 = 60;
+    NodeGroupOptions {
+        scale_down_utilization_threshold: 0.5,
+        scale_down_gpu_utilization_threshold: 0.4,
+        scale_down_unneeded_time: Duration::from_secs(10 * MIN),
+        scale_down_unready_time: Duration::from_secs(20 * MIN),
+        max_node_provision_time: Duration::from_secs(25 * MIN),
+        zero_or_max_node_scaling: true,
+        ignore_daemonsets_utilization: true,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -307,17 +322,7 @@ mod tests {
         })
     }
 
-    fn flags() -> NodeGroupOptions {
-        NodeGroupOptions {
-            scale_down_utilization_threshold: 0.5,
-            scale_down_gpu_utilization_threshold: 0.4,
-            scale_down_unneeded_time: Duration::from_secs(10 * MIN),
-            scale_down_unready_time: Duration::from_secs(20 * MIN),
-            max_node_provision_time: Duration::from_secs(25 * MIN),
-            zero_or_max_node_scaling: true,
-            ignore_daemonsets_utilization: true,
-        }
-    }
+    use super::test_flags as flags;
 
     #[test]
     fn releases_map_to_their_generation() {
