@@ -512,6 +512,11 @@ mod tests {
             VmActivity::Idle,
             VmActivity::BeingCreated,
             VmActivity::BeingRemoved,
+            VmActivity::RemovalTroubled(crate::domain::status::InstanceError {
+                code: "removal-retrying".into(),
+                message: "scale job failed".into(),
+                class: crate::domain::status::ErrorClass::Other,
+            }),
             VmActivity::CreateFailed(scale_up_failure("job-1", 530, "boom")),
         ];
         for state in states {

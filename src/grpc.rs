@@ -41,7 +41,9 @@ pub fn status(e: &Error) -> Status {
             | ScaleError::RegisteredElsewhere { .. }
             | ScaleError::RecentlyRegistered { .. }
             | ScaleError::BeingCreated { .. }
-            | ScaleError::BelowMin { .. } => Code::FailedPrecondition,
+            | ScaleError::BelowMin { .. }
+            | ScaleError::DrainWouldFail { .. }
+            | ScaleError::CannotDecrease { .. } => Code::FailedPrecondition,
         },
         Error::AmbiguousName { .. } | Error::JobRefused { .. } | Error::JobFailed { .. } => {
             Code::FailedPrecondition

@@ -121,9 +121,14 @@ fn describe() {
          CloudStack scaling rule that refuses them."
     );
     describe_counter!(
-        "cks_provider_removals_dropped_total",
-        "Accepted node removals that were not carried out (the merged request refused, or its \
-         job failed with these nodes left): the nodes count in the target again."
+        "cks_provider_removals_retried_total",
+        "Accepted node removals that did not happen yet (their job failed with these nodes \
+         left, or CloudStack's rules refuse them now): still owed, sent again after a pause."
+    );
+    describe_counter!(
+        "cks_provider_removals_abandoned_total",
+        "Accepted node removals given up after repeated failed jobs: the autoscaler counts \
+         the nodes as gone, the VMs need an operator."
     );
     describe_gauge!(
         "cks_provider_node_group_target_size",
@@ -207,10 +212,14 @@ pub fn record_refusal(node_group: &str, rule: &'static str) {
         .increment(1);
 }
 
-/// Records accepted node removals that were not carried out (the merged request refused, or
-/// its job failed with these nodes left).
-pub fn record_removals_dropped(count: usize) {
-    metrics::counter!("cks_provider_removals_dropped_total").increment(count as u64);
+/// Records accepted node removals that did not happen yet and are sent again.
+pub fn record_removals_retried(count: usize) {
+    metrics::counter!("cks_provider_removals_retried_total").increment(count as u64);
+}
+
+/// Records accepted node removals given up after repeated failures.
+pub fn record_removals_abandoned(count: usize) {
+    metrics::counter!("cks_provider_removals_abandoned_total").increment(count as u64);
 }
 
 /// What the autoscaler is told about an instance (`InstanceStatus.InstanceState`).
@@ -510,7 +519,8 @@ mod tests {
         record_job_started("help-test-group", "scale_up");
         record_job("help-test-group", "scale_up", "failed");
         record_refusal("help-test-group", "alert_rule_7_no_down_worker");
-        record_removals_dropped(1);
+        record_removals_retried(1);
+        record_removals_abandoned(1);
         set_alert_verdict(Some(("unknown", None)));
         set_group_gauges(
             &[GroupGauges {
@@ -539,7 +549,8 @@ mod tests {
             "cks_provider_scale_jobs_started_total",
             "cks_provider_scale_jobs_finished_total",
             "cks_provider_scale_requests_refused_total",
-            "cks_provider_removals_dropped_total",
+            "cks_provider_removals_retried_total",
+            "cks_provider_removals_abandoned_total",
             "cks_provider_node_group_target_size",
             "cks_provider_node_group_min_size",
             "cks_provider_node_group_max_size",

@@ -5,8 +5,11 @@
 
 use super::cluster::{ClusterSnapshot, NodeRole};
 use super::machine::{OpKind, Phase, ScaleMachine};
+use super::removal::StopStage;
 use super::rules::{AlertScaling, blocked_reason};
-use super::status::{InstanceError, InstanceState, VmActivity, placeholder_status, vm_status};
+use super::status::{
+    ErrorClass, InstanceError, InstanceState, VmActivity, placeholder_status, vm_status,
+};
 use std::collections::HashSet;
 
 /// How many down workers the debug line names before "and N more".
@@ -48,7 +51,24 @@ pub fn min_max(snap: Option<&ClusterSnapshot>, configured: (u32, u32)) -> (u32, 
 impl ScaleMachine {
     fn activity(&self, vm_id: &str, removing: &HashSet<&str>) -> VmActivity {
         if removing.contains(vm_id) {
-            return VmActivity::BeingRemoved;
+            return match self.queue.remove.iter().find(|r| r.vm_id == vm_id) {
+                Some(r) => match &r.trouble {
+                    Some(t) => VmActivity::RemovalTroubled(InstanceError {
+                        code: if r.abandoned {
+                            "removal-abandoned"
+                        } else if r.stop != StopStage::NotNeeded {
+                            "removal-stopping-vm"
+                        } else {
+                            "removal-retrying"
+                        }
+                        .into(),
+                        message: t.clone(),
+                        class: ErrorClass::Other,
+                    }),
+                    None => VmActivity::BeingRemoved,
+                },
+                None => VmActivity::BeingRemoved,
+            };
         }
         if let Some(f) = self
             .failed

@@ -26,6 +26,7 @@
 use super::cluster::{ClusterState, IndexedSnapshot, NodeRole};
 use super::nodeid::{FAKE_NODE_REASON_ANNOTATION, default_provider_id, vm_id_from_provider_id};
 use super::registry::Registrations;
+use super::removal::{Candidate, MAX_REMOVAL_ATTEMPTS, StopStage, pick_batch, retry_delay};
 use super::rules::{AlertScaling, Refusal, ScaleRequest, check_scale};
 use super::status::{ErrorClass, InstanceError, scale_up_failure};
 use std::collections::{HashMap, HashSet};
@@ -73,6 +74,9 @@ pub enum OpKind {
         vm_ids: Vec<String>,
         /// Lower-cased names of those VMs, under which a later DeleteNodes may name them.
         names: Vec<String>,
+        /// The owed removals sent (their attempts and history), put back in the queue when
+        /// the job leaves their VMs.
+        sent: Vec<QueuedRemoval>,
     },
 }
 
@@ -224,6 +228,34 @@ pub struct QueuedRemoval {
     /// Accepted into the collection window (its callers wait for the window's answer), not
     /// behind an operation in flight (its caller was answered at once).
     pub in_window: bool,
+    /// Removal jobs that failed and left this VM.
+    pub attempts: u32,
+    /// Why it has not happened yet (a failed job, a refusal, a drain that cannot work):
+    /// shown on its instance and in the logs.
+    pub trouble: Option<String>,
+    /// Not sent before this (the backoff after a failure or a refusal).
+    pub not_before: Option<Instant>,
+    /// Whether its VM must be stopped first (it runs, and its drain would fail).
+    pub stop: StopStage,
+    /// Given up after [`MAX_REMOVAL_ATTEMPTS`] failed jobs: still out of the target and
+    /// reported, sent again only once its VM is down.
+    pub abandoned: bool,
+}
+
+impl QueuedRemoval {
+    fn new(vm_id: String, name: String, since: Instant, in_window: bool) -> Self {
+        QueuedRemoval {
+            vm_id,
+            name,
+            since,
+            in_window,
+            attempts: 0,
+            trouble: None,
+            not_before: None,
+            stop: StopStage::NotNeeded,
+            abandoned: false,
+        }
+    }
 }
 
 /// The outcome of an accepted DeleteNodes.
@@ -241,11 +273,19 @@ pub enum Accepted {
     Behind,
 }
 
-/// What DecreaseTargetSize did: asked for `asked`, cancelled `cancelled` (never more than the
-/// requests that do not exist and will not be created).
+/// An accepted DeleteNodes: how it was accepted, and the fake "unregistered" nodes of it
+/// that were refused (a VM whose node is registered). The core's `removeOldUnregisteredNodes`
+/// sends all of a group's unregistered nodes in one call; one guarded VM must not keep the
+/// others.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Acceptance {
+    pub accepted: Accepted,
+    pub refused: Vec<ScaleError>,
+}
+
+/// What DecreaseTargetSize did: cancelled `cancelled` requested nodes (all it was asked for).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Decreased {
-    pub asked: u32,
     pub cancelled: u32,
 }
 
@@ -289,10 +329,18 @@ pub enum Effect {
     FindJob,
     /// The snapshot suggests the followed job is over: poll it now.
     PollNow,
-    /// Accepted removals that will not happen (the rules refused the merged request when its
-    /// turn came, or its job failed and these VMs stayed): tell the operator. The autoscaler
-    /// sees the nodes again and deletes them again once they are unneeded.
-    RemovalDropped { vms: Vec<String>, reason: String },
+    /// Accepted removals that did not happen yet (their job failed and these VMs stayed, or
+    /// the rules refuse them now): they stay owed, out of the target, and are sent again
+    /// after `retry_in`. Tell the operator.
+    RemovalRetried {
+        vms: Vec<String>,
+        reason: String,
+        retry_in: Duration,
+    },
+    /// Accepted removals given up after [`MAX_REMOVAL_ATTEMPTS`] failed jobs: still out of
+    /// the target (the autoscaler counts their nodes as gone), sent again only once their VM
+    /// is down. Tell the operator loudly: the VMs need a hand.
+    RemovalAbandoned { vms: Vec<String>, reason: String },
 }
 
 /// How a job ended.
@@ -351,8 +399,12 @@ pub struct NodeRef {
 pub struct DeletePlan {
     /// Worker VMs to remove through CloudStack.
     pub vms: Vec<String>,
+    /// Those of `vms` that run without a node: stopped first, then removed as down VMs.
+    pub stops: Vec<String>,
     /// Instances dropped locally.
     pub drops: LocalDrops,
+    /// Fake "unregistered" nodes refused because their VM's node is registered.
+    pub guarded: Vec<ScaleError>,
 }
 
 /// Why the machine refuses a request. The provider adds the group's name; the gRPC layer
@@ -408,6 +460,21 @@ pub enum ScaleError {
         removed: u32,
         target: u32,
         min: u32,
+    },
+    /// A Running VM whose node never registered (a fake node): CloudStack drains every
+    /// Running VM it removes, and that drain fails, leaving the cluster in Alert. The
+    /// provider cannot stop the VM first (`why`).
+    DrainWouldFail {
+        vm: String,
+        vm_id: String,
+        node: String,
+        why: &'static str,
+    },
+    /// DecreaseTargetSize asked for more than the requests that do not exist yet.
+    CannotDecrease {
+        asked: u32,
+        cancellable: u32,
+        target: u32,
     },
 }
 
@@ -479,6 +546,30 @@ impl fmt::Display for ScaleError {
                 "deleting {removed} node(s) would take the target size from {target} below the \
                  minimum {min}; nothing was deleted"
             ),
+            ScaleError::DrainWouldFail {
+                vm,
+                vm_id,
+                node,
+                why,
+            } => write!(
+                f,
+                "refusing to remove VM {vm} (node {node}): it is Running but its node never \
+                 registered, and CloudStack drains every Running VM it removes; that drain fails \
+                 and leaves the cluster in Alert. {why}. Stop the VM (stopVirtualMachine \
+                 id={vm_id}); the provider then removes it as a down VM, without a drain; \
+                 nothing was deleted"
+            ),
+            ScaleError::CannotDecrease {
+                asked,
+                cancellable,
+                target,
+            } => write!(
+                f,
+                "cannot decrease the target size {target} by {asked}: only {cancellable} \
+                 requested node(s) do not exist yet and can be cancelled; the others are VMs \
+                 (existing or being created), which DecreaseTargetSize never deletes; nothing \
+                 was changed"
+            ),
         }
     }
 }
@@ -518,6 +609,9 @@ pub struct ScaleMachine {
     pub(crate) recently_removed: HashMap<String, Instant>,
     next_placeholder: u64,
     timings: Timings,
+    /// Whether this provider may stop a VM (`stopVirtualMachine`) before removing it, as the
+    /// shell last learned it (a key without the command is answered 432).
+    can_stop_vms: bool,
 }
 
 impl ScaleMachine {
@@ -534,6 +628,28 @@ impl ScaleMachine {
             recently_removed: HashMap::new(),
             next_placeholder: 0,
             timings,
+            can_stop_vms: true,
+        }
+    }
+
+    /// What the shell knows of the key: whether `stopVirtualMachine` may be called.
+    pub fn set_can_stop_vms(&mut self, yes: bool) {
+        self.can_stop_vms = yes;
+    }
+
+    /// Why a Running VM without a node cannot be stopped before its removal, if it cannot:
+    /// the key lacks `stopVirtualMachine`, or this CloudStack refuses scaling in Alert (where
+    /// a stopped worker puts the cluster) and drains down VMs too.
+    fn stop_blocked(&self, alert: &AlertScaling) -> Option<&'static str> {
+        if matches!(alert, AlertScaling::Unsupported { .. }) {
+            Some(
+                "This CloudStack does not scale a cluster in Alert, so a stopped VM cannot be \
+                 removed either; remove it by hand",
+            )
+        } else if !self.can_stop_vms {
+            Some("The CloudStack key of this provider may not call stopVirtualMachine")
+        } else {
+            None
         }
     }
 
@@ -850,6 +966,7 @@ impl ScaleMachine {
     /// queues the VMs (the target drops at once) and drops placeholders locally. A refusal
     /// changes nothing. The rules are checked again when the merged request is sent (a job
     /// running now may change the cluster).
+    #[cfg(test)]
     pub fn accept_removal(
         &mut self,
         nodes: &[NodeRef],
@@ -858,12 +975,32 @@ impl ScaleMachine {
         registered: &Registrations,
         now: Instant,
     ) -> Result<Accepted, ScaleError> {
-        let plan = self.plan_removal(nodes, min, registered, now)?;
+        self.accept_removals(nodes, min, alert, registered, now)
+            .map(|a| a.accepted)
+    }
+
+    /// [`ScaleMachine::accept_removal`], also naming the fake "unregistered" nodes refused
+    /// because their VM's node is registered (the others of the call are accepted).
+    pub fn accept_removals(
+        &mut self,
+        nodes: &[NodeRef],
+        min: u32,
+        alert: &AlertScaling,
+        registered: &Registrations,
+        now: Instant,
+    ) -> Result<Acceptance, ScaleError> {
+        let plan = self.plan_removal(nodes, min, alert, registered, now)?;
+        let refused = plan.guarded.clone();
         let snap = self.snap.clone().ok_or(ScaleError::NoSnapshot)?;
         let at_rest = self.phase == Phase::Idle && snap.snap.state != ClusterState::Scaling;
         if !plan.vms.is_empty() {
-            let mut merged: Vec<String> =
-                self.queue.remove.iter().map(|r| r.vm_id.clone()).collect();
+            let mut merged: Vec<String> = self
+                .queue
+                .remove
+                .iter()
+                .filter(|r| r.stop == StopStage::NotNeeded && !r.abandoned)
+                .map(|r| r.vm_id.clone())
+                .collect();
             merged.extend(plan.vms.iter().cloned());
             let removing = self.removing();
             let live = snap.snap.workers().filter(|v| !v.state.is_gone()).count();
@@ -882,7 +1019,9 @@ impl ScaleMachine {
                     workers: u32::try_from(live).unwrap_or(u32::MAX),
                 }));
             }
-            if at_rest {
+            // VMs to be stopped first are checked when they are down and their turn comes.
+            merged.retain(|v| !plan.stops.contains(v));
+            if at_rest && !merged.is_empty() {
                 check_scale(
                     &snap.snap,
                     &ScaleRequest::RemoveNodes { vm_ids: merged },
@@ -892,8 +1031,12 @@ impl ScaleMachine {
             }
         }
         self.apply_drops(&plan.drops);
+        let done = |accepted| Acceptance {
+            accepted,
+            refused: refused.clone(),
+        };
         if plan.vms.is_empty() {
-            return Ok(Accepted::Done);
+            return Ok(done(Accepted::Done));
         }
         for vm_id in plan.vms {
             let name = snap
@@ -901,21 +1044,20 @@ impl ScaleMachine {
                 .vm(&vm_id)
                 .map(|v| v.name.to_ascii_lowercase())
                 .unwrap_or_default();
-            self.queue.remove.push(QueuedRemoval {
-                vm_id,
-                name,
-                since: now,
-                in_window: at_rest,
-            });
+            let mut r = QueuedRemoval::new(vm_id, name, now, at_rest);
+            if plan.stops.contains(&r.vm_id) {
+                r.stop = StopStage::Wanted;
+            }
+            self.queue.remove.push(r);
         }
-        Ok(if !at_rest {
+        Ok(done(if !at_rest {
             Accepted::Behind
         } else if self.queue.window_open {
             Accepted::JoinsWindow
         } else {
             self.queue.window_open = true;
             Accepted::OpensWindow
-        })
+        }))
     }
 
     /// Resolves the nodes of a DeleteNodes (all or nothing) and checks the group's minimum.
@@ -924,6 +1066,7 @@ impl ScaleMachine {
         &self,
         nodes: &[NodeRef],
         min: u32,
+        alert: &AlertScaling,
         registered: &Registrations,
         now: Instant,
     ) -> Result<DeletePlan, ScaleError> {
@@ -972,23 +1115,25 @@ impl ScaleMachine {
                     if reason == Some("unregistered")
                         && let Some(l) = self.learned.get(&vm.id)
                     {
-                        return Err(ScaleError::RegisteredElsewhere {
+                        plan.guarded.push(ScaleError::RegisteredElsewhere {
                             vm: vm.name.clone(),
                             node: l.node_name.clone(),
                             provider_id: l.provider_id.clone(),
                             instance: n.provider_id.clone(),
                         });
+                        continue;
                     }
                     if reason == Some("unregistered")
                         && let Some(r) = registered.recent(&vm.id, now)
                     {
-                        return Err(ScaleError::RecentlyRegistered {
+                        plan.guarded.push(ScaleError::RecentlyRegistered {
                             vm: vm.name.clone(),
                             instance: shown.clone(),
                             node: r.node.clone(),
                             ago_secs: now.saturating_duration_since(r.seen).as_secs(),
                             window_secs: registered.window().as_secs(),
                         });
+                        continue;
                     }
                     // Named twice, queued already or in the removal in flight: sent once.
                     if removing.contains(vm.id.as_str())
@@ -1003,6 +1148,20 @@ impl ScaleMachine {
                         .any(|f| f.vm_id.as_deref() == Some(&vm.id));
                     if reason != Some("create-error") && !failed_vm {
                         counted += 1;
+                    }
+                    // A fake node: the VM has no Kubernetes node. Running, CloudStack would
+                    // drain it and fail (KubernetesClusterScaleWorker.removeKubernetesClusterNode
+                    // runs `kubectl drain` for every Running VM).
+                    if reason.is_some() && !vm.state.is_down() {
+                        if let Some(why) = self.stop_blocked(alert) {
+                            return Err(ScaleError::DrainWouldFail {
+                                vm: vm.name.clone(),
+                                vm_id: vm.id.clone(),
+                                node: shown.clone(),
+                                why,
+                            });
+                        }
+                        plan.stops.push(vm.id.clone());
                     }
                     plan.vms.push(vm.id.clone());
                 }
@@ -1020,6 +1179,13 @@ impl ScaleMachine {
                     }
                 }
             }
+        }
+        if plan.vms.is_empty()
+            && plan.drops.failed.is_empty()
+            && plan.drops.queued.is_empty()
+            && let Some(first) = plan.guarded.first()
+        {
+            return Err(first.clone());
         }
         // The minimum binds removals of healthy nodes: failed creations go whatever the
         // minimum, as the core's deleteCreatedNodesWithErrors sends them. The target already
@@ -1068,8 +1234,12 @@ impl ScaleMachine {
         }
         let sent = self.next_removal(Origin::Rpc, alert, now);
         match sent {
-            // Nothing left to remove: increases that waited for the window go now.
+            // Nothing to send now (VMs to stop first): increases that waited go now.
             Ok(e) if e.is_empty() => Ok(self.next_from_queue(alert, now)),
+            Err(e) => {
+                self.window_answered(false);
+                Err(e)
+            }
             // Increases that waited for the window go with the next snapshot at rest.
             other => other,
         }
@@ -1084,8 +1254,25 @@ impl ScaleMachine {
         }
     }
 
-    /// The queued removals as one `nodeids` request: VMs that vanished meanwhile are left
-    /// out; a request the rules refuse drops them all.
+    /// The window's callers were answered: with OK its removals are owed from now on (the
+    /// autoscaler keeps their nodes tainted and counts them as gone); with an error they are
+    /// dropped (the autoscaler untaints the nodes and may delete them again later).
+    pub fn window_answered(&mut self, ok: bool) {
+        if ok {
+            for r in &mut self.queue.remove {
+                r.in_window = false;
+            }
+        } else {
+            self.queue.remove.retain(|r| !r.in_window);
+        }
+    }
+
+    /// The next `nodeids` request from the owed removals: VMs that vanished meanwhile are
+    /// done and forgotten; of those due (not backing off, not waiting to be stopped, not
+    /// abandoned unless down) the request takes what CloudStack can finish
+    /// ([`pick_batch`]: one VM that needs a drain, and down VMs). `Err`: the rules refuse it
+    /// now; a window's removals (`Origin::Rpc`, callers not answered yet) are then dropped by
+    /// the shell's [`ScaleMachine::window_answered`]; owed ones wait and are tried again.
     fn next_removal(
         &mut self,
         origin: Origin,
@@ -1095,24 +1282,62 @@ impl ScaleMachine {
         let Some(snap) = self.snap.clone() else {
             return Ok(Vec::new());
         };
-        let queued = std::mem::take(&mut self.queue.remove);
-        let mut vm_ids: Vec<String> = Vec::with_capacity(queued.len());
-        for r in queued {
-            let listed = snap
-                .by_id
-                .get(&r.vm_id)
-                .is_some_and(|&i| !snap.snap.vms[i].state.is_gone());
-            if listed && !vm_ids.contains(&r.vm_id) {
-                vm_ids.push(r.vm_id);
-            }
-        }
+        let listed = |id: &str| {
+            snap.by_id
+                .get(id)
+                .is_some_and(|&i| !snap.snap.vms[i].state.is_gone())
+        };
+        self.queue.remove.retain(|r| listed(&r.vm_id));
+        let down = |id: &str| snap.snap.vm(id).is_some_and(|v| v.state.is_down());
+        let mut seen = HashSet::new();
+        let candidates: Vec<Candidate> = self
+            .queue
+            .remove
+            .iter()
+            .filter(|r| seen.insert(r.vm_id.as_str()))
+            .filter(|r| r.not_before.is_none_or(|t| t <= now))
+            .filter(|r| {
+                let d = down(&r.vm_id);
+                (d || r.stop == StopStage::NotNeeded) && (d || !r.abandoned)
+            })
+            .map(|r| Candidate {
+                vm_id: &r.vm_id,
+                down: down(&r.vm_id),
+            })
+            .collect();
+        let vm_ids = pick_batch(&snap.snap, &candidates);
         if vm_ids.is_empty() {
             return Ok(Vec::new());
         }
         let request = ScaleRequest::RemoveNodes {
             vm_ids: vm_ids.clone(),
         };
-        check_scale(&snap.snap, &request, alert).map_err(ScaleError::Refused)?;
+        if let Err(r) = check_scale(&snap.snap, &request, alert) {
+            if origin == Origin::Rpc {
+                return Err(ScaleError::Refused(r));
+            }
+            let delay = retry_delay(1);
+            for q in self
+                .queue
+                .remove
+                .iter_mut()
+                .filter(|q| vm_ids.contains(&q.vm_id))
+            {
+                q.trouble = Some(format!("CloudStack would refuse its removal now: {r}"));
+                q.not_before = Some(now + delay);
+            }
+            return Ok(vec![Effect::RemovalRetried {
+                vms: vm_ids.iter().map(|v| self.vm_label(v)).collect(),
+                reason: r.to_string(),
+                retry_in: delay,
+            }]);
+        }
+        // The sent VMs leave the queue; a window's others stay in it, sent one request after
+        // another.
+        let (sent, rest) = std::mem::take(&mut self.queue.remove)
+            .into_iter()
+            .partition(|q| vm_ids.contains(&q.vm_id));
+        self.queue.remove = rest;
         let names = vm_ids
             .iter()
             .filter_map(|v| snap.snap.vm(v).map(|vm| vm.name.to_ascii_lowercase()))
@@ -1122,6 +1347,7 @@ impl ScaleMachine {
                 from: snap.snap.size,
                 vm_ids,
                 names,
+                sent,
             },
             origin,
             now,
@@ -1129,15 +1355,25 @@ impl ScaleMachine {
         Ok(vec![Effect::Submit(request)])
     }
 
-    /// DecreaseTargetSize: cancels requested nodes that do not exist and will not be created
-    /// (queued increases, then failed scale-up placeholders), at most `by`, and never fails.
+    /// DecreaseTargetSize: cancels `by` requested nodes that do not exist and will not be
+    /// created (queued increases, then failed scale-up placeholders), or, when there are fewer
+    /// than `by`, refuses and changes nothing. After an OK the target has dropped by `by`.
     ///
-    /// The real core asks for more than that whenever a VM without a node is among what it
-    /// counts (`fixNodeGroupSize` sends registered − target, docs/decrease-target-size.md),
-    /// and an error there aborts its loop, every loop: so the rest is not an error. Existing
-    /// VMs and a running job are never cancelled (cloud_provider.go: DecreaseTargetSize
-    /// "doesn't permit to delete any existing node").
-    pub fn decrease_target(&mut self, by: u32) -> Decreased {
+    /// Existing VMs and a running job are never cancelled (cloud_provider.go:
+    /// DecreaseTargetSize "doesn't permit to delete any existing node"). An OK that changed
+    /// nothing would make the core's `fixNodeGroupSize` act again every loop, skipping the rest
+    /// of each loop, silently; upstream's providers answer an error (docs/decrease-target-size.md).
+    pub fn decrease_target(&mut self, by: u32) -> Result<Decreased, ScaleError> {
+        let placeholders = self.failed.iter().filter(|f| f.vm_id.is_none()).count();
+        let cancellable =
+            u32::try_from(self.queue.increase.len() + placeholders).unwrap_or(u32::MAX);
+        if by > cancellable {
+            return Err(ScaleError::CannotDecrease {
+                asked: by,
+                cancellable,
+                target: self.target().unwrap_or(0),
+            });
+        }
         let mut cancelled = 0;
         while cancelled < by && self.queue.increase.pop().is_some() {
             cancelled += 1;
@@ -1149,10 +1385,7 @@ impl ScaleMachine {
             self.failed.remove(pos);
             cancelled += 1;
         }
-        Decreased {
-            asked: by,
-            cancelled,
-        }
+        Ok(Decreased { cancelled })
     }
 
     /// CloudStack accepted the submission as `job`. A removal's failed VMs stop being reported
@@ -1185,6 +1418,10 @@ impl ScaleMachine {
             return Vec::new();
         };
         let mut effects = Vec::new();
+        if let (Origin::Rpc, OpKind::Remove { .. }) = (op.origin, &op.kind) {
+            // The window's callers hear the refusal: none of its removals is owed.
+            self.window_answered(false);
+        }
         if op.origin == Origin::Queue {
             match op.kind {
                 OpKind::Increase { placeholders, .. } => self.record_failed(
@@ -1193,10 +1430,9 @@ impl ScaleMachine {
                     placeholders,
                     now,
                 ),
-                OpKind::Remove { vm_ids, .. } => effects.push(Effect::RemovalDropped {
-                    vms: vm_ids.iter().map(|v| self.vm_label(v)).collect(),
-                    reason: text.to_string(),
-                }),
+                OpKind::Remove { sent, .. } => {
+                    effects.extend(self.requeue_failed(sent, text, now));
+                }
             }
         }
         effects.extend(self.next_from_queue(alert, now));
@@ -1269,7 +1505,20 @@ impl ScaleMachine {
             Phase::AnswerLost { since, .. }
                 if !scaling && now.saturating_duration_since(*since) > self.timings.lost_settle =>
             {
-                self.phase = Phase::Idle;
+                let lost = std::mem::replace(&mut self.phase, Phase::Idle);
+                // A queued removal was owed before it was sent: still owed (a VM it removed
+                // after all is left out of the next request).
+                if let Phase::AnswerLost {
+                    op:
+                        Op {
+                            kind: OpKind::Remove { sent, .. },
+                            origin: Origin::Queue,
+                        },
+                    ..
+                } = lost
+                {
+                    self.queue.remove.splice(0..0, sent);
+                }
                 self.next_from_queue(alert, now)
             }
             Phase::Idle if scaling => {
@@ -1368,30 +1617,32 @@ impl ScaleMachine {
         }
         let mut effects = Vec::new();
         if let (Some((_, text)), Some(op)) = (end.failure(), &op)
-            && let OpKind::Remove { vm_ids, names, .. } = &op.kind
+            && let OpKind::Remove { names, sent, .. } = &op.kind
         {
-            // The VMs the failed removal left: a later DeleteNodes for them is sent again,
-            // not taken for done. Without a snapshot after the job, every one may have stayed.
-            let stayed: Vec<&String> = vm_ids
+            // The VMs the failed removal left are still owed: back in the queue, out of the
+            // target, sent again after a pause. Without a snapshot after the job, every one
+            // may have stayed (the next request leaves out those that are gone).
+            let stayed: Vec<QueuedRemoval> = sent
                 .iter()
-                .filter(|id| {
+                .filter(|r| {
                     !fetched
-                        || snap
-                            .as_ref()
-                            .is_some_and(|s| s.snap.vm(id).is_some_and(|v| !v.state.is_gone()))
+                        || snap.as_ref().is_some_and(|s| {
+                            s.snap.vm(&r.vm_id).is_some_and(|v| !v.state.is_gone())
+                        })
                 })
+                .cloned()
                 .collect();
-            for (id, name) in vm_ids.iter().zip(names) {
-                if stayed.contains(&id) {
-                    self.recently_removed.remove(id);
-                    self.recently_removed.remove(name);
-                }
+            for r in &stayed {
+                self.recently_removed.remove(&r.vm_id);
+                self.recently_removed.remove(&r.name);
             }
-            if !stayed.is_empty() && (op.origin == Origin::Queue || !watched) {
-                effects.push(Effect::RemovalDropped {
-                    vms: stayed.iter().map(|v| self.vm_label(v)).collect(),
-                    reason: format!("scale job {job} failed: {text}"),
-                });
+            let _ = names;
+            let reason = format!("scale job {job} failed: {text}");
+            if op.origin == Origin::Rpc && watched {
+                // The window's callers hear this failure: none of its removals is owed.
+                self.window_answered(false);
+            } else {
+                effects.extend(self.requeue_failed(stayed, &reason, now));
             }
         }
         effects.extend(self.next_from_queue(alert, now));
@@ -1406,9 +1657,136 @@ impl ScaleMachine {
 
     /// Cleanup: followers stop, so the jobs they followed are forgotten; the next snapshot
     /// that shows the cluster Scaling adopts them again.
+    ///
+    /// Removals not sent yet are dropped: the autoscaler calls Cleanup when it exits, and the
+    /// next one clears every `ToBeDeleted` taint when it starts (`cleanUpIfRequired`), so those
+    /// nodes are schedulable again and must not be taken without a new DeleteNodes.
     pub fn cleanup(&mut self) {
         if matches!(self.phase, Phase::Running { .. } | Phase::Adopted { .. }) {
             self.phase = Phase::Idle;
+        }
+        self.queue.remove.clear();
+    }
+
+    /// Failed removals back in the queue (front, they were first), each with one more attempt,
+    /// the reason, and the next try after [`retry_delay`]; abandoned after
+    /// [`MAX_REMOVAL_ATTEMPTS`]. A Running VM left by the failure could not be drained: it is
+    /// stopped first when the provider can, so its next removal needs no drain.
+    fn requeue_failed(
+        &mut self,
+        stayed: Vec<QueuedRemoval>,
+        reason: &str,
+        now: Instant,
+    ) -> Vec<Effect> {
+        if stayed.is_empty() {
+            return Vec::new();
+        }
+        let can_stop = self.can_stop_vms;
+        let down = |id: &str| {
+            self.snap
+                .as_ref()
+                .and_then(|s| s.snap.vm(id))
+                .is_some_and(|v| v.state.is_down())
+        };
+        let mut retried = Vec::new();
+        let mut abandoned = Vec::new();
+        let mut delay = retry_delay(1);
+        let mut requeued = Vec::with_capacity(stayed.len());
+        for mut r in stayed {
+            r.attempts += 1;
+            r.in_window = false;
+            delay = retry_delay(r.attempts);
+            r.not_before = Some(now + delay);
+            let mut trouble = format!("removal attempt {} failed: {reason}", r.attempts);
+            if !down(&r.vm_id) {
+                if can_stop && r.stop == StopStage::NotNeeded {
+                    r.stop = StopStage::Wanted;
+                    trouble.push_str("; the VM is stopped, then removed as a down VM (no drain)");
+                } else if !can_stop {
+                    trouble.push_str(&format!(
+                        "; if its node is NotReady or gone the drain cannot succeed: stop the VM \
+                         (stopVirtualMachine id={}) and the provider removes it as a down VM",
+                        r.vm_id
+                    ));
+                }
+            }
+            if r.attempts >= MAX_REMOVAL_ATTEMPTS && !r.abandoned {
+                r.abandoned = true;
+                trouble = format!(
+                    "removal abandoned after {} failed jobs: {reason}; the node stays cordoned; remove VM {} by hand, or stop it and the provider removes it",
+                    r.attempts, r.vm_id
+                );
+                abandoned.push(self.vm_label(&r.vm_id));
+            } else if !r.abandoned {
+                retried.push(self.vm_label(&r.vm_id));
+            }
+            r.trouble = Some(trouble);
+            requeued.push(r);
+        }
+        self.queue.remove.splice(0..0, requeued);
+        let mut effects = Vec::new();
+        if !retried.is_empty() {
+            effects.push(Effect::RemovalRetried {
+                vms: retried,
+                reason: reason.to_string(),
+                retry_in: delay,
+            });
+        }
+        if !abandoned.is_empty() {
+            effects.push(Effect::RemovalAbandoned {
+                vms: abandoned,
+                reason: reason.to_string(),
+            });
+        }
+        effects
+    }
+
+    /// The removals whose VM must be stopped first and whose stop is not sent yet, marked
+    /// sent: the shell calls `stopVirtualMachine` for each and reports
+    /// [`ScaleMachine::stop_answered`].
+    pub fn take_stops(&mut self, now: Instant) -> Vec<String> {
+        let mut out = Vec::new();
+        for r in &mut self.queue.remove {
+            if r.stop == StopStage::Wanted
+                && r.not_before.is_none_or(|t| t <= now)
+                && !out.contains(&r.vm_id)
+            {
+                r.stop = StopStage::Sent;
+                out.push(r.vm_id.clone());
+            }
+        }
+        out
+    }
+
+    /// The answer to `stopVirtualMachine` for `vm_id`: `Ok` (the VM shows down in a later
+    /// snapshot, and is then removed), a transient failure (tried again after a pause), or
+    /// `not_permitted` (the key lacks the command: the removal waits for an operator to stop
+    /// the VM; the shell stops asking).
+    pub fn stop_answered(&mut self, vm_id: &str, failure: Option<(&str, bool)>, now: Instant) {
+        if let Some((_, true)) = failure {
+            self.can_stop_vms = false;
+        }
+        for r in self.queue.remove.iter_mut().filter(|r| r.vm_id == vm_id) {
+            match failure {
+                None => {
+                    r.trouble = Some(format!(
+                        "stopping VM {vm_id} before its removal (its drain would fail)"
+                    ));
+                }
+                Some((text, true)) => {
+                    r.stop = StopStage::Impossible;
+                    r.trouble = Some(format!(
+                        "its drain would fail and this provider may not stop it ({text}): stop \
+                         the VM (stopVirtualMachine id={vm_id}) and the provider removes it as \
+                         a down VM"
+                    ));
+                }
+                Some((text, false)) => {
+                    r.stop = StopStage::Wanted;
+                    r.not_before = Some(now + retry_delay(1));
+                    r.trouble = Some(format!("stopping VM {vm_id} failed, retrying: {text}"));
+                }
+            }
         }
     }
 
@@ -1433,20 +1811,15 @@ impl ScaleMachine {
             return effects;
         }
         if !self.queue.remove.is_empty() {
-            let names: Vec<String> = self
-                .queue
-                .remove
-                .iter()
-                .map(|r| self.vm_label(&r.vm_id))
-                .collect();
-            match self.next_removal(Origin::Queue, alert, now) {
-                Ok(sent) if !sent.is_empty() => return sent,
-                Ok(_) => {}
-                Err(e) => effects.push(Effect::RemovalDropped {
-                    vms: names,
-                    reason: e.to_string(),
-                }),
+            // Owed removals never fail here: refused now, they wait and are tried again. While
+            // none can go (backing off, waiting for a stop), queued increases do.
+            let next = self
+                .next_removal(Origin::Queue, alert, now)
+                .unwrap_or_default();
+            if next.iter().any(|e| matches!(e, Effect::Submit(_))) {
+                return next;
             }
+            effects.extend(next);
         }
         if self.queue.increase.is_empty() {
             return effects;
@@ -1748,7 +2121,10 @@ mod tests {
                     Effect::Follow(j) => format!("follow:{j}"),
                     Effect::FindJob => "find".into(),
                     Effect::PollNow => "poll".into(),
-                    Effect::RemovalDropped { vms, .. } => format!("dropped:{}", vms.join("+")),
+                    Effect::RemovalRetried { vms, .. } => format!("retry:{}", vms.join("+")),
+                    Effect::RemovalAbandoned { vms, .. } => {
+                        format!("abandoned:{}", vms.join("+"))
+                    }
                 })
                 .collect::<Vec<_>>()
                 .join(",")
@@ -1810,7 +2186,10 @@ mod tests {
                 m.cleanup();
                 String::new()
             }
-            Ev::Decrease => format!("cancelled:{}", m.decrease_target(1).cancelled),
+            Ev::Decrease => match m.decrease_target(1) {
+                Ok(d) => format!("cancelled:{}", d.cancelled),
+                Err(e) => err_name(&e).into(),
+            },
             Ev::Remove => {
                 let node = NodeRef {
                     provider_id: "external-cloudstack://w1".into(),
@@ -1836,6 +2215,8 @@ mod tests {
             ScaleError::Refused(_) => "refused",
             ScaleError::PreviousAnswerLost => "answer-lost",
             ScaleError::UnknownNode { .. } => "unknown-node",
+            ScaleError::DrainWouldFail { .. } => "drain-would-fail",
+            ScaleError::CannotDecrease { .. } => "cannot-decrease",
             ScaleError::NotWorker { .. } => "not-worker",
             ScaleError::RegisteredElsewhere { .. } => "registered",
             ScaleError::RecentlyRegistered { .. } => "recently-registered",
@@ -1863,7 +2244,7 @@ mod tests {
             ("idle", SnapScaling, "find", "idle", 3),
             ("idle", SnapRunningLate, "", "idle", 3),
             ("idle", Cleanup, "", "idle", 3),
-            ("idle", Decrease, "cancelled:0", "idle", 3),
+            ("idle", Decrease, "cannot-decrease", "idle", 3),
             ("idle", Remove, "openswindow", "idle", 2),
             ("idle", Close, "", "idle", 3),
             ("idle", NoJob, "", "idle", 3),
@@ -1879,7 +2260,7 @@ mod tests {
             ("submitting", SnapScaling, "", "submitting", 5),
             ("submitting", SnapRunningLate, "", "submitting", 5),
             ("submitting", Cleanup, "", "submitting", 5),
-            ("submitting", Decrease, "cancelled:0", "submitting", 5),
+            ("submitting", Decrease, "cannot-decrease", "submitting", 5),
             ("submitting", Remove, "behind", "submitting", 4),
             ("submitting", Close, "", "submitting", 5),
             ("submitting", NoJob, "", "submitting", 5),
@@ -1898,7 +2279,7 @@ mod tests {
             // picked up yet).
             ("answer-lost", SnapRunningLate, "find", "answer-lost", 5),
             ("answer-lost", Cleanup, "", "answer-lost", 5),
-            ("answer-lost", Decrease, "cancelled:0", "answer-lost", 5),
+            ("answer-lost", Decrease, "cannot-decrease", "answer-lost", 5),
             ("answer-lost", Remove, "behind", "answer-lost", 4),
             ("answer-lost", Close, "", "answer-lost", 5),
             ("answer-lost", NoJob, "", "idle", 3),
@@ -1915,7 +2296,7 @@ mod tests {
             ("running", SnapScaling, "", "running", 5),
             ("running", SnapRunningLate, "poll", "running", 5),
             ("running", Cleanup, "", "idle", 3),
-            ("running", Decrease, "cancelled:0", "running", 5),
+            ("running", Decrease, "cannot-decrease", "running", 5),
             ("running", Remove, "behind", "running", 4),
             ("running", Close, "", "running", 5),
             ("running", NoJob, "", "running", 5),
@@ -1931,7 +2312,7 @@ mod tests {
             ("adopted", SnapScaling, "", "adopted", 3),
             ("adopted", SnapRunningLate, "poll", "adopted", 3),
             ("adopted", Cleanup, "", "idle", 3),
-            ("adopted", Decrease, "cancelled:0", "adopted", 3),
+            ("adopted", Decrease, "cannot-decrease", "adopted", 3),
             ("adopted", Remove, "behind", "adopted", 2),
             ("adopted", Close, "", "adopted", 3),
             ("adopted", NoJob, "", "adopted", 3),
@@ -2002,13 +2383,7 @@ mod tests {
             Some(5),
             "the failed instances count until deleted"
         );
-        assert_eq!(
-            m.decrease_target(2),
-            Decreased {
-                asked: 2,
-                cancelled: 2
-            }
-        );
+        assert_eq!(m.decrease_target(2), Ok(Decreased { cancelled: 2 }));
         assert_eq!(m.target(), Some(3));
     }
 
@@ -2159,17 +2534,17 @@ mod tests {
         // Not protected: another VM, a failed creation, a real node the autoscaler sees.
         let now = seen + Duration::from_secs(60);
         assert_eq!(
-            m.plan_removal(&[fake("w2", "unregistered")], 1, &reports, now)
+            m.plan_removal(&[fake("w2", "unregistered")], 1, &ALERT, &reports, now)
                 .map(|p| p.vms),
             Ok(vec!["w2".to_string()])
         );
         assert_eq!(
-            m.plan_removal(&[fake("w1", "create-error")], 1, &reports, now)
+            m.plan_removal(&[fake("w1", "create-error")], 1, &ALERT, &reports, now)
                 .map(|p| p.vms),
             Ok(vec!["w1".to_string()])
         );
         assert_eq!(
-            m.plan_removal(&[node("w1")], 1, &reports, now)
+            m.plan_removal(&[node("w1")], 1, &ALERT, &reports, now)
                 .map(|p| p.vms),
             Ok(vec!["w1".to_string()])
         );
@@ -2300,7 +2675,7 @@ mod tests {
     /// The real autoscaler's scale-down: one DeleteNodes per node, at once
     /// (`core/scaledown/actuation/actuator.go` `deleteNodesAsync`).
     #[test]
-    fn concurrent_per_node_removals_become_one_request() {
+    fn concurrent_per_node_removals_go_one_drain_at_a_time() {
         let t0 = Instant::now();
         let mut m = ScaleMachine::new(Some("cid".into()), timings());
         m.snapshot_installed(running(6, t0), &ALERT, t0);
@@ -2321,11 +2696,11 @@ mod tests {
         assert_eq!(m.target(), Some(3));
         // A snapshot meanwhile does not send the window early.
         assert!(m.snapshot_installed(running(6, t0), &ALERT, t0).is_empty());
-        assert_eq!(
-            m.close_window(&ALERT, t0),
-            Ok(vec![remove_of(&["w1", "w2", "w3"])])
-        );
+        // One VM that needs a drain per request (a failed drain must find nothing removed
+        // yet): w1 now, w2 and w3 after it, one job each.
+        assert_eq!(m.close_window(&ALERT, t0), Ok(vec![remove_of(&["w1"])]));
         m.submission_answered("job-1".into(), t0);
+        m.window_answered(true);
         // More arrive while the job runs: accepted at once, sent together when it ends; a
         // node of the job in flight is not sent again.
         assert_eq!(
@@ -2360,8 +2735,20 @@ mod tests {
         let settled = m
             .job_finished("job-1", &JobEnd::Succeeded, true, false, &ALERT, t0)
             .expect("ours");
-        assert_eq!(settled.effects, vec![remove_of(&["w4", "w5"])]);
+        // w2 and w3 vanished with the job (listed no more): done. w4 next, then w5.
+        assert_eq!(settled.effects, vec![remove_of(&["w4"])]);
         assert_eq!(m.target(), Some(1));
+        m.submission_answered("job-2".into(), t0);
+        let after = snapshot(
+            "Running",
+            &[("w5", VmState::Running), ("w6", VmState::Running)],
+            t0,
+        );
+        m.snapshot_installed(after, &ALERT, t0);
+        let settled = m
+            .job_finished("job-2", &JobEnd::Succeeded, true, false, &ALERT, t0)
+            .expect("ours");
+        assert_eq!(settled.effects, vec![remove_of(&["w5"])]);
     }
 
     #[test]
@@ -2459,7 +2846,7 @@ mod tests {
     }
 
     #[test]
-    fn a_merged_request_the_rules_refuse_drops_its_removals_and_says_so() {
+    fn a_merged_request_the_rules_refuse_is_refused_at_rest_and_owed_behind_a_job() {
         let t0 = Instant::now();
         // At rest the rules are checked at once: a call they refuse changes nothing.
         let mut m = ScaleMachine::new(Some("cid".into()), timings());
@@ -2494,13 +2881,20 @@ mod tests {
         let settled = m
             .job_finished("job-1", &JobEnd::Succeeded, true, false, &ALERT, t0)
             .expect("ours");
-        assert_eq!(settled.effects.len(), 1);
+        // Owed (its caller was answered OK): it waits, out of the target, and is tried again.
         assert!(matches!(
-            &settled.effects[0],
-            Effect::RemovalDropped { vms, .. } if vms == &["k-node-w1".to_string()]
+            &settled.effects[..],
+            [Effect::RemovalRetried { vms, .. }] if vms == &["k-node-w1".to_string()]
         ));
-        assert!(m.queue().remove.is_empty());
-        assert_eq!(m.target(), Some(3));
+        assert_eq!(m.queue().remove.len(), 1);
+        assert_eq!(m.target(), Some(2));
+        let shown = m.instances(&[]);
+        let w1 = shown.iter().find(|i| i.id.ends_with("w1")).expect("listed");
+        assert_eq!(w1.state, crate::domain::status::InstanceState::Deleting);
+        assert_eq!(
+            w1.error.as_ref().map(|e| e.code.as_str()),
+            Some("removal-retrying")
+        );
         // In a window, the refusal is the window's error.
         let mut m = ScaleMachine::new(Some("cid".into()), timings());
         m.snapshot_installed(running3(t0), &ALERT, t0);
@@ -2527,68 +2921,235 @@ mod tests {
     }
 
     #[test]
-    fn a_failed_merged_job_reports_the_nodes_that_stayed_and_forgets_them_as_removed() {
+    fn a_failed_removal_stays_owed_and_is_sent_again_after_a_pause_then_abandoned() {
         let t0 = Instant::now();
         let mut m = ScaleMachine::new(Some("cid".into()), timings());
         m.snapshot_installed(running(4, t0), &ALERT, t0);
         m.accept_removal(&[node("w1")], 1, &ALERT, &no_reports(), t0)
             .expect("queued");
-        m.accept_removal(&[node("w2")], 1, &ALERT, &no_reports(), t0)
-            .expect("queued");
-        m.close_window(&ALERT, t0).expect("sent");
+        assert_eq!(m.close_window(&ALERT, t0), Ok(vec![remove_of(&["w1"])]));
         m.submission_answered("job-1".into(), t0);
-        // w1 went, w2 stayed.
+        m.window_answered(true);
+        assert_eq!(m.target(), Some(3));
+        let end = JobEnd::Failed {
+            code: 530,
+            text: "failed to remove Kubernetes node".into(),
+        };
+        m.set_can_stop_vms(false);
+        let mut t = t0;
+        for attempt in 1..=MAX_REMOVAL_ATTEMPTS {
+            m.snapshot_installed(running(4, t), &ALERT, t);
+            let settled = m
+                .job_finished(
+                    m.phase().job().unwrap_or("none").to_string().as_str(),
+                    &end,
+                    true,
+                    false,
+                    &ALERT,
+                    t,
+                )
+                .expect("ours");
+            // Still out of the target: the autoscaler counts w1 as gone.
+            assert_eq!(m.target(), Some(3), "attempt {attempt}");
+            let names: Vec<&str> = settled
+                .effects
+                .iter()
+                .map(|e| match e {
+                    Effect::RemovalRetried { .. } => "retried",
+                    Effect::RemovalAbandoned { .. } => "abandoned",
+                    Effect::Submit(_) => "submit",
+                    _ => "other",
+                })
+                .collect();
+            if attempt < MAX_REMOVAL_ATTEMPTS {
+                // w1 backs off: nothing is sent before it is due.
+                assert_eq!(names, ["retried"], "attempt {attempt}");
+                let wait = retry_delay(attempt);
+                let early = t + wait - Duration::from_secs(1);
+                assert!(
+                    m.snapshot_installed(running(4, early), &ALERT, early)
+                        .is_empty()
+                );
+                t += wait;
+                let fx = m.snapshot_installed(running(4, t), &ALERT, t);
+                let sent: Vec<&Effect> = fx
+                    .iter()
+                    .filter(|e| matches!(e, Effect::Submit(_)))
+                    .collect();
+                assert_eq!(sent.len(), 1, "attempt {attempt}: {fx:?}");
+                m.submission_answered(format!("job-{}", attempt + 1), t);
+            } else {
+                assert_eq!(names, ["abandoned"]);
+            }
+        }
+        let w1 = m
+            .instances(&[])
+            .into_iter()
+            .find(|i| i.id.ends_with("w1"))
+            .expect("listed");
+        assert_eq!(
+            w1.error.as_ref().map(|e| e.code.as_str()),
+            Some("removal-abandoned")
+        );
+        assert_eq!(m.target(), Some(3));
+        // Abandoned: sent again only once the VM is down (no drain then).
+        t += Duration::from_secs(3600);
+        let fx = m.snapshot_installed(running(4, t), &ALERT, t);
+        assert!(
+            !fx.iter().any(|e| matches!(e, Effect::Submit(ScaleRequest::RemoveNodes { vm_ids }) if vm_ids.contains(&"w1".to_string()))),
+            "{fx:?}"
+        );
+    }
+
+    #[test]
+    fn a_running_vm_without_a_node_is_stopped_first_or_refused() {
+        let t0 = Instant::now();
+        let mut m = ScaleMachine::new(Some("cid".into()), timings());
+        m.snapshot_installed(running(3, t0), &ALERT, t0);
+        // The key may not stop VMs: refused before any promise, saying what to do.
+        m.set_can_stop_vms(false);
+        let refused = m.accept_removal(&[fake("w3", "create-error")], 1, &ALERT, &no_reports(), t0);
+        let Err(e) = refused else {
+            panic!("accepted: {refused:?}")
+        };
+        assert_eq!(err_name(&e), "drain-would-fail");
+        assert!(e.to_string().contains("stopVirtualMachine id=w3"), "{e}");
+        assert_eq!(m.target(), Some(3));
+        // With Alert scaling refused by this CloudStack, stopping would not help either.
+        m.set_can_stop_vms(true);
+        let unsupported = AlertScaling::Unsupported {
+            cloudstack_error: "in Alert state and can not be scaled".into(),
+        };
+        assert!(matches!(
+            m.accept_removal(
+                &[fake("w3", "create-error")],
+                1,
+                &unsupported,
+                &no_reports(),
+                t0
+            ),
+            Err(ScaleError::DrainWouldFail { .. })
+        ));
+        // Otherwise: accepted, stopped, then removed as a down VM.
+        assert_eq!(
+            m.accept_removal(&[fake("w3", "create-error")], 1, &ALERT, &no_reports(), t0),
+            Ok(Accepted::OpensWindow)
+        );
+        assert_eq!(m.take_stops(t0), ["w3"]);
+        assert!(m.take_stops(t0).is_empty(), "a stop is sent once");
+        // Nothing to send while it runs.
+        assert_eq!(m.close_window(&ALERT, t0), Ok(vec![]));
+        m.window_answered(true);
+        m.stop_answered("w3", None, t0);
+        assert_eq!(m.target(), Some(2));
+        let stopped = snapshot(
+            "Alert",
+            &[
+                ("w1", VmState::Running),
+                ("w2", VmState::Running),
+                ("w3", VmState::Stopped),
+            ],
+            t0,
+        );
+        assert_eq!(
+            m.snapshot_installed(stopped, &ALERT, t0),
+            vec![remove_of(&["w3"])]
+        );
+        // A key without stopVirtualMachine: the removal waits for an operator.
+        let mut m = ScaleMachine::new(Some("cid".into()), timings());
+        m.snapshot_installed(running(3, t0), &ALERT, t0);
+        m.accept_removal(&[fake("w3", "unregistered")], 1, &ALERT, &no_reports(), t0)
+            .expect("accepted");
+        assert_eq!(m.take_stops(t0), ["w3"]);
+        m.stop_answered("w3", Some(("432 not available", true)), t0);
+        let shown = m.instances(&[]);
+        let w3 = shown.iter().find(|i| i.id.ends_with("w3")).expect("listed");
+        assert_eq!(
+            w3.error.as_ref().map(|e| e.code.as_str()),
+            Some("removal-stopping-vm")
+        );
+        assert!(
+            m.accept_removal(&[fake("w2", "unregistered")], 1, &ALERT, &no_reports(), t0)
+                .is_err(),
+            "learned: the next one is refused up front"
+        );
+    }
+
+    #[test]
+    fn guarded_unregistered_nodes_do_not_keep_the_others() {
+        let t0 = Instant::now();
+        let mut m = ScaleMachine::new(Some("cid".into()), timings());
         m.snapshot_installed(
             snapshot(
-                "Running",
+                "Alert",
                 &[
-                    ("w2", VmState::Running),
+                    ("w1", VmState::Stopped),
+                    ("w2", VmState::Stopped),
                     ("w3", VmState::Running),
-                    ("w4", VmState::Running),
                 ],
                 t0,
             ),
             &ALERT,
             t0,
         );
-        let end = JobEnd::Failed {
-            code: 530,
-            text: "drain failed".into(),
-        };
-        let settled = m
-            .job_finished("job-1", &end, true, false, &ALERT, t0)
-            .expect("ours");
-        assert!(matches!(
-            &settled.effects[..],
-            [Effect::RemovalDropped { vms, .. }] if vms == &["k-node-w2".to_string()]
-        ));
-        assert_eq!(m.target(), Some(3));
-        // w2 can be removed again; w1 is done.
-        assert_eq!(
-            m.accept_removal(&[node("w1")], 1, &ALERT, &no_reports(), t0)
-                .map_err(|e| err_name(&e)),
-            Ok(Accepted::Done)
+        let mut reports = no_reports();
+        reports.record("w1", "node-w1", "external-cloudstack://w1", t0);
+        let a = m
+            .accept_removals(
+                &[fake("w1", "unregistered"), fake("w2", "unregistered")],
+                1,
+                &ALERT,
+                &reports,
+                t0,
+            )
+            .expect("w2 accepted");
+        assert_eq!(a.accepted, Accepted::OpensWindow);
+        assert!(
+            matches!(&a.refused[..], [ScaleError::RecentlyRegistered { vm, .. }] if vm == "k-node-w1")
         );
+        assert_eq!(m.close_window(&ALERT, t0), Ok(vec![remove_of(&["w2"])]));
+        // Alone, the guarded one is refused and nothing changes.
+        assert!(matches!(
+            m.accept_removals(&[fake("w1", "unregistered")], 1, &ALERT, &reports, t0),
+            Err(ScaleError::RecentlyRegistered { .. })
+        ));
+    }
+
+    #[test]
+    fn cleanup_drops_removals_not_sent() {
+        let t0 = Instant::now();
+        let mut m = machine_in("running", t0);
+        m.accept_removal(&[node("w1")], 1, &ALERT, &no_reports(), t0)
+            .expect("queued behind the job");
+        assert_eq!(m.target(), Some(4));
+        m.cleanup();
+        assert!(m.queue().remove.is_empty());
         assert_eq!(
-            m.accept_removal(&[node("w2")], 1, &ALERT, &no_reports(), t0),
-            Ok(Accepted::OpensWindow)
+            m.target(),
+            Some(3),
+            "w1 is back; the job's placeholders are gone with it"
         );
     }
 
     #[test]
-    fn decrease_cancels_what_it_can_and_never_fails() {
+    fn decrease_cancels_all_it_is_asked_or_refuses_and_changes_nothing() {
         let t0 = Instant::now();
         let mut m = machine_in("running", t0);
         assert_eq!(m.admit_increase(2, MAX), Ok(Admission::Queued));
         assert_eq!(m.target(), Some(7));
-        assert_eq!(
-            m.decrease_target(5),
-            Decreased {
-                asked: 5,
-                cancelled: 2
-            },
+        assert!(
+            matches!(
+                m.decrease_target(5),
+                Err(ScaleError::CannotDecrease {
+                    asked: 5,
+                    cancellable: 2,
+                    target: 7
+                })
+            ),
             "the in-flight job's VMs are not cancelled"
         );
+        assert_eq!(m.target(), Some(7), "a refusal changes nothing");
+        assert_eq!(m.decrease_target(2), Ok(Decreased { cancelled: 2 }));
         assert_eq!(m.target(), Some(5));
         assert_eq!(m.phase().name(), "running");
     }
@@ -2612,7 +3173,7 @@ mod tests {
         for (ids, min, want) in cases {
             let nodes: Vec<NodeRef> = ids.iter().map(|i| node(i)).collect();
             let got = m
-                .plan_removal(&nodes, *min, &no_reports(), t0)
+                .plan_removal(&nodes, *min, &ALERT, &no_reports(), t0)
                 .map(|p| p.vms.len())
                 .map_err(|e| err_name(&e));
             assert_eq!(got, *want, "{ids:?} min {min}");
@@ -2838,13 +3399,20 @@ mod tests {
                             prop_assert!(m.target().unwrap_or(0) >= 1 || before.target() == Some(0), "never the last worker");
                         }
                         Step::CloseWindow => match m.close_window(&ALERT, now) {
-                            Ok(fx) => effects = fx,
-                            Err(_) => prop_assert!(m.queue().remove.is_empty()),
+                            Ok(fx) => {
+                                effects = fx;
+                                m.window_answered(true);
+                            }
+                            Err(_) => prop_assert!(m.queue().remove.iter().all(|r| !r.in_window)),
                         },
                         Step::Decrease(d) => {
-                            let got = m.decrease_target(d);
-                            prop_assert!(got.cancelled <= d);
-                            prop_assert_eq!(m.target(), before.target().map(|t| t - got.cancelled));
+                            match m.decrease_target(d) {
+                                Ok(got) => {
+                                    prop_assert_eq!(got.cancelled, d);
+                                    prop_assert_eq!(m.target(), before.target().map(|t| t - d), "after an OK the target dropped by the delta");
+                                }
+                                Err(_) => prop_assert_eq!(m.target(), before.target(), "a refusal changes nothing"),
+                            }
                         }
                         Step::Answered => m.submission_answered(format!("job-{}", now.duration_since(t0).as_secs()), now),
                         Step::Refused => effects = m.submission_refused("no", &ALERT, now),

@@ -14,6 +14,8 @@
 //!   instances and their status, node resolution, bounds, the debug line.
 //! - [`registry`]: the VMs whose nodes the autoscalers reported as registered, and when: what
 //!   keeps a registered VM from being deleted as "unregistered".
+//! - [`removal`]: what CloudStack can finish when it removes VMs (one drain per request) and
+//!   how an accepted removal is retried until its VM is gone.
 //!
 //! Nothing here touches the network, the clock or a lock; callers pass in what they observed
 //! and the time they observed it.
@@ -22,5 +24,6 @@ pub mod instances;
 pub mod machine;
 pub mod nodeid;
 pub mod registry;
+pub mod removal;
 pub mod rules;
 pub mod status;

@@ -36,12 +36,16 @@ pub enum VmActivity {
     BeingCreated,
     /// Named in a removal (or expected to go in a size decrease) this provider is following.
     BeingRemoved,
+    /// An accepted removal that has not happened yet for a reason an operator may need to
+    /// know (a failed job retried, a VM waiting to be stopped, an abandoned removal).
+    RemovalTroubled(InstanceError),
     /// Left behind by a scale-up job that failed; `error` comes from [`scale_up_failure`].
     CreateFailed(InstanceError),
 }
 
 /// The status of a worker VM:
-/// - BeingRemoved, or Destroyed/Expunging → Deleting, no error;
+/// - BeingRemoved, or Destroyed/Expunging → Deleting, no error; RemovalTroubled → Deleting
+///   with its error (code "removal-retrying", "removal-stopping-vm" or "removal-abandoned");
 /// - CreateFailed → Creating with the error (the autoscaler deletes it and backs off);
 /// - BeingCreated and not down → Creating, no error; BeingCreated and down (Error, Stopped…) →
 ///   Creating with an error of class Other, code "vm-<state lower-case>";
@@ -56,6 +60,7 @@ pub enum VmActivity {
 pub fn vm_status(vm: &Vm, activity: &VmActivity) -> (InstanceState, Option<InstanceError>) {
     match activity {
         VmActivity::BeingRemoved => (InstanceState::Deleting, None),
+        VmActivity::RemovalTroubled(error) => (InstanceState::Deleting, Some(error.clone())),
         _ if vm.state.is_gone() => (InstanceState::Deleting, None),
         VmActivity::CreateFailed(error) => (InstanceState::Creating, Some(error.clone())),
         VmActivity::BeingCreated if vm.state.is_down() => (

@@ -229,6 +229,9 @@ pub(crate) struct Inner {
     pub unmatched: caller::Unmatched,
     pub shutdown: watch::Sender<bool>,
     pub ready: watch::Sender<bool>,
+    /// Whether the key may call `stopVirtualMachine` (until CloudStack answers 432): a VM
+    /// whose drain would fail is stopped before its removal.
+    pub stop_permitted: std::sync::atomic::AtomicBool,
 }
 
 /// Time kept back from the caller's deadline for the answer to travel back.
@@ -429,6 +432,7 @@ impl Provider {
                 unmatched: caller::Unmatched::default(),
                 shutdown,
                 ready,
+                stop_permitted: std::sync::atomic::AtomicBool::new(true),
             }),
         }
     }
@@ -529,12 +533,68 @@ impl Provider {
                     tokio::spawn(async move { p.submit_queued(gi, request).await });
                 }
                 Effect::FindJob => effects.extend(self.find_and_follow(gi).await),
-                Effect::RemovalDropped { vms, reason } => {
-                    crate::metrics::record_removals_dropped(vms.len());
-                    tracing::warn!(group = %self.group_label(gi), vms = %vms.join(","),
-                        "accepted node removals were not carried out; the nodes stay until the autoscaler deletes them again: {reason}");
+                Effect::RemovalRetried {
+                    vms,
+                    reason,
+                    retry_in,
+                } => {
+                    crate::metrics::record_removals_retried(vms.len());
+                    tracing::warn!(group = %self.group_label(gi), vms = %vms.join(","), ?retry_in,
+                        "accepted node removals did not happen yet; they stay out of the target size and are sent again: {reason}");
+                }
+                Effect::RemovalAbandoned { vms, reason } => {
+                    crate::metrics::record_removals_abandoned(vms.len());
+                    tracing::error!(group = %self.group_label(gi), vms = %vms.join(","),
+                        "accepted node removals abandoned after repeated failures: the autoscaler counts these nodes as gone and they stay cordoned; remove the VMs by hand, or stop them and the provider removes them: {reason}");
                 }
             }
+        }
+        self.send_stops(gi);
+    }
+
+    /// Whether the key may stop VMs, as the machine needs it for its decisions.
+    pub(crate) fn stop_permitted(&self) -> bool {
+        self.inner
+            .stop_permitted
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Stops the VMs of owed removals that cannot be drained (each in a task of its own); the
+    /// next snapshot shows them down and their removal goes out without a drain.
+    pub(crate) fn send_stops(&self, gi: usize) {
+        let vms = self.inner.groups[gi].lock().scale.take_stops(now());
+        for vm in vms {
+            let p = self.clone();
+            tokio::spawn(async move {
+                let label = p.group_label(gi);
+                tracing::info!(group = %label, vm = %vm, "stopping the VM before its removal: a drain of it would fail");
+                let answer = p.inner.cs.stop_virtual_machine(&vm).await;
+                let failure = match &answer {
+                    Ok(_) => None,
+                    Err(e) => {
+                        let not_permitted = e.is_not_permitted();
+                        if not_permitted {
+                            p.inner
+                                .stop_permitted
+                                .store(false, std::sync::atomic::Ordering::Relaxed);
+                            tracing::warn!(group = %label, "this CloudStack key may not call stopVirtualMachine: VMs whose drain would fail are no longer stopped by the provider, and their removal is refused until an operator stops them: {e}");
+                        } else {
+                            tracing::warn!(group = %label, vm = %vm, error = %e, "stopping the VM failed; retrying later");
+                        }
+                        Some((e.to_string(), not_permitted))
+                    }
+                };
+                p.inner.groups[gi].lock().scale.stop_answered(
+                    &vm,
+                    failure.as_ref().map(|(t, n)| (t.as_str(), *n)),
+                    now(),
+                );
+                if answer.is_ok() {
+                    // The VM shows down once its stop job ends; a later refresh sends its
+                    // removal. Poll the cluster soon rather than wait for the autoscaler.
+                    p.inner.groups[gi].poke.notify_one();
+                }
+            });
         }
     }
 

@@ -335,39 +335,55 @@ impl Provider {
         // the state again).
         let (accepted, outcome) = {
             let mut st = g.lock();
+            st.scale.set_can_stop_vms(self.stop_permitted());
             let registered = g.registered.lock().unwrap_or_else(|p| p.into_inner());
             match st
                 .scale
-                .accept_removal(&nodes, min, &alert, &registered, now())
+                .accept_removals(&nodes, min, &alert, &registered, now())
             {
-                Ok(Accepted::OpensWindow) => {
+                Ok(a) if a.accepted == Accepted::OpensWindow => {
                     let (tx, rx) = watch::channel(None);
                     st.removal_window = Some(rx.clone());
-                    (Ok(Accepted::OpensWindow), Some((rx, Some(tx))))
+                    (Ok(a), Some((rx, Some(tx))))
                 }
-                Ok(Accepted::JoinsWindow) => {
+                Ok(a) if a.accepted == Accepted::JoinsWindow => {
                     let rx = st.removal_window.clone();
-                    (Ok(Accepted::JoinsWindow), rx.map(|rx| (rx, None)))
+                    (Ok(a), rx.map(|rx| (rx, None)))
                 }
                 other => (other, None),
             }
         };
-        let accepted = accepted.map_err(|e| self.scale_error(gi, e))?;
-        tracing::info!(group = %self.group_label(gi), nodes = nodes.len(), ?accepted, "scale-down: nodes accepted for removal");
-        let Some((mut rx, tx)) = outcome else {
-            return Ok(());
+        let acceptance = accepted.map_err(|e| self.scale_error(gi, e))?;
+        tracing::info!(group = %self.group_label(gi), nodes = nodes.len(), accepted = ?acceptance.accepted, "scale-down: nodes accepted for removal");
+        self.send_stops(gi);
+        // Fake "unregistered" nodes of VMs whose node is registered were refused; the others
+        // of the call go ahead, and the caller hears about the refused ones.
+        let guarded = acceptance
+            .refused
+            .into_iter()
+            .next()
+            .map(|e| self.scale_error(gi, e));
+        let window = match outcome {
+            None => Ok(()),
+            Some((mut rx, tx)) => {
+                if let Some(tx) = tx {
+                    let p = self.clone();
+                    tokio::spawn(async move { p.close_window(gi, tx, deadline).await });
+                }
+                match timeout_at(before(deadline), rx.wait_for(Option::is_some)).await {
+                    Ok(Ok(done)) => match done.as_ref() {
+                        Some(Err(e)) => Err(Error::Batch(e.clone())),
+                        _ => Ok(()),
+                    },
+                    // The request is still on its way: the nodes stay queued and are sent.
+                    _ => Ok(()),
+                }
+            }
         };
-        if let Some(tx) = tx {
-            let p = self.clone();
-            tokio::spawn(async move { p.close_window(gi, tx, deadline).await });
-        }
-        match timeout_at(before(deadline), rx.wait_for(Option::is_some)).await {
-            Ok(Ok(done)) => match done.as_ref() {
-                Some(Err(e)) => Err(Error::Batch(e.clone())),
-                _ => Ok(()),
-            },
-            // The merged request is still on its way: the nodes stay queued and are sent.
-            _ => Ok(()),
+        window?;
+        match guarded {
+            Some(e) => Err(e),
+            None => Ok(()),
         }
     }
 
@@ -419,6 +435,9 @@ impl Provider {
         if let Err(e) = &outcome {
             tracing::warn!(group = %self.group_label(gi), error = %e, "the removals of this window were not sent");
         }
+        // From here the callers' answers stand: an OK makes the removals owed, an error drops
+        // them (the autoscaler untaints those nodes).
+        g.lock().scale.window_answered(outcome.is_ok());
         tx.send_replace(Some(outcome.map_err(Arc::new)));
     }
 
@@ -434,13 +453,9 @@ impl Provider {
             )));
         }
         let (gi, g) = scope.group(id)?;
-        let d = g.lock().scale.decrease_target(delta.unsigned_abs());
-        if d.cancelled < d.asked {
-            tracing::info!(group = %self.group_label(gi), asked = d.asked, cancelled = d.cancelled,
-                "DecreaseTargetSize: cancelled every requested node that does not exist yet; the rest exists or is being created and is not cancelled");
-        } else {
-            tracing::info!(group = %self.group_label(gi), cancelled = d.cancelled, "target size decreased (requests cancelled)");
-        }
+        let decreased = g.lock().scale.decrease_target(delta.unsigned_abs());
+        let d = decreased.map_err(|e| self.scale_error(gi, e))?;
+        tracing::info!(group = %self.group_label(gi), cancelled = d.cancelled, "target size decreased (requests cancelled)");
         Ok(())
     }
 }
@@ -468,11 +483,11 @@ impl Scoped<'_> {
         self.p.delete_nodes_in(self, id, nodes, deadline).await
     }
 
-    /// NodeGroupDecreaseTargetSize of one of the caller's groups: cancels requested nodes
-    /// that do not exist and will not be created (queued requests, failed scale-up
-    /// placeholders), as many as asked and no more than there are, and answers OK: the real
-    /// core's `fixNodeGroupSize` asks for more whenever an instance without a node is among
-    /// what it counts, and aborts its whole loop on an error (docs/decrease-target-size.md).
+    /// NodeGroupDecreaseTargetSize of one of the caller's groups: cancels as many requested
+    /// nodes that do not exist and will not be created (queued requests, failed scale-up
+    /// placeholders) as asked, or, when there are fewer, answers FAILED_PRECONDITION saying
+    /// so and changes nothing: after an OK the target has dropped by the delta
+    /// (docs/decrease-target-size.md).
     pub async fn decrease_target_size(&self, id: &str, delta: i32) -> Result<()> {
         self.p.decrease_target_size_in(self, id, delta).await
     }
