@@ -534,8 +534,7 @@ async fn a_job_that_never_ends_blocks_further_jobs_and_keeps_the_target() {
     let increased = Instant::now();
     assert_eq!(s.target().await.unwrap(), 4);
     // A second request queues behind the job; cancelling it works; the running job's node is
-    // not cancelled, and asking for it is no error (the core's fixNodeGroupSize aborts its
-    // loop on one): the target stays.
+    // not cancelled: asking for it is refused and the target stays.
     s.increase(1, Duration::from_secs(5)).await.unwrap();
     assert_eq!(s.target().await.unwrap(), 5);
     let dec = |delta| {
@@ -550,7 +549,11 @@ async fn a_job_that_never_ends_blocks_further_jobs_and_keeps_the_target() {
     let (r1, r2) = (dec(-1), dec(-1));
     s.client.node_group_decrease_target_size(r1).await.unwrap();
     assert_eq!(s.target().await.unwrap(), 4);
-    s.client.node_group_decrease_target_size(r2).await.unwrap();
+    let refused = s.client.node_group_decrease_target_size(r2).await;
+    assert_eq!(
+        refused.map_err(|e| e.code()).err(),
+        Some(tonic::Code::FailedPrecondition)
+    );
     assert_eq!(s.target().await.unwrap(), 4);
     // Past the follow limit (500 ms) the job stays the cluster's operation: the target never
     // falls back to CloudStack's size, the job is never searched for again through

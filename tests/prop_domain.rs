@@ -454,6 +454,13 @@ fn activity() -> impl Strategy<Value = VmActivity> {
         Just(VmActivity::Idle),
         Just(VmActivity::BeingCreated),
         Just(VmActivity::BeingRemoved),
+        "\\PC{0,30}".prop_map(|text| VmActivity::RemovalTroubled(
+            cks_autoscaler_provider::domain::status::InstanceError {
+                code: "removal-retrying".into(),
+                message: text,
+                class: ErrorClass::Other,
+            }
+        )),
         (any::<i64>(), "\\PC{0,30}").prop_map(|(code, text)| VmActivity::CreateFailed(
             scale_up_failure("job-1", code, &text)
         )),
@@ -476,6 +483,7 @@ proptest! {
         let (status, error) = vm_status(&vm, &activity);
         match &activity {
             VmActivity::BeingRemoved => prop_assert_eq!((status, error.clone()), (InstanceState::Deleting, None)),
+            VmActivity::RemovalTroubled(trouble) => prop_assert_eq!((status, error.as_ref()), (InstanceState::Deleting, Some(trouble))),
             _ if state.is_gone() => prop_assert_eq!((status, error.clone()), (InstanceState::Deleting, None)),
             VmActivity::CreateFailed(failure) => {
                 prop_assert_eq!(status, InstanceState::Creating);
@@ -491,7 +499,7 @@ proptest! {
                 prop_assert_eq!(error.is_some(), state.is_down());
             }
         }
-        if let (Some(e), false) = (&error, matches!(activity, VmActivity::CreateFailed(_))) {
+        if let (Some(e), false) = (&error, matches!(activity, VmActivity::CreateFailed(_) | VmActivity::RemovalTroubled(_))) {
             prop_assert_eq!(e.class, ErrorClass::Other);
             prop_assert_eq!(&e.code, &format!("vm-{}", state.as_str().to_ascii_lowercase()));
             prop_assert!(e.message.contains(&id) && e.message.contains(&name), "{}", e.message);

@@ -416,17 +416,32 @@ async fn decrease_target_size_only_cancels_what_does_not_exist() {
         .await
         .unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument);
-    // More than can be cancelled: the queued two go, the running job's node stays, and the
-    // answer is OK (the core's fixNodeGroupSize aborts its whole loop on an error).
-    env.client
+    // More than can be cancelled (the running job's node cannot be): refused, nothing
+    // changes. An OK that left the target where it was would make the core's
+    // fixNodeGroupSize act again every loop, skipping the rest of each.
+    let e = env
+        .client
         .node_group_decrease_target_size(dec(-3, env.cluster_id.clone()))
         .await
-        .expect("clamped, not refused");
-    assert_eq!(env.target().await, 4);
+        .expect_err("cannot cancel the running job's node");
+    assert_eq!(e.code(), Code::FailedPrecondition);
+    assert!(
+        e.message().contains("only 2 requested node(s)"),
+        "{}",
+        e.message()
+    );
+    assert_eq!(env.target().await, 6);
     env.client
         .node_group_decrease_target_size(dec(-2, env.cluster_id.clone()))
         .await
-        .expect("nothing left to cancel: a no-op");
+        .expect("the queued two are cancelled");
+    assert_eq!(env.target().await, 4);
+    let e = env
+        .client
+        .node_group_decrease_target_size(dec(-1, env.cluster_id.clone()))
+        .await
+        .expect_err("nothing left to cancel");
+    assert_eq!(e.code(), Code::FailedPrecondition);
     assert_eq!(env.target().await, 4);
     env.wait_settled().await;
     env.wait_provider_settled().await;
