@@ -197,15 +197,16 @@ impl CloudProvider for CloudProviderService {
         request: Request<pb::NodeGroupForNodeRequest>,
     ) -> Result<Response<pb::NodeGroupForNodeResponse>, Status> {
         let caller = caller(&request);
+        let deadline = self.deadline(&request);
         observed("NodeGroupForNode", async {
             let Some(node) = request.into_inner().node else {
                 return Err(Error::InvalidArgument(
                     "NodeGroupForNode: node is missing".into(),
                 ));
             };
-            let group = self
-                .provider
-                .seen_by(&caller)
+            let scoped = self.provider.seen_by(&caller);
+            scoped.first_snapshots(deadline).await;
+            let group = scoped
                 .node_group_for_node(
                     &node.provider_id,
                     &node.name,

@@ -884,3 +884,36 @@ async fn the_debug_line_names_at_most_ten_down_workers() {
     assert_eq!(line.matches("Stopped").count(), 10, "{line}");
     env.shutdown().await;
 }
+
+/// Right after the provider starts (its first snapshot still on its way, CloudStack slow),
+/// NodeGroupForNode waits for it within the call's deadline and names the group: autoscalers
+/// 1.28 and 1.29 dereference a nil group when a deletion in flight gets "" for its node
+/// (`core/scaledown/actuation/delete_in_batch.go`, guarded from 1.30).
+#[tokio::test(start_paused = true)]
+async fn node_group_for_node_right_after_start_waits_for_the_first_snapshot() {
+    let mut cfg = sim_config();
+    cfg.settings.latency = Duration::from_secs(1);
+    let mut env = Stack::start(cfg, "demo", |_| {}).await;
+    let worker = env.workers().remove(0);
+    let _first = env.provider.spawn_initial_refresh();
+    let request = with_deadline(
+        pb::NodeGroupForNodeRequest {
+            node: Some(pb::ExternalGrpcNode {
+                provider_id: format!("external-cloudstack://{}", worker.0),
+                name: worker.1.to_lowercase(),
+                ..Default::default()
+            }),
+        },
+        Duration::from_secs(5),
+    );
+    let group = env
+        .client
+        .node_group_for_node(request)
+        .await
+        .expect("answered")
+        .into_inner()
+        .node_group
+        .unwrap_or_default();
+    assert_eq!(group.id, env.cluster_id, "not \"\" for a served node");
+    env.shutdown().await;
+}

@@ -5,7 +5,6 @@
 
 use super::{Provider, now};
 use crate::cloudstack::types::{JobOutcome, cloudstack_date};
-use crate::domain::cluster::ClusterState;
 use crate::domain::machine::{Effect, JobEnd, OpKind, Phase, Settled, poll_delay};
 use std::collections::HashSet;
 use std::time::Duration;
@@ -163,23 +162,44 @@ impl Provider {
         let Some(cluster_id) = self.inner.groups[gi].read().scale.cluster_id.clone() else {
             return Vec::new();
         };
-        let found = match self.find_running_scale_job(gi, &cluster_id).await {
-            Ok(found) => found,
-            Err(e) => {
-                tracing::warn!(error = %e, "listAsyncJobs failed; cannot adopt the running scale job yet");
-                return Vec::new();
+        let search = if self
+            .inner
+            .list_jobs_permitted
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            match self.find_running_scale_job(gi, &cluster_id).await {
+                Ok(found) => found,
+                Err(e) if e.is_not_permitted() => {
+                    self.inner
+                        .list_jobs_permitted
+                        .store(false, std::sync::atomic::Ordering::Relaxed);
+                    tracing::warn!(error = %e, "this CloudStack key may not call listAsyncJobs (optional): scale jobs this provider did not start are followed through the cluster's state, and a request whose answer was lost is settled by the cluster's state alone");
+                    JobSearch::Nothing
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "listAsyncJobs failed; cannot adopt the running scale job yet");
+                    return Vec::new();
+                }
             }
+        } else {
+            JobSearch::Nothing
         };
         let alert = self.alert_scaling();
         let (effects, was_lost, adopted_blind) = {
             let mut st = self.inner.groups[gi].lock();
             let was_lost = matches!(st.scale.phase(), Phase::AnswerLost { .. });
-            let effects = match &found {
-                Some(job) => st.scale.job_found(job.clone(), now()),
-                None => st.scale.no_job_found(&alert, now()),
+            let effects = match (&search, was_lost) {
+                (JobSearch::Named(job), _) => st.scale.job_found(job.clone(), now()),
+                // A job that may be the lost request's: not settled while it is pending.
+                (JobSearch::Unnamed, true) => Vec::new(),
+                _ => st.scale.no_job_found(&alert, now()),
             };
             let adopted_blind = matches!(st.scale.phase(), Phase::Adopted { job: None, .. });
             (effects, was_lost, adopted_blind)
+        };
+        let found = match search {
+            JobSearch::Named(job) => Some(job),
+            _ => None,
         };
         match (&found, was_lost) {
             (Some(job), true) if !effects.is_empty() => {
@@ -211,15 +231,15 @@ impl Provider {
     /// oldest first, so without `startdate` every check would read the account's whole day of
     /// jobs.
     ///
-    /// Real scale jobs name no cluster (no `jobinstanceid`), so a job is this cluster's when
-    /// it names it, or when it is the only running scale job not already followed by another
-    /// group while this group is the only one waiting for one. For a lost submission, only
-    /// jobs created since it was sent count (CloudStack queues a job before a worker picks it
-    /// up, validates it and moves the cluster to Scaling, so its job can exist while the
-    /// cluster still shows Running). With several candidates the job is not guessed. The one
-    /// guess left: a single running scale job of the account for a cluster this provider does
-    /// not serve, while one of its clusters is Scaling under a job the API key cannot see, is
-    /// taken for that cluster's; following it then ends early and the cluster is adopted again.
+    /// A job is this cluster's only when it names it (`jobinstanceid`). Real scale jobs name no
+    /// cluster, and `listAsyncJobs` lists every job of the account: other clusters' scale jobs
+    /// (CKS's own autoscaler, operators, other providers) use the same keys. So an unnamed job
+    /// is never taken for this cluster's: a cluster Scaling under one is followed through its
+    /// state (adopted without a job id), and such a job never records failed instances nor
+    /// changes the Alert-scaling verdict. For a lost submission, a pending unnamed scale job
+    /// created since it was sent keeps it unsettled (CloudStack queues a job before a worker
+    /// picks it up, validates it and moves the cluster to Scaling, so its job can exist while
+    /// the cluster still shows Running).
     ///
     /// `startdate` is the only place the provider reads the wall clock; it goes back an extra
     /// [`ADOPTION_CLOCK_SLACK`] so a clock a little ahead of CloudStack's still finds the job.
@@ -227,7 +247,7 @@ impl Provider {
         &self,
         gi: usize,
         cluster_id: &str,
-    ) -> Result<Option<String>, crate::cloudstack::CsError> {
+    ) -> Result<JobSearch, crate::cloudstack::CsError> {
         let window = self.inner.settings.job_max_follow + ADOPTION_CLOCK_SLACK;
         let wall = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -262,7 +282,7 @@ impl Provider {
                     continue;
                 }
                 match job.jobinstanceid.as_deref() {
-                    Some(id) if id == cluster_id => return Ok(Some(job.jobid)),
+                    Some(id) if id == cluster_id => return Ok(JobSearch::Named(job.jobid)),
                     Some(_) => {}
                     None => {
                         let recent =
@@ -284,23 +304,18 @@ impl Provider {
                 pages = ADOPTION_MAX_PAGES,
                 "no running scale job found in the first pages of listAsyncJobs since {startdate}; not reading further"
             );
-            return Ok(None);
+            // Unread pages may hold the lost request's job: not settled.
+            return Ok(JobSearch::Unnamed);
         }
-        let waiting = (0..self.inner.groups.len())
-            .filter(|&other| self.waits_for_a_job(other))
-            .count();
-        if unnamed.len() == 1 && waiting <= 1 {
-            return Ok(unnamed.pop());
+        if unnamed.is_empty() {
+            return Ok(JobSearch::Nothing);
         }
-        if !unnamed.is_empty() {
-            tracing::debug!(
-                cluster = cluster_id,
-                candidates = unnamed.len(),
-                waiting,
-                "several running scale jobs could be this cluster's; not guessing"
-            );
-        }
-        Ok(None)
+        tracing::debug!(
+            cluster = cluster_id,
+            candidates = unnamed.len(),
+            "running scale jobs that name no cluster: none is taken for this cluster's"
+        );
+        Ok(JobSearch::Unnamed)
     }
 
     /// The group's id (its cluster's id) as metric labels name it.
@@ -312,21 +327,18 @@ impl Provider {
             .clone()
             .unwrap_or_default()
     }
+}
 
-    /// Whether a group waits for a job it cannot name: a lost submission, or its cluster
-    /// Scaling with no job followed.
-    fn waits_for_a_job(&self, gi: usize) -> bool {
-        let st = self.inner.groups[gi].read();
-        let scaling = st
-            .scale
-            .snapshot()
-            .is_some_and(|s| s.snap.state == ClusterState::Scaling);
-        match st.scale.phase() {
-            Phase::AnswerLost { .. } => true,
-            Phase::Idle | Phase::Adopted { job: None, .. } => scaling,
-            _ => false,
-        }
-    }
+/// What the job list says about the job a group waits for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum JobSearch {
+    /// A running scale job that names the cluster.
+    Named(String),
+    /// Running scale jobs that name no cluster (any of the account's): none is provably the
+    /// cluster's.
+    Unnamed,
+    /// No running scale job.
+    Nothing,
 }
 
 /// The `kind` label of the job a group follows, as [`Settled::kind`] names it when the job

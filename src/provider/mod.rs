@@ -232,6 +232,8 @@ pub(crate) struct Inner {
     /// Whether the key may call `stopVirtualMachine` (until CloudStack answers 432): a VM
     /// whose drain would fail is stopped before its removal.
     pub stop_permitted: std::sync::atomic::AtomicBool,
+    /// Whether the key may call `listAsyncJobs` (optional; until CloudStack answers 432).
+    pub list_jobs_permitted: std::sync::atomic::AtomicBool,
 }
 
 /// Time kept back from the caller's deadline for the answer to travel back.
@@ -433,6 +435,7 @@ impl Provider {
                 shutdown,
                 ready,
                 stop_permitted: std::sync::atomic::AtomicBool::new(true),
+                list_jobs_permitted: std::sync::atomic::AtomicBool::new(true),
             }),
         }
     }

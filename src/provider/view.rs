@@ -134,6 +134,25 @@ impl Provider {
 }
 
 impl Scoped<'_> {
+    /// Waits, until `deadline` at the latest, for every group of the caller to have a first
+    /// snapshot or a first failed fetch. Right after the provider starts, NodeGroupForNode
+    /// must not answer "" for a node of a served group: autoscalers 1.28 and 1.29
+    /// dereference a nil group when a deletion in flight gets "" (`delete_in_batch.go`, guarded
+    /// from 1.30). Once every group was tried, nothing waits.
+    pub async fn first_snapshots(&self, deadline: tokio::time::Instant) {
+        let tried = || {
+            self.visible().into_iter().all(|gi| {
+                let st = self.p.inner.groups[gi].read();
+                st.scale.snapshot().is_some() || st.last_error.is_some()
+            })
+        };
+        let until = super::before(deadline);
+        while !tried() && tokio::time::Instant::now() < until {
+            let step = std::time::Duration::from_millis(50);
+            tokio::time::sleep_until((tokio::time::Instant::now() + step).min(until)).await;
+        }
+    }
+
     /// NodeGroups: the caller's groups whose cluster id is known.
     pub fn node_groups(&self) -> Vec<NodeGroupView> {
         self.visible()
