@@ -238,6 +238,7 @@ async fn the_example_alerts_and_the_guide_name_exported_metrics() {
     metrics::record_job("ops-rules-group", "scale_up", "failed");
     metrics::record_refusal("ops-rules-group", "alert_unsupported");
     metrics::record_removals_retried(1);
+    metrics::record_removals_abandoned(1);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");

@@ -2,8 +2,10 @@
 //! parallel (`core/scaledown/actuation/actuator.go` `deleteNodesAsync`, one
 //! `group_deletion_scheduler.go` `ScheduleDeletion` per node), several in one loop and more
 //! while a removal job runs. Every call that names a removable node is accepted; CloudStack
-//! gets as few `nodeids` requests as possible. Also: IncreaseSize answers as soon as
-//! CloudStack's job is past validation.
+//! gets requests it can finish: at most one VM that needs a drain per `nodeids` request
+//! (CloudStack removes them one by one and lowers `size` only at the end, so a failed drain
+//! after another VM went would strand the cluster), down VMs together. Also: IncreaseSize
+//! answers as soon as CloudStack's job is past validation.
 
 use cks_autoscaler_provider::pb;
 use cks_autoscaler_provider::sim::{ClusterSpec, Scenario, SimConfig, VmState};
@@ -64,7 +66,7 @@ fn removal_requests(env: &Stack) -> Vec<BTreeSet<String>> {
 }
 
 #[tokio::test(start_paused = true)]
-async fn per_node_deletions_sent_together_become_one_request() {
+async fn per_node_deletions_are_all_accepted_and_drained_one_request_at_a_time() {
     let mut env = Stack::refreshed(pool(8), "pool", |s| s.groups[0].min = 1).await;
     let victims: Vec<_> = env.workers().into_iter().take(5).collect();
     let nodes: Vec<_> = victims.iter().map(worker_node).collect();
@@ -76,24 +78,57 @@ async fn per_node_deletions_sent_together_become_one_request() {
         "the target drops at once for all five"
     );
     let want: BTreeSet<String> = victims.iter().map(|v| v.0.clone()).collect();
-    assert_eq!(
-        removal_requests(&env),
-        vec![want.clone()],
-        "one CloudStack request"
-    );
     wait_until("the five VMs to be gone", async || {
+        assert!(
+            env.sim.running_jobs(&env.cluster_id) <= 1,
+            "two jobs at once"
+        );
         let left: BTreeSet<String> = env.workers().into_iter().map(|w| w.0).collect();
         left.is_disjoint(&want) && env.sim.running_jobs(&env.cluster_id) == 0
     })
     .await;
     env.wait_provider_settled().await;
+    let sent = removal_requests(&env);
+    assert!(
+        sent.iter().all(|r| r.len() == 1),
+        "one Running VM (drained) per request: {sent:?}"
+    );
+    let all: BTreeSet<String> = sent.iter().flatten().cloned().collect();
+    assert_eq!(all, want);
+    assert_eq!(sent.len(), 5, "nothing sent twice: {sent:?}");
     assert_eq!(env.target().await, 3);
-    assert_eq!(removal_requests(&env).len(), 1, "nothing sent twice");
     env.shutdown().await;
 }
 
 #[tokio::test(start_paused = true)]
-async fn deletions_while_a_removal_runs_go_out_together_when_it_ends() {
+async fn down_vms_deleted_together_go_in_one_request() {
+    let mut env = Stack::refreshed(pool(8), "pool", |s| s.groups[0].min = 1).await;
+    let victims: Vec<_> = env.workers().into_iter().take(4).collect();
+    for v in &victims {
+        assert!(env.sim.stop_vm(&v.0));
+    }
+    env.refresh().await.expect("refresh");
+    let nodes: Vec<_> = victims.iter().map(worker_node).collect();
+    assert_eq!(delete_each(&env, &nodes).await, vec![Ok(()); 4]);
+    let want: BTreeSet<String> = victims.iter().map(|v| v.0.clone()).collect();
+    assert_eq!(
+        removal_requests(&env),
+        vec![want.clone()],
+        "down VMs need no drain: one request"
+    );
+    wait_until("the four VMs to be gone", async || {
+        let left: BTreeSet<String> = env.workers().into_iter().map(|w| w.0).collect();
+        left.is_disjoint(&want) && env.sim.running_jobs(&env.cluster_id) == 0
+    })
+    .await;
+    env.wait_provider_settled().await;
+    assert_eq!(removal_requests(&env).len(), 1);
+    assert_eq!(env.target().await, 4);
+    env.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn deletions_while_a_removal_runs_are_answered_at_once_and_sent_when_it_ends() {
     let mut cfg = pool(8);
     cfg.settings.job_duration = Duration::from_secs(3);
     let mut env = Stack::refreshed(cfg, "pool", |s| s.groups[0].min = 1).await;
@@ -124,7 +159,7 @@ async fn deletions_while_a_removal_runs_go_out_together_when_it_ends() {
             env.sim.running_jobs(&env.cluster_id) <= 1,
             "two jobs at once"
         );
-        removal_requests(&env).len() == 2
+        removal_requests(&env).len() == 4
             && env.sim.running_jobs(&env.cluster_id) == 0
             && env.cluster_state() == "Running"
     })
@@ -134,10 +169,8 @@ async fn deletions_while_a_removal_runs_go_out_together_when_it_ends() {
         .iter()
         .map(|w| w.0.clone())
         .collect();
-    assert_eq!(
-        sent[1], want,
-        "the queued ones together, the first not again"
-    );
+    let later: BTreeSet<String> = sent[1..].iter().flatten().cloned().collect();
+    assert_eq!(later, want, "the queued ones, the first not again");
     env.wait_provider_settled().await;
     assert_eq!(env.target().await, 4);
     assert_eq!(env.cluster_size(), 4);
@@ -159,7 +192,7 @@ async fn the_minimum_and_the_last_worker_hold_against_everything_queued() {
     );
     assert_eq!(env.target().await, 3);
     assert_eq!(removal_requests(&env).len(), 1);
-    assert_eq!(removal_requests(&env)[0].len(), 2);
+    assert_eq!(removal_requests(&env)[0].len(), 1, "one drain per request");
     env.shutdown().await;
 
     // min 0: never the last worker, counting what is queued.

@@ -898,8 +898,12 @@ impl ScaleMachine {
                 Ok(Admission::Queued)
             }
             Phase::Idle => Ok(Admission::NeedsFreshSnapshot),
-            Phase::AnswerLost { .. } => Err(ScaleError::PreviousAnswerLost),
-            Phase::Submitting { .. } | Phase::Running { .. } | Phase::Adopted { .. } => {
+            // Queued, never sent while the lost answer is unsettled: once a snapshot settles
+            // it, the request is computed from what CloudStack then shows.
+            Phase::Submitting { .. }
+            | Phase::AnswerLost { .. }
+            | Phase::Running { .. }
+            | Phase::Adopted { .. } => {
                 self.enqueue(delta);
                 Ok(Admission::Queued)
             }
@@ -919,7 +923,6 @@ impl ScaleMachine {
         check_max(target, delta, max)?;
         match &self.phase {
             Phase::Idle if self.queue.remove.is_empty() => {}
-            Phase::AnswerLost { .. } => return Err(ScaleError::PreviousAnswerLost),
             _ => {
                 self.enqueue(delta);
                 return Ok(Started::Queued);
@@ -2265,7 +2268,7 @@ mod tests {
             ("submitting", Close, "", "submitting", 5),
             ("submitting", NoJob, "", "submitting", 5),
 
-            ("answer-lost", Increase, "err:answer-lost", "answer-lost", 5),
+            ("answer-lost", Increase, "queued", "answer-lost", 6),
             ("answer-lost", Answered, "", "answer-lost", 5),
             ("answer-lost", Refused, "", "answer-lost", 5),
             ("answer-lost", Lost, "", "answer-lost", 5),
@@ -3437,7 +3440,15 @@ mod tests {
                             // (An open window is the shell's to close; its work goes then.)
                             if !scaling && m.phase() == &Phase::Idle && !m.queue().window_open {
                                 prop_assert!(m.queue().increase.is_empty(), "queued work stranded: {:?}", m);
-                                prop_assert!(m.queue().remove.is_empty(), "queued removals stranded: {:?}", m);
+                                // Owed removals wait only for a reason: backing off, their VM to be
+                                // stopped, or abandoned (until the VM is down).
+                                let snap = m.snapshot().cloned();
+                                let down = |id: &str| snap.as_ref().and_then(|s| s.snap.vm(id)).is_some_and(|v| v.state.is_down());
+                                for r in &m.queue().remove {
+                                    let waits = r.not_before.is_some_and(|t| t > now)
+                                        || (!down(&r.vm_id) && (r.stop != StopStage::NotNeeded || r.abandoned));
+                                    prop_assert!(waits, "queued removal stranded: {:?}", m);
+                                }
                             }
                         }
                         Step::Cleanup => m.cleanup(),
