@@ -171,6 +171,6 @@ pub use pods::{
 };
 pub use timeline::{
     Call, Decision, Event, EventKind, GroupObservation, InstanceCounts, LoopSummary, Observation,
-    RemovedNode, Reply, Request, Rpc, RpcError, ScaleDownReason, Timeline,
+    RemovedNode, Reply, Request, Rpc, RpcError, ScaleDownReason, Timeline, UpcomingNodes,
 };
 pub use wire::{NodeGroupOptions, OptionsAnswer, WireGeneration};
