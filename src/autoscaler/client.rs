@@ -234,8 +234,7 @@ impl ExternalGrpcClient {
         rec: &mut Recorder,
     ) -> Result<Option<pb::NodeGroup>, RpcError> {
         let (result, call) =
-            node_group_for_node_cached(&self.grpc, self.deadline, &self.group_for_node, node)
-                .await;
+            node_group_for_node_cached(&self.grpc, self.deadline, &self.group_for_node, node).await;
         if let Some((request, started, timed)) = call {
             rec.record_call(request, started, timed);
         }
@@ -474,7 +473,11 @@ pub(crate) async fn node_group_for_node_cached(
         Ok(_) => Ok(None),
         Err(e) => Err(e.clone()),
     };
-    let call = (Request::NodeGroupForNode { node: grpc_node }, started, timed);
+    let call = (
+        Request::NodeGroupForNode { node: grpc_node },
+        started,
+        timed,
+    );
     (result, Some(call))
 }
 

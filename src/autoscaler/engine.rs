@@ -702,9 +702,10 @@ impl MockAutoscaler {
                     }
                 }
                 if !cleaned.is_empty() {
-                    self.rec.record(EventKind::Decided(
-                        Decision::ToBeDeletedTaintsCleaned { nodes: cleaned },
-                    ));
+                    self.rec
+                        .record(EventKind::Decided(Decision::ToBeDeletedTaintsCleaned {
+                            nodes: cleaned,
+                        }));
                 }
             }
         }
@@ -1693,7 +1694,12 @@ impl MockAutoscaler {
     /// NodeGroupGetOptions again for a group the pods fit (`computeExpansionOption`). The
     /// executor asks GetAvailableGPUTypes, then NodeGroupIncreaseSize; a success registers
     /// the scale-up request (NodeGroupGetOptions: the max provision time) and recalculates.
-    async fn scale_up(&mut self, snap: &Snapshot, upcoming_nodes: &[(String, u32)], pending: Pending) {
+    async fn scale_up(
+        &mut self,
+        snap: &Snapshot,
+        upcoming_nodes: &[(String, u32)],
+        pending: Pending,
+    ) {
         let now = snap.now;
         // The upcoming nodes `GetUpcomingNodes` counts, injected as template copies.
         let upcoming_groups: Vec<(&GroupView, u32)> = upcoming_nodes

@@ -339,10 +339,7 @@ impl MockAutoscaler {
                 );
                 deletions.push(Deletion { node, drain });
             }
-            let client = (
-                self.client.grpc.clone(),
-                self.client.group_for_node.clone(),
-            );
+            let client = (self.client.grpc.clone(), self.client.group_for_node.clone());
             self.bg
                 .start_deletion(client, &self.config, &group, deletions);
         }

@@ -600,11 +600,7 @@ impl fmt::Display for UpcomingNodes {
         if phantom > 0 {
             write!(f, "; {phantom} phantom")?;
         }
-        f.write_str(if self.counted {
-            ")"
-        } else {
-            "; not counted)"
-        })
+        f.write_str(if self.counted { ")" } else { "; not counted)" })
     }
 }
 

@@ -92,18 +92,17 @@ async fn an_accepted_deletion_keeps_the_taint_while_the_node_is_listed() {
         assert_eq!((u.upcoming, u.deleted, u.phantom()), (0, 1, 0), "{u}");
     }
     assert!(ca.timeline().phantom_upcoming_nodes().is_empty());
-    let on_removed = ca.timeline().observations().into_iter().any(|(_, o)| {
-        matches!(o, Observation::PodsScheduled { node, .. } if *node == removed)
-    });
+    let on_removed = ca
+        .timeline()
+        .observations()
+        .into_iter()
+        .any(|(_, o)| matches!(o, Observation::PodsScheduled { node, .. } if *node == removed));
     assert!(!on_removed, "{}", ca.timeline());
     assert_eq!(ca.pending_pods().len(), 2);
     assert!(ca.calls(Rpc::NodeGroupIncreaseSize).is_empty());
-    assert!(
-        ca.timeline()
-            .templates(G)
-            .iter()
-            .all(|(_, t)| !matches!(t, Ok(t) if t.source == TemplateSource::ReadyNode(removed.clone()))),
-    );
+    assert!(ca.timeline().templates(G).iter().all(
+        |(_, t)| !matches!(t, Ok(t) if t.source == TemplateSource::ReadyNode(removed.clone()))
+    ),);
 
     // The VM is gone and its node with it.
     nodes.remove(&removed);
@@ -129,7 +128,11 @@ async fn a_target_that_keeps_a_removed_vm_makes_a_phantom_upcoming_node() {
 
         let l = ca.run_once().await;
         let g = group_seen(&l);
-        assert_eq!((g.target, g.ready, g.being_deleted), (3, 2, 1), "1.{release}: {l}");
+        assert_eq!(
+            (g.target, g.ready, g.being_deleted),
+            (3, 2, 1),
+            "1.{release}: {l}"
+        );
         let u = upcoming_in(&ca, l.loop_no);
         assert_eq!((u.upcoming, u.requested, u.phantom()), (1, None, 1), "{u}");
         assert_eq!(u.counted, release < 36, "1.{release}: {u}");
@@ -192,9 +195,11 @@ async fn a_restart_calls_cleanup_and_the_new_process_cleans_taints_of_managed_no
         "{first}"
     );
     assert!(
-        first.decisions.contains(&Decision::ToBeDeletedTaintsCleaned {
-            nodes: vec![removed.clone()]
-        }),
+        first
+            .decisions
+            .contains(&Decision::ToBeDeletedTaintsCleaned {
+                nodes: vec![removed.clone()]
+            }),
         "{first}"
     );
     let g = group_seen(&first);
@@ -219,7 +224,11 @@ async fn a_restart_calls_cleanup_and_the_new_process_cleans_taints_of_managed_no
     );
     fake.edit(|s| s.for_node_answer = None);
     let l = ca.run_once().await;
-    assert_eq!(group_seen(&l).being_deleted, 1, "{again} keeps its taint: {l}");
+    assert_eq!(
+        group_seen(&l).being_deleted,
+        1,
+        "{again} keeps its taint: {l}"
+    );
     assert_eq!(ca.calls(Rpc::Cleanup).len(), 2);
 }
 
@@ -252,11 +261,19 @@ async fn an_ok_decrease_that_changes_nothing_is_asked_again_every_loop() {
     for c in ca.calls(Rpc::NodeGroupDecreaseTargetSize) {
         assert!(c.is_ok(), "{c}");
         assert!(
-            matches!(c.request, Request::NodeGroupDecreaseTargetSize { delta: -1, .. }),
+            matches!(
+                c.request,
+                Request::NodeGroupDecreaseTargetSize { delta: -1, .. }
+            ),
             "{c}"
         );
     }
-    for l in ca.timeline().loops().iter().filter(|l| l.fixed_node_group_size()) {
+    for l in ca
+        .timeline()
+        .loops()
+        .iter()
+        .filter(|l| l.fixed_node_group_size())
+    {
         assert!(
             l.decisions
                 .iter()
@@ -298,17 +315,19 @@ async fn up_to_1_29_a_deletion_told_no_node_group_crashes_the_autoscaler() {
                 .into_iter()
                 .any(|(_, d)| matches!(d, Decision::ScaleDownFailed { .. }))
         };
-        ca.run_until(WAIT, |ca| failed(ca) || !ca.timeline().aborted_loops().is_empty())
-            .await
-            .unwrap();
+        ca.run_until(WAIT, |ca| {
+            failed(ca) || !ca.timeline().aborted_loops().is_empty()
+        })
+        .await
+        .unwrap();
         assert!(
             ca.calls(Rpc::NodeGroupDeleteNodes).is_empty(),
             "{}",
             ca.timeline()
         );
-        let asked = ca.timeline().events().iter().any(|e| {
-            matches!(&e.kind, EventKind::BackgroundCall(c) if c.rpc() == Rpc::NodeGroupForNode)
-        });
+        let asked = ca.timeline().events().iter().any(
+            |e| matches!(&e.kind, EventKind::BackgroundCall(c) if c.rpc() == Rpc::NodeGroupForNode),
+        );
         assert!(asked, "1.{release}: {}", ca.timeline());
         let aborted = ca.timeline().aborted_loops();
         if release <= 29 {
