@@ -164,7 +164,9 @@ pub(super) struct CoreState {
     ever_ready: HashSet<String>,
     /// Node cache key → since when it is unneeded (`unneeded.Nodes`).
     pub(super) unneeded_since: HashMap<String, Instant>,
-    /// Node cache key → when scale-down tainted it ToBeDeleted. A failed deletion untaints.
+    /// Node cache key → when scale-down tainted it ToBeDeleted. A failed deletion untaints; an
+    /// accepted one keeps it. The taint is on the Kubernetes node, so a restart keeps it until
+    /// the new process's `cleanUpIfRequired`.
     pub(super) tainted: HashMap<String, Instant>,
     /// Node cache key → its scale-down deletion, until its result is collected.
     pub(super) deleting: HashMap<String, InProgress>,
