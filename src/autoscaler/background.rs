@@ -20,9 +20,18 @@
 //!   a loop removing several nodes sends one `NodeGroupDeleteNodes` per node, concurrently;
 //!   with an interval the first node of a group starts a timer and every node of that group
 //!   added before it fires goes in one call. `deleteNodesFromCloudProvider` asks
-//!   `NodeGroupForNode` first (answered from the client's cache: the loop just asked), then
-//!   `DeleteNodes`. A failure untaints every node of the call (`CleanUpAndRecordFailedScaleDownEvent`)
-//!   and ends its deletion with an error.
+//!   `NodeGroupForNode` for the first node (through the client's cache, which the loop shares
+//!   and each Refresh empties), then `DeleteNodes` on the group it answered. A failure untaints
+//!   every node of the call (`CleanUpAndRecordFailedScaleDownEvent`) and ends its deletion with
+//!   an error. A success keeps the ToBeDeleted taint (`RegisterAndRecordSuccessfulScaleDownEvent`
+//!   does not clean it): the node stays unschedulable, and clusterstate counts it Deleted, until
+//!   it leaves the cluster or a new autoscaler process starts (`cleanUpIfRequired`).
+//! - `deleteNodesFromCloudProvider` up to 1.29 (cluster-autoscaler-1.28.0 … 1.29.5) has no
+//!   check for a nil node group: a NodeGroupForNode error, or an answer with id "", makes
+//!   `deleteNodesAndRegisterStatus` call a method on the nil group and the process dies. The
+//!   check ("picked node that doesn't belong to a node group") came with commit 476b52442b
+//!   ("fix deleteNodesFromCloudProvider panic"), first in cluster-autoscaler-1.30.0; from then
+//!   both are a failed deletion.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -34,7 +43,10 @@ use tokio::time::Instant;
 use tonic::transport::Channel;
 
 use super::calls::{Finished, GroupOptions, nodes_call};
-use super::client::{OptionsFailure, delete_nodes_call, get_options_call};
+use super::client::{
+    GroupForNodeCache, OptionsFailure, delete_nodes_call, get_options_call,
+    node_group_for_node_cached,
+};
 use super::config::AutoscalerConfig;
 use super::nodes::KubeNode;
 use super::timeline::Reply;
@@ -196,6 +208,8 @@ struct Actuation {
     outbox: Outbox,
     batches: Arc<Mutex<HashMap<String, Vec<KubeNode>>>>,
     tasks: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
+    /// The client's NodeGroupForNode cache, shared with the loop.
+    group_for_node: GroupForNodeCache,
 }
 
 impl Actuation {
@@ -280,11 +294,66 @@ impl Actuation {
         }
     }
 
-    /// `deleteNodesAndRegisterStatus` / `remove`: one NodeGroupDeleteNodes for `nodes`, and
-    /// every node's deletion ends with its outcome.
+    /// `deleteNodesAndRegisterStatus` / `remove` with `deleteNodesFromCloudProvider`
+    /// (`core/scaledown/actuation/delete_in_batch.go`): NodeGroupForNode for the first node
+    /// (from the cache when the loop asked since the last Refresh), then one
+    /// NodeGroupDeleteNodes for `nodes` on the group it named, and every node's deletion ends
+    /// with the outcome. Up to 1.29 a failed or empty NodeGroupForNode answer crashes the
+    /// process (nil node group); from 1.30 it fails the deletion.
     async fn delete_and_register(&self, group: String, nodes: Vec<KubeNode>) {
-        let finished =
-            delete_nodes_call(self.grpc.clone(), self.config.call_deadline, &group, &nodes).await;
+        let Some(first) = nodes.first() else {
+            return;
+        };
+        let (answer, call) = node_group_for_node_cached(
+            &self.grpc,
+            self.config.call_deadline,
+            &self.group_for_node,
+            first,
+        )
+        .await;
+        if let Some(call) = call {
+            self.outbox.call(call);
+        }
+        let node_group = match answer {
+            Ok(Some(g)) => Ok(g),
+            Ok(None) => Err(format!(
+                "NodeGroupForNode({}) answered no node group",
+                first.name
+            )),
+            Err(e) => Err(format!("NodeGroupForNode({}) failed: {e}", first.name)),
+        };
+        let node_group = match node_group {
+            Ok(g) => g,
+            Err(why) if !self.config.deletion_checks_nil_node_group() => {
+                let why = format!(
+                    "cluster-autoscaler 1.{} deleting {}: {why}, and deleteNodesAndRegisterStatus \
+                     uses the nil node group: nil pointer dereference",
+                    self.config.release, first.name
+                );
+                self.outbox.crash(why.clone());
+                let error = format!("the autoscaler process crashed: {why}");
+                for n in &nodes {
+                    self.outbox
+                        .deletion(n.cache_key(), &group, &n.name, Err(error.clone()));
+                }
+                return;
+            }
+            Err(why) => {
+                let error = format!("picked node that doesn't belong to a node group: {why}");
+                for n in &nodes {
+                    self.outbox
+                        .deletion(n.cache_key(), &group, &n.name, Err(error.clone()));
+                }
+                return;
+            }
+        };
+        let finished = delete_nodes_call(
+            self.grpc.clone(),
+            self.config.call_deadline,
+            &node_group.id,
+            &nodes,
+        )
+        .await;
         let result = match &finished.2.outcome {
             Ok(_) => Ok(()),
             Err(e) => Err(format!("NodeGroupDeleteNodes failed: {e}")),
@@ -302,7 +371,7 @@ impl Background {
     /// `deleteAsyncEmpty` / `deleteAsyncDrain` start one goroutine per group and kind.
     pub(crate) fn start_deletion(
         &self,
-        grpc: CloudProviderClient<Channel>,
+        (grpc, group_for_node): (CloudProviderClient<Channel>, GroupForNodeCache),
         config: &AutoscalerConfig,
         group: &str,
         nodes: Vec<Deletion>,
@@ -313,6 +382,7 @@ impl Background {
             outbox: self.outbox.clone(),
             batches: self.batches.clone(),
             tasks: self.tasks.clone(),
+            group_for_node,
         };
         let (drained, empty): (Vec<Deletion>, Vec<Deletion>) =
             nodes.into_iter().partition(|d| d.drain);

@@ -19,11 +19,13 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
 use tonic::transport::Channel;
 
+use super::background::lock;
 use super::nodes::KubeNode;
 use super::timeline::{Call, Event, EventKind, Reply, Request, RpcError, Timeline};
 use super::wire::{NodeGroupOptions, OptionsAnswer, WireGeneration};
@@ -147,7 +149,9 @@ pub(crate) struct ExternalGrpcClient {
     /// NodeGroups answer, until the next Refresh. A failed NodeGroups is not cached.
     node_groups: Option<Vec<pb::NodeGroup>>,
     /// NodeGroupForNode answers by name+providerID, until the next Refresh. Only non-empty ids.
-    group_for_node: HashMap<String, pb::NodeGroup>,
+    /// Shared with the scale-down deletions, which ask through the same client object
+    /// (`deleteNodesFromCloudProvider`), as the real client's one cache behind its mutex.
+    pub(crate) group_for_node: GroupForNodeCache,
     /// NodeGroupTemplateNodeInfo node bytes by group id, until the next Refresh. Only successes.
     templates: HashMap<String, Vec<u8>>,
     /// The release whose message shapes the client speaks.
@@ -165,7 +169,7 @@ impl ExternalGrpcClient {
             grpc,
             deadline,
             node_groups: None,
-            group_for_node: HashMap::new(),
+            group_for_node: GroupForNodeCache::default(),
             templates: HashMap::new(),
             generation,
         }
@@ -186,7 +190,7 @@ impl ExternalGrpcClient {
     /// Refresh; the caches are dropped first, whatever the outcome.
     pub(crate) async fn refresh(&mut self, rec: &mut Recorder) -> Result<(), RpcError> {
         self.node_groups = None;
-        self.group_for_node.clear();
+        lock(&self.group_for_node).clear();
         self.templates.clear();
         let started = Instant::now();
         let request = with_deadline(pb::RefreshRequest {}, self.deadline);
@@ -229,35 +233,11 @@ impl ExternalGrpcClient {
         node: &KubeNode,
         rec: &mut Recorder,
     ) -> Result<Option<pb::NodeGroup>, RpcError> {
-        let key = node.cache_key();
-        if let Some(group) = self.group_for_node.get(&key) {
-            return Ok(Some(group.clone()));
+        let (result, call) =
+            node_group_for_node_cached(&self.grpc, self.deadline, &self.group_for_node, node).await;
+        if let Some((request, started, timed)) = call {
+            rec.record_call(request, started, timed);
         }
-        let grpc_node = node.to_grpc();
-        let started = Instant::now();
-        let request = with_deadline(
-            pb::NodeGroupForNodeRequest {
-                node: Some(grpc_node.clone()),
-            },
-            self.deadline,
-        );
-        let timed = invoke(self.deadline, self.grpc.node_group_for_node(request)).await;
-        let timed = map_timed(timed, |r| {
-            Reply::NodeGroup(r.node_group.unwrap_or_default())
-        });
-        let result = match &timed.outcome {
-            Ok(Reply::NodeGroup(group)) if !group.id.is_empty() => {
-                self.group_for_node.insert(key, group.clone());
-                Ok(Some(group.clone()))
-            }
-            Ok(_) => Ok(None),
-            Err(e) => Err(e.clone()),
-        };
-        rec.record_call(
-            Request::NodeGroupForNode { node: grpc_node },
-            started,
-            timed,
-        );
         result
     }
 
@@ -449,6 +429,56 @@ impl ExternalGrpcClient {
         rec.record_call(request, started, timed);
         result
     }
+}
+
+/// The client's NodeGroupForNode cache (`externalgrpc_cloud_provider.go`
+/// `nodeGroupForNodeCache`): group by node name + providerID, non-empty ids only, dropped at
+/// Refresh.
+pub(crate) type GroupForNodeCache = Arc<Mutex<HashMap<String, pb::NodeGroup>>>;
+
+/// `externalGrpcCloudProvider.NodeGroupForNode`: the cached group, else the RPC (on its own
+/// client handle, so background tasks can ask too), whose non-empty answer is cached.
+/// `Ok(None)`: id "" (not managed, not cached). Returns the call made, if any, for the caller
+/// to record.
+pub(crate) async fn node_group_for_node_cached(
+    grpc: &CloudProviderClient<Channel>,
+    deadline: Duration,
+    cache: &GroupForNodeCache,
+    node: &KubeNode,
+) -> (
+    Result<Option<pb::NodeGroup>, RpcError>,
+    Option<(Request, Instant, Timed<Reply>)>,
+) {
+    let key = node.cache_key();
+    if let Some(group) = lock(cache).get(&key) {
+        return (Ok(Some(group.clone())), None);
+    }
+    let grpc_node = node.to_grpc();
+    let started = Instant::now();
+    let request = with_deadline(
+        pb::NodeGroupForNodeRequest {
+            node: Some(grpc_node.clone()),
+        },
+        deadline,
+    );
+    let timed = invoke(deadline, grpc.clone().node_group_for_node(request)).await;
+    let timed = map_timed(timed, |r| {
+        Reply::NodeGroup(r.node_group.unwrap_or_default())
+    });
+    let result = match &timed.outcome {
+        Ok(Reply::NodeGroup(group)) if !group.id.is_empty() => {
+            lock(cache).insert(key, group.clone());
+            Ok(Some(group.clone()))
+        }
+        Ok(_) => Ok(None),
+        Err(e) => Err(e.clone()),
+    };
+    let call = (
+        Request::NodeGroupForNode { node: grpc_node },
+        started,
+        timed,
+    );
+    (result, Some(call))
 }
 
 /// One NodeGroupDeleteNodes call on its own client handle, so several can run at once.

@@ -190,6 +190,21 @@ impl AutoscalerConfig {
         self.release >= 35
     }
 
+    /// From 1.30 a scale-down deletion whose NodeGroupForNode fails or answers "" fails;
+    /// up to 1.29 the process dereferences the nil node group
+    /// (`core/scaledown/actuation/delete_in_batch.go` `deleteNodesFromCloudProvider`; the
+    /// check came with commit 476b52442b, first tagged cluster-autoscaler-1.30.0).
+    pub(crate) fn deletion_checks_nil_node_group(&self) -> bool {
+        self.release >= 30
+    }
+
+    /// From 1.36 `GetUpcomingNodes` counts a group's upcoming nodes only while it has a
+    /// scale-up request and no backoff (`clusterstate.go`, commit 251652c2ee, first tagged
+    /// cluster-autoscaler-1.36.0); before, whatever the target leaves.
+    pub(crate) fn upcoming_needs_scale_up_request(&self) -> bool {
+        self.release >= 36
+    }
+
     /// From 1.36 a timed-out scale-up is reverted (`clusterstate.go` `updateScaleRequests`).
     pub(crate) fn reverts_timed_out_scale_ups(&self) -> bool {
         self.release >= 36

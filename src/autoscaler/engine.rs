@@ -27,7 +27,7 @@ use super::nodes::{FAKE_NODE_CREATE_ERROR, FAKE_NODE_UNREGISTERED, KubeNode, Nod
 use super::pods::{NodeTemplate, PodSpec, Resources, TemplateSource, place};
 use super::timeline::{
     Call, Decision, Event, EventKind, GroupObservation, InstanceCounts, LoopSummary, Observation,
-    Reply, RpcError, Timeline, has_error,
+    Reply, RpcError, Timeline, UpcomingNodes, has_error,
 };
 use crate::pb;
 use crate::pb::cloud_provider_client::CloudProviderClient;
@@ -164,7 +164,9 @@ pub(super) struct CoreState {
     ever_ready: HashSet<String>,
     /// Node cache key → since when it is unneeded (`unneeded.Nodes`).
     pub(super) unneeded_since: HashMap<String, Instant>,
-    /// Node cache key → when scale-down tainted it ToBeDeleted. A failed deletion untaints.
+    /// Node cache key → when scale-down tainted it ToBeDeleted. A failed deletion untaints; an
+    /// accepted one keeps it. The taint is on the Kubernetes node, so a restart keeps it until
+    /// the new process's `cleanUpIfRequired`.
     pub(super) tainted: HashMap<String, Instant>,
     /// Node cache key → its scale-down deletion, until its result is collected.
     pub(super) deleting: HashMap<String, InProgress>,
@@ -429,6 +431,34 @@ impl MockAutoscaler {
         self.bg.stop();
     }
 
+    /// The autoscaler process is restarted (a rollout, an eviction, a crash): [`Self::exit`]
+    /// (`ExitCleanUp`: Cleanup with [`AutoscalerConfig::write_status_configmap`]; the
+    /// deletions in flight die with the process), then a new process with fresh client caches
+    /// (NodeGroups, NodeGroupForNode, templates, GPU answers), an empty NodeGroupNodes cache
+    /// filled again before its first loop, and empty core state (cluster state, backoffs,
+    /// scale-up requests, unneeded timers, the node-info cache). What lives in Kubernetes stays:
+    /// the workload, the nodes' creation times (first seen) and their ToBeDeleted taints, which
+    /// the new process's first loop removes from every node NodeGroupForNode places in a group
+    /// (`core/static_autoscaler.go` `cleanUpIfRequired`, `filterNodesFromSelectedGroups`, at
+    /// cluster-autoscaler-1.33.0 … 1.36.0). The timeline goes on; [`EventKind::Restarted`]
+    /// marks the restart.
+    pub async fn restart(&mut self) {
+        self.exit().await;
+        self.client = ExternalGrpcClient::with_generation(
+            self.client.grpc.clone(),
+            self.config.call_deadline,
+            self.config.wire_generation(),
+        );
+        self.extras = ClientExtras::default();
+        self.bg = Background::default();
+        self.crash = Crash::default();
+        let old = std::mem::take(&mut self.state);
+        self.state.demand = old.demand;
+        self.state.node_first_seen = old.node_first_seen;
+        self.state.tainted = old.tainted;
+        self.rec.record(EventKind::Restarted);
+    }
+
     /// Runs `n` loops, `loop_interval` apart, and returns their summaries.
     pub async fn run_loops(&mut self, n: usize) -> Vec<LoopSummary> {
         let mut out = Vec::with_capacity(n);
@@ -656,14 +686,28 @@ impl MockAutoscaler {
         }
         let listed = self.nodes.list_nodes().await;
         if !self.state.initialized {
-            // `cleanUpIfRequired`, once per process, before anything else of the first loop:
-            // ToBeDeleted taints left by an earlier run are removed from the nodes of the
+            // `cleanUpIfRequired`, once per process, before anything else of the first loop
+            // (`core/static_autoscaler.go`, cluster-autoscaler-1.33.0 … 1.36.0): the
+            // ToBeDeleted taints an earlier process left are removed from the nodes of the
             // groups `filterNodesFromSelectedGroups` finds, asking NodeGroupForNode per node
-            // (before any Refresh; the answers stay cached until it).
+            // (before any Refresh; the answers stay cached until it). A node whose
+            // NodeGroupForNode fails or answers "" keeps its taint.
             self.state.initialized = true;
             if let Ok(nodes) = &listed {
+                let mut cleaned = Vec::new();
                 for node in nodes {
-                    let _ = self.client.node_group_for_node(node, &mut self.rec).await;
+                    let group = self.client.node_group_for_node(node, &mut self.rec).await;
+                    if matches!(group, Ok(Some(_)))
+                        && self.state.tainted.remove(&node.cache_key()).is_some()
+                    {
+                        cleaned.push(node.name.clone());
+                    }
+                }
+                if !cleaned.is_empty() {
+                    self.rec
+                        .record(EventKind::Decided(Decision::ToBeDeletedTaintsCleaned {
+                            nodes: cleaned,
+                        }));
                 }
             }
         }
@@ -751,8 +795,9 @@ impl MockAutoscaler {
                 }));
             return Ok(());
         }
+        let upcoming = self.upcoming_nodes(&snap);
         let (needed, pending) = self.resolve_demand(&snap);
-        self.scale_up(&snap, pending).await;
+        self.scale_up(&snap, &upcoming, pending).await;
         self.scale_down(&snap, needed).await;
         Ok(())
     }
@@ -1450,7 +1495,20 @@ impl MockAutoscaler {
             }
         }
         by_group.sort_by(|a, b| a.0.id.cmp(&b.0.id));
-        for (group, mut fakes) in by_group {
+        for (answered, mut fakes) in by_group {
+            // The group object is the NodeGroups one (`nodeGroupsById`), with its min size; a
+            // group NodeGroupForNode named that NodeGroups does not list is a nil NodeGroup,
+            // whose TargetSize call kills the process.
+            let Some(group) = snap.group(&answered.id).map(|v| v.group.clone()) else {
+                let why = format!(
+                    "removeOldUnregisteredNodes: NodeGroupForNode placed {} in node group {}, \
+                     which NodeGroups does not list, and the nil node group's TargetSize is \
+                     called: nil pointer dereference",
+                    fakes.first().map_or("", |f| f.name.as_str()),
+                    answered.id
+                );
+                return self.crash(why).await;
+            };
             let Ok(target) = self.client.target_size(&group.id, &mut self.rec).await else {
                 continue;
             };
@@ -1592,6 +1650,43 @@ impl MockAutoscaler {
         Ok(fixed)
     }
 
+    /// `GetUpcomingNodes` (`clusterstate/clusterstate.go`) with `addUpcomingNodesToClusterSnapshot`
+    /// (`core/static_autoscaler.go`), checked at cluster-autoscaler-1.28.0, 1.33.0, 1.35.0 and
+    /// 1.36.0: per group, target − (Ready + Unready + LongUnregistered); Deleted nodes (the
+    /// ToBeDeleted taint, as the client has no HasInstance: `hasCloudProviderInstance`) and
+    /// NotStarted and unregistered ones are not subtracted, so they count as upcoming. From
+    /// 1.36 (commit 251652c2ee) a group without a scale-up request, or backed off, has none;
+    /// a group without a template gets no copies (`getUpcomingNodeInfos`). Each group's count
+    /// is recorded ([`Observation::Upcoming`]); returns those injected, by group.
+    fn upcoming_nodes(&mut self, snap: &Snapshot) -> Vec<(String, u32)> {
+        let mut out = Vec::new();
+        for v in &snap.groups {
+            let id = &v.group.id;
+            let request = self.state.scale_ups.get(id).map(|r| r.increase);
+            let release_counts = !self.config.upcoming_needs_scale_up_request()
+                || (request.is_some() && !self.state.backed_off(id, snap.now));
+            let has_template = matches!(snap.templates.get(id), Some(Ok(_)));
+            let upcoming = v.upcoming();
+            let counted = upcoming > 0 && release_counts && has_template;
+            self.rec
+                .record(EventKind::Observed(Observation::Upcoming(UpcomingNodes {
+                    group: id.clone(),
+                    target: v.target,
+                    ready: v.ready.len(),
+                    unready: v.unready.len(),
+                    long_unregistered: v.long_unregistered.len(),
+                    deleted: v.being_deleted.len(),
+                    upcoming,
+                    requested: request,
+                    counted,
+                })));
+            if counted {
+                out.push((id.clone(), u32::try_from(upcoming).unwrap_or(0)));
+            }
+        }
+        out
+    }
+
     /// Scale-up (`ScaleUpOrchestrator.ScaleUp`): what upcoming nodes do not cover goes to the
     /// first group that is neither backed off nor at max, has a node template, and (for pods)
     /// has a template some pending pod fits; the increase is capped at max. Every group is
@@ -1601,19 +1696,19 @@ impl MockAutoscaler {
     /// NodeGroupGetOptions again for a group the pods fit (`computeExpansionOption`). The
     /// executor asks GetAvailableGPUTypes, then NodeGroupIncreaseSize; a success registers
     /// the scale-up request (NodeGroupGetOptions: the max provision time) and recalculates.
-    async fn scale_up(&mut self, snap: &Snapshot, pending: Pending) {
+    async fn scale_up(
+        &mut self,
+        snap: &Snapshot,
+        upcoming_nodes: &[(String, u32)],
+        pending: Pending,
+    ) {
         let now = snap.now;
-        // Upcoming nodes count only for groups with a live scale-up request and no backoff.
-        let upcoming_groups: Vec<&GroupView> = snap
-            .groups
+        // The upcoming nodes `GetUpcomingNodes` counts, injected as template copies.
+        let upcoming_groups: Vec<(&GroupView, u32)> = upcoming_nodes
             .iter()
-            .filter(|v| {
-                self.state.scale_ups.contains_key(&v.group.id)
-                    && !self.state.backed_off(&v.group.id, now)
-            })
+            .filter_map(|(id, n)| snap.group(id).map(|v| (v, *n)))
             .collect();
-        let upcoming =
-            u32::try_from(upcoming_groups.iter().map(|v| v.upcoming()).sum::<i32>()).unwrap_or(0);
+        let upcoming: u32 = upcoming_groups.iter().map(|(_, n)| n).sum();
         enum Work {
             /// Pending nodes' worth, and how many of them upcoming nodes leave.
             Nodes { pending: u32, need: u32 },
@@ -1637,11 +1732,11 @@ impl MockAutoscaler {
                 // As the real autoscaler, pods that fit on upcoming nodes (template copies)
                 // trigger nothing more.
                 let mut remaining = pods;
-                for v in &upcoming_groups {
+                for (v, n) in &upcoming_groups {
                     let Some(Ok(t)) = snap.templates.get(&v.group.id) else {
                         continue;
                     };
-                    let mut room = vec![t.allocatable; usize::try_from(v.upcoming()).unwrap_or(0)];
+                    let mut room = vec![t.allocatable; usize::try_from(*n).unwrap_or(0)];
                     remaining.retain(|p| !place(p, &mut room, &t.labels, &t.taints));
                 }
                 if remaining.is_empty() {

@@ -18,9 +18,12 @@
 //! of the durations in 3-5 it dereferences (`NodeGroup.GetOptions`; in 1.34.2 only when 8-10
 //! miss too), and for every release an OK template answer without the field it reads (the
 //! template pass dereferences the nil NodeInfo). A crash in a background deletion ends that
-//! deletion, and the next loop is reported aborted before it calls anything. The real process
-//! restarts with empty state; the mock keeps its own. Apart from the wire, every release runs
-//! the 1.33 / 1.35 core described here.
+//! deletion, and the next loop is reported aborted before it calls anything; so does, up to
+//! 1.29, a scale-down deletion whose NodeGroupForNode fails or answers "" (a nil node group in
+//! `delete_in_batch.go`; from 1.30 that deletion fails). The real process restarts with empty
+//! state; the mock keeps its own unless the test calls [`MockAutoscaler::restart`]. Apart from
+//! the wire and the points named here, every release runs the 1.33 / 1.35 core described
+//! here.
 //!
 //! Before the first loop (`ClusterStateRegistry.Start`) the NodeGroupNodes cache is filled:
 //! `NodeGroups`, then `NodeGroupNodes` per group, before any `Refresh`. Each
@@ -47,12 +50,18 @@
 //!    the group's min; instances Creating with an errorInfo are deleted with fake nodes every
 //!    loop, and back the group off only while it is scaling up; a target that registered
 //!    nodes stay below for the provision time is lowered with `NodeGroupDecreaseTargetSize`
-//!    (its error, or a failing `NodeGroupGetOptions`, aborts the loop); a scale-up not
-//!    fulfilled in time backs the group off (and from 1.36 is reverted with
-//!    `NodeGroupDecreaseTargetSize`); pending demand not covered by upcoming nodes scales the
-//!    first group that is neither backed off nor at max and has a node template that the
-//!    pending pods fit (`GetAvailableGPUTypes` once, a failed `NodeGroupIncreaseSize` backs it
-//!    off, 5 min doubling to 30 min); scale-down (below).
+//!    (its error, or a failing `NodeGroupGetOptions`, aborts the loop; when it acts, the rest
+//!    of the loop is skipped, and an OK answer that leaves the target where it was keeps the
+//!    mismatch's first observation, so it acts again every loop:
+//!    [`Timeline::longest_size_fix_streak`]); a scale-up not fulfilled in time backs the group
+//!    off (and from 1.36 is reverted with `NodeGroupDecreaseTargetSize`); pending demand not
+//!    covered by upcoming nodes scales the first group that is neither backed off nor at max
+//!    and has a node template that the pending pods fit (`GetAvailableGPUTypes` once, a
+//!    failed `NodeGroupIncreaseSize` backs it off, 5 min doubling to 30 min); scale-down
+//!    (below). Upcoming nodes are target − (Ready + Unready + LongUnregistered) per group,
+//!    recorded every loop ([`Observation::Upcoming`], [`Timeline::phantom_upcoming_nodes`]);
+//!    up to 1.35 every group's count, from 1.36 only that of a group with a scale-up request
+//!    and no backoff, become template copies that pending pods fit on.
 //!
 //! Scale-down follows `core/scaledown/`: Ready nodes beyond the demand and NotReady nodes
 //! become unneeded (candidates also cost two `NodeGroupGetOptions` each, the removable ones
@@ -64,12 +73,20 @@
 //! `--node-delete-delay-after-taint`, `NodeGroupGetOptions` then one `NodeGroupDeleteNodes` per
 //! node, all at once (`--node-deletion-batcher-interval` 0, the default; with an interval, one
 //! call per group per interval). The loop does not wait for them; the next loop collects their
-//! outcome. A failed call untaints its node, which the next loop tries again (its unneeded
-//! time kept); only with [`AutoscalerConfig::scale_down_delay_type_local`] does the group wait
-//! `--scale-down-delay-after-failure` first. A node still there after the max deletion time
-//! (5 min) is deleted again. [`MockAutoscaler::settle_deletions`] waits for the deletions in
-//! flight; [`MockAutoscaler::exit`] is the autoscaler's exit: `Cleanup` (with
-//! `--write-status-configmap`, the default) and the background work stopped.
+//! outcome. Each deletion asks `NodeGroupForNode` first (through the client's cache, empty
+//! after a Refresh) and deletes from the group it names. A failed call untaints its node, which
+//! the next loop tries again (its unneeded time kept); only with
+//! [`AutoscalerConfig::scale_down_delay_type_local`] does the group wait
+//! `--scale-down-delay-after-failure` first. An OK call keeps the ToBeDeleted taint: while the
+//! node is listed it is unschedulable, no template, and counted Deleted by cluster state (the
+//! client has no HasInstance), so a target that still counts it makes a phantom upcoming
+//! node. A node still there after the max deletion time (5 min) is deleted again.
+//! [`MockAutoscaler::settle_deletions`] waits for the deletions in flight;
+//! [`MockAutoscaler::exit`] is the autoscaler's exit: `Cleanup` (with
+//! `--write-status-configmap`, the default) and the background work stopped;
+//! [`MockAutoscaler::restart`] exits and starts a new process (fresh caches and state, the
+//! Kubernetes side kept), whose first loop removes the ToBeDeleted taint from every node
+//! NodeGroupForNode places in a group ([`Decision::ToBeDeletedTaintsCleaned`]).
 //!
 //! Every RPC runs under [`AutoscalerConfig::call_deadline`] (5 s by default), sent as
 //! `grpc-timeout` and enforced locally: a late answer is a `DeadlineExceeded` failure, as in the
@@ -114,8 +131,11 @@
 //!   the template pass;
 //! - `--force-delete-unregistered-nodes` / `--force-delete-failed-nodes` (the client has no
 //!   ForceDeleteNodes anyway), `--enforce-node-group-min-size`, node-group auto-provisioning;
-//! - the cores of releases before 1.33 beyond their wire (they run the 1.33 loop), and the
-//!   restart after a crash (the mock goes on with its state);
+//! - the cores of releases before 1.33 beyond their wire and the nil node group of 1.28 and
+//!   1.29 deletions (they run the 1.33 loop), and the restart after a crash (the mock goes on
+//!   with its state unless the test calls [`MockAutoscaler::restart`]);
+//! - the `Suspended` node condition (1.36 readiness) and scale-down requests in the acceptable
+//!   range;
 //! - the first NodeGroupNodes cache fill runs concurrently with the first loop in the real
 //!   autoscaler; here the first loop waits for it. The NodeGroupNodes cache entries older
 //!   than 5 minutes only produce a warning upstream, so nothing here either.
@@ -171,6 +191,6 @@ pub use pods::{
 };
 pub use timeline::{
     Call, Decision, Event, EventKind, GroupObservation, InstanceCounts, LoopSummary, Observation,
-    RemovedNode, Reply, Request, Rpc, RpcError, ScaleDownReason, Timeline,
+    RemovedNode, Reply, Request, Rpc, RpcError, ScaleDownReason, Timeline, UpcomingNodes,
 };
 pub use wire::{NodeGroupOptions, OptionsAnswer, WireGeneration};

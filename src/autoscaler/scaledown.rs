@@ -339,8 +339,9 @@ impl MockAutoscaler {
                 );
                 deletions.push(Deletion { node, drain });
             }
+            let client = (self.client.grpc.clone(), self.client.group_for_node.clone());
             self.bg
-                .start_deletion(self.client.grpc.clone(), &self.config, &group, deletions);
+                .start_deletion(client, &self.config, &group, deletions);
         }
         self.state.last_scale_down_delete = Some(now);
         self.recalculate(&group_ids).await;

@@ -52,6 +52,12 @@ struct FakeState {
     delays: HashMap<&'static str, Duration>,
     /// DeleteNodes removes the instances (else it only lowers the target).
     delete_removes_instances: bool,
+    /// DeleteNodes answers OK and changes nothing: the VM stays, and so does the target (a
+    /// provider that put a removed VM back).
+    delete_changes_nothing: bool,
+    /// NodeGroupForNode answers this for every node (a default group: id "", as a provider
+    /// that just restarted and knows no VM yet).
+    for_node_answer: Option<pb::NodeGroup>,
     log: Vec<ServerCall>,
     deleted: Vec<(String, Vec<pb::ExternalGrpcNode>)>,
     deleted_refused: Vec<(String, Vec<pb::ExternalGrpcNode>)>,
@@ -153,7 +159,11 @@ impl CloudProvider for FakeProvider {
         self.enter("NodeGroupForNode", &req).await;
         let provider_id = req.into_inner().node.unwrap_or_default().provider_id;
         let group = self
-            .edit(|s| Self::group_of(s, &provider_id))
+            .edit(|s| {
+                s.for_node_answer
+                    .clone()
+                    .or_else(|| Self::group_of(s, &provider_id))
+            })
             .unwrap_or_default();
         Ok(Response::new(pb::NodeGroupForNodeResponse {
             node_group: Some(group),
@@ -223,6 +233,10 @@ impl CloudProvider for FakeProvider {
             if let Some(e) = &s.delete_error {
                 s.deleted_refused.push((r.id.clone(), r.nodes.clone()));
                 return Err(e.clone());
+            }
+            if s.delete_changes_nothing {
+                s.deleted.push((r.id, r.nodes));
+                return Ok(Response::new(pb::NodeGroupDeleteNodesResponse {}));
             }
             *s.targets.entry(r.id.clone()).or_default() -= i32::try_from(r.nodes.len()).unwrap();
             if s.delete_removes_instances {
@@ -1541,4 +1555,5 @@ async fn a_template_error_other_than_unimplemented_aborts_the_loop() {
     assert_eq!(summary.count(Rpc::NodeGroupIncreaseSize), 1, "{summary}");
 }
 
+mod lifecycle;
 mod upstream;

@@ -539,6 +539,69 @@ pub enum Observation {
         /// Node names.
         nodes: Vec<String>,
     },
+    /// What `GetUpcomingNodes` found for one node group, once per loop that gets that far
+    /// (past `fixNodeGroupSize`), for every group.
+    Upcoming(UpcomingNodes),
+}
+
+/// One node group's upcoming nodes in one loop (`clusterstate.go` `GetUpcomingNodes`):
+/// `target − (ready + unready + long_unregistered)`. Nodes with the ToBeDeleted taint count as
+/// Deleted, in none of the three: a target that still includes one (a provider that put a
+/// removed VM back) makes a phantom upcoming node, on which pending pods "fit".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpcomingNodes {
+    /// Node group id.
+    pub group: String,
+    /// NodeGroupTargetSize answer of the loop.
+    pub target: i32,
+    /// Registered Ready nodes (not Deleted).
+    pub ready: usize,
+    /// Registered NotReady nodes past their startup time (not Deleted).
+    pub unready: usize,
+    /// Instances without a node for longer than the provision time.
+    pub long_unregistered: usize,
+    /// Registered nodes counted Deleted (tainted ToBeDeleted), outside the subtraction.
+    pub deleted: usize,
+    /// The upcoming nodes upstream computes (never below 0).
+    pub upcoming: i32,
+    /// The increase of the group's scale-up request, if it has one.
+    pub requested: Option<i32>,
+    /// Whether they are injected into the snapshot as template copies, so pending pods fit
+    /// on them: up to 1.35 always; from 1.36 only for a group with a scale-up request and no
+    /// backoff; never for a group without a node template.
+    pub counted: bool,
+}
+
+impl UpcomingNodes {
+    /// Upcoming nodes no scale-up request of the autoscaler accounts for (e.g. a target the
+    /// provider keeps above the nodes it still has).
+    pub fn phantom(&self) -> i32 {
+        (self.upcoming - self.requested.unwrap_or(0)).max(0)
+    }
+}
+
+impl fmt::Display for UpcomingNodes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} upcoming in {} (target {} - {} ready - {} unready - {} long unregistered; {} deleted",
+            self.upcoming,
+            self.group,
+            self.target,
+            self.ready,
+            self.unready,
+            self.long_unregistered,
+            self.deleted
+        )?;
+        if let Some(r) = self.requested {
+            write!(f, "; scale-up request +{r}")?;
+        }
+        let phantom = self.phantom();
+        if phantom > 0 {
+            write!(f, "; {phantom} phantom")?;
+        }
+        f.write_str(if self.counted { ")" } else { "; not counted)" })
+    }
 }
 
 /// Why scale-down removes a node.
@@ -704,6 +767,14 @@ pub enum Decision {
         /// Why.
         reason: String,
     },
+    /// A new autoscaler process, in its first loop (`cleanUpIfRequired`), removed the
+    /// ToBeDeleted taint from these nodes, left by an earlier process: they are schedulable
+    /// and no longer counted Deleted. Only nodes NodeGroupForNode placed in a group are
+    /// cleaned.
+    ToBeDeletedTaintsCleaned {
+        /// Node names.
+        nodes: Vec<String>,
+    },
 }
 
 impl fmt::Display for Decision {
@@ -789,6 +860,9 @@ impl fmt::Display for Decision {
                 write!(f, "cluster unhealthy: {unready} of {total} nodes unready")
             }
             Decision::SkipRestOfLoop { reason } => write!(f, "rest of loop skipped: {reason}"),
+            Decision::ToBeDeletedTaintsCleaned { nodes } => {
+                write!(f, "clean ToBeDeleted taints from [{}]", nodes.join(", "))
+            }
         }
     }
 }
@@ -818,6 +892,11 @@ pub enum EventKind {
         /// How long it took.
         duration: Duration,
     },
+    /// The autoscaler process was restarted
+    /// ([`MockAutoscaler::restart`](super::MockAutoscaler::restart)): the old one exited
+    /// (Cleanup with the status configmap), the new one starts with empty caches and state;
+    /// its `loop_no` is the last loop of the old process.
+    Restarted,
 }
 
 /// One entry of the timeline.
@@ -885,10 +964,12 @@ impl fmt::Display for Event {
                 Observation::GpuUnready { nodes } => {
                     write!(f, "GPU not ready yet on {}", nodes.join(", "))
                 }
+                Observation::Upcoming(u) => write!(f, "saw {u}"),
             },
             EventKind::Decided(d) => write!(f, "decide {d}"),
             EventKind::LoopAborted { reason } => write!(f, "ABORTED: {reason}"),
             EventKind::LoopFinished { duration } => write!(f, "end ({})", ms(*duration)),
+            EventKind::Restarted => f.write_str("RESTARTED: a new autoscaler process"),
         }
     }
 }
@@ -969,6 +1050,14 @@ impl LoopSummary {
     /// Number of calls of `rpc` in this loop.
     pub fn count(&self, rpc: Rpc) -> usize {
         self.calls.iter().filter(|c| c.rpc() == rpc).count()
+    }
+
+    /// `fixNodeGroupSize` acted in this loop (asked NodeGroupDecreaseTargetSize for some
+    /// group), which ends the loop, or aborts it if the call failed.
+    pub fn fixed_node_group_size(&self) -> bool {
+        self.decisions
+            .iter()
+            .any(|d| matches!(d, Decision::FixNodeGroupSize { .. }))
     }
 }
 
@@ -1138,6 +1227,65 @@ impl Timeline {
                 }
                 _ => None,
             })
+            .collect()
+    }
+
+    /// What `GetUpcomingNodes` found for `group`, per loop that got that far.
+    pub fn upcoming_nodes(&self, group: &str) -> Vec<(u64, &UpcomingNodes)> {
+        self.observations()
+            .into_iter()
+            .filter_map(|(n, o)| match o {
+                Observation::Upcoming(u) if u.group == group => Some((n, u)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Every group's upcoming nodes with a phantom ([`UpcomingNodes::phantom`]): more
+    /// upcoming nodes than the group's scale-up request accounts for, with the loop number.
+    pub fn phantom_upcoming_nodes(&self) -> Vec<(u64, &UpcomingNodes)> {
+        self.observations()
+            .into_iter()
+            .filter_map(|(n, o)| match o {
+                Observation::Upcoming(u) if u.phantom() > 0 => Some((n, u)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The loops in which `fixNodeGroupSize` acted ([`LoopSummary::fixed_node_group_size`]).
+    pub fn size_fix_loops(&self) -> Vec<u64> {
+        self.loops
+            .iter()
+            .filter(|l| l.fixed_node_group_size())
+            .map(|l| l.loop_no)
+            .collect()
+    }
+
+    /// The longest run of consecutive loops in which `fixNodeGroupSize` acted: above 1, a
+    /// NodeGroupDecreaseTargetSize that left the target where it was (the incorrect size
+    /// keeps its first observation, so it is due again at once), each such loop skipping
+    /// scale-up and scale-down.
+    pub fn longest_size_fix_streak(&self) -> usize {
+        let mut longest = 0;
+        let mut run = 0;
+        for l in &self.loops {
+            if l.fixed_node_group_size() {
+                run += 1;
+                longest = longest.max(run);
+            } else {
+                run = 0;
+            }
+        }
+        longest
+    }
+
+    /// The loop numbers after which the autoscaler process was restarted.
+    pub fn restarts(&self) -> Vec<u64> {
+        self.events
+            .iter()
+            .filter(|e| matches!(e.kind, EventKind::Restarted))
+            .map(|e| e.loop_no)
             .collect()
     }
 

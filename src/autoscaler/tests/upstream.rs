@@ -8,7 +8,7 @@ use super::*;
 
 /// Options as the provider answers them: each duration given in both of its fields
 /// (google.protobuf.Duration 8-10 and meta.v1.Duration 3-5), each one not given in neither.
-fn group_options(
+pub(super) fn group_options(
     unneeded: Option<Duration>,
     unready: Option<Duration>,
     provision: Option<Duration>,
@@ -32,7 +32,7 @@ fn group_options(
 }
 
 /// The flags of [`config`] as options, in the fields of every release.
-fn flag_options() -> pb::NodeGroupAutoscalingOptions {
+pub(super) fn flag_options() -> pb::NodeGroupAutoscalingOptions {
     let c = config();
     group_options(
         Some(c.scale_down_unneeded_time),
