@@ -53,7 +53,7 @@ pub fn status(e: &Error) -> Status {
             CsError::Unreachable { .. } | CsError::Http { .. } | CsError::Malformed { .. } => {
                 Code::Unavailable
             }
-            CsError::Unauthorized { .. } => Code::PermissionDenied,
+            CsError::Unauthorized { .. } | CsError::NotPermitted { .. } => Code::PermissionDenied,
             CsError::Api { .. } => Code::FailedPrecondition,
             CsError::Config(_) => Code::Internal,
         },

@@ -335,7 +335,16 @@ fn scale_calls_send_only_the_cluster_id_and_the_size_or_node_ids() {
             } else {
                 ("nodeids", vm_ids.join(","))
             };
-            let mut expected = vec!["apiKey", "command", "id", "response", "signature", extra];
+            let mut expected = vec![
+                "apiKey",
+                "command",
+                "expires",
+                "id",
+                "response",
+                "signature",
+                "signatureversion",
+                extra,
+            ];
             expected.sort_unstable();
             prop_assert_eq!(names, expected, "{}", query);
             let get = |name: &str| {

@@ -27,6 +27,16 @@ pub enum CsError {
         http_status: u16,
         detail: String,
     },
+    /// The command does not exist for this API key or its role does not allow it: CloudStack's
+    /// 432 "The given command does not exist or it is not available for user" (`ApiServer`
+    /// on an `UnavailableCommandException` from the role checker, or an unknown command), or
+    /// the 401 "The given command '…' either does not exist, is not available for user" that
+    /// `ApiServer.verifyRequest` (`commandAvailable`) answers when the role check throws
+    /// `PermissionDeniedException`. The key itself was accepted. Asking again gives the same
+    /// answer, so this is never retried; a caller can note once that the command is
+    /// unavailable (e.g. the Project Kubernetes Service Role lacks `listAsyncJobs`).
+    #[error("the API key may not call {command}: {detail}")]
+    NotPermitted { command: String, detail: String },
     /// A non-success HTTP status without a CloudStack envelope (proxy error page, 5xx HTML...).
     #[error("CloudStack returned HTTP {http_status} for {command}: {snippet}")]
     Http {
@@ -55,7 +65,14 @@ impl CsError {
             CsError::Unreachable { .. } | CsError::Malformed { .. } => true,
             CsError::Http { http_status, .. } => *http_status >= 500 || *http_status == 429,
             CsError::Api { errorcode, .. } => *errorcode == 429,
-            CsError::Unauthorized { .. } | CsError::Config(_) => false,
+            CsError::Unauthorized { .. } | CsError::NotPermitted { .. } | CsError::Config(_) => {
+                false
+            }
         }
+    }
+
+    /// The key may not call this command (see [`CsError::NotPermitted`]).
+    pub fn is_not_permitted(&self) -> bool {
+        matches!(self, CsError::NotPermitted { .. })
     }
 }

@@ -8,13 +8,14 @@ pub mod sign;
 pub mod types;
 
 pub use error::CsError;
-use types::{AsyncJob, KubernetesCluster, ServiceOffering};
+use types::{AsyncJob, KubernetesCluster, ServiceOffering, VirtualMachine};
 
 use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Where and how to reach CloudStack.
 #[derive(Clone)]
@@ -67,8 +68,26 @@ impl std::fmt::Debug for ClientConfig {
     }
 }
 
-/// Page size for list commands that follow paging.
+/// Page size for list commands that follow paging, until CloudStack names a lower limit (see
+/// [`Client::page_size`]).
 const DEFAULT_PAGE_SIZE: u32 = 500;
+
+/// How long a signed request stays valid: its `expires` is the wall clock plus this. Long
+/// enough for a management server's clock a little behind ours and for a slow answer (the
+/// server checks `expires` when the request arrives, not when it answers), short enough that a
+/// captured URL cannot be replayed for long.
+pub const DEFAULT_SIGNATURE_EXPIRY: Duration = Duration::from_secs(5 * 60);
+
+/// How far before the wanted instant the `startdate` of `listAsyncJobs` is put. The parameter
+/// is a DATE: CloudStack reads only `yyyy-MM-dd` and takes midnight in the management
+/// server's own time zone (`SimpleDateFormat` with the JVM's default zone), which can be up to
+/// 12 hours after midnight UTC (UTC-12). Jobs created before the wanted instant are dropped
+/// from the answer by `created` instead.
+const STARTDATE_ZONE_SLACK: Duration = Duration::from_secs(12 * 3600);
+
+/// At most this many ids go in one `listVirtualMachines ids=…` request, so the URL stays well
+/// under the header size a servlet container accepts (37 characters an id).
+const VM_IDS_PER_CALL: usize = 50;
 
 /// Upper bound on pages fetched for one list call, so a server that ignores `page` cannot keep
 /// us looping.
@@ -93,7 +112,10 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Clone)]
 pub struct Client {
     inner: Arc<Inner>,
+    /// Page size asked for; CloudStack's limit, once learned, caps it ([`Client::page_size`]).
     page_size: u32,
+    /// Added to the wall clock for each request's `expires`.
+    signature_expiry: Duration,
 }
 
 struct Inner {
@@ -103,6 +125,9 @@ struct Inner {
     secret_key: String,
     project_id: Option<String>,
     request_timeout: Duration,
+    /// The largest `pagesize` CloudStack accepts, learned from its refusal (0: not known yet).
+    /// Shared by every clone, so one refusal serves all list calls.
+    page_limit: AtomicU32,
 }
 
 impl std::fmt::Debug for Client {
@@ -111,7 +136,8 @@ impl std::fmt::Debug for Client {
             .field("api_url", &self.inner.api_url)
             .field("api_key", &crate::redact::mask(&self.inner.api_key))
             .field("project_id", &self.inner.project_id)
-            .field("page_size", &self.page_size)
+            .field("page_size", &self.page_size())
+            .field("signature_expiry", &self.signature_expiry)
             .finish_non_exhaustive()
     }
 }
@@ -135,7 +161,12 @@ const LIST_SERVICE_OFFERINGS: ListSpec = ListSpec {
     command: "listServiceOfferings",
     field: "serviceoffering",
 };
+const LIST_VMS: ListSpec = ListSpec {
+    command: "listVirtualMachines",
+    field: "virtualmachine",
+};
 const SCALE_CLUSTER: &str = "scaleKubernetesCluster";
+const STOP_VM: &str = "stopVirtualMachine";
 const LIST_CAPABILITIES: &str = "listCapabilities";
 const QUERY_JOB: &str = "queryAsyncJobResult";
 
@@ -159,6 +190,9 @@ impl Client {
                 "api URL {:?} must not carry a query or fragment",
                 config.api_url
             )));
+        }
+        if url.scheme() == "http" {
+            warn_plain_http(url.host_str().unwrap_or_default());
         }
         if config.request_timeout.is_zero() {
             return Err(CsError::Config(
@@ -204,9 +238,32 @@ impl Client {
                 secret_key: config.secret_key,
                 project_id: config.project_id.filter(|p| !p.is_empty()),
                 request_timeout: config.request_timeout,
+                page_limit: AtomicU32::new(0),
             }),
             page_size: DEFAULT_PAGE_SIZE,
+            signature_expiry: DEFAULT_SIGNATURE_EXPIRY,
         })
+    }
+
+    /// The same client (same pool, same learned page limit) signing each request to expire
+    /// `expiry` after it is sent (at least one second; [`DEFAULT_SIGNATURE_EXPIRY`] unless set).
+    pub fn with_signature_expiry(mut self, expiry: Duration) -> Self {
+        self.signature_expiry = expiry.max(Duration::from_secs(1));
+        self
+    }
+
+    /// How long after it is sent a request's signature expires.
+    pub fn signature_expiry(&self) -> Duration {
+        self.signature_expiry
+    }
+
+    /// The `pagesize` list calls send: 500, or less once CloudStack has refused a larger one
+    /// and named its limit (`default.page.size`).
+    pub fn page_size(&self) -> u32 {
+        match self.inner.page_limit.load(Ordering::Relaxed) {
+            0 => self.page_size,
+            limit => self.page_size.min(limit),
+        }
     }
 
     /// How long one request may take before it counts as unanswered.
@@ -285,23 +342,97 @@ impl Client {
         .await
     }
 
-    /// One page of `listAsyncJobs startdate=… page=… pagesize=…`: the jobs created at or after
-    /// `startdate` (CloudStack's `yyyy-MM-dd'T'HH:mm:ssZ`, see [`types::cloudstack_date`]),
-    /// which CloudStack lists oldest first (by id). The flag says whether another page may
-    /// follow. Read one page at a time so a long job history is never held in memory whole.
+    /// One page of the jobs created at or after `startdate` (CloudStack's
+    /// `yyyy-MM-dd'T'HH:mm:ssZ`, see [`types::cloudstack_date`]), which CloudStack lists oldest
+    /// first (by id): [`Client::list_async_jobs_since`] for that instant. A `startdate` in
+    /// another form is sent as it is and nothing is filtered. The flag says whether another
+    /// page may follow. Read one page at a time so a long job history is never held in memory
+    /// whole.
     pub async fn list_async_jobs_page(
         &self,
         startdate: &str,
         page: u32,
     ) -> Result<(Vec<types::ListedJob>, bool), CsError> {
-        let params = vec![
-            ("startdate", startdate.to_string()),
-            ("page", page.max(1).to_string()),
-            ("pagesize", self.page_size.to_string()),
-        ];
-        let jobs: Vec<types::ListedJob> = self.list_one_page(&LIST_ASYNC_JOBS, params).await?;
-        let more = u32::try_from(jobs.len()).is_ok_and(|n| n >= self.page_size);
+        match types::parse_cloudstack_date(startdate) {
+            Some(since) => self.list_async_jobs_since(since, page).await,
+            None => {
+                self.list_async_jobs(startdate.trim().to_string(), None, page)
+                    .await
+            }
+        }
+    }
+
+    /// One page of `listAsyncJobs startdate=yyyy-MM-dd page=… pagesize=…` keeping the jobs
+    /// created at or after `since_unix` (seconds since the Unix epoch). `startdate` is a DATE
+    /// parameter: CloudStack drops any time part and lists from midnight in its own time zone,
+    /// so the date sent is that of `since_unix` less 12 hours (the earliest midnight any zone
+    /// can mean) and the jobs created before `since_unix` are dropped here, by `created`; a job
+    /// whose `created` is absent or unreadable is kept. The flag says whether another page may
+    /// follow (the page CloudStack sent was full, before filtering).
+    pub async fn list_async_jobs_since(
+        &self,
+        since_unix: u64,
+        page: u32,
+    ) -> Result<(Vec<types::ListedJob>, bool), CsError> {
+        let day = types::cloudstack_day(since_unix.saturating_sub(STARTDATE_ZONE_SLACK.as_secs()));
+        self.list_async_jobs(day, Some(since_unix), page).await
+    }
+
+    async fn list_async_jobs(
+        &self,
+        startdate: String,
+        since_unix: Option<u64>,
+        page: u32,
+    ) -> Result<(Vec<types::ListedJob>, bool), CsError> {
+        let base = self.list_params(vec![("startdate", startdate)]);
+        let (mut jobs, _, size) = self
+            .list_page::<types::ListedJob>(&LIST_ASYNC_JOBS, &base, page.max(1), self.page_size())
+            .await?;
+        let more = u32::try_from(jobs.len()).is_ok_and(|n| n >= size);
+        if let Some(since) = since_unix {
+            jobs.retain(|job| job.created_unix().is_none_or(|created| created >= since));
+        }
         Ok((jobs, more))
+    }
+
+    /// `listVirtualMachines ids=… listall=true` (with `projectid` when configured): the VMs
+    /// CloudStack lists among `vm_ids`, in requests of at most 50 ids, each paged. A VM it
+    /// does not list (expunged, or not visible to the key) is absent from the answer. No ids
+    /// lists nothing (no request; CloudStack would list every VM).
+    pub async fn list_virtual_machines(
+        &self,
+        vm_ids: &[String],
+    ) -> Result<Vec<VirtualMachine>, CsError> {
+        if vm_ids
+            .iter()
+            .any(|id| id.trim().is_empty() || id.contains(','))
+        {
+            return Err(CsError::Config(format!(
+                "{} needs VM ids without commas, got {vm_ids:?}",
+                LIST_VMS.command
+            )));
+        }
+        let mut vms = Vec::new();
+        for chunk in vm_ids.chunks(VM_IDS_PER_CALL) {
+            let params = vec![("ids", chunk.join(",")), listall()];
+            let listed: Vec<VirtualMachine> = self.list_all_pages(&LIST_VMS, params).await?;
+            vms.extend(listed.into_iter().filter(|vm| chunk.contains(&vm.id)));
+        }
+        Ok(vms)
+    }
+
+    /// `stopVirtualMachine id=…`, with `forced=true` when `forced` (`StopVMCmd`: the VM is
+    /// marked Stopped even when the stop command cannot reach its host). Returns the job id;
+    /// the job's result holds the VM ([`AsyncJob::result_virtual_machine`]).
+    pub async fn stop_virtual_machine(&self, vm_id: &str, forced: bool) -> Result<String, CsError> {
+        if vm_id.trim().is_empty() {
+            return Err(CsError::Config(format!("{STOP_VM} needs a VM id")));
+        }
+        let mut params = vec![("id", vm_id.to_string())];
+        if forced {
+            params.push(("forced", "true".to_string()));
+        }
+        self.submit_async(STOP_VM, params).await
     }
 
     /// `listCapabilities`: the `cloudstackversion` CloudStack reports (an upgrade changes it).
@@ -360,6 +491,7 @@ impl Client {
             Err(CsError::Unreachable { .. }) => "unreachable",
             Err(CsError::Api { .. }) => "api_error",
             Err(CsError::Unauthorized { .. }) => "unauthorized",
+            Err(CsError::NotPermitted { .. }) => "not_permitted",
             Err(CsError::Http { .. }) => "http_error",
             Err(CsError::Malformed { .. }) => "malformed",
             Err(CsError::Config(_)) => "config",
@@ -385,6 +517,14 @@ impl Client {
         all.push(("command".to_string(), command.to_string()));
         all.push(("response".to_string(), "json".to_string()));
         all.extend(params.iter().map(|(k, v)| ((*k).to_string(), v.clone())));
+        // Signature version 3: the request is refused once `expires` has passed, so a captured
+        // URL cannot be replayed later (`ApiServer.verifyRequest`). The wall clock is read here.
+        let expires = wall_clock_secs().saturating_add(ceil_secs(self.signature_expiry));
+        all.push((
+            sign::SIGNATURE_VERSION.0.to_string(),
+            sign::SIGNATURE_VERSION.1.to_string(),
+        ));
+        all.push((sign::EXPIRES.to_string(), sign::expires_value(expires)));
         let query = sign::signed_query(&all, &inner.api_key, &inner.secret_key);
         let url = format!("{}?{}", inner.api_url, query);
 
@@ -516,7 +656,17 @@ impl Client {
                 .get("errortext")
                 .and_then(|t| serde_json::from_str::<String>(t.get()).ok())
                 .map_or_else(|| "(no error text)".to_string(), |t| self.redact(&t));
-            if status == 401 || errorcode == 401 || is_auth_text(&errortext) {
+            // A refused key or signature can also come as a 432; its text tells it apart.
+            let auth_text = is_auth_text(&errortext);
+            if !auth_text && (errorcode == 432 || is_unavailable_command_text(&errortext)) {
+                return Err(CsError::NotPermitted {
+                    command: command.into(),
+                    detail: format!(
+                        "{errortext} (errorcode {errorcode}, cserrorcode {cserrorcode})"
+                    ),
+                });
+            }
+            if status == 401 || errorcode == 401 || auth_text {
                 return Err(unauthorized(format!("{errortext} (errorcode {errorcode})")));
             }
             return Err(CsError::Api {
@@ -575,34 +725,100 @@ impl Client {
         Ok(items)
     }
 
+    /// Every page of a list command. Should CloudStack refuse the page size past the first
+    /// page (its limit lowered by a restart), the listing starts again at the smaller size,
+    /// since the pages already read were cut at the larger one.
     async fn list_all_pages<T: DeserializeOwned>(
         &self,
         spec: &ListSpec,
         params: Vec<(&str, String)>,
     ) -> Result<Vec<T>, CsError> {
         let base = self.list_params(params);
-        let page_size = self.page_size;
-        let mut items = Vec::new();
-        for page in 1..=MAX_PAGES {
-            let mut params = base.clone();
+        let mut page_size = self.page_size();
+        'listing: loop {
+            let mut items = Vec::new();
+            for page in 1..=MAX_PAGES {
+                let (mut batch, count, used) =
+                    self.list_page::<T>(spec, &base, page, page_size).await?;
+                if used != page_size {
+                    page_size = used;
+                    if page > 1 {
+                        continue 'listing;
+                    }
+                }
+                let got = batch.len();
+                items.append(&mut batch);
+                let page_full = u32::try_from(got).is_ok_and(|g| g >= page_size);
+                let count_reached =
+                    count.is_some_and(|c| u64::try_from(items.len()).unwrap_or(u64::MAX) >= c);
+                if !page_full || count_reached {
+                    return Ok(items);
+                }
+            }
+            return Err(malformed(
+                spec.command,
+                format!("paging did not end after {MAX_PAGES} pages"),
+            ));
+        }
+    }
+
+    /// One page of a list command (`base` already holds `projectid`): its items, `count`, and
+    /// the page size used. `BaseListCmd.getPageSize` refuses a `pagesize` above
+    /// `default.page.size` with 431 "Page size can't exceed max allowed page size value: N";
+    /// then N is kept as this client's limit (every list call uses it from then on) and the
+    /// same page is asked for again at once with N items.
+    async fn list_page<T: DeserializeOwned>(
+        &self,
+        spec: &ListSpec,
+        base: &[(&str, String)],
+        page: u32,
+        page_size: u32,
+    ) -> Result<(Vec<T>, Option<u64>, u32), CsError> {
+        let mut size = page_size;
+        loop {
+            let mut params = base.to_vec();
             params.push(("page", page.to_string()));
-            params.push(("pagesize", page_size.to_string()));
-            let (mut batch, count) = self
+            params.push(("pagesize", size.to_string()));
+            match self
                 .call_with(spec.command, &params, |inner| parse_list::<T>(spec, inner))
-                .await?;
-            let got = batch.len();
-            items.append(&mut batch);
-            let page_full = u32::try_from(got).is_ok_and(|g| g >= page_size);
-            let count_reached =
-                count.is_some_and(|c| u64::try_from(items.len()).unwrap_or(u64::MAX) >= c);
-            if !page_full || count_reached {
-                return Ok(items);
+                .await
+            {
+                Ok((items, count)) => return Ok((items, count, size)),
+                // The size strictly falls with each retry, so this ends.
+                Err(err) => match self.learn_page_limit(spec.command, &err) {
+                    Some(limit) if limit < size => size = limit,
+                    _ => return Err(err),
+                },
             }
         }
-        Err(malformed(
-            spec.command,
-            format!("paging did not end after {MAX_PAGES} pages"),
-        ))
+    }
+
+    /// The page-size limit a 431 refusal names, kept for the whole client (the smallest
+    /// seen wins); `None` for any other error.
+    fn learn_page_limit(&self, command: &str, err: &CsError) -> Option<u32> {
+        let CsError::Api {
+            errorcode: 431,
+            errortext,
+            ..
+        } = err
+        else {
+            return None;
+        };
+        let limit = page_limit_in(errortext)?;
+        let learned =
+            self.inner
+                .page_limit
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |known| {
+                    (known == 0 || limit < known).then_some(limit)
+                });
+        if learned.is_ok() {
+            tracing::info!(
+                command,
+                limit,
+                "CloudStack refuses larger pages (default.page.size); listing at most {limit} items a page from now on"
+            );
+        }
+        Some(self.page_size().min(limit))
     }
 
     /// Removes the API key, secret and any signature from text bound for errors or logs.
@@ -725,6 +941,57 @@ fn malformed(command: &str, detail: String) -> CsError {
 
 fn looks_like_json(text: &str) -> bool {
     matches!(text.trim_start().chars().next(), Some('{' | '['))
+}
+
+/// The page-size limit in CloudStack's refusal "Page size can't exceed max allowed page size
+/// value: N" (`BaseListCmd.getPageSize`), when it is at least 1.
+fn page_limit_in(errortext: &str) -> Option<u32> {
+    const NEEDLE: &str = "max allowed page size value:";
+    let lower = errortext.to_ascii_lowercase();
+    let rest = lower[lower.find(NEEDLE)? + NEEDLE.len()..].trim_start();
+    let digits: &str = &rest[..rest
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(rest.len())];
+    let limit: u64 = digits.parse().ok()?;
+    (limit >= 1).then(|| u32::try_from(limit).unwrap_or(u32::MAX))
+}
+
+/// Texts CloudStack uses when a command does not exist for the caller or its role does not
+/// allow it: "The given command does not exist or it is not available for user" (432),
+/// "The given command '…' either does not exist, is not available for user." (401 from
+/// `ApiServer.verifyRequest`), "The API … does not exist or is not available for this
+/// account." (the role checker's `UnavailableCommandException`).
+fn is_unavailable_command_text(text: &str) -> bool {
+    let lower = text.to_lowercase();
+    lower.contains("does not exist") && lower.contains("not available for")
+}
+
+/// Seconds since the Unix epoch on the wall clock (0 if it is before 1970).
+fn wall_clock_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// Whole seconds in `d`, rounded up.
+fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+/// Warns, once per process, that the API URL is plain HTTP: the API key and every signed URL
+/// then travel in clear text, and anyone on the path can read them.
+/// True when this call warned.
+fn warn_plain_http(host: &str) -> bool {
+    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if WARNED.swap(true, Ordering::Relaxed) {
+        return false;
+    }
+    tracing::warn!(
+        host,
+        "the CloudStack API URL is http://: the API key and signed requests travel in clear text; use https://"
+    );
+    true
 }
 
 /// Error texts CloudStack uses when the key or signature is refused.

@@ -59,6 +59,27 @@ pub fn signed_query(params: &[(String, String)], api_key: &str, secret_key: &str
     query
 }
 
+/// Name and value of the parameter that asks for signature version 3 (`ApiServer.verifyRequest`
+/// matches the name `signatureVersion` case-insensitively and compares the value with "3").
+pub const SIGNATURE_VERSION: (&str, &str) = ("signatureversion", "3");
+
+/// Name of the parameter that carries the expiry of a version-3 signature.
+pub const EXPIRES: &str = "expires";
+
+/// `unix_secs` as the `expires` of a version-3 signature: `yyyy-MM-dd'T'HH:mm:ss'Z'Z` in UTC,
+/// e.g. `2022-04-18T06:21:58Z+0000`. `ApiServer.verifyRequest` reads `expires` with
+/// `DateUtil.parseTZDateString`; older releases parse only that pattern (a literal `Z`, then
+/// the offset), newer ones try ISO 8601 forms first and keep it as their last, "legacy" form,
+/// so it is the one form every release accepts. Both `expires` and `signatureversion` are
+/// signed like every other parameter: the server rebuilds the string to sign from all but
+/// `signature`.
+pub fn expires_value(unix_secs: u64) -> String {
+    let stamp = super::types::cloudstack_date(unix_secs);
+    // `cloudstack_date` writes `yyyy-MM-ddTHH:mm:ss+0000`; the literal `Z` goes before the offset.
+    let (date_time, offset) = stamp.split_at(19);
+    format!("{date_time}Z{offset}")
+}
+
 /// The signature alone (base64 of HMAC-SHA1 over the lower-cased sorted query), exposed for tests.
 pub fn signature(params: &[(String, String)], secret_key: &str) -> String {
     // HMAC accepts keys of any length, so this cannot fail; fall back to an empty MAC input
@@ -218,6 +239,12 @@ mod tests {
         ]);
         let query = signed_query(&params, "k", "s").replace("a%20b", "a+b");
         assert!(verify_query(&query, "s"));
+    }
+
+    #[test]
+    fn expires_is_written_in_the_form_every_cloudstack_release_parses() {
+        assert_eq!(expires_value(1_650_262_918), "2022-04-18T06:21:58Z+0000");
+        assert_eq!(expires_value(0), "1970-01-01T00:00:00Z+0000");
     }
 
     #[test]

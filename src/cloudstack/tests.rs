@@ -113,8 +113,8 @@ async fn handle(State(state): State<MockState>, RawQuery(query): RawQuery) -> Re
     let raw = query.unwrap_or_default();
     // The server-side check: rebuild the string to sign from the decoded parameters, as
     // ApiServer does (sign::verify_query is pinned to an independently computed vector).
-    let signature_ok = sign::verify_query(&raw, SECRET);
     let params: Params = sign::parse_query(&raw).into_iter().collect();
+    let signature_ok = sign::verify_query(&raw, SECRET) && unexpired(&params);
     state.log.lock().unwrap().push(Received {
         params: params.clone(),
         signature_ok,
@@ -146,6 +146,31 @@ async fn handle(State(state): State<MockState>, RawQuery(query): RawQuery) -> Re
         reply.body,
     )
         .into_response()
+}
+
+/// `ApiServer.verifyRequest`'s check of signature version 3: `expires` present, in the form
+/// `DateUtil.parseTZDateString` reads on every release (`yyyy-MM-dd'T'HH:mm:ss'Z'Z`), and not
+/// past.
+fn unexpired(params: &Params) -> bool {
+    if params.get("signatureversion").map(String::as_str) != Some("3") {
+        return true;
+    }
+    expires_unix(params).is_some_and(|at| at >= wall_now())
+}
+
+/// The `expires` of a request, read as the oldest `DateUtil.parseTZDateString` reads it (a
+/// literal `Z` between the time and the offset).
+fn expires_unix(params: &Params) -> Option<u64> {
+    let expires = params.get("expires")?;
+    let (date_time, rest) = (expires.get(..19)?, expires.get(19..)?);
+    types::parse_cloudstack_date(&format!("{date_time}{}", rest.strip_prefix('Z')?))
+}
+
+fn wall_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
 }
 
 /// A cluster as CloudStack 4.21 lists it: numbers as strings for `cpunumber`/`memory`, one
@@ -845,7 +870,8 @@ async fn async_jobs_are_listed_one_page_at_a_time() {
     let reqs = cs.requests();
     assert_eq!(reqs.len(), 2, "one request per page asked for");
     for (r, page) in reqs.iter().zip(["1", "2"]) {
-        assert_eq!(r.params["startdate"], since);
+        // A DATE: the day alone, 12 hours earlier for a server in any time zone.
+        assert_eq!(r.params["startdate"], "2025-06-30");
         assert_eq!(
             (r.params["page"].as_str(), r.params["pagesize"].as_str()),
             (page, "2")
@@ -881,7 +907,16 @@ async fn scale_calls_send_only_their_parameters_and_return_the_job_id() {
     let keys = |r: &Received| r.params.keys().cloned().collect::<Vec<_>>();
     assert_eq!(
         keys(&reqs[0]),
-        ["apiKey", "command", "id", "response", "signature", "size"]
+        [
+            "apiKey",
+            "command",
+            "expires",
+            "id",
+            "response",
+            "signature",
+            "signatureversion",
+            "size"
+        ]
     );
     assert_eq!(reqs[0].params["size"], "4");
     assert_eq!(
@@ -889,10 +924,12 @@ async fn scale_calls_send_only_their_parameters_and_return_the_job_id() {
         [
             "apiKey",
             "command",
+            "expires",
             "id",
             "nodeids",
             "response",
-            "signature"
+            "signature",
+            "signatureversion"
         ]
     );
     assert_eq!(reqs[1].params["nodeids"], "vm-1,vm-2");
@@ -1160,4 +1197,455 @@ fn cloudstack_dates_read_back_as_written_whatever_the_offset() {
     ] {
         assert_eq!(parse_cloudstack_date(bad), None, "{bad}");
     }
+}
+
+/// A 431 as `BaseListCmd.getPageSize` sends it when `pagesize` exceeds `default.page.size`.
+fn page_size_refusal(command: &str, limit: usize) -> Reply {
+    json(
+        431,
+        error_body(
+            command,
+            431,
+            9999,
+            &format!("Page size can't exceed max allowed page size value: {limit}"),
+        ),
+    )
+}
+
+fn pagesize(params: &Params) -> usize {
+    params["pagesize"].parse().unwrap()
+}
+
+#[tokio::test]
+async fn a_refused_page_size_is_learned_once_and_used_by_every_list_call() {
+    let cs = MockCs::start(|p| {
+        let command = p["command"].as_str();
+        if pagesize(p) > 3 {
+            return page_size_refusal(command, 3);
+        }
+        match command {
+            "listAsyncJobs" => json(200, r#"{"listasyncjobsresponse":{}}"#),
+            _ => page_of(p, 7, false),
+        }
+    })
+    .await;
+    let client = cs.client();
+    assert_eq!(client.page_size(), 500);
+    let clusters = client.find_clusters_by_name("paged").await.unwrap();
+    assert_eq!(clusters.len(), 7);
+    let sizes_and_pages = |from: usize| {
+        cs.requests()[from..]
+            .iter()
+            .map(|r| (pagesize(&r.params), r.params["page"].clone()))
+            .collect::<Vec<_>>()
+    };
+    // Refused at 500, the same page again at once with 3, then pages of 3.
+    assert_eq!(
+        sizes_and_pages(0),
+        [
+            (500, "1".to_string()),
+            (3, "1".to_string()),
+            (3, "2".to_string()),
+            (3, "3".to_string())
+        ]
+    );
+    assert_eq!(client.page_size(), 3);
+
+    // A clone (the provider hands clones around) and another command use the limit at once.
+    let clone = client.clone();
+    let (jobs, more) = clone
+        .list_async_jobs_page("2025-07-01T09:00:00+0000", 1)
+        .await
+        .unwrap();
+    assert!(jobs.is_empty() && !more);
+    assert_eq!(sizes_and_pages(4), [(3, "1".to_string())]);
+    assert!(cs.requests().iter().all(|r| r.signature_ok));
+}
+
+#[tokio::test]
+async fn a_job_page_refused_for_its_size_is_asked_again_at_the_limit() {
+    let cs = MockCs::start(|p| {
+        if pagesize(p) > 2 {
+            return page_size_refusal("listAsyncJobs", 2);
+        }
+        let jobs = vec![job_json("j1", 0, 0, None), job_json("j2", 0, 0, None)];
+        json(
+            200,
+            serde_json::json!({ "listasyncjobsresponse": { "count": 5, "asyncjobs": jobs } })
+                .to_string(),
+        )
+    })
+    .await;
+    let (jobs, more) = cs
+        .client()
+        .list_async_jobs_page("2025-07-01T09:00:00+0000", 1)
+        .await
+        .unwrap();
+    assert_eq!(jobs.len(), 2);
+    assert!(
+        more,
+        "a full page of the learned size may be followed by another"
+    );
+    let sizes: Vec<_> = cs.requests().iter().map(|r| pagesize(&r.params)).collect();
+    assert_eq!(sizes, [500, 2]);
+}
+
+#[tokio::test]
+async fn a_limit_lowered_mid_listing_starts_the_listing_again() {
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = calls.clone();
+    let cs = MockCs::start(move |p| {
+        // The first page is accepted at 2; then the server only takes 1 (restarted with a
+        // lower default.page.size).
+        if seen.fetch_add(1, Ordering::SeqCst) > 0 && pagesize(p) > 1 {
+            return page_size_refusal("listKubernetesClusters", 1);
+        }
+        page_of(p, 3, false)
+    })
+    .await;
+    let clusters = cs
+        .client()
+        .with_page_size(2)
+        .find_clusters_by_name("paged")
+        .await
+        .unwrap();
+    let ids: Vec<_> = clusters.iter().map(|c| &c.id[c.id.len() - 1..]).collect();
+    assert_eq!(ids, ["0", "1", "2"], "nothing twice, nothing missed");
+    let asked: Vec<_> = cs
+        .requests()
+        .iter()
+        .map(|r| (pagesize(&r.params), r.params["page"].clone()))
+        .collect();
+    assert_eq!(
+        asked,
+        [
+            (2, "1".to_string()),
+            (2, "2".to_string()),
+            (1, "2".to_string()),
+            (1, "1".to_string()),
+            (1, "2".to_string()),
+            (1, "3".to_string()),
+            (1, "4".to_string())
+        ]
+    );
+}
+
+#[tokio::test]
+async fn other_431s_and_limits_no_lower_are_errors_without_a_retry() {
+    let cs = MockCs::start(|p| {
+        if p.get("name").map(String::as_str) == Some("bad") {
+            return json(
+                431,
+                error_body(
+                    "listKubernetesClusters",
+                    431,
+                    4350,
+                    "Unable to execute API command listkubernetesclusters due to invalid value.",
+                ),
+            );
+        }
+        // Names a limit the request already kept to.
+        page_size_refusal("listKubernetesClusters", 500)
+    })
+    .await;
+    let client = cs.client();
+    let err = client.find_clusters_by_name("bad").await.unwrap_err();
+    assert!(
+        matches!(err, CsError::Api { errorcode: 431, .. }),
+        "{err:?}"
+    );
+    let err = client.find_clusters_by_name("other").await.unwrap_err();
+    assert!(
+        matches!(err, CsError::Api { errorcode: 431, .. }),
+        "{err:?}"
+    );
+    assert_eq!(cs.requests().len(), 2, "no retries");
+    assert_eq!(client.page_size(), 500);
+}
+
+#[test]
+fn page_limits_are_read_from_cloudstacks_text() {
+    assert_eq!(
+        page_limit_in("Page size can't exceed max allowed page size value: 100"),
+        Some(100)
+    );
+    assert_eq!(
+        page_limit_in("page size can't exceed max allowed page size value:250."),
+        Some(250)
+    );
+    assert_eq!(
+        page_limit_in("Page size can't exceed max allowed page size value: 0"),
+        None
+    );
+    assert_eq!(
+        page_limit_in("Page size can't exceed max allowed page size value: 99999999999"),
+        Some(u32::MAX)
+    );
+    assert_eq!(page_limit_in("Unable to execute API command"), None);
+}
+
+#[tokio::test]
+async fn commands_the_key_lacks_are_not_permitted_and_never_retried() {
+    let cs = MockCs::start(|p| match p["command"].as_str() {
+        // ApiServer / the role checker (UnavailableCommandException).
+        "listAsyncJobs" => json(
+            432,
+            error_body(
+                "listAsyncJobs",
+                432,
+                9999,
+                "The given command does not exist or it is not available for user",
+            ),
+        ),
+        // ApiServer.verifyRequest when the role check throws PermissionDeniedException.
+        "stopVirtualMachine" => json(
+            401,
+            error_body(
+                "stopVirtualMachine",
+                401,
+                9999,
+                "The given command 'stopVirtualMachine' either does not exist, is not available for user.",
+            ),
+        ),
+        _ => json(
+            401,
+            error_body(
+                "listKubernetesClusters",
+                401,
+                9999,
+                "unable to verify user credentials and/or request signature",
+            ),
+        ),
+    })
+    .await;
+    let client = cs.client();
+    let err = client
+        .list_async_jobs_page("2025-07-01T09:00:00+0000", 1)
+        .await
+        .unwrap_err();
+    match &err {
+        CsError::NotPermitted { command, detail } => {
+            assert_eq!(command, "listAsyncJobs");
+            assert!(detail.contains("errorcode 432"), "{detail}");
+        }
+        other => panic!("expected NotPermitted, got {other:?}"),
+    }
+    assert!(err.is_not_permitted() && !err.is_transient());
+    assert_no_secrets(&err, &cs.signatures());
+
+    let err = client
+        .stop_virtual_machine("vm-1", false)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, CsError::NotPermitted { command, .. } if command == "stopVirtualMachine"),
+        "{err:?}"
+    );
+    assert!(!err.is_transient());
+
+    // A refused key stays Unauthorized.
+    let err = client.get_cluster(CLUSTER_ID).await.unwrap_err();
+    assert!(matches!(err, CsError::Unauthorized { .. }), "{err:?}");
+    assert!(!err.is_not_permitted());
+    assert_eq!(cs.requests().len(), 3, "one request each");
+}
+
+fn vm_json(id: &str, state: &str) -> serde_json::Value {
+    serde_json::json!({
+        "id": id, "name": format!("test-node-{id}"), "state": state,
+        "displayname": "x", "account": "acc", "zoneid": "z", "cpunumber": 2, "memory": 4096,
+        "nic": [], "tags": []
+    })
+}
+
+#[tokio::test]
+async fn virtual_machines_are_listed_by_ids_in_bounded_requests() {
+    let cs = MockCs::start(|p| {
+        let ids: Vec<&str> = p["ids"].split(',').collect();
+        // CloudStack lists only what it knows: every id but those ending in 7.
+        let vms: Vec<_> = ids
+            .iter()
+            .filter(|id| !id.ends_with('7'))
+            .map(|id| vm_json(id, "Running"))
+            .chain(std::iter::once(vm_json("not-asked", "Running")))
+            .collect();
+        json(
+            200,
+            serde_json::json!({ "listvirtualmachinesresponse": { "count": vms.len(), "virtualmachine": vms } })
+                .to_string(),
+        )
+    })
+    .await;
+    let mut config = cs.config();
+    config.project_id = Some("p-1".into());
+    let client = Client::new(config).unwrap();
+
+    assert!(client.list_virtual_machines(&[]).await.unwrap().is_empty());
+    assert!(cs.requests().is_empty(), "no ids, no request");
+
+    let ids: Vec<String> = (0..120).map(|i| format!("vm-{i:03}")).collect();
+    let vms = client.list_virtual_machines(&ids).await.unwrap();
+    assert_eq!(vms.len(), 108, "12 ids end in 7");
+    assert!(
+        vms.iter()
+            .all(|vm| vm.state == "Running" && vm.name.starts_with("test-node-"))
+    );
+    assert!(!vms.iter().any(|vm| vm.id == "not-asked"));
+    let reqs = cs.requests();
+    let per_request: Vec<_> = reqs
+        .iter()
+        .map(|r| r.params["ids"].split(',').count())
+        .collect();
+    assert_eq!(per_request, [50, 50, 20]);
+    for r in &reqs {
+        assert_eq!(r.params["command"], "listVirtualMachines");
+        assert_eq!(r.params["listall"], "true");
+        assert_eq!(r.params["projectid"], "p-1");
+        assert_eq!(r.params["page"], "1");
+        assert!(r.signature_ok);
+    }
+
+    let err = client
+        .list_virtual_machines(&["a,b".to_string()])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, CsError::Config(_)), "{err:?}");
+    assert_eq!(cs.requests().len(), 3);
+}
+
+#[tokio::test]
+async fn stop_virtual_machine_sends_forced_only_when_asked_and_returns_the_job() {
+    let cs = MockCs::start(|p| match p["command"].as_str() {
+        "stopVirtualMachine" => json(
+            200,
+            r#"{"stopvirtualmachineresponse":{"jobid":"stop-job","id":"vm-1"}}"#,
+        ),
+        _ => {
+            let mut job = job_json(
+                "stop-job",
+                1,
+                0,
+                Some(serde_json::json!({ "virtualmachine": vm_json("vm-1", "Stopped") })),
+            );
+            job["cmd"] = serde_json::json!("org.apache.cloudstack.api.command.user.vm.StopVMCmd");
+            json(
+                200,
+                serde_json::json!({ "queryasyncjobresultresponse": job }).to_string(),
+            )
+        }
+    })
+    .await;
+    let client = cs.client();
+    assert_eq!(
+        client.stop_virtual_machine("vm-1", false).await.unwrap(),
+        "stop-job"
+    );
+    assert_eq!(
+        client.stop_virtual_machine("vm-1", true).await.unwrap(),
+        "stop-job"
+    );
+    let reqs = cs.requests();
+    assert!(!reqs[0].params.contains_key("forced"));
+    assert_eq!(reqs[1].params["forced"], "true");
+    for r in &reqs {
+        assert_eq!(r.params["id"], "vm-1");
+        assert!(!r.params.contains_key("projectid"));
+        assert!(r.signature_ok);
+    }
+    assert!(client.stop_virtual_machine(" ", false).await.is_err());
+    assert_eq!(cs.requests().len(), 2);
+
+    let job = client.query_job("stop-job").await.unwrap();
+    let vm = job.result_virtual_machine().unwrap();
+    assert_eq!((vm.id.as_str(), vm.state.as_str()), ("vm-1", "Stopped"));
+    assert!(!job.outcome().eq(&JobOutcome::Pending));
+}
+
+#[tokio::test]
+async fn job_searches_send_a_date_and_keep_jobs_created_since_the_instant() {
+    let cs = MockCs::start(|_| {
+        let mut early = job_json("early", 0, 0, None);
+        early["created"] = serde_json::json!("2025-07-01T08:59:59+0000");
+        let mut no_date = job_json("no-date", 0, 0, None);
+        no_date.as_object_mut().unwrap().remove("created");
+        let jobs = vec![early, job_json("late", 0, 0, None), no_date];
+        json(
+            200,
+            serde_json::json!({ "listasyncjobsresponse": { "count": 3, "asyncjobs": jobs } })
+                .to_string(),
+        )
+    })
+    .await;
+    let client = cs.client().with_page_size(3);
+    // 2025-07-01T09:00:00Z
+    let (jobs, more) = client
+        .list_async_jobs_since(1_751_360_400, 1)
+        .await
+        .unwrap();
+    let ids: Vec<_> = jobs.iter().map(|j| j.jobid.as_str()).collect();
+    assert_eq!(ids, ["late", "no-date"]);
+    assert!(more, "the page CloudStack sent was full before filtering");
+    // Just after midnight UTC: the date goes back a day, to cover servers west of UTC.
+    client
+        .list_async_jobs_since(1_751_328_060, 1)
+        .await
+        .unwrap();
+    // Any other startdate is sent as it is, unfiltered.
+    let (jobs, _) = client.list_async_jobs_page("2025-07-01", 1).await.unwrap();
+    assert_eq!(jobs.len(), 3);
+    let dates: Vec<_> = cs
+        .requests()
+        .iter()
+        .map(|r| r.params["startdate"].clone())
+        .collect();
+    assert_eq!(dates, ["2025-06-30", "2025-06-30", "2025-07-01"]);
+}
+
+#[tokio::test]
+async fn requests_are_signed_to_expire_shortly() {
+    let cs = MockCs::start(|_| json(200, r#"{"listkubernetesclustersresponse":{}}"#)).await;
+    let client = cs.client();
+    assert_eq!(client.signature_expiry(), DEFAULT_SIGNATURE_EXPIRY);
+    let before = wall_now();
+    client.get_cluster(CLUSTER_ID).await.unwrap();
+    let short = client
+        .clone()
+        .with_signature_expiry(Duration::from_secs(30));
+    short.get_cluster(CLUSTER_ID).await.unwrap();
+    let after = wall_now();
+    let reqs = cs.requests();
+    for (r, window) in reqs.iter().zip([300, 30]) {
+        assert_eq!(r.params["signatureversion"], "3");
+        let at = expires_unix(&r.params).expect("expires in the legacy TZDATE form");
+        assert!(
+            (before + window..=after + window).contains(&at),
+            "{at} not {window}s after [{before}, {after}]"
+        );
+        // Both are signed: the server's check fails when either is changed.
+        assert!(r.signature_ok);
+    }
+    let mut tampered = reqs[0].params.clone();
+    tampered.insert("expires".into(), sign::expires_value(after + 86_400));
+    let query: Vec<(String, String)> = tampered.into_iter().collect();
+    let raw = query
+        .iter()
+        .map(|(k, v)| format!("{k}={}", sign::encode_value(v)))
+        .collect::<Vec<_>>()
+        .join("&");
+    assert!(!sign::verify_query(&raw, SECRET));
+    // At least a second, whatever is asked.
+    assert_eq!(
+        client
+            .clone()
+            .with_signature_expiry(Duration::ZERO)
+            .signature_expiry(),
+        Duration::from_secs(1)
+    );
+}
+
+#[test]
+fn plain_http_is_warned_about_once_per_process() {
+    Client::new(test_config("http://127.0.0.1:1/client/api")).unwrap();
+    Client::new(test_config("http://127.0.0.1:2/client/api")).unwrap();
+    assert!(!warn_plain_http("127.0.0.1"), "already warned");
 }

@@ -62,6 +62,20 @@ pub struct ClusterVm {
     pub created: Option<String>,
 }
 
+/// An element of `listvirtualmachinesresponse.virtualmachine[]` (UserVmResponse), and the
+/// `jobresult.virtualmachine` of a VM job such as `stopVirtualMachine`: only what the provider
+/// reads.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+pub struct VirtualMachine {
+    pub id: String,
+    #[serde(default)]
+    pub name: String,
+    /// `VirtualMachine.State` by name: Running, Stopped, Stopping, Starting, Destroyed,
+    /// Expunging, Error, Shutdown, Migrating, Unknown...
+    #[serde(default)]
+    pub state: String,
+}
+
 /// `queryasyncjobresultresponse` / an element of `listasyncjobsresponse.asyncjobs[]`.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 pub struct AsyncJob {
@@ -116,6 +130,19 @@ impl AsyncJob {
                     errorcode,
                     errortext: format!("job {} has unknown status {other}: {detail}", self.jobid),
                 }
+            }
+        }
+    }
+
+    /// `jobresult.virtualmachine` of a finished VM job (`stopVirtualMachine`'s result object,
+    /// `StopVMCmd.getResultObjectName`), when present and readable.
+    pub fn result_virtual_machine(&self) -> Option<VirtualMachine> {
+        let value = self.jobresult.as_ref()?.get("virtualmachine")?;
+        match VirtualMachine::deserialize(value) {
+            Ok(vm) => Some(vm),
+            Err(err) => {
+                tracing::debug!(jobid = %self.jobid, error = %err, "job result VM unreadable");
+                None
             }
         }
     }
@@ -247,6 +274,13 @@ pub fn cloudstack_date(unix_secs: u64) -> String {
         rem % 3600 / 60,
         rem % 60
     )
+}
+
+/// The UTC date of `unix_secs` as CloudStack's DATE parameters take it: `yyyy-MM-dd`.
+pub fn cloudstack_day(unix_secs: u64) -> String {
+    let mut stamp = cloudstack_date(unix_secs);
+    stamp.truncate(10);
+    stamp
 }
 
 /// An element of `listserviceofferingsresponse.serviceoffering[]`.
@@ -409,5 +443,11 @@ mod date_tests {
         // 29 February of a leap year, and the last second of a year.
         assert_eq!(cloudstack_date(1_709_210_096), "2024-02-29T12:34:56+0000");
         assert_eq!(cloudstack_date(1_735_689_599), "2024-12-31T23:59:59+0000");
+    }
+
+    #[test]
+    fn days_are_the_utc_date_alone() {
+        assert_eq!(super::cloudstack_day(1_735_689_599), "2024-12-31");
+        assert_eq!(super::cloudstack_day(1_735_689_600), "2025-01-01");
     }
 }

@@ -73,7 +73,9 @@ pub fn verify(
     let signature = get("signature").ok_or(AuthFailure::MissingSignature)?;
     if get("signatureVersion") == Some("3") {
         let expires = get("expires").ok_or(AuthFailure::MissingExpires)?;
-        let at = clock::parse_stamp(expires).ok_or(AuthFailure::BadExpires)?;
+        let at = clock::parse_stamp(expires)
+            .or_else(|| legacy_stamp(expires).and_then(|s| clock::parse_stamp(&s)))
+            .ok_or(AuthFailure::BadExpires)?;
         if at < clock::unix_now() {
             return Err(AuthFailure::Expired);
         }
@@ -87,6 +89,17 @@ pub fn verify(
     } else {
         Err(AuthFailure::BadSignature)
     }
+}
+
+/// `DateUtil.parseTZDateString`'s legacy form `yyyy-MM-dd'T'HH:mm:ss'Z'Z`
+/// (`2024-01-02T03:04:05Z+0000`, the only form older releases parse, and the last one newer
+/// releases try) rewritten without the literal `Z`.
+fn legacy_stamp(s: &str) -> Option<String> {
+    let (date_time, rest) = (s.get(..19)?, s.get(19..)?);
+    let offset = rest.strip_prefix('Z')?;
+    offset
+        .starts_with(['+', '-'])
+        .then(|| format!("{date_time}{offset}"))
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
@@ -143,6 +156,32 @@ mod tests {
         assert_eq!(
             verify(&params, "K", "S"),
             Err(AuthFailure::MissingSignature)
+        );
+    }
+
+    #[test]
+    fn version_3_needs_an_unexpired_expires_in_any_form_cloudstack_parses() {
+        let signed = |expires: &str| {
+            let mut params = p(&[
+                ("command", "listZones"),
+                ("apiKey", "K"),
+                ("response", "json"),
+                ("signatureversion", "3"),
+                ("expires", expires),
+            ]);
+            let sig = compute_signature(&params, "S");
+            params.push(("signature".into(), sig));
+            verify(&params, "K", "S")
+        };
+        assert_eq!(signed("2999-01-01T00:00:00Z+0000"), Ok(()));
+        assert_eq!(signed("2999-01-01T00:00:00+0000"), Ok(()));
+        assert_eq!(
+            signed("2020-01-01T00:00:00Z+0000"),
+            Err(AuthFailure::Expired)
+        );
+        assert_eq!(
+            signed("2999-01-01T00:00:00ZZ"),
+            Err(AuthFailure::BadExpires)
         );
     }
 
