@@ -53,12 +53,6 @@ pub enum CsError {
 }
 
 impl CsError {
-    /// CloudStack says the key may not call this command (432: it does not exist or is not
-    /// available for the user, e.g. outside the Project Kubernetes Service Role).
-    pub fn is_not_permitted(&self) -> bool {
-        matches!(self, CsError::Api { errorcode: 432, .. })
-    }
-
     /// Worth retrying later (network, 5xx, garbage that may be a proxy hiccup).
     pub fn is_transient(&self) -> bool {
         match self {

@@ -327,12 +327,6 @@ impl Client {
         self.submit_async(SCALE_CLUSTER, params).await
     }
 
-    /// `stopVirtualMachine id=…`. Returns the job id.
-    pub async fn stop_virtual_machine(&self, vm_id: &str) -> Result<String, CsError> {
-        self.submit_async("stopVirtualMachine", vec![("id", vm_id.to_string())])
-            .await
-    }
-
     /// `queryAsyncJobResult jobid=…`.
     pub async fn query_job(&self, job_id: &str) -> Result<AsyncJob, CsError> {
         self.call_with(QUERY_JOB, &[("jobid", job_id.to_string())], |inner| {

@@ -571,7 +571,7 @@ impl Provider {
             tokio::spawn(async move {
                 let label = p.group_label(gi);
                 tracing::info!(group = %label, vm = %vm, "stopping the VM before its removal: a drain of it would fail");
-                let answer = p.inner.cs.stop_virtual_machine(&vm).await;
+                let answer = p.inner.cs.stop_virtual_machine(&vm, false).await;
                 let failure = match &answer {
                     Ok(_) => None,
                     Err(e) => {
