@@ -374,7 +374,11 @@ async fn list_async_jobs_keeps_jobs_created_since_startdate_oldest_first() {
     let page2 = c
         .ok(
             "listAsyncJobs",
-            &[("startdate", "2000-01-01"), ("page", "2"), ("pagesize", "4")],
+            &[
+                ("startdate", "2000-01-01"),
+                ("page", "2"),
+                ("pagesize", "4"),
+            ],
         )
         .await;
     assert_eq!(page2["count"], 6, "{page2}");
@@ -468,11 +472,21 @@ async fn pagesize_above_the_default_page_size_is_refused_and_unpaged_lists_are_c
         // page and pagesize come together (BaseListCmd.validateSpecificParameters).
         let a = c.get(command, &[("pagesize", "5")]).await;
         assert_eq!(a.status, 431, "{command}: {}", a.text);
-        assert!(a.text.contains("\\\"page\\\" parameter is required when \\\"pagesize\\\" is specified"), "{}", a.text);
+        assert!(
+            a.text
+                .contains("\\\"page\\\" parameter is required when \\\"pagesize\\\" is specified"),
+            "{}",
+            a.text
+        );
         let a = c.get(command, &[("page", "1")]).await;
         assert_eq!(a.status, 431, "{command}: {}", a.text);
         assert!(a.text.contains("parameter is required when"), "{}", a.text);
-        assert_eq!(c.get(command, &[("page", "1"), ("pagesize", "5")]).await.status, 200);
+        assert_eq!(
+            c.get(command, &[("page", "1"), ("pagesize", "5")])
+                .await
+                .status,
+            200
+        );
     }
     // Without pagesize a list holds default.page.size items; count says how many matched.
     let vms = c.ok("listVirtualMachines", &[]).await;
@@ -489,14 +503,20 @@ async fn pagesize_above_the_default_page_size_is_refused_and_unpaged_lists_are_c
         .get("listVirtualMachines", &[("page", "1"), ("pagesize", "-1")])
         .await;
     assert_eq!(a.status, 431);
-    assert!(a.text.contains("Can't specify page parameter when pagesize is -1"));
+    assert!(
+        a.text
+            .contains("Can't specify page parameter when pagesize is -1")
+    );
     // The default is CloudStack's 500, and simConfigure changes it.
     assert_eq!(
         c.sim("simConfigure", &[("defaultpagesize", "100")]).await["defaultpagesize"],
         100
     );
     let a = c
-        .get("listKubernetesClusters", &[("page", "1"), ("pagesize", "500")])
+        .get(
+            "listKubernetesClusters",
+            &[("page", "1"), ("pagesize", "500")],
+        )
         .await;
     assert!(
         a.text.contains("max allowed page size value: 100"),
@@ -514,8 +534,15 @@ async fn a_project_kubernetes_key_may_call_only_the_roles_commands() {
     let c = Client::new(&sim);
     let id = sim.cluster_ids()[0].clone();
     let worker = vm_ids(&c.cluster(&id).await, "-node-")[0].clone();
-    assert_eq!(c.get("listVirtualMachines", &[("id", &worker)]).await.status, 200);
-    let job = c.submit("scaleKubernetesCluster", &[("id", &id), ("size", "4")]).await;
+    assert_eq!(
+        c.get("listVirtualMachines", &[("id", &worker)])
+            .await
+            .status,
+        200
+    );
+    let job = c
+        .submit("scaleKubernetesCluster", &[("id", &id), ("size", "4")])
+        .await;
     assert_eq!(c.wait_job(&job).await["jobstatus"], 1);
     for command in [
         "listAsyncJobs",
@@ -533,7 +560,9 @@ async fn a_project_kubernetes_key_may_call_only_the_roles_commands() {
         assert_eq!(e["cserrorcode"], 9999);
         assert_eq!(
             e["errortext"],
-            format!("The API [{command}] does not exist or is not available for the account admin.")
+            format!(
+                "The API [{command}] does not exist or is not available for the account admin."
+            )
         );
     }
     // Refused before the signature is checked, after the key is found.

@@ -516,7 +516,10 @@ async fn nodeids_go_one_at_a_time_in_reverse_map_order_and_size_drops_at_the_end
     // The request's order does not matter: CloudStack takes the VMs from its VM map.
     let nodeids = format!("{},{},{}", w[0], w[3], w[2]);
     let job = c
-        .submit("scaleKubernetesCluster", &[("id", &id), ("nodeids", &nodeids)])
+        .submit(
+            "scaleKubernetesCluster",
+            &[("id", &id), ("nodeids", &nodeids)],
+        )
         .await;
     let mut gone_order: Vec<String> = Vec::new();
     let mut sizes_seen = std::collections::BTreeSet::new();
@@ -556,12 +559,18 @@ async fn a_drain_failing_half_way_strands_the_cluster_with_fewer_vms_than_nodes(
     let id = sim.cluster_ids()[0].clone();
     let cl = c.cluster(&id).await;
     let w = vm_ids(&cl, "-node-");
-    let w1_name = cl["virtualmachines"][2]["name"].as_str().unwrap().to_string();
+    let w1_name = cl["virtualmachines"][2]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
     // w1's node is NotReady while its VM runs: its drain never confirms the pods' deletion.
     assert!(sim.set_node_ready(&w[1], false));
     let nodeids = format!("{},{},{}", w[1], w[2], w[3]);
     let job = c
-        .submit("scaleKubernetesCluster", &[("id", &id), ("nodeids", &nodeids)])
+        .submit(
+            "scaleKubernetesCluster",
+            &[("id", &id), ("nodeids", &nodeids)],
+        )
         .await;
     // A partial removal can be observed: w3 is gone while the job still runs.
     wait_until("w3 removed", async || {
@@ -583,7 +592,10 @@ async fn a_drain_failing_half_way_strands_the_cluster_with_fewer_vms_than_nodes(
     );
     let cl = c.cluster(&id).await;
     assert_eq!(cl["state"], "Alert");
-    assert_eq!(cl["size"], 4, "size is lowered only when every VM is removed");
+    assert_eq!(
+        cl["size"], 4,
+        "size is lowered only when every VM is removed"
+    );
     assert_eq!(
         vm_ids(&cl, "-node-"),
         vec![w[0].clone(), w[1].clone()],
@@ -591,7 +603,10 @@ async fn a_drain_failing_half_way_strands_the_cluster_with_fewer_vms_than_nodes(
     );
     let nodes = sim.nodes();
     let n1 = node_of(&nodes, &w[1]).expect("w1's node");
-    assert!(n1.unschedulable && !n1.ready, "cordoned by the drain: {n1:?}");
+    assert!(
+        n1.unschedulable && !n1.ready,
+        "cordoned by the drain: {n1:?}"
+    );
 
     // Stranded: the scanner keeps it in Alert, and the VM-count rule refuses every request.
     sim.scan_now();
@@ -618,7 +633,10 @@ async fn a_failed_drain_of_a_ready_node_leaves_it_cordoned_and_the_cluster_in_al
     let c = Client::new(&sim);
     let id = sim.cluster_ids()[0].clone();
     let w = vm_ids(&c.cluster(&id).await, "-node-");
-    assert_eq!(c.sim("simConfigure", &[("faildrains", "1")]).await["faildrains"], 1);
+    assert_eq!(
+        c.sim("simConfigure", &[("faildrains", "1")]).await["faildrains"],
+        1
+    );
     let done = c.scale(&[("id", &id), ("nodeids", &w[3])]).await;
     assert!(
         failure_text(&done).contains("failed to remove Kubernetes node"),
@@ -626,7 +644,10 @@ async fn a_failed_drain_of_a_ready_node_leaves_it_cordoned_and_the_cluster_in_al
     );
     assert_eq!(sim.settings().fail_drains, 0, "one injected failure used");
     let cl = c.cluster(&id).await;
-    assert_eq!((cl["state"].as_str(), cl["size"].as_u64()), (Some("Alert"), Some(4)));
+    assert_eq!(
+        (cl["state"].as_str(), cl["size"].as_u64()),
+        (Some("Alert"), Some(4))
+    );
     assert_eq!(vm_state(&cl, &w[3]).as_deref(), Some("Running"));
     let nodes = sim.nodes();
     let n3 = node_of(&nodes, &w[3]).unwrap();
@@ -670,12 +691,21 @@ async fn a_running_vm_without_a_node_fails_its_drain_and_a_stopped_one_is_remove
     let q = c.ok("queryAsyncJobResult", &[("jobid", &stop)]).await;
     assert_eq!(q["jobinstancetype"], "VirtualMachine");
     assert_eq!(q["jobinstanceid"], w[2].as_str());
-    assert_eq!(c.wait_job(&stop).await["jobresult"]["virtualmachine"]["state"], "Stopped");
+    assert_eq!(
+        c.wait_job(&stop).await["jobresult"]["virtualmachine"]["state"],
+        "Stopped"
+    );
     let done = c.scale(&[("id", &id), ("nodeids", &w[2])]).await;
     assert_eq!(done["jobstatus"], 1, "{done}");
     let cl = c.cluster(&id).await;
-    assert_eq!(vm_ids(&cl, "-node-"), vec![w[0].clone(), w[1].clone(), w[3].clone()]);
-    assert_eq!((cl["state"].as_str(), cl["size"].as_u64()), (Some("Running"), Some(3)));
+    assert_eq!(
+        vm_ids(&cl, "-node-"),
+        vec![w[0].clone(), w[1].clone(), w[3].clone()]
+    );
+    assert_eq!(
+        (cl["state"].as_str(), cl["size"].as_u64()),
+        (Some("Running"), Some(3))
+    );
 
     // A NotReady node of a running VM fails the same way; stopped, it goes too.
     assert!(sim.set_node_ready(&w[1], false));

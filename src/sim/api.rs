@@ -309,10 +309,7 @@ fn list_reply<T: Serialize>(cmd: &Cmd<'_>, key: &str, items: &[T], count: usize)
     map.insert(key, items);
     let mut outer = BTreeMap::new();
     let name = cmd.response();
-    outer.insert(
-        name.as_str(),
-        Inner { count, items: map },
-    );
+    outer.insert(name.as_str(), Inner { count, items: map });
     Reply::ok(&outer)
 }
 

@@ -177,7 +177,14 @@ mod tests {
         assert_eq!(parse_date("2022-04-18T06:21:58+0000"), Some(day));
         assert_eq!(parse_date("2022-4-18"), Some(day));
         assert_eq!(parse_date("2024-02-29"), Some(1_709_164_800));
-        for bad in ["yesterday", "2022-13-01", "2023-02-29", "2022-04", "20220418", ""] {
+        for bad in [
+            "yesterday",
+            "2022-13-01",
+            "2023-02-29",
+            "2022-04",
+            "20220418",
+            "",
+        ] {
             assert_eq!(parse_date(bad), None, "{bad}");
         }
     }

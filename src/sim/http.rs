@@ -277,10 +277,9 @@ fn authenticated_reply(sh: &Arc<Shared>, command: Option<&str>, params: &Params)
         return api::unknown_command(name);
     }
     let role = sh.lock().settings.key_role;
-    let verified =
-        signing::verify_with_role(&params.pairs, &sh.api_key, &sh.secret_key, || {
-            role.allows(name)
-        });
+    let verified = signing::verify_with_role(&params.pairs, &sh.api_key, &sh.secret_key, || {
+        role.allows(name)
+    });
     match verified {
         Ok(()) => {}
         Err(signing::AuthFailure::CommandUnavailable) => {

@@ -641,7 +641,9 @@ impl World {
 
     /// `kubectl uncordon` of VM `vm_id`'s node. `false` if no such VM.
     pub fn uncordon_node(&mut self, vm_id: &str) -> bool {
-        self.find_vm_mut(vm_id).map(|vm| vm.cordoned = false).is_some()
+        self.find_vm_mut(vm_id)
+            .map(|vm| vm.cordoned = false)
+            .is_some()
     }
 
     /// Starts a VM at once (test helper and end of a start job).
