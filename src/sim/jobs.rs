@@ -495,9 +495,7 @@ fn drain_node(
     s: &SimSettings,
     now: u64,
 ) -> Option<String> {
-    let Some((_, vm)) = w.find_vm(id) else {
-        return None;
-    };
+    let (_, vm) = w.find_vm(id)?;
     if !vm.role.is_kubernetes_node() || (s.alert_scaling && state.is_down()) {
         return None;
     }
