@@ -2,7 +2,9 @@
 
 use cks_autoscaler_provider::sim::{ClusterSpec, NodesSpec, Scenario, SimConfig, VmState};
 use cks_autoscaler_provider::testkit::cs::*;
-use cks_autoscaler_provider::testkit::{API_KEY, SECRET_KEY, sim_config, start_sim};
+use cks_autoscaler_provider::testkit::{
+    API_KEY, SECRET_KEY, sim_config, sim_config_with, start_sim,
+};
 
 #[tokio::test(start_paused = true)]
 async fn good_signature_is_accepted_by_get_and_post() {
@@ -340,16 +342,15 @@ async fn requests_are_recorded_without_secrets() {
 
 #[tokio::test(start_paused = true)]
 async fn list_async_jobs_keeps_jobs_created_since_startdate_oldest_first() {
-    use cks_autoscaler_provider::cloudstack::types::cloudstack_date;
-    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+    use std::time::Duration;
     let sim = start_sim(sim_config()).await;
     let c = Client::new(&sim);
     let cid = sim.cluster_ids()[0].clone();
     let worker = vm_ids(&c.cluster(&cid).await, "-node-")[0].clone();
     let recent = c.submit("stopVirtualMachine", &[("id", &worker)]).await;
-    c.wait_job(&recent).await;
-    // Yesterday's history, listed before the recent job (CloudStack orders jobs by id).
-    sim.add_past_jobs(&cid, 5, Duration::from_secs(20 * 3600));
+    let recent_job = c.wait_job(&recent).await;
+    // History of two days ago, listed before the recent job (CloudStack orders jobs by id).
+    sim.add_past_jobs(&cid, 5, Duration::from_secs(48 * 3600));
     let all = c.ok("listAsyncJobs", &[]).await;
     assert_eq!(all["count"], 6);
     assert_eq!(
@@ -361,38 +362,222 @@ async fn list_async_jobs_keeps_jobs_created_since_startdate_oldest_first() {
         all["asyncjobs"][0]["cmd"],
         "org.apache.cloudstack.api.command.user.kubernetes.cluster.ScaleKubernetesClusterCmd"
     );
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let hour_ago = cloudstack_date(now - 3600);
-    let since = c
-        .ok("listAsyncJobs", &[("startdate", hour_ago.as_str())])
-        .await;
-    assert_eq!(since["count"], 1, "{since}");
-    assert_eq!(since["asyncjobs"][0]["jobid"], recent.as_str());
-    // Paging applies after the filter.
-    let day_ago = cloudstack_date(now - 24 * 3600);
+    // startdate is a DATE (yyyy-MM-dd): the time part is dropped, so the last second of
+    // today still keeps every job of today.
+    let today = &recent_job["created"].as_str().unwrap()[..10];
+    for startdate in [today.to_string(), format!("{today}T23:59:59+0000")] {
+        let since = c.ok("listAsyncJobs", &[("startdate", &startdate)]).await;
+        assert_eq!(since["count"], 1, "{startdate}: {since}");
+        assert_eq!(since["asyncjobs"][0]["jobid"], recent.as_str());
+    }
+    // Paging applies after the filter; count is the number matched before paging.
     let page2 = c
         .ok(
             "listAsyncJobs",
             &[
-                ("startdate", day_ago.as_str()),
+                ("startdate", "2000-01-01"),
                 ("page", "2"),
                 ("pagesize", "4"),
             ],
         )
         .await;
-    assert_eq!(page2["count"], 2, "{page2}");
+    assert_eq!(page2["count"], 6, "{page2}");
+    assert_eq!(page2["asyncjobs"].as_array().unwrap().len(), 2);
     assert_eq!(page2["asyncjobs"][1]["jobid"], recent.as_str());
     // A date CloudStack cannot parse is a parameter error.
-    let bad = c.get("listAsyncJobs", &[("startdate", "yesterday")]).await;
-    assert_eq!(bad.status, 431, "{}", bad.text);
+    for bad_date in ["yesterday", "2024-13-01", "20240101"] {
+        let bad = c.get("listAsyncJobs", &[("startdate", bad_date)]).await;
+        assert_eq!(bad.status, 431, "{}", bad.text);
+        let text = bad.json()["listasyncjobsresponse"]["errortext"].clone();
+        assert_eq!(
+            text,
+            format!(
+                "Unable to parse date {bad_date} for command listasyncjobs, please pass dates in the format mentioned in the api documentation"
+            ),
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn list_async_jobs_lists_the_jobs_of_other_clients_of_the_account() {
+    let mut second = ClusterSpec::new("other", 1, 2);
+    second.autoscaling = true;
+    second.min_size = Some(1);
+    second.max_size = Some(5);
+    let sim = start_sim(sim_config_with(|c| {
+        c.scenario.clusters.push(second);
+    }))
+    .await;
+    let c = Client::new(&sim);
+    let (mine, other) = (sim.cluster_ids()[0].clone(), sim.cluster_ids()[1].clone());
+    let theirs = sim
+        .scale_as_other_client(&other, &[("size", "3")])
+        .expect("accepted");
+    let own = c
+        .submit("scaleKubernetesCluster", &[("id", &mine), ("size", "4")])
+        .await;
+    // Not a request of this client...
     assert!(
-        bad.json()["listasyncjobsresponse"]["errortext"]
-            .as_str()
-            .is_some_and(|t| t.contains("Unable to parse date yesterday")),
-        "{}",
-        bad.text
+        sim.requests()
+            .iter()
+            .all(|r| r.params.get("id") != Some(&other)),
+        "{:?}",
+        sim.requests()
     );
+    // ...but a job of the account, listed with this client's own, oldest first.
+    let jobs = c.ok("listAsyncJobs", &[]).await;
+    let ids: Vec<_> = jobs["asyncjobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["jobid"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ids, vec![theirs.clone(), own.clone()]);
+    assert_eq!(c.wait_job(&theirs).await["jobstatus"], 1);
+    assert_eq!(c.cluster(&other).await["size"], 3);
+    // A refusal in the call itself is returned as its text.
+    let refused = sim.scale_as_other_client(&other, &[("size", "many")]);
+    assert!(
+        refused
+            .as_ref()
+            .is_err_and(|t| t.contains("Invalid parameter size value=many")),
+        "{refused:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn pagesize_above_the_default_page_size_is_refused_and_unpaged_lists_are_cut_to_it() {
+    let sim = start_sim(sim_config_with(|c| {
+        c.scenario = Scenario::with_cluster(ClusterSpec::new("wide", 1, 7));
+        c.settings.default_page_size = 5;
+    }))
+    .await;
+    let c = Client::new(&sim);
+    for command in [
+        "listKubernetesClusters",
+        "listVirtualMachines",
+        "listAsyncJobs",
+        "listServiceOfferings",
+        "listZones",
+    ] {
+        let a = c.get(command, &[("page", "1"), ("pagesize", "6")]).await;
+        assert_eq!(a.status, 431, "{command}: {}", a.text);
+        let e = &a.json()[format!("{}response", command.to_lowercase())];
+        assert_eq!(e["errorcode"], 431);
+        assert_eq!(e["cserrorcode"], 4350);
+        assert_eq!(
+            e["errortext"],
+            "Page size can't exceed max allowed page size value: 5"
+        );
+        // page and pagesize come together (BaseListCmd.validateSpecificParameters).
+        let a = c.get(command, &[("pagesize", "5")]).await;
+        assert_eq!(a.status, 431, "{command}: {}", a.text);
+        assert!(
+            a.text
+                .contains("\\\"page\\\" parameter is required when \\\"pagesize\\\" is specified"),
+            "{}",
+            a.text
+        );
+        let a = c.get(command, &[("page", "1")]).await;
+        assert_eq!(a.status, 431, "{command}: {}", a.text);
+        assert!(a.text.contains("parameter is required when"), "{}", a.text);
+        assert_eq!(
+            c.get(command, &[("page", "1"), ("pagesize", "5")])
+                .await
+                .status,
+            200
+        );
+    }
+    // Without pagesize a list holds default.page.size items; count says how many matched.
+    let vms = c.ok("listVirtualMachines", &[]).await;
+    assert_eq!(vms["virtualmachine"].as_array().unwrap().len(), 5);
+    assert_eq!(vms["count"], 8);
+    let rest = c
+        .ok("listVirtualMachines", &[("page", "2"), ("pagesize", "5")])
+        .await;
+    assert_eq!(rest["virtualmachine"].as_array().unwrap().len(), 3);
+    // pagesize=-1 is unlimited, but not with a page.
+    let all = c.ok("listVirtualMachines", &[("pagesize", "-1")]).await;
+    assert_eq!(all["virtualmachine"].as_array().unwrap().len(), 8);
+    let a = c
+        .get("listVirtualMachines", &[("page", "1"), ("pagesize", "-1")])
+        .await;
+    assert_eq!(a.status, 431);
+    assert!(
+        a.text
+            .contains("Can't specify page parameter when pagesize is -1")
+    );
+    // The default is CloudStack's 500, and simConfigure changes it.
+    assert_eq!(
+        c.sim("simConfigure", &[("defaultpagesize", "100")]).await["defaultpagesize"],
+        100
+    );
+    let a = c
+        .get(
+            "listKubernetesClusters",
+            &[("page", "1"), ("pagesize", "500")],
+        )
+        .await;
+    assert!(
+        a.text.contains("max allowed page size value: 100"),
+        "{}",
+        a.text
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_project_kubernetes_key_may_call_only_the_roles_commands() {
+    let sim = start_sim(sim_config_with(|c| {
+        c.settings.key_role = cks_autoscaler_provider::sim::KeyRole::ProjectKubernetes;
+    }))
+    .await;
+    let c = Client::new(&sim);
+    let id = sim.cluster_ids()[0].clone();
+    let worker = vm_ids(&c.cluster(&id).await, "-node-")[0].clone();
+    assert_eq!(
+        c.get("listVirtualMachines", &[("id", &worker)])
+            .await
+            .status,
+        200
+    );
+    let job = c
+        .submit("scaleKubernetesCluster", &[("id", &id), ("size", "4")])
+        .await;
+    assert_eq!(c.wait_job(&job).await["jobstatus"], 1);
+    for command in [
+        "listAsyncJobs",
+        "listServiceOfferings",
+        "listZones",
+        "listCapabilities",
+        "stopVirtualMachine",
+        "startVirtualMachine",
+    ] {
+        let a = c.get(command, &[("id", &worker)]).await;
+        assert_eq!(a.status, 432, "{command}: {}", a.text);
+        // UNSUPPORTED_ACTION_ERROR is always answered under errorresponse.
+        let e = &a.json()["errorresponse"];
+        assert_eq!(e["errorcode"], 432, "{}", a.text);
+        assert_eq!(e["cserrorcode"], 9999);
+        assert_eq!(
+            e["errortext"],
+            format!(
+                "The API [{command}] does not exist or is not available for the account admin."
+            )
+        );
+    }
+    // Refused before the signature is checked, after the key is found.
+    let bad_sig = Client::with_keys(&sim, API_KEY, "wrong-secret");
+    assert_eq!(bad_sig.get("listZones", &[]).await.status, 432);
+    assert_eq!(bad_sig.get("listVirtualMachines", &[]).await.status, 401);
+    let other_key = Client::with_keys(&sim, "other-key", SECRET_KEY);
+    assert_eq!(other_key.get("listZones", &[]).await.status, 401);
+    // Nothing ran: the VM still runs.
+    assert!(
+        sim.vms(&id)
+            .iter()
+            .any(|(v, _, s)| v == &worker && *s == VmState::Running)
+    );
+    // simConfigure switches the role back.
+    c.sim("simConfigure", &[("keyrole", "user")]).await;
+    assert_eq!(c.get("listZones", &[]).await.status, 200);
 }

@@ -489,3 +489,232 @@ async fn a_removal_job_takes_its_own_part_plus_the_time_per_node_when_set() {
         sim.shutdown().await;
     }
 }
+
+/// Four workers w0..w3 with a removal job of 100 ms plus 300 ms per node, no scanner.
+fn slow_removal() -> cks_autoscaler_provider::sim::SimConfig {
+    sim_config_with(|c| {
+        c.scenario = Scenario::with_cluster(ClusterSpec::new("four", 1, 4));
+        c.settings.job_duration = ms(100);
+        c.settings.removal_per_node = ms(300);
+        c.settings.scanner_interval = ms(600_000);
+    })
+}
+
+fn node_of<'a>(
+    nodes: &'a [cks_autoscaler_provider::sim::SimNode],
+    vm: &str,
+) -> Option<&'a cks_autoscaler_provider::sim::SimNode> {
+    nodes.iter().find(|n| n.vmid == vm)
+}
+
+#[tokio::test(start_paused = true)]
+async fn nodeids_go_one_at_a_time_in_reverse_map_order_and_size_drops_at_the_end() {
+    let sim = start_sim(slow_removal()).await;
+    let c = Client::new(&sim);
+    let id = sim.cluster_ids()[0].clone();
+    let w = vm_ids(&c.cluster(&id).await, "-node-");
+    // The request's order does not matter: CloudStack takes the VMs from its VM map.
+    let nodeids = format!("{},{},{}", w[0], w[3], w[2]);
+    let job = c
+        .submit(
+            "scaleKubernetesCluster",
+            &[("id", &id), ("nodeids", &nodeids)],
+        )
+        .await;
+    let mut gone_order: Vec<String> = Vec::new();
+    let mut sizes_seen = std::collections::BTreeSet::new();
+    wait_until("the removal job to end", async || {
+        let cl = c.cluster(&id).await;
+        sizes_seen.insert(cl["size"].as_u64().unwrap());
+        let listed = vm_ids(&cl, "-node-");
+        for v in &w {
+            if !listed.contains(v) && !gone_order.contains(v) {
+                gone_order.push(v.clone());
+            }
+        }
+        // One VM is between its drain and its removal at any time.
+        let busy = cl["virtualmachines"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|v| v["state"] != "Running")
+            .count();
+        assert!(busy <= 1, "{cl}");
+        c.ok("queryAsyncJobResult", &[("jobid", &job)]).await["jobstatus"] != 0
+    })
+    .await;
+    assert_eq!(c.wait_job(&job).await["jobstatus"], 1);
+    assert_eq!(gone_order, vec![w[3].clone(), w[2].clone(), w[0].clone()]);
+    assert_eq!(
+        sizes_seen.into_iter().collect::<Vec<_>>(),
+        vec![1, 4],
+        "size is 4 until every VM is gone, then 1"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_drain_failing_half_way_strands_the_cluster_with_fewer_vms_than_nodes() {
+    let sim = start_sim(slow_removal()).await;
+    let c = Client::new(&sim);
+    let id = sim.cluster_ids()[0].clone();
+    let cl = c.cluster(&id).await;
+    let w = vm_ids(&cl, "-node-");
+    let w1_name = cl["virtualmachines"][2]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // w1's node is NotReady while its VM runs: its drain never confirms the pods' deletion.
+    assert!(sim.set_node_ready(&w[1], false));
+    let nodeids = format!("{},{},{}", w[1], w[2], w[3]);
+    let job = c
+        .submit(
+            "scaleKubernetesCluster",
+            &[("id", &id), ("nodeids", &nodeids)],
+        )
+        .await;
+    // A partial removal can be observed: w3 is gone while the job still runs.
+    wait_until("w3 removed", async || {
+        !vm_ids(&c.cluster(&id).await, "-node-").contains(&w[3])
+    })
+    .await;
+    let during = c.ok("queryAsyncJobResult", &[("jobid", &job)]).await;
+    assert_eq!(during["jobstatus"], 0, "{during}");
+    assert_eq!(c.cluster(&id).await["size"], 4);
+
+    let done = c.wait_job(&job).await;
+    assert_eq!(done["jobresultcode"], 530);
+    assert_eq!(
+        failure_text(&done),
+        format!(
+            "Scaling failed for Kubernetes cluster four, failed to remove Kubernetes node: {} running on VM : {w1_name}",
+            w1_name.to_ascii_lowercase()
+        )
+    );
+    let cl = c.cluster(&id).await;
+    assert_eq!(cl["state"], "Alert");
+    assert_eq!(
+        cl["size"], 4,
+        "size is lowered only when every VM is removed"
+    );
+    assert_eq!(
+        vm_ids(&cl, "-node-"),
+        vec![w[0].clone(), w[1].clone()],
+        "w3 and w2 stay removed"
+    );
+    let nodes = sim.nodes();
+    let n1 = node_of(&nodes, &w[1]).expect("w1's node");
+    assert!(
+        n1.unschedulable && !n1.ready,
+        "cordoned by the drain: {n1:?}"
+    );
+
+    // Stranded: the scanner keeps it in Alert, and the VM-count rule refuses every request.
+    sim.scan_now();
+    assert_eq!(sim.cluster_state(&id), Some(ClusterState::Alert));
+    sim.stop_vm(&w[1]);
+    sim.scan_now();
+    assert_eq!(sim.cluster_state(&id), Some(ClusterState::Alert));
+    for params in [
+        vec![("size", "3")],
+        vec![("size", "5")],
+        vec![("nodeids", w[1].as_str())],
+    ] {
+        let mut p = vec![("id", id.as_str())];
+        p.extend(params);
+        let text = failure_text(&c.scale(&p).await);
+        assert!(text.contains("3 VMs for 5 nodes"), "{p:?}: {text}");
+    }
+    assert_eq!(sim.cluster_state(&id), Some(ClusterState::Alert));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_drain_of_a_ready_node_leaves_it_cordoned_and_the_cluster_in_alert() {
+    let sim = start_sim(slow_removal()).await;
+    let c = Client::new(&sim);
+    let id = sim.cluster_ids()[0].clone();
+    let w = vm_ids(&c.cluster(&id).await, "-node-");
+    assert_eq!(
+        c.sim("simConfigure", &[("faildrains", "1")]).await["faildrains"],
+        1
+    );
+    let done = c.scale(&[("id", &id), ("nodeids", &w[3])]).await;
+    assert!(
+        failure_text(&done).contains("failed to remove Kubernetes node"),
+        "{done}"
+    );
+    assert_eq!(sim.settings().fail_drains, 0, "one injected failure used");
+    let cl = c.cluster(&id).await;
+    assert_eq!(
+        (cl["state"].as_str(), cl["size"].as_u64()),
+        (Some("Alert"), Some(4))
+    );
+    assert_eq!(vm_state(&cl, &w[3]).as_deref(), Some("Running"));
+    let nodes = sim.nodes();
+    let n3 = node_of(&nodes, &w[3]).unwrap();
+    assert!(n3.ready && n3.unschedulable, "{n3:?}");
+    // CloudStack counts `Ready,SchedulingDisabled` as not Ready: the cluster stays in Alert,
+    // with no worker down, so rule 7 refuses scaling.
+    sim.scan_now();
+    assert_eq!(sim.cluster_state(&id), Some(ClusterState::Alert));
+    let text = failure_text(&c.scale(&[("id", &id), ("nodeids", &w[3])]).await);
+    assert!(text.contains("no worker node VM is down"), "{text}");
+    // Uncordoned, the node counts again and the scanner brings the cluster back.
+    assert!(sim.uncordon_node(&w[3]));
+    sim.scan_now();
+    assert_eq!(sim.cluster_state(&id), Some(ClusterState::Running));
+    let done = c.scale(&[("id", &id), ("nodeids", &w[3])]).await;
+    assert_eq!(done["jobstatus"], 1, "{done}");
+    assert_eq!(c.cluster(&id).await["size"], 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_running_vm_without_a_node_fails_its_drain_and_a_stopped_one_is_removed_undrained() {
+    let sim = start_sim(slow_removal()).await;
+    let c = Client::new(&sim);
+    let id = sim.cluster_ids()[0].clone();
+    let w = vm_ids(&c.cluster(&id).await, "-node-");
+    // The kubelet of w2 never joined (or its node was deleted): the drain finds no node.
+    assert!(sim.remove_node(&w[2]));
+    assert!(node_of(&sim.nodes(), &w[2]).is_none());
+    let text = failure_text(&c.scale(&[("id", &id), ("nodeids", &w[2])]).await);
+    assert!(text.contains("failed to remove Kubernetes node"), "{text}");
+    assert_eq!(sim.cluster_state(&id), Some(ClusterState::Alert));
+    sim.scan_now();
+    assert_eq!(
+        sim.cluster_state(&id),
+        Some(ClusterState::Alert),
+        "a missing node is not Ready"
+    );
+
+    // Stopping the VM (an async VM job naming it) makes it a down VM, removed without a drain.
+    let stop = c.submit("stopVirtualMachine", &[("id", &w[2])]).await;
+    let q = c.ok("queryAsyncJobResult", &[("jobid", &stop)]).await;
+    assert_eq!(q["jobinstancetype"], "VirtualMachine");
+    assert_eq!(q["jobinstanceid"], w[2].as_str());
+    assert_eq!(
+        c.wait_job(&stop).await["jobresult"]["virtualmachine"]["state"],
+        "Stopped"
+    );
+    let done = c.scale(&[("id", &id), ("nodeids", &w[2])]).await;
+    assert_eq!(done["jobstatus"], 1, "{done}");
+    let cl = c.cluster(&id).await;
+    assert_eq!(
+        vm_ids(&cl, "-node-"),
+        vec![w[0].clone(), w[1].clone(), w[3].clone()]
+    );
+    assert_eq!(
+        (cl["state"].as_str(), cl["size"].as_u64()),
+        (Some("Running"), Some(3))
+    );
+
+    // A NotReady node of a running VM fails the same way; stopped, it goes too.
+    assert!(sim.set_node_ready(&w[1], false));
+    let text = failure_text(&c.scale(&[("id", &id), ("nodeids", &w[1])]).await);
+    assert!(text.contains("failed to remove Kubernetes node"), "{text}");
+    sim.scan_now();
+    assert_eq!(sim.cluster_state(&id), Some(ClusterState::Alert));
+    assert!(sim.set_node_ready(&w[1], true));
+    assert!(sim.uncordon_node(&w[1]));
+    sim.scan_now();
+    assert_eq!(sim.cluster_state(&id), Some(ClusterState::Running));
+}

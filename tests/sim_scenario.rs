@@ -173,6 +173,9 @@ fn help_documents_every_flag() {
         "--drop-rate",
         "--malformed-rate",
         "--job-failure",
+        "--fail-drains",
+        "--key-role",
+        "--default-page-size",
     ] {
         assert!(help.contains(flag), "{flag} not in --help:\n{help}");
     }

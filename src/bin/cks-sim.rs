@@ -7,13 +7,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
-use cks_autoscaler_provider::sim::{self, JobFailure, Scenario, SimConfig, SimSettings};
+use cks_autoscaler_provider::sim::{self, JobFailure, KeyRole, Scenario, SimConfig, SimSettings};
 use clap::Parser;
 
 /// A CloudStack API simulator that behaves like CloudStack Kubernetes Service (CKS), Alert
 /// rules included. Serves the CloudStack query API (response=json) at /client/api, plus the
-/// unsigned simulator-only commands simListNodes, simConfigure, simRequests, simResetRequests
-/// and simSetVmState.
+/// unsigned simulator-only commands simListNodes, simConfigure, simRequests, simResetRequests,
+/// simSetVmState and simSetNode.
 #[derive(Debug, Parser)]
 #[command(name = "cks-sim", version)]
 struct Cli {
@@ -72,6 +72,20 @@ struct Cli {
     /// this per node.
     #[arg(long, default_value_t = 0)]
     removal_per_node_ms: u64,
+    /// The next this many node drains of removal jobs fail (an injected transient kubectl/SSH
+    /// failure); each such failure fails its job and puts the cluster in Alert.
+    #[arg(long, default_value_t = 0)]
+    fail_drains: u32,
+    /// The role of the API key's account: user (every command served) or project-kubernetes
+    /// (CKS's Project Kubernetes Service Role: only listKubernetesClusters,
+    /// scaleKubernetesCluster, queryAsyncJobResult and listVirtualMachines; any other command
+    /// is answered 432).
+    #[arg(long, default_value = "user", value_name = "user|project-kubernetes")]
+    key_role: KeyRole,
+    /// CloudStack's default.page.size: the most items a list answer holds without pagesize,
+    /// and the largest pagesize accepted (a larger one is answered 431).
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..))]
+    default_page_size: u64,
     /// Latency added to every CloudStack command, in milliseconds.
     #[arg(long, default_value_t = 0)]
     latency_ms: u64,
@@ -120,6 +134,9 @@ impl Cli {
             max_cluster_size: self.max_cluster_size,
             pickup_delay: ms(self.pickup_delay_ms),
             removal_per_node: ms(self.removal_per_node_ms),
+            fail_drains: self.fail_drains,
+            key_role: self.key_role,
+            default_page_size: self.default_page_size,
         };
         let config = SimConfig {
             api_key: self.api_key.unwrap_or_default(),

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::clock::parse_stamp;
+use super::clock::{parse_date, parse_stamp};
 use super::config::SimSettings;
 use super::ids::is_uuid;
 use super::jobs::{self, INTERNAL_ERROR};
@@ -37,6 +37,7 @@ pub const SIM_COMMANDS: &[&str] = &[
     "simRequests",
     "simResetRequests",
     "simSetVmState",
+    "simSetNode",
 ];
 
 /// An HTTP answer: status and JSON bytes.
@@ -232,22 +233,69 @@ impl Cmd<'_> {
         Ok(Some(out))
     }
 
-    /// `page`/`pagesize` applied to a list.
-    fn page<T>(&self, items: Vec<T>) -> Result<Vec<T>, Reply> {
+    /// `BaseListCmd.validateSpecificParameters` (the dispatch chain's
+    /// `SpecificCmdValidationWorker`, before the parameters are processed): `page` and
+    /// `pagesize` come together, except `pagesize=-1` (unlimited) alone.
+    fn check_paging(&self) -> Result<(), Reply> {
+        let size = self.long("pagesize")?;
+        let page = self.p.get("page");
+        let param_error = |text: &str| Reply::error(&self.response(), 431, 9999, text);
+        match (page, size) {
+            (None, Some(s)) if s != -1 => Err(param_error(
+                "\"page\" parameter is required when \"pagesize\" is specified",
+            )),
+            (Some(_), None) => Err(param_error(
+                "\"pagesize\" parameter is required when \"page\" is specified",
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// One page of `items`, as `BaseListCmd.getStartIndex`/`getPageSizeVal` cut it, and the
+    /// number of items before paging. Without `pagesize` a list holds at most `max_page`
+    /// (`default.page.size`); a `pagesize` above it is refused (`BaseListCmd.getPageSize`:
+    /// `InvalidParameterValueException`, so 431 with cserrorcode 4350), as is `page` with
+    /// `pagesize=-1`. These checks run when the command executes, after its parameters were
+    /// processed.
+    fn page<T>(&self, items: Vec<T>, max_page: u64) -> Result<(Vec<T>, usize), Reply> {
         let page = self.long("page")?;
         let size = self.long("pagesize")?;
-        match (page, size) {
-            (Some(p), Some(s)) if p >= 1 && s >= 1 => {
-                let start = ((p - 1) * s) as usize;
-                Ok(items.into_iter().skip(start).take(s as usize).collect())
-            }
-            _ => Ok(items),
+        let invalid_value = |text: String| Reply::error(&self.response(), 431, 4350, &text);
+        if let Some(s) = size
+            && s > 0
+            && s as u64 > max_page
+        {
+            return Err(invalid_value(format!(
+                "Page size can't exceed max allowed page size value: {max_page}"
+            )));
         }
+        if size == Some(-1) && page.is_some() {
+            return Err(invalid_value(
+                "Can't specify page parameter when pagesize is -1 (Unlimited)".into(),
+            ));
+        }
+        let total = items.len();
+        let limit = match size {
+            Some(-1) => return Ok((items, total)),
+            Some(s) => u64::try_from(s).unwrap_or(0),
+            None => max_page,
+        };
+        let start = match page {
+            Some(p) if p > 0 => (p as u64 - 1).saturating_mul(limit),
+            _ => 0,
+        };
+        let start = usize::try_from(start).unwrap_or(usize::MAX);
+        let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+        Ok((items.into_iter().skip(start).take(limit).collect(), total))
     }
 }
 
-/// `{"<cmd>response": {}}` for an empty list, `{count, <key>: [...]}` otherwise.
-fn list_reply<T: Serialize>(cmd: &Cmd<'_>, key: &str, items: &[T]) -> Reply {
+/// `{"<cmd>response": {}}` for an empty list, `{count, <key>: [...]}` otherwise. `count` is
+/// the number of items matched before paging: every list served is built with `searchAndCount`
+/// and `ListResponse.setResponses(list, count)` (`KubernetesClusterManagerImpl
+/// .listKubernetesClusters` too in current releases; older ones called `setResponses(list)`
+/// there and counted only the page).
+fn list_reply<T: Serialize>(cmd: &Cmd<'_>, key: &str, items: &[T], count: usize) -> Reply {
     #[derive(Serialize)]
     struct Inner<'a, T> {
         count: usize,
@@ -261,13 +309,7 @@ fn list_reply<T: Serialize>(cmd: &Cmd<'_>, key: &str, items: &[T]) -> Reply {
     map.insert(key, items);
     let mut outer = BTreeMap::new();
     let name = cmd.response();
-    outer.insert(
-        name.as_str(),
-        Inner {
-            count: items.len(),
-            items: map,
-        },
-    );
+    outer.insert(name.as_str(), Inner { count, items: map });
     Reply::ok(&outer)
 }
 
@@ -284,6 +326,12 @@ pub fn dispatch(
         p,
     };
     w.refresh_nodes(now_ms);
+    if name.starts_with("list")
+        && name != "listCapabilities"
+        && let Err(r) = cmd.check_paging()
+    {
+        return (r, None);
+    }
     let result = match name {
         "listKubernetesClusters" => list_clusters(w, &cmd).map(|r| (r, None)),
         "scaleKubernetesCluster" => scale(w, &cmd),
@@ -310,6 +358,23 @@ pub fn unknown_command(name: &str) -> Reply {
     )
 }
 
+/// CloudStack's answer to a command the key's role does not allow (`SimSettings::key_role`).
+/// `DynamicRoleBasedAPIAccessChecker.checkAccess` throws `UnavailableCommandException` ("The
+/// API [X] does not exist or is not available for the account A."), which
+/// `ApiServer.commandAvailable` turns into `ServerApiException(UNSUPPORTED_ACTION_ERROR)`: HTTP
+/// 432, cserrorcode 9999 (a `ServerApiException`'s own), and, as for every
+/// UNSUPPORTED_ACTION_ERROR, under `errorresponse` (`ApiServer.getSerializedApiError`). The
+/// account is written by name as in the current source; older releases print the account
+/// object (`Account [...]`) there.
+pub fn unavailable_command(name: &str, account: &str) -> Reply {
+    Reply::error(
+        "errorresponse",
+        432,
+        9999,
+        &format!("The API [{name}] does not exist or is not available for the account {account}."),
+    )
+}
+
 fn list_clusters(w: &World, cmd: &Cmd<'_>) -> Result<Reply, Reply> {
     let id = cmd.entity("id", |v| w.cluster(v).is_some())?;
     let name = cmd.p.get("name");
@@ -330,12 +395,12 @@ fn list_clusters(w: &World, cmd: &Cmd<'_>) -> Result<Reply, Reply> {
         })
         .filter(|c| state.is_none_or(|s| c.state.as_str().eq_ignore_ascii_case(s)))
         .collect();
-    let views: Vec<_> = cmd
-        .page(selected)?
+    let (page, total) = cmd.page(selected, w.settings.default_page_size)?;
+    let views: Vec<_> = page
         .into_iter()
         .map(|c| render::cluster(w, c, fallback_zone))
         .collect();
-    Ok(list_reply(cmd, "kubernetescluster", &views))
+    Ok(list_reply(cmd, "kubernetescluster", &views, total))
 }
 
 fn scale(w: &mut World, cmd: &Cmd<'_>) -> Result<(Reply, Option<Spawn>), Reply> {
@@ -423,14 +488,17 @@ fn query_job(w: &World, cmd: &Cmd<'_>) -> Result<Reply, Reply> {
     Ok(cmd.ok_with(&render::job(w, job)))
 }
 
-/// CloudStack's `listAsyncJobs`: the account's jobs ordered by id (oldest first), `keyword`
-/// matched against the command class, `startdate` (a TZDATE) keeping jobs created at or after
-/// it, then paged.
+/// CloudStack's `listAsyncJobs` (`QueryManagerImpl.searchForAsyncJobs`): every job of the
+/// caller's account, whichever client or cluster it belongs to (the simulator has one account;
+/// `listall` changes nothing for it), ordered by id (oldest first), `keyword` matched against
+/// the command class, `startdate` keeping jobs created at or after it, then paged.
+/// `ListAsyncJobsCmd.startDate` is a DATE parameter: only its day counts (see
+/// [`parse_date`]), so a `startdate` of today keeps every job of today.
 fn list_jobs(w: &World, cmd: &Cmd<'_>) -> Result<Reply, Reply> {
     let keyword = cmd.p.get("keyword").map(str::to_ascii_lowercase);
     let since = match cmd.p.get("startdate") {
         None => None,
-        Some(v) => Some(parse_stamp(v).ok_or_else(|| {
+        Some(v) => Some(parse_date(v).ok_or_else(|| {
             Reply::error(
                 &cmd.response(),
                 431,
@@ -454,8 +522,8 @@ fn list_jobs(w: &World, cmd: &Cmd<'_>) -> Result<Reply, Reply> {
         .filter(|j| since.is_none_or(|t| parse_stamp(&j.created).is_some_and(|c| c >= t)))
         .map(|j| render::job(w, j))
         .collect();
-    let jobs = cmd.page(jobs)?;
-    Ok(list_reply(cmd, "asyncjobs", &jobs))
+    let (jobs, total) = cmd.page(jobs, w.settings.default_page_size)?;
+    Ok(list_reply(cmd, "asyncjobs", &jobs, total))
 }
 
 fn list_vms(w: &World, cmd: &Cmd<'_>) -> Result<Reply, Reply> {
@@ -487,8 +555,8 @@ fn list_vms(w: &World, cmd: &Cmd<'_>) -> Result<Reply, Reply> {
             }
         }
     }
-    let views = cmd.page(views)?;
-    Ok(list_reply(cmd, "virtualmachine", &views))
+    let (views, total) = cmd.page(views, w.settings.default_page_size)?;
+    Ok(list_reply(cmd, "virtualmachine", &views, total))
 }
 
 fn vm_op(
@@ -573,8 +641,8 @@ fn list_offerings(w: &World, cmd: &Cmd<'_>) -> Result<Reply, Reply> {
         })
         .map(render::offering)
         .collect();
-    let list = cmd.page(list)?;
-    Ok(list_reply(cmd, "serviceoffering", &list))
+    let (list, total) = cmd.page(list, w.settings.default_page_size)?;
+    Ok(list_reply(cmd, "serviceoffering", &list, total))
 }
 
 fn list_zones(w: &World, cmd: &Cmd<'_>) -> Result<Reply, Reply> {
@@ -587,7 +655,8 @@ fn list_zones(w: &World, cmd: &Cmd<'_>) -> Result<Reply, Reply> {
         .filter(|z| name.is_none_or(|n| z.name == n))
         .map(render::zone)
         .collect();
-    Ok(list_reply(cmd, "zone", &list))
+    let (list, total) = cmd.page(list, w.settings.default_page_size)?;
+    Ok(list_reply(cmd, "zone", &list, total))
 }
 
 fn capabilities(cmd: &Cmd<'_>, version: &str) -> Reply {
@@ -642,7 +711,7 @@ pub fn dispatch_sim(w: &mut World, name: &str, p: &Params, now_ms: u64) -> (Repl
                     Ok(true) => {}
                     Ok(false) => {
                         error = Some(format!(
-                            "unknown simConfigure parameter {k:?}; known: latencyms, errorrate, droprate, malformedrate, jobdurationms, jobfailure, alertscaling, kubeletdelayms, scannerintervalms, vmopms, readypollms, scaletimeoutms, maxclustersize, pickupdelayms, removalpernodems"
+                            "unknown simConfigure parameter {k:?}; known: latencyms, errorrate, droprate, malformedrate, jobdurationms, jobfailure, alertscaling, kubeletdelayms, scannerintervalms, vmopms, readypollms, scaletimeoutms, maxclustersize, pickupdelayms, removalpernodems, faildrains, keyrole, defaultpagesize"
                         ));
                         break;
                     }
@@ -686,6 +755,27 @@ pub fn dispatch_sim(w: &mut World, name: &str, p: &Params, now_ms: u64) -> (Repl
                     .map_err(|_| cmd.invalid("state", state_text))?;
                 w.set_vm_state(&id, state, now_ms);
                 Ok::<_, Reply>(cmd.ok(jobs::vm_json(w, &id)))
+            })();
+            r.unwrap_or_else(|e| e)
+        }
+        "simSetNode" => {
+            let r = (|| {
+                let id = cmd
+                    .entity("id", |v| w.find_vm(v).is_some())?
+                    .ok_or_else(|| cmd.missing("id"))?;
+                if let Some(ready) = cmd.p.get("ready") {
+                    let ready = crate::grammar::parse_bool(ready)
+                        .map_err(|_| cmd.invalid("ready", ready))?;
+                    w.set_node_ready(&id, ready);
+                }
+                if cmd.boolean("remove") == Some(true) {
+                    w.remove_node(&id);
+                }
+                if cmd.boolean("uncordon") == Some(true) {
+                    w.uncordon_node(&id);
+                }
+                let node = w.nodes(None, now_ms).into_iter().find(|n| n.vmid == id);
+                Ok::<_, Reply>(cmd.ok(json!({ "node": node })))
             })();
             r.unwrap_or_else(|e| e)
         }
@@ -754,7 +844,7 @@ mod tests {
         let mut w = big_world();
         for (command, p) in [
             ("listKubernetesClusters", params(&[])),
-            ("listVirtualMachines", params(&[])),
+            ("listVirtualMachines", params(&[("pagesize", "-1")])),
         ] {
             let mut times = Vec::new();
             let mut bytes = 0;

@@ -89,6 +89,36 @@ pub(crate) fn parse_stamp(s: &str) -> Option<i64> {
     Some(days_from_civil(y, mo, d) * 86_400 + h * 3600 + mi * 60 + se - offset_secs)
 }
 
+/// Parses a DATE parameter as CloudStack does (`ParamProcessWorker.setFieldValue`, case DATE,
+/// for commands other than the event/alert/usage ones): `BaseCmd.INPUT_FORMAT` `yyyy-MM-dd`,
+/// not lenient, with `DateFormat.parse(String)`, which reads from the start and ignores what
+/// follows the day. So the time part of `2024-05-01T10:20:30+0000` is dropped. Returns Unix
+/// seconds of that day's midnight, UTC (Java uses the management server's time zone; UTC here,
+/// the usual server setting, *unverified*).
+pub(crate) fn parse_date(s: &str) -> Option<i64> {
+    fn number(s: &str) -> Option<(i64, &str)> {
+        let end = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+        if end == 0 || end > 9 {
+            return None;
+        }
+        Some((s[..end].parse().ok()?, &s[end..]))
+    }
+    let (y, rest) = number(s)?;
+    let (m, rest) = number(rest.strip_prefix('-')?)?;
+    let (d, _) = number(rest.strip_prefix('-')?)?;
+    let days_in_month = match m {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        2 if y % 4 == 0 && (y % 100 != 0 || y % 400 == 0) => 29,
+        2 => 28,
+        _ => return None,
+    };
+    if !(1..=days_in_month).contains(&d) {
+        return None;
+    }
+    Some(days_from_civil(y, m, d) * 86_400)
+}
+
 pub(crate) fn unix_now() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -138,5 +168,24 @@ mod tests {
         );
         assert_eq!(parse_stamp("2022-04-18T06:21:58.123Z"), Some(1_650_262_918));
         assert_eq!(parse_stamp("yesterday"), None);
+    }
+
+    #[test]
+    fn parses_date_parameters_like_java_yyyy_mm_dd() {
+        let day = parse_date("2022-04-18").unwrap();
+        assert_eq!(day, 1_650_240_000);
+        assert_eq!(parse_date("2022-04-18T06:21:58+0000"), Some(day));
+        assert_eq!(parse_date("2022-4-18"), Some(day));
+        assert_eq!(parse_date("2024-02-29"), Some(1_709_164_800));
+        for bad in [
+            "yesterday",
+            "2022-13-01",
+            "2023-02-29",
+            "2022-04",
+            "20220418",
+            "",
+        ] {
+            assert_eq!(parse_date(bad), None, "{bad}");
+        }
     }
 }

@@ -54,6 +54,66 @@ impl FromStr for JobFailure {
     }
 }
 
+/// The role of the account the simulator's API key belongs to: which commands it may call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KeyRole {
+    /// A User-role account's key (an account cluster's `cloudstack-secret`): every command the
+    /// simulator serves.
+    #[default]
+    User,
+    /// The Project Kubernetes Service Role CKS gives a project cluster's key from 4.19.3 /
+    /// 4.20.1 on (`KubernetesClusterManagerImpl.PROJECT_KUBERNETES_ACCOUNT_ROLE_ALLOWED_APIS`):
+    /// of the commands served, only `listKubernetesClusters`, `scaleKubernetesCluster`,
+    /// `queryAsyncJobResult` and `listVirtualMachines`. Any other is answered 432.
+    ProjectKubernetes,
+}
+
+impl KeyRole {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::User => "user",
+            Self::ProjectKubernetes => "project-kubernetes",
+        }
+    }
+
+    /// Whether a key of this role may call `command`.
+    pub fn allows(self, command: &str) -> bool {
+        match self {
+            Self::User => true,
+            Self::ProjectKubernetes => PROJECT_KUBERNETES_ROLE_COMMANDS.contains(&command),
+        }
+    }
+}
+
+/// The served commands in `KubernetesClusterManagerImpl.PROJECT_KUBERNETES_ACCOUNT_ROLE_ALLOWED_APIS`
+/// (`QueryAsyncJobResultCmd`, `ListVMsCmd`, `ListKubernetesClustersCmd`,
+/// `ScaleKubernetesClusterCmd`; the rest of that list is networking the simulator does not serve).
+pub const PROJECT_KUBERNETES_ROLE_COMMANDS: &[&str] = &[
+    "listKubernetesClusters",
+    "scaleKubernetesCluster",
+    "queryAsyncJobResult",
+    "listVirtualMachines",
+];
+
+impl fmt::Display for KeyRole {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for KeyRole {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "user" => Ok(Self::User),
+            "project-kubernetes" | "projectkubernetes" => Ok(Self::ProjectKubernetes),
+            _ => Err(format!(
+                "unknown key role {s:?}: expected user or project-kubernetes"
+            )),
+        }
+    }
+}
+
 /// Timings and faults: everything `simConfigure` can change while the simulator runs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SimSettings {
@@ -102,6 +162,16 @@ pub struct SimSettings {
     /// number of nodes, shared among them. Above zero: `job_duration` (the job's own part)
     /// plus this for every node.
     pub removal_per_node: Duration,
+    /// Injected transient drain failures: the next this many drains of a removal job fail (as
+    /// `kubectl drain` failing over SSH would), one per drain, whatever the node's state. Each
+    /// failure fails its job. Drains of down VMs (not drained) do not count.
+    pub fail_drains: u32,
+    /// The role of the API key's account (see [`KeyRole`]).
+    pub key_role: KeyRole,
+    /// CloudStack's `default.page.size` (500 by default): the most items a list answer holds
+    /// when no `pagesize` is given, and the largest `pagesize` accepted
+    /// (`BaseListCmd.getPageSize`: a larger one is a 431).
+    pub default_page_size: u64,
 }
 
 impl Default for SimSettings {
@@ -122,6 +192,9 @@ impl Default for SimSettings {
             max_cluster_size: 50,
             pickup_delay: Duration::ZERO,
             removal_per_node: Duration::ZERO,
+            fail_drains: 0,
+            key_role: KeyRole::User,
+            default_page_size: 500,
         }
     }
 }
@@ -188,6 +261,22 @@ impl SimSettings {
             "scaletimeoutms" => self.scale_timeout = ms(value)?,
             "pickupdelayms" => self.pickup_delay = ms(value)?,
             "removalpernodems" => self.removal_per_node = ms(value)?,
+            "faildrains" => {
+                self.fail_drains = value
+                    .trim()
+                    .parse()
+                    .map_err(|_| format!("faildrains must be a whole number, got {value:?}"))?
+            }
+            "keyrole" => self.key_role = value.parse()?,
+            "defaultpagesize" => {
+                let n: u64 = value.trim().parse().map_err(|_| {
+                    format!("defaultpagesize must be a whole number, got {value:?}")
+                })?;
+                if n == 0 {
+                    return Err("defaultpagesize must be at least 1".into());
+                }
+                self.default_page_size = n;
+            }
             "maxclustersize" => {
                 self.max_cluster_size = value
                     .trim()
@@ -218,6 +307,9 @@ impl SimSettings {
             "maxclustersize": self.max_cluster_size,
             "pickupdelayms": ms(self.pickup_delay),
             "removalpernodems": ms(self.removal_per_node),
+            "faildrains": self.fail_drains,
+            "keyrole": self.key_role.as_str(),
+            "defaultpagesize": self.default_page_size,
         })
     }
 }
@@ -251,5 +343,14 @@ mod tests {
         assert_eq!(s.apply("pickupdelayms", "100"), Ok(true));
         assert_eq!(s.pickup_delay, Duration::from_millis(100));
         assert_eq!(s.to_json()["pickupdelayms"], 100);
+        assert_eq!(s.apply("faildrains", "2"), Ok(true));
+        assert_eq!(s.fail_drains, 2);
+        assert_eq!(s.apply("keyrole", "project-kubernetes"), Ok(true));
+        assert_eq!(s.key_role, KeyRole::ProjectKubernetes);
+        assert!(s.apply("keyrole", "admin").is_err());
+        assert_eq!(SimSettings::default().default_page_size, 500);
+        assert_eq!(s.apply("defaultpagesize", "100"), Ok(true));
+        assert_eq!(s.to_json()["defaultpagesize"], 100);
+        assert!(s.apply("defaultpagesize", "0").is_err());
     }
 }

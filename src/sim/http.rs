@@ -276,9 +276,21 @@ fn authenticated_reply(sh: &Arc<Shared>, command: Option<&str>, params: &Params)
     if !COMMANDS.contains(&name) {
         return api::unknown_command(name);
     }
-    if let Err(why) = signing::verify(&params.pairs, &sh.api_key, &sh.secret_key) {
-        tracing::debug!(command = name, ?why, "request not authenticated");
-        return Reply::error(&response_name, 401, 0, UNAUTHORIZED);
+    let role = sh.lock().settings.key_role;
+    let verified = signing::verify_with_role(&params.pairs, &sh.api_key, &sh.secret_key, || {
+        role.allows(name)
+    });
+    match verified {
+        Ok(()) => {}
+        Err(signing::AuthFailure::CommandUnavailable) => {
+            tracing::debug!(command = name, %role, "command outside the key's role");
+            let account = sh.lock().owner.account.clone();
+            return api::unavailable_command(name, &account);
+        }
+        Err(why) => {
+            tracing::debug!(command = name, ?why, "request not authenticated");
+            return Reply::error(&response_name, 401, 0, UNAUTHORIZED);
+        }
     }
     if !params
         .get("response")

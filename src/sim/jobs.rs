@@ -303,7 +303,7 @@ async fn scale_steps(
             scale_up(sh, cid, &name, *new_size, *add, s, started).await
         }
         SizePlan::Down { new_size, remove } => {
-            scale_down(sh, cid, &name, *new_size, remove, s).await
+            scale_down(sh, cid, &name, *new_size, remove, s, started).await
         }
     }
 }
@@ -376,7 +376,7 @@ async fn scale_up(
                     .all(|v| {
                         let must_be_ready =
                             !s.alert_scaling || !v.state.is_down() || new_vms.contains(&v.id);
-                        !must_be_ready || w.node_ready(v, now)
+                        !must_be_ready || w.node_counted_ready(v, now)
                     }),
             }
         };
@@ -402,6 +402,14 @@ async fn scale_up(
     Some(Ok(()))
 }
 
+/// Removes `remove` (already in CloudStack's order) one VM at a time, as
+/// `KubernetesClusterScaleWorker.scaleDownKubernetesClusterSize` hands them to
+/// `removeNodesFromCluster`: for each VM, `removeKubernetesClusterNode` drains its node and
+/// deletes it (`kubectl drain <host> --ignore-daemonsets --delete-emptydir-data`, then
+/// `kubectl delete node`), then the VM is destroyed and expunged and its VM-map row removed
+/// (`kubernetesClusterVmMapDao.expunge`), then the scale timeout is checked. A failure ends
+/// the job there (the caller moves the cluster to Alert): the VMs removed so far stay removed
+/// and `size`, written only at the end (`updateKubernetesClusterEntryForNodeType`), is unchanged.
 async fn scale_down(
     sh: &Shared,
     cid: &str,
@@ -409,6 +417,7 @@ async fn scale_down(
     new_size: u64,
     remove: &[String],
     s: &SimSettings,
+    started: tokio::time::Instant,
 ) -> Option<Result<(), String>> {
     let step = if s.removal_per_node.is_zero() {
         s.job_duration / (remove.len().max(1) as u32)
@@ -420,45 +429,91 @@ async fn scale_down(
         }
         s.removal_per_node
     };
+    // Each VM's time: the drain, the destroy, the expunge.
+    let (drain, destroy) = (step / 3, step / 3);
+    let expunge = step.saturating_sub(drain + destroy);
     for id in remove {
-        {
+        let failure = {
             let mut w = sh.lock();
             let now = sh.clock.now_ms();
             w.refresh_nodes(now);
-            let Some((_, vm)) = w.find_vm(id) else {
+            let Some(state) = w.find_vm(id).map(|(_, vm)| vm.state) else {
                 continue;
             };
-            // A down VM's node is deleted without a drain when Alert scaling is on; otherwise
-            // `kubectl drain` needs a Ready node and fails on a NotReady or missing one.
-            let drain_skipped = s.alert_scaling && vm.state.is_down();
-            let drainable = vm.role.is_kubernetes_node() && w.node_ready(vm, now);
-            if vm.role.is_kubernetes_node() && !drain_skipped && !drainable {
-                return Some(Err(format!(
-                    "Scaling failed for Kubernetes cluster {name}, failed to remove Kubernetes node: {} running on VM : {}",
-                    vm.node_name(),
-                    vm.name
-                )));
-            }
-            if let Some(vm) = w.find_vm_mut(id) {
-                vm.node_registered_ms = None;
-                vm.state = VmState::Expunging;
-            }
+            drain_node(&mut w, id, state, name, s, now)
+        };
+        if !pause(sh, drain).await {
+            return None;
         }
-        if !pause(sh, step / 2).await {
+        if let Some(text) = failure {
+            return Some(Err(text));
+        }
+        // `kubectl delete node`, then `UserVmService.destroyVm(id, expunge=true)`.
+        if let Some(vm) = sh.lock().find_vm_mut(id) {
+            vm.node_registered_ms = None;
+            vm.kubelet_gone = true;
+            vm.state = VmState::Expunging;
+        }
+        if !pause(sh, destroy).await {
             return None;
         }
         sh.lock().set_vm_state(id, VmState::Destroyed, 0);
-        if !pause(sh, step - step / 2).await {
+        if !pause(sh, expunge).await {
             return None;
         }
-        let mut w = sh.lock();
-        if let Some(c) = w.cluster_mut(cid) {
-            c.vms.retain(|v| &v.id != id);
+        {
+            let mut w = sh.lock();
+            if let Some(c) = w.cluster_mut(cid) {
+                c.vms.retain(|v| &v.id != id);
+            }
+            w.removed_vms.insert(id.clone());
         }
-        w.removed_vms.insert(id.clone());
+        if started.elapsed() > s.scale_timeout {
+            return Some(Err(format!(
+                "Scaling Kubernetes cluster {name} failed, scaling action timed out"
+            )));
+        }
     }
     record_size(&mut sh.lock(), cid, new_size);
     Some(Ok(()))
+}
+
+/// The drain of VM `id`'s node before it is removed; `Some(text)` when it fails.
+///
+/// With Alert scaling on (PR 14604), a down VM's node is not drained: it is deleted directly.
+/// Every other VM is drained (`KubernetesClusterScaleWorker.removeKubernetesClusterNode`), and
+/// `kubectl drain` fails when the node does not exist (a kubelet that never joined: NotFound),
+/// when it is NotReady (the evicted pods' deletion is never confirmed; the drain times out),
+/// and for an injected transient failure (`SimSettings::fail_drains`). The drain cordons an
+/// existing node first and a failed drain leaves it cordoned. CloudStack retries the SSH
+/// call only on an exception, not on a failed `kubectl drain`, so a failure fails the job.
+fn drain_node(
+    w: &mut World,
+    id: &str,
+    state: VmState,
+    cluster_name: &str,
+    s: &SimSettings,
+    now: u64,
+) -> Option<String> {
+    let (_, vm) = w.find_vm(id)?;
+    if !vm.role.is_kubernetes_node() || (s.alert_scaling && state.is_down()) {
+        return None;
+    }
+    let exists = vm.node_registered_ms.is_some();
+    let ready = w.node_ready(vm, now);
+    let text = format!(
+        "Scaling failed for Kubernetes cluster {cluster_name}, failed to remove Kubernetes node: {} running on VM : {}",
+        vm.node_name(),
+        vm.name
+    );
+    if exists && let Some(vm) = w.find_vm_mut(id) {
+        vm.cordoned = true;
+    }
+    let injected = w.settings.fail_drains > 0;
+    if injected {
+        w.settings.fail_drains -= 1;
+    }
+    (!exists || !ready || injected).then_some(text)
 }
 
 /// Carries out `startVirtualMachine` (`start`) or `stopVirtualMachine`.

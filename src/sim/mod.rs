@@ -13,7 +13,8 @@
 //!
 //! Simulator-only commands, unsigned and never subject to faults: `simListNodes[&clusterid=]`
 //! (the emulated kubelet's nodes), `simConfigure` (timings and faults, see
-//! [`SimSettings::apply`]), `simRequests[&cmd=]`, `simResetRequests`, `simSetVmState&id=&state=`.
+//! [`SimSettings::apply`]), `simRequests[&cmd=]`, `simResetRequests`, `simSetVmState&id=&state=`,
+//! `simSetNode&id=[&ready=][&remove=true][&uncordon=true]`.
 //!
 //! # Modules
 //! - `model`: clusters, VMs, jobs, the kubelet view, the status scanner pass.
@@ -54,7 +55,7 @@ use anyhow::Context;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
-pub use config::{JobFailure, SimSettings};
+pub use config::{JobFailure, KeyRole, SimSettings};
 pub use model::{ClusterState, RecordedRequest, SimNode, VmState};
 pub use scenario::{ClusterSpec, NodesSpec, OfferingSpec, Scenario};
 
@@ -372,6 +373,65 @@ impl SimHandle {
     pub fn set_vm_state(&self, vm_id: &str, state: VmState) -> bool {
         let now = self.shared.clock.now_ms();
         self.shared.lock().set_vm_state(vm_id, state, now)
+    }
+
+    /// Makes VM `vm_id`'s Kubernetes node absent while the VM keeps its state: the node object
+    /// is deleted and the kubelet does not register again (a node that never joined, e.g. a
+    /// scale-up whose kubelet failed). Draining such a Running VM fails (NotFound), and a
+    /// scale-up waiting for it times out. `false` if no such VM.
+    pub fn remove_node(&self, vm_id: &str) -> bool {
+        self.shared.lock().remove_node(vm_id)
+    }
+
+    /// `false`: VM `vm_id`'s node turns NotReady although the VM keeps running (kubelet down,
+    /// network cut); draining it fails and the status scanner keeps the cluster in Alert.
+    /// `true`: the node is Ready again (given its VM runs and the kubelet delay has passed).
+    /// `false` if no such VM.
+    pub fn set_node_ready(&self, vm_id: &str, ready: bool) -> bool {
+        self.shared.lock().set_node_ready(vm_id, ready)
+    }
+
+    /// `kubectl uncordon`: VM `vm_id`'s node is schedulable again (a failed drain leaves it
+    /// cordoned, and CloudStack does not count a cordoned node as Ready). `false` if no such VM.
+    pub fn uncordon_node(&self, vm_id: &str) -> bool {
+        self.shared.lock().uncordon_node(vm_id)
+    }
+
+    /// Submits `scaleKubernetesCluster` for `cluster_id` with `params` (e.g. `[("size", "4")]`)
+    /// as another client of the same account would (CKS's own autoscaler, an operator, another
+    /// cluster's provider): the job is the account's, so `listAsyncJobs` lists it, but the
+    /// request is not recorded in [`Self::requests`] and is never faulted. Returns the job id,
+    /// or CloudStack's error text when the call itself is refused (431).
+    pub fn scale_as_other_client(
+        &self,
+        cluster_id: &str,
+        params: &[(&str, &str)],
+    ) -> Result<String, String> {
+        let mut pairs = vec![
+            ("id".to_string(), cluster_id.to_string()),
+            ("response".to_string(), "json".to_string()),
+        ];
+        pairs.extend(params.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        let p = api::Params::from_pairs(pairs);
+        let (reply, spawn) = {
+            let mut w = self.shared.lock();
+            api::dispatch(
+                &mut w,
+                "scaleKubernetesCluster",
+                &p,
+                self.shared.clock.now_ms(),
+                &self.shared.version(),
+            )
+        };
+        if let Some(spawn) = spawn {
+            self.shared.spawn_job(spawn);
+        }
+        let body: serde_json::Value = serde_json::from_slice(&reply.body).unwrap_or_default();
+        let inner = &body["scalekubernetesclusterresponse"];
+        match inner["jobid"].as_str() {
+            Some(job) if reply.status == 200 => Ok(job.to_string()),
+            _ => Err(inner["errortext"].as_str().unwrap_or("refused").to_string()),
+        }
     }
 
     /// The registered Kubernetes nodes (what `simListNodes` returns).

@@ -186,6 +186,14 @@ pub struct Vm {
     /// Sim time (ms) when its Kubernetes node registered; kept while the VM is down (the node
     /// stays, NotReady) and gone with the VM.
     pub node_registered_ms: Option<u64>,
+    /// The kubelet does not register a node (a node that never joined, or whose object was
+    /// deleted): set by `SimHandle::remove_node`, and when a removal deletes the node.
+    pub kubelet_gone: bool,
+    /// The node is NotReady although the VM runs (`SimHandle::set_node_ready(id, false)`).
+    pub node_not_ready: bool,
+    /// The node is cordoned (`spec.unschedulable`): `kubectl drain` cordons it first and leaves
+    /// it cordoned when the drain fails.
+    pub cordoned: bool,
 }
 
 impl Vm {
@@ -358,6 +366,10 @@ pub struct SimNode {
     pub vmid: String,
     pub clusterid: String,
     pub ready: bool,
+    /// Cordoned (`spec.unschedulable`): a drain cordons the node first and a failed drain
+    /// leaves it so. `kubectl get nodes` then shows `Ready,SchedulingDisabled`.
+    #[serde(default)]
+    pub unschedulable: bool,
     /// `control`, `worker` or `external`.
     pub role: String,
     pub labels: BTreeMap<String, String>,
@@ -464,6 +476,7 @@ impl World {
         for vm in self.clusters.iter_mut().flat_map(|c| c.vms.iter_mut()) {
             if vm.node_registered_ms.is_none()
                 && vm.role.is_kubernetes_node()
+                && !vm.kubelet_gone
                 && vm.state == VmState::Running
                 && let Some(since) = vm.running_since_ms
             {
@@ -483,10 +496,20 @@ impl World {
         let joined_before_start =
             vm.node_registered_ms == Some(0) && vm.running_since_ms == Some(0);
         vm.node_registered_ms.is_some()
+            && !vm.node_not_ready
             && vm.state == VmState::Running
             && vm
                 .running_since_ms
                 .is_some_and(|s| joined_before_start || s.saturating_add(delay) <= now_ms)
+    }
+
+    /// Whether CloudStack counts the node as Ready: its `kubectl get nodes` STATUS is exactly
+    /// `Ready`. `KubernetesClusterUtil.getKubernetesClusterReadyNodesCount` counts with
+    /// `awk '{if ($2 == "Ready") print $1}'`, so a cordoned node (`Ready,SchedulingDisabled`)
+    /// is not counted, by the status scanner's `reconcileAlertCluster` nor by a scale-up's
+    /// wait for Ready nodes (`validateKubernetesClusterReadyNodesCount`).
+    pub fn node_counted_ready(&self, vm: &Vm, now_ms: u64) -> bool {
+        !vm.cordoned && self.node_ready(vm, now_ms)
     }
 
     /// Registered nodes, optionally of one cluster. Call [`Self::refresh_nodes`] first.
@@ -536,6 +559,7 @@ impl World {
                     vmid: vm.id.clone(),
                     clusterid: c.id.clone(),
                     ready: self.node_ready(vm, now_ms),
+                    unschedulable: vm.cordoned,
                     role: vm.role.as_str().to_string(),
                     labels,
                     registeredms: registered,
@@ -547,31 +571,43 @@ impl World {
         out
     }
 
-    /// One pass of CloudStack's status scanner. Returns the clusters whose state changed.
+    /// One pass of CloudStack's status scanner (`KubernetesClusterManagerImpl
+    /// .KubernetesClusterStatusScanner.reallyRun`). Returns the clusters whose state changed.
+    ///
+    /// `isClusterVMsInDesiredState(cluster, state)` holds when the VM map has at least
+    /// control + etcd + size rows and every VM is in `state`:
+    /// - Running: not in desired state (Running) -> Alert (FaultsDetected).
+    /// - Stopped: not in desired state (Stopped) -> Alert.
+    /// - Alert: in desired state Running -> `KubernetesClusterStartWorker.reconcileAlertCluster`,
+    ///   which moves it to Running only if the map has exactly as many rows as nodes and the
+    ///   Ready node count (cordoned nodes not counted, see [`Self::node_counted_ready`]) equals
+    ///   the node count; in desired state Stopped -> Stopped.
+    ///
+    /// So a cluster with fewer VMs than nodes (a removal that failed half way) stays in Alert,
+    /// as does one with a NotReady or cordoned node although every VM runs. Etcd VMs are left
+    /// out of the Ready count: they are not Kubernetes nodes (CloudStack compares the count with
+    /// `getTotalNodeCount()`; whether that makes a cluster with etcd nodes never reconcile is
+    /// *unverified*).
     pub fn scan(&mut self, now_ms: u64) -> Vec<(String, ClusterState, ClusterState)> {
         self.refresh_nodes(now_ms);
         let mut changes = Vec::new();
         for i in 0..self.clusters.len() {
             let c = &self.clusters[i];
-            let rows_ok = c.vms.len() as u64 == c.total_nodes();
-            let all_running = c.vms.iter().all(|v| v.state == VmState::Running);
+            let enough_rows = c.vms.len() as u64 >= c.total_nodes();
+            let all_in = |s: VmState| enough_rows && c.vms.iter().all(|v| v.state == s);
             let next = match c.state {
-                ClusterState::Running if (c.vms.len() as u64) < c.total_nodes() || !all_running => {
-                    Some(ClusterState::Alert)
-                }
-                ClusterState::Alert if rows_ok && all_running => {
+                ClusterState::Running if !all_in(VmState::Running) => Some(ClusterState::Alert),
+                ClusterState::Stopped if !all_in(VmState::Stopped) => Some(ClusterState::Alert),
+                ClusterState::Alert if all_in(VmState::Running) => {
+                    let rows_exact = c.vms.len() as u64 == c.total_nodes();
                     let nodes_ready = c
                         .vms
                         .iter()
                         .filter(|v| v.role.is_kubernetes_node())
-                        .all(|v| self.node_ready(v, now_ms));
-                    nodes_ready.then_some(ClusterState::Running)
+                        .all(|v| self.node_counted_ready(v, now_ms));
+                    (rows_exact && nodes_ready).then_some(ClusterState::Running)
                 }
-                ClusterState::Alert
-                    if !c.vms.is_empty() && c.vms.iter().all(|v| v.state == VmState::Stopped) =>
-                {
-                    Some(ClusterState::Stopped)
-                }
+                ClusterState::Alert if all_in(VmState::Stopped) => Some(ClusterState::Stopped),
                 _ => None,
             };
             if let Some(next) = next {
@@ -581,6 +617,33 @@ impl World {
             }
         }
         changes
+    }
+
+    /// Deletes VM `vm_id`'s node object; its kubelet does not register again (see
+    /// `SimHandle::remove_node`). `false` if no such VM.
+    pub fn remove_node(&mut self, vm_id: &str) -> bool {
+        self.find_vm_mut(vm_id)
+            .map(|vm| {
+                vm.kubelet_gone = true;
+                vm.node_registered_ms = None;
+                vm.cordoned = false;
+            })
+            .is_some()
+    }
+
+    /// Forces VM `vm_id`'s node NotReady (`ready` false) or lifts that (see
+    /// `SimHandle::set_node_ready`). `false` if no such VM.
+    pub fn set_node_ready(&mut self, vm_id: &str, ready: bool) -> bool {
+        self.find_vm_mut(vm_id)
+            .map(|vm| vm.node_not_ready = !ready)
+            .is_some()
+    }
+
+    /// `kubectl uncordon` of VM `vm_id`'s node. `false` if no such VM.
+    pub fn uncordon_node(&mut self, vm_id: &str) -> bool {
+        self.find_vm_mut(vm_id)
+            .map(|vm| vm.cordoned = false)
+            .is_some()
     }
 
     /// Starts a VM at once (test helper and end of a start job).
@@ -646,6 +709,9 @@ impl World {
             ),
             running_since_ms: (state == VmState::Running).then_some(now_ms),
             node_registered_ms: None,
+            kubelet_gone: false,
+            node_not_ready: false,
+            cordoned: false,
         };
         c.vms.push(vm);
         id

@@ -349,8 +349,6 @@ impl Serialize for JobView<'_> {
         use serde::ser::SerializeMap;
         let (w, j) = (self.w, self.j);
         let mut m = s.serialize_map(None)?;
-        m.serialize_entry("accountid", &w.owner.account_id)?;
-        m.serialize_entry("userid", &w.owner.user_id)?;
         m.serialize_entry("cmd", j.kind.class())?;
         m.serialize_entry("jobstatus", &(j.status as u8))?;
         m.serialize_entry("jobprocstatus", &0)?;

@@ -55,13 +55,29 @@ pub enum AuthFailure {
     BadExpires,
     Expired,
     BadSignature,
+    /// The key's account may not call the command: `ApiServer.verifyRequest` calls
+    /// `commandAvailable` after finding the key's user and before checking the signature, and
+    /// the role checker's `UnavailableCommandException` becomes a 432 (not a 401).
+    CommandUnavailable,
 }
 
 /// Checks the `apiKey` and `signature` of `params` (first value of each name).
+#[cfg(test)]
 pub fn verify(
     params: &[(String, String)],
     api_key: &str,
     secret_key: &str,
+) -> Result<(), AuthFailure> {
+    verify_with_role(params, api_key, secret_key, || true)
+}
+
+/// [`verify`], with the role check (`command_available`) where CloudStack makes it: once the
+/// key is known, before the signature.
+pub fn verify_with_role(
+    params: &[(String, String)],
+    api_key: &str,
+    secret_key: &str,
+    command_available: impl FnOnce() -> bool,
 ) -> Result<(), AuthFailure> {
     let get = |name: &str| {
         params
@@ -82,6 +98,9 @@ pub fn verify(
     }
     if !constant_time_eq(key.as_bytes(), api_key.as_bytes()) {
         return Err(AuthFailure::UnknownApiKey);
+    }
+    if !command_available() {
+        return Err(AuthFailure::CommandUnavailable);
     }
     let expected = compute_signature(params, secret_key);
     if constant_time_eq(signature.as_bytes(), expected.as_bytes()) {
