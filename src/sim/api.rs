@@ -132,6 +132,8 @@ impl Params {
             .filter(|(k, _)| {
                 !k.eq_ignore_ascii_case("apikey")
                     && !k.eq_ignore_ascii_case("signature")
+                    && !k.eq_ignore_ascii_case("signatureversion")
+                    && !k.eq_ignore_ascii_case("expires")
                     && k != "command"
             })
             .cloned()
