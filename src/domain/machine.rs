@@ -1095,7 +1095,15 @@ impl ScaleMachine {
                         && self
                             .recently_removed
                             .contains_key(&n.name.to_ascii_lowercase()));
-                if gone {
+                // A placeholder of this group's that is no longer pending: its request was
+                // fulfilled (a VM took its place) or cancelled. Either way it is gone.
+                let spent_placeholder = self.cluster_id.as_ref().is_some_and(|c| {
+                    n.provider_id
+                        .strip_prefix("cks-placeholder://")
+                        .and_then(|rest| rest.strip_prefix(c.as_str()))
+                        .is_some_and(|rest| rest.starts_with('/'))
+                });
+                if gone || spent_placeholder {
                     // Already removed by this provider: deleting it again is done.
                     continue;
                 }

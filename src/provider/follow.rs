@@ -27,6 +27,51 @@ impl Provider {
         tokio::spawn(async move { p.follow(gi, job_id).await });
     }
 
+    /// While the group waits on something no job id can tell (a scale job that names no
+    /// cluster, adopted through the cluster's state, or a lost answer), fetches the cluster every
+    /// `job_poll_interval` so its end is seen, and the queued work sent, without waiting for
+    /// the autoscaler's next Refresh. One task per group at a time.
+    pub(crate) fn spawn_state_follower(&self, gi: usize) {
+        use std::sync::atomic::Ordering;
+        let waits = move |p: &Provider| {
+            matches!(
+                p.inner.groups[gi].read().scale.phase(),
+                Phase::AnswerLost { .. } | Phase::Adopted { job: None, .. }
+            )
+        };
+        if !waits(self)
+            || self.inner.groups[gi]
+                .state_follower
+                .swap(true, Ordering::AcqRel)
+        {
+            return;
+        }
+        let p = self.clone();
+        tokio::spawn(async move {
+            let mut stop = p.inner.shutdown.subscribe();
+            while waits(&p) {
+                tokio::select! {
+                    _ = tokio::time::sleep(p.inner.settings.job_poll_interval) => {}
+                    changed = stop.changed() => {
+                        if changed.is_err() || *stop.borrow() {
+                            break;
+                        }
+                    }
+                }
+                if let Err(e) = p.fetch_group(gi).await {
+                    tracing::debug!(group = %p.group_label(gi), error = %e, "following the cluster's state: fetch failed");
+                }
+            }
+            p.inner.groups[gi]
+                .state_follower
+                .store(false, Ordering::Release);
+            // A phase entered between the last check and the flag's release is followed too.
+            if waits(&p) {
+                p.spawn_state_follower(gi);
+            }
+        });
+    }
+
     fn still_following(&self, gi: usize, job_id: &str) -> bool {
         self.inner.groups[gi].read().scale.phase().job() == Some(job_id)
     }
@@ -162,10 +207,18 @@ impl Provider {
         let Some(cluster_id) = self.inner.groups[gi].read().scale.cluster_id.clone() else {
             return Vec::new();
         };
-        let search = if self
-            .inner
-            .list_jobs_permitted
-            .load(std::sync::atomic::Ordering::Relaxed)
+        // Only a lost answer needs the job list (is a job created since still pending?): a
+        // cluster Scaling under a job nobody here started is followed through its state
+        // whatever the list says, since no scale job names its cluster.
+        let lost = matches!(
+            self.inner.groups[gi].read().scale.phase(),
+            Phase::AnswerLost { .. }
+        );
+        let search = if lost
+            && self
+                .inner
+                .list_jobs_permitted
+                .load(std::sync::atomic::Ordering::Relaxed)
         {
             match self.find_running_scale_job(gi, &cluster_id).await {
                 Ok(found) => found,

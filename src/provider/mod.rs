@@ -179,6 +179,8 @@ pub(crate) struct Group {
     pub registered: Mutex<Registrations>,
     /// Wakes the job follower early (a snapshot shows the job may be over).
     pub poke: tokio::sync::Notify,
+    /// A task follows the cluster's state (a job it cannot name, a lost answer): at most one.
+    pub state_follower: std::sync::atomic::AtomicBool,
     /// Never held across an `.await`: every transition is one critical section.
     pub state: Mutex<GroupState>,
 }
@@ -418,6 +420,7 @@ impl Provider {
                         removal_window: None,
                     }),
                     poke: tokio::sync::Notify::new(),
+                    state_follower: std::sync::atomic::AtomicBool::new(false),
                 }
             })
             .collect();
@@ -535,7 +538,10 @@ impl Provider {
                     let p = self.clone();
                     tokio::spawn(async move { p.submit_queued(gi, request).await });
                 }
-                Effect::FindJob => effects.extend(self.find_and_follow(gi).await),
+                Effect::FindJob => {
+                    effects.extend(self.find_and_follow(gi).await);
+                    self.spawn_state_follower(gi);
+                }
                 Effect::RemovalRetried {
                     vms,
                     reason,

@@ -171,6 +171,7 @@ impl Provider {
             Err(_) => {
                 tracing::warn!(group = %label, "scaleKubernetesCluster not answered in time; the next refresh tells whether CloudStack accepted it");
                 g.lock().scale.submission_lost();
+                self.spawn_state_follower(gi);
                 return Err(Error::AnswerLost {
                     group: label,
                     detail: "CloudStack did not answer scaleKubernetesCluster within the request's deadline".into(),
@@ -182,6 +183,7 @@ impl Provider {
                 // job. (An HTTP error page means a proxy answered instead of CloudStack.)
                 tracing::warn!(group = %label, error = %e, "scaleKubernetesCluster answer lost; the next refresh tells whether CloudStack accepted it");
                 g.lock().scale.submission_lost();
+                self.spawn_state_follower(gi);
                 return Err(Error::AnswerLost {
                     group: label,
                     detail: e.to_string(),

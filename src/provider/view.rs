@@ -146,6 +146,12 @@ impl Scoped<'_> {
                 st.scale.snapshot().is_some() || st.last_error.is_some()
             })
         };
+        if tried() {
+            return;
+        }
+        // Nothing fetched yet (no Refresh came first): fetch the caller's groups now, as a
+        // Refresh would; a round already running is waited for, not repeated.
+        let _ = self.p.refresh_groups(self.visible(), Some(deadline)).await;
         let until = super::before(deadline);
         while !tried() && tokio::time::Instant::now() < until {
             let step = std::time::Duration::from_millis(50);
