@@ -35,7 +35,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -53,11 +53,7 @@ use super::timeline::Reply;
 use crate::pb;
 use crate::pb::cloud_provider_client::CloudProviderClient;
 
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding one of these locks can only come from a bug in a task; keep the
-    // data rather than poisoning the autoscaler.
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
+pub(crate) use super::client::lock;
 
 /// Something a background task finished.
 #[derive(Debug)]

@@ -25,7 +25,6 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tonic::transport::Channel;
 
-use super::background::lock;
 use super::nodes::KubeNode;
 use super::timeline::{Call, Event, EventKind, Reply, Request, RpcError, Timeline};
 use super::wire::{NodeGroupOptions, OptionsAnswer, WireGeneration};
@@ -783,4 +782,10 @@ mod tests {
         assert_eq!(calls, 2, "the switch dropped the cached template");
         stack.shutdown().await;
     }
+}
+
+/// Locks a mutex of the mock's shared state. A panic while holding one of these locks can only
+/// come from a bug in a task; keep the data rather than poisoning the autoscaler.
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }

@@ -237,6 +237,8 @@ pub struct QueuedRemoval {
     pub not_before: Option<Instant>,
     /// Whether its VM must be stopped first (it runs, and its drain would fail).
     pub stop: StopStage,
+    /// The next `stopVirtualMachine` not before this (after a failed one).
+    pub stop_not_before: Option<Instant>,
     /// Given up after [`MAX_REMOVAL_ATTEMPTS`] failed jobs: still out of the target and
     /// reported, sent again only once its VM is down.
     pub abandoned: bool,
@@ -253,6 +255,7 @@ impl QueuedRemoval {
             trouble: None,
             not_before: None,
             stop: StopStage::NotNeeded,
+            stop_not_before: None,
             abandoned: false,
         }
     }
@@ -365,6 +368,9 @@ pub struct Settled {
     pub alert_refusal: bool,
     /// Requests that follow (the queue).
     pub effects: Vec<Effect>,
+    /// A removal that failed (a drain) and is carried through: its VMs stay owed, so the
+    /// scale RPC that watched it answers OK.
+    pub owed: bool,
 }
 
 /// The second step of a scale request, once a fresh snapshot is in.
@@ -581,6 +587,14 @@ impl std::error::Error for ScaleError {}
 pub fn is_alert_refusal(text: &str) -> bool {
     text.to_ascii_lowercase()
         .contains("in alert state and can not be scaled")
+}
+
+/// CloudStack's failure of a removal at a node it could not drain or delete
+/// (`KubernetesClusterScaleWorker.removeNodesFromCluster`: "failed to remove Kubernetes node"),
+/// as opposed to a refusal while it validated the request.
+pub fn is_drain_failure(text: &str) -> bool {
+    text.to_ascii_lowercase()
+        .contains("failed to remove kubernetes node")
 }
 
 /// The error of queued requests CloudStack (or a rule) refused when their turn came.
@@ -1627,6 +1641,7 @@ impl ScaleMachine {
             }
         }
         let mut effects = Vec::new();
+        let mut owed = false;
         if let (Some((_, text)), Some(op)) = (end.failure(), &op)
             && let OpKind::Remove { names, sent, .. } = &op.kind
         {
@@ -1649,10 +1664,15 @@ impl ScaleMachine {
             }
             let _ = names;
             let reason = format!("scale job {job} failed: {text}");
-            if op.origin == Origin::Rpc && watched {
+            if op.origin == Origin::Rpc && watched && !is_drain_failure(text) {
                 // The window's callers hear this failure: none of its removals is owed.
                 self.window_answered(false);
             } else {
+                // A failed drain leaves the cluster in Alert with the node cordoned and no
+                // worker down, where CloudStack refuses every request: the removal is
+                // carried through (the VM stopped, then removed as a down VM), never left
+                // to the autoscaler, whose retry would be refused.
+                owed = true;
                 effects.extend(self.requeue_failed(stayed, &reason, now));
             }
         }
@@ -1663,6 +1683,7 @@ impl ScaleMachine {
             changed,
             alert_refusal,
             effects,
+            owed,
         })
     }
 
@@ -1759,7 +1780,7 @@ impl ScaleMachine {
         let mut out = Vec::new();
         for r in &mut self.queue.remove {
             if r.stop == StopStage::Wanted
-                && r.not_before.is_none_or(|t| t <= now)
+                && r.stop_not_before.is_none_or(|t| t <= now)
                 && !out.contains(&r.vm_id)
             {
                 r.stop = StopStage::Sent;
@@ -1780,6 +1801,8 @@ impl ScaleMachine {
         for r in self.queue.remove.iter_mut().filter(|r| r.vm_id == vm_id) {
             match failure {
                 None => {
+                    // Removed as soon as a snapshot shows it down.
+                    r.not_before = None;
                     r.trouble = Some(format!(
                         "stopping VM {vm_id} before its removal (its drain would fail)"
                     ));
@@ -1794,7 +1817,7 @@ impl ScaleMachine {
                 }
                 Some((text, false)) => {
                     r.stop = StopStage::Wanted;
-                    r.not_before = Some(now + retry_delay(1));
+                    r.stop_not_before = Some(now + retry_delay(1));
                     r.trouble = Some(format!("stopping VM {vm_id} failed, retrying: {text}"));
                 }
             }

@@ -286,6 +286,11 @@ impl Provider {
             return Ok(());
         };
         let (code, text) = end.failure().unwrap_or((0, ""));
+        if settled.owed {
+            tracing::warn!(group = %label, job = job_id, code,
+                "the removal failed while DeleteNodes watched it ({text}); it is carried through: the VM is stopped if it can be, then removed as a down VM");
+            return Ok(());
+        }
         if !settled.changed {
             if end == JobEnd::Cancelled {
                 return Err(Error::JobCancelled {
