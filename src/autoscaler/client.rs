@@ -561,6 +561,12 @@ fn map_timed<T>(timed: Timed<T>, f: impl FnOnce(T) -> Reply) -> Timed<Reply> {
     }
 }
 
+/// Locks a mutex of the mock's shared state. A panic while holding one of these locks can only
+/// come from a bug in a task; keep the data rather than poisoning the autoscaler.
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -782,10 +788,4 @@ mod tests {
         assert_eq!(calls, 2, "the switch dropped the cached template");
         stack.shutdown().await;
     }
-}
-
-/// Locks a mutex of the mock's shared state. A panic while holding one of these locks can only
-/// come from a bug in a task; keep the data rather than poisoning the autoscaler.
-pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }

@@ -1323,7 +1323,7 @@ impl ScaleMachine {
             .filter(|r| r.not_before.is_none_or(|t| t <= now))
             .filter(|r| {
                 let d = down(&r.vm_id);
-                (d || r.stop == StopStage::NotNeeded) && (d || !r.abandoned)
+                d || (r.stop == StopStage::NotNeeded && !r.abandoned)
             })
             .map(|r| Candidate {
                 vm_id: &r.vm_id,

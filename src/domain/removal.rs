@@ -122,7 +122,8 @@ mod tests {
     #[test]
     fn one_drain_per_request_and_only_down_vms_reached_after_it() {
         let s = snap(&["w1", "w2", "w3", "w4", "w5"]);
-        let table: &[(&[(&str, bool)], &[&str])] = &[
+        type Case<'a> = (&'a [(&'a str, bool)], &'a [&'a str]);
+        let table: &[Case] = &[
             // Every Running VM needs a drain: one at a time, in arrival order.
             (&[("w2", false), ("w1", false), ("w3", false)], &["w2"]),
             // Down VMs listed before the drained one go with it (CloudStack reaches them
