@@ -33,7 +33,7 @@ func main() {
 	provBin := fs.String("provider", "", "the cks-autoscaler-provider binary")
 	dir := fs.String("dir", "", "work directory (certificates, logs); a new temporary one by default")
 	keep := fs.Bool("keep", false, "keep the work directory")
-	list := fs.Bool("list", false, "list the scenarios and exit")
+	list := fs.Bool("list", false, "list the scenarios (not the benchmarks) and exit")
 	args := os.Args[1:]
 	var extra []string
 	for i, a := range args {
@@ -48,6 +48,9 @@ func main() {
 		return
 	}
 	sc, ok := scenarios[*scenario]
+	if !ok {
+		sc, ok = benchmarks[*scenario]
+	}
 	if !ok || *simBin == "" || *provBin == "" {
 		fmt.Fprintf(os.Stderr, "usage: upstream-ca -scenario NAME -sim BIN -provider BIN (scenarios: %s)\n", strings.Join(scenarioNames(), ", "))
 		os.Exit(2)
@@ -124,7 +127,7 @@ func autoscalerFlags(cloudConfig string) []string {
 		"--cloud-config=" + cloudConfig,
 		"--namespace=kube-system",
 		"--v=2",
-		"--stderrthreshold=info",
+		// (--stderrthreshold=info in deploy/: here klog's output goes to autoscaler.log.)
 		"--skip-nodes-with-local-storage=false",
 		"--max-node-provision-time=2m",
 		// Shortened timers (upstream defaults in brackets).
@@ -165,6 +168,8 @@ func (e *Env) run(sc Scenario) error {
 	args := append(autoscalerFlags(e.Prov.CloudConfig), sc.AutoscalerArg...)
 	args = append(args, e.ExtraFlags...)
 	opts := ParseFlags(args)
+	// Everything to autoscaler.log, nothing to this process's stderr (the run's one line).
+	_ = flag.Set("stderrthreshold", "FATAL")
 	kube := fake.NewSimpleClientset()
 	e.Bridge = &Bridge{Sim: e.Sim, Kube: kube}
 	if err := e.Bridge.Sync(); err != nil {

@@ -27,6 +27,11 @@ var scenarios = map[string]Scenario{
 		SimFlags: []string{"--job-duration-ms", "8000"}},
 }
 
+var benchmarks = map[string]Scenario{
+	"bench-10":   benchScenario(10),
+	"bench-1000": benchScenario(1000),
+}
+
 // oneCluster is the cks-sim scenario: cluster "demo", one control node, running workers,
 // CKS autoscaling on with min and max (the provider takes CKS's minsize/maxsize).
 func oneCluster(workers, min, max int) string {
