@@ -232,7 +232,7 @@ func (b *Bridge) Sync() error {
 				node.Labels = map[string]string{}
 			}
 			for k, v := range sn.Labels {
-				if node.Labels[k] != v {
+				if cur, ok := node.Labels[k]; !ok || cur != v {
 					node.Labels[k] = v
 					changed = true
 				}

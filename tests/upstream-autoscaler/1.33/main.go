@@ -140,7 +140,7 @@ func autoscalerFlags(cloudConfig string) []string {
 		"--max-node-group-backoff-duration=1m",      // [30m]
 		"--node-group-backoff-reset-timeout=2m",     // [3h]
 		"--unremovable-node-recheck-timeout=30s",    // [5m]
-		"--node-deletion-delay-after-taint=1s",      // [5s]
+		"--node-delete-delay-after-taint=1s",        // [5s]
 	}
 }
 

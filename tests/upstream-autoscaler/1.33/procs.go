@@ -4,6 +4,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -167,34 +168,34 @@ func (p *Provider) Restart() error {
 	return nil
 }
 
-// Metric reads one sample of the provider's /metrics (sum over every series whose line starts
-// with prefix).
-func (p *Provider) Metric(prefix string) float64 {
+// Metric sums the provider's /metrics samples of name whose labels contain every one of
+// labels (each `key="value"`).
+func (p *Provider) Metric(name string, labels ...string) float64 {
 	resp, err := http.Get(p.MetricsURL + "/metrics")
 	if err != nil {
 		return -1
 	}
 	defer resp.Body.Close()
-	buf := new(strings.Builder)
-	_, _ = fmt.Fprint(buf, "")
-	b := make([]byte, 1<<20)
-	var body []byte
-	for {
-		n, err := resp.Body.Read(b)
-		body = append(body, b[:n]...)
-		if err != nil {
-			break
-		}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return -1
 	}
 	total := 0.0
 	for _, line := range strings.Split(string(body), "\n") {
-		if strings.HasPrefix(line, prefix) {
-			var v float64
-			f := strings.Fields(line)
-			if len(f) >= 2 {
-				fmt.Sscan(f[len(f)-1], &v)
-				total += v
+		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
+			continue
+		}
+		ok := true
+		for _, l := range labels {
+			if !strings.Contains(line, l) {
+				ok = false
 			}
+		}
+		f := strings.Fields(line)
+		if ok && len(f) >= 2 {
+			var v float64
+			fmt.Sscan(f[len(f)-1], &v)
+			total += v
 		}
 	}
 	return total
