@@ -177,6 +177,9 @@ func (s *Sim) Requests(command string) ([]map[string]string, error) {
 type Bridge struct {
 	Sim  *Sim
 	Kube *fake.Clientset
+	// synced: the first Sync is done. Nodes found by the first one were there before the
+	// scenario: created an hour ago, so upstream counts them unready, not "not started".
+	synced bool
 }
 
 const podNamespace = "default"
@@ -267,8 +270,12 @@ func (b *Bridge) Sync() error {
 			}
 			continue
 		}
+		created := now
+		if !b.synced {
+			created = metav1.NewTime(now.Add(-time.Hour))
+		}
 		node := &apiv1.Node{
-			ObjectMeta: metav1.ObjectMeta{Name: sn.Name, CreationTimestamp: now, Labels: map[string]string{}},
+			ObjectMeta: metav1.ObjectMeta{Name: sn.Name, CreationTimestamp: created, Labels: map[string]string{}},
 			Spec:       apiv1.NodeSpec{ProviderID: sn.ProviderID},
 		}
 		if sn.Role == "control" {
@@ -288,6 +295,7 @@ func (b *Bridge) Sync() error {
 			}
 		}
 	}
+	b.synced = true
 	return b.Schedule()
 }
 

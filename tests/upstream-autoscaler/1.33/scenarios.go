@@ -16,7 +16,7 @@ func ctxb() context.Context { return context.Background() }
 var listAll = metav1.ListOptions{}
 
 var scenarios = map[string]Scenario{
-	"scale-up-down":    {Cluster: oneCluster(1, 1, 5), Run: scaleUpDown},
+	"scale-up-down": {Cluster: oneCluster(1, 1, 5), Run: scaleUpDown},
 	// CloudStack's order: the job is validated after the provider's --scale-watch (1.5 s), so
 	// IncreaseSize is accepted and the capacity failure arrives through the job.
 	"capacity-failure": {Cluster: oneCluster(1, 1, 5), Run: capacityFailure,
@@ -193,7 +193,9 @@ func capacityFailure(e *Env) error {
 	}
 	m := Gather()
 	e.Check(sawBackoff != "", "upstream's status never showed the group in Backoff")
-	e.Check(strings.Contains(sawBackoff, "OutOfResource"), "backoff error code %q, want OutOfResource", sawBackoff)
+	// The provider's error code for a capacity failure (class OutOfResources).
+	e.Check(strings.HasPrefix(sawBackoff, "out-of-resources:"), "backoff error %q, want the provider's out-of-resources", sawBackoff)
+	e.Check(m.Value("cluster_autoscaler_failed_scale_ups_total", "reason", "out-of-resources") >= 1, "failed_scale_ups_total %v, want reason out-of-resources", m.Series("cluster_autoscaler_failed_scale_ups_total"))
 	// The failed instances are deleted (fake create-error nodes), the target back at 1.
 	if err := e.Until("the failed instances gone (target 1, nothing upcoming)", 60*time.Second, func() bool { return e.settled(1) }); err != nil {
 		return err
