@@ -184,6 +184,8 @@ type Bridge struct {
 
 const podNamespace = "default"
 
+const unreachableTaint = "node.kubernetes.io/unreachable"
+
 func quantity(s string) resource.Quantity {
 	q, err := resource.ParseQuantity(s)
 	if err != nil {
@@ -250,6 +252,21 @@ func (b *Bridge) Sync() error {
 				changed = true
 			} else if c.Status != status {
 				c.Status, c.Reason, c.LastTransitionTime, c.LastHeartbeatTime = status, reason, now, now
+				changed = true
+			}
+			// The node lifecycle controller's taint on a node whose kubelet stopped
+			// reporting (kube-scheduler, and upstream's simulation of it, skip such a node).
+			tainted := -1
+			for i, t := range node.Spec.Taints {
+				if t.Key == unreachableTaint {
+					tainted = i
+				}
+			}
+			if !sn.Ready && tainted < 0 {
+				node.Spec.Taints = append(node.Spec.Taints, apiv1.Taint{Key: unreachableTaint, Effect: apiv1.TaintEffectNoSchedule})
+				changed = true
+			} else if sn.Ready && tainted >= 0 {
+				node.Spec.Taints = append(node.Spec.Taints[:tainted], node.Spec.Taints[tainted+1:]...)
 				changed = true
 			}
 			return changed
