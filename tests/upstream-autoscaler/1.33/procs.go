@@ -96,12 +96,16 @@ func StartSim(dir, bin, scenario string, extra ...string) (*Sim, error) {
 		return nil, err
 	}
 	s := &Sim{URL: fmt.Sprintf("http://127.0.0.1:%d/client/api", port), Key: "upstream-test-key", Secret: "upstream-test-secret"}
-	args := append([]string{
-		"--listen", fmt.Sprintf("127.0.0.1:%d", port), "--scenario", scen,
-		"--api-key", s.Key, "--secret-key", s.Secret,
-		"--job-duration-ms", "3000", "--kubelet-delay-ms", "1000", "--scanner-interval-ms", "1000",
-		"--vm-op-ms", "500", "--ready-poll-ms", "200", "--max-cluster-size", "1100",
-	}, extra...)
+	timings := map[string]string{"--job-duration-ms": "3000", "--kubelet-delay-ms": "1000",
+		"--scanner-interval-ms": "1000", "--vm-op-ms": "500", "--ready-poll-ms": "200", "--max-cluster-size": "1100"}
+	for i := 0; i+1 < len(extra); i += 2 {
+		delete(timings, extra[i]) // a scenario's own value wins
+	}
+	args := []string{"--listen", fmt.Sprintf("127.0.0.1:%d", port), "--scenario", scen, "--api-key", s.Key, "--secret-key", s.Secret}
+	for k, v := range timings {
+		args = append(args, k, v)
+	}
+	args = append(args, extra...)
 	p, err := startProc(dir, "cks-sim", bin, args...)
 	if err != nil {
 		return nil, err

@@ -361,6 +361,9 @@ func providerRestart(e *Env) error {
 	if err := e.Until("upstream settled at 2", 30*time.Second, func() bool { return e.settled(2) }); err != nil {
 		return err
 	}
+	// Errors until then: the loops aborted while the provider was down and while the
+	// autoscaler's gRPC connection came back (its reconnect backoff). None after.
+	errorsDown = Gather().Value("cluster_autoscaler_errors_total") - errorsBefore
 	e.Steps(5)
 	_, total := e.simWorkers()
 	e.Check(total == 2, "cks-sim has %d workers, want 2 (no second scale-up)", total)
