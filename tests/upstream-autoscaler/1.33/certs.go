@@ -1,0 +1,91 @@
+package main
+
+// A throwaway CA, a server certificate for the provider and a client certificate for the
+// autoscaler, as deploy/'s cert-manager Certificates give them (mutual TLS).
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// TLSFiles are the PEM files of one run.
+type TLSFiles struct {
+	CA, ServerCert, ServerKey, ClientCert, ClientKey string
+}
+
+func writePEM(path, kind string, der []byte) error {
+	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der}), 0o600)
+}
+
+func issue(dir, name string, tmpl *x509.Certificate, parent *x509.Certificate, parentKey *ecdsa.PrivateKey) (*x509.Certificate, *ecdsa.PrivateKey, string, string, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, "", "", err
+	}
+	if parent == nil {
+		parent, parentKey = tmpl, key
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
+	if err != nil {
+		return nil, nil, "", "", err
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, nil, "", "", err
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, nil, "", "", err
+	}
+	certPath, keyPath := filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
+	if err := writePEM(certPath, "CERTIFICATE", der); err != nil {
+		return nil, nil, "", "", err
+	}
+	if err := writePEM(keyPath, "PRIVATE KEY", keyDER); err != nil {
+		return nil, nil, "", "", err
+	}
+	return cert, key, certPath, keyPath, nil
+}
+
+// MakeTLS writes a CA, the provider's server certificate (localhost, 127.0.0.1) and the
+// autoscaler's client certificate (DNS name client) into dir.
+func MakeTLS(dir, client string) (TLSFiles, error) {
+	now := time.Now().Add(-time.Hour)
+	serial := int64(1)
+	next := func() *big.Int { serial++; return big.NewInt(serial) }
+	ca, caKey, caPath, _, err := issue(dir, "ca", &x509.Certificate{
+		SerialNumber: next(), Subject: pkix.Name{CommonName: "upstream-autoscaler test CA"},
+		NotBefore: now, NotAfter: now.Add(48 * time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	}, nil, nil)
+	if err != nil {
+		return TLSFiles{}, err
+	}
+	_, _, sc, sk, err := issue(dir, "server", &x509.Certificate{
+		SerialNumber: next(), Subject: pkix.Name{CommonName: "cks-autoscaler-provider"},
+		NotBefore: now, NotAfter: now.Add(48 * time.Hour),
+		DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}, ca, caKey)
+	if err != nil {
+		return TLSFiles{}, err
+	}
+	_, _, cc, ck, err := issue(dir, "client", &x509.Certificate{
+		SerialNumber: next(), Subject: pkix.Name{CommonName: client},
+		NotBefore: now, NotAfter: now.Add(48 * time.Hour), DNSNames: []string{client},
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}, ca, caKey)
+	if err != nil {
+		return TLSFiles{}, err
+	}
+	return TLSFiles{CA: caPath, ServerCert: sc, ServerKey: sk, ClientCert: cc, ClientKey: ck}, nil
+}
