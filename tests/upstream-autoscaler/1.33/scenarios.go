@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"syscall"
@@ -26,6 +27,7 @@ var scenarios = map[string]Scenario{
 		AutoscalerArg: []string{"--scale-down-unneeded-time=10m"}},
 	"provider-restart": {Cluster: oneCluster(1, 1, 5), Run: providerRestart,
 		SimFlags: []string{"--job-duration-ms", "8000"}},
+	"removal-fails-once": {Cluster: oneCluster(2, 1, 5), Run: removalFailsOnce},
 }
 
 // Not in -list (run by name): scale-from-zero fails against 1.33.0 as written (a group whose
@@ -373,5 +375,88 @@ func providerRestart(e *Env) error {
 	e.Check(m.Value("cluster_autoscaler_scaled_up_nodes_total") == 1, "scaled_up_nodes_total %g, want 1", m.Value("cluster_autoscaler_scaled_up_nodes_total"))
 	e.note = fmt.Sprintf(" [%g autoscaler errors while the provider was down: %v]", errorsDown, m.Series("cluster_autoscaler_errors_total"))
 	e.CheckClean(2, errorsBefore+errorsDown)
+	return nil
+}
+
+// removalFailsOnce: upstream removes an empty worker; CloudStack's removal job fails once on
+// the node's drain (an injected kubectl/SSH failure, cks-sim's faildrains) and the cluster goes
+// to Alert. The provider answered DeleteNodes with OK, so it carries the removal through: it
+// stops the VM (stopVirtualMachine) and removes it as a down VM, which needs no drain. Upstream
+// sees an ordinary scale-down: the node goes, no error, no size to fix.
+func removalFailsOnce(e *Env) error {
+	if err := e.Until("the node group in upstream's status", 30*time.Second, func() bool { return e.settled(2) }); err != nil {
+		return err
+	}
+	// The next drain fails: that of the first removal (no drain has run yet).
+	if _, err := e.Sim.Admin("simConfigure", "faildrains", "1"); err != nil {
+		return err
+	}
+	errorsBefore := Gather().Value("cluster_autoscaler_errors_total")
+	if _, err := e.Sim.Admin("simResetRequests"); err != nil {
+		return err
+	}
+	workers := e.Bridge.WorkerNodes()
+	if len(workers) != 2 {
+		return fmt.Errorf("%d worker nodes at the start, want 2", len(workers))
+	}
+	// Both workers are empty: upstream removes one (min 1), after --scale-down-unneeded-time.
+	sawAlert := false
+	if err := e.Until("one worker removed in cks-sim and in Kubernetes", 120*time.Second, func() bool {
+		c, _ := e.Sim.Cluster()
+		if c.State == "Alert" {
+			sawAlert = true
+		}
+		_, total := e.simWorkers()
+		return total == 1 && len(e.Bridge.WorkerNodes()) == 1
+	}); err != nil {
+		return err
+	}
+	if err := e.Until("the cluster Running and upstream settled at 1", 60*time.Second, func() bool {
+		c, _ := e.Sim.Cluster()
+		return c.State == "Running" && e.settled(1)
+	}); err != nil {
+		return err
+	}
+	e.Steps(3)
+	// The injected failure did happen: the first removal job failed (530) and the provider
+	// stopped the VM before removing it again.
+	var failedJobs int
+	if out, err := e.Sim.Call("listAsyncJobs"); err == nil {
+		raw, _ := json.Marshal(out["listasyncjobsresponse"])
+		var r struct {
+			Jobs []struct {
+				Cmd    string `json:"cmd"`
+				Status int    `json:"jobstatus"`
+			} `json:"asyncjobs"`
+		}
+		_ = json.Unmarshal(raw, &r)
+		for _, j := range r.Jobs {
+			if strings.Contains(j.Cmd, "ScaleKubernetesCluster") && j.Status == 2 {
+				failedJobs++
+			}
+		}
+	}
+	e.Check(failedJobs == 1, "cks-sim shows %d failed scale jobs, want 1 (the removal whose drain failed)", failedJobs)
+	stops, _ := e.Sim.Requests("stopVirtualMachine")
+	e.Check(len(stops) == 1, "cks-sim received %d stopVirtualMachine, want 1 (the VM whose drain failed)", len(stops))
+	reqs, _ := e.Sim.Requests("scaleKubernetesCluster")
+	removals := 0
+	for _, r := range reqs {
+		if r["nodeids"] != "" {
+			removals++
+		}
+	}
+	e.Check(removals == 2, "cks-sim received %d scaleKubernetesCluster with nodeids, want 2 (the failed one, then the down VM's)", removals)
+	m := Gather()
+	e.Check(m.Value("cluster_autoscaler_scaled_down_nodes_total") == 1, "scaled_down_nodes_total %v, want 1", m.Series("cluster_autoscaler_scaled_down_nodes_total"))
+	deletes := e.Prov.Metric("cks_provider_grpc_requests_total", `method="NodeGroupDeleteNodes"`)
+	e.Check(deletes == 1, "the provider received %g DeleteNodes, want 1 (upstream does not retry what it was told is done)", deletes)
+	for _, ph := range []string{"Failed to delete", "Failed to remove", "Failed to untaint", "Fixing target size"} {
+		if n := e.Log.Count(ph); n > 0 {
+			e.Fail("autoscaler log: %d× %q, first: %s", n, ph, e.Log.First(ph))
+		}
+	}
+	e.note = fmt.Sprintf(" [Alert seen %v, %d failed job, %d stopVirtualMachine, %d removal requests]", sawAlert, failedJobs, len(stops), removals)
+	e.CheckClean(1, errorsBefore)
 	return nil
 }
