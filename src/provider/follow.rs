@@ -363,6 +363,23 @@ impl Provider {
         if unnamed.is_empty() {
             return Ok(JobSearch::Nothing);
         }
+        // The one guess left: a lost submission, exactly one pending scale job of the account
+        // created since it was sent, and no other group of this provider waiting for a job.
+        // It is most likely the lost request's own; taking it lets its failure be reported
+        // (failed creations the autoscaler deletes) instead of leaving VMs nobody reports. It
+        // may still be another client's job of the same account: its end then settles this
+        // group early, and a failure of it is reported here once.
+        let waiting = (0..self.inner.groups.len())
+            .filter(|&other| {
+                matches!(
+                    self.inner.groups[other].read().scale.phase(),
+                    Phase::AnswerLost { .. }
+                )
+            })
+            .count();
+        if lost_since.is_some() && unnamed.len() == 1 && waiting <= 1 {
+            return Ok(JobSearch::Named(unnamed.remove(0)));
+        }
         tracing::debug!(
             cluster = cluster_id,
             candidates = unnamed.len(),
