@@ -8,25 +8,13 @@
 //! answers as soon as CloudStack's job is past validation.
 
 use cks_autoscaler_provider::pb;
-use cks_autoscaler_provider::sim::{ClusterSpec, Scenario, SimConfig, VmState};
+use cks_autoscaler_provider::sim::VmState;
 use cks_autoscaler_provider::testkit::stack::*;
 use cks_autoscaler_provider::testkit::*;
 use std::collections::BTreeSet;
 use std::time::Duration;
 use tokio::time::Instant;
 use tonic::Code;
-
-/// A Running cluster "pool" with `workers` workers and no CKS autoscaling (the `--nodes`
-/// bounds apply).
-fn pool(workers: u64) -> SimConfig {
-    let mut cfg = sim_config();
-    cfg.scenario = Scenario::with_cluster(ClusterSpec::new("pool", 1, workers));
-    cfg
-}
-
-fn worker_node(w: &(String, String, VmState)) -> pb::ExternalGrpcNode {
-    node(&format!("external-cloudstack://{}", w.0), &w.1)
-}
 
 /// DeleteNodes for each node in its own concurrent call, as the autoscaler sends them.
 async fn delete_each(env: &Stack, nodes: &[pb::ExternalGrpcNode]) -> Vec<Result<(), Code>> {

@@ -7,21 +7,10 @@
 
 use cks_autoscaler_provider::pb;
 use cks_autoscaler_provider::pb::instance_status::InstanceState;
-use cks_autoscaler_provider::sim::{ClusterSpec, KeyRole, Scenario, SimConfig, VmState};
+use cks_autoscaler_provider::sim::{ClusterSpec, KeyRole, Scenario};
 use cks_autoscaler_provider::testkit::stack::*;
 use cks_autoscaler_provider::testkit::*;
 use tonic::Code;
-
-/// A Running cluster "pool" with `workers` workers and no CKS autoscaling.
-fn pool(workers: u64) -> SimConfig {
-    let mut cfg = sim_config();
-    cfg.scenario = Scenario::with_cluster(ClusterSpec::new("pool", 1, workers));
-    cfg
-}
-
-fn worker_node(w: &(String, String, VmState)) -> pb::ExternalGrpcNode {
-    node(&format!("external-cloudstack://{}", w.0), &w.1)
-}
 
 /// The fake node the autoscaler builds for an instance without a node.
 fn fake_node(vm_id: &str, reason: &str) -> pb::ExternalGrpcNode {

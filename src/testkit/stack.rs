@@ -485,3 +485,17 @@ pub fn scale_keys(params: &BTreeMap<String, String>) -> Vec<String> {
         .cloned()
         .collect()
 }
+
+/// A Running cluster "pool" with `workers` workers, one control node and no CKS autoscaling
+/// (the `--nodes` bounds apply).
+pub fn pool(workers: u64) -> SimConfig {
+    let mut cfg = sim_config();
+    cfg.scenario =
+        crate::sim::Scenario::with_cluster(crate::sim::ClusterSpec::new("pool", 1, workers));
+    cfg
+}
+
+/// The node of a worker VM as the autoscaler sends it (CloudStack's CCM providerID).
+pub fn worker_node(w: &(String, String, VmState)) -> pb::ExternalGrpcNode {
+    super::node(&format!("external-cloudstack://{}", w.0), &w.1)
+}
