@@ -1006,8 +1006,8 @@ impl ScaleMachine {
         registered: &Registrations,
         now: Instant,
     ) -> Result<Acceptance, ScaleError> {
-        let plan = self.plan_removal(nodes, min, alert, registered, now)?;
-        let refused = plan.guarded.clone();
+        let mut plan = self.plan_removal(nodes, min, alert, registered, now)?;
+        let refused = std::mem::take(&mut plan.guarded);
         let snap = self.snap.clone().ok_or(ScaleError::NoSnapshot)?;
         let at_rest = self.phase == Phase::Idle && snap.snap.state != ClusterState::Scaling;
         if !plan.vms.is_empty() {
@@ -1048,12 +1048,11 @@ impl ScaleMachine {
             }
         }
         self.apply_drops(&plan.drops);
-        let done = |accepted| Acceptance {
-            accepted,
-            refused: refused.clone(),
-        };
         if plan.vms.is_empty() {
-            return Ok(done(Accepted::Done));
+            return Ok(Acceptance {
+                accepted: Accepted::Done,
+                refused,
+            });
         }
         for vm_id in plan.vms {
             let name = snap
@@ -1067,14 +1066,15 @@ impl ScaleMachine {
             }
             self.queue.remove.push(r);
         }
-        Ok(done(if !at_rest {
+        let accepted = if !at_rest {
             Accepted::Behind
         } else if self.queue.window_open {
             Accepted::JoinsWindow
         } else {
             self.queue.window_open = true;
             Accepted::OpensWindow
-        }))
+        };
+        Ok(Acceptance { accepted, refused })
     }
 
     /// Resolves the nodes of a DeleteNodes (all or nothing) and checks the group's minimum.
@@ -1643,7 +1643,7 @@ impl ScaleMachine {
         let mut effects = Vec::new();
         let mut owed = false;
         if let (Some((_, text)), Some(op)) = (end.failure(), &op)
-            && let OpKind::Remove { names, sent, .. } = &op.kind
+            && let OpKind::Remove { sent, .. } = &op.kind
         {
             // The VMs the failed removal left are still owed: back in the queue, out of the
             // target, sent again after a pause. Without a snapshot after the job, every one
@@ -1662,7 +1662,6 @@ impl ScaleMachine {
                 self.recently_removed.remove(&r.vm_id);
                 self.recently_removed.remove(&r.name);
             }
-            let _ = names;
             let reason = format!("scale job {job} failed: {text}");
             if op.origin == Origin::Rpc && watched && !is_drain_failure(text) {
                 // The window's callers hear this failure: none of its removals is owed.

@@ -231,9 +231,6 @@ pub(crate) struct Inner {
     pub unmatched: caller::Unmatched,
     pub shutdown: watch::Sender<bool>,
     pub ready: watch::Sender<bool>,
-    /// Whether the key may call `stopVirtualMachine` (until CloudStack answers 432): a VM
-    /// whose drain would fail is stopped before its removal.
-    pub stop_permitted: std::sync::atomic::AtomicBool,
     /// Whether the key may call `listAsyncJobs` (optional; until CloudStack answers 432).
     pub list_jobs_permitted: std::sync::atomic::AtomicBool,
 }
@@ -437,7 +434,6 @@ impl Provider {
                 unmatched: caller::Unmatched::default(),
                 shutdown,
                 ready,
-                stop_permitted: std::sync::atomic::AtomicBool::new(true),
                 list_jobs_permitted: std::sync::atomic::AtomicBool::new(true),
             }),
         }
@@ -561,13 +557,6 @@ impl Provider {
         self.send_stops(gi);
     }
 
-    /// Whether the key may stop VMs, as the machine needs it for its decisions.
-    pub(crate) fn stop_permitted(&self) -> bool {
-        self.inner
-            .stop_permitted
-            .load(std::sync::atomic::Ordering::Relaxed)
-    }
-
     /// Stops the VMs of owed removals that cannot be drained (each in a task of its own); the
     /// next snapshot shows them down and their removal goes out without a drain.
     pub(crate) fn send_stops(&self, gi: usize) {
@@ -583,9 +572,11 @@ impl Provider {
                     Err(e) => {
                         let not_permitted = e.is_not_permitted();
                         if not_permitted {
-                            p.inner
-                                .stop_permitted
-                                .store(false, std::sync::atomic::Ordering::Relaxed);
+                            // One key for every group: each machine learns it now, so none
+                            // asks again or promises a stop it cannot make.
+                            for g in &p.inner.groups {
+                                g.lock().scale.set_can_stop_vms(false);
+                            }
                             tracing::warn!(group = %label, "this CloudStack key may not call stopVirtualMachine: VMs whose drain would fail are no longer stopped by the provider, and their removal is refused until an operator stops them: {e}");
                         } else {
                             tracing::warn!(group = %label, vm = %vm, error = %e, "stopping the VM failed; retrying later");

@@ -342,7 +342,6 @@ impl Provider {
         // the state again).
         let (accepted, outcome) = {
             let mut st = g.lock();
-            st.scale.set_can_stop_vms(self.stop_permitted());
             let registered = g.registered.lock().unwrap_or_else(|p| p.into_inner());
             match st
                 .scale
