@@ -140,22 +140,15 @@ impl Scoped<'_> {
     /// dereference a nil group when a deletion in flight gets "" (`delete_in_batch.go`, guarded
     /// from 1.30). Once every group was tried, nothing waits.
     pub async fn first_snapshots(&self, deadline: tokio::time::Instant) {
-        let tried = || {
-            self.visible().into_iter().all(|gi| {
-                let st = self.p.inner.groups[gi].read();
-                st.scale.snapshot().is_some() || st.last_error.is_some()
-            })
-        };
-        if tried() {
-            return;
-        }
-        // Nothing fetched yet (no Refresh came first): fetch the caller's groups now, as a
-        // Refresh would; a round already running is waited for, not repeated.
-        let _ = self.p.refresh_groups(self.visible(), Some(deadline)).await;
-        let until = super::before(deadline);
-        while !tried() && tokio::time::Instant::now() < until {
-            let step = std::time::Duration::from_millis(50);
-            tokio::time::sleep_until((tokio::time::Instant::now() + step).min(until)).await;
+        let tried = self.visible().into_iter().all(|gi| {
+            let st = self.p.inner.groups[gi].read();
+            st.scale.snapshot().is_some() || st.last_error.is_some()
+        });
+        if !tried {
+            // Nothing fetched yet (no Refresh came first): fetch the caller's groups now, as a
+            // Refresh would, within the deadline; a round already running is waited for, not
+            // repeated. Each fetch ends in a snapshot or a recorded error.
+            let _ = self.p.refresh_groups(self.visible(), Some(deadline)).await;
         }
     }
 
