@@ -16,13 +16,11 @@
 
 mod support;
 
-use cks_autoscaler_provider::autoscaler::{
+use cks_lab::autoscaler::{
     AutoscalerConfig, KubeNode, MockAutoscaler, NodeSource, StaticNodeSource,
 };
-use cks_autoscaler_provider::sim::{self, ClusterSpec, Scenario, SimConfig, SimSettings};
-use cks_autoscaler_provider::testkit::process::{
-    ProviderArgs, ProviderProcess, histogram_sum_count,
-};
+use cks_sim::{self as sim, ClusterSpec, Scenario, SimConfig, SimSettings};
+use cks_testkit::process::{ProviderArgs, ProviderProcess, histogram_sum_count};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

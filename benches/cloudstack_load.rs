@@ -14,9 +14,9 @@
 
 mod support;
 
-use cks_autoscaler_provider::autoscaler::{AutoscalerConfig, MockAutoscaler, Rpc, SimNodeSource};
-use cks_autoscaler_provider::sim::{self, RecordedRequest, Scenario, SimConfig, SimSettings};
-use cks_autoscaler_provider::testkit::process::{ProviderArgs, ProviderProcess};
+use cks_lab::autoscaler::{AutoscalerConfig, MockAutoscaler, Rpc, SimNodeSource};
+use cks_sim::{self as sim, RecordedRequest, Scenario, SimConfig, SimSettings};
+use cks_testkit::process::{ProviderArgs, ProviderProcess};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -17,9 +17,9 @@
 
 mod support;
 
-use cks_autoscaler_provider::pb;
-use cks_autoscaler_provider::sim::{ClusterState, SimHandle};
-use cks_autoscaler_provider::testkit::process::{ProviderArgs, ProviderProcess};
+use cks_proto as pb;
+use cks_sim::{ClusterState, SimHandle};
+use cks_testkit::process::{ProviderArgs, ProviderProcess};
 use std::time::{Duration, Instant};
 use support::{BenchArgs, Latency, Table, fmt_dur, report};
 
@@ -45,7 +45,7 @@ async fn measure(sim: &SimHandle, clusters: &[String], pickup: Duration) -> Vec<
         support::provider_bin(),
         &support::work_dir("increase-latency"),
         ProviderArgs::new(&sim.api_url, &sim.api_key, &sim.secret_key, groups)
-            .bound_to("bench", support::tls::bound_tls("bench")),
+            .bound_to("bench", cks_testkit::certs::bound_tls("bench")),
     )
     .await;
     p.wait_serving(Duration::from_secs(30)).await;

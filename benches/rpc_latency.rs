@@ -12,10 +12,10 @@
 
 mod support;
 
-use cks_autoscaler_provider::pb;
-use cks_autoscaler_provider::pb::cloud_provider_client::CloudProviderClient;
-use cks_autoscaler_provider::sim::{self, ClusterSpec, Scenario, SimConfig, SimHandle};
-use cks_autoscaler_provider::testkit::process::{ProviderArgs, ProviderProcess};
+use cks_proto as pb;
+use cks_proto::cloud_provider_client::CloudProviderClient;
+use cks_sim::{self as sim, ClusterSpec, Scenario, SimConfig, SimHandle};
+use cks_testkit::process::{ProviderArgs, ProviderProcess};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -184,7 +184,7 @@ async fn start_provider(sim: &SimHandle, clusters: &[&str], refresh_min: &str) -
         clusters.iter().map(|c| format!("1:1000:{c}")).collect(),
     )
     .flag("--refresh-min-interval", refresh_min)
-    .bound_to("bench", support::tls::bound_tls("bench"));
+    .bound_to("bench", cks_testkit::certs::bound_tls("bench"));
     let p = ProviderProcess::spawn(support::provider_bin(), &support::work_dir("rpc"), args).await;
     p.wait_serving(Duration::from_secs(30)).await;
     p

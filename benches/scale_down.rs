@@ -28,13 +28,11 @@
 
 mod support;
 
-use cks_autoscaler_provider::cloudstack::{Client, ClientConfig, CsError};
-use cks_autoscaler_provider::pb;
-use cks_autoscaler_provider::pb::cloud_provider_client::CloudProviderClient;
-use cks_autoscaler_provider::sim::{
-    self, ClusterSpec, Scenario, SimConfig, SimHandle, SimSettings,
-};
-use cks_autoscaler_provider::testkit::process::{ProviderArgs, ProviderProcess};
+use cks_cloudstack::{Client, ClientConfig, CsError};
+use cks_proto as pb;
+use cks_proto::cloud_provider_client::CloudProviderClient;
+use cks_sim::{self as sim, ClusterSpec, Scenario, SimConfig, SimHandle, SimSettings};
+use cks_testkit::process::{ProviderArgs, ProviderProcess};
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 use support::{BenchArgs, Latency, Table, fmt_dur, report};
@@ -275,7 +273,7 @@ async fn run_model(model: JobModel, cases: &[Case]) -> Vec<Row> {
         .map(|&c| format!("1:45:{}", id("merged", c)))
         .collect();
     let args = ProviderArgs::new(&sim.api_url, &sim.api_key, &sim.secret_key, groups)
-        .bound_to("bench", support::tls::bound_tls("bench"));
+        .bound_to("bench", cks_testkit::certs::bound_tls("bench"));
     let p = ProviderProcess::spawn(
         support::provider_bin(),
         &support::work_dir("scale-down"),

@@ -13,10 +13,10 @@
 
 mod support;
 
-use cks_autoscaler_provider::cloudstack::{Client, ClientConfig, CsError};
-use cks_autoscaler_provider::pb;
-use cks_autoscaler_provider::sim::SimHandle;
-use cks_autoscaler_provider::testkit::process::{ProviderArgs, ProviderProcess};
+use cks_cloudstack::{Client, ClientConfig, CsError};
+use cks_proto as pb;
+use cks_sim::SimHandle;
+use cks_testkit::process::{ProviderArgs, ProviderProcess};
 use std::time::{Duration, Instant};
 use support::{BenchArgs, Latency, Table, fmt_dur, report};
 
@@ -61,7 +61,7 @@ async fn provider(sim: &SimHandle, clusters: &[String], flags: &[(&str, &str)]) 
         &sim.secret_key,
         clusters.iter().map(|c| format!("1:20:{c}")).collect(),
     )
-    .bound_to("bench", support::tls::bound_tls("bench"));
+    .bound_to("bench", cks_testkit::certs::bound_tls("bench"));
     for (k, v) in flags {
         args = args.flag(k, v);
     }

@@ -1,7 +1,6 @@
 //! The `serve` command's wiring: turns parsed [`ServeArgs`] into a running service (CloudStack
-//! client, provider, optional-RPC extras, TLS, the embedded simulator with `--simulate`, the
-//! metrics endpoint) and runs it on listeners the caller bound until the caller's shutdown
-//! future completes. The binary binds the flags' addresses and passes SIGTERM/Ctrl-C; a test
+//! client, provider, optional-RPC extras, TLS, the metrics endpoint) and runs it on listeners
+//! the caller bound until the caller's shutdown future completes. The binary binds the flags' addresses and passes SIGTERM/Ctrl-C; a test
 //! can bind port 0 and pass any future.
 //!
 //! Also the one place that joins the leaves together: the cloud-config becomes the client's
@@ -9,14 +8,14 @@
 //! [`MetricsSource`], so neither `config` nor `metrics` knows the types on the other side.
 
 use crate::cli::{LogFormat, ServeArgs};
-use crate::cloudstack::{Client, ClientConfig};
-use crate::config::{self, BoundNodeGroup, CloudConfig, NodeGroupSpec};
-use crate::domain::instances::InstanceView;
-use crate::domain::status::InstanceState;
+use crate::config::{self, BoundNodeGroup, CloudConfig};
 use crate::metrics::{GroupGauges, MetricsSource, Told, Worker};
 use crate::provider::{Provider, Settings};
 use crate::server::{ServeOptions, serve};
 use anyhow::{Context, bail};
+use cks_cloudstack::{Client, ClientConfig};
+use cks_domain::instances::InstanceView;
+use cks_domain::status::InstanceState;
 use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
@@ -56,13 +55,11 @@ pub struct App {
     provider: Provider,
     options: ServeOptions,
     shutdown_grace: Duration,
-    /// The embedded simulator (`--simulate`), kept alive as long as the service.
-    _sim: Option<crate::sim::SimHandle>,
 }
 
 impl App {
-    /// Checks the flags, reads the files they name and builds the provider (starting the
-    /// embedded simulator with `--simulate`). Nothing listens yet and CloudStack is not called.
+    /// Checks the flags, reads the files they name and builds the provider. Nothing listens yet
+    /// and CloudStack is not called.
     pub async fn build(args: &ServeArgs) -> anyhow::Result<App> {
         crate::tls::ensure_crypto_provider();
         let tls = match (&args.tls_cert, &args.tls_key) {
@@ -92,55 +89,7 @@ impl App {
             tracing::warn!(listen = %args.listen, "serving plaintext gRPC on a non-loopback address (--insecure)");
         }
         let extras = extras(args)?;
-        let mut sim = None;
-        let (client_cfg, groups) = if args.simulate {
-            let handle = crate::sim::spawn(crate::sim::SimConfig::default()).await?;
-            let mut groups = groups(args)?;
-            if groups.is_empty() {
-                groups = handle
-                    .cluster_ids()
-                    .into_iter()
-                    .map(|id| BoundNodeGroup {
-                        group: NodeGroupSpec {
-                            min: 1,
-                            max: 10,
-                            cluster: config::ClusterRef::Id(id),
-                        },
-                        client: None,
-                    })
-                    .collect();
-            }
-            let cfg = ClientConfig {
-                api_url: handle.api_url.clone(),
-                api_key: handle.api_key.clone(),
-                secret_key: handle.secret_key.clone(),
-                ssl_no_verify: false,
-                ca_bundle_pem: None,
-                project_id: None,
-                request_timeout: args.cloudstack_timeout,
-            };
-            println!("Embedded CloudStack simulator at {}", handle.api_url);
-            println!(
-                "cluster-autoscaler cloud-config (--cloud-provider=externalgrpc --cloud-config=FILE):\n"
-            );
-            println!("address: \"{}\"\ngrpc_timeout: 5s\n", args.listen);
-            for b in &groups {
-                let g = &b.group;
-                let client = b
-                    .client
-                    .as_deref()
-                    .map(|c| format!("@{c}"))
-                    .unwrap_or_default();
-                println!(
-                    "node group (--nodes): {}:{}:{}{client}",
-                    g.min, g.max, g.cluster
-                );
-            }
-            sim = Some(handle);
-            (cfg, groups)
-        } else {
-            (client_config(args)?, groups(args)?)
-        };
+        let (client_cfg, groups) = (client_config(args)?, groups(args)?);
         if groups.is_empty() {
             bail!("no node groups: give at least one --nodes MIN:MAX:CLUSTER");
         }
@@ -156,7 +105,6 @@ impl App {
                 ..ServeOptions::default()
             },
             shutdown_grace: args.shutdown_grace,
-            _sim: sim,
         })
     }
 
@@ -173,7 +121,6 @@ impl App {
             provider,
             options,
             shutdown_grace,
-            _sim,
         } = self;
         if metrics.is_some() {
             // Before anything is recorded: the first refresh's CloudStack calls count too.
@@ -339,7 +286,7 @@ fn groups(args: &ServeArgs) -> anyhow::Result<Vec<BoundNodeGroup>> {
 /// and `--cloudstack-ca` added.
 fn client_config(args: &ServeArgs) -> anyhow::Result<ClientConfig> {
     let Some(path) = &args.cloud_config else {
-        bail!("--cloud-config is required (or --simulate to run against the built-in simulator)");
+        bail!("--cloud-config is required: the file naming CloudStack's API URL and keys");
     };
     let api_key = match (
         &args.api_key_file,
@@ -403,7 +350,7 @@ mod tests {
     use std::path::PathBuf;
 
     fn write_temp(name: &str, text: &str) -> PathBuf {
-        crate::testkit::temp_file("app", name, text)
+        crate::test_files::temp_file("app", name, text)
     }
 
     fn serve_args(argv: &[&str]) -> ServeArgs {
@@ -492,8 +439,8 @@ mod tests {
 
     #[test]
     fn a_worker_is_down_for_the_gauges_exactly_when_its_vm_is_down_and_it_stays() {
-        use crate::domain::cluster::{NodeRole, Vm, VmState};
-        use crate::domain::status::{VmActivity, scale_up_failure, vm_status};
+        use cks_domain::cluster::{NodeRole, Vm, VmState};
+        use cks_domain::status::{VmActivity, scale_up_failure, vm_status};
         let states = [
             VmState::Starting,
             VmState::Running,
@@ -512,10 +459,10 @@ mod tests {
             VmActivity::Idle,
             VmActivity::BeingCreated,
             VmActivity::BeingRemoved,
-            VmActivity::RemovalTroubled(crate::domain::status::InstanceError {
+            VmActivity::RemovalTroubled(cks_domain::status::InstanceError {
                 code: "removal-retrying".into(),
                 message: "scale job failed".into(),
-                class: crate::domain::status::ErrorClass::Other,
+                class: cks_domain::status::ErrorClass::Other,
             }),
             VmActivity::CreateFailed(scale_up_failure("job-1", 530, "boom")),
         ];
@@ -550,8 +497,29 @@ mod tests {
 
     #[tokio::test]
     async fn runs_on_bound_listeners_until_the_shutdown_future_completes() {
-        use crate::pb::cloud_provider_client::CloudProviderClient;
-        let args = serve_args(&["p", "serve", "--simulate", "--shutdown-grace", "1s"]);
+        use cks_proto::cloud_provider_client::CloudProviderClient;
+        let sim = cks_sim::spawn(cks_sim::SimConfig::for_tests("key", "secret"))
+            .await
+            .expect("simulator");
+        let cloud_config = write_temp(
+            "run.conf",
+            &format!(
+                "[Global]\napi-url = {}\napi-key = key\nsecret-key = secret\n",
+                sim.api_url
+            ),
+        );
+        let cluster = format!("1:10:{}", sim.cluster_ids()[0]);
+        let c = cloud_config.to_string_lossy().to_string();
+        let args = serve_args(&[
+            "p",
+            "serve",
+            "--cloud-config",
+            &c,
+            "--nodes",
+            &cluster,
+            "--shutdown-grace",
+            "1s",
+        ]);
         let app = App::build(&args).await.expect("builds");
         let grpc = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let metrics = TcpListener::bind("127.0.0.1:0").await.expect("bind");
@@ -567,7 +535,7 @@ mod tests {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
         loop {
             let groups = client
-                .node_groups(crate::pb::NodeGroupsRequest {})
+                .node_groups(cks_proto::NodeGroupsRequest {})
                 .await
                 .expect("NodeGroups")
                 .into_inner()

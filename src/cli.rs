@@ -1,4 +1,4 @@
-//! Command-line interface: the flags of `serve`, `demo` and `probe`, and `serve --config FILE`
+//! Command-line interface: the flags of `serve` and `probe`, and `serve --config FILE`
 //! folded into them. Parsing only: what the `serve` flags build and run is in `app`. Every
 //! flag also reads an environment variable (`CKS_PROVIDER_…`). Secrets are never taken as
 //! flags: they come from the cloud-config file, a file path, or an environment variable.
@@ -40,9 +40,6 @@ pub struct Cli {
 pub enum Command {
     /// Serve the externalgrpc CloudProvider service.
     Serve(Box<ServeArgs>),
-    /// Run the simulator, the provider and a mock autoscaler in one process and play the
-    /// scale-up, down-worker and failed-scale-up scenarios live.
-    Demo(crate::demo::DemoArgs),
     /// Show what the autoscaler sees through the provider's RPCs: node groups, target
     /// sizes, instances with their status and errors, why a group cannot scale.
     Probe(crate::probe::ProbeArgs),
@@ -163,10 +160,6 @@ pub struct ServeArgs {
         value_delimiter = ';'
     )]
     pub node_group_options: Vec<String>,
-    /// Run against an embedded CloudStack simulator (no cloud-config needed) and print the
-    /// cloud-config a cluster-autoscaler would use to connect.
-    #[arg(long, env = "CKS_PROVIDER_SIMULATE")]
-    pub simulate: bool,
     /// Serve Prometheus `/metrics`, `/healthz` and `/readyz` over plain HTTP on this address.
     #[arg(long, env = "CKS_PROVIDER_METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
@@ -311,7 +304,7 @@ mod tests {
     use super::*;
 
     fn write_temp(name: &str, text: &str) -> PathBuf {
-        crate::testkit::temp_file("cli", name, text)
+        crate::test_files::temp_file("cli", name, text)
     }
 
     fn serve_args(argv: &[&str]) -> Result<ServeArgs, String> {
@@ -326,14 +319,14 @@ mod tests {
     fn config_file_values_apply_and_flags_override_them() {
         let yaml = write_temp(
             "c.yaml",
-            "listen: 127.0.0.1:9000\njob-poll-interval: 3s\nnodes: [\"1:4:alpha\", \"0:2:beta\"]\nsimulate: true\n",
+            "listen: 127.0.0.1:9000\njob-poll-interval: 3s\nnodes: [\"1:4:alpha\", \"0:2:beta\"]\ninsecure: true\n",
         );
         let y = yaml.to_string_lossy().to_string();
         let s = serve_args(&["p", "serve", "--config", &y]).expect("parses");
         assert_eq!(s.listen.to_string(), "127.0.0.1:9000");
         assert_eq!(s.job_poll_interval, Duration::from_secs(3));
         assert_eq!(s.nodes, vec!["1:4:alpha", "0:2:beta"]);
-        assert!(s.simulate);
+        assert!(s.insecure);
         let s = serve_args(&[
             "p",
             "serve",

@@ -101,7 +101,7 @@ impl fmt::Debug for CloudConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CloudConfig")
             .field("api_url", &self.api_url)
-            .field("api_key", &crate::redact::mask(&self.api_key))
+            .field("api_key", &cks_cloudstack::redact::mask(&self.api_key))
             .field("secret_key", &"***")
             .field("ssl_no_verify", &self.ssl_no_verify)
             .field("project_id", &self.project_id)

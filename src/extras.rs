@@ -3,11 +3,11 @@
 //! (per-cluster overrides from [`crate::options`]).
 
 use crate::options::{OptionOverrides, merged_options, sent_by_release_1_28};
-use crate::pb;
 use crate::provider::{Error, Provider, Result};
 use crate::template::{
     TemplateInput, TemplateSettings, build_template_node, encode_node, gpu_from_offering,
 };
+use cks_proto as pb;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 

@@ -4,13 +4,13 @@
 //! from its verified client certificate, and every call goes through the provider as that
 //! caller sees it ([`Provider::seen_by`]): its own node groups only.
 
-use crate::cloudstack::CsError;
-use crate::domain::machine::ScaleError;
-use crate::domain::status::{InstanceError, InstanceState};
 use crate::extras::ProviderExtras;
-use crate::pb;
-use crate::pb::cloud_provider_server::CloudProvider;
 use crate::provider::{Caller, Error, InstanceView, NodeGroupView, NodeRef, Provider};
+use cks_cloudstack::CsError;
+use cks_domain::machine::ScaleError;
+use cks_domain::status::{InstanceError, InstanceState};
+use cks_proto as pb;
+use cks_proto::cloud_provider_server::CloudProvider;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,25 +1,31 @@
 //! cks-autoscaler-provider: a Kubernetes cluster-autoscaler `externalgrpc` cloud provider for
-//! Apache CloudStack Kubernetes Service (CKS).
+//! Apache CloudStack Kubernetes Service (CKS). The service and its binary; the decisions live
+//! in `cks-domain`, the CloudStack client in `cks-cloudstack`, the wire in `cks-proto`.
 //!
 //! See ARCHITECTURE.md for the code map.
 pub mod app;
-pub mod autoscaler;
 pub mod cli;
-pub mod cloudstack;
 pub mod config;
-pub mod demo;
-pub mod domain;
 pub mod extras;
 pub mod grammar;
 pub mod grpc;
 pub mod metrics;
 pub mod options;
-pub mod pb;
 pub mod probe;
 pub mod provider;
-pub mod redact;
 pub mod server;
-pub mod sim;
 pub mod template;
-pub mod testkit;
 pub mod tls;
+
+#[cfg(test)]
+mod test_files {
+    /// A file with `text` in a directory of its own under the system's temporary directory.
+    pub fn temp_file(tag: &str, name: &str, text: &str) -> std::path::PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("cks-{tag}-test-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.join(name);
+        std::fs::write(&path, text).expect("write temp file");
+        path
+    }
+}

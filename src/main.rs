@@ -16,16 +16,10 @@ async fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => return command_line_error(e, &argv),
     };
-    // The demo prints its own timeline; logs below warnings would drown it.
-    let default_filter = match cli.command {
-        Command::Demo(_) => "warn",
-        _ => "info",
-    };
-    init_tracing(cli.log_format, default_filter);
+    init_tracing(cli.log_format, "info");
     let format = cli.log_format;
     let result = match cli.command {
         Command::Serve(args) => serve(*args).await,
-        Command::Demo(args) => cks_autoscaler_provider::demo::run(args).await,
         Command::Probe(args) => cks_autoscaler_provider::probe::run(args).await,
     };
     match result {

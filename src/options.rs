@@ -52,7 +52,7 @@
 use std::time::Duration;
 
 use crate::grammar::{parse_bool, parse_duration};
-use crate::pb;
+use cks_proto as pb;
 
 /// A max node provision time suited to CKS, for operators who override it (the autoscaler's
 /// own default is 15 minutes).

@@ -1,10 +1,10 @@
 //! `probe`: an operator's view through the same RPCs the autoscaler uses — node groups,
 //! target sizes, instances with their status and errors, and why a group cannot scale.
 
-use crate::pb;
-use crate::pb::cloud_provider_client::CloudProviderClient;
-use crate::pb::instance_status::InstanceState;
 use anyhow::Context;
+use cks_proto as pb;
+use cks_proto::cloud_provider_client::CloudProviderClient;
+use cks_proto::instance_status::InstanceState;
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;

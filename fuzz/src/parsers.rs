@@ -1,16 +1,16 @@
 //! What every parser must do with any input: never panic, name the input in its errors, and
 //! keep the invariants of what it accepts.
 //!
-//! Shared by the cargo-fuzz targets and the property tests in `tests/prop_parsers.rs`
+//! Shared by the cargo-fuzz targets and the property tests in `tests/it/prop_parsers.rs`
 //! (included there by path). Every broken invariant panics with the input that broke it.
 
-use cks_autoscaler_provider::cloudstack::types::{
-    AsyncJob, ClusterVm, JobOutcome, KubernetesCluster, ListedJob, ServiceOffering,
-};
 use cks_autoscaler_provider::config::{
     CloudConfig, ClusterRef, MAX_NODES_LIMIT, parse_cloud_config, parse_nodes_spec,
 };
-use cks_autoscaler_provider::domain::nodeid::{default_provider_id, vm_id_from_provider_id};
+use cks_cloudstack::types::{
+    AsyncJob, ClusterVm, JobOutcome, KubernetesCluster, ListedJob, ServiceOffering,
+};
+use cks_domain::nodeid::{default_provider_id, vm_id_from_provider_id};
 use serde::Deserialize;
 
 /// Parses `text` as a cloud-config named `source_name`. A refusal names `source_name`; an

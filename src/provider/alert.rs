@@ -9,7 +9,7 @@
 //! `--alert-scaling` stays.
 
 use super::{Provider, now};
-use crate::domain::rules::AlertScaling;
+use cks_domain::rules::AlertScaling;
 use std::time::{Duration, Instant};
 
 /// How often, at most, `listCapabilities` is asked while a learned verdict stands.

@@ -2,8 +2,8 @@
 //! carrying what the message needs; which gRPC status code each becomes is decided in one
 //! place, `crate::grpc::status`, and nowhere else.
 
-use crate::cloudstack::CsError;
-use crate::domain::machine::ScaleError;
+use cks_cloudstack::CsError;
+use cks_domain::machine::ScaleError;
 use std::time::Duration;
 
 /// Why a provider call failed.

@@ -4,8 +4,8 @@
 //! restart or a lost answer) through `listAsyncJobs`.
 
 use super::{Provider, now};
-use crate::cloudstack::types::{JobOutcome, cloudstack_date};
-use crate::domain::machine::{Effect, JobEnd, OpKind, Phase, Settled, poll_delay};
+use cks_cloudstack::types::{JobOutcome, cloudstack_date};
+use cks_domain::machine::{Effect, JobEnd, OpKind, Phase, Settled, poll_delay};
 use std::collections::HashSet;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -300,7 +300,7 @@ impl Provider {
         &self,
         gi: usize,
         cluster_id: &str,
-    ) -> Result<JobSearch, crate::cloudstack::CsError> {
+    ) -> Result<JobSearch, cks_cloudstack::CsError> {
         let window = self.inner.settings.job_max_follow + ADOPTION_CLOCK_SLACK;
         let wall = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

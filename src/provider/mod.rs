@@ -1,7 +1,7 @@
 //! The shell around the domain core: one [`Group`] per configured CKS cluster holding its
 //! [`ScaleMachine`], the locks, the CloudStack calls, the spawned job followers and the cache
 //! of read answers. Nothing here decides: every rule about a scale operation's life is in
-//! `crate::domain::machine`; this module feeds it events (with the time, on tokio's clock so
+//! `cks_domain::machine`; this module feeds it events (with the time, on tokio's clock so
 //! tests can pause and advance it) and carries out the effects it returns.
 //!
 //! Reads (NodeGroups, NodeGroupForNode, NodeGroupNodes, NodeGroupTargetSize) are answered from
@@ -27,22 +27,22 @@ mod view;
 #[cfg(test)]
 mod tests;
 
-pub use crate::domain::instances::InstanceView;
-pub use crate::domain::machine::NodeRef;
 pub use alert::AlertVerdictView;
 pub use caller::Caller;
+pub use cks_domain::instances::InstanceView;
+pub use cks_domain::machine::NodeRef;
 pub use error::{Error, Result};
 pub use view::NodeGroupView;
 
-use crate::cloudstack::types::{KubernetesCluster, ServiceOffering};
-use crate::cloudstack::{Client, CsError};
 use crate::config::{BoundNodeGroup, ClusterRef, NodeGroupSpec};
-use crate::domain::cluster::{
+use cks_cloudstack::types::{KubernetesCluster, ServiceOffering};
+use cks_cloudstack::{Client, CsError};
+use cks_domain::cluster::{
     ClusterInput, ClusterSnapshot, ClusterState, IndexedSnapshot, OfferingRef, VmInput, VmState,
 };
-use crate::domain::machine::{Effect, Phase, ScaleMachine, Timings};
-use crate::domain::registry::Registrations;
-use crate::domain::rules::AlertScaling;
+use cks_domain::machine::{Effect, Phase, ScaleMachine, Timings};
+use cks_domain::registry::Registrations;
+use cks_domain::rules::AlertScaling;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;

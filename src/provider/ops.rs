@@ -6,11 +6,11 @@
 //! groups ([`Scoped`]): another client's group is not found, and nothing is sent for it.
 
 use super::{Error, Provider, Result, Scoped, before, now};
-use crate::cloudstack::CsError;
-use crate::cloudstack::types::JobOutcome;
-use crate::domain::cluster::{ClusterState, IndexedSnapshot};
-use crate::domain::machine::{Accepted, Admission, Effect, JobEnd, NodeRef, ScaleError, Started};
-use crate::domain::rules::ScaleRequest;
+use cks_cloudstack::CsError;
+use cks_cloudstack::types::JobOutcome;
+use cks_domain::cluster::{ClusterState, IndexedSnapshot};
+use cks_domain::machine::{Accepted, Admission, Effect, JobEnd, NodeRef, ScaleError, Started};
+use cks_domain::rules::ScaleRequest;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;

@@ -3,24 +3,23 @@
 //! many minutes is followed to its end in milliseconds of real time.
 
 use super::{Error, Provider, Settings};
-use crate::cloudstack::Client;
 use crate::config::{ClusterRef, NodeGroupSpec};
-use crate::domain::machine::{Phase, ScaleError};
-use crate::sim::SimHandle;
-use crate::testkit;
+use cks_cloudstack::Client;
+use cks_cloudstack::ClientConfig;
+use cks_domain::machine::{Phase, ScaleError};
+use cks_sim::{SimConfig, SimHandle};
 use std::time::Duration;
 use tokio::time::Instant;
 
 /// A simulator whose scale jobs take `job_duration`, and a provider with default settings
 /// (2 s job polls) for its demo cluster.
 async fn stack(job_duration: Duration) -> (SimHandle, Provider, String) {
-    let sim = testkit::start_sim(testkit::sim_config_with(|c| {
-        c.settings.job_duration = job_duration;
-        c.settings.scale_timeout = Duration::from_secs(3600);
-    }))
-    .await;
+    let mut config = SimConfig::for_tests("key", "secret");
+    config.settings.job_duration = job_duration;
+    config.settings.scale_timeout = Duration::from_secs(3600);
+    let sim = cks_sim::spawn(config).await.expect("simulator starts");
     let id = sim.cluster_id("demo").expect("demo cluster");
-    let client = Client::new(testkit::client_config(&sim)).expect("client");
+    let client = Client::new(client_config(&sim)).expect("client");
     let settings = Settings::with_groups(vec![NodeGroupSpec {
         min: 1,
         max: 10,
@@ -29,6 +28,11 @@ async fn stack(job_duration: Duration) -> (SimHandle, Provider, String) {
     let provider = Provider::new(client, settings);
     provider.refresh().await.expect("first refresh");
     (sim, provider, id)
+}
+
+fn client_config(sim: &SimHandle) -> ClientConfig {
+    ClientConfig::new(&sim.api_url, &sim.api_key, &sim.secret_key)
+        .with_timeout(Duration::from_secs(3))
 }
 
 fn phase(p: &Provider, id: &str) -> Phase {
@@ -103,7 +107,7 @@ async fn a_ten_minute_scale_job_is_followed_to_its_end_on_the_tests_clock() {
 #[tokio::test(start_paused = true)]
 async fn a_deleted_cluster_is_not_found_not_a_transient_failure() {
     let (sim, _, _) = stack(Duration::from_secs(1)).await;
-    let client = Client::new(testkit::client_config(&sim)).expect("client");
+    let client = Client::new(client_config(&sim)).expect("client");
     let gone = Provider::new(
         client,
         Settings::with_groups(vec![NodeGroupSpec {

@@ -1,14 +1,14 @@
 //! Read-side answers, from a group's state under its lock with no CloudStack call: node
 //! groups, node → group, target size, instances and their status, the debug line. The
-//! derivations are the domain's (`crate::domain::instances`); this module caches them per
+//! derivations are the domain's (`cks_domain::instances`); this module caches them per
 //! state change (see `Views`). Each answer is limited to the caller's groups ([`Scoped`]).
 
 use super::{Error, GroupState, Provider, Result, Scoped, now};
 use crate::config::{ClusterRef, NodeGroupSpec};
-use crate::domain::instances::{InstanceView, min_max};
-use crate::domain::machine::Hit;
-use crate::domain::nodeid::FAKE_NODE_REASON_ANNOTATION;
-use crate::domain::rules::AlertScaling;
+use cks_domain::instances::{InstanceView, min_max};
+use cks_domain::machine::Hit;
+use cks_domain::nodeid::FAKE_NODE_REASON_ANNOTATION;
+use cks_domain::rules::AlertScaling;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -165,7 +165,7 @@ impl Scoped<'_> {
     /// another client's groups. Real nodes teach the provider which providerID each VM's node
     /// carries (the caller's groups only: what another client reports never changes what a
     /// group's own autoscaler is told) and are recorded as registered, whoever reports them
-    /// (see `crate::domain::registry`).
+    /// (see `cks_domain::registry`).
     pub fn node_group_for_node(
         &self,
         provider_id: &str,

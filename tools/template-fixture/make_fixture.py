@@ -5,7 +5,7 @@ Each JSON file describes one case: the inputs of `build_template_node` ("input",
 and, written out by hand, the Node a new worker should be ("expected_node", in the proto JSON
 mapping of k8s.io/api/core/v1 Node). This script encodes "expected_node" with Python's protobuf
 library from the .proto subset under proto/ (upstream field numbers) and writes <case>.bin next
-to the JSON. tests/template_fixture.rs then checks the Rust encoder against these bytes, so the
+to the JSON. tests/it/template_fixture.rs then checks the Rust encoder against these bytes, so the
 Rust test needs no Python.
 
 The script also recomputes the expected node name from "input" with its own FNV-1a (the naming

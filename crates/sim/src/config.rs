@@ -1,0 +1,368 @@
+//! The simulator's settings: what a run starts with ([`SimConfig`]) and the part a running test
+//! may change through `simConfigure` or [`super::SimHandle::configure`] ([`SimSettings`]).
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// How scale-up jobs fail, for reliability tests. Applies to every scale-up job accepted while
+/// it is set; scale-down jobs are not affected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum JobFailure {
+    /// Jobs run normally.
+    #[default]
+    None,
+    /// The capacity plan fails before any VM is created, as when CloudStack finds no host: the
+    /// job fails with CloudStack's "insufficient capacity" text and the cluster state is kept.
+    Capacity,
+    /// Provisioning fails part-way: the VMs before the last start, the last one ends in `Error`,
+    /// the cluster goes to `Alert` and `size` is not updated.
+    Partial,
+    /// The job never finishes (the cluster stays in `Scaling`).
+    Never,
+}
+
+impl JobFailure {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Capacity => "capacity",
+            Self::Partial => "partial",
+            Self::Never => "never",
+        }
+    }
+}
+
+impl fmt::Display for JobFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for JobFailure {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "none" => Ok(Self::None),
+            "capacity" => Ok(Self::Capacity),
+            "partial" => Ok(Self::Partial),
+            "never" => Ok(Self::Never),
+            _ => Err(format!(
+                "unknown job failure {s:?}: expected none, capacity, partial or never"
+            )),
+        }
+    }
+}
+
+/// The role of the account the simulator's API key belongs to: which commands it may call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KeyRole {
+    /// A User-role account's key (an account cluster's `cloudstack-secret`): every command the
+    /// simulator serves.
+    #[default]
+    User,
+    /// The Project Kubernetes Service Role CKS gives a project cluster's key from 4.19.3 /
+    /// 4.20.1 on (`KubernetesClusterManagerImpl.PROJECT_KUBERNETES_ACCOUNT_ROLE_ALLOWED_APIS`):
+    /// of the commands served, only `listKubernetesClusters`, `scaleKubernetesCluster`,
+    /// `queryAsyncJobResult` and `listVirtualMachines`. Any other is answered 432.
+    ProjectKubernetes,
+}
+
+impl KeyRole {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::User => "user",
+            Self::ProjectKubernetes => "project-kubernetes",
+        }
+    }
+
+    /// Whether a key of this role may call `command`.
+    pub fn allows(self, command: &str) -> bool {
+        match self {
+            Self::User => true,
+            Self::ProjectKubernetes => PROJECT_KUBERNETES_ROLE_COMMANDS.contains(&command),
+        }
+    }
+}
+
+/// The served commands in `KubernetesClusterManagerImpl.PROJECT_KUBERNETES_ACCOUNT_ROLE_ALLOWED_APIS`
+/// (`QueryAsyncJobResultCmd`, `ListVMsCmd`, `ListKubernetesClustersCmd`,
+/// `ScaleKubernetesClusterCmd`; the rest of that list is networking the simulator does not serve).
+pub const PROJECT_KUBERNETES_ROLE_COMMANDS: &[&str] = &[
+    "listKubernetesClusters",
+    "scaleKubernetesCluster",
+    "queryAsyncJobResult",
+    "listVirtualMachines",
+];
+
+impl fmt::Display for KeyRole {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for KeyRole {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "user" => Ok(Self::User),
+            "project-kubernetes" | "projectkubernetes" => Ok(Self::ProjectKubernetes),
+            _ => Err(format!(
+                "unknown key role {s:?}: expected user or project-kubernetes"
+            )),
+        }
+    }
+}
+
+/// Timings and faults: everything `simConfigure` can change while the simulator runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimSettings {
+    /// Added to every CloudStack command before it is handled (not to `sim*` commands).
+    pub latency: Duration,
+    /// Share (0..=1) of requests answered with an HTTP 5xx HTML page, as a proxy in front of
+    /// CloudStack would; such a request is not executed.
+    pub error_rate: f64,
+    /// Share (0..=1) of requests executed whose connection is then closed without a response
+    /// (the client cannot know whether the command ran).
+    pub drop_rate: f64,
+    /// Share (0..=1) of requests executed whose JSON answer is cut in half.
+    pub malformed_rate: f64,
+    /// How long a scale job takes (provisioning or removal), before waiting for nodes.
+    pub job_duration: Duration,
+    /// Forced failure of scale-up jobs.
+    pub job_failure: JobFailure,
+    /// `true`: CloudStack with the change that lets a cluster in Alert be scaled under seven
+    /// rules. `false`: an older CloudStack that refuses every request in Alert.
+    pub alert_scaling: bool,
+    /// Delay between a VM reaching `Running` and its Kubernetes node being registered and Ready.
+    pub kubelet_delay: Duration,
+    /// Period of the status scanner (Running -> Alert on a down VM, Alert -> Running on recovery).
+    /// CloudStack runs it every 30 s.
+    pub scanner_interval: Duration,
+    /// Duration of `startVirtualMachine` / `stopVirtualMachine` jobs.
+    pub vm_op_duration: Duration,
+    /// How often a scale-up job checks whether the nodes are Ready (CloudStack: 15 s).
+    pub ready_poll: Duration,
+    /// How long a scale-up job waits for Ready nodes before failing
+    /// (`cloud.kubernetes.cluster.scale.timeout`, 3600 s on CloudStack).
+    pub scale_timeout: Duration,
+    /// `cloud.kubernetes.cluster.max.size`: the largest worker count plus control nodes allowed.
+    pub max_cluster_size: u64,
+    /// Time from `scaleKubernetesCluster` returning its jobid to a worker picking the job up.
+    /// Zero: the job validates and moves the cluster to Scaling inside the API call (the
+    /// simulator's historical shortcut). Above zero, CloudStack's real order: the call only
+    /// parses parameters and queues the job; after this delay the job validates against the
+    /// cluster as it is *then*, fails (530) or moves it to Scaling and runs. Until then
+    /// listings show the old state and size, and two queued jobs on one cluster can both be
+    /// accepted, the later one failing at its pick-up (see `jobs::run_pickup`).
+    pub pickup_delay: Duration,
+    /// Time a removal job spends on each node it removes (drain, VM destroyed and expunged:
+    /// CloudStack removes them one after another, `KubernetesClusterScaleWorker
+    /// .scaleDownKubernetesClusterSize`). Zero: a removal job takes `job_duration` whatever the
+    /// number of nodes, shared among them. Above zero: `job_duration` (the job's own part)
+    /// plus this for every node.
+    pub removal_per_node: Duration,
+    /// Injected transient drain failures: the next this many drains of a removal job fail (as
+    /// `kubectl drain` failing over SSH would), one per drain, whatever the node's state. Each
+    /// failure fails its job. Drains of down VMs (not drained) do not count.
+    pub fail_drains: u32,
+    /// The role of the API key's account (see [`KeyRole`]).
+    pub key_role: KeyRole,
+    /// CloudStack's `default.page.size` (500 by default): the most items a list answer holds
+    /// when no `pagesize` is given, and the largest `pagesize` accepted
+    /// (`BaseListCmd.getPageSize`: a larger one is a 431).
+    pub default_page_size: u64,
+}
+
+impl Default for SimSettings {
+    fn default() -> Self {
+        Self {
+            latency: Duration::ZERO,
+            error_rate: 0.0,
+            drop_rate: 0.0,
+            malformed_rate: 0.0,
+            job_duration: Duration::from_secs(3),
+            job_failure: JobFailure::None,
+            alert_scaling: true,
+            kubelet_delay: Duration::from_secs(2),
+            scanner_interval: Duration::from_secs(5),
+            vm_op_duration: Duration::from_secs(1),
+            ready_poll: Duration::from_millis(250),
+            scale_timeout: Duration::from_secs(3600),
+            max_cluster_size: 50,
+            pickup_delay: Duration::ZERO,
+            removal_per_node: Duration::ZERO,
+            fail_drains: 0,
+            key_role: KeyRole::User,
+            default_page_size: 500,
+        }
+    }
+}
+
+impl SimSettings {
+    /// Millisecond-scale timings for tests: jobs of 40 ms, nodes Ready 20 ms after their VM
+    /// runs, a 20 ms status scanner, 10 ms VM operations.
+    pub fn fast() -> Self {
+        Self {
+            job_duration: Duration::from_millis(40),
+            kubelet_delay: Duration::from_millis(20),
+            scanner_interval: Duration::from_millis(20),
+            vm_op_duration: Duration::from_millis(10),
+            ready_poll: Duration::from_millis(5),
+            scale_timeout: Duration::from_secs(30),
+            ..Self::default()
+        }
+    }
+
+    /// Applies one `simConfigure` parameter (`latencyms=250`, `jobfailure=capacity`, ...).
+    /// Returns `Ok(false)` when `name` is not a setting.
+    pub fn apply(&mut self, name: &str, value: &str) -> Result<bool, String> {
+        let ms = |v: &str| -> Result<Duration, String> {
+            v.trim()
+                .parse::<u64>()
+                .map(Duration::from_millis)
+                .map_err(|_| format!("{name} must be a whole number of milliseconds, got {v:?}"))
+        };
+        let rate = |v: &str| -> Result<f64, String> {
+            match v.trim().parse::<f64>() {
+                Ok(r) if (0.0..=1.0).contains(&r) => Ok(r),
+                _ => Err(format!(
+                    "{name} must be a number between 0 and 1, got {v:?}"
+                )),
+            }
+        };
+        match name {
+            "latencyms" => self.latency = ms(value)?,
+            "errorrate" => self.error_rate = rate(value)?,
+            "droprate" => self.drop_rate = rate(value)?,
+            "malformedrate" => self.malformed_rate = rate(value)?,
+            "jobdurationms" => self.job_duration = ms(value)?,
+            "jobfailure" => self.job_failure = value.parse()?,
+            "alertscaling" => {
+                self.alert_scaling =
+                    parse_switch(value).map_err(|e| format!("alertscaling: {e}"))?
+            }
+            "kubeletdelayms" => self.kubelet_delay = ms(value)?,
+            "scannerintervalms" => {
+                let d = ms(value)?;
+                if d.is_zero() {
+                    return Err("scannerintervalms must be at least 1".into());
+                }
+                self.scanner_interval = d;
+            }
+            "vmopms" => self.vm_op_duration = ms(value)?,
+            "readypollms" => {
+                let d = ms(value)?;
+                if d.is_zero() {
+                    return Err("readypollms must be at least 1".into());
+                }
+                self.ready_poll = d;
+            }
+            "scaletimeoutms" => self.scale_timeout = ms(value)?,
+            "pickupdelayms" => self.pickup_delay = ms(value)?,
+            "removalpernodems" => self.removal_per_node = ms(value)?,
+            "faildrains" => {
+                self.fail_drains = value
+                    .trim()
+                    .parse()
+                    .map_err(|_| format!("faildrains must be a whole number, got {value:?}"))?
+            }
+            "keyrole" => self.key_role = value.parse()?,
+            "defaultpagesize" => {
+                let n: u64 = value.trim().parse().map_err(|_| {
+                    format!("defaultpagesize must be a whole number, got {value:?}")
+                })?;
+                if n == 0 {
+                    return Err("defaultpagesize must be at least 1".into());
+                }
+                self.default_page_size = n;
+            }
+            "maxclustersize" => {
+                self.max_cluster_size = value
+                    .trim()
+                    .parse()
+                    .map_err(|_| format!("maxclustersize must be a whole number, got {value:?}"))?
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// The settings as `simConfigure` echoes them.
+    pub fn to_json(&self) -> serde_json::Value {
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        serde_json::json!({
+            "latencyms": ms(self.latency),
+            "errorrate": self.error_rate,
+            "droprate": self.drop_rate,
+            "malformedrate": self.malformed_rate,
+            "jobdurationms": ms(self.job_duration),
+            "jobfailure": self.job_failure.as_str(),
+            "alertscaling": if self.alert_scaling { "on" } else { "off" },
+            "kubeletdelayms": ms(self.kubelet_delay),
+            "scannerintervalms": ms(self.scanner_interval),
+            "vmopms": ms(self.vm_op_duration),
+            "readypollms": ms(self.ready_poll),
+            "scaletimeoutms": ms(self.scale_timeout),
+            "maxclustersize": self.max_cluster_size,
+            "pickupdelayms": ms(self.pickup_delay),
+            "removalpernodems": ms(self.removal_per_node),
+            "faildrains": self.fail_drains,
+            "keyrole": self.key_role.as_str(),
+            "defaultpagesize": self.default_page_size,
+        })
+    }
+}
+
+/// An on/off value of the simulator's own flags and `simConfigure` parameters: `on`, `off`,
+/// `true`, `false`, `yes`, `no`, `1` or `0`, in any case.
+pub fn parse_switch(v: &str) -> Result<bool, String> {
+    match v.to_ascii_lowercase().as_str() {
+        "true" | "yes" | "on" | "1" => Ok(true),
+        "false" | "no" | "off" | "0" => Ok(false),
+        _ => Err(format!(
+            "{v:?} is not on/off: use on, off, true, false, yes, no, 1 or 0"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn apply_parses_and_rejects() {
+        let mut s = SimSettings::default();
+        assert_eq!(s.apply("latencyms", "250"), Ok(true));
+        assert_eq!(s.latency, Duration::from_millis(250));
+        assert_eq!(s.apply("jobfailure", "Capacity"), Ok(true));
+        assert_eq!(s.job_failure, JobFailure::Capacity);
+        assert_eq!(s.apply("alertscaling", "off"), Ok(true));
+        assert!(!s.alert_scaling);
+        assert!(
+            s.apply("errorrate", "1.5")
+                .unwrap_err()
+                .contains("between 0 and 1")
+        );
+        assert!(
+            s.apply("jobdurationms", "-3")
+                .unwrap_err()
+                .contains("milliseconds")
+        );
+        assert_eq!(s.apply("colour", "red"), Ok(false));
+        assert_eq!(s.to_json()["latencyms"], 250);
+        assert_eq!(SimSettings::default().pickup_delay, Duration::ZERO);
+        assert_eq!(s.apply("pickupdelayms", "100"), Ok(true));
+        assert_eq!(s.pickup_delay, Duration::from_millis(100));
+        assert_eq!(s.to_json()["pickupdelayms"], 100);
+        assert_eq!(s.apply("faildrains", "2"), Ok(true));
+        assert_eq!(s.fail_drains, 2);
+        assert_eq!(s.apply("keyrole", "project-kubernetes"), Ok(true));
+        assert_eq!(s.key_role, KeyRole::ProjectKubernetes);
+        assert!(s.apply("keyrole", "admin").is_err());
+        assert_eq!(SimSettings::default().default_page_size, 500);
+        assert_eq!(s.apply("defaultpagesize", "100"), Ok(true));
+        assert_eq!(s.to_json()["defaultpagesize"], 100);
+        assert!(s.apply("defaultpagesize", "0").is_err());
+    }
+}

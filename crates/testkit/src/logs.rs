@@ -1,0 +1,54 @@
+//! The log capture a test binary shares: one global `tracing` subscriber (a process has one),
+//! installed by the first test that asks, writing every line into one buffer. Tests look for
+//! lines naming their own identities (unique names, ports, files), so tests running in
+//! parallel do not read each other's lines as theirs.
+//!
+//! The provider's own lines are kept from `debug` up, other crates' from `info`: enough for
+//! what the tests look for without the HTTP/2 stack's chatter filling memory over a whole run.
+//! A test that must see everything (every level, every crate) installs a subscriber of its own
+//! for its thread instead (`tracing::subscriber::set_default` on a current-thread runtime).
+
+use std::io::Write;
+use std::sync::{Mutex, Once};
+
+static LOGS: Mutex<Vec<u8>> = Mutex::new(Vec::new());
+
+struct Capture;
+
+impl Write for Capture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        lock().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn lock() -> std::sync::MutexGuard<'static, Vec<u8>> {
+    LOGS.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Installs the capture, once per process.
+pub fn capture() {
+    static INIT: Once = Once::new();
+    INIT.call_once(|| {
+        tracing_subscriber::fmt()
+            .with_writer(|| Capture)
+            .with_ansi(false)
+            .with_env_filter(tracing_subscriber::EnvFilter::new(
+                "info,cks_autoscaler_provider=debug,cks_cloudstack=debug",
+            ))
+            .init();
+    });
+}
+
+/// The captured lines that contain `needle`.
+pub fn lines_mentioning(needle: &str) -> Vec<String> {
+    String::from_utf8_lossy(&lock())
+        .lines()
+        .filter(|line| line.contains(needle))
+        .map(str::to_owned)
+        .collect()
+}

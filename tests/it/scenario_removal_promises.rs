@@ -1,0 +1,222 @@
+//! Removals answered OK are promises kept. Once NodeGroupDeleteNodes answers OK the real
+//! autoscaler keeps the node's ToBeDeleted taint and counts it as gone
+//! (`core/scaledown/actuation/delete_in_batch.go` `RegisterAndRecordSuccessfulScaleDownEvent`),
+//! so the provider carries the removal through CloudStack's failures, and sends only requests
+//! CloudStack can finish: CloudStack drains every Running VM it removes, one at a time, and
+//! lowers `size` only at the end (`KubernetesClusterScaleWorker.scaleDownKubernetesClusterSize`).
+
+use cks_proto as pb;
+use cks_proto::instance_status::InstanceState;
+use cks_sim::{ClusterSpec, KeyRole, Scenario};
+use cks_testkit::stack::*;
+use cks_testkit::*;
+use tonic::Code;
+
+/// The fake node the autoscaler builds for an instance without a node.
+fn fake_node(vm_id: &str, reason: &str) -> pb::ExternalGrpcNode {
+    let id = format!("external-cloudstack://{vm_id}");
+    let mut n = node(&id, &id);
+    n.annotations.insert(
+        cks_lab::autoscaler::FAKE_NODE_REASON_ANNOTATION.into(),
+        reason.into(),
+    );
+    n
+}
+
+fn count(env: &Stack, command: &str) -> usize {
+    env.sim
+        .requests()
+        .iter()
+        .filter(|r| r.command == command)
+        .count()
+}
+
+/// The `nodeids` requests CloudStack got, in order.
+fn removals(env: &Stack) -> Vec<String> {
+    env.scale_requests()
+        .iter()
+        .filter_map(|r| r.get("nodeids").cloned())
+        .collect()
+}
+
+/// The drain of a removed node fails once (CloudStack's job fails, the cluster goes to Alert
+/// with the node cordoned and no worker down, where every request is refused). The removal
+/// stays owed: the VM is listed Deleting and stays out of the target, the provider stops it
+/// and removes it as a down VM, which CloudStack does not drain.
+#[tokio::test(start_paused = true)]
+async fn a_failed_drain_is_carried_through_by_stopping_the_vm() {
+    let mut cfg = pool(4);
+    cfg.settings.fail_drains = 1;
+    let mut env = Stack::refreshed(cfg, "pool", |s| s.groups[0].min = 1).await;
+    let victim = env.workers().remove(0);
+    env.delete(vec![worker_node(&victim)])
+        .await
+        .expect("accepted");
+    assert_eq!(env.target().await, 3);
+    wait_until("the removal's first job to fail", async || {
+        env.sim.running_jobs(&env.cluster_id) == 0 && env.cluster_state() == "Alert"
+    })
+    .await;
+    wait_until("the VM to be gone", async || {
+        let _ = env.refresh().await;
+        // Never back in the target: the autoscaler counts the node as gone.
+        assert_eq!(env.target().await, 3);
+        !env.workers().iter().any(|w| w.0 == victim.0) && env.sim.running_jobs(&env.cluster_id) == 0
+    })
+    .await;
+    assert_eq!(count(&env, "stopVirtualMachine"), 1, "stopped once");
+    assert_eq!(
+        removals(&env),
+        [victim.0.clone(), victim.0.clone()],
+        "sent again once down"
+    );
+    wait_until("the cluster back to Running", async || {
+        env.cluster_state() == "Running"
+    })
+    .await;
+    assert_eq!(env.cluster_size(), 3);
+    env.wait_provider_settled().await;
+    assert_eq!(env.target().await, 3);
+    env.shutdown().await;
+}
+
+/// With the key CKS gives a project cluster (Project Kubernetes Service Role: no
+/// stopVirtualMachine), a failed drain cannot be recovered by the provider: the instance says
+/// what the operator must do, the node stays out of the target, and once the operator stops
+/// the VM the provider removes it. A fake node of a Running VM (whose drain CloudStack would
+/// fail) is refused from then on before anything is promised.
+#[tokio::test(start_paused = true)]
+async fn with_the_project_key_a_failed_drain_waits_for_the_operator_and_says_so() {
+    let mut cfg = pool(4);
+    cfg.settings.fail_drains = 1;
+    cfg.settings.key_role = KeyRole::ProjectKubernetes;
+    let mut env = Stack::refreshed(cfg, "pool", |s| s.groups[0].min = 1).await;
+    let workers = env.workers();
+    let victim = workers[0].clone();
+    env.delete(vec![worker_node(&victim)])
+        .await
+        .expect("accepted");
+    wait_until("the stop to be refused by the key", async || {
+        let _ = env.refresh().await;
+        count(&env, "stopVirtualMachine") == 1
+            && env.instances().await.iter().any(|i| {
+                i.id.ends_with(&victim.0)
+                    && i.status
+                        .as_ref()
+                        .and_then(|s| s.error_info.as_ref())
+                        .is_some_and(|e| e.error_code == "removal-stopping-vm")
+            })
+    })
+    .await;
+    let shown = env.instances().await;
+    let i = shown
+        .iter()
+        .find(|i| i.id.ends_with(&victim.0))
+        .expect("listed");
+    assert_eq!(
+        i.status.as_ref().map(|s| s.instance_state),
+        Some(InstanceState::InstanceDeleting as i32)
+    );
+    let message = &i
+        .status
+        .as_ref()
+        .and_then(|s| s.error_info.as_ref())
+        .expect("error")
+        .error_message;
+    assert!(
+        message.contains(&format!("stopVirtualMachine id={}", victim.0)),
+        "{message}"
+    );
+    assert_eq!(env.target().await, 3, "still out of the target");
+    // Learned: a Running VM without a node is refused up front now.
+    let e = env
+        .delete(vec![fake_node(&workers[1].0, "unregistered")])
+        .await
+        .expect_err("refused before any promise");
+    assert_eq!(e.code(), Code::FailedPrecondition);
+    assert!(e.message().contains("never registered"), "{}", e.message());
+    // The operator stops the VM: the provider removes it as a down VM.
+    assert!(env.sim.stop_vm(&victim.0));
+    wait_until("the VM to be gone", async || {
+        let _ = env.refresh().await;
+        !env.workers().iter().any(|w| w.0 == victim.0) && env.sim.running_jobs(&env.cluster_id) == 0
+    })
+    .await;
+    assert_eq!(env.cluster_size(), 3);
+    assert_eq!(env.target().await, 3);
+    env.shutdown().await;
+}
+
+/// CloudStack limits page sizes (`default.page.size`): the provider learns the limit from
+/// CloudStack's refusal and pages within it.
+#[tokio::test(start_paused = true)]
+async fn a_page_limit_below_the_clients_is_learned() {
+    let mut cfg = pool(3);
+    cfg.settings.default_page_size = 100;
+    let mut env = Stack::refreshed(cfg, "pool", |_| {}).await;
+    env.increase(1).await.expect("scale-up");
+    wait_until("the scale-up done", async || {
+        let _ = env.refresh().await;
+        env.cluster_size() == 4 && env.sim.running_jobs(&env.cluster_id) == 0
+    })
+    .await;
+    env.wait_provider_settled().await;
+    assert_eq!(env.target().await, 4);
+    env.shutdown().await;
+}
+
+/// The mock autoscaler (which keeps a node's ToBeDeleted taint after an OK DeleteNodes and
+/// counts it as Deleted) scales down empty nodes while CloudStack fails the first drain. Had
+/// the provider put the VM back in the target, the autoscaler would see a phantom upcoming
+/// node (`clusterstate.go` `GetUpcomingNodes`: target − ready − unready − long unregistered)
+/// and hold back scale-ups for it. It never does, the node leaves, the loop never aborts and
+/// fixNodeGroupSize never acts.
+#[tokio::test(start_paused = true)]
+async fn scale_down_through_a_failed_drain_leaves_no_phantom_upcoming_node() {
+    let mut spec = ClusterSpec::new("shrink", 1, 4);
+    spec.autoscaling = true;
+    spec.min_size = Some(1);
+    spec.max_size = Some(10);
+    let mut config = sim_config();
+    config.scenario = Scenario::with_cluster(spec);
+    config.settings.job_duration = std::time::Duration::from_millis(200);
+    config.settings.fail_drains = 1;
+    let stack = Stack::start(config, "shrink", |_| {}).await;
+    let mut ca = stack.autoscaler(autoscaler_config(600, 30, WAIT)).await;
+    ca.set_needed_nodes(3);
+    loop_until(&mut ca, "one node removed", |ca| {
+        stack.cluster_size() == 3
+            && stack.sim.running_jobs(&stack.cluster_id) == 0
+            && ca.last_loop().is_some_and(|l| l.ready == 3)
+    })
+    .await;
+    loop_until(&mut ca, "the cluster back to Running", |_| {
+        stack.cluster_state() == "Running"
+    })
+    .await;
+    show("removal through a failed drain", &ca);
+    let phantoms = ca.timeline().phantom_upcoming_nodes();
+    assert!(phantoms.is_empty(), "phantom upcoming nodes: {phantoms:?}");
+    assert_eq!(
+        ca.timeline().longest_size_fix_streak(),
+        0,
+        "fixNodeGroupSize acted\n{}",
+        ca.timeline()
+    );
+    for l in ca.timeline().loops() {
+        assert!(l.aborted.is_none(), "{l}");
+    }
+    for c in ca.calls(cks_lab::autoscaler::Rpc::NodeGroupDeleteNodes) {
+        assert!(c.is_ok(), "{c}");
+    }
+    assert!(
+        stack
+            .sim
+            .requests()
+            .iter()
+            .any(|r| r.command == "stopVirtualMachine"),
+        "the VM whose drain failed was stopped"
+    );
+    assert_eq!(ca.last_target(&stack.cluster_id), Some(3));
+    stack.shutdown().await;
+}
