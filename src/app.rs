@@ -170,7 +170,7 @@ impl MetricsSource for ProviderMetrics {
 
     fn alert_verdict(&self) -> Option<(&'static str, Option<Duration>)> {
         let v = self.0.alert_verdict();
-        Some((v.verdict, v.age))
+        Some((v.verdict.as_str(), v.age))
     }
 
     fn group_gauges(&self) -> Vec<GroupGauges> {

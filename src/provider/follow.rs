@@ -1,25 +1,15 @@
 //! Following scale jobs in the background: one task per job, polling `queryAsyncJobResult`,
 //! then fetching the cluster and reporting the job's end to the machine (which settles it and
-//! may start the queued request). Also finds jobs this provider did not start (after a
-//! restart or a lost answer) through `listAsyncJobs`.
+//! may start the queued request). Also reads `listAsyncJobs` for jobs this provider did not
+//! start (after a restart or a lost answer); which of them is a cluster's is the domain's
+//! decision (`cks_domain::jobs`).
 
 use super::{Provider, now};
 use cks_cloudstack::types::{JobOutcome, cloudstack_date};
+use cks_domain::jobs::{self, JobQuery, JobScan, JobSearch, ListedJob};
 use cks_domain::machine::{Effect, JobEnd, OpKind, Phase, Settled, poll_delay};
 use std::collections::HashSet;
-use std::time::Duration;
 use tokio::time::Instant;
-
-/// How far before the follow limit a job search looks, for clock differences with CloudStack.
-const ADOPTION_CLOCK_SLACK: Duration = Duration::from_secs(15 * 60);
-
-/// How much earlier than a lost submission a job may look created, for clock differences
-/// with CloudStack (its `created` has one-second resolution).
-const CREATED_CLOCK_SLACK: Duration = Duration::from_secs(120);
-
-/// A safety net on the pages one job search reads (each of `DEFAULT_PAGE_SIZE` jobs): the
-/// `startdate` window bounds them already, unless the account starts thousands of jobs an hour.
-const ADOPTION_MAX_PAGES: u32 = 20;
 
 impl Provider {
     pub(crate) fn spawn_follower(&self, gi: usize, job_id: String) {
@@ -278,41 +268,27 @@ impl Provider {
 
     /// The running `scaleKubernetesCluster` job the group waits for, read from
     /// `listAsyncJobs` one page at a time and only as far back as such a job can have
-    /// started: CloudStack ends a scale job after its scale timeout (1 h by default), and this
-    /// provider follows one for `job_max_follow` (2 h by default) before polling it rarely, so
-    /// older jobs cannot matter. CloudStack keeps finished jobs for a day and lists them
-    /// oldest first, so without `startdate` every check would read the account's whole day of
-    /// jobs.
-    ///
-    /// A job is this cluster's only when it names it (`jobinstanceid`). Real scale jobs name no
-    /// cluster, and `listAsyncJobs` lists every job of the account: other clusters' scale jobs
-    /// (CKS's own autoscaler, operators, other providers) use the same keys. So an unnamed job
-    /// is never taken for this cluster's: a cluster Scaling under one is followed through its
-    /// state (adopted without a job id), and such a job never records failed instances nor
-    /// changes the Alert-scaling verdict. For a lost submission, a pending unnamed scale job
-    /// created since it was sent keeps it unsettled (CloudStack queues a job before a worker
-    /// picks it up, validates it and moves the cluster to Scaling, so its job can exist while
-    /// the cluster still shows Running).
-    ///
-    /// `startdate` is the only place the provider reads the wall clock; it goes back an extra
-    /// [`ADOPTION_CLOCK_SLACK`] so a clock a little ahead of CloudStack's still finds the job.
+    /// started ([`jobs::search_start`]): CloudStack keeps finished jobs for a day and lists
+    /// them oldest first, so without `startdate` every check would read the account's whole
+    /// day of jobs. Which job is the cluster's is decided in [`cks_domain::jobs`]; here are
+    /// the pages and the wall clock (`startdate` and `created` are CloudStack's wall-clock
+    /// times).
     async fn find_running_scale_job(
         &self,
         gi: usize,
         cluster_id: &str,
     ) -> Result<JobSearch, cks_cloudstack::CsError> {
-        let window = self.inner.settings.job_max_follow + ADOPTION_CLOCK_SLACK;
         let wall = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or(0);
-        let startdate = cloudstack_date(wall.saturating_sub(window.as_secs()));
-        // A lost submission: when it was sent, on the wall clock, less the clock slack.
+        let startdate =
+            cloudstack_date(jobs::search_start(wall, self.inner.settings.job_max_follow));
         let lost_since = match self.inner.groups[gi].read().scale.phase() {
-            Phase::AnswerLost { since, .. } => Some(
-                wall.saturating_sub(now().saturating_duration_since(*since).as_secs())
-                    .saturating_sub(CREATED_CLOCK_SLACK.as_secs()),
-            ),
+            Phase::AnswerLost { since, .. } => Some(jobs::created_since(
+                wall,
+                now().saturating_duration_since(*since),
+            )),
             _ => None,
         };
         let followed: HashSet<String> = (0..self.inner.groups.len())
@@ -326,25 +302,26 @@ impl Provider {
                     .map(str::to_string)
             })
             .collect();
-        let mut unnamed = Vec::new();
+        let query = JobQuery {
+            cluster_id,
+            followed_elsewhere: &followed,
+            lost_since,
+        };
+        let mut scan = JobScan::default();
         let mut complete = false;
-        for page in 1..=ADOPTION_MAX_PAGES {
-            let (jobs, more) = self.inner.cs.list_async_jobs_page(&startdate, page).await?;
-            for job in jobs {
-                if !job.is_running_scale() || followed.contains(&job.jobid) {
-                    continue;
-                }
-                match job.jobinstanceid.as_deref() {
-                    Some(id) if id == cluster_id => return Ok(JobSearch::Named(job.jobid)),
-                    Some(_) => {}
-                    None => {
-                        let recent =
-                            lost_since.is_none_or(|t| job.created_unix().is_none_or(|c| c >= t));
-                        if recent {
-                            unnamed.push(job.jobid);
-                        }
-                    }
-                }
+        for page in 1..=jobs::SEARCH_MAX_PAGES {
+            let (listed, more) = self.inner.cs.list_async_jobs_page(&startdate, page).await?;
+            let found = scan.read_page(
+                &query,
+                listed.iter().map(|job| ListedJob {
+                    id: &job.jobid,
+                    running_scale: job.is_running_scale(),
+                    names: job.jobinstanceid.as_deref(),
+                    created_unix: job.created_unix(),
+                }),
+            );
+            if let Some(job) = found {
+                return Ok(JobSearch::Named(job));
             }
             if !more {
                 complete = true;
@@ -354,21 +331,10 @@ impl Provider {
         if !complete {
             tracing::warn!(
                 cluster = cluster_id,
-                pages = ADOPTION_MAX_PAGES,
+                pages = jobs::SEARCH_MAX_PAGES,
                 "no running scale job found in the first pages of listAsyncJobs since {startdate}; not reading further"
             );
-            // Unread pages may hold the lost request's job: not settled.
-            return Ok(JobSearch::Unnamed);
         }
-        if unnamed.is_empty() {
-            return Ok(JobSearch::Nothing);
-        }
-        // The one guess left: a lost submission, exactly one pending scale job of the account
-        // created since it was sent, and no other group of this provider waiting for a job.
-        // It is most likely the lost request's own; taking it lets its failure be reported
-        // (failed creations the autoscaler deletes) instead of leaving VMs nobody reports. It
-        // may still be another client's job of the same account: its end then settles this
-        // group early, and a failure of it is reported here once.
         let waiting = (0..self.inner.groups.len())
             .filter(|&other| {
                 matches!(
@@ -377,15 +343,14 @@ impl Provider {
                 )
             })
             .count();
-        if lost_since.is_some() && unnamed.len() == 1 && waiting <= 1 {
-            return Ok(JobSearch::Named(unnamed.remove(0)));
+        let search = scan.conclude(&query, complete, waiting);
+        if search == JobSearch::Unnamed {
+            tracing::debug!(
+                cluster = cluster_id,
+                "running scale jobs that name no cluster: none is taken for this cluster's"
+            );
         }
-        tracing::debug!(
-            cluster = cluster_id,
-            candidates = unnamed.len(),
-            "running scale jobs that name no cluster: none is taken for this cluster's"
-        );
-        Ok(JobSearch::Unnamed)
+        Ok(search)
     }
 
     /// The group's id (its cluster's id) as metric labels name it.
@@ -397,18 +362,6 @@ impl Provider {
             .clone()
             .unwrap_or_default()
     }
-}
-
-/// What the job list says about the job a group waits for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum JobSearch {
-    /// A running scale job that names the cluster.
-    Named(String),
-    /// Running scale jobs that name no cluster (any of the account's): none is provably the
-    /// cluster's.
-    Unnamed,
-    /// No running scale job.
-    Nothing,
 }
 
 /// The `kind` label of the job a group follows, as [`Settled::kind`] names it when the job

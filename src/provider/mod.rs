@@ -27,10 +27,10 @@ mod view;
 #[cfg(test)]
 mod tests;
 
-pub use alert::AlertVerdictView;
 pub use caller::Caller;
 pub use cks_domain::instances::InstanceView;
 pub use cks_domain::machine::NodeRef;
+pub use cks_domain::verdict::AlertVerdictView;
 pub use error::{Error, Result};
 pub use view::NodeGroupView;
 
@@ -221,7 +221,7 @@ pub(crate) struct Inner {
     pub cs: Client,
     pub settings: Settings,
     pub groups: Vec<Group>,
-    pub alert: Mutex<alert::AlertVerdict>,
+    pub alert: Mutex<cks_domain::verdict::AlertVerdict>,
     pub refresh_lock: tokio::sync::Mutex<()>,
     /// The groups the refresh round holding `refresh_lock` fetches: a Refresh finding a round
     /// in progress waits for it, and then needs no round of its own when that one covered its
@@ -428,7 +428,7 @@ impl Provider {
                 cs,
                 settings,
                 groups,
-                alert: Mutex::new(alert::AlertVerdict::new(alert)),
+                alert: Mutex::new(cks_domain::verdict::AlertVerdict::new(alert)),
                 refresh_lock: tokio::sync::Mutex::new(()),
                 round_groups: Mutex::new(Vec::new()),
                 unmatched: caller::Unmatched::default(),

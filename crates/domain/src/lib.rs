@@ -14,6 +14,9 @@
 //!   instances and their status, node resolution, bounds, the debug line.
 //! - [`registry`]: the VMs whose nodes the autoscalers reported as registered, and when: what
 //!   keeps a registered VM from being deleted as "unregistered".
+//! - [`jobs`]: which of the account's scale jobs is a cluster's (adoption, lost answers).
+//! - [`verdict`]: whether this CloudStack scales clusters in Alert, as learned from its
+//!   refusals, and when that stops being believed.
 //! - [`removal`]: what CloudStack can finish when it removes VMs (one drain per request) and
 //!   how an accepted removal is retried until its VM is gone.
 //!
@@ -21,9 +24,11 @@
 //! and the time they observed it.
 pub mod cluster;
 pub mod instances;
+pub mod jobs;
 pub mod machine;
 pub mod nodeid;
 pub mod registry;
 pub mod removal;
 pub mod rules;
 pub mod status;
+pub mod verdict;
