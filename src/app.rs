@@ -175,13 +175,14 @@ impl MetricsSource for ProviderMetrics {
 
     fn group_gauges(&self) -> Vec<GroupGauges> {
         let p = &self.0;
-        p.node_groups()
+        let all = p.all_groups();
+        all.node_groups()
             .into_iter()
             .map(|g| GroupGauges {
-                target_size: p.target_size(&g.id).ok(),
+                target_size: all.target_size(&g.id).ok(),
                 min_size: g.min,
                 max_size: g.max,
-                workers: p
+                workers: all
                     .nodes(&g.id)
                     .unwrap_or_default()
                     .iter()

@@ -3,7 +3,7 @@
 //! (per-cluster overrides from [`crate::options`]).
 
 use crate::options::{OptionOverrides, merged_options, sent_by_release_1_28};
-use crate::provider::{Error, Provider, Result};
+use crate::provider::{Error, Provider, Result, Scoped};
 use crate::template::{
     TemplateInput, TemplateSettings, build_template_node, encode_node, gpu_from_offering,
 };
@@ -98,8 +98,9 @@ impl ProviderExtras {
     /// it fall back to a not-ready node of the group or skip only this group (from 1.29; 1.28
     /// takes Unimplemented for an error like any other). So a template that cannot be built is
     /// [`Error::NoTemplate`], with the reason in the message and the log.
-    pub fn template_node_info(&self, provider: &Provider, group_id: &str) -> Result<Vec<u8>> {
-        provider.has_group(group_id)?;
+    pub fn template_node_info(&self, scope: &Scoped<'_>, group_id: &str) -> Result<Vec<u8>> {
+        scope.has_group(group_id)?;
+        let provider = scope.p;
         let built = match &self.template {
             None => Err("this provider is configured without template nodes".to_string()),
             Some(settings) => self.template_input(provider, group_id).and_then(|input| {
@@ -130,10 +131,11 @@ impl ProviderExtras {
     /// for an error, and options answered would set its max node provision time to 0.
     pub fn get_options(
         &self,
-        provider: &Provider,
+        scope: &Scoped<'_>,
         request: &pb::NodeGroupAutoscalingOptionsRequest,
     ) -> Result<Option<pb::NodeGroupAutoscalingOptions>> {
-        provider.has_group(&request.id)?;
+        scope.has_group(&request.id)?;
+        let provider = scope.p;
         let overrides = self
             .overrides_for(provider, &request.id)
             .filter(|o| !o.is_empty());

@@ -379,8 +379,8 @@ impl CloudProvider for CloudProviderService {
         let caller = caller(&request);
         observed("NodeGroupTemplateNodeInfo", async {
             let id = &request.get_ref().id;
-            self.provider.seen_by(&caller).has_group(id)?;
-            let node_bytes = self.extras.template_node_info(&self.provider, id)?;
+            let scope = self.provider.seen_by(&caller);
+            let node_bytes = self.extras.template_node_info(&scope, id)?;
             // The same Node in both fields: releases up to 1.34.1 read field 1 (declared as a
             // v1.Node message upstream, as bytes here: the encoding is the same), releases
             // from 1.34.2 field 2.
@@ -398,12 +398,10 @@ impl CloudProvider for CloudProviderService {
     ) -> Result<Response<pb::NodeGroupAutoscalingOptionsResponse>, Status> {
         let caller = caller(&request);
         observed("NodeGroupGetOptions", async {
-            self.provider
-                .seen_by(&caller)
-                .has_group(&request.get_ref().id)?;
             // `None` (for a 1.28 autoscaler) is an answer without options: that client then
             // applies its own flags.
-            let options = self.extras.get_options(&self.provider, request.get_ref())?;
+            let scope = self.provider.seen_by(&caller);
+            let options = self.extras.get_options(&scope, request.get_ref())?;
             Ok(pb::NodeGroupAutoscalingOptionsResponse {
                 node_group_autoscaling_options: options,
             })

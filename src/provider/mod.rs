@@ -449,9 +449,10 @@ impl Provider {
         self.inner.ready.subscribe()
     }
 
-    /// Every group: the provider's own view, for the operator's tools. RPCs go through
-    /// [`Provider::seen_by`].
-    pub(crate) fn everyone(&self) -> Scoped<'_> {
+    /// Every group, as the provider itself sees them: the explicit all-groups view of the
+    /// metrics, the demo and tests. The gRPC service never takes it: each RPC goes through its
+    /// caller's view ([`Provider::seen_by`]).
+    pub fn all_groups(&self) -> Scoped<'_> {
         Scoped {
             p: self,
             caller: None,
@@ -460,12 +461,7 @@ impl Provider {
 
     /// The group with this node-group id (= resolved cluster id).
     pub(crate) fn group(&self, id: &str) -> Result<(usize, &Group)> {
-        self.everyone().group(id)
-    }
-
-    /// Whether a node group with this id is configured.
-    pub fn has_group(&self, id: &str) -> Result<()> {
-        self.group(id).map(|_| ())
+        self.all_groups().group(id)
     }
 
     /// A group's id for messages, or what `--nodes` named it by before it is resolved.

@@ -61,63 +61,6 @@ impl Provider {
         }
     }
 
-    /// NodeGroupIncreaseSize of any group (see [`Scoped::increase_size`]).
-    pub async fn increase_size(&self, id: &str, delta: i32, deadline: Instant) -> Result<()> {
-        self.everyone().increase_size(id, delta, deadline).await
-    }
-
-    /// NodeGroupDeleteNodes of any group (see [`Scoped::delete_nodes`]).
-    pub async fn delete_nodes(
-        &self,
-        id: &str,
-        nodes: Vec<NodeRef>,
-        deadline: Instant,
-    ) -> Result<()> {
-        self.everyone().delete_nodes(id, nodes, deadline).await
-    }
-
-    /// NodeGroupDecreaseTargetSize of any group (see [`Scoped::decrease_target_size`]).
-    pub async fn decrease_target_size(&self, id: &str, delta: i32) -> Result<()> {
-        self.everyone().decrease_target_size(id, delta).await
-    }
-
-    async fn increase_size_in(
-        &self,
-        scope: &Scoped<'_>,
-        id: &str,
-        delta: i32,
-        deadline: Instant,
-    ) -> Result<()> {
-        if delta <= 0 {
-            return Err(Error::InvalidArgument(format!(
-                "delta must be positive, got {delta}"
-            )));
-        }
-        let (gi, g) = scope.group(id)?;
-        let delta = delta.unsigned_abs();
-        let (_, max) = self.bounds(gi);
-        let admitted = g.lock().scale.admit_increase(delta, max);
-        match admitted.map_err(|e| self.scale_error(gi, e))? {
-            Admission::Queued => {
-                tracing::info!(group = %self.group_label(gi), delta,
-                    "scale-up queued behind the scale operation in flight; it is sent when that ends");
-                return Ok(());
-            }
-            Admission::NeedsFreshSnapshot => {}
-        }
-        self.fresh_snapshot(gi, deadline).await?;
-        let (_, max) = self.bounds(gi);
-        let alert = self.alert_scaling();
-        let started = g.lock().scale.start_increase(delta, max, &alert, now());
-        match started.map_err(|e| self.scale_error(gi, e))? {
-            Started::Submit(request) => {
-                tracing::info!(group = %self.group_label(gi), ?request, "scale-up: sending scaleKubernetesCluster");
-                self.submit(gi, request, Some(deadline)).await
-            }
-            Started::Queued => Ok(()),
-        }
-    }
-
     /// A request the machine queued and now sends (no caller waits for it): its refusal is
     /// recorded by the machine as failed instances. Boxed: sending may end in the next queued
     /// request being sent by another such task.
@@ -322,77 +265,6 @@ impl Provider {
         }
     }
 
-    async fn delete_nodes_in(
-        &self,
-        scope: &Scoped<'_>,
-        id: &str,
-        nodes: Vec<NodeRef>,
-        deadline: Instant,
-    ) -> Result<()> {
-        if nodes.is_empty() {
-            return Err(Error::InvalidArgument(
-                "no nodes to delete were given".into(),
-            ));
-        }
-        let (gi, g) = scope.group(id)?;
-        let (min, _) = self.bounds(gi);
-        let alert = self.alert_scaling();
-        // Decided under the lock, with the window's channel made or joined in the same
-        // critical section; the error is named after it is released (naming the group reads
-        // the state again).
-        let (accepted, outcome) = {
-            let mut st = g.lock();
-            let registered = g.registered.lock().unwrap_or_else(|p| p.into_inner());
-            match st
-                .scale
-                .accept_removals(&nodes, min, &alert, &registered, now())
-            {
-                Ok(a) if a.accepted == Accepted::OpensWindow => {
-                    let (tx, rx) = watch::channel(None);
-                    st.removal_window = Some(rx.clone());
-                    (Ok(a), Some((rx, Some(tx))))
-                }
-                Ok(a) if a.accepted == Accepted::JoinsWindow => {
-                    let rx = st.removal_window.clone();
-                    (Ok(a), rx.map(|rx| (rx, None)))
-                }
-                other => (other, None),
-            }
-        };
-        let acceptance = accepted.map_err(|e| self.scale_error(gi, e))?;
-        tracing::info!(group = %self.group_label(gi), nodes = nodes.len(), accepted = ?acceptance.accepted, "scale-down: nodes accepted for removal");
-        self.send_stops(gi);
-        // Fake "unregistered" nodes of VMs whose node is registered were refused; the others
-        // of the call go ahead, and the caller hears about the refused ones.
-        let guarded = acceptance
-            .refused
-            .into_iter()
-            .next()
-            .map(|e| self.scale_error(gi, e));
-        let window = match outcome {
-            None => Ok(()),
-            Some((mut rx, tx)) => {
-                if let Some(tx) = tx {
-                    let p = self.clone();
-                    tokio::spawn(async move { p.close_window(gi, tx, deadline).await });
-                }
-                match timeout_at(before(deadline), rx.wait_for(Option::is_some)).await {
-                    Ok(Ok(done)) => match done.as_ref() {
-                        Some(Err(e)) => Err(Error::Batch(e.clone())),
-                        _ => Ok(()),
-                    },
-                    // The request is still on its way: the nodes stay queued and are sent.
-                    _ => Ok(()),
-                }
-            }
-        };
-        window?;
-        match guarded {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
-    }
-
     /// Ends a removal window: after `removal_window` (or before the first caller's deadline),
     /// on a fresh snapshot, the queued removals go out as one request; every caller of the
     /// window hears the outcome. Runs in a task of its own: a caller giving up never strands
@@ -446,30 +318,40 @@ impl Provider {
         g.lock().scale.window_answered(outcome.is_ok());
         tx.send_replace(Some(outcome.map_err(Arc::new)));
     }
-
-    async fn decrease_target_size_in(
-        &self,
-        scope: &Scoped<'_>,
-        id: &str,
-        delta: i32,
-    ) -> Result<()> {
-        if delta >= 0 {
-            return Err(Error::InvalidArgument(format!(
-                "delta must be negative, got {delta}"
-            )));
-        }
-        let (gi, g) = scope.group(id)?;
-        let decreased = g.lock().scale.decrease_target(delta.unsigned_abs());
-        let d = decreased.map_err(|e| self.scale_error(gi, e))?;
-        tracing::info!(group = %self.group_label(gi), cancelled = d.cancelled, "target size decreased (requests cancelled)");
-        Ok(())
-    }
 }
 
 impl Scoped<'_> {
     /// NodeGroupIncreaseSize of one of the caller's groups.
     pub async fn increase_size(&self, id: &str, delta: i32, deadline: Instant) -> Result<()> {
-        self.p.increase_size_in(self, id, delta, deadline).await
+        let p = self.p;
+        if delta <= 0 {
+            return Err(Error::InvalidArgument(format!(
+                "delta must be positive, got {delta}"
+            )));
+        }
+        let (gi, g) = self.group(id)?;
+        let delta = delta.unsigned_abs();
+        let (_, max) = p.bounds(gi);
+        let admitted = g.lock().scale.admit_increase(delta, max);
+        match admitted.map_err(|e| p.scale_error(gi, e))? {
+            Admission::Queued => {
+                tracing::info!(group = %p.group_label(gi), delta,
+                    "scale-up queued behind the scale operation in flight; it is sent when that ends");
+                return Ok(());
+            }
+            Admission::NeedsFreshSnapshot => {}
+        }
+        p.fresh_snapshot(gi, deadline).await?;
+        let (_, max) = p.bounds(gi);
+        let alert = p.alert_scaling();
+        let started = g.lock().scale.start_increase(delta, max, &alert, now());
+        match started.map_err(|e| p.scale_error(gi, e))? {
+            Started::Submit(request) => {
+                tracing::info!(group = %p.group_label(gi), ?request, "scale-up: sending scaleKubernetesCluster");
+                p.submit(gi, request, Some(deadline)).await
+            }
+            Started::Queued => Ok(()),
+        }
     }
 
     /// NodeGroupDeleteNodes of one of the caller's groups. The real autoscaler sends one call
@@ -486,7 +368,69 @@ impl Scoped<'_> {
         nodes: Vec<NodeRef>,
         deadline: Instant,
     ) -> Result<()> {
-        self.p.delete_nodes_in(self, id, nodes, deadline).await
+        let p = self.p;
+        if nodes.is_empty() {
+            return Err(Error::InvalidArgument(
+                "no nodes to delete were given".into(),
+            ));
+        }
+        let (gi, g) = self.group(id)?;
+        let (min, _) = p.bounds(gi);
+        let alert = p.alert_scaling();
+        // Decided under the lock, with the window's channel made or joined in the same
+        // critical section; the error is named after it is released (naming the group reads
+        // the state again).
+        let (accepted, outcome) = {
+            let mut st = g.lock();
+            let registered = g.registered.lock().unwrap_or_else(|p| p.into_inner());
+            match st
+                .scale
+                .accept_removals(&nodes, min, &alert, &registered, now())
+            {
+                Ok(a) if a.accepted == Accepted::OpensWindow => {
+                    let (tx, rx) = watch::channel(None);
+                    st.removal_window = Some(rx.clone());
+                    (Ok(a), Some((rx, Some(tx))))
+                }
+                Ok(a) if a.accepted == Accepted::JoinsWindow => {
+                    let rx = st.removal_window.clone();
+                    (Ok(a), rx.map(|rx| (rx, None)))
+                }
+                other => (other, None),
+            }
+        };
+        let acceptance = accepted.map_err(|e| p.scale_error(gi, e))?;
+        tracing::info!(group = %p.group_label(gi), nodes = nodes.len(), accepted = ?acceptance.accepted, "scale-down: nodes accepted for removal");
+        p.send_stops(gi);
+        // Fake "unregistered" nodes of VMs whose node is registered were refused; the others
+        // of the call go ahead, and the caller hears about the refused ones.
+        let guarded = acceptance
+            .refused
+            .into_iter()
+            .next()
+            .map(|e| p.scale_error(gi, e));
+        let window = match outcome {
+            None => Ok(()),
+            Some((mut rx, tx)) => {
+                if let Some(tx) = tx {
+                    let p = p.clone();
+                    tokio::spawn(async move { p.close_window(gi, tx, deadline).await });
+                }
+                match timeout_at(before(deadline), rx.wait_for(Option::is_some)).await {
+                    Ok(Ok(done)) => match done.as_ref() {
+                        Some(Err(e)) => Err(Error::Batch(e.clone())),
+                        _ => Ok(()),
+                    },
+                    // The request is still on its way: the nodes stay queued and are sent.
+                    _ => Ok(()),
+                }
+            }
+        };
+        window?;
+        match guarded {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
     /// NodeGroupDecreaseTargetSize of one of the caller's groups: cancels as many requested
@@ -495,7 +439,17 @@ impl Scoped<'_> {
     /// so and changes nothing: after an OK the target has dropped by the delta
     /// (docs/decrease-target-size.md).
     pub async fn decrease_target_size(&self, id: &str, delta: i32) -> Result<()> {
-        self.p.decrease_target_size_in(self, id, delta).await
+        let p = self.p;
+        if delta >= 0 {
+            return Err(Error::InvalidArgument(format!(
+                "delta must be negative, got {delta}"
+            )));
+        }
+        let (gi, g) = self.group(id)?;
+        let decreased = g.lock().scale.decrease_target(delta.unsigned_abs());
+        let d = decreased.map_err(|e| p.scale_error(gi, e))?;
+        tracing::info!(group = %p.group_label(gi), cancelled = d.cancelled, "target size decreased (requests cancelled)");
+        Ok(())
     }
 }
 

@@ -61,16 +61,20 @@ async fn advance_until(
 #[tokio::test(start_paused = true)]
 async fn a_ten_minute_scale_job_is_followed_to_its_end_on_the_tests_clock() {
     let (sim, p, id) = stack(Duration::from_secs(600)).await;
-    assert_eq!(p.target_size(&id).expect("target"), 3);
+    assert_eq!(p.all_groups().target_size(&id).expect("target"), 3);
     let deadline = Instant::now() + Duration::from_secs(5);
-    p.increase_size(&id, 2, deadline).await.expect("accepted");
-    assert_eq!(p.target_size(&id).expect("target"), 5);
+    p.all_groups()
+        .increase_size(&id, 2, deadline)
+        .await
+        .expect("accepted");
+    assert_eq!(p.all_groups().target_size(&id).expect("target"), 5);
     assert!(matches!(phase(&p, &id), Phase::Running { .. }));
     // A second request while the job runs is queued, not sent.
-    p.increase_size(&id, 1, Instant::now() + Duration::from_secs(5))
+    p.all_groups()
+        .increase_size(&id, 1, Instant::now() + Duration::from_secs(5))
         .await
         .expect("queued");
-    assert_eq!(p.target_size(&id).expect("target"), 6);
+    assert_eq!(p.all_groups().target_size(&id).expect("target"), 6);
     let took = advance_until(
         Duration::from_secs(3600),
         || sim.cluster_json(&id)["size"] == 6 && phase(&p, &id) == Phase::Idle,
@@ -99,7 +103,7 @@ async fn a_ten_minute_scale_job_is_followed_to_its_end_on_the_tests_clock() {
         "one job at a time, the queued one merged"
     );
     p.refresh().await.expect("refresh");
-    assert_eq!(p.target_size(&id).expect("target"), 6);
+    assert_eq!(p.all_groups().target_size(&id).expect("target"), 6);
 }
 
 /// CloudStack answers a lookup by the id of a cluster that no longer exists with error 431
@@ -127,6 +131,7 @@ async fn a_deleted_cluster_is_not_found_not_a_transient_failure() {
 async fn a_refused_increase_changes_nothing() {
     let (sim, p, id) = stack(Duration::from_secs(1)).await;
     let err = p
+        .all_groups()
         .increase_size(&id, 8, Instant::now() + Duration::from_secs(5))
         .await
         .expect_err("past the maximum");
@@ -140,7 +145,7 @@ async fn a_refused_increase_changes_nothing() {
         ),
         "{err:?}"
     );
-    assert_eq!(p.target_size(&id).expect("target"), 3);
+    assert_eq!(p.all_groups().target_size(&id).expect("target"), 3);
     assert_eq!(phase(&p, &id), Phase::Idle);
     assert!(
         sim.requests()

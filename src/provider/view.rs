@@ -104,33 +104,6 @@ impl Provider {
             debug,
         })
     }
-
-    /// NodeGroups: every configured group whose cluster id is known.
-    pub fn node_groups(&self) -> Vec<NodeGroupView> {
-        self.everyone().node_groups()
-    }
-
-    /// NodeGroupForNode over every group (see [`Scoped::node_group_for_node`]).
-    pub fn node_group_for_node(
-        &self,
-        provider_id: &str,
-        name: &str,
-        labels: &HashMap<String, String>,
-        annotations: &HashMap<String, String>,
-    ) -> Option<NodeGroupView> {
-        self.everyone()
-            .node_group_for_node(provider_id, name, labels, annotations)
-    }
-
-    /// NodeGroupTargetSize. Fails only for an unknown group or one never fetched.
-    pub fn target_size(&self, id: &str) -> Result<u32> {
-        self.everyone().target_size(id)
-    }
-
-    /// NodeGroupNodes (shared: built once per state change).
-    pub fn nodes(&self, id: &str) -> Result<Arc<Vec<InstanceView>>> {
-        self.everyone().nodes(id)
-    }
 }
 
 impl Scoped<'_> {

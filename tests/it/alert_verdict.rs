@@ -34,7 +34,7 @@ async fn a_learned_alert_verdict_is_shown_and_asked_again_after_the_recheck_time
             .is_some_and(|r| r.contains("Alert state and can not be scaled")),
         "{v:?}"
     );
-    let group = env.provider.node_groups().remove(0);
+    let group = env.provider.all_groups().node_groups().remove(0);
     assert!(
         group
             .debug

@@ -123,7 +123,7 @@ async fn an_externally_managed_cluster_is_listed_but_never_scaled() {
     let mut env = Stack::refreshed(cfg, "byo", |s| s.groups[0].min = 1).await;
     assert_eq!(env.cluster()["clustertype"], "ExternalManaged");
     assert_eq!(env.target().await, 3);
-    let debug = env.provider.node_groups().remove(0).debug;
+    let debug = env.provider.all_groups().node_groups().remove(0).debug;
     assert!(debug.contains("externally managed"), "{debug}");
     let e = env.increase(1).await.unwrap_err();
     assert_eq!(e.code(), Code::FailedPrecondition, "{}", e.message());

@@ -112,7 +112,8 @@ async fn increase_size_sends_size_only_answers_at_once_and_the_target_follows_th
         let p = env.provider.clone();
         let id = env.cluster_id.clone();
         async move {
-            p.nodes(&id)
+            p.all_groups()
+                .nodes(&id)
                 .map(|n| {
                     n.len() == 5
                         && n.iter()
@@ -199,7 +200,8 @@ async fn a_stopped_worker_is_reported_down_and_the_cluster_still_scales_in_alert
         let p = env.provider.clone();
         let id = env.cluster_id.clone();
         async move {
-            p.nodes(&id)
+            p.all_groups()
+                .nodes(&id)
                 .map(|n| {
                     n.iter()
                         .all(|i| i.state != cks_domain::status::InstanceState::Creating)
@@ -349,7 +351,8 @@ async fn a_capacity_failure_is_reported_as_out_of_resources_and_cleared_by_delet
         let p = env.provider.clone();
         let id = env.cluster_id.clone();
         async move {
-            p.nodes(&id)
+            p.all_groups()
+                .nodes(&id)
                 .map(|n| n.iter().filter(|i| i.error.is_some()).count() == 2)
                 .unwrap_or(false)
         }

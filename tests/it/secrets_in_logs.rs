@@ -66,7 +66,8 @@ async fn no_secret_in_any_output_at_trace_level() {
         let id = env.cluster_id.clone();
         // Four instances, none still Creating: the follower has seen the job end.
         async move {
-            p.nodes(&id)
+            p.all_groups()
+                .nodes(&id)
                 .is_ok_and(|n| n.len() == 4 && n.iter().all(|i| i.state == InstanceState::Running))
         }
     })

@@ -155,7 +155,10 @@ impl Stack {
             "the job ended before the new provider's first refresh; nothing to adopt"
         );
         assert_eq!(
-            self.provider.target_size(&self.cluster_id).ok(),
+            self.provider
+                .all_groups()
+                .target_size(&self.cluster_id)
+                .ok(),
             Some(target),
             "the new provider shows the running job's size"
         );
@@ -233,13 +236,18 @@ impl Stack {
         wait_until("the provider to catch up with CloudStack", async || {
             let size = self.cluster_size();
             self.provider
+                .all_groups()
                 .target_size(&self.cluster_id)
                 .ok()
                 .map(i64::from)
                 == Some(size)
-                && self.provider.nodes(&self.cluster_id).is_ok_and(|n| {
-                    n.len() as i64 == size && n.iter().all(|i| i.state == S::Running)
-                })
+                && self
+                    .provider
+                    .all_groups()
+                    .nodes(&self.cluster_id)
+                    .is_ok_and(|n| {
+                        n.len() as i64 == size && n.iter().all(|i| i.state == S::Running)
+                    })
         })
         .await;
     }
