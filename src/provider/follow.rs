@@ -48,7 +48,7 @@ impl Provider {
                         }
                     }
                 }
-                if let Err(e) = p.fetch_group(gi).await {
+                if let Err(e) = p.fetch_and_act(gi).await {
                     tracing::debug!(group = %p.group_label(gi), error = %e, "following the cluster's state: fetch failed");
                 }
             }
@@ -129,7 +129,7 @@ impl Provider {
         let label = self.group_label(gi);
         let tries = async {
             for attempt in 0..3u32 {
-                match self.fetch_group(gi).await {
+                match self.fetch_and_act(gi).await {
                     Ok(_) => return true,
                     Err(e) => {
                         tracing::warn!(group = %label, error = %e, "fetching the cluster after the job failed");

@@ -253,6 +253,13 @@ pub(crate) fn now() -> Instant {
     tokio::time::Instant::now().into_std()
 }
 
+/// A group's cluster as just fetched, and the effects the machine asked for on seeing it.
+#[must_use = "the machine's effects must be run"]
+pub(crate) struct Fetched {
+    pub snapshot: Arc<IndexedSnapshot>,
+    pub effects: Vec<Effect>,
+}
+
 /// The provider. Cheap to clone.
 #[derive(Clone)]
 pub struct Provider {
@@ -607,8 +614,10 @@ impl Provider {
         });
     }
 
-    /// Fetches one group's cluster (one `listKubernetesClusters` call) and installs it.
-    pub(crate) async fn fetch_group(&self, gi: usize) -> Result<Arc<IndexedSnapshot>> {
+    /// Fetches one group's cluster (one `listKubernetesClusters` call) and installs it in the
+    /// machine. Returns the snapshot and what the machine asks for on seeing it (a job to
+    /// find, queued work to send, removals to retry): the caller runs those, where it is seen.
+    pub(crate) async fn fetch_group(&self, gi: usize) -> Result<Fetched> {
         let g = &self.inner.groups[gi];
         let id = g.read().scale.cluster_id.clone();
         let cluster = match (id, &g.spec.cluster) {
@@ -643,9 +652,15 @@ impl Provider {
                 return Err(Error::Internal(format!("cluster id {id} not resolved")));
             }
         };
-        let (snap, effects) = self.install_snapshot(gi, cluster);
-        self.run_effects(gi, effects).await;
-        Ok(snap)
+        let (snapshot, effects) = self.install_snapshot(gi, cluster);
+        Ok(Fetched { snapshot, effects })
+    }
+
+    /// [`Provider::fetch_group`], then what the machine asked for on seeing the snapshot.
+    pub(crate) async fn fetch_and_act(&self, gi: usize) -> Result<Arc<IndexedSnapshot>> {
+        let fetched = self.fetch_group(gi).await?;
+        self.run_effects(gi, fetched.effects).await;
+        Ok(fetched.snapshot)
     }
 
     /// Refresh with no deadline (the first refresh, `demo`): waits for the round to end.
@@ -738,7 +753,7 @@ impl Provider {
             if age.is_some_and(|a| a < min_interval) {
                 continue;
             }
-            if let Err(e) = self.fetch_group(gi).await {
+            if let Err(e) = self.fetch_and_act(gi).await {
                 let g = &self.inner.groups[gi];
                 let name = self.group_label(gi);
                 tracing::warn!(group = %name, error = %e, "refresh from CloudStack failed");

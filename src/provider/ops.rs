@@ -37,7 +37,7 @@ impl Provider {
     /// A snapshot fresh from CloudStack, or the cached one when CloudStack cannot answer in
     /// time and the cached one is within the staleness bound.
     async fn fresh_snapshot(&self, gi: usize, deadline: Instant) -> Result<Arc<IndexedSnapshot>> {
-        let fetched = timeout_at(before(deadline), self.fetch_group(gi)).await;
+        let fetched = timeout_at(before(deadline), self.fetch_and_act(gi)).await;
         let cached = self.inner.groups[gi].read().scale.snapshot().cloned();
         let stale = self.inner.settings.staleness_bound;
         let fresh_enough =
@@ -192,7 +192,7 @@ impl Provider {
                 }
                 JobOutcome::Cancelled => return Some(JobEnd::Cancelled),
             }
-            match timeout_at(until, self.fetch_group(gi)).await {
+            match timeout_at(until, self.fetch_and_act(gi)).await {
                 Ok(Ok(snap)) if snap.snap.state == ClusterState::Scaling => return None,
                 Ok(_) => {}
                 Err(_) => return None,

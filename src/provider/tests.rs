@@ -120,7 +120,7 @@ async fn a_deleted_cluster_is_not_found_not_a_transient_failure() {
             cluster: ClusterRef::Id("00000000-0000-0000-0000-000000000000".into()),
         }]),
     );
-    let err = gone.fetch_group(0).await.expect_err("not listed");
+    let err = gone.fetch_and_act(0).await.expect_err("not listed");
     assert!(matches!(err, Error::ClusterNotFound { .. }), "{err:?}");
     assert!(err.to_string().contains("not listed"), "{err}");
     let err = gone.refresh().await.expect_err("no snapshot");
