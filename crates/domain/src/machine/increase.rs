@@ -1,0 +1,114 @@
+//! IncreaseSize: admitted on the cached state (refused past the group's maximum, or queued
+//! behind the operation in flight), then started on a snapshot fresh from CloudStack; and the
+//! placeholder ids of the nodes it asks for.
+
+use super::error::ScaleError;
+use super::{OpKind, Origin, Phase, ScaleMachine};
+use crate::rules::{AlertScaling, ScaleRequest, check_scale};
+use std::time::Instant;
+
+/// The second step of a scale request, once a fresh snapshot is in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Started {
+    /// Send this request (the phase is `Submitting`).
+    Submit(ScaleRequest),
+    /// Merged into the request sent when the operation in flight ends.
+    Queued,
+}
+
+/// The first step of IncreaseSize, on the cached state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// Merged into the request sent when the operation in flight ends.
+    Queued,
+    /// Nothing in flight: decide on a snapshot fresh from CloudStack
+    /// ([`ScaleMachine::start_increase`]).
+    NeedsFreshSnapshot,
+}
+
+impl ScaleMachine {
+    fn placeholder(&mut self) -> String {
+        self.next_placeholder += 1;
+        format!(
+            "cks-placeholder://{}/{}",
+            self.cluster_id.as_deref().unwrap_or("unknown"),
+            self.next_placeholder
+        )
+    }
+
+    /// IncreaseSize, first step on the cached state: refuses, queues behind the operation in
+    /// flight, or asks for a fresh snapshot.
+    pub fn admit_increase(&mut self, delta: u32, max: u32) -> Result<Admission, ScaleError> {
+        let target = self.target().ok_or(ScaleError::NoSnapshot)?;
+        check_max(target, delta, max)?;
+        match &self.phase {
+            Phase::Idle if !self.queue.remove.is_empty() => {
+                self.enqueue(delta);
+                Ok(Admission::Queued)
+            }
+            Phase::Idle => Ok(Admission::NeedsFreshSnapshot),
+            // Queued, never sent while the lost answer is unsettled: once a snapshot settles
+            // it, the request is computed from what CloudStack then shows.
+            Phase::Submitting { .. }
+            | Phase::AnswerLost { .. }
+            | Phase::Running { .. }
+            | Phase::Adopted { .. } => {
+                self.enqueue(delta);
+                Ok(Admission::Queued)
+            }
+        }
+    }
+
+    /// IncreaseSize, second step on a fresh snapshot: checks the maximum and CloudStack's rules
+    /// and starts the submission (or queues, when an operation started meanwhile).
+    pub fn start_increase(
+        &mut self,
+        delta: u32,
+        max: u32,
+        alert: &AlertScaling,
+        now: Instant,
+    ) -> Result<Started, ScaleError> {
+        let target = self.target().ok_or(ScaleError::NoSnapshot)?;
+        check_max(target, delta, max)?;
+        match &self.phase {
+            Phase::Idle if self.queue.remove.is_empty() => {}
+            _ => {
+                self.enqueue(delta);
+                return Ok(Started::Queued);
+            }
+        }
+        let snap = self.snap.clone().ok_or(ScaleError::NoSnapshot)?;
+        let from = snap.snap.size;
+        let request = ScaleRequest::Resize {
+            new_size: from.saturating_add(delta),
+        };
+        check_scale(&snap.snap, &request, alert).map_err(ScaleError::Refused)?;
+        let placeholders = (0..delta).map(|_| self.placeholder()).collect();
+        self.begin(
+            OpKind::Increase {
+                from,
+                to: from.saturating_add(delta),
+                vms_before: snap.snap.workers().map(|v| v.id.clone()).collect(),
+                placeholders,
+            },
+            Origin::Rpc,
+            now,
+        );
+        Ok(Started::Submit(request))
+    }
+
+    fn enqueue(&mut self, delta: u32) {
+        for _ in 0..delta {
+            let p = self.placeholder();
+            self.queue.increase.push(p);
+        }
+    }
+}
+
+/// IncreaseSize may not take the target above the group's maximum.
+fn check_max(target: u32, delta: u32, max: u32) -> Result<(), ScaleError> {
+    if u64::from(target) + u64::from(delta) > u64::from(max) {
+        return Err(ScaleError::OutOfRange { target, delta, max });
+    }
+    Ok(())
+}

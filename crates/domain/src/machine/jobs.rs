@@ -1,0 +1,460 @@
+//! What CloudStack says moves the phase: a new snapshot, the answer to a submission
+//! (answered, refused, lost), a running job found or not, a job's end and what it leaves
+//! behind (failed instances, removals still owed); and Cleanup. Also how often a followed job
+//! is polled.
+
+use super::error::{is_alert_refusal, is_drain_failure, refused_error};
+use super::queue::QueuedRemoval;
+use super::{Effect, FailedInstance, Op, OpKind, Origin, Phase, ScaleMachine};
+use crate::cluster::{ClusterState, IndexedSnapshot};
+use crate::rules::{AlertScaling, check_scale};
+use crate::status::{InstanceError, scale_up_failure};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long a removed VM's id and name are remembered, so a repeated DeleteNodes for it is a
+/// no-op rather than NotFound.
+const REMOVED_MEMORY: Duration = Duration::from_secs(3600);
+
+/// How a job ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobEnd {
+    Succeeded,
+    Failed { code: i64, text: String },
+    Cancelled,
+}
+
+impl JobEnd {
+    /// The failure's code and text (a cancellation is a failure with code 0).
+    pub fn failure(&self) -> Option<(i64, &str)> {
+        match self {
+            JobEnd::Succeeded => None,
+            JobEnd::Failed { code, text } => Some((*code, text.as_str())),
+            JobEnd::Cancelled => Some((0, "the job was cancelled")),
+        }
+    }
+}
+
+/// The end of a job as the machine settled it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settled {
+    /// `scale_up`, `remove_nodes` or `adopted` (a metric label).
+    pub kind: &'static str,
+    /// The operation that ended (`None` for an adopted job).
+    pub op: Option<Op>,
+    /// Whether the job changed the cluster (VMs created or removed, size moved). A job that
+    /// failed without changing anything was refused while CloudStack validated it.
+    pub changed: bool,
+    /// CloudStack refused because the cluster is in Alert: it predates Alert scaling.
+    pub alert_refusal: bool,
+    /// Requests that follow (the queue).
+    pub effects: Vec<Effect>,
+    /// A removal that failed (a drain) and is carried through: its VMs stay owed, so the
+    /// scale RPC that watched it answers OK.
+    pub owed: bool,
+}
+
+impl ScaleMachine {
+    /// A new snapshot from CloudStack. Forgets expired failed instances and a lost submission
+    /// that did not become a job, and says whether to look for a running job or poll the
+    /// followed one now.
+    pub fn snapshot_installed(
+        &mut self,
+        snap: Arc<IndexedSnapshot>,
+        alert: &AlertScaling,
+        now: Instant,
+    ) -> Vec<Effect> {
+        let scaling = snap.snap.state == ClusterState::Scaling;
+        self.cluster_id = Some(snap.snap.id.clone());
+        let ttl = self.timings.failed_ttl;
+        self.failed.retain(|f| {
+            let vm_alive = f.vm_id.as_ref().is_none_or(|id| {
+                snap.by_id
+                    .get(id)
+                    .is_some_and(|&i| !snap.snap.vms[i].state.is_gone())
+            });
+            vm_alive && now.saturating_duration_since(f.since) < ttl
+        });
+        self.recently_removed
+            .retain(|_, t| now.saturating_duration_since(*t) < REMOVED_MEMORY);
+        self.snap = Some(snap);
+        match &self.phase {
+            Phase::Adopted { job: None, .. } if !scaling => {
+                // The unidentified job is over.
+                self.phase = Phase::Idle;
+                self.next_from_queue(alert, now)
+            }
+            Phase::Running { .. } | Phase::Adopted { .. } if !scaling => vec![Effect::PollNow],
+            Phase::Idle if scaling => vec![Effect::FindJob],
+            Phase::AnswerLost { .. } if scaling => vec![Effect::FindJob],
+            // A request given up on may still be on its way to CloudStack: only once it is
+            // older than the longest a request may take can it be settled. Even then "not
+            // Scaling" does not mean it never became a job: CloudStack queues the job and
+            // moves the cluster to Scaling only once a worker picked it up and validated it.
+            // So the job list is asked first ([`ScaleMachine::no_job_found`] settles it).
+            Phase::AnswerLost { since, .. }
+                if now.saturating_duration_since(*since) > self.timings.lost_settle =>
+            {
+                vec![Effect::FindJob]
+            }
+            // Work left queued by a job that ended unseen (Cleanup forgot it) goes out now.
+            Phase::Idle => self.next_from_queue(alert, now),
+            _ => Vec::new(),
+        }
+    }
+
+    /// CloudStack accepted the submission as `job`. A removal's failed VMs stop being reported
+    /// as failed creations now, and its VMs are remembered as removed: CloudStack destroys them one by one while the job runs,
+    /// so a DeleteNodes naming one that already left the listing is a no-op, not NotFound (a
+    /// VM still listed resolves as a VM first).
+    pub fn submission_answered(&mut self, job: String, now: Instant) {
+        let Some((op, since)) = self.take_submission() else {
+            return;
+        };
+        if let OpKind::Remove { vm_ids, names, .. } = &op.kind {
+            for key in vm_ids.iter().chain(names) {
+                self.recently_removed.insert(key.clone(), now);
+            }
+            self.failed
+                .retain(|f| !f.vm_id.as_ref().is_some_and(|v| vm_ids.contains(v)));
+        }
+        self.phase = Phase::Running { op, job, since };
+    }
+
+    /// CloudStack refused the submission outright. A queued request's refusal becomes failed
+    /// instances; then the queue goes out.
+    pub fn submission_refused(
+        &mut self,
+        text: &str,
+        alert: &AlertScaling,
+        now: Instant,
+    ) -> Vec<Effect> {
+        let Some((op, _)) = self.take_submission() else {
+            return Vec::new();
+        };
+        let mut effects = Vec::new();
+        if let (Origin::Rpc, OpKind::Remove { .. }) = (op.origin, &op.kind) {
+            // The window's callers hear the refusal: none of its removals is owed.
+            self.window_answered(false);
+        }
+        if op.origin == Origin::Queue {
+            match op.kind {
+                OpKind::Increase { placeholders, .. } => self.record_failed(
+                    &refused_error(text.to_string()),
+                    Vec::new(),
+                    placeholders,
+                    now,
+                ),
+                OpKind::Remove { sent, .. } => {
+                    effects.extend(self.requeue_failed(sent, text, now));
+                }
+            }
+        }
+        effects.extend(self.next_from_queue(alert, now));
+        effects
+    }
+
+    /// The submission's answer was lost (timeout, dropped connection, garbled answer):
+    /// CloudStack may have accepted it, so nothing more is sent until a snapshot tells.
+    pub fn submission_lost(&mut self) {
+        if let Some((op, since)) = self.take_submission() {
+            self.phase = Phase::AnswerLost { op, since };
+        }
+    }
+
+    /// The submission in flight, leaving the phase `Idle`; `None` (phase untouched) when
+    /// nothing is being submitted, so a late or repeated answer changes nothing.
+    fn take_submission(&mut self) -> Option<(Op, Instant)> {
+        if !matches!(self.phase, Phase::Submitting { .. }) {
+            return None;
+        }
+        match std::mem::replace(&mut self.phase, Phase::Idle) {
+            Phase::Submitting { op, since } => Some((op, since)),
+            _ => None,
+        }
+    }
+
+    /// A running scale job found for the cluster: the lost submission's job, or one started
+    /// elsewhere (adopted). Returns `Follow` when it is news.
+    pub fn job_found(&mut self, job: String, now: Instant) -> Vec<Effect> {
+        match std::mem::replace(&mut self.phase, Phase::Idle) {
+            Phase::AnswerLost { op, since } => {
+                self.phase = Phase::Running {
+                    op,
+                    job: job.clone(),
+                    since,
+                };
+                vec![Effect::Follow(job)]
+            }
+            Phase::Idle => {
+                self.phase = Phase::Adopted {
+                    job: Some(job.clone()),
+                    since: now,
+                };
+                vec![Effect::Follow(job)]
+            }
+            Phase::Adopted { job: None, since } => {
+                self.phase = Phase::Adopted {
+                    job: Some(job.clone()),
+                    since,
+                };
+                vec![Effect::Follow(job)]
+            }
+            other => {
+                self.phase = other;
+                Vec::new()
+            }
+        }
+    }
+
+    /// The job list shows no scale job this cluster's phase could be waiting for. A lost
+    /// submission older than `lost_settle`, with the cluster not Scaling, never became a job:
+    /// forgotten, and the queue goes out. A cluster Scaling with no job this provider knows
+    /// is adopted without a job id (its end is seen in the snapshots).
+    pub fn no_job_found(&mut self, alert: &AlertScaling, now: Instant) -> Vec<Effect> {
+        let scaling = self
+            .snap
+            .as_ref()
+            .is_some_and(|s| s.snap.state == ClusterState::Scaling);
+        match &self.phase {
+            Phase::AnswerLost { since, .. }
+                if !scaling && now.saturating_duration_since(*since) > self.timings.lost_settle =>
+            {
+                let lost = std::mem::replace(&mut self.phase, Phase::Idle);
+                // A queued removal was owed before it was sent: still owed (a VM it removed
+                // after all is left out of the next request).
+                if let Phase::AnswerLost {
+                    op:
+                        Op {
+                            kind: OpKind::Remove { sent, .. },
+                            origin: Origin::Queue,
+                        },
+                    ..
+                } = lost
+                {
+                    self.queue.remove.splice(0..0, sent);
+                }
+                self.next_from_queue(alert, now)
+            }
+            Phase::Idle if scaling => {
+                self.phase = Phase::Adopted {
+                    job: None,
+                    since: now,
+                };
+                Vec::new()
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// The followed `job` ended. `fetched`: whether a snapshot taken after its end is
+    /// installed (otherwise the outcome is judged conservatively). `watched`: the scale RPC
+    /// that submitted it is still waiting and reports a pure refusal itself, so such a
+    /// failure leaves nothing behind. Returns `None` when `job` is not the followed job.
+    pub fn job_finished(
+        &mut self,
+        job: &str,
+        end: &JobEnd,
+        fetched: bool,
+        watched: bool,
+        alert: &AlertScaling,
+        now: Instant,
+    ) -> Option<Settled> {
+        if self.phase.job() != Some(job) {
+            return None;
+        }
+        let op = match std::mem::replace(&mut self.phase, Phase::Idle) {
+            Phase::Running { op, .. } => Some(op),
+            _ => None,
+        };
+        let snap = self.snap.clone();
+        let changed = match (&op, &snap) {
+            (Some(op), Some(s)) if fetched => op_changed_cluster(&op.kind, s),
+            _ => true,
+        };
+        let kind = match op.as_ref().map(|o| &o.kind) {
+            Some(OpKind::Increase { .. }) => "scale_up",
+            Some(OpKind::Remove { .. }) => "remove_nodes",
+            None => "adopted",
+        };
+        let mut alert_refusal = false;
+        if let Some((code, text)) = end.failure() {
+            // "This CloudStack cannot scale in Alert" only when the provider's own rules, on a
+            // snapshot taken after the job, still allow the request: a refusal the rules
+            // explain (a worker HA restarted between the check and the job: rule 7) says
+            // nothing about the CloudStack version. The texts of the Alert-scaling PR's own
+            // refusals are unknown and may contain the same words.
+            alert_refusal = is_alert_refusal(text)
+                && fetched
+                && match (&snap, &op) {
+                    (Some(s), Some(op)) => {
+                        s.snap.state == ClusterState::Alert
+                            && check_scale(&s.snap, &op.kind.request(), &AlertScaling::Supported)
+                                .is_ok()
+                    }
+                    _ => false,
+                };
+            let leave_behind = changed || !watched;
+            if leave_behind
+                && let Some(Op {
+                    kind:
+                        OpKind::Increase {
+                            from,
+                            to,
+                            vms_before,
+                            placeholders,
+                        },
+                    ..
+                }) = &op
+            {
+                let err = scale_up_failure(job, code, text);
+                let new_vms: Vec<String> = snap
+                    .as_ref()
+                    .map(|s| {
+                        s.snap
+                            .workers()
+                            .filter(|v| !vms_before.contains(&v.id) && !v.state.is_gone())
+                            .map(|v| v.id.clone())
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                // Without a snapshot taken after the job, VMs may exist that we do not see:
+                // report placeholders for everything requested.
+                let requested = to.saturating_sub(*from) as usize;
+                let missing = if fetched {
+                    requested.saturating_sub(new_vms.len())
+                } else {
+                    requested
+                };
+                let ph = placeholders.iter().rev().take(missing).cloned().collect();
+                self.record_failed(&err, new_vms, ph, now);
+            }
+        }
+        let mut effects = Vec::new();
+        let mut owed = false;
+        if let (Some((_, text)), Some(op)) = (end.failure(), &op)
+            && let OpKind::Remove { sent, .. } = &op.kind
+        {
+            // The VMs the failed removal left are still owed: back in the queue, out of the
+            // target, sent again after a pause. Without a snapshot after the job, every one
+            // may have stayed (the next request leaves out those that are gone).
+            let stayed: Vec<QueuedRemoval> = sent
+                .iter()
+                .filter(|r| {
+                    !fetched
+                        || snap.as_ref().is_some_and(|s| {
+                            s.snap.vm(&r.vm_id).is_some_and(|v| !v.state.is_gone())
+                        })
+                })
+                .cloned()
+                .collect();
+            for r in &stayed {
+                self.recently_removed.remove(&r.vm_id);
+                self.recently_removed.remove(&r.name);
+            }
+            let reason = format!("scale job {job} failed: {text}");
+            if op.origin == Origin::Rpc && watched && !is_drain_failure(text) {
+                // The window's callers hear this failure: none of its removals is owed.
+                self.window_answered(false);
+            } else {
+                // A failed drain leaves the cluster in Alert with the node cordoned and no
+                // worker down, where CloudStack refuses every request: the removal is
+                // carried through (the VM stopped, then removed as a down VM), never left
+                // to the autoscaler, whose retry would be refused.
+                owed = true;
+                effects.extend(self.requeue_failed(stayed, &reason, now));
+            }
+        }
+        effects.extend(self.next_from_queue(alert, now));
+        Some(Settled {
+            kind,
+            op,
+            changed,
+            alert_refusal,
+            effects,
+            owed,
+        })
+    }
+
+    /// Cleanup: followers stop, so the jobs they followed are forgotten; the next snapshot
+    /// that shows the cluster Scaling adopts them again.
+    ///
+    /// Removals not sent yet are dropped: the autoscaler calls Cleanup when it exits, and the
+    /// next one clears every `ToBeDeleted` taint when it starts (`cleanUpIfRequired`), so those
+    /// nodes are schedulable again and must not be taken without a new DeleteNodes.
+    pub fn cleanup(&mut self) {
+        if matches!(self.phase, Phase::Running { .. } | Phase::Adopted { .. }) {
+            self.phase = Phase::Idle;
+        }
+        self.queue.remove.clear();
+    }
+
+    /// Records the instances of a failed scale-up so the autoscaler sees them as failed
+    /// creations (and deletes them, backing the group off).
+    pub(super) fn record_failed(
+        &mut self,
+        error: &InstanceError,
+        vms: Vec<String>,
+        placeholders: Vec<String>,
+        now: Instant,
+    ) {
+        for vm in vms {
+            let id = self.instance_id(&vm);
+            self.failed.push(FailedInstance {
+                id,
+                vm_id: Some(vm),
+                error: error.clone(),
+                since: now,
+            });
+        }
+        for p in placeholders {
+            self.failed.push(FailedInstance {
+                id: p,
+                vm_id: None,
+                error: error.clone(),
+                since: now,
+            });
+        }
+    }
+}
+
+/// A job still running after the follow limit is polled this many times less often.
+pub const OVERDUE_POLL_FACTOR: u32 = 30;
+
+/// How long a follower waits before polling its job again: `poll`; after consecutive failed
+/// polls, doubled per failure up to 32 times but never above 30 s; past `max_follow` of
+/// following a job that still runs, `OVERDUE_POLL_FACTOR` times `poll`. The job stays the
+/// cluster's operation past the limit: dropping it would let the target fall to CloudStack's
+/// size until a Refresh adopted it again, and so on every limit.
+pub fn poll_delay(
+    poll: Duration,
+    failed_polls: u32,
+    following_for: Duration,
+    max_follow: Duration,
+) -> Duration {
+    if failed_polls > 0 {
+        return (poll * 2u32.saturating_pow(failed_polls.min(5))).min(Duration::from_secs(30));
+    }
+    if following_for > max_follow {
+        return poll * OVERDUE_POLL_FACTOR;
+    }
+    poll
+}
+
+/// Whether an operation changed the cluster: a scale-up that created worker VMs (or moved
+/// `size`), a removal that took VMs. A job CloudStack refused while validating it changed
+/// nothing.
+pub fn op_changed_cluster(kind: &OpKind, s: &IndexedSnapshot) -> bool {
+    let snap = &s.snap;
+    match kind {
+        OpKind::Increase {
+            from, vms_before, ..
+        } => snap.size != *from || snap.workers().any(|v| !vms_before.contains(&v.id)),
+        OpKind::Remove { from, vm_ids, .. } => {
+            snap.size != *from
+                || vm_ids
+                    .iter()
+                    .any(|id| snap.vm(id).is_none_or(|v| v.state.is_gone()))
+        }
+    }
+}

@@ -1,0 +1,327 @@
+//! The life of a cluster's scale operations, as one state machine per CKS cluster: every rule
+//! about when a `scaleKubernetesCluster` may be sent, what is queued behind it, what its end
+//! leaves behind (failed instances, removed VMs) and what the autoscaler is told meanwhile
+//! (the target size) lives here.
+//!
+//! No I/O, no clock, no lock: the provider (`crate::provider`) feeds events in — a scale
+//! request, a submission answered / refused / lost, a job found or finished, a new snapshot —
+//! with the time it observed, and carries out the [`Effect`]s a transition returns (send this
+//! request, follow this job, look for the running job, poll now). The target size and node
+//! resolution, which its decisions use, are here too; what only the autoscaler's answers need
+//! (instances and their status, the debug line) is derived in `crate::instances`.
+//!
+//! # Phases
+//! | phase | meaning | leaves it |
+//! |---|---|---|
+//! | `Idle` | nothing in flight | a request is admitted (→ `Submitting`), a running job is found (→ `Adopted`) |
+//! | `Submitting` | a request is on its way to CloudStack | answered (→ `Running`), refused (→ `Idle`), answer lost (→ `AnswerLost`) |
+//! | `AnswerLost` | CloudStack may or may not have accepted it | the job is found (→ `Running`), a snapshot long enough after shows no Scaling (→ `Idle`) |
+//! | `Running` | a job this provider started | it finishes (→ `Idle`), Cleanup (→ `Idle`, re-adopted later) |
+//! | `Adopted` | a scale job started elsewhere (restart, Cleanup, another user) | it finishes, Cleanup (→ `Idle`) |
+//!
+//! Work arriving while a request or job is in flight is kept as data ([`Queue`]) and turned
+//! into the next request when the phase returns to `Idle`; nothing else starts a submission,
+//! so at most one scale job per cluster is started by this provider at a time.
+//!
+//! # Files
+//! This file holds the vocabulary (phases, operations, effects) and the machine's state; the
+//! rest is split by what moves it:
+//! - `jobs`: what CloudStack says moves the phase: a new snapshot, the answer to a submission,
+//!   a job found or not, a job's end (and what it leaves behind), Cleanup.
+//! - `increase`: IncreaseSize, admitted on the cached state and started on a fresh snapshot.
+//! - `delete`: DeleteNodes: the named nodes resolved and guarded, then accepted into the queue.
+//! - `queue`: the work accepted but not sent: the collection window, the next request when the
+//!   phase returns to `Idle`, and the retries and stops of removals still owed.
+//! - `target`: the target size, and DecreaseTargetSize.
+//! - `nodes`: what a node or instance id names in the group; node↔VM pairings learned.
+//! - `error`: why the machine refuses a request.
+//! - `tests`: the phase × event table (`every_phase_against_every_event`) and the rest.
+
+mod delete;
+mod error;
+mod increase;
+mod jobs;
+mod nodes;
+mod queue;
+mod target;
+
+pub use delete::{Acceptance, Accepted, DeletePlan, LocalDrops, NodeRef};
+pub use error::{ScaleError, is_alert_refusal, is_drain_failure, refused_error};
+pub use increase::{Admission, Started};
+pub use jobs::{JobEnd, OVERDUE_POLL_FACTOR, Settled, op_changed_cluster, poll_delay};
+pub use nodes::{Hit, LearnedNode};
+pub use queue::{Queue, QueuedRemoval};
+pub use target::Decreased;
+
+use super::cluster::IndexedSnapshot;
+use super::rules::ScaleRequest;
+use super::status::InstanceError;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Durations the machine's decisions depend on (from the provider's settings).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timings {
+    /// How long instances of a failed scale-up are reported before they are forgotten.
+    pub failed_ttl: Duration,
+    /// How long after a submission whose answer was lost a cluster not in Scaling means the
+    /// request never became a job: the longest a request may take to reach CloudStack plus a
+    /// moment for its job to start.
+    pub lost_settle: Duration,
+}
+
+impl Default for Timings {
+    fn default() -> Self {
+        Timings {
+            failed_ttl: Duration::from_secs(30 * 60),
+            lost_settle: Duration::from_secs(32),
+        }
+    }
+}
+
+/// What a scale operation does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OpKind {
+    Increase {
+        from: u32,
+        to: u32,
+        /// Worker VMs that existed before the job: the others are the job's.
+        vms_before: HashSet<String>,
+        /// Instance ids shown for requested VMs CloudStack has not listed yet.
+        placeholders: Vec<String>,
+    },
+    Remove {
+        from: u32,
+        vm_ids: Vec<String>,
+        /// Lower-cased names of those VMs, under which a later DeleteNodes may name them.
+        names: Vec<String>,
+        /// The owed removals sent (their attempts and history), put back in the queue when
+        /// the job leaves their VMs.
+        sent: Vec<QueuedRemoval>,
+    },
+}
+
+impl OpKind {
+    /// The request this operation sent.
+    pub fn request(&self) -> ScaleRequest {
+        match self {
+            OpKind::Increase { to, .. } => ScaleRequest::Resize { new_size: *to },
+            OpKind::Remove { vm_ids, .. } => ScaleRequest::RemoveNodes {
+                vm_ids: vm_ids.clone(),
+            },
+        }
+    }
+}
+
+/// Where a request came from: a scale RPC (whose caller hears about a refusal) or the queue
+/// (whose refusal becomes failed instances, the only way the autoscaler can hear of it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    Rpc,
+    Queue,
+}
+
+/// A scale operation this provider submitted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Op {
+    pub kind: OpKind,
+    pub origin: Origin,
+}
+
+/// The phase of a cluster's scale operations (see the module's table).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Phase {
+    Idle,
+    Submitting {
+        op: Op,
+        since: Instant,
+    },
+    AnswerLost {
+        op: Op,
+        /// When the lost submission was started.
+        since: Instant,
+    },
+    Running {
+        op: Op,
+        job: String,
+        since: Instant,
+    },
+    Adopted {
+        /// The job, when `listAsyncJobs` could tell which it is. Real scale jobs name no
+        /// instance (no `jobinstanceid`), so with several clusters scaling at once it may not
+        /// be known: the job's end is then seen when the cluster leaves Scaling.
+        job: Option<String>,
+        since: Instant,
+    },
+}
+
+impl Phase {
+    /// The operation this provider has in flight, if any.
+    pub fn op(&self) -> Option<&Op> {
+        match self {
+            Phase::Submitting { op, .. }
+            | Phase::AnswerLost { op, .. }
+            | Phase::Running { op, .. } => Some(op),
+            Phase::Idle | Phase::Adopted { .. } => None,
+        }
+    }
+
+    /// The job being followed, if any.
+    pub fn job(&self) -> Option<&str> {
+        match self {
+            Phase::Running { job, .. } | Phase::Adopted { job: Some(job), .. } => Some(job),
+            _ => None,
+        }
+    }
+
+    /// A short name, for logs and tests.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Phase::Idle => "idle",
+            Phase::Submitting { .. } => "submitting",
+            Phase::AnswerLost { .. } => "answer-lost",
+            Phase::Running { .. } => "running",
+            Phase::Adopted { .. } => "adopted",
+        }
+    }
+
+    /// One line for an operator: what is in flight.
+    pub fn describe(&self) -> Option<String> {
+        let job = match self {
+            Phase::Idle => return None,
+            Phase::Submitting { .. } => "being submitted".to_string(),
+            Phase::AnswerLost { .. } => "answer lost, checking".to_string(),
+            Phase::Running { job, .. } => format!("job {job}"),
+            Phase::Adopted { job: Some(job), .. } => {
+                return Some(format!("scale job {job} started elsewhere"));
+            }
+            Phase::Adopted { job: None, .. } => {
+                return Some(
+                    "a scale job started elsewhere (which one CloudStack does not say; its end \
+                     is seen when the cluster leaves Scaling)"
+                        .to_string(),
+                );
+            }
+        };
+        Some(match self.op().map(|o| &o.kind) {
+            Some(OpKind::Increase { from, to, .. }) => format!("scale-up {from}->{to} ({job})"),
+            Some(OpKind::Remove { vm_ids, .. }) => {
+                format!("removing {} VM(s) ({job})", vm_ids.len())
+            }
+            None => job,
+        })
+    }
+}
+
+/// What the provider must do after a transition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Effect {
+    /// Send this request to CloudStack (the phase is `Submitting` already) and report the
+    /// answer back ([`ScaleMachine::submission_answered`], `_refused`, `_lost`).
+    Submit(ScaleRequest),
+    /// Follow this job until it ends, then report [`ScaleMachine::job_finished`].
+    Follow(String),
+    /// The cluster is Scaling with no job known: look for the running scale job and report
+    /// [`ScaleMachine::job_found`].
+    FindJob,
+    /// The snapshot suggests the followed job is over: poll it now.
+    PollNow,
+    /// Accepted removals that did not happen yet (their job failed and these VMs stayed, or
+    /// the rules refuse them now): they stay owed, out of the target, and are sent again
+    /// after `retry_in`. Tell the operator.
+    RemovalRetried {
+        vms: Vec<String>,
+        reason: String,
+        retry_in: Duration,
+    },
+    /// Accepted removals given up after [`MAX_REMOVAL_ATTEMPTS`] failed jobs: still out of
+    /// the target (the autoscaler counts their nodes as gone), sent again only once their VM
+    /// is down. Tell the operator loudly: the VMs need a hand.
+    ///
+    /// [`MAX_REMOVAL_ATTEMPTS`]: super::removal::MAX_REMOVAL_ATTEMPTS
+    RemovalAbandoned { vms: Vec<String>, reason: String },
+}
+
+/// An instance of a failed scale-up, reported as Creating with an error until the autoscaler
+/// deletes it (or it expires).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailedInstance {
+    pub id: String,
+    /// The VM CloudStack left behind, or `None` for a VM that was never created.
+    pub vm_id: Option<String>,
+    pub error: InstanceError,
+    pub since: Instant,
+}
+
+/// One cluster's scale state: the latest snapshot, the phase, queued work, failed instances,
+/// and what was learned from the autoscaler. Changed only through its transitions.
+#[derive(Debug, Clone)]
+pub struct ScaleMachine {
+    /// The cluster's id once known (configured, or resolved from its name).
+    pub cluster_id: Option<String>,
+    pub(crate) snap: Option<Arc<IndexedSnapshot>>,
+    pub(crate) phase: Phase,
+    pub(crate) queue: Queue,
+    pub(crate) failed: Vec<FailedInstance>,
+    pub(crate) learned: HashMap<String, LearnedNode>,
+    /// Learned providerID → VM id, for fake nodes carrying an id we reported.
+    pub(crate) learned_by_provider_id: HashMap<String, String>,
+    /// VMs this provider removed (id and lower-cased name → when).
+    pub(crate) recently_removed: HashMap<String, Instant>,
+    next_placeholder: u64,
+    timings: Timings,
+    /// Whether this provider may stop a VM (`stopVirtualMachine`) before removing it, as the
+    /// shell last learned it (a key without the command is answered 432).
+    can_stop_vms: bool,
+}
+
+impl ScaleMachine {
+    /// An idle machine with no snapshot.
+    pub fn new(cluster_id: Option<String>, timings: Timings) -> Self {
+        ScaleMachine {
+            cluster_id,
+            snap: None,
+            phase: Phase::Idle,
+            queue: Queue::default(),
+            failed: Vec::new(),
+            learned: HashMap::new(),
+            learned_by_provider_id: HashMap::new(),
+            recently_removed: HashMap::new(),
+            next_placeholder: 0,
+            timings,
+            can_stop_vms: true,
+        }
+    }
+
+    /// What the shell knows of the key: whether `stopVirtualMachine` may be called.
+    pub fn set_can_stop_vms(&mut self, yes: bool) {
+        self.can_stop_vms = yes;
+    }
+
+    pub fn phase(&self) -> &Phase {
+        &self.phase
+    }
+
+    pub fn queue(&self) -> &Queue {
+        &self.queue
+    }
+
+    pub fn failed(&self) -> &[FailedInstance] {
+        &self.failed
+    }
+
+    pub fn snapshot(&self) -> Option<&Arc<IndexedSnapshot>> {
+        self.snap.as_ref()
+    }
+
+    fn begin(&mut self, kind: OpKind, origin: Origin, now: Instant) {
+        self.phase = Phase::Submitting {
+            op: Op { kind, origin },
+            since: now,
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,414 @@
+//! The work accepted but not sent yet ([`Queue`]): the collection window that merges
+//! removals into one request, the next request when the phase returns to `Idle` (removals
+//! first, then increases), and the removals still owed after a failure or a refusal: retried
+//! after a pause, abandoned, or their VM stopped first.
+
+use super::error::{ScaleError, refused_error};
+use super::{Effect, OpKind, Origin, Phase, ScaleMachine};
+use crate::cluster::ClusterState;
+use crate::removal::{Candidate, MAX_REMOVAL_ATTEMPTS, StopStage, pick_batch, retry_delay};
+use crate::rules::{AlertScaling, ScaleRequest, check_scale};
+use std::collections::HashSet;
+use std::time::Instant;
+
+/// Work accepted but not sent yet, sent when the phase returns to idle.
+///
+/// Increases are merged into one size request; removals into one `nodeids` request. The real
+/// autoscaler deletes scale-down candidates with one NodeGroupDeleteNodes per node, in
+/// parallel (`core/scaledown/actuation/actuator.go` `deleteNodesAsync` →
+/// `group_deletion_scheduler.go` `ScheduleDeletion`), so removals arriving together are
+/// collected in a short window ([`ScaleMachine::close_window`]) and sent as one request;
+/// removals arriving while a job runs go out together when it ends.
+///
+/// Order when both wait: removals first, then increases. An increase is a size computed on
+/// top of the VMs listed when it is sent; sent while accepted removals still wait, it would
+/// take CloudStack's size past the group's maximum on the way (size + delta before the
+/// removals take their nodes). So an increase arriving while removals are queued waits for
+/// them too. Each request is computed from the snapshot at rest when its turn comes, so
+/// neither is lost or miscounted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Queue {
+    /// One placeholder instance id per queued node.
+    pub increase: Vec<String>,
+    /// Worker VMs accepted for removal, in arrival order.
+    pub remove: Vec<QueuedRemoval>,
+    /// A DeleteNodes at rest opened the collection window; the removals are sent when the
+    /// shell closes it ([`ScaleMachine::close_window`]), not with the next snapshot.
+    pub window_open: bool,
+}
+
+/// A worker VM accepted for removal and not sent to CloudStack yet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueuedRemoval {
+    pub vm_id: String,
+    /// Its name, lower-cased (a later DeleteNodes may name it so).
+    pub name: String,
+    pub since: Instant,
+    /// Accepted into the collection window (its callers wait for the window's answer), not
+    /// behind an operation in flight (its caller was answered at once).
+    pub in_window: bool,
+    /// Removal jobs that failed and left this VM.
+    pub attempts: u32,
+    /// Why it has not happened yet (a failed job, a refusal, a drain that cannot work):
+    /// shown on its instance and in the logs.
+    pub trouble: Option<String>,
+    /// Not sent before this (the backoff after a failure or a refusal).
+    pub not_before: Option<Instant>,
+    /// Whether its VM must be stopped first (it runs, and its drain would fail).
+    pub stop: StopStage,
+    /// The next `stopVirtualMachine` not before this (after a failed one).
+    pub stop_not_before: Option<Instant>,
+    /// Given up after [`MAX_REMOVAL_ATTEMPTS`] failed jobs: still out of the target and
+    /// reported, sent again only once its VM is down.
+    pub abandoned: bool,
+}
+
+impl QueuedRemoval {
+    pub(super) fn new(vm_id: String, name: String, since: Instant, in_window: bool) -> Self {
+        QueuedRemoval {
+            vm_id,
+            name,
+            since,
+            in_window,
+            attempts: 0,
+            trouble: None,
+            not_before: None,
+            stop: StopStage::NotNeeded,
+            stop_not_before: None,
+            abandoned: false,
+        }
+    }
+}
+
+impl ScaleMachine {
+    /// The collection window ends: the queued removals go out as one request, or wait behind
+    /// an operation that started meanwhile. `Err`: the rules refuse the merged request now;
+    /// its removals are dropped (the target comes back) and the error says why.
+    pub fn close_window(
+        &mut self,
+        alert: &AlertScaling,
+        now: Instant,
+    ) -> Result<Vec<Effect>, ScaleError> {
+        if !self.queue.window_open {
+            return Ok(Vec::new());
+        }
+        self.queue.window_open = false;
+        let at_rest = self.phase == Phase::Idle
+            && self
+                .snap
+                .as_ref()
+                .is_some_and(|s| s.snap.state != ClusterState::Scaling);
+        if !at_rest {
+            return Ok(Vec::new());
+        }
+        let sent = self.next_removal(Origin::Rpc, alert, now);
+        match sent {
+            // Nothing to send now (VMs to stop first): increases that waited go now.
+            Ok(e) if e.is_empty() => Ok(self.next_from_queue(alert, now)),
+            Err(e) => {
+                self.window_answered(false);
+                Err(e)
+            }
+            // Increases that waited for the window go with the next snapshot at rest.
+            other => other,
+        }
+    }
+
+    /// The window's removals cannot be decided (no fresh snapshot): they are dropped, so the
+    /// callers' error is the whole truth. Removals accepted behind an operation that started
+    /// meanwhile (their callers were answered OK) stay queued.
+    pub fn abort_window(&mut self) {
+        if std::mem::take(&mut self.queue.window_open) {
+            self.queue.remove.retain(|r| !r.in_window);
+        }
+    }
+
+    /// The window's callers were answered: with OK its removals are owed from now on (the
+    /// autoscaler keeps their nodes tainted and counts them as gone); with an error they are
+    /// dropped (the autoscaler untaints the nodes and may delete them again later).
+    pub fn window_answered(&mut self, ok: bool) {
+        if ok {
+            for r in &mut self.queue.remove {
+                r.in_window = false;
+            }
+        } else {
+            self.queue.remove.retain(|r| !r.in_window);
+        }
+    }
+
+    /// The next `nodeids` request from the owed removals: VMs that vanished meanwhile are
+    /// done and forgotten; of those due (not backing off, not waiting to be stopped, not
+    /// abandoned unless down) the request takes what CloudStack can finish
+    /// ([`pick_batch`]: one VM that needs a drain, and down VMs). `Err`: the rules refuse it
+    /// now; a window's removals (`Origin::Rpc`, callers not answered yet) are then dropped by
+    /// the shell's [`ScaleMachine::window_answered`]; owed ones wait and are tried again.
+    fn next_removal(
+        &mut self,
+        origin: Origin,
+        alert: &AlertScaling,
+        now: Instant,
+    ) -> Result<Vec<Effect>, ScaleError> {
+        let Some(snap) = self.snap.clone() else {
+            return Ok(Vec::new());
+        };
+        let listed = |id: &str| {
+            snap.by_id
+                .get(id)
+                .is_some_and(|&i| !snap.snap.vms[i].state.is_gone())
+        };
+        self.queue.remove.retain(|r| listed(&r.vm_id));
+        let down = |id: &str| snap.snap.vm(id).is_some_and(|v| v.state.is_down());
+        let mut seen = HashSet::new();
+        let candidates: Vec<Candidate> = self
+            .queue
+            .remove
+            .iter()
+            .filter(|r| seen.insert(r.vm_id.as_str()))
+            .filter(|r| r.not_before.is_none_or(|t| t <= now))
+            .filter(|r| {
+                let d = down(&r.vm_id);
+                d || (r.stop == StopStage::NotNeeded && !r.abandoned)
+            })
+            .map(|r| Candidate {
+                vm_id: &r.vm_id,
+                down: down(&r.vm_id),
+            })
+            .collect();
+        let vm_ids = pick_batch(&snap.snap, &candidates);
+        if vm_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let request = ScaleRequest::RemoveNodes {
+            vm_ids: vm_ids.clone(),
+        };
+        if let Err(r) = check_scale(&snap.snap, &request, alert) {
+            if origin == Origin::Rpc {
+                return Err(ScaleError::Refused(r));
+            }
+            let delay = retry_delay(1);
+            for q in self
+                .queue
+                .remove
+                .iter_mut()
+                .filter(|q| vm_ids.contains(&q.vm_id))
+            {
+                q.trouble = Some(format!("CloudStack would refuse its removal now: {r}"));
+                q.not_before = Some(now + delay);
+            }
+            return Ok(vec![Effect::RemovalRetried {
+                vms: vm_ids.iter().map(|v| self.vm_label(v)).collect(),
+                reason: r.to_string(),
+                retry_in: delay,
+            }]);
+        }
+        // The sent VMs leave the queue; a window's others stay in it, sent one request after
+        // another.
+        let (sent, rest) = std::mem::take(&mut self.queue.remove)
+            .into_iter()
+            .partition(|q| vm_ids.contains(&q.vm_id));
+        self.queue.remove = rest;
+        let names = vm_ids
+            .iter()
+            .filter_map(|v| snap.snap.vm(v).map(|vm| vm.name.to_ascii_lowercase()))
+            .collect();
+        self.begin(
+            OpKind::Remove {
+                from: snap.snap.size,
+                vm_ids,
+                names,
+                sent,
+            },
+            origin,
+            now,
+        );
+        Ok(vec![Effect::Submit(request)])
+    }
+
+    /// Failed removals back in the queue (front, they were first), each with one more attempt,
+    /// the reason, and the next try after [`retry_delay`]; abandoned after
+    /// [`MAX_REMOVAL_ATTEMPTS`]. A Running VM left by the failure could not be drained: it is
+    /// stopped first when the provider can, so its next removal needs no drain.
+    pub(super) fn requeue_failed(
+        &mut self,
+        stayed: Vec<QueuedRemoval>,
+        reason: &str,
+        now: Instant,
+    ) -> Vec<Effect> {
+        if stayed.is_empty() {
+            return Vec::new();
+        }
+        let can_stop = self.can_stop_vms;
+        let down = |id: &str| {
+            self.snap
+                .as_ref()
+                .and_then(|s| s.snap.vm(id))
+                .is_some_and(|v| v.state.is_down())
+        };
+        let mut retried = Vec::new();
+        let mut abandoned = Vec::new();
+        let mut delay = retry_delay(1);
+        let mut requeued = Vec::with_capacity(stayed.len());
+        for mut r in stayed {
+            r.attempts += 1;
+            r.in_window = false;
+            delay = retry_delay(r.attempts);
+            r.not_before = Some(now + delay);
+            let mut trouble = format!("removal attempt {} failed: {reason}", r.attempts);
+            if !down(&r.vm_id) {
+                if can_stop && r.stop == StopStage::NotNeeded {
+                    r.stop = StopStage::Wanted;
+                    trouble.push_str("; the VM is stopped, then removed as a down VM (no drain)");
+                } else if !can_stop {
+                    trouble.push_str(&format!(
+                        "; if its node is NotReady or gone the drain cannot succeed: stop the VM \
+                         (stopVirtualMachine id={}) and the provider removes it as a down VM",
+                        r.vm_id
+                    ));
+                }
+            }
+            if r.attempts >= MAX_REMOVAL_ATTEMPTS && !r.abandoned {
+                r.abandoned = true;
+                trouble = format!(
+                    "removal abandoned after {} failed jobs: {reason}; the node stays cordoned; remove VM {} by hand, or stop it and the provider removes it",
+                    r.attempts, r.vm_id
+                );
+                abandoned.push(self.vm_label(&r.vm_id));
+            } else if !r.abandoned {
+                retried.push(self.vm_label(&r.vm_id));
+            }
+            r.trouble = Some(trouble);
+            requeued.push(r);
+        }
+        self.queue.remove.splice(0..0, requeued);
+        let mut effects = Vec::new();
+        if !retried.is_empty() {
+            effects.push(Effect::RemovalRetried {
+                vms: retried,
+                reason: reason.to_string(),
+                retry_in: delay,
+            });
+        }
+        if !abandoned.is_empty() {
+            effects.push(Effect::RemovalAbandoned {
+                vms: abandoned,
+                reason: reason.to_string(),
+            });
+        }
+        effects
+    }
+
+    /// The removals whose VM must be stopped first and whose stop is not sent yet, marked
+    /// sent: the shell calls `stopVirtualMachine` for each and reports
+    /// [`ScaleMachine::stop_answered`].
+    pub fn take_stops(&mut self, now: Instant) -> Vec<String> {
+        let mut out = Vec::new();
+        for r in &mut self.queue.remove {
+            if r.stop == StopStage::Wanted
+                && r.stop_not_before.is_none_or(|t| t <= now)
+                && !out.contains(&r.vm_id)
+            {
+                r.stop = StopStage::Sent;
+                out.push(r.vm_id.clone());
+            }
+        }
+        out
+    }
+
+    /// The answer to `stopVirtualMachine` for `vm_id`: `Ok` (the VM shows down in a later
+    /// snapshot, and is then removed), a transient failure (tried again after a pause), or
+    /// `not_permitted` (the key lacks the command: the removal waits for an operator to stop
+    /// the VM; the shell stops asking).
+    pub fn stop_answered(&mut self, vm_id: &str, failure: Option<(&str, bool)>, now: Instant) {
+        if let Some((_, true)) = failure {
+            self.can_stop_vms = false;
+        }
+        for r in self.queue.remove.iter_mut().filter(|r| r.vm_id == vm_id) {
+            match failure {
+                None => {
+                    // Removed as soon as a snapshot shows it down.
+                    r.not_before = None;
+                    r.trouble = Some(format!(
+                        "stopping VM {vm_id} before its removal (its drain would fail)"
+                    ));
+                }
+                Some((text, true)) => {
+                    r.stop = StopStage::Impossible;
+                    r.trouble = Some(format!(
+                        "its drain would fail and this provider may not stop it ({text}): stop \
+                         the VM (stopVirtualMachine id={vm_id}) and the provider removes it as \
+                         a down VM"
+                    ));
+                }
+                Some((text, false)) => {
+                    r.stop = StopStage::Wanted;
+                    r.stop_not_before = Some(now + retry_delay(1));
+                    r.trouble = Some(format!("stopping VM {vm_id} failed, retrying: {text}"));
+                }
+            }
+        }
+    }
+
+    /// The queued work as the next request, when nothing is in flight and the cluster is at
+    /// rest (a cluster still Scaling has a job this provider is about to find): removals
+    /// first, then increases (see [`Queue`]). A request the rules refuse is not lost
+    /// silently: queued removals are reported as dropped, queued increases become failed
+    /// instances (their RPC answered OK long ago); then the other kind gets its turn.
+    pub(super) fn next_from_queue(&mut self, alert: &AlertScaling, now: Instant) -> Vec<Effect> {
+        if self.phase != Phase::Idle {
+            return Vec::new();
+        }
+        let Some(snap) = self.snap.clone() else {
+            return Vec::new();
+        };
+        if snap.snap.state == ClusterState::Scaling {
+            return Vec::new();
+        }
+        let mut effects = Vec::new();
+        if self.queue.window_open {
+            // Its removals go first, when the shell closes it.
+            return effects;
+        }
+        if !self.queue.remove.is_empty() {
+            // Owed removals never fail here: refused now, they wait and are tried again. While
+            // none can go (backing off, waiting for a stop), queued increases do.
+            let next = self
+                .next_removal(Origin::Queue, alert, now)
+                .unwrap_or_default();
+            if next.iter().any(|e| matches!(e, Effect::Submit(_))) {
+                return next;
+            }
+            effects.extend(next);
+        }
+        if self.queue.increase.is_empty() {
+            return effects;
+        }
+        let placeholders = std::mem::take(&mut self.queue.increase);
+        let from = snap.snap.size;
+        let to = from.saturating_add(placeholders.len() as u32);
+        let request = ScaleRequest::Resize { new_size: to };
+        if let Err(r) = check_scale(&snap.snap, &request, alert) {
+            self.record_failed(&refused_error(r.to_string()), Vec::new(), placeholders, now);
+            return effects;
+        }
+        self.begin(
+            OpKind::Increase {
+                from,
+                to,
+                vms_before: snap.snap.workers().map(|v| v.id.clone()).collect(),
+                placeholders,
+            },
+            Origin::Queue,
+            now,
+        );
+        effects.push(Effect::Submit(request));
+        effects
+    }
+
+    /// A VM's name as the operator knows it (its id when not listed).
+    fn vm_label(&self, vm_id: &str) -> String {
+        self.snap
+            .as_ref()
+            .and_then(|s| s.snap.vm(vm_id))
+            .map_or_else(|| vm_id.to_string(), |v| v.name.clone())
+    }
+}

@@ -1,0 +1,1543 @@
+//! The machine's tests: the phase × event table (`every_phase_against_every_event`), one test
+//! per rule of a scale operation's life, and a property test over random event sequences.
+
+use super::*;
+use crate::cluster::{ClusterInput, ClusterSnapshot, ClusterState, VmInput, VmState};
+use crate::nodeid::FAKE_NODE_REASON_ANNOTATION;
+use crate::registry::Registrations;
+use crate::removal::{MAX_REMOVAL_ATTEMPTS, StopStage, retry_delay};
+use crate::rules::{AlertScaling, Refusal};
+
+const T0_SECS: u64 = 0;
+
+fn at(base: Instant, secs: u64) -> Instant {
+    base + Duration::from_secs(secs)
+}
+
+/// A cluster with one control VM and `workers` worker VMs (w1, w2, …), `size` = workers.
+fn snapshot(state: &str, workers: &[(&str, VmState)], now: Instant) -> Arc<IndexedSnapshot> {
+    snapshot_sized(state, workers, workers.len() as u32, now)
+}
+
+fn snapshot_sized(
+    state: &str,
+    workers: &[(&str, VmState)],
+    size: u32,
+    now: Instant,
+) -> Arc<IndexedSnapshot> {
+    let mut vms = vec![VmInput {
+        id: "c1".into(),
+        name: "k-control-1a2b".into(),
+        state: VmState::Running,
+        is_external: false,
+        is_etcd: false,
+    }];
+    for (id, st) in workers {
+        vms.push(VmInput {
+            id: (*id).into(),
+            name: format!("k-node-{id}"),
+            state: st.clone(),
+            is_external: false,
+            is_etcd: false,
+        });
+    }
+    let snap = ClusterSnapshot::classify(ClusterInput {
+        id: "cid".into(),
+        name: "k".into(),
+        state: ClusterState::parse(state),
+        size,
+        min_size: None,
+        max_size: None,
+        autoscaling_enabled: false,
+        control_nodes: 1,
+        etcd_nodes: 0,
+        service_offering: None,
+        worker_offering: None,
+        zone_id: String::new(),
+        zone_name: String::new(),
+        externally_managed: false,
+        vms,
+    });
+    Arc::new(IndexedSnapshot::new(snap, now))
+}
+
+fn running3(now: Instant) -> Arc<IndexedSnapshot> {
+    snapshot(
+        "Running",
+        &[
+            ("w1", VmState::Running),
+            ("w2", VmState::Running),
+            ("w3", VmState::Running),
+        ],
+        now,
+    )
+}
+
+const ALERT: AlertScaling = AlertScaling::Supported;
+const MAX: u32 = 10;
+/// The autoscaler's max-node-provision-time, as the deploy manifests set it.
+const PROVISION: Duration = Duration::from_secs(25 * 60);
+
+/// No node reported registered.
+fn no_reports() -> Registrations {
+    Registrations::new(PROVISION)
+}
+
+fn timings() -> Timings {
+    Timings {
+        failed_ttl: Duration::from_secs(1800),
+        lost_settle: Duration::from_secs(10),
+    }
+}
+
+/// A machine with a Running 3-worker snapshot, driven by events into `phase`.
+fn machine_in(phase: &str, t0: Instant) -> ScaleMachine {
+    let mut m = ScaleMachine::new(Some("cid".into()), timings());
+    assert!(m.snapshot_installed(running3(t0), &ALERT, t0).is_empty());
+    match phase {
+        "idle" => {}
+        "submitting" | "answer-lost" | "running" => {
+            assert_eq!(m.admit_increase(2, MAX), Ok(Admission::NeedsFreshSnapshot));
+            let started = m.start_increase(2, MAX, &ALERT, t0);
+            assert_eq!(
+                started,
+                Ok(Started::Submit(ScaleRequest::Resize { new_size: 5 }))
+            );
+            match phase {
+                "answer-lost" => m.submission_lost(),
+                "running" => m.submission_answered("job-1".into(), t0),
+                _ => {}
+            }
+        }
+        "adopted" => {
+            assert_eq!(
+                m.snapshot_installed(
+                    snapshot("Scaling", &[("w1", VmState::Running)], t0),
+                    &ALERT,
+                    t0
+                ),
+                vec![Effect::FindJob]
+            );
+            assert_eq!(
+                m.job_found("job-9".into(), t0),
+                vec![Effect::Follow("job-9".into())]
+            );
+            assert!(
+                m.snapshot_installed(running3(t0), &ALERT, t0)
+                    .contains(&Effect::PollNow)
+            );
+        }
+        other => panic!("no phase {other}"),
+    }
+    assert_eq!(m.phase().name(), phase);
+    m
+}
+
+/// The events of the table, applied at `t`.
+#[derive(Debug, Clone, Copy)]
+enum Ev {
+    Increase,
+    Answered,
+    Refused,
+    Lost,
+    Found,
+    JobSucceeded,
+    JobFailed,
+    SnapRunning,
+    SnapScaling,
+    SnapRunningLate,
+    Cleanup,
+    Decrease,
+    /// DeleteNodes for w1 (min 1).
+    Remove,
+    /// The shell closes the removal window.
+    Close,
+    /// The job list shows no job the phase waits for.
+    NoJob,
+}
+
+/// Applies `ev` and returns a summary: the effects (as short names) or the error.
+fn apply(m: &mut ScaleMachine, ev: Ev, t0: Instant) -> String {
+    let fx = |e: Vec<Effect>| {
+        e.iter()
+            .map(|e| match e {
+                Effect::Submit(ScaleRequest::Resize { new_size }) => {
+                    format!("submit:{new_size}")
+                }
+                Effect::Submit(ScaleRequest::RemoveNodes { vm_ids }) => {
+                    format!("remove:{}", vm_ids.join("+"))
+                }
+                Effect::Follow(j) => format!("follow:{j}"),
+                Effect::FindJob => "find".into(),
+                Effect::PollNow => "poll".into(),
+                Effect::RemovalRetried { vms, .. } => format!("retry:{}", vms.join("+")),
+                Effect::RemovalAbandoned { vms, .. } => {
+                    format!("abandoned:{}", vms.join("+"))
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let job = m.phase().job().unwrap_or("job-1").to_string();
+    match ev {
+        Ev::Increase => match m.admit_increase(1, MAX) {
+            Ok(Admission::Queued) => "queued".into(),
+            Ok(Admission::NeedsFreshSnapshot) => match m.start_increase(1, MAX, &ALERT, t0) {
+                Ok(Started::Submit(ScaleRequest::Resize { new_size })) => {
+                    format!("submit:{new_size}")
+                }
+                other => format!("{other:?}"),
+            },
+            Err(e) => format!("err:{}", err_name(&e)),
+        },
+        Ev::Answered => {
+            m.submission_answered("job-1".into(), t0);
+            String::new()
+        }
+        Ev::Refused => fx(m.submission_refused("no", &ALERT, t0)),
+        Ev::Lost => {
+            m.submission_lost();
+            String::new()
+        }
+        Ev::Found => fx(m.job_found("job-7".into(), t0)),
+        Ev::JobSucceeded => {
+            match m.job_finished(&job, &JobEnd::Succeeded, true, false, &ALERT, t0) {
+                Some(s) => fx(s.effects),
+                None => "ignored".into(),
+            }
+        }
+        Ev::JobFailed => {
+            let end = JobEnd::Failed {
+                code: 530,
+                text: "boom".into(),
+            };
+            match m.job_finished(&job, &end, true, false, &ALERT, t0) {
+                Some(s) => fx(s.effects),
+                None => "ignored".into(),
+            }
+        }
+        Ev::SnapRunning => fx(m.snapshot_installed(running3(t0), &ALERT, at(t0, 1))),
+        Ev::SnapScaling => fx(m.snapshot_installed(
+            snapshot(
+                "Scaling",
+                &[
+                    ("w1", VmState::Running),
+                    ("w2", VmState::Running),
+                    ("w3", VmState::Running),
+                ],
+                t0,
+            ),
+            &ALERT,
+            at(t0, 1),
+        )),
+        Ev::SnapRunningLate => fx(m.snapshot_installed(running3(t0), &ALERT, at(t0, 60))),
+        Ev::Cleanup => {
+            m.cleanup();
+            String::new()
+        }
+        Ev::Decrease => match m.decrease_target(1) {
+            Ok(d) => format!("cancelled:{}", d.cancelled),
+            Err(e) => err_name(&e).into(),
+        },
+        Ev::Remove => {
+            let node = NodeRef {
+                provider_id: "external-cloudstack://w1".into(),
+                ..NodeRef::default()
+            };
+            match m.accept_removal(&[node], 1, &ALERT, &no_reports(), t0) {
+                Ok(a) => format!("{a:?}").to_ascii_lowercase(),
+                Err(e) => format!("err:{}", err_name(&e)),
+            }
+        }
+        Ev::Close => match m.close_window(&ALERT, t0) {
+            Ok(e) => fx(e),
+            Err(e) => format!("err:{}", err_name(&e)),
+        },
+        Ev::NoJob => fx(m.no_job_found(&ALERT, at(t0, 60))),
+    }
+}
+
+fn err_name(e: &ScaleError) -> &'static str {
+    match e {
+        ScaleError::NoSnapshot => "no-snapshot",
+        ScaleError::OutOfRange { .. } => "out-of-range",
+        ScaleError::Refused(_) => "refused",
+        ScaleError::PreviousAnswerLost => "answer-lost",
+        ScaleError::UnknownNode { .. } => "unknown-node",
+        ScaleError::DrainWouldFail { .. } => "drain-would-fail",
+        ScaleError::CannotDecrease { .. } => "cannot-decrease",
+        ScaleError::NotWorker { .. } => "not-worker",
+        ScaleError::RegisteredElsewhere { .. } => "registered",
+        ScaleError::RecentlyRegistered { .. } => "recently-registered",
+        ScaleError::BeingCreated { .. } => "being-created",
+        ScaleError::BelowMin { .. } => "below-min",
+    }
+}
+
+/// Every phase against every event: (phase, event, what the event returns, phase after,
+/// target after). The machine starts with 3 Running workers; "submitting", "answer-lost"
+/// and "running" carry a scale-up 3 → 5.
+#[test]
+fn every_phase_against_every_event() {
+    use Ev::*;
+    #[rustfmt::skip]
+    let table: &[(&str, Ev, &str, &str, u32)] = &[
+        ("idle", Increase, "submit:4", "submitting", 4),
+        ("idle", Answered, "", "idle", 3),
+        ("idle", Refused, "", "idle", 3),
+        ("idle", Lost, "", "idle", 3),
+        ("idle", Found, "follow:job-7", "adopted", 3),
+        ("idle", JobSucceeded, "ignored", "idle", 3),
+        ("idle", JobFailed, "ignored", "idle", 3),
+        ("idle", SnapRunning, "", "idle", 3),
+        ("idle", SnapScaling, "find", "idle", 3),
+        ("idle", SnapRunningLate, "", "idle", 3),
+        ("idle", Cleanup, "", "idle", 3),
+        ("idle", Decrease, "cannot-decrease", "idle", 3),
+        ("idle", Remove, "openswindow", "idle", 2),
+        ("idle", Close, "", "idle", 3),
+        ("idle", NoJob, "", "idle", 3),
+
+        ("submitting", Increase, "queued", "submitting", 6),
+        ("submitting", Answered, "", "running", 5),
+        ("submitting", Refused, "", "idle", 3),
+        ("submitting", Lost, "", "answer-lost", 5),
+        ("submitting", Found, "", "submitting", 5),
+        ("submitting", JobSucceeded, "ignored", "submitting", 5),
+        ("submitting", JobFailed, "ignored", "submitting", 5),
+        ("submitting", SnapRunning, "", "submitting", 5),
+        ("submitting", SnapScaling, "", "submitting", 5),
+        ("submitting", SnapRunningLate, "", "submitting", 5),
+        ("submitting", Cleanup, "", "submitting", 5),
+        ("submitting", Decrease, "cannot-decrease", "submitting", 5),
+        ("submitting", Remove, "behind", "submitting", 4),
+        ("submitting", Close, "", "submitting", 5),
+        ("submitting", NoJob, "", "submitting", 5),
+
+        ("answer-lost", Increase, "queued", "answer-lost", 6),
+        ("answer-lost", Answered, "", "answer-lost", 5),
+        ("answer-lost", Refused, "", "answer-lost", 5),
+        ("answer-lost", Lost, "", "answer-lost", 5),
+        ("answer-lost", Found, "follow:job-7", "running", 5),
+        ("answer-lost", JobSucceeded, "ignored", "answer-lost", 5),
+        ("answer-lost", JobFailed, "ignored", "answer-lost", 5),
+        // Too early to tell: the request may still reach CloudStack.
+        ("answer-lost", SnapRunning, "", "answer-lost", 5),
+        ("answer-lost", SnapScaling, "find", "answer-lost", 5),
+        // Late enough: the job list tells whether it became a job (it may be queued, not
+        // picked up yet).
+        ("answer-lost", SnapRunningLate, "find", "answer-lost", 5),
+        ("answer-lost", Cleanup, "", "answer-lost", 5),
+        ("answer-lost", Decrease, "cannot-decrease", "answer-lost", 5),
+        ("answer-lost", Remove, "behind", "answer-lost", 4),
+        ("answer-lost", Close, "", "answer-lost", 5),
+        ("answer-lost", NoJob, "", "idle", 3),
+
+        ("running", Increase, "queued", "running", 6),
+        ("running", Answered, "", "running", 5),
+        ("running", Refused, "", "running", 5),
+        ("running", Lost, "", "running", 5),
+        ("running", Found, "", "running", 5),
+        ("running", JobSucceeded, "", "idle", 3),
+        // The snapshot shows no new VM: both requested nodes become failed instances.
+        ("running", JobFailed, "", "idle", 5),
+        ("running", SnapRunning, "poll", "running", 5),
+        ("running", SnapScaling, "", "running", 5),
+        ("running", SnapRunningLate, "poll", "running", 5),
+        ("running", Cleanup, "", "idle", 3),
+        ("running", Decrease, "cannot-decrease", "running", 5),
+        ("running", Remove, "behind", "running", 4),
+        ("running", Close, "", "running", 5),
+        ("running", NoJob, "", "running", 5),
+
+        ("adopted", Increase, "queued", "adopted", 4),
+        ("adopted", Answered, "", "adopted", 3),
+        ("adopted", Refused, "", "adopted", 3),
+        ("adopted", Lost, "", "adopted", 3),
+        ("adopted", Found, "", "adopted", 3),
+        ("adopted", JobSucceeded, "", "idle", 3),
+        ("adopted", JobFailed, "", "idle", 3),
+        ("adopted", SnapRunning, "poll", "adopted", 3),
+        ("adopted", SnapScaling, "", "adopted", 3),
+        ("adopted", SnapRunningLate, "poll", "adopted", 3),
+        ("adopted", Cleanup, "", "idle", 3),
+        ("adopted", Decrease, "cannot-decrease", "adopted", 3),
+        ("adopted", Remove, "behind", "adopted", 2),
+        ("adopted", Close, "", "adopted", 3),
+        ("adopted", NoJob, "", "adopted", 3),
+    ];
+    let t0 = Instant::now() + Duration::from_secs(T0_SECS);
+    for (phase, ev, returns, after, target) in table {
+        let mut m = machine_in(phase, t0);
+        let got = apply(&mut m, *ev, t0);
+        let case = format!("{phase} + {ev:?}");
+        assert_eq!(got, *returns, "{case}: returned");
+        assert_eq!(m.phase().name(), *after, "{case}: phase after");
+        assert_eq!(m.target(), Some(*target), "{case}: target after");
+    }
+    let phases = ["idle", "submitting", "answer-lost", "running", "adopted"];
+    assert_eq!(table.len(), phases.len() * 15, "every phase × every event");
+}
+
+/// Found by the soak test: increases queued behind a lost submission were stranded when
+/// the lost submission was forgotten, holding the target above CloudStack's size.
+#[test]
+fn increases_queued_behind_a_forgotten_lost_submission_are_sent() {
+    let t0 = Instant::now();
+    let mut m = machine_in("submitting", t0);
+    assert_eq!(m.admit_increase(1, MAX), Ok(Admission::Queued));
+    m.submission_lost();
+    assert_eq!(m.target(), Some(6));
+    // Still too early: nothing happens.
+    assert!(
+        m.snapshot_installed(running3(t0), &ALERT, at(t0, 5))
+            .is_empty()
+    );
+    // Late enough: the job list is asked first (CloudStack may have queued the job
+    // without picking it up yet); it shows none.
+    let fx = m.snapshot_installed(running3(t0), &ALERT, at(t0, 11));
+    assert_eq!(fx, vec![Effect::FindJob]);
+    assert_eq!(m.phase().name(), "answer-lost");
+    let fx = m.no_job_found(&ALERT, at(t0, 11));
+    assert_eq!(
+        fx,
+        vec![Effect::Submit(ScaleRequest::Resize { new_size: 4 })]
+    );
+    assert_eq!(m.phase().name(), "submitting");
+    assert_eq!(m.queue().increase.len(), 0);
+    assert_eq!(m.target(), Some(4));
+}
+
+#[test]
+fn a_queued_request_cloudstack_refuses_becomes_failed_instances() {
+    let t0 = Instant::now();
+    let mut m = machine_in("running", t0);
+    assert_eq!(m.admit_increase(2, MAX), Ok(Admission::Queued));
+    let settled = m
+        .job_finished("job-1", &JobEnd::Succeeded, true, false, &ALERT, t0)
+        .expect("our job");
+    assert_eq!(
+        settled.effects,
+        vec![Effect::Submit(ScaleRequest::Resize { new_size: 5 })]
+    );
+    assert!(
+        m.submission_refused("quota exceeded", &ALERT, t0)
+            .is_empty()
+    );
+    assert_eq!(m.phase(), &Phase::Idle);
+    let failed: Vec<_> = m.failed().iter().map(|f| f.error.code.as_str()).collect();
+    assert_eq!(failed, ["scale-up-refused", "scale-up-refused"]);
+    assert_eq!(
+        m.target(),
+        Some(5),
+        "the failed instances count until deleted"
+    );
+    assert_eq!(m.decrease_target(2), Ok(Decreased { cancelled: 2 }));
+    assert_eq!(m.target(), Some(3));
+}
+
+#[test]
+fn a_queued_request_the_rules_refuse_becomes_failed_instances_without_a_request() {
+    let t0 = Instant::now();
+    let mut m = machine_in("running", t0);
+    assert_eq!(m.admit_increase(1, MAX), Ok(Admission::Queued));
+    // The job ended with the cluster Stopped: no size change is allowed.
+    m.snapshot_installed(
+        snapshot("Stopped", &[("w1", VmState::Stopped)], t0),
+        &ALERT,
+        t0,
+    );
+    let settled = m
+        .job_finished("job-1", &JobEnd::Succeeded, true, false, &ALERT, t0)
+        .expect("our job");
+    assert!(settled.effects.is_empty());
+    assert_eq!(m.failed().len(), 1);
+    assert_eq!(m.failed()[0].error.code, "scale-up-refused");
+}
+
+#[test]
+fn a_failed_scale_up_reports_the_vms_it_left_and_the_ones_it_never_made() {
+    let t0 = Instant::now();
+    let mut m = machine_in("running", t0);
+    // One of the two requested VMs appeared, then the job failed; CloudStack updates the
+    // cluster's size only when a scale-up succeeds.
+    let after = snapshot_sized(
+        "Alert",
+        &[
+            ("w1", VmState::Running),
+            ("w2", VmState::Running),
+            ("w3", VmState::Running),
+            ("w4", VmState::Error),
+        ],
+        3,
+        t0,
+    );
+    m.snapshot_installed(after, &ALERT, t0);
+    let end = JobEnd::Failed {
+        code: 533,
+        text: "insufficient capacity".into(),
+    };
+    let s = m
+        .job_finished("job-1", &end, true, false, &ALERT, t0)
+        .expect("ours");
+    assert!(s.changed);
+    let failed: Vec<_> = m
+        .failed()
+        .iter()
+        .map(|f| (f.vm_id.clone(), f.error.code.clone()))
+        .collect();
+    assert_eq!(failed.len(), 2);
+    assert_eq!(failed[0], (Some("w4".into()), "out-of-resources".into()));
+    assert_eq!(failed[1].0, None);
+    // Three workers, the failed VM (counted once, as the instance it is listed as) and one
+    // placeholder never created.
+    assert_eq!(m.target(), Some(3 + 2));
+}
+
+#[test]
+fn a_refusal_seen_by_the_watching_rpc_leaves_nothing_behind() {
+    let t0 = Instant::now();
+    let mut m = machine_in("running", t0);
+    let end = JobEnd::Failed {
+        code: 530,
+        text: "Kubernetes cluster k is in Alert state and can not be scaled".into(),
+    };
+    m.snapshot_installed(
+        snapshot(
+            "Alert",
+            &[
+                ("w1", VmState::Running),
+                ("w2", VmState::Running),
+                ("w3", VmState::Stopped),
+            ],
+            t0,
+        ),
+        &ALERT,
+        t0,
+    );
+    let s = m
+        .job_finished("job-1", &end, true, true, &ALERT, t0)
+        .expect("ours");
+    assert!(!s.changed);
+    assert!(s.alert_refusal);
+    assert!(m.failed().is_empty());
+    assert_eq!(m.target(), Some(3));
+    // Seen by the follower instead (no caller to tell), the same refusal leaves two
+    // failed instances so the autoscaler hears of it.
+    let mut m = machine_in("running", t0);
+    let s = m
+        .job_finished("job-1", &end, true, false, &ALERT, t0)
+        .expect("ours");
+    assert!(!s.changed);
+    assert_eq!(m.failed().len(), 2);
+}
+
+fn node(id: &str) -> NodeRef {
+    NodeRef {
+        provider_id: format!("external-cloudstack://{id}"),
+        ..NodeRef::default()
+    }
+}
+
+/// The fake node the autoscaler builds for an instance without a node.
+fn fake(id: &str, reason: &str) -> NodeRef {
+    let instance = format!("external-cloudstack://{id}");
+    NodeRef {
+        provider_id: instance.clone(),
+        name: instance,
+        annotations: HashMap::from([(FAKE_NODE_REASON_ANNOTATION.into(), reason.into())]),
+    }
+}
+
+#[test]
+fn a_vm_reported_registered_is_not_deleted_as_unregistered_within_the_window() {
+    let t0 = Instant::now();
+    let mut m = machine_in("idle", t0);
+    let mut reports = no_reports();
+    // Another autoscaler showed w1's node, with the default providerID, 10 minutes in.
+    let seen = at(t0, 600);
+    reports.record("w1", "k-node-w1", "external-cloudstack://w1", seen);
+
+    let refused = m.accept_removal(
+        &[fake("w1", "unregistered")],
+        1,
+        &ALERT,
+        &reports,
+        seen + PROVISION - Duration::from_secs(1),
+    );
+    let Err(e @ ScaleError::RecentlyRegistered { .. }) = refused else {
+        panic!("refused as registered: {refused:?}");
+    };
+    let text = e.to_string();
+    assert!(
+        text.contains("external-cloudstack://w1") && text.contains("k-node-w1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("1499s ago") && text.contains("(1500s)"),
+        "{text}"
+    );
+    assert!(m.queue().remove.is_empty(), "nothing queued");
+    assert_eq!(m.target(), Some(3));
+
+    // Not protected: another VM, a failed creation, a real node the autoscaler sees.
+    let now = seen + Duration::from_secs(60);
+    assert_eq!(
+        m.plan_removal(&[fake("w2", "unregistered")], 1, &ALERT, &reports, now)
+            .map(|p| p.vms),
+        Ok(vec!["w2".to_string()])
+    );
+    assert_eq!(
+        m.plan_removal(&[fake("w1", "create-error")], 1, &ALERT, &reports, now)
+            .map(|p| p.vms),
+        Ok(vec!["w1".to_string()])
+    );
+    assert_eq!(
+        m.plan_removal(&[node("w1")], 1, &ALERT, &reports, now)
+            .map(|p| p.vms),
+        Ok(vec!["w1".to_string()])
+    );
+
+    // Once the node has not been seen for the whole window, the deletion is the
+    // autoscaler's to make.
+    assert_eq!(
+        m.accept_removal(
+            &[fake("w1", "unregistered")],
+            1,
+            &ALERT,
+            &reports,
+            seen + PROVISION
+        ),
+        Ok(Accepted::OpensWindow)
+    );
+}
+
+fn running(n: u32, t: Instant) -> Arc<IndexedSnapshot> {
+    let ids: Vec<String> = (1..=n).map(|i| format!("w{i}")).collect();
+    let vms: Vec<(&str, VmState)> = ids.iter().map(|i| (i.as_str(), VmState::Running)).collect();
+    snapshot("Running", &vms, t)
+}
+
+fn remove_of(ids: &[&str]) -> Effect {
+    Effect::Submit(ScaleRequest::RemoveNodes {
+        vm_ids: ids.iter().map(|s| s.to_string()).collect(),
+    })
+}
+
+/// "Cannot scale in Alert" is concluded only when the provider's own rules, after the
+/// job, still allow the request.
+#[test]
+fn an_alert_refusal_the_rules_explain_says_nothing_about_the_cloudstack_version() {
+    let t0 = Instant::now();
+    let end = JobEnd::Failed {
+        code: 530,
+        text: "Kubernetes cluster k is in Alert state and can not be scaled".into(),
+    };
+    let alert_with = |w3: VmState| {
+        snapshot(
+            "Alert",
+            &[
+                ("w1", VmState::Running),
+                ("w2", VmState::Running),
+                ("w3", w3),
+            ],
+            t0,
+        )
+    };
+    let cases = [
+        // A worker down: every rule allows the scale-up, yet CloudStack refused.
+        (alert_with(VmState::Stopped), true, true),
+        // HA restarted the worker before the job validated: rule 7 explains the refusal.
+        (alert_with(VmState::Running), true, false),
+        // No snapshot after the job: nothing is concluded.
+        (alert_with(VmState::Stopped), false, false),
+    ];
+    for (snap, fetched, want) in cases {
+        let mut m = machine_in("running", t0);
+        m.snapshot_installed(snap, &ALERT, t0);
+        let s = m
+            .job_finished("job-1", &end, fetched, true, &ALERT, t0)
+            .expect("ours");
+        assert_eq!(s.alert_refusal, want, "fetched {fetched}");
+    }
+}
+
+#[test]
+fn a_removal_drops_the_target_and_remembers_the_vms_once_accepted() {
+    let t0 = Instant::now();
+    let mut m = machine_in("idle", t0);
+    let w2 = NodeRef {
+        provider_id: "external-cloudstack://w2".into(),
+        name: "k-node-w2".into(),
+        annotations: HashMap::new(),
+    };
+    assert_eq!(
+        m.accept_removal(std::slice::from_ref(&w2), 1, &ALERT, &no_reports(), t0),
+        Ok(Accepted::OpensWindow)
+    );
+    assert_eq!(m.target(), Some(2), "the target drops once accepted");
+    assert_eq!(m.close_window(&ALERT, t0), Ok(vec![remove_of(&["w2"])]));
+    assert_eq!(m.target(), Some(2));
+    // Refused: nothing remembered, the target is back.
+    assert!(m.submission_refused("no", &ALERT, t0).is_empty());
+    assert_eq!(m.target(), Some(3));
+    assert!(m.recently_removed.is_empty());
+    // Accepted: remembered under id and name; once gone, naming it again is a no-op.
+    m.accept_removal(std::slice::from_ref(&w2), 1, &ALERT, &no_reports(), t0)
+        .expect("accepted");
+    m.close_window(&ALERT, t0).expect("sent");
+    m.submission_answered("job-2".into(), t0);
+    m.snapshot_installed(
+        snapshot(
+            "Scaling",
+            &[("w1", VmState::Running), ("w3", VmState::Running)],
+            t0,
+        ),
+        &ALERT,
+        t0,
+    );
+    assert_eq!(
+        m.accept_removal(std::slice::from_ref(&w2), 1, &ALERT, &no_reports(), t0),
+        Ok(Accepted::Done)
+    );
+    // A removal while the first runs waits behind it, but not below the minimum.
+    assert_eq!(
+        m.accept_removal(&[node("w3")], 2, &ALERT, &no_reports(), t0)
+            .map_err(|e| err_name(&e)),
+        Err("below-min")
+    );
+    assert_eq!(
+        m.accept_removal(&[node("w3")], 1, &ALERT, &no_reports(), t0),
+        Ok(Accepted::Behind)
+    );
+    assert_eq!(
+        m.accept_removal(&[node("w1")], 0, &ALERT, &no_reports(), t0),
+        Err(ScaleError::Refused(Refusal::RemovesAllWorkers {
+            cluster: "k".into(),
+            workers: 2
+        })),
+        "the last worker stays, counting the removal in flight"
+    );
+}
+
+/// The real autoscaler's scale-down: one DeleteNodes per node, at once
+/// (`core/scaledown/actuation/actuator.go` `deleteNodesAsync`).
+#[test]
+fn concurrent_per_node_removals_go_one_drain_at_a_time() {
+    let t0 = Instant::now();
+    let mut m = ScaleMachine::new(Some("cid".into()), timings());
+    m.snapshot_installed(running(6, t0), &ALERT, t0);
+    let got: Vec<_> = ["w1", "w2", "w3", "w2"]
+        .iter()
+        .map(|id| m.accept_removal(&[node(id)], 1, &ALERT, &no_reports(), t0))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            Ok(Accepted::OpensWindow),
+            Ok(Accepted::JoinsWindow),
+            Ok(Accepted::JoinsWindow),
+            Ok(Accepted::Done),
+        ],
+        "a node named twice is queued once"
+    );
+    assert_eq!(m.target(), Some(3));
+    // A snapshot meanwhile does not send the window early.
+    assert!(m.snapshot_installed(running(6, t0), &ALERT, t0).is_empty());
+    // One VM that needs a drain per request (a failed drain must find nothing removed
+    // yet): w1 now, w2 and w3 after it, one job each.
+    assert_eq!(m.close_window(&ALERT, t0), Ok(vec![remove_of(&["w1"])]));
+    m.submission_answered("job-1".into(), t0);
+    m.window_answered(true);
+    // More arrive while the job runs: accepted at once, sent together when it ends; a
+    // node of the job in flight is not sent again.
+    assert_eq!(
+        m.accept_removal(&[node("w4")], 1, &ALERT, &no_reports(), t0),
+        Ok(Accepted::Behind)
+    );
+    assert_eq!(
+        m.accept_removal(&[node("w5")], 1, &ALERT, &no_reports(), t0),
+        Ok(Accepted::Behind)
+    );
+    assert_eq!(
+        m.accept_removal(&[node("w1")], 1, &ALERT, &no_reports(), t0),
+        Ok(Accepted::Done)
+    );
+    assert_eq!(m.target(), Some(1));
+    assert_eq!(
+        m.accept_removal(&[node("w6")], 1, &ALERT, &no_reports(), t0)
+            .map_err(|e| err_name(&e)),
+        Err("below-min"),
+        "the minimum holds against everything queued"
+    );
+    let after = snapshot(
+        "Running",
+        &[
+            ("w4", VmState::Running),
+            ("w5", VmState::Running),
+            ("w6", VmState::Running),
+        ],
+        t0,
+    );
+    m.snapshot_installed(after, &ALERT, t0);
+    let settled = m
+        .job_finished("job-1", &JobEnd::Succeeded, true, false, &ALERT, t0)
+        .expect("ours");
+    // w2 and w3 vanished with the job (listed no more): done. w4 next, then w5.
+    assert_eq!(settled.effects, vec![remove_of(&["w4"])]);
+    assert_eq!(m.target(), Some(1));
+    m.submission_answered("job-2".into(), t0);
+    let after = snapshot(
+        "Running",
+        &[("w5", VmState::Running), ("w6", VmState::Running)],
+        t0,
+    );
+    m.snapshot_installed(after, &ALERT, t0);
+    let settled = m
+        .job_finished("job-2", &JobEnd::Succeeded, true, false, &ALERT, t0)
+        .expect("ours");
+    assert_eq!(settled.effects, vec![remove_of(&["w5"])]);
+}
+
+#[test]
+fn a_queued_node_that_disappears_is_left_out_and_one_that_comes_back_is_sent() {
+    let t0 = Instant::now();
+    let mut m = machine_in("running", t0);
+    m.accept_removal(&[node("w1")], 1, &ALERT, &no_reports(), t0)
+        .expect("queued");
+    m.accept_removal(&[node("w2")], 1, &ALERT, &no_reports(), t0)
+        .expect("queued");
+    // w1 vanished (destroyed elsewhere), w2 missing from one listing and back.
+    m.snapshot_installed(
+        snapshot(
+            "Scaling",
+            &[("w3", VmState::Running), ("w4", VmState::Running)],
+            t0,
+        ),
+        &ALERT,
+        t0,
+    );
+    let back = snapshot(
+        "Running",
+        &[
+            ("w1", VmState::Expunging),
+            ("w2", VmState::Running),
+            ("w3", VmState::Running),
+            ("w4", VmState::Running),
+            ("w5", VmState::Running),
+        ],
+        t0,
+    );
+    m.snapshot_installed(back, &ALERT, t0);
+    let settled = m
+        .job_finished("job-1", &JobEnd::Succeeded, true, false, &ALERT, t0)
+        .expect("ours");
+    assert_eq!(settled.effects, vec![remove_of(&["w2"])]);
+    // Every queued node gone: nothing is sent.
+    let mut m = machine_in("running", t0);
+    m.accept_removal(&[node("w1")], 1, &ALERT, &no_reports(), t0)
+        .expect("queued");
+    m.snapshot_installed(
+        snapshot(
+            "Running",
+            &[("w2", VmState::Running), ("w3", VmState::Running)],
+            t0,
+        ),
+        &ALERT,
+        t0,
+    );
+    let settled = m
+        .job_finished("job-1", &JobEnd::Succeeded, true, false, &ALERT, t0)
+        .expect("ours");
+    assert!(settled.effects.is_empty());
+    assert!(m.queue().remove.is_empty());
+}
+
+#[test]
+fn removals_go_before_increases_and_neither_is_lost() {
+    let t0 = Instant::now();
+    let mut m = machine_in("running", t0);
+    m.accept_removal(&[node("w1")], 1, &ALERT, &no_reports(), t0)
+        .expect("queued");
+    assert_eq!(m.admit_increase(2, MAX), Ok(Admission::Queued));
+    assert_eq!(m.target(), Some(5 - 1 + 2));
+    m.snapshot_installed(running(5, t0), &ALERT, t0);
+    let settled = m
+        .job_finished("job-1", &JobEnd::Succeeded, true, false, &ALERT, t0)
+        .expect("ours");
+    assert_eq!(settled.effects, vec![remove_of(&["w1"])]);
+    assert_eq!(m.target(), Some(6));
+    m.submission_answered("job-2".into(), t0);
+    let four: Vec<String> = (2..=5).map(|i| format!("w{i}")).collect();
+    let vms: Vec<(&str, VmState)> = four
+        .iter()
+        .map(|i| (i.as_str(), VmState::Running))
+        .collect();
+    m.snapshot_installed(snapshot("Running", &vms, t0), &ALERT, t0);
+    let settled = m
+        .job_finished("job-2", &JobEnd::Succeeded, true, false, &ALERT, t0)
+        .expect("ours");
+    // Sent on top of the four left: CloudStack's size never passed 6 on the way.
+    assert_eq!(
+        settled.effects,
+        vec![Effect::Submit(ScaleRequest::Resize { new_size: 6 })]
+    );
+    assert_eq!(m.target(), Some(6));
+    // An increase arriving while a window collects removals waits for them.
+    let mut m = machine_in("idle", t0);
+    assert_eq!(
+        m.accept_removal(&[node("w1")], 1, &ALERT, &no_reports(), t0),
+        Ok(Accepted::OpensWindow)
+    );
+    assert_eq!(m.admit_increase(1, MAX), Ok(Admission::Queued));
+    assert_eq!(m.close_window(&ALERT, t0), Ok(vec![remove_of(&["w1"])]));
+}
+
+#[test]
+fn a_merged_request_the_rules_refuse_is_refused_at_rest_and_owed_behind_a_job() {
+    let t0 = Instant::now();
+    // At rest the rules are checked at once: a call they refuse changes nothing.
+    let mut m = ScaleMachine::new(Some("cid".into()), timings());
+    let alert_no_down_worker = snapshot(
+        "Alert",
+        &[("w1", VmState::Running), ("w2", VmState::Running)],
+        t0,
+    );
+    m.snapshot_installed(alert_no_down_worker, &ALERT, t0);
+    assert!(matches!(
+        m.accept_removal(&[node("w1")], 1, &ALERT, &no_reports(), t0),
+        Err(ScaleError::Refused(Refusal::AlertWithoutDownWorker { .. }))
+    ));
+    assert_eq!(m.target(), Some(2));
+    // Queued behind a job, they are checked when their turn comes.
+    let mut m = machine_in("running", t0);
+    m.accept_removal(&[node("w1")], 1, &ALERT, &no_reports(), t0)
+        .expect("queued");
+    m.snapshot_installed(
+        snapshot(
+            "Alert",
+            &[
+                ("w1", VmState::Running),
+                ("w2", VmState::Running),
+                ("w3", VmState::Running),
+            ],
+            t0,
+        ),
+        &ALERT,
+        t0,
+    );
+    let settled = m
+        .job_finished("job-1", &JobEnd::Succeeded, true, false, &ALERT, t0)
+        .expect("ours");
+    // Owed (its caller was answered OK): it waits, out of the target, and is tried again.
+    assert!(matches!(
+        &settled.effects[..],
+        [Effect::RemovalRetried { vms, .. }] if vms == &["k-node-w1".to_string()]
+    ));
+    assert_eq!(m.queue().remove.len(), 1);
+    assert_eq!(m.target(), Some(2));
+    let shown = m.instances(&[]);
+    let w1 = shown.iter().find(|i| i.id.ends_with("w1")).expect("listed");
+    assert_eq!(w1.state, crate::status::InstanceState::Deleting);
+    assert_eq!(
+        w1.error.as_ref().map(|e| e.code.as_str()),
+        Some("removal-retrying")
+    );
+    // In a window, the refusal is the window's error.
+    let mut m = ScaleMachine::new(Some("cid".into()), timings());
+    m.snapshot_installed(running3(t0), &ALERT, t0);
+    m.accept_removal(&[node("w1")], 1, &ALERT, &no_reports(), t0)
+        .expect("queued");
+    m.snapshot_installed(
+        snapshot(
+            "Alert",
+            &[
+                ("w1", VmState::Running),
+                ("w2", VmState::Running),
+                ("w3", VmState::Running),
+            ],
+            t0,
+        ),
+        &ALERT,
+        t0,
+    );
+    assert!(matches!(
+        m.close_window(&ALERT, t0),
+        Err(ScaleError::Refused(_))
+    ));
+    assert_eq!(m.target(), Some(3));
+}
+
+#[test]
+fn a_failed_removal_stays_owed_and_is_sent_again_after_a_pause_then_abandoned() {
+    let t0 = Instant::now();
+    let mut m = ScaleMachine::new(Some("cid".into()), timings());
+    m.snapshot_installed(running(4, t0), &ALERT, t0);
+    m.accept_removal(&[node("w1")], 1, &ALERT, &no_reports(), t0)
+        .expect("queued");
+    assert_eq!(m.close_window(&ALERT, t0), Ok(vec![remove_of(&["w1"])]));
+    m.submission_answered("job-1".into(), t0);
+    m.window_answered(true);
+    assert_eq!(m.target(), Some(3));
+    let end = JobEnd::Failed {
+        code: 530,
+        text: "failed to remove Kubernetes node".into(),
+    };
+    m.set_can_stop_vms(false);
+    let mut t = t0;
+    for attempt in 1..=MAX_REMOVAL_ATTEMPTS {
+        m.snapshot_installed(running(4, t), &ALERT, t);
+        let settled = m
+            .job_finished(
+                m.phase().job().unwrap_or("none").to_string().as_str(),
+                &end,
+                true,
+                false,
+                &ALERT,
+                t,
+            )
+            .expect("ours");
+        // Still out of the target: the autoscaler counts w1 as gone.
+        assert_eq!(m.target(), Some(3), "attempt {attempt}");
+        let names: Vec<&str> = settled
+            .effects
+            .iter()
+            .map(|e| match e {
+                Effect::RemovalRetried { .. } => "retried",
+                Effect::RemovalAbandoned { .. } => "abandoned",
+                Effect::Submit(_) => "submit",
+                _ => "other",
+            })
+            .collect();
+        if attempt < MAX_REMOVAL_ATTEMPTS {
+            // w1 backs off: nothing is sent before it is due.
+            assert_eq!(names, ["retried"], "attempt {attempt}");
+            let wait = retry_delay(attempt);
+            let early = t + wait - Duration::from_secs(1);
+            assert!(
+                m.snapshot_installed(running(4, early), &ALERT, early)
+                    .is_empty()
+            );
+            t += wait;
+            let fx = m.snapshot_installed(running(4, t), &ALERT, t);
+            let sent: Vec<&Effect> = fx
+                .iter()
+                .filter(|e| matches!(e, Effect::Submit(_)))
+                .collect();
+            assert_eq!(sent.len(), 1, "attempt {attempt}: {fx:?}");
+            m.submission_answered(format!("job-{}", attempt + 1), t);
+        } else {
+            assert_eq!(names, ["abandoned"]);
+        }
+    }
+    let w1 = m
+        .instances(&[])
+        .into_iter()
+        .find(|i| i.id.ends_with("w1"))
+        .expect("listed");
+    assert_eq!(
+        w1.error.as_ref().map(|e| e.code.as_str()),
+        Some("removal-abandoned")
+    );
+    assert_eq!(m.target(), Some(3));
+    // Abandoned: sent again only once the VM is down (no drain then).
+    t += Duration::from_secs(3600);
+    let fx = m.snapshot_installed(running(4, t), &ALERT, t);
+    assert!(
+        !fx.iter().any(|e| matches!(e, Effect::Submit(ScaleRequest::RemoveNodes { vm_ids }) if vm_ids.contains(&"w1".to_string()))),
+        "{fx:?}"
+    );
+}
+
+#[test]
+fn a_running_vm_without_a_node_is_stopped_first_or_refused() {
+    let t0 = Instant::now();
+    let mut m = ScaleMachine::new(Some("cid".into()), timings());
+    m.snapshot_installed(running(3, t0), &ALERT, t0);
+    // The key may not stop VMs: refused before any promise, saying what to do.
+    m.set_can_stop_vms(false);
+    let refused = m.accept_removal(&[fake("w3", "create-error")], 1, &ALERT, &no_reports(), t0);
+    let Err(e) = refused else {
+        panic!("accepted: {refused:?}")
+    };
+    assert_eq!(err_name(&e), "drain-would-fail");
+    assert!(e.to_string().contains("stopVirtualMachine id=w3"), "{e}");
+    assert_eq!(m.target(), Some(3));
+    // With Alert scaling refused by this CloudStack, stopping would not help either.
+    m.set_can_stop_vms(true);
+    let unsupported = AlertScaling::Unsupported {
+        cloudstack_error: "in Alert state and can not be scaled".into(),
+    };
+    assert!(matches!(
+        m.accept_removal(
+            &[fake("w3", "create-error")],
+            1,
+            &unsupported,
+            &no_reports(),
+            t0
+        ),
+        Err(ScaleError::DrainWouldFail { .. })
+    ));
+    // Otherwise: accepted, stopped, then removed as a down VM.
+    assert_eq!(
+        m.accept_removal(&[fake("w3", "create-error")], 1, &ALERT, &no_reports(), t0),
+        Ok(Accepted::OpensWindow)
+    );
+    assert_eq!(m.take_stops(t0), ["w3"]);
+    assert!(m.take_stops(t0).is_empty(), "a stop is sent once");
+    // Nothing to send while it runs.
+    assert_eq!(m.close_window(&ALERT, t0), Ok(vec![]));
+    m.window_answered(true);
+    m.stop_answered("w3", None, t0);
+    assert_eq!(m.target(), Some(2));
+    let stopped = snapshot(
+        "Alert",
+        &[
+            ("w1", VmState::Running),
+            ("w2", VmState::Running),
+            ("w3", VmState::Stopped),
+        ],
+        t0,
+    );
+    assert_eq!(
+        m.snapshot_installed(stopped, &ALERT, t0),
+        vec![remove_of(&["w3"])]
+    );
+    // A key without stopVirtualMachine: the removal waits for an operator.
+    let mut m = ScaleMachine::new(Some("cid".into()), timings());
+    m.snapshot_installed(running(3, t0), &ALERT, t0);
+    m.accept_removal(&[fake("w3", "unregistered")], 1, &ALERT, &no_reports(), t0)
+        .expect("accepted");
+    assert_eq!(m.take_stops(t0), ["w3"]);
+    m.stop_answered("w3", Some(("432 not available", true)), t0);
+    let shown = m.instances(&[]);
+    let w3 = shown.iter().find(|i| i.id.ends_with("w3")).expect("listed");
+    assert_eq!(
+        w3.error.as_ref().map(|e| e.code.as_str()),
+        Some("removal-stopping-vm")
+    );
+    assert!(
+        m.accept_removal(&[fake("w2", "unregistered")], 1, &ALERT, &no_reports(), t0)
+            .is_err(),
+        "learned: the next one is refused up front"
+    );
+}
+
+#[test]
+fn guarded_unregistered_nodes_do_not_keep_the_others() {
+    let t0 = Instant::now();
+    let mut m = ScaleMachine::new(Some("cid".into()), timings());
+    m.snapshot_installed(
+        snapshot(
+            "Alert",
+            &[
+                ("w1", VmState::Stopped),
+                ("w2", VmState::Stopped),
+                ("w3", VmState::Running),
+            ],
+            t0,
+        ),
+        &ALERT,
+        t0,
+    );
+    let mut reports = no_reports();
+    reports.record("w1", "node-w1", "external-cloudstack://w1", t0);
+    let a = m
+        .accept_removals(
+            &[fake("w1", "unregistered"), fake("w2", "unregistered")],
+            1,
+            &ALERT,
+            &reports,
+            t0,
+        )
+        .expect("w2 accepted");
+    assert_eq!(a.accepted, Accepted::OpensWindow);
+    assert!(
+        matches!(&a.refused[..], [ScaleError::RecentlyRegistered { vm, .. }] if vm == "k-node-w1")
+    );
+    assert_eq!(m.close_window(&ALERT, t0), Ok(vec![remove_of(&["w2"])]));
+    // Alone, the guarded one is refused and nothing changes.
+    assert!(matches!(
+        m.accept_removals(&[fake("w1", "unregistered")], 1, &ALERT, &reports, t0),
+        Err(ScaleError::RecentlyRegistered { .. })
+    ));
+}
+
+#[test]
+fn cleanup_drops_removals_not_sent() {
+    let t0 = Instant::now();
+    let mut m = machine_in("running", t0);
+    m.accept_removal(&[node("w1")], 1, &ALERT, &no_reports(), t0)
+        .expect("queued behind the job");
+    assert_eq!(m.target(), Some(4));
+    m.cleanup();
+    assert!(m.queue().remove.is_empty());
+    assert_eq!(
+        m.target(),
+        Some(3),
+        "w1 is back; the job's placeholders are gone with it"
+    );
+}
+
+#[test]
+fn decrease_cancels_all_it_is_asked_or_refuses_and_changes_nothing() {
+    let t0 = Instant::now();
+    let mut m = machine_in("running", t0);
+    assert_eq!(m.admit_increase(2, MAX), Ok(Admission::Queued));
+    assert_eq!(m.target(), Some(7));
+    assert!(
+        matches!(
+            m.decrease_target(5),
+            Err(ScaleError::CannotDecrease {
+                asked: 5,
+                cancellable: 2,
+                target: 7
+            })
+        ),
+        "the in-flight job's VMs are not cancelled"
+    );
+    assert_eq!(m.target(), Some(7), "a refusal changes nothing");
+    assert_eq!(m.decrease_target(2), Ok(Decreased { cancelled: 2 }));
+    assert_eq!(m.target(), Some(5));
+    assert_eq!(m.phase().name(), "running");
+}
+
+#[test]
+fn removal_bounds_and_roles_are_checked_before_anything_changes() {
+    let t0 = Instant::now();
+    let m = machine_in("idle", t0);
+    let node = |id: &str| NodeRef {
+        provider_id: format!("external-cloudstack://{id}"),
+        ..NodeRef::default()
+    };
+    let cases: &[(&[&str], u32, Result<usize, &str>)] = &[
+        (&["w1"], 1, Ok(1)),
+        (&["w1", "w1"], 1, Ok(1)),
+        (&["w1", "w2"], 2, Err("below-min")),
+        (&["c1"], 1, Err("not-worker")),
+        (&["zz"], 1, Err("unknown-node")),
+        (&["w1", "c1"], 1, Err("not-worker")),
+    ];
+    for (ids, min, want) in cases {
+        let nodes: Vec<NodeRef> = ids.iter().map(|i| node(i)).collect();
+        let got = m
+            .plan_removal(&nodes, *min, &ALERT, &no_reports(), t0)
+            .map(|p| p.vms.len())
+            .map_err(|e| err_name(&e));
+        assert_eq!(got, *want, "{ids:?} min {min}");
+    }
+    assert_eq!(m.phase(), &Phase::Idle);
+}
+
+#[test]
+fn increase_is_bounded_by_the_maximum_counting_queued_work() {
+    let t0 = Instant::now();
+    let mut m = machine_in("running", t0);
+    assert_eq!(
+        m.admit_increase(6, MAX),
+        Err(ScaleError::OutOfRange {
+            target: 5,
+            delta: 6,
+            max: 10
+        })
+    );
+    assert_eq!(m.admit_increase(5, MAX), Ok(Admission::Queued));
+    assert!(matches!(
+        m.admit_increase(1, MAX),
+        Err(ScaleError::OutOfRange { .. })
+    ));
+}
+
+#[test]
+fn failed_instances_expire_or_go_with_their_vm() {
+    let t0 = Instant::now();
+    let mut m = machine_in("running", t0);
+    let end = JobEnd::Failed {
+        code: 530,
+        text: "x".into(),
+    };
+    m.job_finished("job-1", &end, true, false, &ALERT, t0)
+        .expect("ours");
+    assert_eq!(m.failed().len(), 2);
+    m.snapshot_installed(running3(t0), &ALERT, at(t0, 1799));
+    assert_eq!(m.failed().len(), 2);
+    m.snapshot_installed(running3(t0), &ALERT, at(t0, 1800));
+    assert!(m.failed().is_empty());
+    assert_eq!(m.target(), Some(3));
+}
+
+#[test]
+fn increases_queued_behind_a_job_cleanup_forgot_go_out_with_the_next_snapshot() {
+    let t0 = Instant::now();
+    let mut m = machine_in("running", t0);
+    assert_eq!(m.admit_increase(1, MAX), Ok(Admission::Queued));
+    m.cleanup();
+    assert_eq!(m.phase(), &Phase::Idle);
+    // The job ended while nobody followed it: the next snapshot shows the cluster at rest.
+    let fx = m.snapshot_installed(
+        snapshot_sized(
+            "Running",
+            &[
+                ("w1", VmState::Running),
+                ("w2", VmState::Running),
+                ("w3", VmState::Running),
+                ("w4", VmState::Running),
+                ("w5", VmState::Running),
+            ],
+            5,
+            t0,
+        ),
+        &ALERT,
+        t0,
+    );
+    assert_eq!(
+        fx,
+        vec![Effect::Submit(ScaleRequest::Resize { new_size: 6 })]
+    );
+    assert_eq!(m.target(), Some(6));
+}
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// One event as CloudStack or the autoscaler may produce it, in any order.
+    #[derive(Debug, Clone)]
+    enum Step {
+        Increase(u32),
+        /// DeleteNodes for worker `w{n}` (down ones and failed ones included).
+        Remove(u32),
+        /// The shell closes the removal window.
+        CloseWindow,
+        Decrease(u32),
+        Answered,
+        Refused,
+        Lost,
+        Found,
+        NoJobFound,
+        JobEnds {
+            failed: bool,
+            watched: bool,
+        },
+        /// A snapshot `secs` later showing the cluster in a state with `workers` VMs, the
+        /// `down`th of them Stopped and the `gone`th Expunging (0: none).
+        Snapshot {
+            scaling: bool,
+            workers: u32,
+            down: u32,
+            gone: u32,
+            secs: u64,
+        },
+        Cleanup,
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            (1u32..4).prop_map(Step::Increase),
+            (1u32..7).prop_map(Step::Remove),
+            Just(Step::CloseWindow),
+            (1u32..3).prop_map(Step::Decrease),
+            Just(Step::Answered),
+            Just(Step::Refused),
+            Just(Step::Lost),
+            Just(Step::Found),
+            Just(Step::NoJobFound),
+            (any::<bool>(), any::<bool>())
+                .prop_map(|(failed, watched)| Step::JobEnds { failed, watched }),
+            (any::<bool>(), 1u32..7, 0u32..4, 0u32..4, 0u64..30).prop_map(
+                |(scaling, workers, down, gone, secs)| Step::Snapshot {
+                    scaling,
+                    workers,
+                    down,
+                    gone,
+                    secs,
+                }
+            ),
+            Just(Step::Cleanup),
+        ]
+    }
+
+    fn workers_snapshot(
+        scaling: bool,
+        n: u32,
+        down: u32,
+        gone: u32,
+        t: Instant,
+    ) -> Arc<IndexedSnapshot> {
+        let ids: Vec<String> = (1..=n).map(|i| format!("w{i}")).collect();
+        let vms: Vec<(&str, VmState)> = ids
+            .iter()
+            .zip(1..)
+            .map(|(i, k)| {
+                let state = if k == gone {
+                    VmState::Expunging
+                } else if k == down {
+                    VmState::Stopped
+                } else {
+                    VmState::Running
+                };
+                (i.as_str(), state)
+            })
+            .collect();
+        let state = if scaling {
+            "Scaling"
+        } else if down > 0 && down <= n {
+            "Alert"
+        } else {
+            "Running"
+        };
+        snapshot(state, &vms, t)
+    }
+
+    /// The invariant of docs/decrease-target-size.md: the target counts exactly the
+    /// instances NodeGroupNodes lists that are not Deleting (so the core's
+    /// `fixNodeGroupSize` never asks to cancel what cannot be cancelled).
+    fn listed_not_deleting(m: &ScaleMachine) -> u32 {
+        m.instances(&m.pending_placeholders())
+            .iter()
+            .filter(|i| i.state != crate::status::InstanceState::Deleting)
+            .count() as u32
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        /// Whatever happens, in whatever order: a request is sent only from Idle and
+        /// never while another is in flight; a refused request changes nothing; once a
+        /// snapshot shows the cluster at rest with nothing in flight, no queued work is
+        /// left behind; the target is never below what is queued and failed, and always
+        /// equals the listed instances that are not Deleting; no VM is queued twice or
+        /// queued while its removal runs.
+        #[test]
+        fn the_machine_never_sends_two_requests_or_strands_work(
+            steps in proptest::collection::vec(step(), 1..40)
+        ) {
+            let t0 = Instant::now();
+            let mut now = t0;
+            let mut m = ScaleMachine::new(Some("cid".into()), timings());
+            m.snapshot_installed(running3(t0), &ALERT, t0);
+            for s in steps {
+                let before = m.clone();
+                let was_idle = m.phase() == &Phase::Idle;
+                let mut effects = Vec::new();
+                match s {
+                    Step::Increase(d) => match m.admit_increase(d, MAX) {
+                        Ok(Admission::NeedsFreshSnapshot) => {
+                            match m.start_increase(d, MAX, &ALERT, now) {
+                                Ok(Started::Submit(r)) => effects.push(Effect::Submit(r)),
+                                Ok(_) => {}
+                                Err(_) => prop_assert_eq!(m.phase(), before.phase()),
+                            }
+                        }
+                        Ok(Admission::Queued) => prop_assert!(!was_idle || !before.queue().remove.is_empty()),
+                        Err(_) => {
+                            prop_assert_eq!(m.target(), before.target(), "a refusal changes nothing");
+                        }
+                    },
+                    Step::Remove(n) => {
+                        let node = NodeRef { provider_id: format!("external-cloudstack://w{n}"), ..NodeRef::default() };
+                        match m.accept_removal(&[node], 1, &ALERT, &no_reports(), now) {
+                            Ok(Accepted::Done) => prop_assert!(m.target() <= before.target()),
+                            Ok(_) => prop_assert_eq!(m.target(), before.target().map(|t| t - 1), "the target drops at once"),
+                            Err(_) => {
+                                prop_assert_eq!(m.target(), before.target(), "a refusal changes nothing");
+                                prop_assert_eq!(m.queue(), before.queue());
+                            }
+                        }
+                        prop_assert!(m.target().unwrap_or(0) >= 1 || before.target() == Some(0), "never the last worker");
+                    }
+                    Step::CloseWindow => match m.close_window(&ALERT, now) {
+                        Ok(fx) => {
+                            effects = fx;
+                            m.window_answered(true);
+                        }
+                        Err(_) => prop_assert!(m.queue().remove.iter().all(|r| !r.in_window)),
+                    },
+                    Step::Decrease(d) => {
+                        match m.decrease_target(d) {
+                            Ok(got) => {
+                                prop_assert_eq!(got.cancelled, d);
+                                prop_assert_eq!(m.target(), before.target().map(|t| t - d), "after an OK the target dropped by the delta");
+                            }
+                            Err(_) => prop_assert_eq!(m.target(), before.target(), "a refusal changes nothing"),
+                        }
+                    }
+                    Step::Answered => m.submission_answered(format!("job-{}", now.duration_since(t0).as_secs()), now),
+                    Step::Refused => effects = m.submission_refused("no", &ALERT, now),
+                    Step::Lost => m.submission_lost(),
+                    Step::Found => effects = m.job_found("job-x".into(), now),
+                    Step::NoJobFound => effects = m.no_job_found(&ALERT, now),
+                    Step::JobEnds { failed, watched } => {
+                        let end = if failed {
+                            JobEnd::Failed { code: 530, text: "boom".into() }
+                        } else {
+                            JobEnd::Succeeded
+                        };
+                        if let Some(job) = m.phase().job().map(str::to_string)
+                            && let Some(settled) = m.job_finished(&job, &end, true, watched, &ALERT, now)
+                        {
+                            effects = settled.effects;
+                        }
+                    }
+                    Step::Snapshot { scaling, workers, down, gone, secs } => {
+                        now += Duration::from_secs(secs);
+                        effects = m.snapshot_installed(workers_snapshot(scaling, workers, down, gone, now), &ALERT, now);
+                        // (An open window is the shell's to close; its work goes then.)
+                        if !scaling && m.phase() == &Phase::Idle && !m.queue().window_open {
+                            prop_assert!(m.queue().increase.is_empty(), "queued work stranded: {:?}", m);
+                            // Owed removals wait only for a reason: backing off, their VM to be
+                            // stopped, or abandoned (until the VM is down).
+                            let snap = m.snapshot().cloned();
+                            let down = |id: &str| snap.as_ref().and_then(|s| s.snap.vm(id)).is_some_and(|v| v.state.is_down());
+                            for r in &m.queue().remove {
+                                let waits = r.not_before.is_some_and(|t| t > now)
+                                    || (!down(&r.vm_id) && (r.stop != StopStage::NotNeeded || r.abandoned));
+                                prop_assert!(waits, "queued removal stranded: {:?}", m);
+                            }
+                        }
+                    }
+                    Step::Cleanup => m.cleanup(),
+                }
+                let submits = effects.iter().filter(|e| matches!(e, Effect::Submit(_))).count();
+                prop_assert!(submits <= 1);
+                if submits == 1 {
+                    prop_assert!(
+                        !matches!(before.phase(), Phase::Submitting { .. } | Phase::AnswerLost { .. } | Phase::Running { .. } | Phase::Adopted { .. })
+                            || matches!(s, Step::Refused | Step::JobEnds { .. } | Step::Snapshot { .. } | Step::NoJobFound),
+                        "a request sent while another was in flight: {:?} then {:?}", before.phase(), s
+                    );
+                    prop_assert_eq!(m.phase().name(), "submitting");
+                }
+                let failed_placeholders = m.failed().iter().filter(|f| f.vm_id.is_none()).count();
+                let floor = (m.queue().increase.len() + failed_placeholders) as u32;
+                prop_assert!(m.target().unwrap_or(0) >= floor);
+                prop_assert_eq!(m.target(), Some(listed_not_deleting(&m)), "target = listed instances not Deleting, after {:?}", s);
+                let mut sent_twice = std::collections::HashSet::new();
+                for r in &m.queue().remove {
+                    prop_assert!(sent_twice.insert(r.vm_id.clone()), "a VM queued twice");
+                    let in_flight = matches!(m.phase().op().map(|o| &o.kind), Some(OpKind::Remove { vm_ids, .. }) if vm_ids.contains(&r.vm_id));
+                    prop_assert!(!in_flight, "a VM queued while its removal is in flight");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn poll_delays() {
+    let poll = Duration::from_secs(2);
+    let hour = Duration::from_secs(3600);
+    let cases = [
+        (0, 0, poll),
+        (1, 0, Duration::from_secs(4)),
+        (3, 0, Duration::from_secs(16)),
+        (4, 0, Duration::from_secs(30)),
+        (9, 0, Duration::from_secs(30)),
+        (0, 7201, Duration::from_secs(60)),
+        (0, 7200, poll),
+    ];
+    for (failed, secs, want) in cases {
+        let got = poll_delay(poll, failed, Duration::from_secs(secs), 2 * hour);
+        assert_eq!(got, want, "{failed} failed polls after {secs}s");
+    }
+}
