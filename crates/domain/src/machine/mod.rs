@@ -26,7 +26,7 @@
 //! # Files
 //! This file holds the vocabulary (phases, operations, effects) and the machine's state; the
 //! rest is split by what moves it:
-//! - `jobs`: what CloudStack says moves the phase: a new snapshot, the answer to a submission,
+//! - `events`: what CloudStack says moves the phase: a new snapshot, the answer to a submission,
 //!   a job found or not, a job's end (and what it leaves behind), Cleanup.
 //! - `increase`: IncreaseSize, admitted on the cached state and started on a fresh snapshot.
 //! - `delete`: DeleteNodes: the named nodes resolved and guarded, then accepted into the queue.
@@ -40,7 +40,7 @@
 mod delete;
 mod error;
 mod increase;
-mod jobs;
+mod events;
 mod nodes;
 mod queue;
 mod target;
@@ -48,7 +48,7 @@ mod target;
 pub use delete::{Acceptance, Accepted, DeletePlan, LocalDrops, NodeRef};
 pub use error::{ScaleError, is_alert_refusal, is_drain_failure, refused_error};
 pub use increase::{Admission, Started};
-pub use jobs::{JobEnd, OVERDUE_POLL_FACTOR, Settled, op_changed_cluster, poll_delay};
+pub use events::{JobEnd, OVERDUE_POLL_FACTOR, Settled, op_changed_cluster, poll_delay};
 pub use nodes::{Hit, LearnedNode};
 pub use queue::{Queue, QueuedRemoval};
 pub use target::Decreased;
