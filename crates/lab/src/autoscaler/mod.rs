@@ -145,7 +145,7 @@
 //! ```no_run
 //! use std::sync::Arc;
 //! use std::time::Duration;
-//! use cks_autoscaler_provider::autoscaler::{AutoscalerConfig, MockAutoscaler, Rpc, SimNodeSource};
+//! use cks_lab::autoscaler::{AutoscalerConfig, MockAutoscaler, Rpc, SimNodeSource};
 //!
 //! # async fn demo() -> anyhow::Result<()> {
 //! let nodes = SimNodeSource::new("http://127.0.0.1:8080/client/api")?.for_cluster("cluster-uuid");
