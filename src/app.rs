@@ -196,9 +196,8 @@ impl MetricsSource for ProviderMetrics {
     }
 }
 
-/// An instance as the worker gauges count it. Its VM is down when the autoscaler is told so:
-/// the error codes `vm-<state>` that `domain::status::vm_status` gives a down VM (a failed
-/// creation's `scale-up-failed`/`out-of-resources` is a creation, not a down VM).
+/// An instance as the worker gauges count it. Its VM is down when the autoscaler is told so
+/// (`InstanceView::vm_down`; a failed creation is a creation, not a down VM).
 fn gauge_worker(i: &InstanceView) -> Worker {
     Worker {
         told: match i.state {
@@ -206,7 +205,7 @@ fn gauge_worker(i: &InstanceView) -> Worker {
             InstanceState::Creating => Told::Creating,
             InstanceState::Deleting => Told::Deleting,
         },
-        down: i.error.as_ref().is_some_and(|e| e.code.starts_with("vm-")),
+        down: i.vm_down,
     }
 }
 
@@ -476,14 +475,14 @@ mod tests {
                     role: NodeRole::Worker,
                 };
                 let (told, error) = vm_status(&vm, activity);
+                // Down as the autoscaler reads it: an error naming the VM's state.
+                let down = error.as_ref().is_some_and(|e| e.code.starts_with("vm-"));
                 let w = gauge_worker(&InstanceView {
                     id: "cloudstack:///vm-1".into(),
                     state: told,
                     error,
+                    vm_down: cks_domain::status::reported_down(&vm, activity),
                 });
-                let down = state.is_down()
-                    && !state.is_gone()
-                    && matches!(activity, VmActivity::Idle | VmActivity::BeingCreated);
                 assert_eq!(w.down, down, "{state} {activity:?}");
                 let expected = match told {
                     InstanceState::Deleting => "deleting",

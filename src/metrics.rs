@@ -15,6 +15,7 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
+use cks_domain::machine::JobKind;
 use metrics::{describe_counter, describe_gauge, describe_histogram};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use std::collections::BTreeSet;
@@ -51,7 +52,7 @@ pub const WORKER_STATES: [&str; 4] = ["running", "creating", "deleting", "down"]
 
 /// The `kind` labels of the job counters, and the `outcome` labels of finished jobs. Each
 /// group's series start at 0, so `increase()` sees a group's first failure.
-const JOB_KINDS: [&str; 3] = ["scale_up", "remove_nodes", "adopted"];
+const JOB_KINDS: [JobKind; 3] = JobKind::ALL;
 const JOB_OUTCOMES: [&str; 2] = ["succeeded", "failed"];
 
 /// The process metrics (`process_cpu_seconds_total`, `process_resident_memory_bytes`,
@@ -182,26 +183,16 @@ pub fn record_rpc(method: &'static str, started: Instant, code: &str) {
         .record(started.elapsed().as_secs_f64());
 }
 
-/// Records one CloudStack API call.
-/// `waited`: from sending the request to having read the whole answer (CloudStack's time, not
-/// the provider's time parsing it).
-pub fn record_cloudstack(command: &str, waited: Duration, outcome: &'static str) {
-    metrics::counter!("cks_provider_cloudstack_requests_total", "command" => command.to_string(), "outcome" => outcome)
-        .increment(1);
-    metrics::histogram!("cks_provider_cloudstack_request_duration_seconds", "command" => command.to_string())
-        .record(waited.as_secs_f64());
-}
-
 /// Records a scale job this provider now follows from its start: `kind` is `scale_up`,
 /// `remove_nodes` (a request CloudStack accepted) or `adopted` (a job started elsewhere).
-pub fn record_job_started(node_group: &str, kind: &'static str) {
-    metrics::counter!("cks_provider_scale_jobs_started_total", "node_group" => node_group.to_string(), "kind" => kind)
+pub fn record_job_started(node_group: &str, kind: JobKind) {
+    metrics::counter!("cks_provider_scale_jobs_started_total", "node_group" => node_group.to_string(), "kind" => kind.as_str())
         .increment(1);
 }
 
 /// Records a finished scale job: `outcome` is `succeeded` or `failed`.
-pub fn record_job(node_group: &str, kind: &'static str, outcome: &'static str) {
-    metrics::counter!("cks_provider_scale_jobs_finished_total", "node_group" => node_group.to_string(), "kind" => kind, "outcome" => outcome)
+pub fn record_job(node_group: &str, kind: JobKind, outcome: &'static str) {
+    metrics::counter!("cks_provider_scale_jobs_finished_total", "node_group" => node_group.to_string(), "kind" => kind.as_str(), "outcome" => outcome)
         .increment(1);
 }
 
@@ -333,7 +324,7 @@ fn set_group_gauges(groups: &[GroupGauges], wall: SystemTime) {
             metrics::gauge!("cks_provider_node_group_workers", "node_group" => id.clone(), "state" => state)
                 .set(n as f64);
         }
-        for kind in JOB_KINDS {
+        for kind in JOB_KINDS.map(JobKind::as_str) {
             metrics::counter!("cks_provider_scale_jobs_started_total", "node_group" => id.clone(), "kind" => kind)
                 .increment(0);
             for outcome in JOB_OUTCOMES {
@@ -515,9 +506,9 @@ mod tests {
     fn every_family_has_a_help_line() {
         let handle = install();
         record_rpc("HelpTestRpc", Instant::now(), "Ok");
-        record_cloudstack("helpTestCommand", Duration::from_millis(3), "ok");
-        record_job_started("help-test-group", "scale_up");
-        record_job("help-test-group", "scale_up", "failed");
+        cks_cloudstack::record_request_metrics("helpTestCommand", Duration::from_millis(3), "ok");
+        record_job_started("help-test-group", JobKind::ScaleUp);
+        record_job("help-test-group", JobKind::ScaleUp, "failed");
         record_refusal("help-test-group", "alert_rule_7_no_down_worker");
         record_removals_retried(1);
         record_removals_abandoned(1);

@@ -7,7 +7,7 @@
 use super::{Provider, now};
 use cks_cloudstack::types::{JobOutcome, cloudstack_date};
 use cks_domain::jobs::{self, JobQuery, JobScan, JobSearch, ListedJob};
-use cks_domain::machine::{Effect, JobEnd, OpKind, Phase, Settled, poll_delay};
+use cks_domain::machine::{Effect, JobEnd, JobKind, Phase, Settled, poll_delay};
 use std::collections::HashSet;
 use tokio::time::Instant;
 
@@ -247,12 +247,19 @@ impl Provider {
         match (&found, was_lost) {
             (Some(job), true) if !effects.is_empty() => {
                 tracing::info!(group = %cluster_id, job = %job, "the scale request whose answer was lost became a job; following it");
-                let kind = followed_kind(self.inner.groups[gi].read().scale.phase());
+                let kind = JobKind::of(
+                    self.inner.groups[gi]
+                        .read()
+                        .scale
+                        .phase()
+                        .op()
+                        .map(|o| &o.kind),
+                );
                 crate::metrics::record_job_started(&cluster_id, kind);
             }
             (Some(job), false) if !effects.is_empty() => {
                 tracing::info!(group = %cluster_id, job = %job, "adopting a running scale job this provider did not start");
-                crate::metrics::record_job_started(&cluster_id, "adopted");
+                crate::metrics::record_job_started(&cluster_id, JobKind::Adopted);
             }
             (None, true) => {
                 tracing::warn!(group = %cluster_id, "the scale request whose answer was lost did not become a job; forgetting it")
@@ -361,15 +368,5 @@ impl Provider {
             .cluster_id
             .clone()
             .unwrap_or_default()
-    }
-}
-
-/// The `kind` label of the job a group follows, as [`Settled::kind`] names it when the job
-/// ends: `scale_up`, `remove_nodes`, or `adopted` (a job this provider did not start).
-fn followed_kind(phase: &Phase) -> &'static str {
-    match phase.op().map(|o| &o.kind) {
-        Some(OpKind::Increase { .. }) => "scale_up",
-        Some(OpKind::Remove { .. }) => "remove_nodes",
-        None => "adopted",
     }
 }

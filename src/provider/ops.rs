@@ -9,7 +9,9 @@ use super::{Error, Provider, Result, Scoped, before, now};
 use cks_cloudstack::CsError;
 use cks_cloudstack::types::JobOutcome;
 use cks_domain::cluster::{ClusterState, IndexedSnapshot};
-use cks_domain::machine::{Accepted, Admission, Effect, JobEnd, NodeRef, ScaleError, Started};
+use cks_domain::machine::{
+    Accepted, Admission, Effect, JobEnd, JobKind, NodeRef, ScaleError, Started,
+};
 use cks_domain::rules::ScaleRequest;
 use std::sync::Arc;
 use std::time::Duration;
@@ -147,8 +149,8 @@ impl Provider {
         g.lock().scale.submission_answered(job_id.clone(), now());
         tracing::info!(group = %label, job = %job_id, "scale job accepted by CloudStack");
         let kind = match &request {
-            ScaleRequest::Resize { .. } => "scale_up",
-            ScaleRequest::RemoveNodes { .. } => "remove_nodes",
+            ScaleRequest::Resize { .. } => JobKind::ScaleUp,
+            ScaleRequest::RemoveNodes { .. } => JobKind::RemoveNodes,
         };
         crate::metrics::record_job_started(&cluster_id, kind);
         if let Some(d) = deadline
@@ -251,7 +253,7 @@ impl Provider {
             });
         }
         match settled.kind {
-            "scale_up" => {
+            JobKind::ScaleUp => {
                 tracing::warn!(group = %label, job = job_id,
                     "the scale-up failed part-way while IncreaseSize watched it; its instances are reported as failed creations");
                 Ok(())

@@ -8,6 +8,7 @@
 //! wall clock and wait on the child's exit (bounded).
 
 use cks_autoscaler_provider::metrics::{self, GroupGauges, MetricsSource, Told, Worker};
+use cks_domain::machine::JobKind;
 use cks_proto as pb;
 use cks_sim::{self as sim, ClusterState, JobFailure, SimConfig};
 use cks_testkit::{
@@ -233,9 +234,13 @@ fn provider_metric_names(text: &str) -> BTreeSet<String> {
 async fn the_example_alerts_and_the_guide_name_exported_metrics() {
     metrics::install();
     metrics::record_rpc("NodeGroups", Instant::now(), "Ok");
-    metrics::record_cloudstack("listKubernetesClusters", Duration::from_millis(5), "ok");
-    metrics::record_job_started("ops-rules-group", "scale_up");
-    metrics::record_job("ops-rules-group", "scale_up", "failed");
+    cks_cloudstack::record_request_metrics(
+        "listKubernetesClusters",
+        Duration::from_millis(5),
+        "ok",
+    );
+    metrics::record_job_started("ops-rules-group", JobKind::ScaleUp);
+    metrics::record_job("ops-rules-group", JobKind::ScaleUp, "failed");
     metrics::record_refusal("ops-rules-group", "alert_unsupported");
     metrics::record_removals_retried(1);
     metrics::record_removals_abandoned(1);

@@ -8,7 +8,8 @@ use super::machine::{OpKind, Phase, ScaleMachine};
 use super::removal::StopStage;
 use super::rules::{AlertScaling, blocked_reason};
 use super::status::{
-    ErrorClass, InstanceError, InstanceState, VmActivity, placeholder_status, vm_status,
+    ErrorClass, InstanceError, InstanceState, VmActivity, placeholder_status, reported_down,
+    vm_status,
 };
 use std::collections::HashSet;
 
@@ -21,6 +22,8 @@ pub struct InstanceView {
     pub id: String,
     pub state: InstanceState,
     pub error: Option<InstanceError>,
+    /// The autoscaler is told the VM is down ([`crate::status::reported_down`]).
+    pub vm_down: bool,
 }
 
 /// min and max: the cluster's own when CKS autoscaling is enabled on it, else the configured
@@ -94,11 +97,13 @@ impl ScaleMachine {
         let mut out = Vec::with_capacity(s.snap.vms.len() + self.failed.len());
         let removing = self.removing();
         for vm in s.snap.workers() {
-            let (state, error) = vm_status(vm, &self.activity(&vm.id, &removing));
+            let activity = self.activity(&vm.id, &removing);
+            let (state, error) = vm_status(vm, &activity);
             out.push(InstanceView {
                 id: self.instance_id(&vm.id),
                 state,
                 error,
+                vm_down: reported_down(vm, &activity),
             });
         }
         for id in pending {
@@ -107,6 +112,7 @@ impl ScaleMachine {
                 id: id.clone(),
                 state,
                 error,
+                vm_down: false,
             });
         }
         for f in self.failed.iter().filter(|f| f.vm_id.is_none()) {
@@ -115,6 +121,7 @@ impl ScaleMachine {
                 id: f.id.clone(),
                 state,
                 error,
+                vm_down: false,
             });
         }
         out

@@ -97,6 +97,14 @@ pub fn vm_status(vm: &Vm, activity: &VmActivity) -> (InstanceState, Option<Insta
     }
 }
 
+/// Whether [`vm_status`] reports the VM as down (an error naming its state): an idle or new
+/// worker whose VM is Stopped, Shutdown or Error. What the operator's gauges count as down.
+pub fn reported_down(vm: &Vm, activity: &VmActivity) -> bool {
+    matches!(activity, VmActivity::Idle | VmActivity::BeingCreated)
+        && !vm.state.is_gone()
+        && vm.state.is_down()
+}
+
 /// The error code of a down VM: "vm-" and the state's name in lower case ("vm-stopped").
 fn down_code(state: &VmState) -> String {
     format!("vm-{}", state.as_str().to_ascii_lowercase())

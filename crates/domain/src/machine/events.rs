@@ -5,7 +5,7 @@
 
 use super::error::{is_alert_refusal, is_drain_failure, refused_error};
 use super::queue::QueuedRemoval;
-use super::{Effect, FailedInstance, Op, OpKind, Origin, Phase, ScaleMachine};
+use super::{Effect, FailedInstance, JobKind, Op, OpKind, Origin, Phase, ScaleMachine};
 use crate::cluster::{ClusterState, IndexedSnapshot};
 use crate::rules::{AlertScaling, check_scale};
 use crate::status::{InstanceError, scale_up_failure};
@@ -38,8 +38,8 @@ impl JobEnd {
 /// The end of a job as the machine settled it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settled {
-    /// `scale_up`, `remove_nodes` or `adopted` (a metric label).
-    pub kind: &'static str,
+    /// What the job did (a metric label).
+    pub kind: JobKind,
     /// The operation that ended (`None` for an adopted job).
     pub op: Option<Op>,
     /// Whether the job changed the cluster (VMs created or removed, size moved). A job that
@@ -272,11 +272,7 @@ impl ScaleMachine {
             (Some(op), Some(s)) if fetched => op_changed_cluster(&op.kind, s),
             _ => true,
         };
-        let kind = match op.as_ref().map(|o| &o.kind) {
-            Some(OpKind::Increase { .. }) => "scale_up",
-            Some(OpKind::Remove { .. }) => "remove_nodes",
-            None => "adopted",
-        };
+        let kind = JobKind::of(op.as_ref().map(|o| &o.kind));
         let mut alert_refusal = false;
         if let Some((code, text)) = end.failure() {
             // "This CloudStack cannot scale in Alert" only when the provider's own rules, on a

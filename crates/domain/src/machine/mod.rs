@@ -39,16 +39,16 @@
 
 mod delete;
 mod error;
-mod increase;
 mod events;
+mod increase;
 mod nodes;
 mod queue;
 mod target;
 
 pub use delete::{Acceptance, Accepted, DeletePlan, LocalDrops, NodeRef};
 pub use error::{ScaleError, is_alert_refusal, is_drain_failure, refused_error};
-pub use increase::{Admission, Started};
 pub use events::{JobEnd, OVERDUE_POLL_FACTOR, Settled, op_changed_cluster, poll_delay};
+pub use increase::{Admission, Started};
 pub use nodes::{Hit, LearnedNode};
 pub use queue::{Queue, QueuedRemoval};
 pub use target::Decreased;
@@ -116,6 +116,37 @@ impl OpKind {
 
 /// Where a request came from: a scale RPC (whose caller hears about a refusal) or the queue
 /// (whose refusal becomes failed instances, the only way the autoscaler can hear of it).
+/// What a scale job did, as the job counters label it: a scale-up, a removal of nodes, or a
+/// job this provider did not start (adopted).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobKind {
+    ScaleUp,
+    RemoveNodes,
+    Adopted,
+}
+
+impl JobKind {
+    pub const ALL: [JobKind; 3] = [JobKind::ScaleUp, JobKind::RemoveNodes, JobKind::Adopted];
+
+    /// The metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobKind::ScaleUp => "scale_up",
+            JobKind::RemoveNodes => "remove_nodes",
+            JobKind::Adopted => "adopted",
+        }
+    }
+
+    /// The kind of the job an operation (`None`: adopted) runs as.
+    pub fn of(op: Option<&OpKind>) -> JobKind {
+        match op {
+            Some(OpKind::Increase { .. }) => JobKind::ScaleUp,
+            Some(OpKind::Remove { .. }) => JobKind::RemoveNodes,
+            None => JobKind::Adopted,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Origin {
     Rpc,
