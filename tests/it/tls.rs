@@ -8,11 +8,9 @@ use cks_autoscaler_provider::tls::{
 };
 use cks_testkit::certs::{Ca, Leaf, TempDir};
 use cks_testkit::{elapse, wait_until};
-use std::io::Write;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Once};
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpListener;
