@@ -228,7 +228,7 @@ fn settings(args: &ServeArgs, groups: Vec<BoundNodeGroup>) -> Settings {
 }
 
 /// The optional-RPC configuration (template node, option overrides) the flags describe.
-fn extras(args: &ServeArgs) -> anyhow::Result<crate::extras::ProviderExtras> {
+fn extras(args: &ServeArgs) -> anyhow::Result<crate::optional_rpcs::ProviderExtras> {
     use crate::template::{Reserved, TemplateSettings, parse_taint};
     let mut t = TemplateSettings {
         pods: args.max_pods,
@@ -268,7 +268,7 @@ fn extras(args: &ServeArgs) -> anyhow::Result<crate::extras::ProviderExtras> {
     if let Some(w) = crate::options::startup_warning(&names) {
         tracing::warn!("{w}");
     }
-    Ok(crate::extras::ProviderExtras {
+    Ok(crate::optional_rpcs::ProviderExtras {
         template: Some(t),
         overrides,
     })

@@ -4,7 +4,7 @@
 //! from its verified client certificate, and every call goes through the provider as that
 //! caller sees it ([`Provider::seen_by`]): its own node groups only.
 
-use crate::extras::ProviderExtras;
+use crate::optional_rpcs::ProviderExtras;
 use crate::provider::{Caller, Error, InstanceView, NodeGroupView, NodeRef, Provider};
 use cks_cloudstack::CsError;
 use cks_domain::machine::ScaleError;

@@ -6,10 +6,10 @@
 pub mod app;
 pub mod cli;
 pub mod config;
-pub mod extras;
 pub mod grammar;
 pub mod grpc;
 pub mod metrics;
+pub mod optional_rpcs;
 pub mod options;
 pub mod probe;
 pub mod provider;

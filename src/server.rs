@@ -1,8 +1,8 @@
 //! Serving: the CloudProvider service, gRPC health and reflection on one listener, with
 //! graceful shutdown. The binary decides the address and the signal; tests bind port 0.
 
-use crate::extras::ProviderExtras;
 use crate::grpc::CloudProviderService;
+use crate::optional_rpcs::ProviderExtras;
 use crate::provider::Provider;
 use cks_proto as pb;
 use cks_proto::cloud_provider_server::CloudProviderServer;

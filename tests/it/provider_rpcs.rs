@@ -684,7 +684,7 @@ fn _uses(_: VmState) {}
 
 #[tokio::test(start_paused = true)]
 async fn template_node_info_describes_a_new_worker_from_the_offering() {
-    use cks_autoscaler_provider::extras::ProviderExtras;
+    use cks_autoscaler_provider::optional_rpcs::ProviderExtras;
     use cks_autoscaler_provider::server::ServeOptions;
     use prost::Message;
     let sim = cks_sim::spawn(sim_config()).await.unwrap();
@@ -787,7 +787,7 @@ async fn get_options_without_overrides_is_unimplemented_so_the_autoscaler_keeps_
 /// autoscaler abort its whole loop while a group has no node to copy.
 #[tokio::test(start_paused = true)]
 async fn a_template_that_cannot_be_built_is_unimplemented_with_the_reason() {
-    use cks_autoscaler_provider::extras::ProviderExtras;
+    use cks_autoscaler_provider::optional_rpcs::ProviderExtras;
     use cks_autoscaler_provider::server::ServeOptions;
     let sim = cks_sim::spawn(sim_config()).await.unwrap();
     let id = sim.cluster_id("demo").unwrap();

@@ -7,7 +7,7 @@
 //! has no Ready node to copy and builds the group's node template from
 //! NodeGroupTemplateNodeInfo; pending pods scale the group only if they fit that template.
 
-use cks_autoscaler_provider::extras::ProviderExtras;
+use cks_autoscaler_provider::optional_rpcs::ProviderExtras;
 use cks_lab::autoscaler::{
     AutoscalerConfig, Decision, MockAutoscaler, NodeTemplate, Observation, PodSpec, Request,
     Resources, Rpc, TemplateSource,

@@ -15,7 +15,7 @@
 //! loop aborted, so these scenarios fail when the provider stops sending template field 1 or
 //! option fields 3-5 (as they fail for 1.35 without field 2 or 8-10).
 
-use cks_autoscaler_provider::extras::ProviderExtras;
+use cks_autoscaler_provider::optional_rpcs::ProviderExtras;
 use cks_autoscaler_provider::options::parse_overrides_spec;
 use cks_lab::autoscaler::{
     AutoscalerConfig, Call, MockAutoscaler, NodeGroupOptions, OptionsAnswer, PodSpec, Reply,

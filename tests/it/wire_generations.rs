@@ -16,7 +16,7 @@
 
 use std::sync::Arc;
 
-use cks_autoscaler_provider::extras::ProviderExtras;
+use cks_autoscaler_provider::optional_rpcs::ProviderExtras;
 use cks_autoscaler_provider::options::parse_overrides_spec;
 use cks_testkit::{Stack, sim_config};
 use k8s_pb::api::core::v1::{Node, Pod};

@@ -9,7 +9,7 @@ to the JSON. tests/it/template_fixture.rs then checks the Rust encoder against t
 Rust test needs no Python.
 
 The script also recomputes the expected node name from "input" with its own FNV-1a (the naming
-rule documented in src/template.rs) and refuses a JSON whose name disagrees, so the fixture's
+rule documented in src/template/node.rs) and refuses a JSON whose name disagrees, so the fixture's
 name is not copied from the Rust output.
 
 Usage (development only):
@@ -57,7 +57,7 @@ def compile_protos(out_dir):
 
 
 class Fnv1a:
-    """64-bit FNV-1a with the field framing src/template.rs uses for template names."""
+    """64-bit FNV-1a with the field framing src/template/node.rs uses for template names."""
 
     def __init__(self):
         self.h = 0xCBF29CE484222325

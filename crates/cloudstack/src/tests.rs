@@ -2,7 +2,9 @@
 //! signature the way the management server does and answers like a real one (shapes from
 //! CloudStack's own responses).
 
-use super::types::JobOutcome;
+use super::client::warn_plain_http;
+use super::paging::page_limit_in;
+use super::types::{AsyncJob, JobOutcome};
 use super::*;
 use axum::Router;
 use axum::extract::{RawQuery, State};
@@ -11,7 +13,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::Mutex;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 const API_KEY: &str =
     "plgWJfZK4gyS3mOMTVmjUVg-X-jlWlnfaUJ9GAbBbf9EdM-kAYMmAiLqzzq1ElZLYq_u38zCm0bewzGUdP66mg";

@@ -5,7 +5,7 @@
 //! conditions ([`wait_until`]); no test relies on a fixed sleep being long enough.
 
 use super::{ProviderServer, WAIT, fast_settings, grpc_client, loopback, sim_config, wait_until};
-use cks_autoscaler_provider::extras::ProviderExtras;
+use cks_autoscaler_provider::optional_rpcs::ProviderExtras;
 use cks_autoscaler_provider::provider::{Provider, Settings};
 use cks_autoscaler_provider::server::ServeOptions;
 use cks_lab::autoscaler::{
@@ -62,7 +62,7 @@ impl Stack {
     }
 
     /// Like [`Stack::start`], with the provider serving the optional RPCs through `extras`
-    /// (for example `cks_autoscaler_provider::extras::ProviderExtras`, as the binary does).
+    /// (for example `cks_autoscaler_provider::optional_rpcs::ProviderExtras`, as the binary does).
     pub async fn start_with_extras(
         config: SimConfig,
         name: &str,

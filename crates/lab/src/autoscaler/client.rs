@@ -571,7 +571,7 @@ pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 mod tests {
     use super::*;
     use crate::autoscaler::{NodeTemplate, PodSpec};
-    use cks_autoscaler_provider::extras::ProviderExtras;
+    use cks_autoscaler_provider::optional_rpcs::ProviderExtras;
     use cks_autoscaler_provider::options::parse_overrides_spec;
     use cks_testkit::{Stack, sim_config};
     use std::sync::Arc;

@@ -1,0 +1,555 @@
+//! The request: building the client, signing and sending one command, reading its body, and
+//! turning the answer's envelope into the typed value a caller asked for or a [`CsError`]. It is
+//! the only code that touches HTTP, the keys and the clock of a signature, so that secrets are
+//! kept out of errors and logs in one place and every command is counted and timed the same
+//! way.
+
+use crate::envelope::{
+    Answer, envelope, is_auth_text, is_unavailable_command_text, looks_like_json, malformed,
+    raw_number,
+};
+use crate::{CsError, LOG_TARGET, sign, types};
+use serde_json::value::RawValue;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Where and how to reach CloudStack.
+#[derive(Clone)]
+pub struct ClientConfig {
+    /// e.g. `https://cloud.example.com/client/api`.
+    pub api_url: String,
+    pub api_key: String,
+    pub secret_key: String,
+    /// Skip TLS verification (only when the operator set `ssl-no-verify`).
+    pub ssl_no_verify: bool,
+    /// Extra PEM CA bundle to trust for CloudStack's certificate.
+    pub ca_bundle_pem: Option<Vec<u8>>,
+    /// `projectid` added to every list call when set.
+    pub project_id: Option<String>,
+    /// Whole-request timeout (connect + response).
+    pub request_timeout: Duration,
+}
+
+impl ClientConfig {
+    /// Verified TLS, no extra CA, no project, a 30 s request timeout.
+    pub fn new(api_url: &str, api_key: &str, secret_key: &str) -> Self {
+        ClientConfig {
+            api_url: api_url.to_string(),
+            api_key: api_key.to_string(),
+            secret_key: secret_key.to_string(),
+            ssl_no_verify: false,
+            ca_bundle_pem: None,
+            project_id: None,
+            request_timeout: Duration::from_secs(30),
+        }
+    }
+
+    /// The same with another request timeout.
+    pub fn with_timeout(mut self, request_timeout: Duration) -> Self {
+        self.request_timeout = request_timeout;
+        self
+    }
+}
+
+impl std::fmt::Debug for ClientConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientConfig")
+            .field("api_url", &self.api_url)
+            .field("api_key", &crate::redact::mask(&self.api_key))
+            .field("secret_key", &"***")
+            .field("ssl_no_verify", &self.ssl_no_verify)
+            .field("project_id", &self.project_id)
+            .field("request_timeout", &self.request_timeout)
+            .finish()
+    }
+}
+
+/// Page size for list commands that follow paging, until CloudStack names a lower limit (see
+/// [`Client::page_size`]).
+const DEFAULT_PAGE_SIZE: u32 = 500;
+
+/// How long a signed request stays valid: its `expires` is the wall clock plus this. Long
+/// enough for a management server's clock a little behind ours and for a slow answer (the
+/// server checks `expires` when the request arrives, not when it answers), short enough that a
+/// captured URL cannot be replayed for long.
+pub const DEFAULT_SIGNATURE_EXPIRY: Duration = Duration::from_secs(5 * 60);
+
+/// Bodies larger than this are refused rather than buffered.
+const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
+
+/// How much of an unexpected body an error quotes.
+const SNIPPET_CHARS: usize = 200;
+
+/// Connect timeout cap; the whole-request timeout still applies when it is shorter.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A cheap-to-clone CloudStack client (one connection pool).
+#[derive(Clone)]
+pub struct Client {
+    pub(crate) inner: Arc<Inner>,
+    /// Page size asked for; CloudStack's limit, once learned, caps it ([`Client::page_size`]).
+    page_size: u32,
+    /// Added to the wall clock for each request's `expires`.
+    signature_expiry: Duration,
+}
+
+pub(crate) struct Inner {
+    http: reqwest::Client,
+    api_url: String,
+    api_key: String,
+    secret_key: String,
+    pub(crate) project_id: Option<String>,
+    request_timeout: Duration,
+    /// The largest `pagesize` CloudStack accepts, learned from its refusal (0: not known yet).
+    /// Shared by every clone, so one refusal serves all list calls.
+    pub(crate) page_limit: AtomicU32,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("api_url", &self.inner.api_url)
+            .field("api_key", &crate::redact::mask(&self.inner.api_key))
+            .field("project_id", &self.inner.project_id)
+            .field("page_size", &self.page_size())
+            .field("signature_expiry", &self.signature_expiry)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    /// Builds the client; fails on a bad URL or an unreadable CA bundle.
+    pub fn new(config: ClientConfig) -> Result<Self, CsError> {
+        let url = url::Url::parse(config.api_url.trim()).map_err(|e| {
+            CsError::Config(format!(
+                "api URL {:?} is not a valid URL: {e}",
+                config.api_url
+            ))
+        })?;
+        if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+            return Err(CsError::Config(format!(
+                "api URL {:?} must be an http:// or https:// URL with a host",
+                config.api_url
+            )));
+        }
+        if url.query().is_some() || url.fragment().is_some() {
+            return Err(CsError::Config(format!(
+                "api URL {:?} must not carry a query or fragment",
+                config.api_url
+            )));
+        }
+        if url.scheme() == "http" {
+            warn_plain_http(url.host_str().unwrap_or_default());
+        }
+        if config.request_timeout.is_zero() {
+            return Err(CsError::Config(
+                "request timeout must be greater than zero".into(),
+            ));
+        }
+        if config.api_key.is_empty() || config.secret_key.is_empty() {
+            return Err(CsError::Config(
+                "API key and secret key must not be empty".into(),
+            ));
+        }
+        let mut builder = reqwest::Client::builder()
+            .timeout(config.request_timeout)
+            .connect_timeout(config.request_timeout.min(CONNECT_TIMEOUT))
+            .pool_idle_timeout(Duration::from_secs(60))
+            .user_agent(concat!(
+                "cks-autoscaler-provider/",
+                env!("CARGO_PKG_VERSION")
+            ));
+        if let Some(pem) = &config.ca_bundle_pem {
+            let certs = reqwest::Certificate::from_pem_bundle(pem).map_err(|e| {
+                CsError::Config(format!("CA bundle is not valid PEM: {}", e.without_url()))
+            })?;
+            if certs.is_empty() {
+                return Err(CsError::Config(
+                    "CA bundle holds no PEM certificates".into(),
+                ));
+            }
+            builder = builder.tls_certs_merge(certs);
+        }
+        if config.ssl_no_verify {
+            tracing::warn!(target: LOG_TARGET, api_url = %config.api_url, "TLS certificate verification disabled (ssl-no-verify)");
+            builder = builder.tls_danger_accept_invalid_certs(true);
+        }
+        let http = builder.build().map_err(|e| {
+            CsError::Config(format!("HTTP client: {}", error_chain(&e.without_url())))
+        })?;
+        Ok(Client {
+            inner: Arc::new(Inner {
+                http,
+                api_url: url.to_string(),
+                api_key: config.api_key,
+                secret_key: config.secret_key,
+                project_id: config.project_id.filter(|p| !p.is_empty()),
+                request_timeout: config.request_timeout,
+                page_limit: AtomicU32::new(0),
+            }),
+            page_size: DEFAULT_PAGE_SIZE,
+            signature_expiry: DEFAULT_SIGNATURE_EXPIRY,
+        })
+    }
+
+    /// The same client (same pool, same learned page limit) signing each request to expire
+    /// `expiry` after it is sent (at least one second; [`DEFAULT_SIGNATURE_EXPIRY`] unless set).
+    pub fn with_signature_expiry(mut self, expiry: Duration) -> Self {
+        self.signature_expiry = expiry.max(Duration::from_secs(1));
+        self
+    }
+
+    /// How long after it is sent a request's signature expires.
+    pub fn signature_expiry(&self) -> Duration {
+        self.signature_expiry
+    }
+
+    /// The `pagesize` list calls send: 500, or less once CloudStack has refused a larger one
+    /// and named its limit (`default.page.size`).
+    pub fn page_size(&self) -> u32 {
+        match self.inner.page_limit.load(Ordering::Relaxed) {
+            0 => self.page_size,
+            limit => self.page_size.min(limit),
+        }
+    }
+
+    /// How long one request may take before it counts as unanswered.
+    pub fn request_timeout(&self) -> Duration {
+        self.inner.request_timeout
+    }
+
+    /// The same client (same pool) listing with `page_size` items per page (minimum 1), so
+    /// tests can page through a handful of items.
+    #[cfg(test)]
+    pub(crate) fn with_page_size(mut self, page_size: u32) -> Self {
+        self.page_size = page_size.max(1);
+        self
+    }
+
+    /// Sends one signed GET for `command` with `params` (besides `command`, `response`, `apiKey`,
+    /// `signature`, which are added) and hands the object inside `<command>response` to `read`
+    /// as raw JSON borrowed from the body, so a large answer (a cluster with thousands of VMs)
+    /// is deserialised once, straight into typed structs, with no intermediate
+    /// `serde_json::Value` or copy. Error envelopes, HTTP failures and unreadable bodies come
+    /// back as [`CsError`].
+    pub(crate) async fn call_with<T>(
+        &self,
+        command: &str,
+        params: &[(&str, String)],
+        read: impl FnOnce(&Answer<'_>) -> Result<T, CsError>,
+    ) -> Result<T, CsError> {
+        let started = Instant::now();
+        let fetched = self.fetch(command, params).await;
+        // CloudStack's own time (request sent → whole answer read), recorded apart from the
+        // provider's time reading the answer.
+        let waited = started.elapsed();
+        let result = match fetched {
+            Ok((status, body)) => self
+                .interpret(command, status, &body)
+                .and_then(|inner| read(&inner)),
+            Err(e) => Err(e),
+        };
+        let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let outcome = match &result {
+            Ok(_) => "ok",
+            Err(CsError::Unreachable { .. }) => "unreachable",
+            Err(CsError::Api { .. }) => "api_error",
+            Err(CsError::Unauthorized { .. }) => "unauthorized",
+            Err(CsError::NotPermitted { .. }) => "not_permitted",
+            Err(CsError::Http { .. }) => "http_error",
+            Err(CsError::Malformed { .. }) => "malformed",
+            Err(CsError::Config(_)) => "config",
+        };
+        record_request_metrics(command, waited, outcome);
+        match &result {
+            Ok(_) => {
+                tracing::debug!(target: LOG_TARGET, command, elapsed_ms, outcome = "ok", "CloudStack call")
+            }
+            Err(err) => {
+                tracing::debug!(target: LOG_TARGET, command, elapsed_ms, outcome = "error", error = %err, "CloudStack call")
+            }
+        }
+        result
+    }
+
+    /// Sends the signed request; returns the HTTP status and the whole body.
+    async fn fetch(
+        &self,
+        command: &str,
+        params: &[(&str, String)],
+    ) -> Result<(u16, Vec<u8>), CsError> {
+        let inner = &self.inner;
+        let mut all: Vec<(String, String)> = Vec::with_capacity(params.len() + 2);
+        all.push(("command".to_string(), command.to_string()));
+        all.push(("response".to_string(), "json".to_string()));
+        all.extend(params.iter().map(|(k, v)| ((*k).to_string(), v.clone())));
+        // Signature version 3: the request is refused once `expires` has passed, so a captured
+        // URL cannot be replayed later (`ApiServer.verifyRequest`). The wall clock is read here.
+        let expires = wall_clock_secs().saturating_add(ceil_secs(self.signature_expiry));
+        all.push((
+            sign::SIGNATURE_VERSION.0.to_string(),
+            sign::SIGNATURE_VERSION.1.to_string(),
+        ));
+        all.push((sign::EXPIRES.to_string(), sign::expires_value(expires)));
+        let query = sign::signed_query(&all, &inner.api_key, &inner.secret_key);
+        let url = format!("{}?{}", inner.api_url, query);
+
+        let response = inner
+            .http
+            .get(url)
+            .send()
+            .await
+            .map_err(|e| self.transport_error(command, e))?;
+        let status = response.status().as_u16();
+        let body = self.read_body(command, response).await?;
+        Ok((status, body))
+    }
+
+    async fn read_body(
+        &self,
+        command: &str,
+        mut response: reqwest::Response,
+    ) -> Result<Vec<u8>, CsError> {
+        // Sized once from Content-Length (bounded) so a large answer is not copied while growing.
+        let expected = response
+            .content_length()
+            .and_then(|n| usize::try_from(n).ok())
+            .unwrap_or(0)
+            .min(MAX_BODY_BYTES);
+        let mut body = Vec::with_capacity(expected);
+        loop {
+            match response.chunk().await {
+                Ok(Some(chunk)) => {
+                    if body.len() + chunk.len() > MAX_BODY_BYTES {
+                        return Err(malformed(
+                            command,
+                            format!("response larger than {MAX_BODY_BYTES} bytes"),
+                        ));
+                    }
+                    body.extend_from_slice(&chunk);
+                }
+                Ok(None) => return Ok(body),
+                Err(e) => return Err(self.transport_error(command, e)),
+            }
+        }
+    }
+
+    /// Maps a reqwest failure to `Unreachable`. The request URL carries the API key and the
+    /// signature, so the error is stripped of it and the text is redacted again to be sure.
+    fn transport_error(&self, command: &str, err: reqwest::Error) -> CsError {
+        let is_timeout = err.is_timeout();
+        let is_connect = err.is_connect();
+        let chain = error_chain(&err.without_url());
+        let detail = if is_timeout {
+            format!(
+                "no response within {:?} ({chain})",
+                self.inner.request_timeout
+            )
+        } else if is_connect {
+            format!("cannot connect to {}: {chain}", self.inner.api_url)
+        } else {
+            chain
+        };
+        CsError::Unreachable {
+            command: command.to_string(),
+            detail: self.redact(&detail),
+        }
+    }
+
+    /// Turns status + body into the inner response object (raw JSON borrowed from `body`) or
+    /// the matching error.
+    fn interpret<'b>(
+        &self,
+        command: &str,
+        status: u16,
+        body: &'b [u8],
+    ) -> Result<Answer<'b>, CsError> {
+        let success = (200..300).contains(&status);
+        let unauthorized = |detail: String| CsError::Unauthorized {
+            command: command.into(),
+            http_status: status,
+            detail,
+        };
+        let http = |snippet: String| CsError::Http {
+            command: command.into(),
+            http_status: status,
+            snippet,
+        };
+        let snippet = || self.snippet(&String::from_utf8_lossy(body));
+        // Only the top level is read here; every value stays raw (not copied, not built).
+        let top: Option<HashMap<String, &RawValue>> = match serde_json::from_slice(body) {
+            Ok(top) => Some(top),
+            // Valid JSON that is not an object has no envelope; anything else is unreadable.
+            Err(_) if serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok() => None,
+            Err(e) => {
+                return Err(if status == 401 {
+                    unauthorized(snippet())
+                } else if !success {
+                    http(snippet())
+                } else if looks_like_json(&String::from_utf8_lossy(body)) {
+                    malformed(command, format!("invalid JSON ({e})"))
+                } else {
+                    malformed(command, format!("expected JSON, got: {}", snippet()))
+                });
+            }
+        };
+        let Some(inner) = top.as_ref().and_then(|top| envelope(top, command)) else {
+            return Err(if status == 401 {
+                unauthorized(snippet())
+            } else if !success {
+                http(snippet())
+            } else {
+                malformed(
+                    command,
+                    format!(
+                        "no \"{}response\" object in: {}",
+                        command.to_lowercase(),
+                        snippet()
+                    ),
+                )
+            });
+        };
+        let fields: HashMap<String, &RawValue> = serde_json::from_str(inner.get())
+            .map_err(|e| malformed(command, format!("invalid response object ({e})")))?;
+        if let Some(errorcode) = fields.get("errorcode") {
+            let errorcode =
+                raw_number(errorcode, |d| types::lenient::opt_i64(d)).unwrap_or(i64::from(status));
+            let cserrorcode = fields
+                .get("cserrorcode")
+                .and_then(|c| raw_number(c, |d| types::lenient::opt_i64(d)))
+                .unwrap_or(0);
+            let errortext = fields
+                .get("errortext")
+                .and_then(|t| serde_json::from_str::<String>(t.get()).ok())
+                .map_or_else(|| "(no error text)".to_string(), |t| self.redact(&t));
+            // A refused key or signature can also come as a 432; its text tells it apart.
+            let auth_text = is_auth_text(&errortext);
+            if !auth_text && (errorcode == 432 || is_unavailable_command_text(&errortext)) {
+                return Err(CsError::NotPermitted {
+                    command: command.into(),
+                    detail: format!(
+                        "{errortext} (errorcode {errorcode}, cserrorcode {cserrorcode})"
+                    ),
+                });
+            }
+            if status == 401 || errorcode == 401 || auth_text {
+                return Err(unauthorized(format!("{errortext} (errorcode {errorcode})")));
+            }
+            return Err(CsError::Api {
+                command: command.into(),
+                http_status: status,
+                errorcode,
+                cserrorcode,
+                errortext,
+            });
+        }
+        if status == 401 {
+            return Err(unauthorized(snippet()));
+        }
+        if !success {
+            return Err(http(snippet()));
+        }
+        Ok(Answer { raw: inner, fields })
+    }
+
+    /// Removes the API key, secret and any signature from text bound for errors or logs.
+    fn redact(&self, text: &str) -> String {
+        let inner = &self.inner;
+        let mut out = text.to_string();
+        for secret in [inner.secret_key.as_str(), inner.api_key.as_str()] {
+            if secret.len() >= 4 {
+                out = out.replace(secret, "***");
+                let encoded = sign::encode_value(secret);
+                if encoded != secret {
+                    out = out.replace(&encoded, "***");
+                }
+            }
+        }
+        redact_query_param(&out, "signature")
+    }
+
+    /// A short, single-line, redacted excerpt of an unexpected body. Redaction runs on the
+    /// whole text first so truncation cannot leave part of a key behind.
+    fn snippet(&self, text: &str) -> String {
+        let redacted = self.redact(text);
+        let collapsed = redacted.split_whitespace().collect::<Vec<_>>().join(" ");
+        let mut short: String = collapsed.chars().take(SNIPPET_CHARS).collect();
+        if collapsed.chars().count() > SNIPPET_CHARS {
+            short.push('…');
+        }
+        if short.is_empty() {
+            short.push_str("(empty body)");
+        }
+        short
+    }
+}
+
+/// Seconds since the Unix epoch on the wall clock (0 if it is before 1970).
+fn wall_clock_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// Whole seconds in `d`, rounded up.
+fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+/// Warns, once per process, that the API URL is plain HTTP: the API key and every signed URL
+/// then travel in clear text, and anyone on the path can read them.
+/// True when this call warned.
+pub(crate) fn warn_plain_http(host: &str) -> bool {
+    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if WARNED.swap(true, Ordering::Relaxed) {
+        return false;
+    }
+    tracing::warn!(
+        target: LOG_TARGET,
+        host,
+        "the CloudStack API URL is http://: the API key and signed requests travel in clear text; use https://"
+    );
+    true
+}
+
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// Replaces the value of `name=` query parameters in `text` with `***`.
+fn redact_query_param(text: &str, name: &str) -> String {
+    let needle = format!("{name}=");
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(pos) = rest.find(&needle) {
+        out.push_str(&rest[..pos + needle.len()]);
+        out.push_str("***");
+        let after = &rest[pos + needle.len()..];
+        let end = after
+            .find(|c: char| c == '&' || c == '"' || c == '\'' || c == '<' || c.is_whitespace())
+            .unwrap_or(after.len());
+        rest = &after[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Counts a CloudStack request and its wait under the provider's metric names (described,
+/// with their help text, by the provider's metrics module). `outcome` is the label value of
+/// the request's result: `ok`, `unreachable`, `api_error`, `unauthorized`, …
+pub fn record_request_metrics(command: &str, waited: Duration, outcome: &'static str) {
+    metrics::counter!("cks_provider_cloudstack_requests_total", "command" => command.to_string(), "outcome" => outcome)
+        .increment(1);
+    metrics::histogram!("cks_provider_cloudstack_request_duration_seconds", "command" => command.to_string())
+        .record(waited.as_secs_f64());
+}

@@ -1,0 +1,158 @@
+//! The typed API calls the provider makes: clusters by id or name, scaling a cluster by size or
+//! by nodes, VMs by id, stopping a VM, the offering and the CloudStack version. Each names the
+//! exact parameters it sends and checks its arguments before any request, so that what the
+//! provider can ask of CloudStack is listed in one file.
+
+use crate::CsError;
+use crate::client::Client;
+use crate::envelope::malformed;
+use crate::paging::ListSpec;
+use crate::types::{KubernetesCluster, ServiceOffering, VirtualMachine};
+
+/// At most this many ids go in one `listVirtualMachines ids=…` request, so the URL stays well
+/// under the header size a servlet container accepts (37 characters an id).
+const VM_IDS_PER_CALL: usize = 50;
+
+/// Sent with cluster lists: without it CloudStack lists only the caller's own account's
+/// clusters, so an admin or domain-admin key would not see a cluster another account owns.
+fn listall() -> (&'static str, String) {
+    ("listall", "true".to_string())
+}
+
+const LIST_CLUSTERS: ListSpec = ListSpec {
+    command: "listKubernetesClusters",
+    field: "kubernetescluster",
+};
+
+const LIST_SERVICE_OFFERINGS: ListSpec = ListSpec {
+    command: "listServiceOfferings",
+    field: "serviceoffering",
+};
+
+const LIST_VMS: ListSpec = ListSpec {
+    command: "listVirtualMachines",
+    field: "virtualmachine",
+};
+
+const SCALE_CLUSTER: &str = "scaleKubernetesCluster";
+
+const STOP_VM: &str = "stopVirtualMachine";
+
+const LIST_CAPABILITIES: &str = "listCapabilities";
+
+impl Client {
+    /// `listKubernetesClusters id=…`; `Ok(None)` when CloudStack lists none.
+    pub async fn get_cluster(&self, id: &str) -> Result<Option<KubernetesCluster>, CsError> {
+        let clusters: Vec<KubernetesCluster> = self
+            .list_one_page(&LIST_CLUSTERS, vec![("id", id.to_string()), listall()])
+            .await?;
+        Ok(clusters.into_iter().find(|c| c.id == id))
+    }
+
+    /// `listKubernetesClusters name=…` (exact name).
+    pub async fn find_clusters_by_name(
+        &self,
+        name: &str,
+    ) -> Result<Vec<KubernetesCluster>, CsError> {
+        let clusters: Vec<KubernetesCluster> = self
+            .list_all_pages(&LIST_CLUSTERS, vec![("name", name.to_string()), listall()])
+            .await?;
+        // Documented as a substring match in some versions; keep exact matches only.
+        Ok(clusters.into_iter().filter(|c| c.name == name).collect())
+    }
+
+    /// `scaleKubernetesCluster id=… size=…` and nothing else. Returns the job id.
+    pub async fn scale_cluster_size(&self, cluster_id: &str, size: u32) -> Result<String, CsError> {
+        let params = vec![("id", cluster_id.to_string()), ("size", size.to_string())];
+        self.submit_async(SCALE_CLUSTER, params).await
+    }
+
+    /// `scaleKubernetesCluster id=… nodeids=a,b` and nothing else. Returns the job id.
+    pub async fn scale_cluster_remove_nodes(
+        &self,
+        cluster_id: &str,
+        vm_ids: &[String],
+    ) -> Result<String, CsError> {
+        if vm_ids.is_empty()
+            || vm_ids
+                .iter()
+                .any(|id| id.trim().is_empty() || id.contains(','))
+        {
+            return Err(CsError::Config(format!(
+                "{SCALE_CLUSTER} needs one or more node ids without commas, got {vm_ids:?}"
+            )));
+        }
+        let params = vec![
+            ("id", cluster_id.to_string()),
+            ("nodeids", vm_ids.join(",")),
+        ];
+        self.submit_async(SCALE_CLUSTER, params).await
+    }
+
+    /// `listVirtualMachines ids=… listall=true` (with `projectid` when configured): the VMs
+    /// CloudStack lists among `vm_ids`, in requests of at most 50 ids, each paged. A VM it
+    /// does not list (expunged, or not visible to the key) is absent from the answer. No ids
+    /// lists nothing (no request; CloudStack would list every VM).
+    pub async fn list_virtual_machines(
+        &self,
+        vm_ids: &[String],
+    ) -> Result<Vec<VirtualMachine>, CsError> {
+        if vm_ids
+            .iter()
+            .any(|id| id.trim().is_empty() || id.contains(','))
+        {
+            return Err(CsError::Config(format!(
+                "{} needs VM ids without commas, got {vm_ids:?}",
+                LIST_VMS.command
+            )));
+        }
+        let mut vms = Vec::new();
+        for chunk in vm_ids.chunks(VM_IDS_PER_CALL) {
+            let params = vec![("ids", chunk.join(",")), listall()];
+            let listed: Vec<VirtualMachine> = self.list_all_pages(&LIST_VMS, params).await?;
+            vms.extend(listed.into_iter().filter(|vm| chunk.contains(&vm.id)));
+        }
+        Ok(vms)
+    }
+
+    /// `stopVirtualMachine id=…`, with `forced=true` when `forced` (`StopVMCmd`: the VM is
+    /// marked Stopped even when the stop command cannot reach its host). Returns the job id;
+    /// the job's result holds the VM ([`AsyncJob::result_virtual_machine`](crate::types::AsyncJob::result_virtual_machine)).
+    pub async fn stop_virtual_machine(&self, vm_id: &str, forced: bool) -> Result<String, CsError> {
+        if vm_id.trim().is_empty() {
+            return Err(CsError::Config(format!("{STOP_VM} needs a VM id")));
+        }
+        let mut params = vec![("id", vm_id.to_string())];
+        if forced {
+            params.push(("forced", "true".to_string()));
+        }
+        self.submit_async(STOP_VM, params).await
+    }
+
+    /// `listCapabilities`: the `cloudstackversion` CloudStack reports (an upgrade changes it).
+    pub async fn cloudstack_version(&self) -> Result<String, CsError> {
+        #[derive(serde::Deserialize)]
+        struct Capability {
+            #[serde(default)]
+            cloudstackversion: String,
+        }
+        #[derive(serde::Deserialize)]
+        struct Capabilities {
+            capability: Capability,
+        }
+        self.call_with(LIST_CAPABILITIES, &[], |inner| {
+            serde_json::from_str::<Capabilities>(inner.raw.get())
+                .map(|c| c.capability.cloudstackversion)
+                .map_err(|e| malformed(LIST_CAPABILITIES, e.to_string()))
+        })
+        .await
+    }
+
+    /// `listServiceOfferings id=…`; `Ok(None)` when none.
+    pub async fn get_service_offering(&self, id: &str) -> Result<Option<ServiceOffering>, CsError> {
+        let offerings: Vec<ServiceOffering> = self
+            .list_one_page(&LIST_SERVICE_OFFERINGS, vec![("id", id.to_string())])
+            .await?;
+        Ok(offerings.into_iter().find(|o| o.id == id))
+    }
+}
