@@ -2,7 +2,8 @@
 //! kept by hand: the crate graph (from `cargo metadata`) is the one listed there, the production
 //! crate depends on none of the fixtures, the domain on nothing; the provider crate's modules
 //! depend on each other as listed; no file imports another that (directly or not) imports it
-//! back; only the gRPC server and client code names tonic.
+//! back; only the gRPC server and client code names tonic; no source file outside tests is
+//! longer than a reader can hold.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -383,5 +384,44 @@ fn the_provider_modules_depend_on_each_other_as_listed() {
         listed("Modules of cks-autoscaler-provider"),
         top,
         "ARCHITECTURE.md's module list against the `crate::` paths of each module"
+    );
+}
+/// Longest a source file may be outside its test module: what a reader can hold.
+const MAX_LINES: usize = 800;
+
+#[test]
+fn no_source_file_is_longer_than_a_reader_can_hold() {
+    let mut long = Vec::new();
+    for (name, src) in crate_sources() {
+        let mut stack = vec![src];
+        while let Some(dir) = stack.pop() {
+            for entry in std::fs::read_dir(&dir).expect("read dir") {
+                let path = entry.expect("entry").path();
+                if path.is_dir() {
+                    // `tests/` directories of a module hold its tests.
+                    if path.file_name().is_some_and(|n| n != "tests") {
+                        stack.push(path);
+                    }
+                    continue;
+                }
+                let is_tests = path.file_name().is_some_and(|n| n == "tests.rs");
+                if path.extension().is_none_or(|e| e != "rs") || is_tests {
+                    continue;
+                }
+                let text = std::fs::read_to_string(&path).expect("read");
+                let code = text
+                    .split("#[cfg(test)]\nmod tests")
+                    .next()
+                    .unwrap_or_default();
+                let lines = code.lines().count();
+                if lines > MAX_LINES {
+                    long.push(format!("{name}: {} ({lines} lines)", path.display()));
+                }
+            }
+        }
+    }
+    assert!(
+        long.is_empty(),
+        "source files over {MAX_LINES} lines without their tests: {long:#?}"
     );
 }
