@@ -22,7 +22,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 
-/// Sets up tracing on stderr in `format` (`RUST_LOG`-style filter, else `default_filter`). A
+/// Sets up tracing on stderr in `format` (`RUST_LOG`-style filter, else `default_filter`),
+/// coloured only on a terminal (and without `NO_COLOR`). A
 /// `RUST_LOG` that does not parse is reported through the new subscriber, in its format, and
 /// `default_filter` applies.
 pub fn init_tracing(format: LogFormat, default_filter: &str) {
@@ -37,8 +38,12 @@ pub fn init_tracing(format: LogFormat, default_filter: &str) {
         Some(Err(e)) => (tracing_subscriber::EnvFilter::new(default_filter), Some(e)),
         None => (tracing_subscriber::EnvFilter::new(default_filter), None),
     };
+    // Colour only for a person at a terminal: files, pipes and log collectors get plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Text => builder.try_init(),
@@ -95,6 +100,7 @@ impl App {
         }
         // Before anything listens: no autoscaler may see another's groups.
         config::check_client_binding(&groups, args.tls_client_ca.is_some())?;
+        config::check_distinct_clusters(&groups)?;
         let client = Client::new(client_cfg).context("building the CloudStack client")?;
         let provider = Provider::new(client, settings(args, groups));
         Ok(App {
@@ -224,6 +230,7 @@ fn settings(args: &ServeArgs, groups: Vec<BoundNodeGroup>) -> Settings {
     s.alert_scaling = args.alert_scaling;
     s.gpu_label = args.gpu_label.clone();
     s.gpu_types = args.gpu_types.clone();
+    s.denied_clients = args.deny_clients.clone();
     s
 }
 

@@ -105,8 +105,9 @@ pub struct ServeArgs {
     /// 30 times less often. Also how far back listAsyncJobs is searched for a running job.
     #[arg(long, env = "CKS_PROVIDER_JOB_MAX_FOLLOW", default_value = "2h", value_parser = parse_duration)]
     pub job_max_follow: Duration,
-    /// The autoscalers' --max-node-provision-time: for that long after any autoscaler
-    /// reported a VM's node (NodeGroupForNode), the VM is never deleted as "unregistered".
+    /// The autoscalers' --max-node-provision-time: for that long after an autoscaler that sees
+    /// the VM's group reported its node (NodeGroupForNode), the VM is never deleted as
+    /// "unregistered".
     /// Set it to the autoscalers' value (the deploy manifests use 25m).
     #[arg(long, env = "CKS_PROVIDER_MAX_NODE_PROVISION_TIME", default_value = "25m", value_parser = parse_duration)]
     pub max_node_provision_time: Duration,
@@ -174,6 +175,16 @@ pub struct ServeArgs {
     /// handshake.
     #[arg(long, env = "CKS_PROVIDER_TLS_CLIENT_CA", requires = "tls_cert")]
     pub tls_client_ca: Option<PathBuf>,
+    /// A client name (a DNS SAN or CN of client certificates) shut out: a caller whose
+    /// certificate holds it sees no node group at all, whatever `--nodes` binds to it. For a
+    /// client whose key leaked, until its certificate expires or the client CA is replaced.
+    /// Repeatable; comma-separated in the environment variable.
+    #[arg(
+        long = "deny-client",
+        env = "CKS_PROVIDER_DENY_CLIENTS",
+        value_delimiter = ','
+    )]
+    pub deny_clients: Vec<String>,
     /// A YAML (.yaml/.yml) or TOML (.toml) file with any of these flags as keys (long names,
     /// e.g. `job-poll-interval: 2s`, `nodes: ["1:10:prod"]`). Flags and environment variables
     /// override it; an unknown key is an error that names it.

@@ -45,9 +45,10 @@ pub fn status(e: &Error) -> Status {
             | ScaleError::DrainWouldFail { .. }
             | ScaleError::CannotDecrease { .. } => Code::FailedPrecondition,
         },
-        Error::AmbiguousName { .. } | Error::JobRefused { .. } | Error::JobFailed { .. } => {
-            Code::FailedPrecondition
-        }
+        Error::AmbiguousName { .. }
+        | Error::DuplicateCluster { .. }
+        | Error::JobRefused { .. }
+        | Error::JobFailed { .. } => Code::FailedPrecondition,
         Error::JobCancelled { .. } => Code::Aborted,
         Error::CloudStack(cs) => match cs {
             CsError::Unreachable { .. } | CsError::Http { .. } | CsError::Malformed { .. } => {
@@ -60,7 +61,29 @@ pub fn status(e: &Error) -> Status {
         Error::NoTemplate { .. } | Error::NoOptions(_) => Code::Unimplemented,
         Error::Internal(_) => Code::Internal,
     };
-    Status::new(code, e.to_string())
+    Status::new(code, bounded(e.to_string()))
+}
+
+/// Longest status message sent (bytes). gRPC sends it in a header (`grpc-message`), and
+/// clients refuse headers past their limit (8 KiB by default for Go's): a longer message would
+/// turn the status into a transport error.
+const STATUS_MESSAGE_MAX: usize = 4096;
+
+/// `message`, cut to [`STATUS_MESSAGE_MAX`] bytes (at a character boundary) with a note saying
+/// so.
+fn bounded(message: String) -> String {
+    if message.len() <= STATUS_MESSAGE_MAX {
+        return message;
+    }
+    let mut end = STATUS_MESSAGE_MAX;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!(
+        "{}… (message cut: {} bytes in all)",
+        &message[..end],
+        message.len()
+    )
 }
 
 /// Runs one RPC: maps its error to a status, records the call's metrics, logs failures.
@@ -412,8 +435,21 @@ impl CloudProvider for CloudProviderService {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_grpc_timeout;
+    use super::{STATUS_MESSAGE_MAX, bounded, parse_grpc_timeout};
     use std::time::Duration;
+
+    #[test]
+    fn a_long_status_message_is_cut_at_a_character_boundary_and_says_so() {
+        let short = "node group \"x\" is not configured".to_string();
+        assert_eq!(bounded(short.clone()), short);
+        let long = "é".repeat(STATUS_MESSAGE_MAX);
+        let cut = bounded(long.clone());
+        assert!(cut.len() < STATUS_MESSAGE_MAX + 64, "{}", cut.len());
+        assert!(
+            cut.ends_with(&format!("(message cut: {} bytes in all)", long.len())),
+            "{cut}"
+        );
+    }
 
     #[test]
     fn grpc_timeout_header_values() {

@@ -72,12 +72,12 @@ pub struct TlsFiles {
 /// Why TLS files could not be used. Every variant names the file at fault.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
-    #[error("cannot read {what} file {}: {source}", path.display())]
+    /// (The cause is in the message, not a `source`: a chain printed whole says it once.)
+    #[error("cannot read {what} file {}: {cause}", path.display())]
     Read {
         what: &'static str,
         path: PathBuf,
-        #[source]
-        source: io::Error,
+        cause: io::Error,
     },
     #[error("{what} file {} is not PEM: {detail}", path.display())]
     NotPem {
@@ -178,10 +178,10 @@ impl FileContents {
 }
 
 fn read_file(what: &'static str, path: &Path) -> Result<Vec<u8>, TlsError> {
-    std::fs::read(path).map_err(|source| TlsError::Read {
+    std::fs::read(path).map_err(|cause| TlsError::Read {
         what,
         path: path.to_owned(),
-        source,
+        cause,
     })
 }
 

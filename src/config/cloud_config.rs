@@ -158,9 +158,9 @@ pub fn load_cloud_config_with_keys(
     secret_key: Option<String>,
 ) -> Result<CloudConfig, ConfigError> {
     let name = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+    let text = std::fs::read_to_string(path).map_err(|cause| ConfigError::Read {
         path: name.clone(),
-        source,
+        cause,
     })?;
     parse_cloud_config_with_keys(&text, &name, api_key, secret_key)
 }

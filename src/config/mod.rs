@@ -27,20 +27,18 @@ pub use cloud_config::{
     parse_cloud_config_report, parse_cloud_config_with_keys,
 };
 pub use nodes::{
-    BoundNodeGroup, ClusterRef, MAX_NODES_LIMIT, NodeGroupSpec, check_client_binding, parse_nodes,
-    parse_nodes_spec,
+    BoundNodeGroup, ClusterRef, MAX_NODES_LIMIT, NodeGroupSpec, check_client_binding,
+    check_distinct_clusters, parse_nodes, parse_nodes_spec,
 };
 
 /// Why a configuration source was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The cloud-config file could not be read.
-    #[error("cannot read cloud-config {path}: {source}")]
-    Read {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
+    /// (The cause is part of the message and not a `source`, so a chain printed whole, as the
+    /// binary prints its fatal errors, says it once.)
+    #[error("cannot read cloud-config {path}: {cause}")]
+    Read { path: String, cause: std::io::Error },
     /// The cloud-config breaks gcfg's syntax at `line`. `detail` never quotes file content.
     #[error("cloud-config {source_name} line {line}: {detail}")]
     Syntax {
@@ -86,4 +84,15 @@ pub enum ConfigError {
         missing.join("; ")
     )]
     ClientBinding { missing: Vec<String> },
+    /// Two `--nodes` entries name the same cluster: two groups would scale one cluster, each
+    /// taking the other's nodes for its own.
+    #[error(
+        "--nodes names cluster {cluster} twice (entries {first} and {second}): one node group per \
+         cluster"
+    )]
+    DuplicateCluster {
+        cluster: String,
+        first: usize,
+        second: usize,
+    },
 }

@@ -185,6 +185,31 @@ pub fn check_client_binding(groups: &[BoundNodeGroup], client_ca: bool) -> Resul
     }
 }
 
+/// Refuses two entries naming the same cluster by the same reference (an id twice, or a name
+/// twice; ids without regard to case, as CloudStack looks them up; names exactly). A cluster
+/// named once by id and once by name is found when the name resolves (the provider refuses the
+/// second group then).
+pub fn check_distinct_clusters(groups: &[BoundNodeGroup]) -> Result<(), ConfigError> {
+    let same = |a: &ClusterRef, b: &ClusterRef| match (a, b) {
+        (ClusterRef::Id(a), ClusterRef::Id(b)) => a.eq_ignore_ascii_case(b),
+        (ClusterRef::Name(a), ClusterRef::Name(b)) => a == b,
+        _ => false,
+    };
+    for (second, g) in groups.iter().enumerate() {
+        if let Some(first) = groups[..second]
+            .iter()
+            .position(|o| same(&o.group.cluster, &g.group.cluster))
+        {
+            return Err(ConfigError::DuplicateCluster {
+                cluster: g.group.cluster.to_string(),
+                first: first + 1,
+                second: second + 1,
+            });
+        }
+    }
+    Ok(())
+}
+
 /// 8-4-4-4-12 hex digits.
 fn is_uuid(s: &str) -> bool {
     let groups: Vec<&str> = s.split('-').collect();
@@ -200,6 +225,39 @@ mod tests {
     use super::*;
 
     const UUID: &str = "177d0eeb-ee9f-4bd6-b3b3-2e8e1bf4e1a4";
+
+    #[test]
+    fn the_same_cluster_twice_is_refused() {
+        let groups = |specs: &[&str]| -> Vec<BoundNodeGroup> {
+            specs.iter().map(|s| parse_nodes(s).expect(s)).collect()
+        };
+        let by_id = format!("1:3:{UUID}@b");
+        let by_upper_id = format!("2:4:{}@c", UUID.to_uppercase());
+        let refused = [
+            (vec!["1:3:prod@a", "1:5:prod@b"], "prod", (1, 2)),
+            (
+                vec!["1:3:other@a", by_id.as_str(), by_upper_id.as_str()],
+                UUID,
+                (2, 3),
+            ),
+        ];
+        for (specs, cluster, (first, second)) in refused {
+            let err = check_distinct_clusters(&groups(&specs)).expect_err("refused");
+            let text = err.to_string();
+            assert!(
+                text.contains(&format!("entries {first} and {second}"))
+                    && text.to_lowercase().contains(&cluster.to_lowercase()),
+                "{specs:?}: {text}"
+            );
+        }
+        for ok in [
+            vec!["1:3:prod@a", "1:3:staging@b"],
+            vec!["1:3:prod@a", by_id.as_str()],
+            vec!["1:3:Prod@a", "1:3:prod@b"],
+        ] {
+            check_distinct_clusters(&groups(&ok)).unwrap_or_else(|e| panic!("{ok:?}: {e}"));
+        }
+    }
 
     #[test]
     fn nodes_spec_accepts_ids_and_names() {

@@ -5,6 +5,7 @@
 use super::{Provider, now};
 use cks_domain::rules::AlertScaling;
 use cks_domain::verdict::{AlertVerdict, AlertVerdictView, VersionSeen};
+use std::sync::atomic::Ordering;
 
 impl Provider {
     fn verdict(&self) -> std::sync::MutexGuard<'_, AlertVerdict> {
@@ -39,10 +40,16 @@ impl Provider {
     /// Asks `listCapabilities` for CloudStack's version when the verdict's check is due:
     /// another `cloudstackversion` (an upgrade) drops a learned verdict at once.
     pub(crate) async fn check_cloudstack_version(&self) {
-        if !self.verdict().version_check_due(now()) {
+        let optional = &self.inner.optional.capabilities;
+        if !optional.load(Ordering::Relaxed) || !self.verdict().version_check_due(now()) {
             return;
         }
         match self.inner.cs.cloudstack_version().await {
+            Err(e) if e.is_not_permitted() => {
+                optional.store(false, Ordering::Relaxed);
+                tracing::warn!(error = %e, cloudstack = self.inner.cs.api_url(), recheck = ?self.inner.settings.alert_recheck,
+                    "this CloudStack key may not call listCapabilities (optional): a learned Alert-scaling verdict is re-checked after --alert-recheck only, not at once on a CloudStack upgrade");
+            }
             Ok(seen) => {
                 if let VersionSeen::Upgraded { from, to } =
                     self.verdict().version_seen(&seen, now())

@@ -41,6 +41,14 @@ impl Caller {
         client.is_none_or(|c| self.identities.iter().any(|i| i.eq_ignore_ascii_case(c)))
     }
 
+    /// Whether the caller holds one of the `denied` names (compared as [`Caller::may_see`]
+    /// compares them).
+    pub fn is_denied(&self, denied: &[String]) -> bool {
+        denied
+            .iter()
+            .any(|d| self.identities.iter().any(|i| i.eq_ignore_ascii_case(d)))
+    }
+
     /// The caller for logs.
     fn describe(&self) -> String {
         if self.identities.is_empty() {
@@ -56,8 +64,8 @@ impl Caller {
 pub(crate) struct Unmatched(Mutex<HashSet<Vec<String>>>);
 
 impl Provider {
-    /// The provider as `caller` sees it: its groups only. A caller that matches no group sees
-    /// an empty provider, which is logged once per caller.
+    /// The provider as `caller` sees it: its groups only. A caller that matches no group, or
+    /// is denied (`--deny-client`), sees an empty provider, which is logged once per caller.
     pub fn seen_by<'a>(&'a self, caller: &'a Caller) -> Scoped<'a> {
         let scoped = Scoped {
             p: self,
@@ -70,7 +78,14 @@ impl Provider {
                 .0
                 .lock()
                 .unwrap_or_else(|p| p.into_inner());
-            if logged.insert(caller.identities.clone()) {
+            if caller.is_denied(&self.inner.settings.denied_clients) {
+                if logged.insert(caller.identities.clone()) {
+                    tracing::warn!(
+                        "{} is denied (--deny-client): it sees no node group",
+                        caller.describe()
+                    );
+                }
+            } else if logged.insert(caller.identities.clone()) {
                 let clients: Vec<&str> = self
                     .inner
                     .groups
@@ -113,6 +128,9 @@ mod tests {
         for (caller, client, seen) in cases {
             assert_eq!(caller.may_see(client), seen, "{caller:?} / {client:?}");
         }
+        assert!(a.is_denied(&["ALIAS.a".to_string()]));
+        assert!(!a.is_denied(&["autoscaler".to_string(), "autoscaler.b".to_string()]));
+        assert!(!anonymous.is_denied(&["autoscaler.a".to_string()]));
         // A wildcard the caller holds is a name like any other: it matches only itself.
         let wild = Caller::with_identities(vec!["*.example".into()]);
         assert!(!wild.may_see(Some("a.example")));

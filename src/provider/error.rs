@@ -33,6 +33,16 @@ pub enum Error {
         "cluster {cluster} is not listed by CloudStack (deleted, or not visible to this API key)"
     )]
     ClusterNotFound { cluster: String },
+    /// `--nodes` names, by name, a cluster another group serves (by id, or by another name).
+    #[error(
+        "cluster {name:?} is {id}, which node group {other} serves already: one node group per \
+         cluster (remove one of the two --nodes entries)"
+    )]
+    DuplicateCluster {
+        name: String,
+        id: String,
+        other: String,
+    },
     /// `--nodes` names a cluster by a name no cluster, or several, carry.
     #[error("{count} clusters are named {name:?}; name the cluster by id in --nodes")]
     AmbiguousName { name: String, count: usize },
@@ -100,3 +110,18 @@ pub enum Error {
 
 /// A provider result.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Longest caller-supplied value (a node group id, a node name) an error message repeats whole.
+pub const ECHO_MAX_CHARS: usize = 128;
+
+/// A caller-supplied value as an error message repeats it: whole when short; else its start,
+/// cut at [`ECHO_MAX_CHARS`], and how long it was. gRPC carries the message in a header, so a
+/// huge id repeated whole would make the answer itself fail (the client would see
+/// RESOURCE_EXHAUSTED or INTERNAL instead of what was wrong).
+pub fn echo(value: &str) -> String {
+    if value.chars().count() <= ECHO_MAX_CHARS {
+        return value.to_string();
+    }
+    let head: String = value.chars().take(ECHO_MAX_CHARS).collect();
+    format!("{head}… (cut: {} bytes in all)", value.len())
+}

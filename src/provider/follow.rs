@@ -207,16 +207,18 @@ impl Provider {
         let search = if lost
             && self
                 .inner
-                .list_jobs_permitted
+                .optional
+                .jobs
                 .load(std::sync::atomic::Ordering::Relaxed)
         {
             match self.find_running_scale_job(gi, &cluster_id).await {
                 Ok(found) => found,
                 Err(e) if e.is_not_permitted() => {
                     self.inner
-                        .list_jobs_permitted
+                        .optional
+                        .jobs
                         .store(false, std::sync::atomic::Ordering::Relaxed);
-                    tracing::warn!(error = %e, "this CloudStack key may not call listAsyncJobs (optional): scale jobs this provider did not start are followed through the cluster's state, and a request whose answer was lost is settled by the cluster's state alone");
+                    tracing::warn!(error = %e, cloudstack = self.inner.cs.api_url(), "this CloudStack key may not call listAsyncJobs (optional): scale jobs this provider did not start are followed through the cluster's state, and a request whose answer was lost is settled by the cluster's state alone");
                     JobSearch::Nothing
                 }
                 Err(e) => {

@@ -43,6 +43,7 @@ use cks_domain::cluster::{
 use cks_domain::machine::{Effect, Phase, ScaleMachine, Timings};
 use cks_domain::registry::Registrations;
 use cks_domain::rules::AlertScaling;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -103,6 +104,8 @@ pub struct Settings {
     pub gpu_label: String,
     /// GetAvailableGPUTypes answer.
     pub gpu_types: Vec<String>,
+    /// Client names shut out (`--deny-client`): a caller holding one sees no group.
+    pub denied_clients: Vec<String>,
 }
 
 impl Settings {
@@ -135,6 +138,7 @@ impl Settings {
             alert_recheck: Duration::from_secs(10 * 60),
             gpu_label: String::new(),
             gpu_types: Vec::new(),
+            denied_clients: Vec::new(),
         }
     }
 }
@@ -231,8 +235,8 @@ pub(crate) struct Inner {
     pub unmatched: caller::Unmatched,
     pub shutdown: watch::Sender<bool>,
     pub ready: watch::Sender<bool>,
-    /// Whether the key may call `listAsyncJobs` (optional; until CloudStack answers 432).
-    pub list_jobs_permitted: std::sync::atomic::AtomicBool,
+    /// The optional commands the key may call, each learned once from CloudStack's 432.
+    pub optional: OptionalCommands,
 }
 
 /// Time kept back from the caller's deadline for the answer to travel back.
@@ -251,6 +255,30 @@ pub(crate) fn before(deadline: tokio::time::Instant) -> tokio::time::Instant {
 /// core takes.
 pub(crate) fn now() -> Instant {
     tokio::time::Instant::now().into_std()
+}
+
+/// The commands beyond the four every key CKS gives may call (`listKubernetesClusters`,
+/// `scaleKubernetesCluster`, `queryAsyncJobResult`, `listVirtualMachines`): each is tried until
+/// CloudStack answers 432 (not available to the account), then never again; the provider says
+/// once, in one line, what it does without it.
+#[derive(Debug)]
+pub(crate) struct OptionalCommands {
+    /// `listAsyncJobs`: adopting running jobs by id, settling lost answers by the job list.
+    pub jobs: AtomicBool,
+    /// `listServiceOfferings`: the template node's full offering (else a worker VM's sizes).
+    pub offerings: AtomicBool,
+    /// `listCapabilities`: re-checking the Alert-scaling verdict on a CloudStack upgrade.
+    pub capabilities: AtomicBool,
+}
+
+impl Default for OptionalCommands {
+    fn default() -> Self {
+        OptionalCommands {
+            jobs: AtomicBool::new(true),
+            offerings: AtomicBool::new(true),
+            capabilities: AtomicBool::new(true),
+        }
+    }
 }
 
 /// A group's cluster as just fetched, and the effects the machine asked for on seeing it.
@@ -277,10 +305,12 @@ pub struct Scoped<'a> {
 }
 
 impl<'a> Scoped<'a> {
-    /// Whether group `gi` is the caller's.
+    /// Whether group `gi` is the caller's (a denied caller has none).
     pub(crate) fn sees(&self, gi: usize) -> bool {
-        self.caller
-            .is_none_or(|c| c.may_see(self.p.inner.groups[gi].client.as_deref()))
+        self.caller.is_none_or(|c| {
+            !c.is_denied(&self.p.inner.settings.denied_clients)
+                && c.may_see(self.p.inner.groups[gi].client.as_deref())
+        })
     }
 
     /// The caller's groups, by index.
@@ -312,7 +342,7 @@ impl<'a> Scoped<'a> {
             .map(|gi| p.configured_name(gi))
             .collect::<Vec<_>>();
         Err(Error::UnknownGroup {
-            id: id.to_string(),
+            id: error::echo(id),
             configured: if configured.is_empty() {
                 "none for this client".to_string()
             } else {
@@ -441,7 +471,7 @@ impl Provider {
                 unmatched: caller::Unmatched::default(),
                 shutdown,
                 ready,
-                list_jobs_permitted: std::sync::atomic::AtomicBool::new(true),
+                optional: OptionalCommands::default(),
             }),
         }
     }
@@ -634,7 +664,17 @@ impl Provider {
                 let mut found = self.inner.cs.find_clusters_by_name(name).await?;
                 found.retain(|c| c.name == *name);
                 match found.len() {
-                    1 => found.remove(0),
+                    1 => {
+                        let cluster = found.remove(0);
+                        if let Some(other) = self.serving_elsewhere(gi, &cluster.id) {
+                            return Err(Error::DuplicateCluster {
+                                name: name.clone(),
+                                id: cluster.id,
+                                other,
+                            });
+                        }
+                        cluster
+                    }
                     0 => {
                         return Err(Error::ClusterNotFound {
                             cluster: format!("named {name:?}"),
@@ -661,6 +701,25 @@ impl Provider {
         let fetched = self.fetch_group(gi).await?;
         self.run_effects(gi, fetched.effects).await;
         Ok(fetched.snapshot)
+    }
+
+    /// The label of another group serving cluster `id` (resolved to it, or configured by it).
+    fn serving_elsewhere(&self, gi: usize, id: &str) -> Option<String> {
+        (0..self.inner.groups.len())
+            .filter(|&o| o != gi)
+            .find_map(|o| {
+                let g = &self.inner.groups[o];
+                let resolved = g.read().scale.cluster_id.clone();
+                let configured = match &g.spec.cluster {
+                    ClusterRef::Id(c) => Some(c.clone()),
+                    ClusterRef::Name(_) => None,
+                };
+                [resolved, configured]
+                    .into_iter()
+                    .flatten()
+                    .any(|c| c.eq_ignore_ascii_case(id))
+                    .then(|| self.group_label(o))
+            })
     }
 
     /// Refresh with no deadline (the first refresh, `demo`): waits for the round to end.
@@ -834,16 +893,55 @@ impl Provider {
                 }
                 o.id.clone()
             };
-            match self.inner.cs.get_service_offering(&wanted).await {
+            let read = if self.inner.optional.offerings.load(Ordering::Relaxed) {
+                match self.inner.cs.get_service_offering(&wanted).await {
+                    Err(e) if e.is_not_permitted() => {
+                        self.inner
+                            .optional
+                            .offerings
+                            .store(false, Ordering::Relaxed);
+                        tracing::warn!(error = %e, cloudstack = self.inner.cs.api_url(), "this CloudStack key may not call listServiceOfferings (optional): the template node is built from a worker VM's CPUs and memory (listVirtualMachines), without the offering's root disk size, GPUs or details");
+                        self.offering_from_vm(gi, &wanted).await
+                    }
+                    other => other,
+                }
+            } else {
+                self.offering_from_vm(gi, &wanted).await
+            };
+            match read {
                 Ok(Some(o)) => self.inner.groups[gi].lock().worker_offering = Some(o),
                 Ok(None) => {
                     tracing::warn!(offering = %wanted, "worker service offering not listed")
                 }
                 Err(e) => {
-                    tracing::warn!(offering = %wanted, error = %e, "listServiceOfferings failed")
+                    tracing::warn!(offering = %wanted, error = %e, "reading the worker service offering failed")
                 }
             }
         }
+    }
+
+    /// The worker offering `wanted` as a worker VM of the group shows it (`listVirtualMachines`,
+    /// which the key CKS gives a project cluster may call): CPUs and memory.
+    async fn offering_from_vm(
+        &self,
+        gi: usize,
+        wanted: &str,
+    ) -> std::result::Result<Option<ServiceOffering>, CsError> {
+        let workers: Vec<String> = {
+            let st = self.inner.groups[gi].read();
+            let Some(s) = st.scale.snapshot() else {
+                return Ok(None);
+            };
+            s.snap.workers().map(|vm| vm.id.clone()).take(3).collect()
+        };
+        if workers.is_empty() {
+            return Ok(None);
+        }
+        let vms = self.inner.cs.list_virtual_machines(&workers).await?;
+        Ok(vms
+            .iter()
+            .filter_map(|vm| vm.offering())
+            .find(|o| o.id == wanted))
     }
 
     pub(crate) fn group_label(&self, gi: usize) -> String {
@@ -869,6 +967,7 @@ impl Provider {
         let p = self.clone();
         tokio::spawn(async move {
             let mut delay = Duration::from_millis(200);
+            let mut said = false;
             loop {
                 match p.refresh().await {
                     Ok(()) if *p.inner.ready.borrow() => {
@@ -876,8 +975,13 @@ impl Provider {
                         return;
                     }
                     Ok(()) => {}
-                    Err(e) => {
-                        tracing::warn!(error = %e, "CloudStack not reachable yet; serving without a snapshot")
+                    // The round warned about each group that failed: one warning per attempt.
+                    Err(e) if said => tracing::debug!(error = %e, "first refresh: retrying"),
+                    Err(_) => {
+                        said = true;
+                        tracing::info!(
+                            "serving without a snapshot until CloudStack answers; the first refresh is retried every 10s at most"
+                        )
                     }
                 }
                 tokio::time::sleep(delay).await;

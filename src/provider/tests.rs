@@ -153,3 +153,38 @@ async fn a_refused_increase_changes_nothing() {
             .all(|r| r.command != "scaleKubernetesCluster")
     );
 }
+
+/// One cluster named by id in one `--nodes` entry and by name in another: the name resolves to
+/// a cluster another group serves, and that group is refused (two groups would scale one
+/// cluster, each taking the other's nodes for its own).
+#[tokio::test(start_paused = true)]
+async fn a_cluster_named_by_id_and_by_name_is_served_once() {
+    let (sim, _, id) = stack(Duration::from_secs(1)).await;
+    let client = Client::new(client_config(&sim)).expect("client");
+    let twice = Provider::new(
+        client,
+        Settings::with_groups(vec![
+            NodeGroupSpec {
+                min: 1,
+                max: 10,
+                cluster: ClusterRef::Id(id.clone()),
+            },
+            NodeGroupSpec {
+                min: 1,
+                max: 10,
+                cluster: ClusterRef::Name("demo".into()),
+            },
+        ]),
+    );
+    let err = twice.fetch_and_act(1).await.expect_err("refused");
+    assert!(
+        matches!(&err, Error::DuplicateCluster { id: dup, .. } if *dup == id),
+        "{err}"
+    );
+    assert!(err.to_string().contains("serves already"), "{err}");
+    twice
+        .fetch_and_act(0)
+        .await
+        .expect("the group by id is served");
+    assert_eq!(twice.all_groups().node_groups().len(), 1);
+}

@@ -160,9 +160,12 @@ impl Scoped<'_> {
                 let Some(vm_id) = st.scale.snapshot().map(|s| s.snap.vms[i].id.clone()) else {
                     continue;
                 };
-                let teach = !fake && !name.is_empty();
-                let learn = mine && teach && st.scale.would_learn(&vm_id, provider_id, name);
-                let sample = mine && teach && !labels.is_empty() && st.sample_labels.is_none();
+                // Only the caller's own groups learn from its reports: another client's report
+                // of a VM must not veto that cluster's own autoscaler (a registered VM is not
+                // deleted as "unregistered").
+                let teach = mine && !fake && !name.is_empty();
+                let learn = teach && st.scale.would_learn(&vm_id, provider_id, name);
+                let sample = teach && !labels.is_empty() && st.sample_labels.is_none();
                 drop(st);
                 if teach {
                     g.registered

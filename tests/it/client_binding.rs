@@ -662,6 +662,84 @@ async fn a_node_one_client_reports_protects_its_vm_from_anothers_unregistered_de
     fleet.shutdown().await;
 }
 
+/// A caller's reports count only for its own groups: an autoscaler that reports another
+/// cluster's VM as its node (by mistake, or to veto that cluster's deletions) protects nothing,
+/// and the cluster's own autoscaler deletes the VM as unregistered.
+#[tokio::test(start_paused = true)]
+async fn another_clients_report_of_a_vm_does_not_veto_its_own_autoscaler() {
+    let fleet = Fleet::start(
+        "veto",
+        &[
+            ("alpha", Some("autoscaler.alpha")),
+            ("beta", Some("autoscaler.beta")),
+        ],
+        |_| {},
+    )
+    .await;
+    let mut a = fleet
+        .client(&fleet.client_ca.client("a", &["autoscaler.alpha"]))
+        .await;
+    let mut b = fleet
+        .client(&fleet.client_ca.client("b", &["autoscaler.beta"]))
+        .await;
+    refresh(&mut a).await.expect("Refresh alpha");
+    refresh(&mut b).await.expect("Refresh beta");
+    let beta = fleet.id("beta");
+    let (w, w_name) = fleet.workers("beta")[0].clone();
+    let instance = format!("external-cloudstack://{w}");
+    assert_eq!(
+        group_for(&mut a, node(&instance, &w_name)).await,
+        "",
+        "beta's node is in no group of alpha's"
+    );
+    fleet.forget_requests();
+    delete(&mut b, &beta, vec![fake_node(&instance, "unregistered")])
+        .await
+        .expect("beta's autoscaler deletes its unregistered VM");
+    wait_until("the removal sent", async || {
+        fleet
+            .scale_requests()
+            .iter()
+            .any(|p| p.get("nodeids") == Some(&w))
+    })
+    .await;
+    fleet.shutdown().await;
+}
+
+/// `--deny-client`: a client shut out sees no group, whatever binds groups to it, and says so
+/// in the log once.
+#[tokio::test(start_paused = true)]
+async fn a_denied_client_sees_no_group() {
+    let fleet = Fleet::start(
+        "deny",
+        &[
+            ("alpha", Some("autoscaler.denied-alpha")),
+            ("beta", Some("autoscaler.beta")),
+        ],
+        |s| s.denied_clients = vec!["AUTOSCALER.denied-alpha".into()],
+    )
+    .await;
+    let mut a = fleet
+        .client(&fleet.client_ca.client("a", &["autoscaler.denied-alpha"]))
+        .await;
+    let mut b = fleet
+        .client(&fleet.client_ca.client("b", &["autoscaler.beta"]))
+        .await;
+    assert_eq!(group_ids(&mut a).await, Vec::<String>::new());
+    assert_eq!(group_ids(&mut b).await, vec![fleet.id("beta")]);
+    let alpha = fleet.id("alpha");
+    assert_eq!(
+        target(&mut a, &alpha).await.map_err(|s| s.code()),
+        Err(Code::NotFound)
+    );
+    assert_eq!(
+        cks_testkit::logs::lines_mentioning("autoscaler.denied-alpha is denied").len(),
+        1,
+        "logged once"
+    );
+    fleet.shutdown().await;
+}
+
 // ---------------------------------------------------------------------------------------------
 // The start.
 

@@ -15,6 +15,7 @@ mod provider_rpcs;
 mod scale_down_merging;
 mod scenario_concurrency;
 mod scenario_failures;
+mod scenario_project_key;
 mod scenario_refusals;
 mod scenario_removal_promises;
 mod scenario_scale_from_zero;

@@ -83,6 +83,38 @@ async fn probe_into_a_pipe_nobody_reads_exits_quietly() {
     assert!(!stderr.contains("Broken pipe"), "{stderr}");
 }
 
+/// What a newcomer reads when the start fails, in text logs into a pipe: the cause once, and
+/// no colour codes (they belong on a terminal, not in files and pipes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_cloud_config_says_its_cause_once_in_plain_text() {
+    let missing = std::env::temp_dir().join(format!("cks-absent-{}.conf", std::process::id()));
+    let missing = missing.to_string_lossy().to_string();
+    let out = run(command(&[
+        "serve",
+        "--log-format",
+        "text",
+        "--cloud-config",
+        &missing,
+        "--nodes",
+        "1:3:some-cluster",
+    ]))
+    .await;
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains(&missing), "{stderr}");
+    let cause = std::io::Error::from(std::io::ErrorKind::NotFound).to_string();
+    let os_error = "(os error 2)";
+    assert_eq!(
+        stderr.matches(os_error).count(),
+        1,
+        "the cause once ({cause}): {stderr}"
+    );
+    assert!(
+        !stderr.contains('\u{1b}'),
+        "no ANSI escape codes in a pipe: {stderr:?}"
+    );
+}
+
 /// Every stderr line, each parsed as JSON (failing on a line that is not).
 fn json_lines(stderr: &str) -> Vec<serde_json::Value> {
     stderr

@@ -915,3 +915,25 @@ async fn node_group_for_node_right_after_start_waits_for_the_first_snapshot() {
     assert_eq!(group.id, env.cluster_id, "not \"\" for a served node");
     env.shutdown().await;
 }
+
+/// A caller's input is repeated in errors only in part: a 1 MB node group id is NOT_FOUND, with
+/// a message that says the id was cut, not a status too large for its header.
+#[tokio::test(start_paused = true)]
+async fn a_huge_node_group_id_is_not_found_and_the_message_says_it_was_cut() {
+    let mut env = Stack::demo_default().await;
+    let id = "x".repeat(1 << 20);
+    let err = env
+        .client
+        .node_group_target_size(pb::NodeGroupTargetSizeRequest { id })
+        .await
+        .expect_err("unknown group");
+    assert_eq!(err.code(), Code::NotFound, "{}", err.message());
+    assert!(err.message().len() < 1024, "{} bytes", err.message().len());
+    assert!(
+        err.message().contains("cut: 1048576 bytes in all")
+            && err.message().contains(&env.cluster_id),
+        "{}",
+        err.message()
+    );
+    env.shutdown().await;
+}

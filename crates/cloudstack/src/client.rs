@@ -120,6 +120,11 @@ impl std::fmt::Debug for Client {
 }
 
 impl Client {
+    /// The API URL requests go to (no credentials in it), for logs naming which CloudStack.
+    pub fn api_url(&self) -> &str {
+        &self.inner.api_url
+    }
+
     /// Builds the client; fails on a bad URL or an unreadable CA bundle.
     pub fn new(config: ClientConfig) -> Result<Self, CsError> {
         let url = url::Url::parse(config.api_url.trim()).map_err(|e| {

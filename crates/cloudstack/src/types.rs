@@ -74,6 +74,36 @@ pub struct VirtualMachine {
     /// Expunging, Error, Shutdown, Migrating, Unknown...
     #[serde(default)]
     pub state: String,
+    /// Its service offering, as `listVirtualMachines` shows it (UserVmResponse): what the
+    /// template node is built from when the key may not call `listServiceOfferings`.
+    #[serde(default)]
+    pub serviceofferingid: Option<String>,
+    #[serde(default)]
+    pub serviceofferingname: Option<String>,
+    #[serde(default, deserialize_with = "lenient::opt_u64")]
+    pub cpunumber: Option<u64>,
+    /// MiB.
+    #[serde(default, deserialize_with = "lenient::opt_u64")]
+    pub memory: Option<u64>,
+}
+
+impl VirtualMachine {
+    /// The VM's offering as far as the VM shows it (CPUs and memory; no root disk size, GPU
+    /// or details), when it names its offering and sizes.
+    pub fn offering(&self) -> Option<ServiceOffering> {
+        Some(ServiceOffering {
+            id: self.serviceofferingid.clone()?,
+            name: self.serviceofferingname.clone().unwrap_or_default(),
+            cpunumber: Some(self.cpunumber?),
+            memory: Some(self.memory?),
+            cpuspeed: None,
+            rootdisksize: None,
+            serviceofferingdetails: None,
+            vgpuprofilename: None,
+            gpucount: None,
+            gpucardname: None,
+        })
+    }
 }
 
 /// `queryasyncjobresultresponse` / an element of `listasyncjobsresponse.asyncjobs[]`.
