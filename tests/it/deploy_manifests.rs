@@ -61,6 +61,17 @@ struct Rendered {
     /// The oldest and the newest Kubernetes minor the objects were validated against.
     minors: Vec<String>,
     sets: Vec<Set>,
+    /// The values the chart was given to refuse, and what Helm said.
+    refusals: Vec<Refusal>,
+}
+
+/// Values `tools/check_manifests.py` renders the chart with that it must refuse.
+#[derive(Clone, Debug)]
+struct Refusal {
+    what: String,
+    values: Value,
+    refused: bool,
+    message: String,
 }
 
 impl Rendered {
@@ -211,7 +222,20 @@ fn load_rendered(dir: &Path) -> Result<Rendered, String> {
     for s in &mut sets {
         s.external = external.clone();
     }
-    Ok(Rendered { minors, sets })
+    let refusals = arr_at(&index, "/refusals")
+        .iter()
+        .map(|r| Refusal {
+            what: str_at(r, "/what").unwrap_or("").to_string(),
+            values: r.pointer("/values").cloned().unwrap_or(Value::Null),
+            refused: r.pointer("/refused") == Some(&Value::Bool(true)),
+            message: str_at(r, "/message").unwrap_or("").to_string(),
+        })
+        .collect();
+    Ok(Rendered {
+        minors,
+        sets,
+        refusals,
+    })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1337,13 +1361,78 @@ fn check_images(s: &Set) -> Vec<String> {
     if let Ok(p) = s.provider() {
         let image = str_at(p.container, "/image").unwrap_or("");
         let want = env!("CARGO_PKG_VERSION");
-        if image_tag(image) != Some(want) {
+        // By digest, which build it is is the operator's to know.
+        if !image.contains("@sha256:") && image_tag(image) != Some(want) {
             problems.push(format!(
                 "provider image {image} does not carry the crate version {want}"
             ));
         }
     }
     problems
+}
+
+/// A Helm provider runs the image its values name: `image.repository`, then `@image.digest`
+/// when one is set (the tag ignored), else `:image.tag` or the chart's appVersion (the crate's
+/// version).
+fn check_provider_image(s: &Set) -> Vec<String> {
+    let p = match s.provider() {
+        Ok(p) => p,
+        Err(e) => return vec![e],
+    };
+    let image = str_at(p.container, "/image").unwrap_or("");
+    let value = |pointer: &str| {
+        s.values
+            .pointer(pointer)
+            .filter(|v| !v.is_null())
+            .map(scalar)
+            .filter(|v| !v.is_empty())
+    };
+    let Some(repository) = value("/image/repository") else {
+        return vec![format!(
+            "provider image {image} rendered from values without image.repository, which the chart must refuse"
+        )];
+    };
+    let want = match value("/image/digest") {
+        Some(digest) => format!("{repository}@{digest}"),
+        None => format!(
+            "{repository}:{}",
+            value("/image/tag").unwrap_or_else(|| env!("CARGO_PKG_VERSION").to_string())
+        ),
+    };
+    if image == want {
+        vec![]
+    } else {
+        vec![format!("provider image {image}, its values name {want}")]
+    }
+}
+
+/// No public provider image exists, so the chart renders nothing without `image.repository`:
+/// values that name clusters but no image were tried, and refused for naming no image.
+fn check_image_refusal(refusals: &[Refusal]) -> Vec<String> {
+    let no_image: Vec<&Refusal> = refusals
+        .iter()
+        .filter(|r| {
+            r.values.pointer("/image/repository").is_none()
+                && !arr_at(&r.values, "/nodes").is_empty()
+        })
+        .collect();
+    if no_image.is_empty() {
+        return vec!["no refusal was tried with clusters and no image.repository".into()];
+    }
+    no_image
+        .into_iter()
+        .filter(|r| !(r.refused && r.message.contains("image.repository")))
+        .map(|r| {
+            if r.refused {
+                format!(
+                    "{}: refused without naming image.repository: {}",
+                    r.what, r.message
+                )
+            } else {
+                format!("{}: rendered without image.repository", r.what)
+            }
+        })
+        .collect()
 }
 
 /// The NetworkPolicy admits to the gRPC port only the autoscaler's pods and, for a central
@@ -1870,8 +1959,23 @@ fn check_chart_matches_base(chart: &Set, base: &Set) -> Vec<String> {
         if cf != bf {
             problems.push(format!("{what} flags differ: chart {cf:?}, base {bf:?}"));
         }
+        // The provider's repository is the operator's (the base holds a placeholder an overlay
+        // replaces); its tag is the release both deploy.
+        let (ci, bi) = (
+            str_at(c.container, "/image").unwrap_or(""),
+            str_at(b.container, "/image").unwrap_or(""),
+        );
+        let same_image = if what == "provider" {
+            image_tag(ci) == image_tag(bi)
+        } else {
+            ci == bi
+        };
+        if !same_image {
+            problems.push(format!(
+                "{what} container /image differs: chart {ci}, base {bi}"
+            ));
+        }
         for ptr in [
-            "/image",
             "/ports",
             "/livenessProbe",
             "/readinessProbe",
@@ -2349,6 +2453,28 @@ fn pods_are_non_root_read_only_and_confined() {
 fn images_are_pinned_and_the_provider_runs_the_crate_version() {
     let Some(r) = rendered() else { return };
     assert_none("images", every(r, |s| s.source != "example", check_images));
+}
+
+#[test]
+fn the_chart_runs_the_image_its_values_name_and_refuses_to_render_without_one() {
+    let Some(r) = rendered() else { return };
+    assert_none(
+        "provider image",
+        every(
+            r,
+            |s| s.source == "helm" && s.has_provider(),
+            check_provider_image,
+        ),
+    );
+    assert_none("image refusal", check_image_refusal(&r.refusals));
+    // One values file names the image by digest.
+    assert!(
+        r.sets.iter().any(|s| s.source == "helm"
+            && s.provider().is_ok_and(
+                |p| str_at(p.container, "/image").is_some_and(|i| i.contains("@sha256:"))
+            )),
+        "no values file renders the provider image by digest"
+    );
 }
 
 #[test]
@@ -3112,5 +3238,44 @@ fn a_workload_cluster_dialing_what_the_central_provider_does_not_serve_is_caught
     assert_caught(
         check_central_pair(central, &workload),
         "which no central --nodes binds",
+    );
+}
+
+#[test]
+fn a_provider_image_other_than_the_values_name_or_a_chart_rendering_without_one_is_caught() {
+    let Some(r) = rendered() else { return };
+    let by_digest = r
+        .sets
+        .iter()
+        .find(|s| {
+            s.source == "helm"
+                && s.provider()
+                    .is_ok_and(|p| str_at(p.container, "/image").is_some_and(|i| i.contains('@')))
+        })
+        .expect("a values file with image.digest");
+    let mut tagged = by_digest.clone();
+    let name = tagged.provider().expect("provider").doc.name().to_string();
+    let image = str_at(tagged.provider().expect("provider").container, "/image")
+        .expect("image")
+        .to_string();
+    let (repository, _) = image.split_once('@').expect("a digest");
+    edit(
+        &mut tagged,
+        "Deployment",
+        &name,
+        "/spec/template/spec/containers/0/image",
+        Value::from(format!("{repository}:0.1.0")),
+    );
+    assert_caught(check_provider_image(&tagged), "its values name");
+    let mut refusals = r.refusals.clone();
+    for refusal in refusals
+        .iter_mut()
+        .filter(|x| x.values.pointer("/image/repository").is_none())
+    {
+        refusal.refused = false;
+    }
+    assert_caught(
+        check_image_refusal(&refusals),
+        "rendered without image.repository",
     );
 }

@@ -107,8 +107,35 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: tls
 {{- end -}}
 
+{{/*
+The provider image: repository@digest when image.digest is set (the tag is then ignored), else
+repository:tag (the chart's appVersion by default). The validate helper refuses an empty
+repository before anything renders.
+*/}}
 {{- define "cks-autoscaler-provider.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (toString (default .Chart.AppVersion .Values.image.tag)) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The pull secrets of both pods: image.pullSecrets (names) and imagePullSecrets (`name:`
+entries, or names), each once.
+*/}}
+{{- define "cks-autoscaler-provider.imagePullSecrets" -}}
+{{- $names := list -}}
+{{- range (concat (.Values.image.pullSecrets | default list) (.Values.imagePullSecrets | default list)) -}}
+{{- if kindIs "map" . -}}
+{{- $names = append $names (toString (required "imagePullSecrets: every entry needs a `name`" .name)) -}}
+{{- else -}}
+{{- $names = append $names (toString .) -}}
+{{- end -}}
+{{- end -}}
+{{- range ($names | uniq) }}
+- name: {{ . }}
+{{- end -}}
 {{- end -}}
 
 {{/*
@@ -208,8 +235,27 @@ central provider no NetworkPolicy rule lets anyone reach.
 {{- if and .Values.cloudstackCA.configMapName .Values.cloudstackCA.secretName -}}
 {{- fail "cloudstackCA: set configMapName or secretName, not both" -}}
 {{- end -}}
+{{- include "cks-autoscaler-provider.validateImage" . -}}
 {{- else if not .Values.tls.enabled -}}
 {{- fail "provider.enabled=false: the autoscaler dials a provider in another cluster, which needs mutual TLS (tls.enabled=true)" -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The provider image must be named: no public image exists (the default a chart usually carries
+would be a Docker Hub name nobody pushed). Checked after the other refusals, so that each of
+those is reported for what it is.
+*/}}
+{{- define "cks-autoscaler-provider.validateImage" -}}
+{{- $image := .Values.image -}}
+{{- if not $image.repository -}}
+{{- fail "image.repository is required: no public image of cks-autoscaler-provider exists. Build it with the Dockerfile at the repository's root, push it to a registry the cluster pulls from (docs/operations.md §2.1: docker buildx build --platform linux/amd64,linux/arm64 -t REGISTRY/cks-autoscaler-provider:TAG --push .) and set image.repository=REGISTRY/cks-autoscaler-provider (with image.tag, or image.digest)" -}}
+{{- end -}}
+{{- if regexMatch `(@|:[^/]*$)` (toString $image.repository) -}}
+{{- fail (printf "image.repository %q carries a tag or a digest: give the repository alone, the tag in image.tag, the digest in image.digest" (toString $image.repository)) -}}
+{{- end -}}
+{{- if and $image.digest (not (regexMatch `^sha256:[0-9a-f]{64}$` (toString $image.digest))) -}}
+{{- fail (printf "image.digest %q is not a digest: sha256: and 64 lowercase hex digits (docker buildx imagetools inspect REPOSITORY:TAG shows it)" (toString $image.digest)) -}}
 {{- end -}}
 {{- end -}}
 
