@@ -1800,6 +1800,37 @@ fn check_autoscaler_flags(s: &Set) -> Vec<String> {
     }
 }
 
+/// A provider's `--max-node-provision-time`, in milliseconds (or why there is none).
+fn provider_provision_ms(s: &Set) -> Result<(String, u64), String> {
+    let p = s.provider()?;
+    let value = flag(&p.args(), "max-node-provision-time").ok_or(
+        "provider: no --max-node-provision-time (it must be the autoscalers' own, or it deletes VMs still joining as unregistered at its default)",
+    )?;
+    let ms = go_duration_ms(&value)
+        .ok_or_else(|| format!("provider --max-node-provision-time={value} is not a duration"))?;
+    Ok((value, ms))
+}
+
+/// The provider never deletes a VM as unregistered for `--max-node-provision-time` after an
+/// autoscaler reported its node: it runs with the value of the autoscaler of its set.
+fn check_provision_times(s: &Set) -> Vec<String> {
+    let (value, ms) = match provider_provision_ms(s) {
+        Ok(v) => v,
+        Err(e) => return vec![e],
+    };
+    let Ok(a) = s.autoscaler() else {
+        return vec![];
+    };
+    let theirs = flag(&a.args(), "max-node-provision-time");
+    if theirs.as_deref().and_then(go_duration_ms) == Some(ms) {
+        vec![]
+    } else {
+        vec![format!(
+            "provider --max-node-provision-time={value}, the autoscaler's is {theirs:?}: one value for both"
+        )]
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Checks across sets and files
 
@@ -2102,6 +2133,19 @@ fn check_central_pair(central: &Set, workload: &Set) -> Vec<String> {
         Ok(cc) => cc,
         Err(e) => return vec![e],
     };
+    let theirs = workload
+        .autoscaler()
+        .ok()
+        .and_then(|a| flag(&a.args(), "max-node-provision-time"));
+    match provider_provision_ms(central) {
+        Err(e) => problems.push(e),
+        Ok((value, ms)) if theirs.as_deref().and_then(go_duration_ms) != Some(ms) => {
+            problems.push(format!(
+                "the central provider's --max-node-provision-time={value}, the workload autoscaler's {theirs:?}"
+            ))
+        }
+        Ok(_) => {}
+    }
     let address = str_at(&cc, "/address").unwrap_or("");
     let (Some(host), Some(port)) = (host_of(address), port_of(address)) else {
         return vec![format!(
@@ -2521,6 +2565,15 @@ fn the_autoscaler_waits_long_enough_for_cks_nodes() {
     assert_none(
         "autoscaler flags",
         every(r, Set::has_autoscaler, check_autoscaler_flags),
+    );
+}
+
+#[test]
+fn the_provider_and_its_autoscalers_wait_the_same_provision_time() {
+    let Some(r) = rendered() else { return };
+    assert_none(
+        "provision times",
+        every(r, Set::has_provider, check_provision_times),
     );
 }
 
@@ -3277,5 +3330,36 @@ fn a_provider_image_other_than_the_values_name_or_a_chart_rendering_without_one_
     assert_caught(
         check_image_refusal(&refusals),
         "rendered without image.repository",
+    );
+}
+
+#[test]
+fn a_provider_provision_time_other_than_the_autoscalers_is_caught() {
+    let Some(r) = rendered() else { return };
+    let mut b = base(r);
+    assert_none("base", check_provision_times(&b));
+    set_arg(
+        &mut b,
+        AUTOSCALER,
+        "--max-node-provision-time",
+        "--max-node-provision-time=30m",
+    );
+    assert_caught(check_provision_times(&b), "one value for both");
+    set_arg(&mut b, PROVIDER, "--max-node-provision-time", "--v=2");
+    assert_caught(
+        check_provision_times(&b),
+        "provider: no --max-node-provision-time",
+    );
+    let central = r.set("helm-examples-central-provider");
+    let mut workload = r.set("helm-examples-workload-cluster").clone();
+    set_arg(
+        &mut workload,
+        AUTOSCALER,
+        "--max-node-provision-time",
+        "--max-node-provision-time=40m",
+    );
+    assert_caught(
+        check_central_pair(central, &workload),
+        "the central provider's --max-node-provision-time",
     );
 }
