@@ -111,6 +111,11 @@ MUST_FAIL = [
         {"image": IMAGE, "nodes": ONE_CLUSTER, "autoscaler": {"kubernetesMinor": "1.20"}},
         "no cluster-autoscaler release is listed",
     ),
+    (
+        "alerts on a job no ServiceMonitor gives",
+        {"image": IMAGE, "nodes": ONE_CLUSTER, "prometheusRule": {"enabled": True}},
+        "serviceMonitor.enabled",
+    ),
     ("no provider image", {"nodes": ONE_CLUSTER}, "image.repository is required"),
     (
         "a provider image repository with its tag",

@@ -1831,6 +1831,294 @@ fn check_provision_times(s: &Set) -> Vec<String> {
     }
 }
 
+/// The autoscaler's metrics reach Prometheus: its `--address` port is its container port
+/// `metrics`, which its Service serves (unless `autoscaler.service.create` is false); every
+/// ServiceMonitor selects a Service of the set that has the port it names; where one scrapes
+/// the provider, another scrapes the autoscaler.
+fn check_metrics_services(s: &Set) -> Vec<String> {
+    let mut problems = Vec::new();
+    let monitors: Vec<&Doc> = s.of_kind("ServiceMonitor").collect();
+    let scraped = |svc: &Doc| {
+        monitors.iter().any(|sm| {
+            selects(
+                &labels_at(&sm.v, "/spec/selector/matchLabels"),
+                &labels_at(&svc.v, "/metadata/labels"),
+            ) && arr_at(&sm.v, "/spec/endpoints")
+                .iter()
+                .any(|e| str_at(e, "/port").is_some_and(|p| service_port(svc, p).is_some()))
+        })
+    };
+    if let Ok(a) = s.autoscaler() {
+        let address = flag(&a.args(), "address");
+        let port = address.as_deref().and_then(port_of);
+        let container = container_port(a.container, &Value::from("metrics"));
+        if port.is_none() || port != container {
+            problems.push(format!(
+                "autoscaler --address={address:?} listens on {port:?}, its container port `metrics` is {container:?}"
+            ));
+        }
+        let labels = a.pod_labels();
+        let services: Vec<&Doc> = s
+            .of_kind("Service")
+            .filter(|svc| selects(&labels_at(&svc.v, "/spec/selector"), &labels))
+            .collect();
+        let wanted = s
+            .values
+            .pointer("/autoscaler/service/create")
+            .and_then(Value::as_bool)
+            != Some(false);
+        if services.is_empty() && wanted {
+            problems.push("no Service serves the autoscaler's metrics port".into());
+        }
+        for svc in &services {
+            match service_port(svc, "metrics") {
+                None => problems.push(format!("{}: no port `metrics`", svc.id())),
+                Some(sp) => {
+                    let target = sp.pointer("/targetPort").or_else(|| sp.pointer("/port"));
+                    let got = target.and_then(|t| container_port(a.container, t));
+                    if got.is_none() || got != port {
+                        problems.push(format!(
+                            "{} port `metrics` reaches container port {got:?}, the autoscaler serves its metrics on {port:?}",
+                            svc.id()
+                        ));
+                    }
+                }
+            }
+        }
+        let provider_scraped = s.provider_service().is_ok_and(&scraped);
+        if provider_scraped && !services.iter().copied().any(&scraped) {
+            problems.push(
+                "a ServiceMonitor scrapes the provider but none scrapes the autoscaler's Service"
+                    .into(),
+            );
+        }
+    }
+    for sm in &monitors {
+        let selector = labels_at(&sm.v, "/spec/selector/matchLabels");
+        let targets: Vec<&Doc> = s
+            .of_kind("Service")
+            .filter(|svc| selects(&selector, &labels_at(&svc.v, "/metadata/labels")))
+            .collect();
+        if targets.is_empty() {
+            problems.push(format!("{} selects no Service", sm.id()));
+        }
+        for e in arr_at(&sm.v, "/spec/endpoints") {
+            let port = str_at(e, "/port").unwrap_or("");
+            if !targets.iter().any(|svc| service_port(svc, port).is_some()) {
+                problems.push(format!(
+                    "{}: no Service it selects has a port {port:?}",
+                    sm.id()
+                ));
+            }
+        }
+    }
+    problems
+}
+
+/// The matcher the example alerts (docs/prometheus-rules.yaml) select the provider's series by:
+/// the job a ServiceMonitor of its Service gives them.
+const RULES_EXAMPLE_MATCHER: &str = r#"job=~".*cks-autoscaler-provider.*""#;
+
+/// The example alerts' `spec.groups`.
+fn docs_rule_groups() -> Value {
+    load_yaml(&repo().join("docs/prometheus-rules.yaml"))
+        .ok()
+        .and_then(|d| d.into_iter().next())
+        .and_then(|d| d.pointer("/spec/groups").cloned())
+        .unwrap_or(Value::Null)
+}
+
+/// Every rule of some groups, with its group's name.
+fn rules_of(groups: &Value) -> Vec<(String, &Value)> {
+    arr_at(groups, "")
+        .iter()
+        .flat_map(|g| {
+            let group = str_at(g, "/name").unwrap_or("").to_string();
+            arr_at(g, "/rules").iter().map(move |r| (group.clone(), r))
+        })
+        .collect()
+}
+
+fn rule_name(rule: &Value) -> String {
+    str_at(rule, "/alert")
+        .or_else(|| str_at(rule, "/record"))
+        .unwrap_or("")
+        .to_string()
+}
+
+/// The aggregations of a PromQL expression that are not taken `by` the provider instance
+/// (`namespace` and `pod`): `sum(...)`, `max without (...)`, `sum by (node_group)`.
+fn unscoped_aggregations(expr: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let bytes = expr.as_bytes();
+    for op in ["sum", "max", "min", "avg", "count"] {
+        let mut from = 0;
+        while let Some(at) = expr[from..].find(op).map(|i| i + from) {
+            from = at + op.len();
+            let before_ok =
+                at == 0 || !(bytes[at - 1].is_ascii_alphanumeric() || bytes[at - 1] == b'_');
+            let rest = expr[from..].trim_start();
+            let after_ok =
+                rest.starts_with('(') || rest.starts_with("by") || rest.starts_with("without");
+            if !(before_ok && after_ok) {
+                continue;
+            }
+            let scoped = rest.strip_prefix("by").is_some_and(|r| {
+                let labels: Vec<&str> = r
+                    .trim_start()
+                    .strip_prefix('(')
+                    .and_then(|r| r.split_once(')'))
+                    .map(|(list, _)| list.split(',').map(str::trim).collect())
+                    .unwrap_or_default();
+                labels.contains(&"namespace") && labels.contains(&"pod")
+            });
+            if !scoped {
+                out.push(format!(
+                    "{op} {}",
+                    rest.chars().take(24).collect::<String>()
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// The example alerts are complete: each has a unique name, an expression that selects the
+/// provider's series by the example matcher, a `for`, a severity and a summary; every
+/// aggregation is taken per provider instance; the worst cases are alerted on (the provider
+/// absent, not ready, its key refused).
+fn check_rule_file(groups: &Value) -> Vec<String> {
+    let mut problems = Vec::new();
+    let rules = rules_of(groups);
+    if rules.is_empty() {
+        return vec!["docs/prometheus-rules.yaml has no rules".into()];
+    }
+    let mut seen = BTreeSet::new();
+    for (_, rule) in &rules {
+        let name = rule_name(rule);
+        if !seen.insert(name.clone()) {
+            problems.push(format!("rule {name} is defined twice"));
+        }
+        let expr = str_at(rule, "/expr").unwrap_or("");
+        if !expr.contains(RULES_EXAMPLE_MATCHER) {
+            problems.push(format!(
+                "rule {name}: its expression does not select the provider by {RULES_EXAMPLE_MATCHER}"
+            ));
+        }
+        if str_at(rule, "/for").and_then(go_duration_ms).is_none() {
+            problems.push(format!("rule {name} has no `for`"));
+        }
+        if str_at(rule, "/labels/severity").is_none() {
+            problems.push(format!("rule {name} has no severity"));
+        }
+        if str_at(rule, "/annotations/summary").is_none() {
+            problems.push(format!("rule {name} has no summary"));
+        }
+        for agg in unscoped_aggregations(expr) {
+            problems.push(format!(
+                "rule {name}: `{agg}…` is not taken by (namespace, pod): it mixes providers"
+            ));
+        }
+    }
+    let exprs: Vec<&str> = rules
+        .iter()
+        .filter_map(|(_, r)| str_at(r, "/expr"))
+        .collect();
+    for (worst, needle) in [
+        ("the provider absent", "absent(up{"),
+        ("the provider not ready", "cks_provider_ready"),
+        ("CloudStack refusing the key", r#"outcome="unauthorized""#),
+    ] {
+        if !exprs.iter().any(|e| e.contains(needle)) {
+            problems.push(format!("no rule alerts on {worst} ({needle})"));
+        }
+    }
+    problems
+}
+
+/// A Helm set's PrometheusRule is the example alerts and only those: the same rule names, each
+/// rule the same once its selector is put back to the example's. Its selector is the job the
+/// set's ServiceMonitor gives the provider's series (the Service name) in the release namespace,
+/// unless the values name their own.
+fn check_prometheus_rule(s: &Set, docs: &Value) -> Vec<String> {
+    let mut problems = Vec::new();
+    let svc = match s.provider_service() {
+        Ok(svc) => svc,
+        Err(e) => return vec![e],
+    };
+    let custom = s
+        .values
+        .pointer("/prometheusRule/selector")
+        .filter(|v| !v.is_null())
+        .map(scalar)
+        .filter(|v| !v.is_empty());
+    let selector = custom
+        .clone()
+        .unwrap_or_else(|| format!(r#"job="{}", namespace="{}""#, svc.name(), s.namespace));
+    if custom.is_none() {
+        // The Prometheus Operator names a ServiceMonitor's job after the Service it scrapes.
+        let scraped = s.of_kind("ServiceMonitor").any(|sm| {
+            selects(
+                &labels_at(&sm.v, "/spec/selector/matchLabels"),
+                &labels_at(&svc.v, "/metadata/labels"),
+            ) && arr_at(&sm.v, "/spec/endpoints")
+                .iter()
+                .any(|e| str_at(e, "/port").is_some_and(|p| service_port(svc, p).is_some()))
+        });
+        if !scraped {
+            problems.push(format!(
+                "the alerts select job {}, which no ServiceMonitor of the set scrapes",
+                svc.name()
+            ));
+        }
+    }
+    let want = rules_of(docs);
+    for pr in s.of_kind("PrometheusRule") {
+        let mut groups = pr.v.pointer("/spec/groups").cloned().unwrap_or(Value::Null);
+        for g in groups.as_array_mut().into_iter().flatten() {
+            for r in g
+                .get_mut("rules")
+                .and_then(Value::as_array_mut)
+                .into_iter()
+                .flatten()
+            {
+                let name = rule_name(r);
+                let Some(expr) = r.get_mut("expr") else {
+                    continue;
+                };
+                let text = expr.as_str().unwrap_or("").to_string();
+                if !text.contains(&selector) {
+                    problems.push(format!(
+                        "{}: rule {name} does not select the provider by {selector}",
+                        pr.id()
+                    ));
+                }
+                *expr = Value::from(text.replace(&selector, RULES_EXAMPLE_MATCHER));
+            }
+        }
+        let got = rules_of(&groups);
+        let got_names: Vec<String> = got.iter().map(|(_, r)| rule_name(r)).collect();
+        let want_names: Vec<String> = want.iter().map(|(_, r)| rule_name(r)).collect();
+        if got_names != want_names {
+            problems.push(format!(
+                "{}: rules {got_names:?}, docs/prometheus-rules.yaml has {want_names:?}",
+                pr.id()
+            ));
+            continue;
+        }
+        for ((group, rule), (want_group, want_rule)) in got.iter().zip(&want) {
+            if group != want_group || rule != want_rule {
+                problems.push(format!(
+                    "{}: rule {} differs from docs/prometheus-rules.yaml's: {rule} vs {want_rule}",
+                    pr.id(),
+                    rule_name(rule)
+                ));
+            }
+        }
+    }
+    problems
+}
+
 // ---------------------------------------------------------------------------------------------
 // Checks across sets and files
 
@@ -2578,6 +2866,37 @@ fn the_provider_and_its_autoscalers_wait_the_same_provision_time() {
 }
 
 #[test]
+fn prometheus_scrapes_the_autoscaler_metrics_service_on_its_container_port() {
+    let Some(r) = rendered() else { return };
+    assert_none(
+        "metrics services",
+        every(r, |s| s.source != "example", check_metrics_services),
+    );
+    // The values that enable the ServiceMonitors render one for the autoscaler.
+    assert!(
+        r.sets.iter().any(|s| s
+            .of_kind("ServiceMonitor")
+            .any(|sm| s.autoscaler().is_ok_and(|a| sm.name() == a.doc.name()))),
+        "no values file renders the autoscaler's ServiceMonitor"
+    );
+}
+
+#[test]
+fn the_chart_renders_the_example_alerts() {
+    let Some(r) = rendered() else { return };
+    let docs = docs_rule_groups();
+    assert_none(
+        "prometheus rules",
+        every(
+            r,
+            |s| s.of_kind("PrometheusRule").next().is_some(),
+            |s| check_prometheus_rule(s, &docs_rule_groups()),
+        ),
+    );
+    assert!(!rules_of(&docs).is_empty());
+}
+
+#[test]
 fn chart_defaults_render_the_kustomize_base() {
     let Some(r) = rendered() else { return };
     assert_none(
@@ -2665,6 +2984,47 @@ fn dockerfile_builds_the_binary_the_deployment_runs() {
 
 // ---------------------------------------------------------------------------------------------
 // Tests on plain files (no tool needed)
+
+#[test]
+fn the_example_alerts_cover_the_worst_cases_and_the_chart_carries_them_unchanged() {
+    let docs = fs::read_to_string(repo().join("docs/prometheus-rules.yaml")).expect("rules");
+    let chart = fs::read_to_string(chart_dir().join("files/prometheus-rules.yaml"))
+        .expect("the chart's copy");
+    assert!(
+        docs == chart,
+        "deploy/helm/cks-autoscaler-provider/files/prometheus-rules.yaml differs from docs/prometheus-rules.yaml: copy it"
+    );
+    assert_none("example alerts", check_rule_file(&docs_rule_groups()));
+}
+
+#[test]
+fn an_alert_without_for_or_mixing_providers_is_caught() {
+    let groups = docs_rule_groups();
+    let mut no_for = groups.clone();
+    if let Some(rule) = no_for
+        .pointer_mut("/0/rules/0")
+        .and_then(Value::as_object_mut)
+    {
+        rule.remove("for");
+    }
+    assert_caught(check_rule_file(&no_for), "has no `for`");
+    let text = serde_json::to_string(&groups).expect("json");
+    assert!(text.contains("sum by (namespace, pod, node_group)"));
+    let mixed: Value = serde_json::from_str(
+        &text.replace("sum by (namespace, pod, node_group)", "sum by (node_group)"),
+    )
+    .expect("json");
+    assert_caught(check_rule_file(&mixed), "mixes providers");
+    let no_worst: Value =
+        serde_json::from_str(&text.replace("cks_provider_ready", "cks_provider_build_info"))
+            .expect("json");
+    assert_caught(check_rule_file(&no_worst), "the provider not ready");
+    assert_eq!(
+        unscoped_aggregations("max by (namespace, pod) (max_over_time(x[1h])) == 1"),
+        Vec::<String>::new()
+    );
+    assert_eq!(unscoped_aggregations("sum(x)").len(), 1);
+}
 
 #[test]
 fn chart_metadata_follows_the_crate_version_and_the_oldest_supported_minor() {
@@ -3361,5 +3721,74 @@ fn a_provider_provision_time_other_than_the_autoscalers_is_caught() {
     assert_caught(
         check_central_pair(central, &workload),
         "the central provider's --max-node-provision-time",
+    );
+}
+
+#[test]
+fn an_autoscaler_metrics_service_on_another_port_or_drifting_alerts_are_caught() {
+    let Some(r) = rendered() else { return };
+    let mut b = base(r);
+    edit(
+        &mut b,
+        "Service",
+        AUTOSCALER,
+        "/spec/ports/0/targetPort",
+        Value::from(9090),
+    );
+    assert_caught(check_metrics_services(&b), "reaches container port");
+    let with_monitors = r
+        .sets
+        .iter()
+        .find(|s| s.of_kind("PrometheusRule").next().is_some())
+        .expect("a values file with the PrometheusRule");
+    let autoscaler = with_monitors
+        .autoscaler()
+        .expect("autoscaler")
+        .doc
+        .name()
+        .to_string();
+    let mut unscraped = with_monitors.clone();
+    unscraped
+        .docs
+        .retain(|d| !(d.kind() == "ServiceMonitor" && d.name() == autoscaler));
+    assert_caught(
+        check_metrics_services(&unscraped),
+        "none scrapes the autoscaler's Service",
+    );
+    let docs = docs_rule_groups();
+    let rule = with_monitors
+        .of_kind("PrometheusRule")
+        .next()
+        .expect("rule")
+        .name()
+        .to_string();
+    let mut drifted = with_monitors.clone();
+    edit(
+        &mut drifted,
+        "PrometheusRule",
+        &rule,
+        "/spec/groups/0/rules/0/for",
+        Value::from("1m"),
+    );
+    assert_caught(check_prometheus_rule(&drifted, &docs), "differs from docs");
+    let mut fewer = with_monitors.clone();
+    if let Some(rules) = fewer
+        .docs
+        .iter_mut()
+        .find(|d| d.kind() == "PrometheusRule")
+        .and_then(|d| d.v.pointer_mut("/spec/groups/0/rules"))
+        .and_then(Value::as_array_mut)
+    {
+        rules.pop();
+    }
+    assert_caught(
+        check_prometheus_rule(&fewer, &docs),
+        "docs/prometheus-rules.yaml has",
+    );
+    let mut elsewhere = with_monitors.clone();
+    elsewhere.docs.retain(|d| d.kind() != "ServiceMonitor");
+    assert_caught(
+        check_prometheus_rule(&elsewhere, &docs),
+        "which no ServiceMonitor of the set scrapes",
     );
 }

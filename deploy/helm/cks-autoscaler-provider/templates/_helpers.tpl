@@ -232,6 +232,9 @@ central provider no NetworkPolicy rule lets anyone reach.
 {{- if and .Values.networkPolicy.enabled (not .Values.autoscaler.enabled) (not .Values.networkPolicy.extraGrpcClients) -}}
 {{- fail "networkPolicy: autoscaler.enabled=false and no networkPolicy.extraGrpcClients: nothing could reach the gRPC port. List where the workload clusters' autoscalers connect from (ipBlock peers), or set networkPolicy.enabled=false" -}}
 {{- end -}}
+{{- if and .Values.prometheusRule.enabled (not .Values.serviceMonitor.enabled) (not .Values.prometheusRule.selector) -}}
+{{- fail "prometheusRule.enabled: its alerts select the provider's series by the job the chart's ServiceMonitor gives them, and serviceMonitor.enabled=false creates none. Enable serviceMonitor.enabled, or set prometheusRule.selector to the PromQL matchers your own scrape gives the provider's series (e.g. job=\"kubernetes-pods\", namespace=\"kube-system\")" -}}
+{{- end -}}
 {{- if and .Values.cloudstackCA.configMapName .Values.cloudstackCA.secretName -}}
 {{- fail "cloudstackCA: set configMapName or secretName, not both" -}}
 {{- end -}}
@@ -269,3 +272,12 @@ those is reported for what it is.
 {{- define "cks-autoscaler-provider.tlsDir" -}}/tls{{- end -}}
 {{- define "cks-autoscaler-provider.clientTlsDir" -}}/etc/cluster-autoscaler/tls{{- end -}}
 {{- define "cks-autoscaler-provider.cloudstackCaDir" -}}/etc/cloudstack-ca{{- end -}}
+
+{{/*
+The PromQL matchers the chart's alerts select the provider's series by: prometheusRule.selector,
+else the job the chart's ServiceMonitor gives them (the Prometheus Operator names it after the
+Service) in the release namespace.
+*/}}
+{{- define "cks-autoscaler-provider.ruleSelector" -}}
+{{- default (printf "job=%q, namespace=%q" (include "cks-autoscaler-provider.fullname" .) .Release.Namespace) .Values.prometheusRule.selector -}}
+{{- end -}}
