@@ -116,6 +116,16 @@ MUST_FAIL = [
         {"image": IMAGE, "nodes": ONE_CLUSTER, "prometheusRule": {"enabled": True}},
         "serviceMonitor.enabled",
     ),
+    (
+        "a provider flag the chart sets, in extraArgs",
+        {"image": IMAGE, "nodes": ONE_CLUSTER, "extraArgs": {"max-node-provision-time": "40m"}},
+        "extraArgs sets --max-node-provision-time",
+    ),
+    (
+        "an autoscaler flag the chart sets, in the list form of extraArgs",
+        {"image": IMAGE, "nodes": ONE_CLUSTER, "autoscaler": {"extraArgs": ["--max-node-provision-time=40m"]}},
+        "autoscaler.extraArgs sets --max-node-provision-time",
+    ),
     ("no provider image", {"nodes": ONE_CLUSTER}, "image.repository is required"),
     (
         "a provider image repository with its tag",

@@ -14,7 +14,11 @@
 //! certificates' DNS names, the cloud-config the autoscaler reads, security contexts, image
 //! pins, RBAC, the autoscaler release per Kubernetes minor (chart, kustomize components, README),
 //! the chart's defaults against the kustomize base, a central provider against a workload
-//! cluster's autoscaler, and the Dockerfile against the Deployment.
+//! cluster's autoscaler, the Dockerfile against the Deployment, the provider image against the
+//! values (and the chart's refusal without one), one `--max-node-provision-time` for the
+//! provider and its autoscalers, the metrics Services against the containers and the
+//! ServiceMonitors, the chart's PrometheusRule against `docs/prometheus-rules.yaml`, and
+//! `extraArgs` against the arguments rendered.
 //!
 //! The tools come from `tools/install-manifest-tools.sh` (a virtual environment under
 //! `target/manifest-tools`, or `CKS_MANIFEST_TOOLS=<its python>`). Without them every test here
@@ -2119,6 +2123,78 @@ fn check_prometheus_rule(s: &Set, docs: &Value) -> Vec<String> {
     problems
 }
 
+/// The arguments an `extraArgs` value gives, as the chart renders them: a list as written; a map
+/// sorted by name, `name: value` as --name=value (null: --name; a list: --name=item each), the
+/// name cut at its first `_` (a repeated flag).
+fn expected_extra_args(extra: &Value) -> Vec<String> {
+    match extra {
+        Value::Array(items) => items.iter().map(scalar).collect(),
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            let mut out = Vec::new();
+            for key in keys {
+                let name = key.split('_').next().unwrap_or(key.as_str());
+                match &map[key.as_str()] {
+                    Value::Null => out.push(format!("--{name}")),
+                    Value::Array(items) => {
+                        out.extend(items.iter().map(|i| format!("--{name}={}", scalar(i))))
+                    }
+                    other => out.push(format!("--{name}={}", scalar(other))),
+                }
+            }
+            out
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// Both pods leave Service variables out of their environment, every mount names a volume of
+/// its pod, and a Helm set's `extraArgs` (map or list) end each container's arguments as the
+/// values give them.
+fn check_pod_extras(s: &Set) -> Vec<String> {
+    let mut problems = Vec::new();
+    for d in s.of_kind("Deployment") {
+        let pod = d.v.pointer("/spec/template/spec").unwrap_or(&Value::Null);
+        if pod.pointer("/enableServiceLinks") != Some(&Value::Bool(false)) {
+            problems.push(format!("{}: enableServiceLinks is not false", d.id()));
+        }
+        let volumes: BTreeSet<&str> = arr_at(pod, "/volumes")
+            .iter()
+            .filter_map(|v| str_at(v, "/name"))
+            .collect();
+        for c in arr_at(pod, "/containers") {
+            for m in arr_at(c, "/volumeMounts") {
+                let name = str_at(m, "/name").unwrap_or("");
+                if !volumes.contains(name) {
+                    problems.push(format!(
+                        "{}: mount {} names volume {name}, which the pod does not define",
+                        d.id(),
+                        scalar(&m["mountPath"])
+                    ));
+                }
+            }
+        }
+    }
+    if s.source != "helm" {
+        return problems;
+    }
+    for (what, workload, pointer) in [
+        ("provider", s.provider(), "/extraArgs"),
+        ("autoscaler", s.autoscaler(), "/autoscaler/extraArgs"),
+    ] {
+        let Ok(w) = workload else { continue };
+        let want = expected_extra_args(s.values.pointer(pointer).unwrap_or(&Value::Null));
+        let args = w.args();
+        if !args.ends_with(&want) {
+            problems.push(format!(
+                "{what}: extraArgs {want:?} are not the end of its arguments {args:?}"
+            ));
+        }
+    }
+    problems
+}
+
 // ---------------------------------------------------------------------------------------------
 // Checks across sets and files
 
@@ -2316,6 +2392,7 @@ fn check_chart_matches_base(chart: &Set, base: &Set) -> Vec<String> {
             "/tolerations",
             "/affinity",
             "/automountServiceAccountToken",
+            "/enableServiceLinks",
             "/terminationGracePeriodSeconds",
             "/serviceAccountName",
         ] {
@@ -2696,6 +2773,7 @@ fn the_tools_render_lint_and_validate_every_manifest() {
         "helm-ci-rbac-off",
         "helm-ci-own-certificates-and-accounts",
         "helm-ci-oldest-minor-plaintext",
+        "helm-ci-parity-options",
         "helm-examples-central-provider",
         "helm-examples-workload-cluster",
     ] {
@@ -2894,6 +2972,31 @@ fn the_chart_renders_the_example_alerts() {
         ),
     );
     assert!(!rules_of(&docs).is_empty());
+}
+
+#[test]
+fn extra_args_volumes_and_service_links_render_as_the_values_say() {
+    let Some(r) = rendered() else { return };
+    assert_none(
+        "pod extras",
+        every(r, |s| s.source != "example", check_pod_extras),
+    );
+    // The parity values give both forms' every shape: a flag alone, a list, a repeated flag.
+    let parity = r.set("helm-ci-parity-options");
+    let provider = parity.provider().expect("provider").args();
+    let autoscaler = parity.autoscaler().expect("autoscaler").args();
+    for arg in [
+        "--template-label=example.com/tier=batch",
+        "--template-taint=example.com/gpu:NoSchedule",
+    ] {
+        assert!(provider.iter().any(|a| a == arg), "{arg} in {provider:?}");
+    }
+    assert!(
+        autoscaler
+            .iter()
+            .any(|a| a == "--balance-similar-node-groups"),
+        "{autoscaler:?}"
+    );
 }
 
 #[test]
@@ -3790,5 +3893,53 @@ fn an_autoscaler_metrics_service_on_another_port_or_drifting_alerts_are_caught()
     assert_caught(
         check_prometheus_rule(&elsewhere, &docs),
         "which no ServiceMonitor of the set scrapes",
+    );
+}
+
+#[test]
+fn service_links_a_mount_without_its_volume_or_lost_extra_args_are_caught() {
+    let Some(r) = rendered() else { return };
+    let mut b = base(r);
+    edit(
+        &mut b,
+        "Deployment",
+        AUTOSCALER,
+        "/spec/template/spec/enableServiceLinks",
+        Value::Bool(true),
+    );
+    assert_caught(check_pod_extras(&b), "enableServiceLinks");
+    let parity = r.set("helm-ci-parity-options");
+    let mut unmounted = parity.clone();
+    let name = unmounted
+        .autoscaler()
+        .expect("autoscaler")
+        .doc
+        .name()
+        .to_string();
+    edit(
+        &mut unmounted,
+        "Deployment",
+        &name,
+        "/spec/template/spec/volumes",
+        Value::Array(vec![]),
+    );
+    assert_caught(
+        check_pod_extras(&unmounted),
+        "which the pod does not define",
+    );
+    let mut lost = parity.clone();
+    let provider = lost.provider().expect("provider").doc.name().to_string();
+    let last = strings_at(
+        &lost.find("Deployment", &provider).expect("provider").v,
+        "/spec/template/spec/containers/0/args",
+    )
+    .last()
+    .cloned()
+    .expect("an argument");
+    set_arg(&mut lost, &provider, &last, "--log-format=json");
+    assert_caught(check_pod_extras(&lost), "are not the end of its arguments");
+    assert_eq!(
+        expected_extra_args(&serde_json::json!({"b_2": "y", "a": null, "b": ["x"], "c": false})),
+        vec!["--a", "--b=x", "--b=y", "--c=false"]
     );
 }

@@ -235,12 +235,21 @@ central provider no NetworkPolicy rule lets anyone reach.
 {{- if and .Values.prometheusRule.enabled (not .Values.serviceMonitor.enabled) (not .Values.prometheusRule.selector) -}}
 {{- fail "prometheusRule.enabled: its alerts select the provider's series by the job the chart's ServiceMonitor gives them, and serviceMonitor.enabled=false creates none. Enable serviceMonitor.enabled, or set prometheusRule.selector to the PromQL matchers your own scrape gives the provider's series (e.g. job=\"kubernetes-pods\", namespace=\"kube-system\")" -}}
 {{- end -}}
+{{- $providerOwned := dict "nodes" "nodes[]" "listen" "service.grpcPort" "metrics-listen" "service.metricsPort" "cloud-config" "cloudConfig" "config" "config" "cloudstack-ca" "cloudstackCA" "tls-cert" "tls.enabled" "tls-key" "tls.enabled" "tls-client-ca" "tls.enabled" "insecure" "tls.enabled=false" "log-format" "log.format" "max-node-provision-time" "autoscaler.maxNodeProvisionTime (the autoscaler gets the same value)" -}}
+{{- include "cks-autoscaler-provider.refuseOwnedArgs" (dict "args" (include "cks-autoscaler-provider.extraArgs" .Values.extraArgs) "where" "extraArgs" "owned" $providerOwned) -}}
 {{- if and .Values.cloudstackCA.configMapName .Values.cloudstackCA.secretName -}}
 {{- fail "cloudstackCA: set configMapName or secretName, not both" -}}
 {{- end -}}
-{{- include "cks-autoscaler-provider.validateImage" . -}}
-{{- else if not .Values.tls.enabled -}}
+{{- end -}}
+{{- if .Values.autoscaler.enabled -}}
+{{- $autoscalerOwned := dict "cloud-provider" "nothing: it is externalgrpc" "cloud-config" "nothing: the chart writes it" "namespace" "nothing: it is the release namespace" "address" "autoscaler.metricsPort" "v" "autoscaler.verbosity" "max-node-provision-time" "autoscaler.maxNodeProvisionTime (the provider gets the same value)" "nodes" "nodes[]: with externalgrpc the provider's --nodes count, the autoscaler's have no effect" -}}
+{{- include "cks-autoscaler-provider.refuseOwnedArgs" (dict "args" (include "cks-autoscaler-provider.extraArgs" .Values.autoscaler.extraArgs) "where" "autoscaler.extraArgs" "owned" $autoscalerOwned) -}}
+{{- end -}}
+{{- if and (not .Values.provider.enabled) (not .Values.tls.enabled) -}}
 {{- fail "provider.enabled=false: the autoscaler dials a provider in another cluster, which needs mutual TLS (tls.enabled=true)" -}}
+{{- end -}}
+{{- if .Values.provider.enabled -}}
+{{- include "cks-autoscaler-provider.validateImage" . -}}
 {{- end -}}
 {{- end -}}
 
@@ -280,4 +289,50 @@ Service) in the release namespace.
 */}}
 {{- define "cks-autoscaler-provider.ruleSelector" -}}
 {{- default (printf "job=%q, namespace=%q" (include "cks-autoscaler-provider.fullname" .) .Release.Namespace) .Values.prometheusRule.selector -}}
+{{- end -}}
+
+{{/*
+Extra command-line arguments, as JSON: `extraArgs` (or autoscaler.extraArgs) as upstream's
+cluster-autoscaler chart takes them, a map `name: value` giving --name=value (null: --name
+alone; a list: --name=item for each; a `_suffix` on the name lets one flag come twice:
+`nodes_2`), or, as this chart took them before, a list of arguments as written. The map's
+flags come sorted by name.
+*/}}
+{{- define "cks-autoscaler-provider.extraArgs" -}}
+{{- $args := list -}}
+{{- if kindIs "slice" . -}}
+{{- range . -}}
+{{- $args = append $args (toString .) -}}
+{{- end -}}
+{{- else if kindIs "map" . -}}
+{{- range $key, $value := . -}}
+{{- $name := regexFind "^[^_]+" $key -}}
+{{- if kindIs "invalid" $value -}}
+{{- $args = append $args (printf "--%s" $name) -}}
+{{- else if kindIs "slice" $value -}}
+{{- range $value -}}
+{{- $args = append $args (printf "--%s=%v" $name .) -}}
+{{- end -}}
+{{- else -}}
+{{- $args = append $args (printf "--%s=%v" $name $value) -}}
+{{- end -}}
+{{- end -}}
+{{- else if . -}}
+{{- fail (printf "extraArgs must be a map (flag name: value) or a list of arguments, not %v" .) -}}
+{{- end -}}
+{{- toJson $args -}}
+{{- end -}}
+
+{{/*
+Refuses extra arguments that name a flag the chart sets from a value of its own: `args` (the
+extraArgs helper's JSON), `where` (the values key), `owned` (a dict: flag name -> the value
+that sets it).
+*/}}
+{{- define "cks-autoscaler-provider.refuseOwnedArgs" -}}
+{{- range (.args | fromJsonArray) -}}
+{{- $name := regexReplaceAll "^-+" (regexReplaceAll "=.*$" (toString .) "") "" -}}
+{{- if hasKey $.owned $name -}}
+{{- fail (printf "%s sets --%s, which the chart sets itself: use %s" $.where $name (get $.owned $name)) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
