@@ -80,6 +80,10 @@ pub fn install() -> PrometheusHandle {
             describe();
             metrics::gauge!("cks_provider_build_info", "version" => env!("CARGO_PKG_VERSION"))
                 .set(1.0);
+            // From 0, so that increase() sees the first removal retried or abandoned (a series
+            // born at 1 shows no increase).
+            metrics::counter!("cks_provider_removals_retried_total").increment(0);
+            metrics::counter!("cks_provider_removals_abandoned_total").increment(0);
             handle
         })
         .clone()
@@ -170,6 +174,12 @@ fn describe() {
     describe_gauge!(
         "cks_provider_build_info",
         "Always 1; the version label is the provider's version."
+    );
+    describe_gauge!(
+        "cks_provider_ready",
+        "1 while /readyz answers 200 (every node group has a CloudStack snapshot fresh enough \
+         to serve), else 0: the pod is out of its Service's endpoints and the autoscaler cannot \
+         scale."
     );
     process_collector().describe();
 }
@@ -353,7 +363,14 @@ struct HttpState {
     source: Arc<dyn MetricsSource>,
 }
 
+/// Sets `cks_provider_ready`: what `/readyz` answers, for alerts (a scrape reaches an unready
+/// pod, whose `up` stays 1).
+fn set_ready(ready: bool) {
+    metrics::gauge!("cks_provider_ready").set(if ready { 1.0 } else { 0.0 });
+}
+
 async fn metrics_page(State(s): State<HttpState>) -> String {
+    set_ready(s.source.ready());
     set_group_gauges(&s.source.group_gauges(), SystemTime::now());
     set_alert_verdict(s.source.alert_verdict());
     process_collector().collect();
@@ -462,6 +479,11 @@ mod tests {
                 .as_secs_f64();
             let (status, page) = get(addr, "/metrics").await;
             assert_eq!(status, 200);
+            let ready_line = format!("cks_provider_ready {}", u8::from(ready));
+            assert!(
+                page.lines().any(|l| l == ready_line),
+                "{ready_line} missing in:\n{page}"
+            );
             for line in [
                 r#"cks_provider_grpc_requests_total{method="MetricsTestRpc",code="FailedPrecondition"} 1"#,
                 r#"cks_provider_node_group_target_size{node_group="metrics-test-group"} 3"#,
@@ -513,6 +535,7 @@ mod tests {
         record_removals_retried(1);
         record_removals_abandoned(1);
         set_alert_verdict(Some(("unknown", None)));
+        set_ready(true);
         set_group_gauges(
             &[GroupGauges {
                 id: "help-test-group".into(),
@@ -551,6 +574,7 @@ mod tests {
             "cks_provider_alert_scaling",
             "cks_provider_alert_scaling_verdict_age_seconds",
             "cks_provider_build_info",
+            "cks_provider_ready",
             "process_cpu_seconds_total",
             "process_resident_memory_bytes",
             "process_open_fds",

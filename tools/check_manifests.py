@@ -19,7 +19,8 @@
   (cloudcoil), refusing fields the CRDs do not define.
 
 The rendered streams are written to --out (one file per kustomization or values file, and
-index.json listing them) for tests/it/deploy_manifests.rs, which checks what no tool checks: that
+index.json listing them and the refusals, with the values refused and Helm's message) for
+tests/it/deploy_manifests.rs, which checks what no tool checks: that
 the files agree with each other (ports, Secret keys, certificate names and DNS names, the
 cloud-config the autoscaler reads).
 
@@ -52,18 +53,21 @@ DEFAULT_RELEASE = "cks-autoscaler-provider"
 DEFAULT_NAMESPACE = "kube-system"
 
 # Values the chart must refuse at render time, and a phrase its message must contain: the same
-# setups `serve` refuses, caught before anything is applied.
+# setups `serve` refuses, caught before anything is applied. Each but the image's own names an
+# image, so that it is refused for its own reason.
+IMAGE = {"repository": "registry.example.com/platform/cks-autoscaler-provider"}
 ONE_CLUSTER = [{"min": 1, "max": 3, "cluster": "a"}]
 MUST_FAIL = [
-    ("no cluster", {}, "at least one entry in `nodes`"),
+    ("no cluster", {"image": IMAGE}, "at least one entry in `nodes`"),
     (
         "two clusters, one without a client",
-        {"nodes": [{"min": 1, "max": 3, "cluster": "a", "client": "x"}, {"min": 1, "max": 3, "cluster": "b"}]},
+        {"image": IMAGE, "nodes": [{"min": 1, "max": 3, "cluster": "a", "client": "x"}, {"min": 1, "max": 3, "cluster": "b"}]},
         "client binding",
     ),
     (
         "two clusters without client certificates",
         {
+            "image": IMAGE,
             "nodes": [
                 {"min": 1, "max": 3, "cluster": "a", "client": "x"},
                 {"min": 1, "max": 3, "cluster": "b", "client": "y"},
@@ -74,12 +78,12 @@ MUST_FAIL = [
     ),
     (
         "a client that is no DNS name",
-        {"nodes": [{"min": 1, "max": 3, "cluster": "a", "client": "Prod_A"}]},
+        {"image": IMAGE, "nodes": [{"min": 1, "max": 3, "cluster": "a", "client": "Prod_A"}]},
         "not a lowercase DNS name",
     ),
     (
         "a central provider nothing may reach",
-        {"nodes": ONE_CLUSTER, "autoscaler": {"enabled": False}},
+        {"image": IMAGE, "nodes": ONE_CLUSTER, "autoscaler": {"enabled": False}},
         "networkPolicy.extraGrpcClients",
     ),
     (
@@ -94,18 +98,44 @@ MUST_FAIL = [
     ),
     (
         "an existing ServiceAccount without its name",
-        {"nodes": ONE_CLUSTER, "autoscaler": {"serviceAccount": {"create": False}}},
+        {"image": IMAGE, "nodes": ONE_CLUSTER, "autoscaler": {"serviceAccount": {"create": False}}},
         "autoscaler.serviceAccount.name",
     ),
     (
         "a Kubernetes minor given as a number",
-        {"nodes": ONE_CLUSTER, "autoscaler": {"kubernetesMinor": 1.3}},
+        {"image": IMAGE, "nodes": ONE_CLUSTER, "autoscaler": {"kubernetesMinor": 1.3}},
         "quoted string",
     ),
     (
         "a Kubernetes minor without a release",
-        {"nodes": ONE_CLUSTER, "autoscaler": {"kubernetesMinor": "1.20"}},
+        {"image": IMAGE, "nodes": ONE_CLUSTER, "autoscaler": {"kubernetesMinor": "1.20"}},
         "no cluster-autoscaler release is listed",
+    ),
+    (
+        "alerts on a job no ServiceMonitor gives",
+        {"image": IMAGE, "nodes": ONE_CLUSTER, "prometheusRule": {"enabled": True}},
+        "serviceMonitor.enabled",
+    ),
+    (
+        "a provider flag the chart sets, in extraArgs",
+        {"image": IMAGE, "nodes": ONE_CLUSTER, "extraArgs": {"max-node-provision-time": "40m"}},
+        "extraArgs sets --max-node-provision-time",
+    ),
+    (
+        "an autoscaler flag the chart sets, in the list form of extraArgs",
+        {"image": IMAGE, "nodes": ONE_CLUSTER, "autoscaler": {"extraArgs": ["--max-node-provision-time=40m"]}},
+        "autoscaler.extraArgs sets --max-node-provision-time",
+    ),
+    ("no provider image", {"nodes": ONE_CLUSTER}, "image.repository is required"),
+    (
+        "a provider image repository with its tag",
+        {"image": {"repository": IMAGE["repository"] + ":0.1.0"}, "nodes": ONE_CLUSTER},
+        "carries a tag or a digest",
+    ),
+    (
+        "a provider image digest that is no digest",
+        {"image": {**IMAGE, "digest": "0.1.0"}, "nodes": ONE_CLUSTER},
+        "image.digest",
     ),
 ]
 
@@ -189,6 +219,7 @@ class Checker:
         self.out = out
         self.problems: list[str] = []
         self.index: list[dict[str, str]] = []
+        self.refusals: list[dict[str, Any]] = []
         self.objects = 0
         self.minors = self.supported_minors()
 
@@ -298,10 +329,13 @@ class Checker:
                     self.post_render(stream, where)
                     self.check_and_write(name, "helm", stream, f"helm template -f {where}", where, header["namespace"], header["release"])
             for what, values, phrase in MUST_FAIL:
+                refusal = {"what": what, "values": values, "refused": False, "message": ""}
+                self.refusals.append(refusal)
                 try:
                     chart.render(values=values, name=DEFAULT_RELEASE, namespace=DEFAULT_NAMESPACE, is_install=True)
                     self.problem(f"helm template with {what}: rendered; the chart must refuse it ({phrase})")
                 except self.helm.HelmError as e:
+                    refusal.update(refused=True, message=str(e))
                     if phrase not in str(e):
                         self.problem(f"helm template with {what}: refused without saying {phrase!r}: {e}")
         finally:
@@ -367,7 +401,7 @@ class Checker:
         self.kustomizations()
         self.examples()
         self.helm_sets()
-        (self.out / "index.json").write_text(json.dumps({"minors": self.minors, "sets": self.index}, indent=1))
+        (self.out / "index.json").write_text(json.dumps({"minors": self.minors, "sets": self.index, "refusals": self.refusals}, indent=1))
         print(
             f"manifest check: {len(self.index)} renders, {self.objects} objects, "
             f"{len(MUST_FAIL)} refusals, {len(self.problems)} problems",

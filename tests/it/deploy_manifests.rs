@@ -14,7 +14,11 @@
 //! certificates' DNS names, the cloud-config the autoscaler reads, security contexts, image
 //! pins, RBAC, the autoscaler release per Kubernetes minor (chart, kustomize components, README),
 //! the chart's defaults against the kustomize base, a central provider against a workload
-//! cluster's autoscaler, and the Dockerfile against the Deployment.
+//! cluster's autoscaler, the Dockerfile against the Deployment, the provider image against the
+//! values (and the chart's refusal without one), one `--max-node-provision-time` for the
+//! provider and its autoscalers, the metrics Services against the containers and the
+//! ServiceMonitors, the chart's PrometheusRule against `docs/prometheus-rules.yaml`, and
+//! `extraArgs` against the arguments rendered.
 //!
 //! The tools come from `tools/install-manifest-tools.sh` (a virtual environment under
 //! `target/manifest-tools`, or `CKS_MANIFEST_TOOLS=<its python>`). Without them every test here
@@ -61,6 +65,17 @@ struct Rendered {
     /// The oldest and the newest Kubernetes minor the objects were validated against.
     minors: Vec<String>,
     sets: Vec<Set>,
+    /// The values the chart was given to refuse, and what Helm said.
+    refusals: Vec<Refusal>,
+}
+
+/// Values `tools/check_manifests.py` renders the chart with that it must refuse.
+#[derive(Clone, Debug)]
+struct Refusal {
+    what: String,
+    values: Value,
+    refused: bool,
+    message: String,
 }
 
 impl Rendered {
@@ -211,7 +226,20 @@ fn load_rendered(dir: &Path) -> Result<Rendered, String> {
     for s in &mut sets {
         s.external = external.clone();
     }
-    Ok(Rendered { minors, sets })
+    let refusals = arr_at(&index, "/refusals")
+        .iter()
+        .map(|r| Refusal {
+            what: str_at(r, "/what").unwrap_or("").to_string(),
+            values: r.pointer("/values").cloned().unwrap_or(Value::Null),
+            refused: r.pointer("/refused") == Some(&Value::Bool(true)),
+            message: str_at(r, "/message").unwrap_or("").to_string(),
+        })
+        .collect();
+    Ok(Rendered {
+        minors,
+        sets,
+        refusals,
+    })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1337,13 +1365,78 @@ fn check_images(s: &Set) -> Vec<String> {
     if let Ok(p) = s.provider() {
         let image = str_at(p.container, "/image").unwrap_or("");
         let want = env!("CARGO_PKG_VERSION");
-        if image_tag(image) != Some(want) {
+        // By digest, which build it is is the operator's to know.
+        if !image.contains("@sha256:") && image_tag(image) != Some(want) {
             problems.push(format!(
                 "provider image {image} does not carry the crate version {want}"
             ));
         }
     }
     problems
+}
+
+/// A Helm provider runs the image its values name: `image.repository`, then `@image.digest`
+/// when one is set (the tag ignored), else `:image.tag` or the chart's appVersion (the crate's
+/// version).
+fn check_provider_image(s: &Set) -> Vec<String> {
+    let p = match s.provider() {
+        Ok(p) => p,
+        Err(e) => return vec![e],
+    };
+    let image = str_at(p.container, "/image").unwrap_or("");
+    let value = |pointer: &str| {
+        s.values
+            .pointer(pointer)
+            .filter(|v| !v.is_null())
+            .map(scalar)
+            .filter(|v| !v.is_empty())
+    };
+    let Some(repository) = value("/image/repository") else {
+        return vec![format!(
+            "provider image {image} rendered from values without image.repository, which the chart must refuse"
+        )];
+    };
+    let want = match value("/image/digest") {
+        Some(digest) => format!("{repository}@{digest}"),
+        None => format!(
+            "{repository}:{}",
+            value("/image/tag").unwrap_or_else(|| env!("CARGO_PKG_VERSION").to_string())
+        ),
+    };
+    if image == want {
+        vec![]
+    } else {
+        vec![format!("provider image {image}, its values name {want}")]
+    }
+}
+
+/// No public provider image exists, so the chart renders nothing without `image.repository`:
+/// values that name clusters but no image were tried, and refused for naming no image.
+fn check_image_refusal(refusals: &[Refusal]) -> Vec<String> {
+    let no_image: Vec<&Refusal> = refusals
+        .iter()
+        .filter(|r| {
+            r.values.pointer("/image/repository").is_none()
+                && !arr_at(&r.values, "/nodes").is_empty()
+        })
+        .collect();
+    if no_image.is_empty() {
+        return vec!["no refusal was tried with clusters and no image.repository".into()];
+    }
+    no_image
+        .into_iter()
+        .filter(|r| !(r.refused && r.message.contains("image.repository")))
+        .map(|r| {
+            if r.refused {
+                format!(
+                    "{}: refused without naming image.repository: {}",
+                    r.what, r.message
+                )
+            } else {
+                format!("{}: rendered without image.repository", r.what)
+            }
+        })
+        .collect()
 }
 
 /// The NetworkPolicy admits to the gRPC port only the autoscaler's pods and, for a central
@@ -1711,6 +1804,397 @@ fn check_autoscaler_flags(s: &Set) -> Vec<String> {
     }
 }
 
+/// A provider's `--max-node-provision-time`, in milliseconds (or why there is none).
+fn provider_provision_ms(s: &Set) -> Result<(String, u64), String> {
+    let p = s.provider()?;
+    let value = flag(&p.args(), "max-node-provision-time").ok_or(
+        "provider: no --max-node-provision-time (it must be the autoscalers' own, or it deletes VMs still joining as unregistered at its default)",
+    )?;
+    let ms = go_duration_ms(&value)
+        .ok_or_else(|| format!("provider --max-node-provision-time={value} is not a duration"))?;
+    Ok((value, ms))
+}
+
+/// The provider never deletes a VM as unregistered for `--max-node-provision-time` after an
+/// autoscaler reported its node: it runs with the value of the autoscaler of its set.
+fn check_provision_times(s: &Set) -> Vec<String> {
+    let (value, ms) = match provider_provision_ms(s) {
+        Ok(v) => v,
+        Err(e) => return vec![e],
+    };
+    let Ok(a) = s.autoscaler() else {
+        return vec![];
+    };
+    let theirs = flag(&a.args(), "max-node-provision-time");
+    if theirs.as_deref().and_then(go_duration_ms) == Some(ms) {
+        vec![]
+    } else {
+        vec![format!(
+            "provider --max-node-provision-time={value}, the autoscaler's is {theirs:?}: one value for both"
+        )]
+    }
+}
+
+/// The autoscaler's metrics reach Prometheus: its `--address` port is its container port
+/// `metrics`, which its Service serves (unless `autoscaler.service.create` is false); every
+/// ServiceMonitor selects a Service of the set that has the port it names; where one scrapes
+/// the provider, another scrapes the autoscaler.
+fn check_metrics_services(s: &Set) -> Vec<String> {
+    let mut problems = Vec::new();
+    let monitors: Vec<&Doc> = s.of_kind("ServiceMonitor").collect();
+    let scraped = |svc: &Doc| {
+        monitors.iter().any(|sm| {
+            selects(
+                &labels_at(&sm.v, "/spec/selector/matchLabels"),
+                &labels_at(&svc.v, "/metadata/labels"),
+            ) && arr_at(&sm.v, "/spec/endpoints")
+                .iter()
+                .any(|e| str_at(e, "/port").is_some_and(|p| service_port(svc, p).is_some()))
+        })
+    };
+    if let Ok(a) = s.autoscaler() {
+        let address = flag(&a.args(), "address");
+        let port = address.as_deref().and_then(port_of);
+        let container = container_port(a.container, &Value::from("metrics"));
+        if port.is_none() || port != container {
+            problems.push(format!(
+                "autoscaler --address={address:?} listens on {port:?}, its container port `metrics` is {container:?}"
+            ));
+        }
+        let labels = a.pod_labels();
+        let services: Vec<&Doc> = s
+            .of_kind("Service")
+            .filter(|svc| selects(&labels_at(&svc.v, "/spec/selector"), &labels))
+            .collect();
+        let wanted = s
+            .values
+            .pointer("/autoscaler/service/create")
+            .and_then(Value::as_bool)
+            != Some(false);
+        if services.is_empty() && wanted {
+            problems.push("no Service serves the autoscaler's metrics port".into());
+        }
+        for svc in &services {
+            match service_port(svc, "metrics") {
+                None => problems.push(format!("{}: no port `metrics`", svc.id())),
+                Some(sp) => {
+                    let target = sp.pointer("/targetPort").or_else(|| sp.pointer("/port"));
+                    let got = target.and_then(|t| container_port(a.container, t));
+                    if got.is_none() || got != port {
+                        problems.push(format!(
+                            "{} port `metrics` reaches container port {got:?}, the autoscaler serves its metrics on {port:?}",
+                            svc.id()
+                        ));
+                    }
+                }
+            }
+        }
+        let provider_scraped = s.provider_service().is_ok_and(&scraped);
+        if provider_scraped && !services.iter().copied().any(&scraped) {
+            problems.push(
+                "a ServiceMonitor scrapes the provider but none scrapes the autoscaler's Service"
+                    .into(),
+            );
+        }
+    }
+    for sm in &monitors {
+        let selector = labels_at(&sm.v, "/spec/selector/matchLabels");
+        let targets: Vec<&Doc> = s
+            .of_kind("Service")
+            .filter(|svc| selects(&selector, &labels_at(&svc.v, "/metadata/labels")))
+            .collect();
+        if targets.is_empty() {
+            problems.push(format!("{} selects no Service", sm.id()));
+        }
+        for e in arr_at(&sm.v, "/spec/endpoints") {
+            let port = str_at(e, "/port").unwrap_or("");
+            if !targets.iter().any(|svc| service_port(svc, port).is_some()) {
+                problems.push(format!(
+                    "{}: no Service it selects has a port {port:?}",
+                    sm.id()
+                ));
+            }
+        }
+    }
+    problems
+}
+
+/// The matcher the example alerts (docs/prometheus-rules.yaml) select the provider's series by:
+/// the job a ServiceMonitor of its Service gives them.
+const RULES_EXAMPLE_MATCHER: &str = r#"job=~".*cks-autoscaler-provider.*""#;
+
+/// The example alerts' `spec.groups`.
+fn docs_rule_groups() -> Value {
+    load_yaml(&repo().join("docs/prometheus-rules.yaml"))
+        .ok()
+        .and_then(|d| d.into_iter().next())
+        .and_then(|d| d.pointer("/spec/groups").cloned())
+        .unwrap_or(Value::Null)
+}
+
+/// Every rule of some groups, with its group's name.
+fn rules_of(groups: &Value) -> Vec<(String, &Value)> {
+    arr_at(groups, "")
+        .iter()
+        .flat_map(|g| {
+            let group = str_at(g, "/name").unwrap_or("").to_string();
+            arr_at(g, "/rules").iter().map(move |r| (group.clone(), r))
+        })
+        .collect()
+}
+
+fn rule_name(rule: &Value) -> String {
+    str_at(rule, "/alert")
+        .or_else(|| str_at(rule, "/record"))
+        .unwrap_or("")
+        .to_string()
+}
+
+/// The aggregations of a PromQL expression that are not taken `by` the provider instance
+/// (`namespace` and `pod`): `sum(...)`, `max without (...)`, `sum by (node_group)`.
+fn unscoped_aggregations(expr: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let bytes = expr.as_bytes();
+    for op in ["sum", "max", "min", "avg", "count"] {
+        let mut from = 0;
+        while let Some(at) = expr[from..].find(op).map(|i| i + from) {
+            from = at + op.len();
+            let before_ok =
+                at == 0 || !(bytes[at - 1].is_ascii_alphanumeric() || bytes[at - 1] == b'_');
+            let rest = expr[from..].trim_start();
+            let after_ok =
+                rest.starts_with('(') || rest.starts_with("by") || rest.starts_with("without");
+            if !(before_ok && after_ok) {
+                continue;
+            }
+            let scoped = rest.strip_prefix("by").is_some_and(|r| {
+                let labels: Vec<&str> = r
+                    .trim_start()
+                    .strip_prefix('(')
+                    .and_then(|r| r.split_once(')'))
+                    .map(|(list, _)| list.split(',').map(str::trim).collect())
+                    .unwrap_or_default();
+                labels.contains(&"namespace") && labels.contains(&"pod")
+            });
+            if !scoped {
+                out.push(format!(
+                    "{op} {}",
+                    rest.chars().take(24).collect::<String>()
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// The example alerts are complete: each has a unique name, an expression that selects the
+/// provider's series by the example matcher, a `for`, a severity and a summary; every
+/// aggregation is taken per provider instance; the worst cases are alerted on (the provider
+/// absent, not ready, its key refused).
+fn check_rule_file(groups: &Value) -> Vec<String> {
+    let mut problems = Vec::new();
+    let rules = rules_of(groups);
+    if rules.is_empty() {
+        return vec!["docs/prometheus-rules.yaml has no rules".into()];
+    }
+    let mut seen = BTreeSet::new();
+    for (_, rule) in &rules {
+        let name = rule_name(rule);
+        if !seen.insert(name.clone()) {
+            problems.push(format!("rule {name} is defined twice"));
+        }
+        let expr = str_at(rule, "/expr").unwrap_or("");
+        if !expr.contains(RULES_EXAMPLE_MATCHER) {
+            problems.push(format!(
+                "rule {name}: its expression does not select the provider by {RULES_EXAMPLE_MATCHER}"
+            ));
+        }
+        if str_at(rule, "/for").and_then(go_duration_ms).is_none() {
+            problems.push(format!("rule {name} has no `for`"));
+        }
+        if str_at(rule, "/labels/severity").is_none() {
+            problems.push(format!("rule {name} has no severity"));
+        }
+        if str_at(rule, "/annotations/summary").is_none() {
+            problems.push(format!("rule {name} has no summary"));
+        }
+        for agg in unscoped_aggregations(expr) {
+            problems.push(format!(
+                "rule {name}: `{agg}…` is not taken by (namespace, pod): it mixes providers"
+            ));
+        }
+    }
+    let exprs: Vec<&str> = rules
+        .iter()
+        .filter_map(|(_, r)| str_at(r, "/expr"))
+        .collect();
+    for (worst, needle) in [
+        ("the provider absent", "absent(up{"),
+        ("the provider not ready", "cks_provider_ready"),
+        ("CloudStack refusing the key", r#"outcome="unauthorized""#),
+    ] {
+        if !exprs.iter().any(|e| e.contains(needle)) {
+            problems.push(format!("no rule alerts on {worst} ({needle})"));
+        }
+    }
+    problems
+}
+
+/// A Helm set's PrometheusRule is the example alerts and only those: the same rule names, each
+/// rule the same once its selector is put back to the example's. Its selector is the job the
+/// set's ServiceMonitor gives the provider's series (the Service name) in the release namespace,
+/// unless the values name their own.
+fn check_prometheus_rule(s: &Set, docs: &Value) -> Vec<String> {
+    let mut problems = Vec::new();
+    let svc = match s.provider_service() {
+        Ok(svc) => svc,
+        Err(e) => return vec![e],
+    };
+    let custom = s
+        .values
+        .pointer("/prometheusRule/selector")
+        .filter(|v| !v.is_null())
+        .map(scalar)
+        .filter(|v| !v.is_empty());
+    let selector = custom
+        .clone()
+        .unwrap_or_else(|| format!(r#"job="{}", namespace="{}""#, svc.name(), s.namespace));
+    if custom.is_none() {
+        // The Prometheus Operator names a ServiceMonitor's job after the Service it scrapes.
+        let scraped = s.of_kind("ServiceMonitor").any(|sm| {
+            selects(
+                &labels_at(&sm.v, "/spec/selector/matchLabels"),
+                &labels_at(&svc.v, "/metadata/labels"),
+            ) && arr_at(&sm.v, "/spec/endpoints")
+                .iter()
+                .any(|e| str_at(e, "/port").is_some_and(|p| service_port(svc, p).is_some()))
+        });
+        if !scraped {
+            problems.push(format!(
+                "the alerts select job {}, which no ServiceMonitor of the set scrapes",
+                svc.name()
+            ));
+        }
+    }
+    let want = rules_of(docs);
+    for pr in s.of_kind("PrometheusRule") {
+        let mut groups = pr.v.pointer("/spec/groups").cloned().unwrap_or(Value::Null);
+        for g in groups.as_array_mut().into_iter().flatten() {
+            for r in g
+                .get_mut("rules")
+                .and_then(Value::as_array_mut)
+                .into_iter()
+                .flatten()
+            {
+                let name = rule_name(r);
+                let Some(expr) = r.get_mut("expr") else {
+                    continue;
+                };
+                let text = expr.as_str().unwrap_or("").to_string();
+                if !text.contains(&selector) {
+                    problems.push(format!(
+                        "{}: rule {name} does not select the provider by {selector}",
+                        pr.id()
+                    ));
+                }
+                *expr = Value::from(text.replace(&selector, RULES_EXAMPLE_MATCHER));
+            }
+        }
+        let got = rules_of(&groups);
+        let got_names: Vec<String> = got.iter().map(|(_, r)| rule_name(r)).collect();
+        let want_names: Vec<String> = want.iter().map(|(_, r)| rule_name(r)).collect();
+        if got_names != want_names {
+            problems.push(format!(
+                "{}: rules {got_names:?}, docs/prometheus-rules.yaml has {want_names:?}",
+                pr.id()
+            ));
+            continue;
+        }
+        for ((group, rule), (want_group, want_rule)) in got.iter().zip(&want) {
+            if group != want_group || rule != want_rule {
+                problems.push(format!(
+                    "{}: rule {} differs from docs/prometheus-rules.yaml's: {rule} vs {want_rule}",
+                    pr.id(),
+                    rule_name(rule)
+                ));
+            }
+        }
+    }
+    problems
+}
+
+/// The arguments an `extraArgs` value gives, as the chart renders them: a list as written; a map
+/// sorted by name, `name: value` as --name=value (null: --name; a list: --name=item each), the
+/// name cut at its first `_` (a repeated flag).
+fn expected_extra_args(extra: &Value) -> Vec<String> {
+    match extra {
+        Value::Array(items) => items.iter().map(scalar).collect(),
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            let mut out = Vec::new();
+            for key in keys {
+                let name = key.split('_').next().unwrap_or(key.as_str());
+                match &map[key.as_str()] {
+                    Value::Null => out.push(format!("--{name}")),
+                    Value::Array(items) => {
+                        out.extend(items.iter().map(|i| format!("--{name}={}", scalar(i))))
+                    }
+                    other => out.push(format!("--{name}={}", scalar(other))),
+                }
+            }
+            out
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// Both pods leave Service variables out of their environment, every mount names a volume of
+/// its pod, and a Helm set's `extraArgs` (map or list) end each container's arguments as the
+/// values give them.
+fn check_pod_extras(s: &Set) -> Vec<String> {
+    let mut problems = Vec::new();
+    for d in s.of_kind("Deployment") {
+        let pod = d.v.pointer("/spec/template/spec").unwrap_or(&Value::Null);
+        if pod.pointer("/enableServiceLinks") != Some(&Value::Bool(false)) {
+            problems.push(format!("{}: enableServiceLinks is not false", d.id()));
+        }
+        let volumes: BTreeSet<&str> = arr_at(pod, "/volumes")
+            .iter()
+            .filter_map(|v| str_at(v, "/name"))
+            .collect();
+        for c in arr_at(pod, "/containers") {
+            for m in arr_at(c, "/volumeMounts") {
+                let name = str_at(m, "/name").unwrap_or("");
+                if !volumes.contains(name) {
+                    problems.push(format!(
+                        "{}: mount {} names volume {name}, which the pod does not define",
+                        d.id(),
+                        scalar(&m["mountPath"])
+                    ));
+                }
+            }
+        }
+    }
+    if s.source != "helm" {
+        return problems;
+    }
+    for (what, workload, pointer) in [
+        ("provider", s.provider(), "/extraArgs"),
+        ("autoscaler", s.autoscaler(), "/autoscaler/extraArgs"),
+    ] {
+        let Ok(w) = workload else { continue };
+        let want = expected_extra_args(s.values.pointer(pointer).unwrap_or(&Value::Null));
+        let args = w.args();
+        if !args.ends_with(&want) {
+            problems.push(format!(
+                "{what}: extraArgs {want:?} are not the end of its arguments {args:?}"
+            ));
+        }
+    }
+    problems
+}
+
 // ---------------------------------------------------------------------------------------------
 // Checks across sets and files
 
@@ -1870,8 +2354,23 @@ fn check_chart_matches_base(chart: &Set, base: &Set) -> Vec<String> {
         if cf != bf {
             problems.push(format!("{what} flags differ: chart {cf:?}, base {bf:?}"));
         }
+        // The provider's repository is the operator's (the base holds a placeholder an overlay
+        // replaces); its tag is the release both deploy.
+        let (ci, bi) = (
+            str_at(c.container, "/image").unwrap_or(""),
+            str_at(b.container, "/image").unwrap_or(""),
+        );
+        let same_image = if what == "provider" {
+            image_tag(ci) == image_tag(bi)
+        } else {
+            ci == bi
+        };
+        if !same_image {
+            problems.push(format!(
+                "{what} container /image differs: chart {ci}, base {bi}"
+            ));
+        }
         for ptr in [
-            "/image",
             "/ports",
             "/livenessProbe",
             "/readinessProbe",
@@ -1893,6 +2392,7 @@ fn check_chart_matches_base(chart: &Set, base: &Set) -> Vec<String> {
             "/tolerations",
             "/affinity",
             "/automountServiceAccountToken",
+            "/enableServiceLinks",
             "/terminationGracePeriodSeconds",
             "/serviceAccountName",
         ] {
@@ -1998,6 +2498,19 @@ fn check_central_pair(central: &Set, workload: &Set) -> Vec<String> {
         Ok(cc) => cc,
         Err(e) => return vec![e],
     };
+    let theirs = workload
+        .autoscaler()
+        .ok()
+        .and_then(|a| flag(&a.args(), "max-node-provision-time"));
+    match provider_provision_ms(central) {
+        Err(e) => problems.push(e),
+        Ok((value, ms)) if theirs.as_deref().and_then(go_duration_ms) != Some(ms) => {
+            problems.push(format!(
+                "the central provider's --max-node-provision-time={value}, the workload autoscaler's {theirs:?}"
+            ))
+        }
+        Ok(_) => {}
+    }
     let address = str_at(&cc, "/address").unwrap_or("");
     let (Some(host), Some(port)) = (host_of(address), port_of(address)) else {
         return vec![format!(
@@ -2260,6 +2773,7 @@ fn the_tools_render_lint_and_validate_every_manifest() {
         "helm-ci-rbac-off",
         "helm-ci-own-certificates-and-accounts",
         "helm-ci-oldest-minor-plaintext",
+        "helm-ci-parity-options",
         "helm-examples-central-provider",
         "helm-examples-workload-cluster",
     ] {
@@ -2352,6 +2866,28 @@ fn images_are_pinned_and_the_provider_runs_the_crate_version() {
 }
 
 #[test]
+fn the_chart_runs_the_image_its_values_name_and_refuses_to_render_without_one() {
+    let Some(r) = rendered() else { return };
+    assert_none(
+        "provider image",
+        every(
+            r,
+            |s| s.source == "helm" && s.has_provider(),
+            check_provider_image,
+        ),
+    );
+    assert_none("image refusal", check_image_refusal(&r.refusals));
+    // One values file names the image by digest.
+    assert!(
+        r.sets.iter().any(|s| s.source == "helm"
+            && s.provider().is_ok_and(
+                |p| str_at(p.container, "/image").is_some_and(|i| i.contains("@sha256:"))
+            )),
+        "no values file renders the provider image by digest"
+    );
+}
+
+#[test]
 fn network_policy_admits_only_the_autoscalers_and_prometheus() {
     let Some(r) = rendered() else { return };
     assert_none(
@@ -2395,6 +2931,71 @@ fn the_autoscaler_waits_long_enough_for_cks_nodes() {
     assert_none(
         "autoscaler flags",
         every(r, Set::has_autoscaler, check_autoscaler_flags),
+    );
+}
+
+#[test]
+fn the_provider_and_its_autoscalers_wait_the_same_provision_time() {
+    let Some(r) = rendered() else { return };
+    assert_none(
+        "provision times",
+        every(r, Set::has_provider, check_provision_times),
+    );
+}
+
+#[test]
+fn prometheus_scrapes_the_autoscaler_metrics_service_on_its_container_port() {
+    let Some(r) = rendered() else { return };
+    assert_none(
+        "metrics services",
+        every(r, |s| s.source != "example", check_metrics_services),
+    );
+    // The values that enable the ServiceMonitors render one for the autoscaler.
+    assert!(
+        r.sets.iter().any(|s| s
+            .of_kind("ServiceMonitor")
+            .any(|sm| s.autoscaler().is_ok_and(|a| sm.name() == a.doc.name()))),
+        "no values file renders the autoscaler's ServiceMonitor"
+    );
+}
+
+#[test]
+fn the_chart_renders_the_example_alerts() {
+    let Some(r) = rendered() else { return };
+    let docs = docs_rule_groups();
+    assert_none(
+        "prometheus rules",
+        every(
+            r,
+            |s| s.of_kind("PrometheusRule").next().is_some(),
+            |s| check_prometheus_rule(s, &docs_rule_groups()),
+        ),
+    );
+    assert!(!rules_of(&docs).is_empty());
+}
+
+#[test]
+fn extra_args_volumes_and_service_links_render_as_the_values_say() {
+    let Some(r) = rendered() else { return };
+    assert_none(
+        "pod extras",
+        every(r, |s| s.source != "example", check_pod_extras),
+    );
+    // The parity values give both forms' every shape: a flag alone, a list, a repeated flag.
+    let parity = r.set("helm-ci-parity-options");
+    let provider = parity.provider().expect("provider").args();
+    let autoscaler = parity.autoscaler().expect("autoscaler").args();
+    for arg in [
+        "--template-label=example.com/tier=batch",
+        "--template-taint=example.com/gpu:NoSchedule",
+    ] {
+        assert!(provider.iter().any(|a| a == arg), "{arg} in {provider:?}");
+    }
+    assert!(
+        autoscaler
+            .iter()
+            .any(|a| a == "--balance-similar-node-groups"),
+        "{autoscaler:?}"
     );
 }
 
@@ -2486,6 +3087,47 @@ fn dockerfile_builds_the_binary_the_deployment_runs() {
 
 // ---------------------------------------------------------------------------------------------
 // Tests on plain files (no tool needed)
+
+#[test]
+fn the_example_alerts_cover_the_worst_cases_and_the_chart_carries_them_unchanged() {
+    let docs = fs::read_to_string(repo().join("docs/prometheus-rules.yaml")).expect("rules");
+    let chart = fs::read_to_string(chart_dir().join("files/prometheus-rules.yaml"))
+        .expect("the chart's copy");
+    assert!(
+        docs == chart,
+        "deploy/helm/cks-autoscaler-provider/files/prometheus-rules.yaml differs from docs/prometheus-rules.yaml: copy it"
+    );
+    assert_none("example alerts", check_rule_file(&docs_rule_groups()));
+}
+
+#[test]
+fn an_alert_without_for_or_mixing_providers_is_caught() {
+    let groups = docs_rule_groups();
+    let mut no_for = groups.clone();
+    if let Some(rule) = no_for
+        .pointer_mut("/0/rules/0")
+        .and_then(Value::as_object_mut)
+    {
+        rule.remove("for");
+    }
+    assert_caught(check_rule_file(&no_for), "has no `for`");
+    let text = serde_json::to_string(&groups).expect("json");
+    assert!(text.contains("sum by (namespace, pod, node_group)"));
+    let mixed: Value = serde_json::from_str(
+        &text.replace("sum by (namespace, pod, node_group)", "sum by (node_group)"),
+    )
+    .expect("json");
+    assert_caught(check_rule_file(&mixed), "mixes providers");
+    let no_worst: Value =
+        serde_json::from_str(&text.replace("cks_provider_ready", "cks_provider_build_info"))
+            .expect("json");
+    assert_caught(check_rule_file(&no_worst), "the provider not ready");
+    assert_eq!(
+        unscoped_aggregations("max by (namespace, pod) (max_over_time(x[1h])) == 1"),
+        Vec::<String>::new()
+    );
+    assert_eq!(unscoped_aggregations("sum(x)").len(), 1);
+}
 
 #[test]
 fn chart_metadata_follows_the_crate_version_and_the_oldest_supported_minor() {
@@ -3112,5 +3754,192 @@ fn a_workload_cluster_dialing_what_the_central_provider_does_not_serve_is_caught
     assert_caught(
         check_central_pair(central, &workload),
         "which no central --nodes binds",
+    );
+}
+
+#[test]
+fn a_provider_image_other_than_the_values_name_or_a_chart_rendering_without_one_is_caught() {
+    let Some(r) = rendered() else { return };
+    let by_digest = r
+        .sets
+        .iter()
+        .find(|s| {
+            s.source == "helm"
+                && s.provider()
+                    .is_ok_and(|p| str_at(p.container, "/image").is_some_and(|i| i.contains('@')))
+        })
+        .expect("a values file with image.digest");
+    let mut tagged = by_digest.clone();
+    let name = tagged.provider().expect("provider").doc.name().to_string();
+    let image = str_at(tagged.provider().expect("provider").container, "/image")
+        .expect("image")
+        .to_string();
+    let (repository, _) = image.split_once('@').expect("a digest");
+    edit(
+        &mut tagged,
+        "Deployment",
+        &name,
+        "/spec/template/spec/containers/0/image",
+        Value::from(format!("{repository}:0.1.0")),
+    );
+    assert_caught(check_provider_image(&tagged), "its values name");
+    let mut refusals = r.refusals.clone();
+    for refusal in refusals
+        .iter_mut()
+        .filter(|x| x.values.pointer("/image/repository").is_none())
+    {
+        refusal.refused = false;
+    }
+    assert_caught(
+        check_image_refusal(&refusals),
+        "rendered without image.repository",
+    );
+}
+
+#[test]
+fn a_provider_provision_time_other_than_the_autoscalers_is_caught() {
+    let Some(r) = rendered() else { return };
+    let mut b = base(r);
+    assert_none("base", check_provision_times(&b));
+    set_arg(
+        &mut b,
+        AUTOSCALER,
+        "--max-node-provision-time",
+        "--max-node-provision-time=30m",
+    );
+    assert_caught(check_provision_times(&b), "one value for both");
+    set_arg(&mut b, PROVIDER, "--max-node-provision-time", "--v=2");
+    assert_caught(
+        check_provision_times(&b),
+        "provider: no --max-node-provision-time",
+    );
+    let central = r.set("helm-examples-central-provider");
+    let mut workload = r.set("helm-examples-workload-cluster").clone();
+    set_arg(
+        &mut workload,
+        AUTOSCALER,
+        "--max-node-provision-time",
+        "--max-node-provision-time=40m",
+    );
+    assert_caught(
+        check_central_pair(central, &workload),
+        "the central provider's --max-node-provision-time",
+    );
+}
+
+#[test]
+fn an_autoscaler_metrics_service_on_another_port_or_drifting_alerts_are_caught() {
+    let Some(r) = rendered() else { return };
+    let mut b = base(r);
+    edit(
+        &mut b,
+        "Service",
+        AUTOSCALER,
+        "/spec/ports/0/targetPort",
+        Value::from(9090),
+    );
+    assert_caught(check_metrics_services(&b), "reaches container port");
+    let with_monitors = r
+        .sets
+        .iter()
+        .find(|s| s.of_kind("PrometheusRule").next().is_some())
+        .expect("a values file with the PrometheusRule");
+    let autoscaler = with_monitors
+        .autoscaler()
+        .expect("autoscaler")
+        .doc
+        .name()
+        .to_string();
+    let mut unscraped = with_monitors.clone();
+    unscraped
+        .docs
+        .retain(|d| !(d.kind() == "ServiceMonitor" && d.name() == autoscaler));
+    assert_caught(
+        check_metrics_services(&unscraped),
+        "none scrapes the autoscaler's Service",
+    );
+    let docs = docs_rule_groups();
+    let rule = with_monitors
+        .of_kind("PrometheusRule")
+        .next()
+        .expect("rule")
+        .name()
+        .to_string();
+    let mut drifted = with_monitors.clone();
+    edit(
+        &mut drifted,
+        "PrometheusRule",
+        &rule,
+        "/spec/groups/0/rules/0/for",
+        Value::from("1m"),
+    );
+    assert_caught(check_prometheus_rule(&drifted, &docs), "differs from docs");
+    let mut fewer = with_monitors.clone();
+    if let Some(rules) = fewer
+        .docs
+        .iter_mut()
+        .find(|d| d.kind() == "PrometheusRule")
+        .and_then(|d| d.v.pointer_mut("/spec/groups/0/rules"))
+        .and_then(Value::as_array_mut)
+    {
+        rules.pop();
+    }
+    assert_caught(
+        check_prometheus_rule(&fewer, &docs),
+        "docs/prometheus-rules.yaml has",
+    );
+    let mut elsewhere = with_monitors.clone();
+    elsewhere.docs.retain(|d| d.kind() != "ServiceMonitor");
+    assert_caught(
+        check_prometheus_rule(&elsewhere, &docs),
+        "which no ServiceMonitor of the set scrapes",
+    );
+}
+
+#[test]
+fn service_links_a_mount_without_its_volume_or_lost_extra_args_are_caught() {
+    let Some(r) = rendered() else { return };
+    let mut b = base(r);
+    edit(
+        &mut b,
+        "Deployment",
+        AUTOSCALER,
+        "/spec/template/spec/enableServiceLinks",
+        Value::Bool(true),
+    );
+    assert_caught(check_pod_extras(&b), "enableServiceLinks");
+    let parity = r.set("helm-ci-parity-options");
+    let mut unmounted = parity.clone();
+    let name = unmounted
+        .autoscaler()
+        .expect("autoscaler")
+        .doc
+        .name()
+        .to_string();
+    edit(
+        &mut unmounted,
+        "Deployment",
+        &name,
+        "/spec/template/spec/volumes",
+        Value::Array(vec![]),
+    );
+    assert_caught(
+        check_pod_extras(&unmounted),
+        "which the pod does not define",
+    );
+    let mut lost = parity.clone();
+    let provider = lost.provider().expect("provider").doc.name().to_string();
+    let last = strings_at(
+        &lost.find("Deployment", &provider).expect("provider").v,
+        "/spec/template/spec/containers/0/args",
+    )
+    .last()
+    .cloned()
+    .expect("an argument");
+    set_arg(&mut lost, &provider, &last, "--log-format=json");
+    assert_caught(check_pod_extras(&lost), "are not the end of its arguments");
+    assert_eq!(
+        expected_extra_args(&serde_json::json!({"b_2": "y", "a": null, "b": ["x"], "c": false})),
+        vec!["--a", "--b=x", "--b=y", "--c=false"]
     );
 }

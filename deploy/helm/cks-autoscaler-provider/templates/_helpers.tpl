@@ -107,8 +107,35 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: tls
 {{- end -}}
 
+{{/*
+The provider image: repository@digest when image.digest is set (the tag is then ignored), else
+repository:tag (the chart's appVersion by default). The validate helper refuses an empty
+repository before anything renders.
+*/}}
 {{- define "cks-autoscaler-provider.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (toString (default .Chart.AppVersion .Values.image.tag)) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The pull secrets of both pods: image.pullSecrets (names) and imagePullSecrets (`name:`
+entries, or names), each once.
+*/}}
+{{- define "cks-autoscaler-provider.imagePullSecrets" -}}
+{{- $names := list -}}
+{{- range (concat (.Values.image.pullSecrets | default list) (.Values.imagePullSecrets | default list)) -}}
+{{- if kindIs "map" . -}}
+{{- $names = append $names (toString (required "imagePullSecrets: every entry needs a `name`" .name)) -}}
+{{- else -}}
+{{- $names = append $names (toString .) -}}
+{{- end -}}
+{{- end -}}
+{{- range ($names | uniq) }}
+- name: {{ . }}
+{{- end -}}
 {{- end -}}
 
 {{/*
@@ -205,11 +232,42 @@ central provider no NetworkPolicy rule lets anyone reach.
 {{- if and .Values.networkPolicy.enabled (not .Values.autoscaler.enabled) (not .Values.networkPolicy.extraGrpcClients) -}}
 {{- fail "networkPolicy: autoscaler.enabled=false and no networkPolicy.extraGrpcClients: nothing could reach the gRPC port. List where the workload clusters' autoscalers connect from (ipBlock peers), or set networkPolicy.enabled=false" -}}
 {{- end -}}
+{{- if and .Values.prometheusRule.enabled (not .Values.serviceMonitor.enabled) (not .Values.prometheusRule.selector) -}}
+{{- fail "prometheusRule.enabled: its alerts select the provider's series by the job the chart's ServiceMonitor gives them, and serviceMonitor.enabled=false creates none. Enable serviceMonitor.enabled, or set prometheusRule.selector to the PromQL matchers your own scrape gives the provider's series (e.g. job=\"kubernetes-pods\", namespace=\"kube-system\")" -}}
+{{- end -}}
+{{- $providerOwned := dict "nodes" "nodes[]" "listen" "service.grpcPort" "metrics-listen" "service.metricsPort" "cloud-config" "cloudConfig" "config" "config" "cloudstack-ca" "cloudstackCA" "tls-cert" "tls.enabled" "tls-key" "tls.enabled" "tls-client-ca" "tls.enabled" "insecure" "tls.enabled=false" "log-format" "log.format" "max-node-provision-time" "autoscaler.maxNodeProvisionTime (the autoscaler gets the same value)" -}}
+{{- include "cks-autoscaler-provider.refuseOwnedArgs" (dict "args" (include "cks-autoscaler-provider.extraArgs" .Values.extraArgs) "where" "extraArgs" "owned" $providerOwned) -}}
 {{- if and .Values.cloudstackCA.configMapName .Values.cloudstackCA.secretName -}}
 {{- fail "cloudstackCA: set configMapName or secretName, not both" -}}
 {{- end -}}
-{{- else if not .Values.tls.enabled -}}
+{{- end -}}
+{{- if .Values.autoscaler.enabled -}}
+{{- $autoscalerOwned := dict "cloud-provider" "nothing: it is externalgrpc" "cloud-config" "nothing: the chart writes it" "namespace" "nothing: it is the release namespace" "address" "autoscaler.metricsPort" "v" "autoscaler.verbosity" "max-node-provision-time" "autoscaler.maxNodeProvisionTime (the provider gets the same value)" "nodes" "nodes[]: with externalgrpc the provider's --nodes count, the autoscaler's have no effect" -}}
+{{- include "cks-autoscaler-provider.refuseOwnedArgs" (dict "args" (include "cks-autoscaler-provider.extraArgs" .Values.autoscaler.extraArgs) "where" "autoscaler.extraArgs" "owned" $autoscalerOwned) -}}
+{{- end -}}
+{{- if and (not .Values.provider.enabled) (not .Values.tls.enabled) -}}
 {{- fail "provider.enabled=false: the autoscaler dials a provider in another cluster, which needs mutual TLS (tls.enabled=true)" -}}
+{{- end -}}
+{{- if .Values.provider.enabled -}}
+{{- include "cks-autoscaler-provider.validateImage" . -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The provider image must be named: no public image exists (the default a chart usually carries
+would be a Docker Hub name nobody pushed). Checked after the other refusals, so that each of
+those is reported for what it is.
+*/}}
+{{- define "cks-autoscaler-provider.validateImage" -}}
+{{- $image := .Values.image -}}
+{{- if not $image.repository -}}
+{{- fail "image.repository is required: no public image of cks-autoscaler-provider exists. Build it with the Dockerfile at the repository's root, push it to a registry the cluster pulls from (docs/operations.md §2.1: docker buildx build --platform linux/amd64,linux/arm64 -t REGISTRY/cks-autoscaler-provider:TAG --push .) and set image.repository=REGISTRY/cks-autoscaler-provider (with image.tag, or image.digest)" -}}
+{{- end -}}
+{{- if regexMatch `(@|:[^/]*$)` (toString $image.repository) -}}
+{{- fail (printf "image.repository %q carries a tag or a digest: give the repository alone, the tag in image.tag, the digest in image.digest" (toString $image.repository)) -}}
+{{- end -}}
+{{- if and $image.digest (not (regexMatch `^sha256:[0-9a-f]{64}$` (toString $image.digest))) -}}
+{{- fail (printf "image.digest %q is not a digest: sha256: and 64 lowercase hex digits (docker buildx imagetools inspect REPOSITORY:TAG shows it)" (toString $image.digest)) -}}
 {{- end -}}
 {{- end -}}
 
@@ -223,3 +281,58 @@ central provider no NetworkPolicy rule lets anyone reach.
 {{- define "cks-autoscaler-provider.tlsDir" -}}/tls{{- end -}}
 {{- define "cks-autoscaler-provider.clientTlsDir" -}}/etc/cluster-autoscaler/tls{{- end -}}
 {{- define "cks-autoscaler-provider.cloudstackCaDir" -}}/etc/cloudstack-ca{{- end -}}
+
+{{/*
+The PromQL matchers the chart's alerts select the provider's series by: prometheusRule.selector,
+else the job the chart's ServiceMonitor gives them (the Prometheus Operator names it after the
+Service) in the release namespace.
+*/}}
+{{- define "cks-autoscaler-provider.ruleSelector" -}}
+{{- default (printf "job=%q, namespace=%q" (include "cks-autoscaler-provider.fullname" .) .Release.Namespace) .Values.prometheusRule.selector -}}
+{{- end -}}
+
+{{/*
+Extra command-line arguments, as JSON: `extraArgs` (or autoscaler.extraArgs) as upstream's
+cluster-autoscaler chart takes them, a map `name: value` giving --name=value (null: --name
+alone; a list: --name=item for each; a `_suffix` on the name lets one flag come twice:
+`nodes_2`), or, as this chart took them before, a list of arguments as written. The map's
+flags come sorted by name.
+*/}}
+{{- define "cks-autoscaler-provider.extraArgs" -}}
+{{- $args := list -}}
+{{- if kindIs "slice" . -}}
+{{- range . -}}
+{{- $args = append $args (toString .) -}}
+{{- end -}}
+{{- else if kindIs "map" . -}}
+{{- range $key, $value := . -}}
+{{- $name := regexFind "^[^_]+" $key -}}
+{{- if kindIs "invalid" $value -}}
+{{- $args = append $args (printf "--%s" $name) -}}
+{{- else if kindIs "slice" $value -}}
+{{- range $value -}}
+{{- $args = append $args (printf "--%s=%v" $name .) -}}
+{{- end -}}
+{{- else -}}
+{{- $args = append $args (printf "--%s=%v" $name $value) -}}
+{{- end -}}
+{{- end -}}
+{{- else if . -}}
+{{- fail (printf "extraArgs must be a map (flag name: value) or a list of arguments, not %v" .) -}}
+{{- end -}}
+{{- toJson $args -}}
+{{- end -}}
+
+{{/*
+Refuses extra arguments that name a flag the chart sets from a value of its own: `args` (the
+extraArgs helper's JSON), `where` (the values key), `owned` (a dict: flag name -> the value
+that sets it).
+*/}}
+{{- define "cks-autoscaler-provider.refuseOwnedArgs" -}}
+{{- range (.args | fromJsonArray) -}}
+{{- $name := regexReplaceAll "^-+" (regexReplaceAll "=.*$" (toString .) "") "" -}}
+{{- if hasKey $.owned $name -}}
+{{- fail (printf "%s sets --%s, which the chart sets itself: use %s" $.where $name (get $.owned $name)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
