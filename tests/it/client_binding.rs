@@ -153,6 +153,45 @@ impl Fleet {
             .collect()
     }
 
+    /// Waits until a `nodeids` request naming `vm` reached CloudStack.
+    async fn wait_removal_sent(&self, vm: &str) {
+        wait_until("the removal sent", async || {
+            self.scale_requests()
+                .iter()
+                .any(|p| p.get("nodeids").map(String::as_str) == Some(vm))
+        })
+        .await;
+    }
+
+    /// Clusters alpha and beta, each bound to its autoscaler (`autoscaler.alpha`,
+    /// `autoscaler.beta`), and a client of each that has refreshed once.
+    async fn alpha_beta(
+        name: &str,
+    ) -> (
+        Fleet,
+        CloudProviderClient<Channel>,
+        CloudProviderClient<Channel>,
+    ) {
+        let fleet = Fleet::start(
+            name,
+            &[
+                ("alpha", Some("autoscaler.alpha")),
+                ("beta", Some("autoscaler.beta")),
+            ],
+            |_| {},
+        )
+        .await;
+        let mut a = fleet
+            .client(&fleet.client_ca.client("a", &["autoscaler.alpha"]))
+            .await;
+        let mut b = fleet
+            .client(&fleet.client_ca.client("b", &["autoscaler.beta"]))
+            .await;
+        refresh(&mut a).await.expect("Refresh alpha");
+        refresh(&mut b).await.expect("Refresh beta");
+        (fleet, a, b)
+    }
+
     async fn shutdown(mut self) {
         self.server.stop().await;
         self.sim.shutdown().await;
@@ -367,23 +406,7 @@ async fn each_autoscaler_sees_only_the_groups_bound_to_it() {
 
 #[tokio::test(start_paused = true)]
 async fn another_clients_group_is_not_found_and_nothing_reaches_cloudstack() {
-    let fleet = Fleet::start(
-        "cross",
-        &[
-            ("alpha", Some("autoscaler.alpha")),
-            ("beta", Some("autoscaler.beta")),
-        ],
-        |_| {},
-    )
-    .await;
-    let mut a = fleet
-        .client(&fleet.client_ca.client("a", &["autoscaler.alpha"]))
-        .await;
-    let mut b = fleet
-        .client(&fleet.client_ca.client("b", &["autoscaler.beta"]))
-        .await;
-    refresh(&mut a).await.expect("Refresh alpha");
-    refresh(&mut b).await.expect("Refresh beta");
+    let (fleet, mut a, mut b) = Fleet::alpha_beta("cross").await;
     let (alpha, beta) = (fleet.id("alpha"), fleet.id("beta"));
     let alpha_worker = fleet.workers("alpha")[0].clone();
     let (control, control_name) = fleet
@@ -652,13 +675,7 @@ async fn a_node_one_client_reports_protects_its_vm_from_anothers_unregistered_de
     )
     .await
     .expect("w1's registration expired");
-    wait_until("w1's removal sent", async || {
-        fleet
-            .scale_requests()
-            .iter()
-            .any(|p| p.get("nodeids") == Some(&w1))
-    })
-    .await;
+    fleet.wait_removal_sent(&w1).await;
     fleet.shutdown().await;
 }
 
@@ -667,23 +684,7 @@ async fn a_node_one_client_reports_protects_its_vm_from_anothers_unregistered_de
 /// and the cluster's own autoscaler deletes the VM as unregistered.
 #[tokio::test(start_paused = true)]
 async fn another_clients_report_of_a_vm_does_not_veto_its_own_autoscaler() {
-    let fleet = Fleet::start(
-        "veto",
-        &[
-            ("alpha", Some("autoscaler.alpha")),
-            ("beta", Some("autoscaler.beta")),
-        ],
-        |_| {},
-    )
-    .await;
-    let mut a = fleet
-        .client(&fleet.client_ca.client("a", &["autoscaler.alpha"]))
-        .await;
-    let mut b = fleet
-        .client(&fleet.client_ca.client("b", &["autoscaler.beta"]))
-        .await;
-    refresh(&mut a).await.expect("Refresh alpha");
-    refresh(&mut b).await.expect("Refresh beta");
+    let (fleet, mut a, mut b) = Fleet::alpha_beta("veto").await;
     let beta = fleet.id("beta");
     let (w, w_name) = fleet.workers("beta")[0].clone();
     let instance = format!("external-cloudstack://{w}");
@@ -696,13 +697,7 @@ async fn another_clients_report_of_a_vm_does_not_veto_its_own_autoscaler() {
     delete(&mut b, &beta, vec![fake_node(&instance, "unregistered")])
         .await
         .expect("beta's autoscaler deletes its unregistered VM");
-    wait_until("the removal sent", async || {
-        fleet
-            .scale_requests()
-            .iter()
-            .any(|p| p.get("nodeids") == Some(&w))
-    })
-    .await;
+    fleet.wait_removal_sent(&w).await;
     fleet.shutdown().await;
 }
 
