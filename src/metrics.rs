@@ -84,6 +84,10 @@ pub fn install() -> PrometheusHandle {
             // born at 1 shows no increase).
             metrics::counter!("cks_provider_removals_retried_total").increment(0);
             metrics::counter!("cks_provider_removals_abandoned_total").increment(0);
+            // The command every refresh sends, refused for its key from the first call on: from
+            // 0, so that an alert on increase() of `outcome="unauthorized"` sees that first call.
+            metrics::counter!("cks_provider_cloudstack_requests_total", "command" => "listKubernetesClusters", "outcome" => "unauthorized")
+                .increment(0);
             handle
         })
         .clone()
@@ -479,6 +483,11 @@ mod tests {
                 .as_secs_f64();
             let (status, page) = get(addr, "/metrics").await;
             assert_eq!(status, 200);
+            let unauthorized = r#"cks_provider_cloudstack_requests_total{command="listKubernetesClusters",outcome="unauthorized"} "#;
+            assert!(
+                page.lines().any(|l| l.starts_with(unauthorized)),
+                "the unauthorized series exists from the start:\n{page}"
+            );
             let ready_line = format!("cks_provider_ready {}", u8::from(ready));
             assert!(
                 page.lines().any(|l| l == ready_line),
