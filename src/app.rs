@@ -357,7 +357,7 @@ mod tests {
     use std::path::PathBuf;
 
     fn write_temp(name: &str, text: &str) -> PathBuf {
-        crate::test_files::temp_file("app", name, text)
+        cks_testkit::temp_file("app", name, text)
     }
 
     fn serve_args(argv: &[&str]) -> ServeArgs {

@@ -315,7 +315,7 @@ mod tests {
     use super::*;
 
     fn write_temp(name: &str, text: &str) -> PathBuf {
-        crate::test_files::temp_file("cli", name, text)
+        cks_testkit::temp_file("cli", name, text)
     }
 
     fn serve_args(argv: &[&str]) -> Result<ServeArgs, String> {

@@ -50,9 +50,8 @@ static OTHER_STATES: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
 /// The `state` labels of `cks_provider_node_group_workers`, each worker counted under one.
 pub const WORKER_STATES: [&str; 4] = ["running", "creating", "deleting", "down"];
 
-/// The `kind` labels of the job counters, and the `outcome` labels of finished jobs. Each
+/// The `outcome` labels of finished jobs (the `kind` labels are [`JobKind::ALL`]'s). Each
 /// group's series start at 0, so `increase()` sees a group's first failure.
-const JOB_KINDS: [JobKind; 3] = JobKind::ALL;
 const JOB_OUTCOMES: [&str; 2] = ["succeeded", "failed"];
 
 /// The process metrics (`process_cpu_seconds_total`, `process_resident_memory_bytes`,
@@ -338,7 +337,7 @@ fn set_group_gauges(groups: &[GroupGauges], wall: SystemTime) {
             metrics::gauge!("cks_provider_node_group_workers", "node_group" => id.clone(), "state" => state)
                 .set(n as f64);
         }
-        for kind in JOB_KINDS.map(JobKind::as_str) {
+        for kind in JobKind::ALL.map(JobKind::as_str) {
             metrics::counter!("cks_provider_scale_jobs_started_total", "node_group" => id.clone(), "kind" => kind)
                 .increment(0);
             for outcome in JOB_OUTCOMES {

@@ -67,7 +67,7 @@ impl Provider {
 
     /// The verdict as an operator sees it.
     pub fn alert_verdict(&self) -> AlertVerdictView {
-        // Through `alert_scaling`, so an expiry is logged whoever notices it first.
+        // Expired first, and logged, through `alert_scaling`: the view only reads.
         self.alert_scaling();
         self.verdict()
             .view(now(), self.inner.settings.alert_recheck)

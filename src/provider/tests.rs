@@ -5,19 +5,20 @@
 use super::{Error, Provider, Settings};
 use crate::config::{ClusterRef, NodeGroupSpec};
 use cks_cloudstack::Client;
-use cks_cloudstack::ClientConfig;
 use cks_domain::machine::{Phase, ScaleError};
-use cks_sim::{SimConfig, SimHandle};
+use cks_sim::SimHandle;
+use cks_testkit::{client_config, sim_config_with, start_sim};
 use std::time::Duration;
 use tokio::time::Instant;
 
 /// A simulator whose scale jobs take `job_duration`, and a provider with default settings
 /// (2 s job polls) for its demo cluster.
 async fn stack(job_duration: Duration) -> (SimHandle, Provider, String) {
-    let mut config = SimConfig::for_tests("key", "secret");
-    config.settings.job_duration = job_duration;
-    config.settings.scale_timeout = Duration::from_secs(3600);
-    let sim = cks_sim::spawn(config).await.expect("simulator starts");
+    let sim = start_sim(sim_config_with(|c| {
+        c.settings.job_duration = job_duration;
+        c.settings.scale_timeout = Duration::from_secs(3600);
+    }))
+    .await;
     let id = sim.cluster_id("demo").expect("demo cluster");
     let client = Client::new(client_config(&sim)).expect("client");
     let settings = Settings::with_groups(vec![NodeGroupSpec {
@@ -28,11 +29,6 @@ async fn stack(job_duration: Duration) -> (SimHandle, Provider, String) {
     let provider = Provider::new(client, settings);
     provider.refresh().await.expect("first refresh");
     (sim, provider, id)
-}
-
-fn client_config(sim: &SimHandle) -> ClientConfig {
-    ClientConfig::new(&sim.api_url, &sim.api_key, &sim.secret_key)
-        .with_timeout(Duration::from_secs(3))
 }
 
 fn phase(p: &Provider, id: &str) -> Phase {

@@ -149,14 +149,14 @@ impl AlertVerdict {
         change
     }
 
-    /// The verdict as an operator sees it at `now` (after [`AlertVerdict::current`]).
-    pub fn view(&mut self, now: Instant, recheck: Duration) -> AlertVerdictView {
-        let (scaling, _) = self.current(now, recheck);
+    /// The verdict as an operator sees it at `now`. Call [`AlertVerdict::current`] first: it
+    /// drops an expired verdict, which this only reads.
+    pub fn view(&self, now: Instant, recheck: Duration) -> AlertVerdictView {
         let age = self.learned_at.map(|at| now.saturating_duration_since(at));
         AlertVerdictView {
-            verdict: VerdictName::of(&scaling),
-            reason: match scaling {
-                AlertScaling::Unsupported { cloudstack_error } => Some(cloudstack_error),
+            verdict: VerdictName::of(&self.scaling),
+            reason: match &self.scaling {
+                AlertScaling::Unsupported { cloudstack_error } => Some(cloudstack_error.clone()),
                 _ => None,
             },
             age,
