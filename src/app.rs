@@ -202,8 +202,9 @@ impl MetricsSource for ProviderMetrics {
     }
 }
 
-/// An instance as the worker gauges count it. Its VM is down when the autoscaler is told so
-/// (`InstanceView::vm_down`; a failed creation is a creation, not a down VM).
+/// An instance as the worker gauges count it. Its VM is down as the provider sees it
+/// (`InstanceView::vm_down`; a failed creation is a creation, not a down VM), whatever the
+/// autoscaler is told.
 fn gauge_worker(i: &InstanceView) -> Worker {
     Worker {
         told: match i.state {
@@ -482,8 +483,10 @@ mod tests {
                     role: NodeRole::Worker,
                 };
                 let (told, error) = vm_status(&vm, activity);
-                // Down as the autoscaler reads it: an error naming the VM's state.
-                let down = error.as_ref().is_some_and(|e| e.code.starts_with("vm-"));
+                // Down: a worker the provider neither removes nor saw fail to be created, whose
+                // VM is Stopped, Shutdown or Error (the autoscaler is told Running or Creating).
+                let down = matches!(activity, VmActivity::Idle | VmActivity::BeingCreated)
+                    && matches!(state, VmState::Stopped | VmState::Shutdown | VmState::Error);
                 let w = gauge_worker(&InstanceView {
                     id: "cloudstack:///vm-1".into(),
                     state: told,

@@ -9,8 +9,8 @@
 
 use cks_autoscaler_provider::optional_rpcs::ProviderExtras;
 use cks_lab::autoscaler::{
-    AutoscalerConfig, Decision, MockAutoscaler, NodeTemplate, Observation, PodSpec, Request,
-    Resources, Rpc, TemplateSource,
+    AutoscalerConfig, Decision, FAKE_NODE_REASON_ANNOTATION, MockAutoscaler, NodeTemplate,
+    Observation, PodSpec, Request, Resources, Rpc, TemplateSource,
 };
 
 use cks_sim::{ClusterSpec, NodesSpec, OfferingSpec, Scenario, VmState};
@@ -358,5 +358,83 @@ async fn without_templates_a_not_ready_node_is_the_last_resort_template() {
     assert_eq!(template.allocatable, offering_allocatable());
     assert_eq!(increases(&ca), vec![(id.clone(), 1)], "{up}");
     assert_eq!(ca.last_target(&id), Some(2), "{up}");
+    stack.shutdown().await;
+}
+
+/// (d) The only worker is Stopped and its node never registered (a kubelet that never joined,
+/// or a Node object deleted by hand), group min 1. The provider must report the VM as an
+/// instance expected to register: upstream's `expectedToRegister` (clusterstate.go) skips an
+/// instance carrying an error, and such an instance is neither registered nor unregistered,
+/// the group has no readiness and its target counts as an upcoming node for ever (nothing
+/// scales, nothing is removed). Reported without error, it is unregistered: once it is long
+/// unregistered (`--max-node-provision-time`) it no longer counts as upcoming, the pending pod
+/// scales the group up from the provider's template, and once the target is above the minimum
+/// the stopped VM is deleted with its fake node (CloudStack removes a down VM without a drain).
+#[tokio::test(start_paused = true)]
+async fn a_stopped_worker_that_never_registered_is_replaced_then_removed() {
+    let mut stack = Stack::start_with_extras(
+        zero_cluster(VmState::Stopped),
+        "zero",
+        |s| {
+            s.groups[0].min = 1;
+            s.groups[0].max = 3;
+        },
+        Arc::new(ProviderExtras::default()),
+    )
+    .await;
+    let id = stack.cluster_id.clone();
+    let (stopped, _, _) = stack.workers()[0].clone();
+    assert!(
+        stack.sim.nodes().iter().all(|n| n.role != "worker"),
+        "the down worker never registered a node"
+    );
+    stack.refresh().await.expect("first Refresh");
+    let mut ca = stack.autoscaler(config()).await;
+    ca.set_pending_pods(PodSpec::replicas("web", 1, 1000, GI));
+
+    let first = ca.run_once().await;
+    assert!(first.aborted.is_none(), "{first}");
+    assert_eq!(
+        (first.groups[0].target, first.groups[0].unregistered),
+        (1, 1),
+        "the stopped VM is an unregistered instance\n{}",
+        ca.timeline()
+    );
+    loop_until(
+        &mut ca,
+        "the pod placed and the stopped worker deleted",
+        |ca| ca.pending_pods().is_empty() && !ca.calls(Rpc::NodeGroupDeleteNodes).is_empty(),
+    )
+    .await;
+    stack.wait_settled().await;
+
+    show(
+        "scale from zero: a stopped worker that never registered",
+        &ca,
+    );
+    assert_eq!(increases(&ca), vec![(id.clone(), 1)], "{}", ca.timeline());
+    let deletes = ca.calls(Rpc::NodeGroupDeleteNodes);
+    assert_eq!(deletes.len(), 1, "{}", ca.timeline());
+    assert!(deletes[0].is_ok(), "{}", deletes[0]);
+    let sent = deleted_nodes(deletes[0]);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(
+        sent[0].provider_id,
+        format!("external-cloudstack://{stopped}")
+    );
+    assert_eq!(
+        sent[0]
+            .annotations
+            .get(FAKE_NODE_REASON_ANNOTATION)
+            .map(String::as_str),
+        Some("unregistered")
+    );
+    let reqs = stack.scale_requests();
+    assert_eq!(reqs.len(), 2, "{reqs:?}");
+    assert_eq!(reqs[0]["size"], "2");
+    assert_eq!(reqs[1]["nodeids"], stopped, "{reqs:?}");
+    assert_eq!(stack.cluster_size(), 1);
+    let states: Vec<VmState> = stack.workers().into_iter().map(|(_, _, s)| s).collect();
+    assert_eq!(states, [VmState::Running]);
     stack.shutdown().await;
 }

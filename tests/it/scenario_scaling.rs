@@ -104,7 +104,7 @@ async fn scale_up_is_answered_inside_the_deadline_while_the_job_outlasts_it() {
     stack.shutdown().await;
 }
 
-/// Scenario 2. A worker VM is stopped: Alert, the down worker reported with its error, a
+/// Scenario 2. A worker VM is stopped: Alert, the down worker's node NotReady, a
 /// scale-up still accepted (size only), the NotReady node removed by nodeids after the unready
 /// time, and the cluster back to Running.
 #[tokio::test(start_paused = true)]
@@ -115,28 +115,29 @@ async fn a_stopped_worker_in_alert_is_reported_replaced_and_removed_by_nodeids()
     let first = ca.run_once().await;
     assert_eq!((first.ready, first.not_ready), (3, 0), "{first}");
 
-    let (wid, wname, _) = stack.workers()[1].clone();
+    let (wid, _, _) = stack.workers()[1].clone();
     assert!(stack.sim.stop_vm(&wid));
     stack.wait_state("Alert").await;
 
     let provider_id = format!("external-cloudstack://{wid}");
-    loop_until(&mut ca, "the down worker reported with its error", |ca| {
-        last_instances(ca).iter().any(|i| {
-            i.id == provider_id && error_info(i).is_some_and(|e| e.error_code == "vm-stopped")
-        }) && ca.last_loop().is_some_and(|l| l.not_ready == 1)
+    loop_until(&mut ca, "the down worker listed, its node NotReady", |ca| {
+        last_instances(ca).iter().any(|i| i.id == provider_id)
+            && ca.last_loop().is_some_and(|l| l.not_ready == 1)
     })
     .await;
     let down = last_instances(&ca)
         .into_iter()
         .find(|i| i.id == provider_id)
         .expect("down worker listed");
+    // Running with no error: upstream's expectedToRegister (clusterstate.go) ignores a
+    // Running instance's error except to stop expecting its node, which would strand a down VM
+    // whose node never registered (scenario_scale_from_zero). Its node is registered, NotReady.
     assert_eq!(
         state_of(&down),
         InstanceState::InstanceRunning,
-        "a down worker still exists: Running with an error, not Creating"
+        "a down worker still exists: Running, not Creating"
     );
-    let err = error_info(&down).expect("error info");
-    assert!(err.error_message.contains(&wname), "{err:?}");
+    assert!(error_info(&down).is_none(), "{down:?}");
     assert_eq!(
         ca.last_target(&stack.cluster_id),
         Some(3),

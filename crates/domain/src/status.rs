@@ -49,11 +49,14 @@ pub enum VmActivity {
 /// - CreateFailed → Creating with the error (the autoscaler deletes it and backs off);
 /// - BeingCreated and not down → Creating, no error; BeingCreated and down (Error, Stopped…) →
 ///   Creating with an error of class Other, code "vm-<state lower-case>";
-/// - a down VM (Stopped, Shutdown, Error) otherwise → Running with an error: code
-///   "vm-<state lower-case>" (e.g. "vm-stopped"), class Other, message saying the VM is down,
-///   its node cannot be Ready, it still counts in the cluster size, and that the autoscaler
-///   removes it through NodeGroupDeleteNodes (scaleKubernetesCluster nodeids=<vm id>) or an
-///   operator starts it again;
+/// - a down VM (Stopped, Shutdown, Error) otherwise → Running, no error. Upstream ignores the
+///   error of a Running instance, except that it stops expecting the instance to register
+///   (`expectedToRegister`, clusterstate.go): a down VM whose node never registered (or was
+///   deleted) would then be neither registered nor unregistered, counted as an upcoming node
+///   for ever and never removed. Without an error it is unregistered and, once past
+///   `--max-node-provision-time`, deleted with its fake node; a down VM whose node is
+///   registered is a NotReady node either way. The operator sees down VMs in the gauges
+///   ([`reported_down`]);
 /// - Starting and Idle → Creating (a VM that is booting is not yet a node);
 /// - everything else (Running, Migrating, Unknown, Stopping, Restoring, unknown states) →
 ///   Running, no error.
@@ -78,27 +81,15 @@ pub fn vm_status(vm: &Vm, activity: &VmActivity) -> (InstanceState, Option<Insta
             }),
         ),
         VmActivity::BeingCreated => (InstanceState::Creating, None),
-        VmActivity::Idle if vm.state.is_down() => (
-            InstanceState::Running,
-            Some(InstanceError {
-                code: down_code(&vm.state),
-                message: format!(
-                    "worker VM {} (id {}) is down ({}): its node cannot be Ready, yet it still \
-                     counts in the cluster size; the autoscaler removes it through \
-                     NodeGroupDeleteNodes (scaleKubernetesCluster nodeids={}), or an operator \
-                     starts it again",
-                    vm.name, vm.id, vm.state, vm.id
-                ),
-                class: ErrorClass::Other,
-            }),
-        ),
+        VmActivity::Idle if vm.state.is_down() => (InstanceState::Running, None),
         VmActivity::Idle if vm.state == VmState::Starting => (InstanceState::Creating, None),
         VmActivity::Idle => (InstanceState::Running, None),
     }
 }
 
-/// Whether [`vm_status`] reports the VM as down (an error naming its state): an idle or new
-/// worker whose VM is Stopped, Shutdown or Error. What the operator's gauges count as down.
+/// Whether the VM counts as down: an idle or new worker whose VM is Stopped, Shutdown or
+/// Error. What the operator's gauges count as down; [`vm_status`] names the state in an error
+/// only for a new worker (a failed creation the autoscaler removes).
 pub fn reported_down(vm: &Vm, activity: &VmActivity) -> bool {
     matches!(activity, VmActivity::Idle | VmActivity::BeingCreated)
         && !vm.state.is_gone()
@@ -192,31 +183,21 @@ mod tests {
             VmActivity::BeingRemoved,
             VmActivity::CreateFailed(failure.clone()),
         ];
-        let down = |code| (InstanceState::Running, Some(code));
         let new_down = |code| (InstanceState::Creating, Some(code));
         // Columns: Idle, BeingCreated, BeingRemoved, CreateFailed.
         let table: Vec<(VmState, [Expect; 4])> = vec![
             (VmState::Starting, [NEW, NEW, DEL, FAIL]),
             (VmState::Running, [RUN, NEW, DEL, FAIL]),
             (VmState::Stopping, [RUN, NEW, DEL, FAIL]),
-            (
-                VmState::Stopped,
-                [down("vm-stopped"), new_down("vm-stopped"), DEL, FAIL],
-            ),
+            (VmState::Stopped, [RUN, new_down("vm-stopped"), DEL, FAIL]),
             // A gone VM is Deleting even when a failed scale-up left it: it is neither
             // counted in the target nor left for the autoscaler to delete.
             (VmState::Destroyed, [DEL, DEL, DEL, DEL]),
             (VmState::Expunging, [DEL, DEL, DEL, DEL]),
             (VmState::Migrating, [RUN, NEW, DEL, FAIL]),
-            (
-                VmState::Error,
-                [down("vm-error"), new_down("vm-error"), DEL, FAIL],
-            ),
+            (VmState::Error, [RUN, new_down("vm-error"), DEL, FAIL]),
             (VmState::Unknown, [RUN, NEW, DEL, FAIL]),
-            (
-                VmState::Shutdown,
-                [down("vm-shutdown"), new_down("vm-shutdown"), DEL, FAIL],
-            ),
+            (VmState::Shutdown, [RUN, new_down("vm-shutdown"), DEL, FAIL]),
             (VmState::Restoring, [RUN, NEW, DEL, FAIL]),
             (VmState::Other("Hibernated".into()), [RUN, NEW, DEL, FAIL]),
         ];
@@ -246,23 +227,17 @@ mod tests {
     }
 
     #[test]
-    fn a_down_worker_says_what_is_wrong_and_how_it_goes_away() {
-        let (state, error) = vm_status(&worker(VmState::Stopped), &VmActivity::Idle);
-        assert_eq!(state, InstanceState::Running);
-        let error = error.expect("a down worker carries an error");
-        assert_eq!(error.code, "vm-stopped");
-        assert_eq!(error.class, ErrorClass::Other);
-        for part in [
-            "k8s-node-18c0c1",
-            "5a1e7c9e-vm",
-            "down (Stopped)",
-            "cannot be Ready",
-            "counts in the cluster size",
-            "NodeGroupDeleteNodes",
-            "scaleKubernetesCluster nodeids=5a1e7c9e-vm",
-            "operator starts it again",
-        ] {
-            assert!(error.message.contains(part), "{part} in {}", error.message);
+    fn a_down_worker_is_running_without_error_so_upstream_expects_its_node() {
+        // An error would make upstream's expectedToRegister false: a down VM without a node
+        // would never be unregistered, so never removed.
+        for state in [VmState::Stopped, VmState::Shutdown, VmState::Error] {
+            let vm = worker(state.clone());
+            assert_eq!(
+                vm_status(&vm, &VmActivity::Idle),
+                (InstanceState::Running, None),
+                "{state}"
+            );
+            assert!(reported_down(&vm, &VmActivity::Idle), "{state}");
         }
     }
 

@@ -34,21 +34,17 @@ var scenarios = map[string]Scenario{
 	// removes the stopped worker.
 	"scale-from-zero": {Cluster: oneCluster(1, 1, 5), Run: scaleFromZero,
 		AutoscalerArg: []string{"--scale-down-unneeded-time=10m"}},
+	// A worker VM that is down and whose node never registered (a kubelet that never joined,
+	// or a Node object deleted by hand). Upstream's expectedToRegister (clusterstate.go) skips
+	// an instance with ErrorInfo, so the provider reports a down VM Running without one: the
+	// instance is unregistered, upstream scales up for the pending pod once it is long
+	// unregistered, then deletes it.
+	"stopped-never-registered": {Cluster: "clusters:\n  - name: demo\n    control: 1\n    workers: [Stopped]\n    min_size: 1\n    max_size: 5\n    autoscaling: true\n",
+		Run: stoppedNeverRegistered, AutoscalerArg: []string{"--scale-down-unneeded-time=10m", "--max-node-provision-time=45s"}},
 }
 
-// Not in -list (run by name): benchmarks, and scenarios that fail against 1.33.0 because of
-// the provider (each says why).
+// Not in -list (run by name): benchmarks.
 var benchmarks = map[string]Scenario{
-	// Fails: a worker VM that is down and whose node never registered (a kubelet that never
-	// joined, or a Node object deleted by hand). The provider reports it as Running with an
-	// error ("vm-stopped"); upstream's expectedToRegister (clusterstate.go) skips an instance
-	// with ErrorInfo, so it is neither registered nor unregistered: the group has no readiness
-	// ("Failed to find readiness information", group Unhealthy), the instance counts as an
-	// upcoming node for ever (target 1, 0 registered), the pending pod fits on that phantom
-	// ("Schedulable pods present"), and nothing ever scales up or removes the VM.
-	"stopped-never-registered": {Cluster: "clusters:\n  - name: demo\n    control: 1\n    workers: [Stopped]\n    min_size: 1\n    max_size: 5\n    autoscaling: true\n",
-		Run: stoppedNeverRegistered, AutoscalerArg: []string{"--scale-down-unneeded-time=10m"}},
-
 	"bench-10":   benchScenario(10),
 	"bench-1000": benchScenario(1000),
 }
@@ -363,7 +359,7 @@ func scaleFromZero(e *Env) error {
 // stoppedNeverRegistered: the group's only worker VM is Stopped and its node never registered.
 // What should happen: upstream counts the instance unregistered, deletes it once it is long
 // unregistered (--max-node-provision-time), and scales up from the provider's template for the
-// pending pod. (Fails today: see its entry in benchmarks.)
+// pending pod.
 func stoppedNeverRegistered(e *Env) error {
 	if err := e.Until("the node group in upstream's status", 30*time.Second, func() bool {
 		g, ok := e.group()
@@ -374,7 +370,7 @@ func stoppedNeverRegistered(e *Env) error {
 	if err := e.Bridge.AddPods("web", 1, "1000m", "512Mi"); err != nil {
 		return err
 	}
-	// Past --max-node-provision-time (2m) for the unregistered instance.
+	// Past --max-node-provision-time (45s here) for the unregistered instance.
 	if err := e.Until("the pod placed, the stopped worker gone, upstream settled at 1", 240*time.Second, func() bool {
 		b, p := e.Bridge.PodCounts()
 		_, total := e.simWorkers()
