@@ -1,4 +1,4 @@
-//! The shell around the domain core: one [`Group`] per configured CKS cluster holding its
+//! The shell around the domain core: one `Group` per configured CKS cluster holding its
 //! [`ScaleMachine`], the locks, the CloudStack calls, the spawned job followers and the cache
 //! of read answers. Nothing here decides: every rule about a scale operation's life is in
 //! `cks_domain::machine`; this module feeds it events (with the time, on tokio's clock so
@@ -8,7 +8,7 @@
 //! memory. Only Refresh, the scale RPCs and the job followers call CloudStack.
 //!
 //! Callers: the gRPC layer calls through [`Provider::seen_by`], which shows each autoscaler
-//! only the groups bound to it (`--nodes …@CLIENT`, [`caller`]); a caller never sees or
+//! only the groups bound to it (`--nodes …@CLIENT`, `caller`); a caller never sees or
 //! changes another client's group. The provider's own methods of the same names see every
 //! group, for the operator's tools (metrics, demo, tests).
 //!

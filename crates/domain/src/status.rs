@@ -48,7 +48,7 @@ pub enum VmActivity {
 ///   with its error (code "removal-retrying", "removal-stopping-vm" or "removal-abandoned");
 /// - CreateFailed → Creating with the error (the autoscaler deletes it and backs off);
 /// - BeingCreated and not down → Creating, no error; BeingCreated and down (Error, Stopped…) →
-///   Creating with an error of class Other, code "vm-<state lower-case>";
+///   Creating with an error of class Other, code `vm-<state lower-case>`;
 /// - a down VM (Stopped, Shutdown, Error) otherwise → Running, no error. Upstream ignores the
 ///   error of a Running instance, except that it stops expecting the instance to register
 ///   (`expectedToRegister`, clusterstate.go): a down VM whose node never registered (or was

@@ -1,4 +1,4 @@
-//! The simulator's settings: what a run starts with ([`SimConfig`]) and the part a running test
+//! The simulator's settings: what a run starts with ([`super::SimConfig`]) and the part a running test
 //! may change through `simConfigure` or [`super::SimHandle::configure`] ([`SimSettings`]).
 
 use std::fmt;

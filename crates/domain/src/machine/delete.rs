@@ -107,7 +107,7 @@ impl ScaleMachine {
             .map(|a| a.accepted)
     }
 
-    /// [`ScaleMachine::accept_removal`], also naming the fake "unregistered" nodes refused
+    /// `accept_removal` (the single-call form the tests use), also naming the fake "unregistered" nodes refused
     /// because their VM's node is registered (the others of the call are accepted).
     pub fn accept_removals(
         &mut self,
