@@ -107,8 +107,9 @@ impl ScaleMachine {
             .map(|a| a.accepted)
     }
 
-    /// `accept_removal` (the single-call form the tests use), also naming the fake "unregistered" nodes refused
-    /// because their VM's node is registered (the others of the call are accepted).
+    /// `accept_removal` (the single-call form the tests use), also naming the fake
+    /// "unregistered" nodes refused because their VM's node is registered (the others of the
+    /// call are accepted).
     pub fn accept_removals(
         &mut self,
         nodes: &[NodeRef],
