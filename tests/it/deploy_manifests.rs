@@ -1923,6 +1923,21 @@ fn check_metrics_services(s: &Set) -> Vec<String> {
 /// the job a ServiceMonitor of its Service gives them.
 const RULES_EXAMPLE_MATCHER: &str = r#"job=~".*cks-autoscaler-provider.*""#;
 
+/// The group of the example alerts about the cluster-autoscaler itself, and the matcher its
+/// rules select the autoscaler's series by (the job a ServiceMonitor of its metrics Service
+/// gives them).
+const AUTOSCALER_RULE_GROUP: &str = "cluster-autoscaler";
+const AUTOSCALER_RULES_EXAMPLE_MATCHER: &str = r#"job=~".*cluster-autoscaler.*""#;
+
+/// The matcher a rule of `group` selects its series by in the example file.
+fn example_matcher(group: &str) -> &'static str {
+    if group == AUTOSCALER_RULE_GROUP {
+        AUTOSCALER_RULES_EXAMPLE_MATCHER
+    } else {
+        RULES_EXAMPLE_MATCHER
+    }
+}
+
 /// The example alerts' `spec.groups`.
 fn docs_rule_groups() -> Value {
     load_yaml(&repo().join("docs/prometheus-rules.yaml"))
@@ -1988,9 +2003,9 @@ fn unscoped_aggregations(expr: &str) -> Vec<String> {
 }
 
 /// The example alerts are complete: each has a unique name, an expression that selects the
-/// provider's series by the example matcher, a `for`, a severity and a summary; every
-/// aggregation is taken per provider instance; the worst cases are alerted on (the provider
-/// absent, not ready, its key refused).
+/// provider's series (the autoscaler's, in its group) by the example matcher, a `for`, a
+/// severity and a summary; every aggregation is taken per provider instance; the worst cases
+/// are alerted on (the provider absent, not ready, its key refused; the autoscaler absent).
 fn check_rule_file(groups: &Value) -> Vec<String> {
     let mut problems = Vec::new();
     let rules = rules_of(groups);
@@ -1998,15 +2013,16 @@ fn check_rule_file(groups: &Value) -> Vec<String> {
         return vec!["docs/prometheus-rules.yaml has no rules".into()];
     }
     let mut seen = BTreeSet::new();
-    for (_, rule) in &rules {
+    for (group, rule) in &rules {
         let name = rule_name(rule);
         if !seen.insert(name.clone()) {
             problems.push(format!("rule {name} is defined twice"));
         }
         let expr = str_at(rule, "/expr").unwrap_or("");
-        if !expr.contains(RULES_EXAMPLE_MATCHER) {
+        let matcher = example_matcher(group);
+        if !expr.contains(matcher) {
             problems.push(format!(
-                "rule {name}: its expression does not select the provider by {RULES_EXAMPLE_MATCHER}"
+                "rule {name}: its expression does not select its series by {matcher}"
             ));
         }
         if str_at(rule, "/for").and_then(go_duration_ms).is_none() {
@@ -2032,6 +2048,10 @@ fn check_rule_file(groups: &Value) -> Vec<String> {
         ("the provider absent", "absent(up{"),
         ("the provider not ready", "cks_provider_ready"),
         ("CloudStack refusing the key", r#"outcome="unauthorized""#),
+        (
+            "the autoscaler absent",
+            r#"absent(up{job=~".*cluster-autoscaler.*"}"#,
+        ),
     ] {
         if !exprs.iter().any(|e| e.contains(needle)) {
             problems.push(format!("no rule alerts on {worst} ({needle})"));
@@ -2076,10 +2096,44 @@ fn check_prometheus_rule(s: &Set, docs: &Value) -> Vec<String> {
             ));
         }
     }
-    let want = rules_of(docs);
+    // The autoscaler's group: its own selector, else the job of the set's autoscaler Service
+    // when a ServiceMonitor scrapes it; without either the chart leaves the group out.
+    let autoscaler_selector = s
+        .values
+        .pointer("/prometheusRule/autoscalerSelector")
+        .filter(|v| !v.is_null())
+        .map(scalar)
+        .filter(|v| !v.is_empty())
+        .or_else(|| {
+            let labels = s.autoscaler().ok()?.pod_labels();
+            let svc = s
+                .of_kind("Service")
+                .find(|svc| selects(&labels_at(&svc.v, "/spec/selector"), &labels))?;
+            s.of_kind("ServiceMonitor")
+                .any(|sm| {
+                    selects(
+                        &labels_at(&sm.v, "/spec/selector/matchLabels"),
+                        &labels_at(&svc.v, "/metadata/labels"),
+                    )
+                })
+                .then(|| format!(r#"job="{}", namespace="{}""#, svc.name(), s.namespace))
+        });
+    let want: Vec<(String, &Value)> = rules_of(docs)
+        .into_iter()
+        .filter(|(group, _)| group != AUTOSCALER_RULE_GROUP || autoscaler_selector.is_some())
+        .collect();
     for pr in s.of_kind("PrometheusRule") {
         let mut groups = pr.v.pointer("/spec/groups").cloned().unwrap_or(Value::Null);
         for g in groups.as_array_mut().into_iter().flatten() {
+            let group = str_at(g, "/name").unwrap_or("").to_string();
+            let (selector, what) = if group == AUTOSCALER_RULE_GROUP {
+                (
+                    autoscaler_selector.clone().unwrap_or_default(),
+                    "the autoscaler",
+                )
+            } else {
+                (selector.clone(), "the provider")
+            };
             for r in g
                 .get_mut("rules")
                 .and_then(Value::as_array_mut)
@@ -2091,13 +2145,13 @@ fn check_prometheus_rule(s: &Set, docs: &Value) -> Vec<String> {
                     continue;
                 };
                 let text = expr.as_str().unwrap_or("").to_string();
-                if !text.contains(&selector) {
+                if selector.is_empty() || !text.contains(&selector) {
                     problems.push(format!(
-                        "{}: rule {name} does not select the provider by {selector}",
+                        "{}: rule {name} does not select {what} by {selector:?}",
                         pr.id()
                     ));
                 }
-                *expr = Value::from(text.replace(&selector, RULES_EXAMPLE_MATCHER));
+                *expr = Value::from(text.replace(&selector, example_matcher(&group)));
             }
         }
         let got = rules_of(&groups);

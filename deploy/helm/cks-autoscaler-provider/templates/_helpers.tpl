@@ -292,6 +292,19 @@ Service) in the release namespace.
 {{- end -}}
 
 {{/*
+The PromQL matchers of the autoscaler's series in the alerts: prometheusRule.autoscalerSelector,
+else the job this chart's ServiceMonitor gives them when it creates one, else empty (the
+autoscaler's alerts are left out).
+*/}}
+{{- define "cks-autoscaler-provider.autoscalerRuleSelector" -}}
+{{- if .Values.prometheusRule.autoscalerSelector -}}
+{{- .Values.prometheusRule.autoscalerSelector -}}
+{{- else if and .Values.autoscaler.enabled .Values.autoscaler.service.create .Values.serviceMonitor.enabled -}}
+{{- printf "job=%q, namespace=%q" (include "cks-autoscaler-provider.autoscalerName" .) .Release.Namespace -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
 Extra command-line arguments, as JSON: `extraArgs` (or autoscaler.extraArgs) as upstream's
 cluster-autoscaler chart takes them, a map `name: value` giving --name=value (null: --name
 alone; a list: --name=item for each; a `_suffix` on the name lets one flag come twice:
