@@ -318,9 +318,13 @@ fn cluster(name: &str, workers: u64) -> ClusterSpec {
 }
 
 // Known to fail about one run in three since removals became owed and jobs are no longer
-// guessed: under random HTTP faults a cluster can end in Alert with VMs beyond its size (a
-// lost scale-up's leftovers) that no settle check here accounts for. Run by hand
-// (`cargo test --test soak -- --ignored`) until that is understood.
+// guessed (two of three on a loaded machine): under random HTTP faults a cluster can end in
+// Alert with the provider's target above CloudStack's size (seen: 16 for 14, 3 for 1, 8 for 6),
+// which no settle check here accounts for. Its clients delete worker nodes at random, whether
+// or not their node is registered and Ready (a real autoscaler does not), so CloudStack's drain
+// can fail and leave a cluster in Alert where its rules refuse the next requests; whether the
+// provider adds to that is not told apart yet. Run by hand
+// (`cargo test --test it soak -- --ignored`) until that is understood.
 #[ignore = "flaky under the owed-removal model: see the comment above"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_clients_against_a_faulty_cloudstack() {
