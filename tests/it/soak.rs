@@ -318,13 +318,17 @@ fn cluster(name: &str, workers: u64) -> ClusterSpec {
 }
 
 // Known to fail about one run in three since removals became owed and jobs are no longer
-// guessed (two of three on a loaded machine): under random HTTP faults a cluster can end in
-// Alert with the provider's target above CloudStack's size (seen: 16 for 14, 3 for 1, 8 for 6),
-// which no settle check here accounts for. Its clients delete worker nodes at random, whether
-// or not their node is registered and Ready (a real autoscaler does not), so CloudStack's drain
-// can fail and leave a cluster in Alert where its rules refuse the next requests; whether the
-// provider adds to that is not told apart yet. Run by hand
-// (`cargo test --test it soak -- --ignored`) until that is understood.
+// guessed (two of three on a loaded machine). The failing runs end with CloudStack listing more
+// VMs than the cluster has nodes (seen: 13 VMs for 6 nodes): a scale-up job that failed (the
+// simulator's scale-up waits until every node is Ready, as CloudStack does, and times out) left
+// its VMs behind, and CloudStack's VM-count rule then refuses every request, the removal of
+// those VMs included: the cluster is stranded until an operator acts, as with a CloudStack
+// that does not clean up after a failed scale-up (apache/cloudstack#12167, unverified). The
+// provider says so in its log; the settle check below cannot be met then. Letting the clients
+// delete only Ready nodes (as a real autoscaler's scale-down does) made it worse (three of
+// three), so the random deletions are not the cause. Run by hand
+// (`cargo test --test it soak -- --ignored`) until the test either accepts a stranded cluster
+// or the simulator learns whether CloudStack cleans up.
 #[ignore = "flaky under the owed-removal model: see the comment above"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_clients_against_a_faulty_cloudstack() {
