@@ -319,9 +319,9 @@ fn cluster(name: &str, workers: u64) -> ClusterSpec {
 
 // Known to fail about one run in three since removals became owed and jobs are no longer
 // guessed (two of three on a loaded machine). The failing runs end with CloudStack listing more
-// VMs than the cluster has nodes (seen: 13 VMs for 6 nodes): a scale-up job that failed (the
-// simulator's scale-up waits until every node is Ready, as CloudStack does, and times out) left
-// its VMs behind, and CloudStack's VM-count rule then refuses every request, the removal of
+// VMs than the cluster has nodes (seen: 13 VMs for 6 nodes): scale-up jobs that failed (most
+// likely timed out: the simulator's scale-up, as CloudStack's, waits until every node is Ready;
+// not confirmed) left their VMs behind, and CloudStack's VM-count rule then refuses every request, the removal of
 // those VMs included: the cluster is stranded until an operator acts, as with a CloudStack
 // that does not clean up after a failed scale-up (apache/cloudstack#12167, unverified). The
 // provider says so in its log; the settle check below cannot be met then. Letting the clients
