@@ -524,6 +524,30 @@ impl Set {
             .ok_or_else(|| format!("{}: no Service named as the provider selects it", self.name))
     }
 
+    /// The Services that reach the autoscaler's pods (its metrics Service).
+    fn autoscaler_services(&self) -> Vec<&Doc> {
+        let Ok(a) = self.autoscaler() else {
+            return Vec::new();
+        };
+        let labels = a.pod_labels();
+        self.of_kind("Service")
+            .filter(|svc| selects(&labels_at(&svc.v, "/spec/selector"), &labels))
+            .collect()
+    }
+
+    /// Whether a ServiceMonitor of the set selects `svc` and scrapes one of its ports (the
+    /// Prometheus Operator then names the series' job after the Service).
+    fn scraped(&self, svc: &Doc) -> bool {
+        self.of_kind("ServiceMonitor").any(|sm| {
+            selects(
+                &labels_at(&sm.v, "/spec/selector/matchLabels"),
+                &labels_at(&svc.v, "/metadata/labels"),
+            ) && arr_at(&sm.v, "/spec/endpoints")
+                .iter()
+                .any(|e| str_at(e, "/port").is_some_and(|p| service_port(svc, p).is_some()))
+        })
+    }
+
     /// Services besides the provider's own that reach its pods (for other clusters).
     fn external_services(&self) -> Vec<&Doc> {
         let Ok(p) = self.provider() else {
@@ -1842,16 +1866,6 @@ fn check_provision_times(s: &Set) -> Vec<String> {
 fn check_metrics_services(s: &Set) -> Vec<String> {
     let mut problems = Vec::new();
     let monitors: Vec<&Doc> = s.of_kind("ServiceMonitor").collect();
-    let scraped = |svc: &Doc| {
-        monitors.iter().any(|sm| {
-            selects(
-                &labels_at(&sm.v, "/spec/selector/matchLabels"),
-                &labels_at(&svc.v, "/metadata/labels"),
-            ) && arr_at(&sm.v, "/spec/endpoints")
-                .iter()
-                .any(|e| str_at(e, "/port").is_some_and(|p| service_port(svc, p).is_some()))
-        })
-    };
     if let Ok(a) = s.autoscaler() {
         let address = flag(&a.args(), "address");
         let port = address.as_deref().and_then(port_of);
@@ -1861,11 +1875,7 @@ fn check_metrics_services(s: &Set) -> Vec<String> {
                 "autoscaler --address={address:?} listens on {port:?}, its container port `metrics` is {container:?}"
             ));
         }
-        let labels = a.pod_labels();
-        let services: Vec<&Doc> = s
-            .of_kind("Service")
-            .filter(|svc| selects(&labels_at(&svc.v, "/spec/selector"), &labels))
-            .collect();
+        let services = s.autoscaler_services();
         let wanted = s
             .values
             .pointer("/autoscaler/service/create")
@@ -1889,8 +1899,8 @@ fn check_metrics_services(s: &Set) -> Vec<String> {
                 }
             }
         }
-        let provider_scraped = s.provider_service().is_ok_and(&scraped);
-        if provider_scraped && !services.iter().copied().any(&scraped) {
+        let provider_scraped = s.provider_service().is_ok_and(|svc| s.scraped(svc));
+        if provider_scraped && !services.iter().any(|svc| s.scraped(svc)) {
             problems.push(
                 "a ServiceMonitor scrapes the provider but none scrapes the autoscaler's Service"
                     .into(),
@@ -2081,15 +2091,7 @@ fn check_prometheus_rule(s: &Set, docs: &Value) -> Vec<String> {
         .unwrap_or_else(|| format!(r#"job="{}", namespace="{}""#, svc.name(), s.namespace));
     if custom.is_none() {
         // The Prometheus Operator names a ServiceMonitor's job after the Service it scrapes.
-        let scraped = s.of_kind("ServiceMonitor").any(|sm| {
-            selects(
-                &labels_at(&sm.v, "/spec/selector/matchLabels"),
-                &labels_at(&svc.v, "/metadata/labels"),
-            ) && arr_at(&sm.v, "/spec/endpoints")
-                .iter()
-                .any(|e| str_at(e, "/port").is_some_and(|p| service_port(svc, p).is_some()))
-        });
-        if !scraped {
+        if !s.scraped(svc) {
             problems.push(format!(
                 "the alerts select job {}, which no ServiceMonitor of the set scrapes",
                 svc.name()
@@ -2105,18 +2107,15 @@ fn check_prometheus_rule(s: &Set, docs: &Value) -> Vec<String> {
         .map(scalar)
         .filter(|v| !v.is_empty())
         .or_else(|| {
-            let labels = s.autoscaler().ok()?.pod_labels();
             let svc = s
-                .of_kind("Service")
-                .find(|svc| selects(&labels_at(&svc.v, "/spec/selector"), &labels))?;
-            s.of_kind("ServiceMonitor")
-                .any(|sm| {
-                    selects(
-                        &labels_at(&sm.v, "/spec/selector/matchLabels"),
-                        &labels_at(&svc.v, "/metadata/labels"),
-                    )
-                })
-                .then(|| format!(r#"job="{}", namespace="{}""#, svc.name(), s.namespace))
+                .autoscaler_services()
+                .into_iter()
+                .find(|svc| s.scraped(svc))?;
+            Some(format!(
+                r#"job="{}", namespace="{}""#,
+                svc.name(),
+                s.namespace
+            ))
         });
     let want: Vec<(String, &Value)> = rules_of(docs)
         .into_iter()
