@@ -2,7 +2,7 @@
 //! going away and coming back, and the provider restarting in the middle of a job. The
 //! simulator's recorded requests show that no scale request is lost or sent twice.
 
-use cks_lab::autoscaler::{Decision, FAKE_NODE_CREATE_ERROR, FAKE_NODE_REASON_ANNOTATION, Rpc};
+use cks_lab::autoscaler::{Decision, FAKE_NODE_CREATE_ERROR, Rpc, fake_reason};
 use cks_proto::instance_status::InstanceState;
 use cks_sim::JobFailure;
 use cks_testkit::stack::*;
@@ -29,12 +29,9 @@ async fn capacity_failure_after_the_call(alert_scaling: bool) {
 
     loop_until(&mut ca, "the failed instances deleted", |ca| {
         ok_calls(ca, Rpc::NodeGroupDeleteNodes).iter().any(|c| {
-            deleted_nodes(c).iter().any(|n| {
-                n.annotations
-                    .get(FAKE_NODE_REASON_ANNOTATION)
-                    .map(String::as_str)
-                    == Some(FAKE_NODE_CREATE_ERROR)
-            })
+            deleted_nodes(c)
+                .iter()
+                .any(|n| fake_reason(n) == Some(FAKE_NODE_CREATE_ERROR))
         })
     })
     .await;
@@ -110,13 +107,7 @@ async fn capacity_failure_after_the_call(alert_scaling: bool) {
     for c in ca.calls(Rpc::NodeGroupDeleteNodes) {
         assert!(c.is_ok(), "{c}");
         for n in deleted_nodes(c) {
-            assert_eq!(
-                n.annotations
-                    .get(FAKE_NODE_REASON_ANNOTATION)
-                    .map(String::as_str),
-                Some(FAKE_NODE_CREATE_ERROR),
-                "{c}"
-            );
+            assert_eq!(fake_reason(&n), Some(FAKE_NODE_CREATE_ERROR), "{c}");
             deleted.insert(n.provider_id.clone());
         }
     }

@@ -9,8 +9,8 @@
 
 use cks_autoscaler_provider::optional_rpcs::ProviderExtras;
 use cks_lab::autoscaler::{
-    AutoscalerConfig, Decision, FAKE_NODE_REASON_ANNOTATION, MockAutoscaler, NodeTemplate,
-    Observation, PodSpec, Request, Resources, Rpc, TemplateSource,
+    AutoscalerConfig, Decision, FAKE_NODE_UNREGISTERED, MockAutoscaler, NodeTemplate, Observation,
+    PodSpec, Request, Resources, Rpc, TemplateSource, fake_reason,
 };
 
 use cks_sim::{ClusterSpec, NodesSpec, OfferingSpec, Scenario, VmState};
@@ -422,13 +422,7 @@ async fn a_stopped_worker_that_never_registered_is_replaced_then_removed() {
         sent[0].provider_id,
         format!("external-cloudstack://{stopped}")
     );
-    assert_eq!(
-        sent[0]
-            .annotations
-            .get(FAKE_NODE_REASON_ANNOTATION)
-            .map(String::as_str),
-        Some("unregistered")
-    );
+    assert_eq!(fake_reason(&sent[0]), Some(FAKE_NODE_UNREGISTERED));
     let reqs = stack.scale_requests();
     assert_eq!(reqs.len(), 2, "{reqs:?}");
     assert_eq!(reqs[0]["size"], "2");

@@ -2,7 +2,7 @@
 //! the ordinary paths: a scale-up that outlasts the call deadline, a stopped worker in Alert,
 //! and the scale-down of empty nodes.
 
-use cks_lab::autoscaler::{Decision, FAKE_NODE_REASON_ANNOTATION, Reply, Request, Rpc};
+use cks_lab::autoscaler::{Decision, Reply, Request, Rpc, fake_reason};
 use cks_proto::instance_status::InstanceState;
 use cks_sim::{ClusterSpec, Scenario, VmState};
 use cks_testkit::stack::*;
@@ -193,11 +193,7 @@ async fn a_stopped_worker_in_alert_is_reported_replaced_and_removed_by_nodeids()
     let nodes = deleted_nodes(&removal[0]);
     assert_eq!(nodes.len(), 1);
     assert_eq!(nodes[0].provider_id, provider_id);
-    assert!(
-        !nodes[0]
-            .annotations
-            .contains_key(FAKE_NODE_REASON_ANNOTATION)
-    );
+    assert!(fake_reason(&nodes[0]).is_none());
     assert!(ca.timeline().decisions().iter().any(|(_, d)| matches!(
         d,
         Decision::ScaleDown { nodes, .. } if nodes.iter().any(|n| n.provider_id == provider_id
@@ -284,7 +280,7 @@ async fn empty_nodes_are_removed_by_nodeids_down_to_the_min_and_control_nodes_ar
         for n in deleted_nodes(c) {
             assert!(!n.name.contains("-control-"), "{c}");
             assert!(
-                !n.annotations.contains_key(FAKE_NODE_REASON_ANNOTATION),
+                fake_reason(&n).is_none(),
                 "empty nodes are removed as real nodes: {c}"
             );
         }

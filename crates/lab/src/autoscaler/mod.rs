@@ -183,7 +183,7 @@ pub use config::{AutoscalerConfig, NEWEST_RELEASE};
 pub use engine::MockAutoscaler;
 pub use nodes::{
     FAKE_NODE_CREATE_ERROR, FAKE_NODE_REASON_ANNOTATION, FAKE_NODE_UNREGISTERED, KubeNode,
-    NodeListFuture, NodeSource, SimNodeSource, StaticNodeSource,
+    NodeListFuture, NodeSource, SimNodeSource, StaticNodeSource, fake_reason,
 };
 pub use pods::{
     NodeTaint, NodeTemplate, PodSpec, Resources, TemplateSource, Toleration, check_fit,

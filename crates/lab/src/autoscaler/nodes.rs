@@ -24,6 +24,14 @@ pub const FAKE_NODE_UNREGISTERED: &str = "unregistered";
 /// [`FAKE_NODE_REASON_ANNOTATION`] value for an instance whose creation failed.
 pub const FAKE_NODE_CREATE_ERROR: &str = "create-error";
 
+/// Why a node the autoscaler sent was faked ([`FAKE_NODE_REASON_ANNOTATION`]); `None` for a
+/// real node.
+pub fn fake_reason(node: &pb::ExternalGrpcNode) -> Option<&str> {
+    node.annotations
+        .get(FAKE_NODE_REASON_ANNOTATION)
+        .map(String::as_str)
+}
+
 /// One Kubernetes node as the autoscaler sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct KubeNode {

@@ -789,12 +789,7 @@ async fn create_error_instances_are_deleted_with_fake_nodes_every_loop() {
         .collect();
     assert_eq!(names, vec![("vm-a", "vm-a"), ("vm-b", "vm-b")]);
     for n in sent {
-        assert_eq!(
-            n.annotations
-                .get(FAKE_NODE_REASON_ANNOTATION)
-                .map(String::as_str),
-            Some("create-error")
-        );
+        assert_eq!(fake_reason(n), Some("create-error"));
         assert!(n.labels.is_empty());
     }
     // No scale-up in progress: no backoff, so the pending demand scales the group.
@@ -866,13 +861,7 @@ async fn unregistered_instances_are_deleted_after_the_provision_time_only() {
         (sent[0].name.as_str(), sent[0].provider_id.as_str()),
         ("vm-lost", "vm-lost")
     );
-    assert_eq!(
-        sent[0]
-            .annotations
-            .get(FAKE_NODE_REASON_ANNOTATION)
-            .map(String::as_str),
-        Some("unregistered")
-    );
+    assert_eq!(fake_reason(&sent[0]), Some("unregistered"));
     // The fake node was resolved through NodeGroupForNode first.
     let for_fake = ca
         .calls(Rpc::NodeGroupForNode)
