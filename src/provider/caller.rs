@@ -70,6 +70,7 @@ impl Provider {
         let scoped = Scoped {
             p: self,
             caller: Some(caller),
+            denied: caller.is_denied(&self.inner.settings.denied_clients),
         };
         if !scoped.sees_any() {
             let mut logged = self
@@ -78,14 +79,15 @@ impl Provider {
                 .0
                 .lock()
                 .unwrap_or_else(|p| p.into_inner());
-            if caller.is_denied(&self.inner.settings.denied_clients) {
-                if logged.insert(caller.identities.clone()) {
-                    tracing::warn!(
-                        "{} is denied (--deny-client): it sees no node group",
-                        caller.describe()
-                    );
-                }
-            } else if logged.insert(caller.identities.clone()) {
+            if !logged.insert(caller.identities.clone()) {
+                return scoped;
+            }
+            if scoped.denied {
+                tracing::warn!(
+                    "{} is denied (--deny-client): it sees no node group",
+                    caller.describe()
+                );
+            } else {
                 let clients: Vec<&str> = self
                     .inner
                     .groups

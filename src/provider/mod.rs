@@ -302,15 +302,18 @@ pub struct Scoped<'a> {
     pub(crate) p: &'a Provider,
     /// `None`: every group (the provider's own methods).
     pub(crate) caller: Option<&'a Caller>,
+    /// The caller holds a `--deny-client` name: it sees no group (decided once per call, in
+    /// [`Provider::seen_by`]).
+    pub(crate) denied: bool,
 }
 
 impl<'a> Scoped<'a> {
     /// Whether group `gi` is the caller's (a denied caller has none).
     pub(crate) fn sees(&self, gi: usize) -> bool {
-        self.caller.is_none_or(|c| {
-            !c.is_denied(&self.p.inner.settings.denied_clients)
-                && c.may_see(self.p.inner.groups[gi].client.as_deref())
-        })
+        !self.denied
+            && self
+                .caller
+                .is_none_or(|c| c.may_see(self.p.inner.groups[gi].client.as_deref()))
     }
 
     /// The caller's groups, by index.
@@ -493,6 +496,7 @@ impl Provider {
         Scoped {
             p: self,
             caller: None,
+            denied: false,
         }
     }
 
