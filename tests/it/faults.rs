@@ -30,7 +30,7 @@ use cks_sim::{self as sim, JobFailure, RecordedRequest, SimConfig, SimHandle};
 use cks_testkit::process::{ProviderArgs, ProviderProcess};
 use cks_testkit::{
     API_KEY, ProviderServer, SECRET_KEY, WAIT, client_config, elapse, fast_settings, node,
-    start_provider, state_of, wait_until, with_deadline,
+    provider_sees_down, start_provider, state_of, wait_until, with_deadline,
 };
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -114,14 +114,8 @@ impl Stack {
             .map(|_| ())
     }
 
-    /// Whether the provider's snapshot shows VM `id` down (its gauges count it; the autoscaler
-    /// sees a Running instance either way).
     fn sees_down(&self, id: &str) -> bool {
-        self.server
-            .provider
-            .snapshot(&self.cluster)
-            .and_then(|snap| snap.vm(id).map(|vm| vm.state.is_down()))
-            .unwrap_or(false)
+        provider_sees_down(&self.server.provider, &self.cluster, id)
     }
 
     async fn target(&mut self) -> Result<i32, tonic::Status> {

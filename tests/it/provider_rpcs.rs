@@ -181,12 +181,7 @@ async fn a_stopped_worker_is_listed_running_and_the_cluster_still_scales_in_aler
     // (expectedToRegister, clusterstate.go). The provider itself counts it down.
     assert_eq!(state_of(down), InstanceState::InstanceRunning);
     assert!(error_of(down).is_none(), "{down:?}");
-    assert!(
-        env.provider
-            .snapshot(&env.cluster_id)
-            .and_then(|s| s.vm(&wid).map(|vm| vm.state.is_down()))
-            .unwrap_or(false)
-    );
+    assert!(provider_sees_down(&env.provider, &env.cluster_id, &wid));
     assert_eq!(
         env.target().await,
         3,

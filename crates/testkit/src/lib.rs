@@ -262,6 +262,15 @@ pub fn error_of(i: &pb::Instance) -> Option<&pb::InstanceErrorInfo> {
     i.status.as_ref().and_then(|s| s.error_info.as_ref())
 }
 
+/// Whether `provider`'s snapshot of `cluster` shows VM `vm` down (its gauges count it; the
+/// autoscaler is told Running either way).
+pub fn provider_sees_down(provider: &Provider, cluster: &str, vm: &str) -> bool {
+    provider
+        .snapshot(cluster)
+        .and_then(|snap| snap.vm(vm).map(|v| v.state.is_down()))
+        .unwrap_or(false)
+}
+
 /// Lets `span` pass on the test's clock, every timer due in it firing in order (under paused
 /// time this takes no wall time). Only for assertions that something does NOT happen within a
 /// span, or that a duration is respected; a test waiting for something uses [`wait_until`].
