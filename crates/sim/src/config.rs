@@ -1,5 +1,6 @@
-//! The simulator's settings: what a run starts with ([`super::SimConfig`]) and the part a running test
-//! may change through `simConfigure` or [`super::SimHandle::configure`] ([`SimSettings`]).
+//! The simulator's settings: what a run starts with ([`super::SimConfig`]) and the part a
+//! running test may change through `simConfigure` or [`super::SimHandle::configure`]
+//! ([`SimSettings`]).
 
 use std::fmt;
 use std::str::FromStr;
