@@ -713,7 +713,7 @@ pub fn dispatch_sim(w: &mut World, name: &str, p: &Params, now_ms: u64) -> (Repl
                     Ok(true) => {}
                     Ok(false) => {
                         error = Some(format!(
-                            "unknown simConfigure parameter {k:?}; known: latencyms, errorrate, droprate, malformedrate, jobdurationms, jobfailure, alertscaling, kubeletdelayms, scannerintervalms, vmopms, readypollms, scaletimeoutms, maxclustersize, pickupdelayms, removalpernodems, faildrains, keyrole, defaultpagesize"
+                            "unknown simConfigure parameter {k:?}; known: latencyms, errorrate, droprate, malformedrate, jobdurationms, jobfailure, alertscaling, kubeletdelayms, scannerintervalms, vmopms, readypollms, scaletimeoutms, maxclustersize, pickupdelayms, removalpernodems, faildrains, keyrole, defaultpagesize, throttling, throttlingmax, throttlingintervalms"
                         ));
                         break;
                     }

@@ -173,6 +173,15 @@ pub struct SimSettings {
     /// when no `pagesize` is given, and the largest `pagesize` accepted
     /// (`BaseListCmd.getPageSize`: a larger one is a 431).
     pub default_page_size: u64,
+    /// `api.throttling.enabled` (CloudStack's default: off): CloudStack's API rate limit, per
+    /// account, in fixed windows (see `throttle`). Off here too unless a test turns it on.
+    pub throttling: bool,
+    /// `api.throttling.max` (25): calls an account may make per window; the next ones are
+    /// answered 429 until the window ends.
+    pub throttling_max: u32,
+    /// `api.throttling.interval` (1 s; whole seconds on CloudStack, any number of milliseconds
+    /// here): a window's length, from the first call that opens it.
+    pub throttling_interval: Duration,
 }
 
 impl Default for SimSettings {
@@ -196,6 +205,9 @@ impl Default for SimSettings {
             fail_drains: 0,
             key_role: KeyRole::User,
             default_page_size: 500,
+            throttling: false,
+            throttling_max: 25,
+            throttling_interval: Duration::from_secs(1),
         }
     }
 }
@@ -278,6 +290,22 @@ impl SimSettings {
                 }
                 self.default_page_size = n;
             }
+            "throttling" => {
+                self.throttling = parse_switch(value).map_err(|e| format!("throttling: {e}"))?
+            }
+            "throttlingmax" => {
+                self.throttling_max = value
+                    .trim()
+                    .parse()
+                    .map_err(|_| format!("throttlingmax must be a whole number, got {value:?}"))?
+            }
+            "throttlingintervalms" => {
+                let d = ms(value)?;
+                if d.is_zero() {
+                    return Err("throttlingintervalms must be at least 1".into());
+                }
+                self.throttling_interval = d;
+            }
             "maxclustersize" => {
                 self.max_cluster_size = value
                     .trim()
@@ -311,6 +339,9 @@ impl SimSettings {
             "faildrains": self.fail_drains,
             "keyrole": self.key_role.as_str(),
             "defaultpagesize": self.default_page_size,
+            "throttling": if self.throttling { "on" } else { "off" },
+            "throttlingmax": self.throttling_max,
+            "throttlingintervalms": ms(self.throttling_interval),
         })
     }
 }
@@ -365,5 +396,22 @@ mod tests {
         assert_eq!(s.apply("defaultpagesize", "100"), Ok(true));
         assert_eq!(s.to_json()["defaultpagesize"], 100);
         assert!(s.apply("defaultpagesize", "0").is_err());
+        // CloudStack's defaults: off, 25 calls per 1 s window.
+        let d = SimSettings::default();
+        assert!(!d.throttling);
+        assert_eq!(
+            (d.throttling_max, d.throttling_interval),
+            (25, Duration::from_secs(1))
+        );
+        assert_eq!(s.apply("throttling", "on"), Ok(true));
+        assert_eq!(s.apply("throttlingmax", "3"), Ok(true));
+        assert_eq!(s.apply("throttlingintervalms", "250"), Ok(true));
+        assert!(s.throttling);
+        assert_eq!(s.throttling_max, 3);
+        assert_eq!(s.throttling_interval, Duration::from_millis(250));
+        assert_eq!(s.to_json()["throttling"], "on");
+        assert_eq!(s.to_json()["throttlingintervalms"], 250);
+        assert!(s.apply("throttlingintervalms", "0").is_err());
+        assert!(s.apply("throttlingmax", "-1").is_err());
     }
 }

@@ -22,7 +22,7 @@ use tokio::net::{TcpListener, TcpStream};
 use super::Shared;
 use super::api::{self, COMMANDS, Params, Reply, SIM_COMMANDS};
 use super::model::RecordedRequest;
-use super::signing;
+use super::{signing, throttle};
 
 /// A TCP listener whose connections carry a kill switch.
 pub struct KillableListener(pub TcpListener);
@@ -276,9 +276,20 @@ fn authenticated_reply(sh: &Arc<Shared>, command: Option<&str>, params: &Params)
     if !COMMANDS.contains(&name) {
         return api::unknown_command(name);
     }
-    let role = sh.lock().settings.key_role;
+    let (settings, account_id) = {
+        let w = sh.lock();
+        (w.settings.clone(), w.owner.account_id.clone())
+    };
+    let role = settings.key_role;
+    // `checkCommandAvailable`'s checkers: the role, then the API rate limit (their order is
+    // *unverified*; see `throttle`).
     let verified = signing::verify_with_role(&params.pairs, &sh.api_key, &sh.secret_key, || {
-        role.allows(name)
+        if !role.allows(name) {
+            return Err(signing::AuthFailure::CommandUnavailable);
+        }
+        sh.throttle()
+            .check(&account_id, name, &settings, sh.clock.now_ms())
+            .map_err(|retry_after_ms| signing::AuthFailure::Throttled { retry_after_ms })
     });
     match verified {
         Ok(()) => {}
@@ -286,6 +297,10 @@ fn authenticated_reply(sh: &Arc<Shared>, command: Option<&str>, params: &Params)
             tracing::debug!(command = name, %role, "command outside the key's role");
             let account = sh.lock().owner.account.clone();
             return api::unavailable_command(name, &account);
+        }
+        Err(signing::AuthFailure::Throttled { retry_after_ms }) => {
+            tracing::debug!(command = name, retry_after_ms, "account over its API limit");
+            return throttle::throttled_reply(&response_name, retry_after_ms);
         }
         Err(why) => {
             tracing::debug!(command = name, ?why, "request not authenticated");

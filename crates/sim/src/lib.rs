@@ -8,7 +8,8 @@
 //! `listAsyncJobs`, `listVirtualMachines`, `startVirtualMachine`, `stopVirtualMachine`,
 //! `listServiceOfferings`, `listZones`, `listCapabilities`. Errors use CloudStack's envelope
 //! (`{"<cmd>response":{"uuidList":[],"errorcode":..,"cserrorcode":..,"errortext":..}}`, HTTP status
-//! = errorcode): 401 for authentication, 431 for malformed parameters, 432 for unknown commands.
+//! = errorcode): 401 for authentication, 431 for malformed parameters, 432 for unknown commands,
+//! 429 for an account over its API limit (`throttle`, off unless `throttling` is set).
 //! Scale refusals are failed jobs (`jobstatus` 2, `jobresultcode` 530), as on CloudStack.
 //!
 //! Simulator-only commands, unsigned and never subject to faults: `simListNodes[&clusterid=]`
@@ -21,7 +22,8 @@
 //! - `rules`: scale validation (CloudStack's checks and the seven Alert rules).
 //! - `jobs`: the async job tasks (scale up/down, VM start/stop).
 //! - `api`: parameter checking and the commands; `render`: CloudStack's JSON shapes.
-//! - `http`: the axum server, faults, request recording; `signing`: signature checks.
+//! - `http`: the axum server, faults, request recording; `signing`: signature checks;
+//!   `throttle`: CloudStack's API rate limit (`api.throttling.*`).
 //! - [`scenario`]: scenario files and the demo cluster; [`config`]: settings.
 //!
 //! # Use from Rust
@@ -46,6 +48,7 @@ mod render;
 mod rules;
 pub mod scenario;
 mod signing;
+mod throttle;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -124,6 +127,9 @@ pub(crate) struct Shared {
     shutdown: watch::Sender<bool>,
     /// Job tasks still running, so that shutdown can wait for them.
     tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// The API rate limit's counters (`api.throttling.*`). Apart from the world: a request is
+    /// counted before its command runs, and the counters outlive nothing the world holds.
+    throttle: Mutex<throttle::Limiter>,
 }
 
 impl Shared {
@@ -133,6 +139,10 @@ impl Shared {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
+    }
+
+    fn throttle(&self) -> MutexGuard<'_, throttle::Limiter> {
+        self.throttle.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn lock(&self) -> MutexGuard<'_, World> {
@@ -203,6 +213,7 @@ fn build(config: SimConfig) -> anyhow::Result<Arc<Shared>> {
         settings_changed: Notify::new(),
         shutdown,
         tasks: Mutex::new(Vec::new()),
+        throttle: Mutex::new(throttle::Limiter::default()),
     }))
 }
 
@@ -445,6 +456,11 @@ impl SimHandle {
     /// Every CloudStack request received so far (what `simRequests` returns).
     pub fn requests(&self) -> Vec<RecordedRequest> {
         self.shared.lock().requests.clone()
+    }
+
+    /// The CloudStack commands answered 429 by the API rate limit (`throttling`), in order.
+    pub fn throttled(&self) -> Vec<String> {
+        self.shared.throttle().throttled()
     }
 
     /// Forgets the recorded requests.

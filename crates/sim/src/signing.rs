@@ -59,6 +59,12 @@ pub enum AuthFailure {
     /// `commandAvailable` after finding the key's user and before checking the signature, and
     /// the role checker's `UnavailableCommandException` becomes a 432 (not a 401).
     CommandUnavailable,
+    /// The key's account is over its API limit (`api.throttling.*`): the rate-limit checker,
+    /// in the same `commandAvailable` step, throws `RequestLimitException`, answered 429
+    /// (see `throttle`). The window ends in `retry_after_ms`.
+    Throttled {
+        retry_after_ms: u64,
+    },
 }
 
 /// Checks the `apiKey` and `signature` of `params` (first value of each name).
@@ -68,16 +74,17 @@ pub fn verify(
     api_key: &str,
     secret_key: &str,
 ) -> Result<(), AuthFailure> {
-    verify_with_role(params, api_key, secret_key, || true)
+    verify_with_role(params, api_key, secret_key, || Ok(()))
 }
 
-/// [`verify`], with the role check (`command_available`) where CloudStack makes it: once the
-/// key is known, before the signature.
+/// [`verify`], with `ApiServer`'s access checkers (`command_available`: the role check, then
+/// the API rate limit) where CloudStack runs them: once the key is known, before the
+/// signature.
 pub fn verify_with_role(
     params: &[(String, String)],
     api_key: &str,
     secret_key: &str,
-    command_available: impl FnOnce() -> bool,
+    command_available: impl FnOnce() -> Result<(), AuthFailure>,
 ) -> Result<(), AuthFailure> {
     let get = |name: &str| {
         params
@@ -99,9 +106,7 @@ pub fn verify_with_role(
     if !constant_time_eq(key.as_bytes(), api_key.as_bytes()) {
         return Err(AuthFailure::UnknownApiKey);
     }
-    if !command_available() {
-        return Err(AuthFailure::CommandUnavailable);
-    }
+    command_available()?;
     let expected = compute_signature(params, secret_key);
     if constant_time_eq(signature.as_bytes(), expected.as_bytes()) {
         Ok(())

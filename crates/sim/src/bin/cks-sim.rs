@@ -86,6 +86,17 @@ struct Cli {
     /// and the largest pagesize accepted (a larger one is answered 431).
     #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..))]
     default_page_size: u64,
+    /// CloudStack's API throttling (api.throttling.enabled): per account, at most
+    /// --throttling-max calls per --throttling-interval-ms window; the next are answered 429
+    /// "The given user has reached his/her account api limit, please retry after [N] ms."
+    #[arg(long, default_value = "off", value_name = "on|off", action = clap::ArgAction::Set, value_parser = cks_sim::config::parse_switch)]
+    throttling: bool,
+    /// api.throttling.max: calls an account may make per window.
+    #[arg(long, default_value_t = 25)]
+    throttling_max: u32,
+    /// api.throttling.interval, in milliseconds (CloudStack: whole seconds, default 1).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
+    throttling_interval_ms: u64,
     /// Latency added to every CloudStack command, in milliseconds.
     #[arg(long, default_value_t = 0)]
     latency_ms: u64,
@@ -137,6 +148,9 @@ impl Cli {
             fail_drains: self.fail_drains,
             key_role: self.key_role,
             default_page_size: self.default_page_size,
+            throttling: self.throttling,
+            throttling_max: self.throttling_max,
+            throttling_interval: ms(self.throttling_interval_ms),
         };
         let config = SimConfig {
             api_key: self.api_key.unwrap_or_default(),

@@ -9,3 +9,4 @@ mod sim_perf;
 mod sim_pickup;
 mod sim_scaling;
 mod sim_scenario;
+mod sim_throttling;
