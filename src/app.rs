@@ -196,6 +196,7 @@ impl MetricsSource for ProviderMetrics {
                     .collect(),
                 cluster_state: p.snapshot(&g.id).map(|s| s.state.as_str().to_string()),
                 since_refresh: p.snapshot_age(&g.id),
+                stale: p.snapshot_stale(&g.id),
                 id: g.id,
             })
             .collect()

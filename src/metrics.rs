@@ -165,6 +165,12 @@ fn describe() {
         "Unix time of the node group's latest CloudStack snapshot."
     );
     describe_gauge!(
+        "cks_provider_node_group_snapshot_stale",
+        "1 while the node group's CloudStack snapshot is older than the staleness bound and \
+         the provider cannot refresh it (its last attempt failed, or an autoscaler asked and no \
+         newer snapshot came): this group keeps /readyz at 503. 0 otherwise."
+    );
+    describe_gauge!(
         "cks_provider_alert_scaling",
         "Whether this CloudStack scales clusters in Alert: 1 for the current verdict (unknown, \
          supported, unsupported), 0 for the others."
@@ -180,9 +186,9 @@ fn describe() {
     );
     describe_gauge!(
         "cks_provider_ready",
-        "1 while /readyz answers 200 (every node group has a CloudStack snapshot fresh enough \
-         to serve), else 0: the pod is out of its Service's endpoints and the autoscaler cannot \
-         scale."
+        "1 while /readyz answers 200 (every node group has a CloudStack snapshot, and none is \
+         older than the staleness bound while the provider cannot refresh it), else 0: the pod \
+         is out of its Service's endpoints and the autoscaler cannot scale."
     );
     process_collector().describe();
 }
@@ -270,11 +276,16 @@ pub struct GroupGauges {
     pub cluster_state: Option<String>,
     /// Age of the group's snapshot, when one exists.
     pub since_refresh: Option<Duration>,
+    /// The snapshot is older than the staleness bound and the provider cannot refresh it (the
+    /// last attempt failed, or a Refresh asked and none came): the group keeps `/readyz` at
+    /// 503.
+    pub stale: bool,
 }
 
 /// What the operations endpoints read from the running service.
 pub trait MetricsSource: Send + Sync + 'static {
-    /// `/readyz` answers 200: every group has a snapshot fresh enough to serve.
+    /// `/readyz` answers 200: every group has a snapshot, none stale (too old while the
+    /// provider cannot refresh it).
     fn ready(&self) -> bool;
     /// Every node group's gauge values, now.
     fn group_gauges(&self) -> Vec<GroupGauges>;
@@ -348,6 +359,8 @@ fn set_group_gauges(groups: &[GroupGauges], wall: SystemTime) {
         if let Some(state) = &g.cluster_state {
             set_cluster_state(&id, state);
         }
+        metrics::gauge!("cks_provider_node_group_snapshot_stale", "node_group" => id.clone())
+            .set(if g.stale { 1.0 } else { 0.0 });
         if let Some(age) = g.since_refresh {
             let at = wall
                 .checked_sub(age)
@@ -386,7 +399,7 @@ async fn readyz(State(s): State<HttpState>) -> (StatusCode, &'static str) {
     } else {
         (
             StatusCode::SERVICE_UNAVAILABLE,
-            "no fresh CloudStack snapshot\n",
+            "a node group has no CloudStack snapshot, or one older than the staleness bound that the provider cannot refresh (cks_provider_node_group_snapshot_stale)\n",
         )
     }
 }
@@ -443,6 +456,7 @@ mod tests {
                 ],
                 cluster_state: Some("Running".into()),
                 since_refresh: Some(Duration::from_secs(2)),
+                stale: !self.ready,
             }]
         }
     }
@@ -488,10 +502,16 @@ mod tests {
                 "the unauthorized series exists from the start:\n{page}"
             );
             let ready_line = format!("cks_provider_ready {}", u8::from(ready));
-            assert!(
-                page.lines().any(|l| l == ready_line),
-                "{ready_line} missing in:\n{page}"
+            let stale_line = format!(
+                r#"cks_provider_node_group_snapshot_stale{{node_group="metrics-test-group"}} {}"#,
+                u8::from(!ready)
             );
+            for line in [ready_line, stale_line] {
+                assert!(
+                    page.lines().any(|l| l == line),
+                    "{line} missing in:\n{page}"
+                );
+            }
             for line in [
                 r#"cks_provider_grpc_requests_total{method="MetricsTestRpc",code="FailedPrecondition"} 1"#,
                 r#"cks_provider_node_group_target_size{node_group="metrics-test-group"} 3"#,
@@ -553,6 +573,7 @@ mod tests {
                 workers: vec![worker(Told::Running, false)],
                 cluster_state: Some("Running".into()),
                 since_refresh: Some(Duration::from_secs(1)),
+                stale: false,
             }],
             SystemTime::now(),
         );

@@ -44,7 +44,13 @@ impl Provider {
         if !optional.load(Ordering::Relaxed) || !self.verdict().version_check_due(now()) {
             return;
         }
-        match self.inner.cs.cloudstack_version().await {
+        // Rounds of many clusters end at once: one of them asks, the others go on.
+        if self.inner.version_check.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let answer = self.inner.cs.cloudstack_version().await;
+        self.inner.version_check.store(false, Ordering::Release);
+        match answer {
             Err(e) if e.is_not_permitted() => {
                 optional.store(false, Ordering::Relaxed);
                 tracing::warn!(error = %e, cloudstack = self.inner.cs.api_url(), recheck = ?self.inner.settings.alert_recheck,

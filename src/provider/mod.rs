@@ -22,6 +22,7 @@ mod caller;
 mod error;
 mod follow;
 mod ops;
+mod refresh;
 mod view;
 
 #[cfg(test)]
@@ -43,7 +44,7 @@ use cks_domain::cluster::{
 use cks_domain::machine::{Effect, Phase, ScaleMachine, Timings};
 use cks_domain::registry::Registrations;
 use cks_domain::rules::AlertScaling;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -78,6 +79,9 @@ pub struct Settings {
     pub refresh_min_interval: Duration,
     /// How old a snapshot may be and still be served when CloudStack cannot be reached.
     pub staleness_bound: Duration,
+    /// How many refresh rounds (one cluster each) may ask CloudStack at once; the others
+    /// wait their turn in the order they came.
+    pub refresh_concurrency: usize,
     /// How long a scale RPC watches the job it submitted for an immediate refusal
     /// (CloudStack validates inside the job). Capped by the request's own deadline.
     pub scale_watch: Duration,
@@ -129,6 +133,7 @@ impl Settings {
             job_poll_interval: Duration::from_secs(2),
             refresh_min_interval: Duration::from_secs(5),
             staleness_bound: Duration::from_secs(120),
+            refresh_concurrency: 16,
             scale_watch: Duration::from_millis(1500),
             default_rpc_deadline: Duration::from_secs(5),
             alert_scaling: AlertScalingMode::Auto,
@@ -183,6 +188,8 @@ pub(crate) struct Group {
     pub registered: Mutex<Registrations>,
     /// Wakes the job follower early (a snapshot shows the job may be over).
     pub poke: tokio::sync::Notify,
+    /// The group's refresh round in flight and when it was last asked for (`refresh`).
+    pub refresh: Mutex<refresh::RefreshSlot>,
     /// A task follows the cluster's state (a job it cannot name, a lost answer): at most one.
     pub state_follower: std::sync::atomic::AtomicBool,
     /// Never held across an `.await`: every transition is one critical section.
@@ -226,11 +233,13 @@ pub(crate) struct Inner {
     pub settings: Settings,
     pub groups: Vec<Group>,
     pub alert: Mutex<cks_domain::verdict::AlertVerdict>,
-    pub refresh_lock: tokio::sync::Mutex<()>,
-    /// The groups the refresh round holding `refresh_lock` fetches: a Refresh finding a round
-    /// in progress waits for it, and then needs no round of its own when that one covered its
-    /// groups. Written right after `refresh_lock` is taken, before anything is awaited.
-    pub round_groups: Mutex<Vec<usize>>,
+    /// One permit per refresh round asking CloudStack (`refresh`); FIFO, so clusters are
+    /// served in the order they asked.
+    pub round_permits: tokio::sync::Semaphore,
+    /// Worker offerings read, shared by every group (`refresh`).
+    pub offerings: tokio::sync::Mutex<refresh::OfferingCache>,
+    /// A `listCapabilities` check is in flight: concurrent rounds do not ask again.
+    pub version_check: AtomicBool,
     /// Callers already logged as matching no group.
     pub unmatched: caller::Unmatched,
     pub shutdown: watch::Sender<bool>,
@@ -457,20 +466,23 @@ impl Provider {
                         removal_window: None,
                     }),
                     poke: tokio::sync::Notify::new(),
+                    refresh: Mutex::new(refresh::RefreshSlot::default()),
                     state_follower: std::sync::atomic::AtomicBool::new(false),
                 }
             })
             .collect();
         let (shutdown, _) = watch::channel(false);
         let (ready, _) = watch::channel(false);
+        let round_permits = tokio::sync::Semaphore::new(settings.refresh_concurrency.max(1));
         Provider {
             inner: Arc::new(Inner {
                 cs,
                 settings,
                 groups,
                 alert: Mutex::new(cks_domain::verdict::AlertVerdict::new(alert)),
-                refresh_lock: tokio::sync::Mutex::new(()),
-                round_groups: Mutex::new(Vec::new()),
+                round_permits,
+                offerings: tokio::sync::Mutex::new(refresh::OfferingCache::default()),
+                version_check: AtomicBool::new(false),
                 unmatched: caller::Unmatched::default(),
                 shutdown,
                 ready,
@@ -726,226 +738,12 @@ impl Provider {
             })
     }
 
-    /// Refresh with no deadline (the first refresh, `demo`): waits for the round to end.
-    pub async fn refresh(&self) -> Result<()> {
-        self.refresh_within(None).await
-    }
-
-    /// Refresh as the RPC runs it: fetch every group whose snapshot is older than the refresh
-    /// interval, in one call per cluster (independent of the number of nodes), and answer
-    /// before `deadline` (less a margin for the answer to travel back) whatever CloudStack
-    /// does. Fails only when a group has no snapshot newer than the staleness bound.
-    ///
-    /// The fetches run in a task of their own: when they outlast the deadline they go on and
-    /// install their result when it comes, and a caller that gives up (the autoscaler's
-    /// deadline, a dropped connection) cannot interrupt them half-way. Rounds never overlap
-    /// (`refresh_lock`): a Refresh arriving while one runs waits for that one instead of
-    /// fetching the same clusters again (and then fetches only when that round left some of
-    /// its groups out: another caller's), so a CloudStack slower than the autoscaler's loop
-    /// never piles requests up.
-    pub async fn refresh_within(&self, deadline: Option<tokio::time::Instant>) -> Result<()> {
-        self.refresh_groups((0..self.inner.groups.len()).collect(), deadline)
-            .await
-    }
-
-    /// [`Provider::refresh_within`] for these groups only (a caller's).
-    async fn refresh_groups(
-        &self,
-        groups: Vec<usize>,
-        deadline: Option<tokio::time::Instant>,
-    ) -> Result<()> {
-        if groups.is_empty() {
-            return Ok(());
-        }
-        let p = self.clone();
-        let mine = groups.clone();
-        let round = tokio::spawn(async move { p.refresh_round(mine).await });
-        let joined = match deadline {
-            None => round.await,
-            Some(d) => match tokio::time::timeout_at(before(d), round).await {
-                Ok(joined) => joined,
-                Err(_) => return self.judge_snapshots(&groups, true),
-            },
-        };
-        joined.unwrap_or_else(|e| {
-            Err(Error::Internal(format!(
-                "the refresh task ended abnormally: {e}"
-            )))
-        })
-    }
-
-    /// The groups of the refresh round in progress.
-    fn round_groups(&self) -> MutexGuard<'_, Vec<usize>> {
-        self.inner
-            .round_groups
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-    }
-
     /// The age of a group's snapshot on tokio's clock.
     fn snapshot_age_of(&self, gi: usize) -> Option<Duration> {
         let st = self.inner.groups[gi].read();
         st.scale
             .snapshot()
             .map(|s| now().saturating_duration_since(s.fetched_at))
-    }
-
-    /// One refresh round of `groups`, or, when a round is already running, waiting for that
-    /// round (and then running one only if that round left some of `groups` out).
-    async fn refresh_round(&self, groups: Vec<usize>) -> Result<()> {
-        let _one_at_a_time = loop {
-            match self.inner.refresh_lock.try_lock() {
-                Ok(guard) => {
-                    *self.round_groups() = groups.clone();
-                    break guard;
-                }
-                Err(_) => {
-                    let covered = self.round_groups().clone();
-                    drop(self.inner.refresh_lock.lock().await);
-                    if groups.iter().all(|gi| covered.contains(gi)) {
-                        return self.judge_snapshots(&groups, false);
-                    }
-                }
-            }
-        };
-        let min_interval = self.inner.settings.refresh_min_interval;
-        let stale = self.inner.settings.staleness_bound;
-        let mut failures = Vec::new();
-        for &gi in &groups {
-            let age = self.snapshot_age_of(gi);
-            if age.is_some_and(|a| a < min_interval) {
-                continue;
-            }
-            if let Err(e) = self.fetch_and_act(gi).await {
-                let g = &self.inner.groups[gi];
-                let name = self.group_label(gi);
-                tracing::warn!(group = %name, error = %e, "refresh from CloudStack failed");
-                g.lock().last_error = Some(e.to_string());
-                if age.is_none_or(|a| a >= stale) {
-                    failures.push(format!("{name}: {e}"));
-                }
-            }
-        }
-        self.refresh_offerings(&groups).await;
-        self.check_cloudstack_version().await;
-        if failures.is_empty() {
-            Ok(())
-        } else {
-            Err(Error::Stale {
-                bound: stale,
-                failures,
-            })
-        }
-    }
-
-    /// The Refresh answer from the snapshots as they are, when the round did not end in time
-    /// (`timed_out`) or another caller's round was awaited: OK when every group has a snapshot
-    /// within the staleness bound, else `Stale` naming the groups and why.
-    fn judge_snapshots(&self, groups: &[usize], timed_out: bool) -> Result<()> {
-        let stale = self.inner.settings.staleness_bound;
-        let mut failures = Vec::new();
-        for &gi in groups {
-            let age = self.snapshot_age_of(gi);
-            let last_error = self.inner.groups[gi].read().last_error.clone();
-            if age.is_some_and(|a| a < stale) {
-                continue;
-            }
-            let mut why = match age {
-                None => "no snapshot yet".to_string(),
-                Some(a) => format!("the last snapshot is {:.1}s old", a.as_secs_f64()),
-            };
-            if timed_out {
-                why.push_str(
-                    "; CloudStack did not answer listKubernetesClusters within the request's deadline \
-                     (the fetch goes on in the background)",
-                );
-            }
-            if let Some(e) = last_error {
-                why.push_str(&format!("; last error: {e}"));
-            }
-            failures.push(format!("{}: {why}", self.group_label(gi)));
-        }
-        if failures.is_empty() {
-            if timed_out {
-                tracing::warn!(
-                    "Refresh answered from snapshots within the staleness bound: CloudStack is slower than the request's deadline"
-                );
-            }
-            Ok(())
-        } else {
-            Err(Error::Stale {
-                bound: stale,
-                failures,
-            })
-        }
-    }
-
-    /// Reads the worker offering of each group when it is not cached or changed
-    /// (`listServiceOfferings`, at most once per change).
-    async fn refresh_offerings(&self, groups: &[usize]) {
-        for &gi in groups {
-            let wanted = {
-                let st = self.inner.groups[gi].read();
-                let Some(s) = st.scale.snapshot() else {
-                    continue;
-                };
-                let Some(o) = s.snap.effective_worker_offering() else {
-                    continue;
-                };
-                if st.worker_offering.as_ref().is_some_and(|w| w.id == o.id) {
-                    continue;
-                }
-                o.id.clone()
-            };
-            let read = if self.inner.optional.offerings.load(Ordering::Relaxed) {
-                match self.inner.cs.get_service_offering(&wanted).await {
-                    Err(e) if e.is_not_permitted() => {
-                        self.inner
-                            .optional
-                            .offerings
-                            .store(false, Ordering::Relaxed);
-                        tracing::warn!(error = %e, cloudstack = self.inner.cs.api_url(), "this CloudStack key may not call listServiceOfferings (optional): the template node is built from a worker VM's CPUs and memory (listVirtualMachines), without the offering's root disk size, GPUs or details");
-                        self.offering_from_vm(gi, &wanted).await
-                    }
-                    other => other,
-                }
-            } else {
-                self.offering_from_vm(gi, &wanted).await
-            };
-            match read {
-                Ok(Some(o)) => self.inner.groups[gi].lock().worker_offering = Some(o),
-                Ok(None) => {
-                    tracing::warn!(offering = %wanted, "worker service offering not listed")
-                }
-                Err(e) => {
-                    tracing::warn!(offering = %wanted, error = %e, "reading the worker service offering failed")
-                }
-            }
-        }
-    }
-
-    /// The worker offering `wanted` as a worker VM of the group shows it (`listVirtualMachines`,
-    /// which the key CKS gives a project cluster may call): CPUs and memory.
-    async fn offering_from_vm(
-        &self,
-        gi: usize,
-        wanted: &str,
-    ) -> std::result::Result<Option<ServiceOffering>, CsError> {
-        let workers: Vec<String> = {
-            let st = self.inner.groups[gi].read();
-            let Some(s) = st.scale.snapshot() else {
-                return Ok(None);
-            };
-            s.snap.workers().map(|vm| vm.id.clone()).take(3).collect()
-        };
-        if workers.is_empty() {
-            return Ok(None);
-        }
-        let vms = self.inner.cs.list_virtual_machines(&workers).await?;
-        Ok(vms
-            .iter()
-            .filter_map(|vm| vm.offering())
-            .find(|o| o.id == wanted))
     }
 
     pub(crate) fn group_label(&self, gi: usize) -> String {
@@ -963,48 +761,6 @@ impl Provider {
     pub fn snapshot(&self, group_id: &str) -> Option<ClusterSnapshot> {
         let (_, g) = self.group(group_id).ok()?;
         g.read().scale.snapshot().map(|s| s.snap.clone())
-    }
-
-    /// Runs the first refresh in the background, retrying until every group has a snapshot,
-    /// so the server can serve (and report) while CloudStack is unreachable.
-    pub fn spawn_initial_refresh(&self) -> tokio::task::JoinHandle<()> {
-        let p = self.clone();
-        tokio::spawn(async move {
-            let mut delay = Duration::from_millis(200);
-            let mut said = false;
-            loop {
-                match p.refresh().await {
-                    Ok(()) if *p.inner.ready.borrow() => {
-                        tracing::info!("first CloudStack snapshot loaded for every node group");
-                        return;
-                    }
-                    Ok(()) => {}
-                    // The round warned about each group that failed: one warning per attempt.
-                    Err(e) if said => tracing::debug!(error = %e, "first refresh: retrying"),
-                    Err(_) => {
-                        said = true;
-                        tracing::info!(
-                            "serving without a snapshot until CloudStack answers; the first refresh is retried every 10s at most"
-                        )
-                    }
-                }
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(10));
-            }
-        })
-    }
-
-    /// SERVING for gRPC health: every group has a snapshot, and none has been failing to
-    /// refresh for longer than the staleness bound.
-    pub fn healthy(&self) -> bool {
-        let stale = self.inner.settings.staleness_bound;
-        (0..self.inner.groups.len()).all(|gi| {
-            let failing = self.inner.groups[gi].read().last_error.is_some();
-            match self.snapshot_age_of(gi) {
-                None => false,
-                Some(age) => !failing || age < stale,
-            }
-        })
     }
 
     /// How old a group's snapshot is.

@@ -239,6 +239,7 @@ impl MetricsSource for OneGroup {
             ],
             cluster_state: Some("Alert".into()),
             since_refresh: Some(Duration::from_secs(1)),
+            stale: false,
         }]
     }
 

@@ -1,0 +1,387 @@
+//! Refresh: how the provider keeps each group's CloudStack snapshot fresh when autoscalers ask,
+//! and whether it can (readiness).
+//!
+//! One **round** per group at a time: a round is one `listKubernetesClusters` call for the
+//! group's cluster, the effects the machine asks for on seeing it, the worker offering when it
+//! is not known yet, and the provider-wide CloudStack version check when it is due. A Refresh
+//! joins the group's round in flight, or starts one when the snapshot is older than
+//! `--refresh-min-interval`; it never waits for anything but rounds of its own groups, and no
+//! round waits for another group's. Rounds run in tasks of their own (a caller that gives up
+//! cannot interrupt one half-way), each under one of `refresh_concurrency` permits of a FIFO
+//! semaphore: CloudStack is asked at most that many clusters at once, and clusters are served
+//! in the order they asked, so none starves another.
+//!
+//! Nothing here loops on a lock: a caller takes the group's slot (a `std` mutex, never held
+//! across an `.await`), reads or starts the round, and waits on the round's end signal, which
+//! a drop guard sends even when the round's task ends abnormally.
+//!
+//! Readiness: a group is **stale** when its snapshot is older than the staleness bound while
+//! the provider could not refresh it: the last attempt failed, or an autoscaler asked for a
+//! newer one and none came. A group nobody asks about is not stale however old its snapshot
+//! is (its autoscaler may be stopped). `/readyz` and gRPC health are NOT_SERVING while any
+//! group is stale or has no snapshot yet.
+
+use super::{Error, Provider, Result, before, now};
+use cks_cloudstack::CsError;
+use cks_cloudstack::types::ServiceOffering;
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+/// A group's refresh round in flight, and the last time an autoscaler asked for the group.
+#[derive(Debug, Default)]
+pub(crate) struct RefreshSlot {
+    round: Option<Round>,
+    /// When a Refresh last asked for this group (on tokio's clock).
+    demanded: Option<Instant>,
+}
+
+#[derive(Debug)]
+struct Round {
+    /// Becomes true when the round ended; closed (sender dropped) when its task died.
+    done: watch::Receiver<bool>,
+    /// When the round was given a permit and asked CloudStack; `None` while it waits for one.
+    asking_since: Option<Instant>,
+}
+
+/// Worker offerings by id, shared by every group (a central provider serves many clusters of
+/// one offering: it is read once, not once per cluster), and offerings whose read failed, not
+/// asked again before [`OFFERING_RETRY`].
+#[derive(Debug, Default)]
+pub(crate) struct OfferingCache {
+    known: HashMap<String, ServiceOffering>,
+    failed: HashMap<String, Instant>,
+}
+
+/// How long after a failed read of an offering it is read again.
+const OFFERING_RETRY: Duration = Duration::from_secs(60);
+
+/// Ends a round: clears the group's slot and signals the round's waiters, also when the task
+/// running the round panics or is dropped (else every later Refresh would join a round that
+/// never ends).
+struct RoundEnd<'a> {
+    slot: &'a Mutex<RefreshSlot>,
+    done: watch::Sender<bool>,
+}
+
+impl Drop for RoundEnd<'_> {
+    fn drop(&mut self) {
+        lock(self.slot).round = None;
+        self.done.send_replace(true);
+    }
+}
+
+fn lock(slot: &Mutex<RefreshSlot>) -> MutexGuard<'_, RefreshSlot> {
+    slot.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Provider {
+    /// Refresh with no deadline (the first refresh, `demo`): waits for the rounds to end.
+    pub async fn refresh(&self) -> Result<()> {
+        self.refresh_within(None).await
+    }
+
+    /// Refresh as the RPC runs it: every group whose snapshot is older than the refresh
+    /// interval is fetched, in one call per cluster (independent of the number of nodes), and
+    /// the answer comes before `deadline` (less a margin for the answer to travel back)
+    /// whatever CloudStack does. Fails only when a group has no snapshot newer than the
+    /// staleness bound.
+    pub async fn refresh_within(&self, deadline: Option<tokio::time::Instant>) -> Result<()> {
+        self.refresh_groups((0..self.inner.groups.len()).collect(), deadline)
+            .await
+    }
+
+    /// [`Provider::refresh_within`] for these groups only (a caller's): joins or starts each
+    /// group's round, waits for them until the deadline, and answers from the snapshots.
+    pub(crate) async fn refresh_groups(
+        &self,
+        groups: Vec<usize>,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<()> {
+        let asked = now();
+        let rounds: Vec<watch::Receiver<bool>> = groups
+            .iter()
+            .filter_map(|&gi| self.join_or_start_round(gi, asked))
+            .collect();
+        // Every round runs already; waiting for them one after the other takes as long as
+        // the slowest.
+        let all_ended = async {
+            for mut done in rounds {
+                // An error means the round's task died: its drop guard cleared the slot, and
+                // the snapshots say what there is.
+                let _ = done.wait_for(|d| *d).await;
+            }
+        };
+        let timed_out = match deadline {
+            None => {
+                all_ended.await;
+                false
+            }
+            Some(d) => tokio::time::timeout_at(before(d), all_ended).await.is_err(),
+        };
+        self.judge_snapshots(&groups, timed_out)
+    }
+
+    /// The end signal of group `gi`'s round: the one in flight, or a new one when the
+    /// snapshot is older than the refresh interval. `None`: the snapshot is fresh enough.
+    fn join_or_start_round(&self, gi: usize, asked: Instant) -> Option<watch::Receiver<bool>> {
+        let fresh = self
+            .snapshot_age_of(gi)
+            .is_some_and(|a| a < self.inner.settings.refresh_min_interval);
+        let slot = &self.inner.groups[gi].refresh;
+        let mut s = lock(slot);
+        s.demanded = Some(asked);
+        if let Some(r) = &s.round {
+            return Some(r.done.clone());
+        }
+        if fresh {
+            return None;
+        }
+        let (tx, rx) = watch::channel(false);
+        s.round = Some(Round {
+            done: rx.clone(),
+            asking_since: None,
+        });
+        drop(s);
+        let p = self.clone();
+        tokio::spawn(async move {
+            let slot = &p.inner.groups[gi].refresh;
+            let _end = RoundEnd { slot, done: tx };
+            p.run_round(gi).await;
+        });
+        Some(rx)
+    }
+
+    /// One round of group `gi`, under a permit: the cluster, what the machine asks for on
+    /// seeing it, the worker offering, the CloudStack version check when due.
+    async fn run_round(&self, gi: usize) {
+        // The semaphore is never closed: an error cannot happen, and would only mean going on
+        // without a permit.
+        let _permit = self.inner.round_permits.acquire().await.ok();
+        if let Some(r) = lock(&self.inner.groups[gi].refresh).round.as_mut() {
+            r.asking_since = Some(now());
+        }
+        if let Err(e) = self.fetch_and_act(gi).await {
+            let name = self.group_label(gi);
+            tracing::warn!(group = %name, error = %e, "refresh from CloudStack failed");
+            self.inner.groups[gi].lock().last_error = Some(e.to_string());
+        }
+        self.refresh_offering(gi).await;
+        self.check_cloudstack_version().await;
+    }
+
+    /// The Refresh answer from the snapshots as they are once the caller's rounds ended, or
+    /// when they did not end in time (`timed_out`): OK when every group has a snapshot within
+    /// the staleness bound, else `Stale` naming the groups and why.
+    fn judge_snapshots(&self, groups: &[usize], timed_out: bool) -> Result<()> {
+        let stale = self.inner.settings.staleness_bound;
+        let mut failures = Vec::new();
+        for &gi in groups {
+            let age = self.snapshot_age_of(gi);
+            if age.is_some_and(|a| a < stale) {
+                continue;
+            }
+            let last_error = self.inner.groups[gi].read().last_error.clone();
+            let mut why = match age {
+                None => "no snapshot yet".to_string(),
+                Some(a) => format!("the last snapshot is {:.1}s old", a.as_secs_f64()),
+            };
+            if timed_out {
+                why.push_str(&self.round_in_flight(gi));
+            }
+            if let Some(e) = last_error {
+                why.push_str(&format!("; last error: {e}"));
+            }
+            failures.push(format!("{}: {why}", self.group_label(gi)));
+        }
+        if failures.is_empty() {
+            if timed_out {
+                tracing::debug!(
+                    "Refresh answered from snapshots within the staleness bound: CloudStack is slower than the request's deadline"
+                );
+            }
+            Ok(())
+        } else {
+            Err(Error::Stale {
+                bound: stale,
+                failures,
+            })
+        }
+    }
+
+    /// What group `gi`'s round is doing, for a Refresh that stopped waiting for it.
+    fn round_in_flight(&self, gi: usize) -> String {
+        let s = lock(&self.inner.groups[gi].refresh);
+        match s.round.as_ref().map(|r| r.asking_since) {
+            Some(Some(since)) => format!(
+                "; CloudStack has not answered the refresh within the request's deadline (asked {:.1}s ago; the refresh goes on in the background)",
+                now().saturating_duration_since(since).as_secs_f64()
+            ),
+            Some(None) => format!(
+                "; the refresh waited past the request's deadline for a turn to ask CloudStack (at most {} clusters are asked at once; it goes on in the background)",
+                self.inner.settings.refresh_concurrency
+            ),
+            None => String::new(),
+        }
+    }
+
+    /// Group `gi`'s snapshot is older than the staleness bound and the provider cannot make a
+    /// newer one: the last attempt failed, or an autoscaler asked since the snapshot was taken
+    /// and no newer one came.
+    pub(crate) fn stale_group(&self, gi: usize) -> bool {
+        let g = &self.inner.groups[gi];
+        let (fetched, failing) = {
+            let st = g.read();
+            (
+                st.scale.snapshot().map(|s| s.fetched_at),
+                st.last_error.is_some(),
+            )
+        };
+        let Some(fetched) = fetched else {
+            return false;
+        };
+        if now().saturating_duration_since(fetched) < self.inner.settings.staleness_bound {
+            return false;
+        }
+        failing || lock(&g.refresh).demanded.is_some_and(|d| d > fetched)
+    }
+
+    /// Whether the group with this node-group id is stale ([`Provider::healthy`]).
+    pub fn snapshot_stale(&self, group_id: &str) -> bool {
+        self.group(group_id)
+            .is_ok_and(|(gi, _)| self.stale_group(gi))
+    }
+
+    /// SERVING for gRPC health and `/readyz`: every group has a snapshot, and none is stale
+    /// (older than the staleness bound while it cannot be refreshed).
+    pub fn healthy(&self) -> bool {
+        (0..self.inner.groups.len())
+            .all(|gi| self.snapshot_age_of(gi).is_some() && !self.stale_group(gi))
+    }
+
+    /// Runs the first refresh in the background, retrying until every group has a snapshot,
+    /// so the server can serve (and report) while CloudStack is unreachable. The rounds are
+    /// spread by the permits: at most `refresh_concurrency` clusters are asked at once.
+    pub fn spawn_initial_refresh(&self) -> tokio::task::JoinHandle<()> {
+        let p = self.clone();
+        tokio::spawn(async move {
+            let mut delay = Duration::from_millis(200);
+            let mut said = false;
+            loop {
+                match p.refresh().await {
+                    Ok(()) if *p.inner.ready.borrow() => {
+                        tracing::info!("first CloudStack snapshot loaded for every node group");
+                        return;
+                    }
+                    Ok(()) => {}
+                    // The rounds warned about each group that failed: one warning per attempt.
+                    Err(e) if said => tracing::debug!(error = %e, "first refresh: retrying"),
+                    Err(_) => {
+                        said = true;
+                        tracing::info!(
+                            "serving without a snapshot until CloudStack answers; the first refresh is retried every 10s at most"
+                        )
+                    }
+                }
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(10));
+            }
+        })
+    }
+
+    /// Sets group `gi`'s worker offering when it is not known or changed: from the cache
+    /// shared by every group, else read once (`listServiceOfferings`, or a worker VM's sizes
+    /// where the key may not list offerings) and cached.
+    async fn refresh_offering(&self, gi: usize) {
+        let wanted = {
+            let st = self.inner.groups[gi].read();
+            let Some(s) = st.scale.snapshot() else {
+                return;
+            };
+            let Some(o) = s.snap.effective_worker_offering() else {
+                return;
+            };
+            if st.worker_offering.as_ref().is_some_and(|w| w.id == o.id) {
+                return;
+            }
+            o.id.clone()
+        };
+        // One read per offering at a time: the rounds of many clusters of one offering wait
+        // for the first one's read and take it from the cache.
+        let mut cache = self.inner.offerings.lock().await;
+        if let Some(o) = cache.known.get(&wanted) {
+            self.inner.groups[gi].lock().worker_offering = Some(o.clone());
+            return;
+        }
+        if cache
+            .failed
+            .get(&wanted)
+            .is_some_and(|at| now().saturating_duration_since(*at) < OFFERING_RETRY)
+        {
+            return;
+        }
+        match self.read_offering(gi, &wanted).await {
+            Ok(Some(o)) => {
+                cache.failed.remove(&wanted);
+                cache.known.insert(wanted, o.clone());
+                self.inner.groups[gi].lock().worker_offering = Some(o);
+            }
+            Ok(None) => {
+                tracing::warn!(offering = %wanted, "worker service offering not listed");
+                cache.failed.insert(wanted, now());
+            }
+            Err(e) => {
+                tracing::warn!(offering = %wanted, error = %e, "reading the worker service offering failed");
+                cache.failed.insert(wanted, now());
+            }
+        }
+    }
+
+    /// Offering `wanted` as `listServiceOfferings` lists it, or, once the key is known not to
+    /// allow that command, as a worker VM of group `gi` shows it.
+    async fn read_offering(
+        &self,
+        gi: usize,
+        wanted: &str,
+    ) -> std::result::Result<Option<ServiceOffering>, CsError> {
+        if self.inner.optional.offerings.load(Ordering::Relaxed) {
+            match self.inner.cs.get_service_offering(wanted).await {
+                Err(e) if e.is_not_permitted() => {
+                    self.inner
+                        .optional
+                        .offerings
+                        .store(false, Ordering::Relaxed);
+                    tracing::warn!(error = %e, cloudstack = self.inner.cs.api_url(), "this CloudStack key may not call listServiceOfferings (optional): the template node is built from a worker VM's CPUs and memory (listVirtualMachines), without the offering's root disk size, GPUs or details");
+                }
+                other => return other,
+            }
+        }
+        self.offering_from_vm(gi, wanted).await
+    }
+
+    /// The worker offering `wanted` as a worker VM of the group shows it (`listVirtualMachines`,
+    /// which the key CKS gives a project cluster may call): CPUs and memory.
+    async fn offering_from_vm(
+        &self,
+        gi: usize,
+        wanted: &str,
+    ) -> std::result::Result<Option<ServiceOffering>, CsError> {
+        let workers: Vec<String> = {
+            let st = self.inner.groups[gi].read();
+            let Some(s) = st.scale.snapshot() else {
+                return Ok(None);
+            };
+            s.snap.workers().map(|vm| vm.id.clone()).take(3).collect()
+        };
+        if workers.is_empty() {
+            return Ok(None);
+        }
+        let vms = self.inner.cs.list_virtual_machines(&workers).await?;
+        Ok(vms
+            .iter()
+            .filter_map(|vm| vm.offering())
+            .find(|o| o.id == wanted))
+    }
+}
