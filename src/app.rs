@@ -339,6 +339,7 @@ fn cloudstack_settings(cc: &CloudConfig, request_timeout: Duration) -> ClientCon
         ca_bundle_pem: None,
         project_id: cc.project_id.clone(),
         request_timeout,
+        max_rps: None,
     }
 }
 

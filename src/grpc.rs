@@ -51,9 +51,12 @@ pub fn status(e: &Error) -> Status {
         | Error::JobFailed { .. } => Code::FailedPrecondition,
         Error::JobCancelled { .. } => Code::Aborted,
         Error::CloudStack(cs) => match cs {
-            CsError::Unreachable { .. } | CsError::Http { .. } | CsError::Malformed { .. } => {
-                Code::Unavailable
-            }
+            // A throttled call did nothing (CloudStack refuses it before the command runs):
+            // try again later, as for no answer at all; never a refused key or request.
+            CsError::Unreachable { .. }
+            | CsError::Http { .. }
+            | CsError::Malformed { .. }
+            | CsError::Throttled { .. } => Code::Unavailable,
             CsError::Unauthorized { .. } | CsError::NotPermitted { .. } => Code::PermissionDenied,
             CsError::Api { .. } => Code::FailedPrecondition,
             CsError::Config(_) => Code::Internal,
@@ -435,8 +438,34 @@ impl CloudProvider for CloudProviderService {
 
 #[cfg(test)]
 mod tests {
-    use super::{STATUS_MESSAGE_MAX, bounded, parse_grpc_timeout};
+    use super::{STATUS_MESSAGE_MAX, bounded, parse_grpc_timeout, status};
+    use crate::provider::Error;
+    use cks_cloudstack::CsError;
     use std::time::Duration;
+    use tonic::Code;
+
+    #[test]
+    fn cloudstacks_throttling_is_unavailable_and_says_to_slow_down() {
+        let throttled = Error::CloudStack(CsError::Throttled {
+            command: "scaleKubernetesCluster".into(),
+            detail: "The given user has reached his/her account api limit, please retry after \
+                     [412] ms. (errorcode 429, cserrorcode 9999)"
+                .into(),
+        });
+        let s = status(&throttled);
+        assert_eq!(s.code(), Code::Unavailable);
+        let message = s.message().to_lowercase();
+        for said in [
+            "throttl",
+            "api.throttling",
+            "--cloudstack-max-rps",
+            "raise the limit",
+        ] {
+            assert!(message.contains(said), "{said}: {message}");
+        }
+        assert!(!message.contains("unauthorized"), "{message}");
+        assert!(!message.contains("rejected the api key"), "{message}");
+    }
 
     #[test]
     fn a_long_status_message_is_cut_at_a_character_boundary_and_says_so() {

@@ -47,7 +47,7 @@ pub enum Error {
     #[error("{count} clusters are named {name:?}; name the cluster by id in --nodes")]
     AmbiguousName { name: String, count: usize },
     /// A CloudStack call failed.
-    #[error("{0}")]
+    #[error("{}", cloudstack_message(.0))]
     CloudStack(#[from] CsError),
     /// CloudStack did not answer in time for the request's deadline.
     #[error(
@@ -106,6 +106,22 @@ pub enum Error {
     /// A bug or a task that ended abnormally.
     #[error("{0}")]
     Internal(String),
+}
+
+/// What a failed CloudStack call tells the autoscaler and the operator: the client's error,
+/// and for CloudStack's throttling what to do about it here (the client already waited and
+/// sent the call again for as long as `--cloudstack-timeout` allowed).
+fn cloudstack_message(e: &CsError) -> String {
+    match e {
+        CsError::Throttled { .. } => format!(
+            "{e}. CloudStack is throttling this provider's API key: its account made more than \
+             api.throttling.max calls within api.throttling.interval (CloudStack's defaults: 25 \
+             per second). Nothing was changed; try again later. Slow the provider down \
+             (--cloudstack-max-rps below that rate, fewer clusters or other clients on the key's \
+             account) or raise the limit"
+        ),
+        other => other.to_string(),
+    }
 }
 
 /// A provider result.

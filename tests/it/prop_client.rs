@@ -93,6 +93,7 @@ impl Harness {
                 ca_bundle_pem: None,
                 project_id: None,
                 request_timeout: Duration::from_secs(30),
+                max_rps: None,
             })
             .unwrap()
         });

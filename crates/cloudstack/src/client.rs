@@ -2,12 +2,14 @@
 //! turning the answer's envelope into the typed value a caller asked for or a [`CsError`]. It is
 //! the only code that touches HTTP, the keys and the clock of a signature, so that secrets are
 //! kept out of errors and logs in one place and every command is counted and timed the same
-//! way.
+//! way. Every request waits for its turn under the client's rate limit, and one CloudStack
+//! throttles is sent again (`pace`).
 
 use crate::envelope::{
     Answer, envelope, is_auth_text, is_unavailable_command_text, looks_like_json, malformed,
-    raw_number,
+    raw_number, throttle_retry_after,
 };
+use crate::pace::{Backoff, RateLimit};
 use crate::{CsError, LOG_TARGET, sign, types};
 use serde_json::value::RawValue;
 use std::collections::HashMap;
@@ -28,8 +30,13 @@ pub struct ClientConfig {
     pub ca_bundle_pem: Option<Vec<u8>>,
     /// `projectid` added to every list call when set.
     pub project_id: Option<String>,
-    /// Whole-request timeout (connect + response).
+    /// Whole-request timeout (connect + response). A request CloudStack throttles is sent
+    /// again within it, counted from its first send.
     pub request_timeout: Duration,
+    /// At most this many requests per second, spaced evenly and in the order asked, whoever
+    /// asks (`None`: no limit). Keeps the key under CloudStack's `api.throttling.max` per
+    /// `api.throttling.interval` when set a little below it.
+    pub max_rps: Option<f64>,
 }
 
 impl ClientConfig {
@@ -43,12 +50,19 @@ impl ClientConfig {
             ca_bundle_pem: None,
             project_id: None,
             request_timeout: Duration::from_secs(30),
+            max_rps: None,
         }
     }
 
     /// The same with another request timeout.
     pub fn with_timeout(mut self, request_timeout: Duration) -> Self {
         self.request_timeout = request_timeout;
+        self
+    }
+
+    /// The same with a rate limit (`None`: none).
+    pub fn with_max_rps(mut self, max_rps: Option<f64>) -> Self {
+        self.max_rps = max_rps;
         self
     }
 }
@@ -62,6 +76,7 @@ impl std::fmt::Debug for ClientConfig {
             .field("ssl_no_verify", &self.ssl_no_verify)
             .field("project_id", &self.project_id)
             .field("request_timeout", &self.request_timeout)
+            .field("max_rps", &self.max_rps)
             .finish()
     }
 }
@@ -102,6 +117,9 @@ pub(crate) struct Inner {
     secret_key: String,
     pub(crate) project_id: Option<String>,
     request_timeout: Duration,
+    /// The client's own rate limit, shared by every clone (`None`: none).
+    rate: Option<RateLimit>,
+    max_rps: Option<f64>,
     /// The largest `pagesize` CloudStack accepts, learned from its refusal (0: not known yet).
     /// Shared by every clone, so one refusal serves all list calls.
     pub(crate) page_limit: AtomicU32,
@@ -113,6 +131,7 @@ impl std::fmt::Debug for Client {
             .field("api_url", &self.inner.api_url)
             .field("api_key", &crate::redact::mask(&self.inner.api_key))
             .field("project_id", &self.inner.project_id)
+            .field("max_rps", &self.inner.max_rps)
             .field("page_size", &self.page_size())
             .field("signature_expiry", &self.signature_expiry)
             .finish_non_exhaustive()
@@ -153,6 +172,11 @@ impl Client {
                 "request timeout must be greater than zero".into(),
             ));
         }
+        let rate = config
+            .max_rps
+            .map(RateLimit::new)
+            .transpose()
+            .map_err(CsError::Config)?;
         if config.api_key.is_empty() || config.secret_key.is_empty() {
             return Err(CsError::Config(
                 "API key and secret key must not be empty".into(),
@@ -192,6 +216,8 @@ impl Client {
                 secret_key: config.secret_key,
                 project_id: config.project_id.filter(|p| !p.is_empty()),
                 request_timeout: config.request_timeout,
+                rate,
+                max_rps: config.max_rps,
                 page_limit: AtomicU32::new(0),
             }),
             page_size: DEFAULT_PAGE_SIZE,
@@ -225,6 +251,11 @@ impl Client {
         self.inner.request_timeout
     }
 
+    /// The client's rate limit in requests per second (`None`: none).
+    pub fn max_rps(&self) -> Option<f64> {
+        self.inner.max_rps
+    }
+
     /// The same client (same pool) listing with `page_size` items per page (minimum 1), so
     /// tests can page through a handful of items.
     #[cfg(test)]
@@ -246,10 +277,7 @@ impl Client {
         read: impl FnOnce(&Answer<'_>) -> Result<T, CsError>,
     ) -> Result<T, CsError> {
         let started = Instant::now();
-        let fetched = self.fetch(command, params).await;
-        // CloudStack's own time (request sent → whole answer read), recorded apart from the
-        // provider's time reading the answer.
-        let waited = started.elapsed();
+        let (fetched, waited) = self.send_paced(command, params).await;
         let result = match fetched {
             Ok((status, body)) => self
                 .interpret(command, status, &body)
@@ -263,6 +291,7 @@ impl Client {
             Err(CsError::Api { .. }) => "api_error",
             Err(CsError::Unauthorized { .. }) => "unauthorized",
             Err(CsError::NotPermitted { .. }) => "not_permitted",
+            Err(CsError::Throttled { .. }) => "throttled",
             Err(CsError::Http { .. }) => "http_error",
             Err(CsError::Malformed { .. }) => "malformed",
             Err(CsError::Config(_)) => "config",
@@ -279,11 +308,57 @@ impl Client {
         result
     }
 
+    /// Sends the request in its turn under the rate limit and, while CloudStack throttles it
+    /// and the request timeout (from the first send) allows, waits and sends it again: a
+    /// throttled request ran nothing (see `pace`). Each throttled try is counted in the
+    /// request metrics (outcome `throttled`). Returns the last answer and CloudStack's time
+    /// on it (request sent → whole answer read).
+    async fn send_paced(
+        &self,
+        command: &str,
+        params: &[(&str, String)],
+    ) -> (Result<(u16, Vec<u8>), CsError>, Duration) {
+        let mut backoff: Option<Backoff> = None;
+        let mut last = None;
+        loop {
+            if let Some(rate) = &self.inner.rate {
+                rate.turn().await;
+            }
+            let b = backoff.get_or_insert_with(|| Backoff::new(self.inner.request_timeout));
+            let timeout = match (b.remaining(), last.take()) {
+                (Some(left), _) => left,
+                // The wait for a turn used up the time: the throttled answer stands.
+                (None, Some(last)) => return last,
+                (None, None) => self.inner.request_timeout,
+            };
+            let started = Instant::now();
+            let fetched = self.fetch(command, params, timeout).await;
+            let waited = started.elapsed();
+            // CloudStack answers its throttling with HTTP 429 (`ApiServlet`); the envelope
+            // says whether it is CloudStack's and how long its window lasts.
+            let hint = match &fetched {
+                Ok((429, body)) => match self.interpret(command, 429, body) {
+                    Err(CsError::Throttled { detail, .. }) => Some(throttle_retry_after(&detail)),
+                    _ => None,
+                },
+                _ => None,
+            };
+            let Some(delay) = hint.and_then(|hint| b.delay(hint)) else {
+                return (fetched, waited);
+            };
+            record_request_metrics(command, waited, "throttled");
+            tracing::debug!(target: LOG_TARGET, command, ?delay, "CloudStack throttled the call; sending it again");
+            tokio::time::sleep(delay).await;
+            last = Some((fetched, waited));
+        }
+    }
+
     /// Sends the signed request; returns the HTTP status and the whole body.
     async fn fetch(
         &self,
         command: &str,
         params: &[(&str, String)],
+        timeout: Duration,
     ) -> Result<(u16, Vec<u8>), CsError> {
         let inner = &self.inner;
         let mut all: Vec<(String, String)> = Vec::with_capacity(params.len() + 2);
@@ -304,6 +379,7 @@ impl Client {
         let response = inner
             .http
             .get(url)
+            .timeout(timeout)
             .send()
             .await
             .map_err(|e| self.transport_error(command, e))?;
@@ -429,6 +505,17 @@ impl Client {
                 .get("errortext")
                 .and_then(|t| serde_json::from_str::<String>(t.get()).ok())
                 .map_or_else(|| "(no error text)".to_string(), |t| self.redact(&t));
+            // CloudStack's API throttling (`ApiServer.commandAvailable` on the rate-limit
+            // plugin's `RequestLimitException`): answered before the command runs, and not a
+            // refused key whatever the text says.
+            if errorcode == 429 {
+                return Err(CsError::Throttled {
+                    command: command.into(),
+                    detail: format!(
+                        "{errortext} (errorcode {errorcode}, cserrorcode {cserrorcode})"
+                    ),
+                });
+            }
             // A refused key or signature can also come as a 432; its text tells it apart.
             let auth_text = is_auth_text(&errortext);
             if !auth_text && (errorcode == 432 || is_unavailable_command_text(&errortext)) {

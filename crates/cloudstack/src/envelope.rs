@@ -7,6 +7,7 @@
 use crate::CsError;
 use serde_json::value::RawValue;
 use std::collections::HashMap;
+use std::time::Duration;
 
 /// The object inside a successful answer's envelope, as raw JSON borrowed from the body, and
 /// its fields (each still raw: nothing is built until a caller deserialises it).
@@ -83,4 +84,35 @@ pub(crate) fn is_auth_text(text: &str) -> bool {
     ]
     .iter()
     .any(|needle| lower.contains(needle))
+}
+
+/// What is left of CloudStack's throttling window, as its 429 text names it: "… please retry
+/// after [734] ms." (`ApiRateLimitServiceImpl.throwExceptionDueToApiRateLimitReached`; older
+/// releases write "after 734 ms."). `None` when the text names no number.
+pub(crate) fn throttle_retry_after(text: &str) -> Option<Duration> {
+    const NEEDLE: &str = "retry after";
+    // ASCII lower-casing keeps byte offsets, so the index is valid in `text`.
+    let at = text.to_ascii_lowercase().find(NEEDLE)? + NEEDLE.len();
+    let rest = text[at..].trim_start().trim_start_matches('[');
+    let digits = rest
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(rest.len());
+    rest[..digits].parse().ok().map(Duration::from_millis)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_wait_cloudstacks_throttling_names() {
+        let now =
+            "The given user has reached his/her account api limit, please retry after [734] ms.";
+        let old = "The given user has reached his/her account api limit, please retry after 12 ms.";
+        assert_eq!(throttle_retry_after(now), Some(Duration::from_millis(734)));
+        assert_eq!(throttle_retry_after(old), Some(Duration::from_millis(12)));
+        assert_eq!(throttle_retry_after("please retry after [] ms."), None);
+        assert_eq!(throttle_retry_after("slow down"), None);
+        assert!(!is_auth_text(now), "a throttled key is not a refused key");
+    }
 }

@@ -37,6 +37,18 @@ pub enum CsError {
     /// unavailable (e.g. the Project Kubernetes Service Role lacks `listAsyncJobs`).
     #[error("the API key may not call {command}: {detail}")]
     NotPermitted { command: String, detail: String },
+    /// CloudStack's API throttling refused the request: the key's account made more calls
+    /// than `api.throttling.max` within `api.throttling.interval` (HTTP 429, errorcode 429,
+    /// "The given user has reached his/her account api limit, please retry after [N] ms.").
+    /// CloudStack answers it before the command runs (`ApiServer.verifyRequest`, the
+    /// rate-limit plugin's `RequestLimitException`), so nothing happened: not a refusal of the
+    /// request, not a refused key. The client has already sent it again, with growing waits,
+    /// for as long as its request timeout allowed; the caller should slow down.
+    #[error(
+        "CloudStack throttled {command}: the API key's account is over its API rate limit \
+         (api.throttling): {detail}"
+    )]
+    Throttled { command: String, detail: String },
     /// A non-success HTTP status without a CloudStack envelope (proxy error page, 5xx HTML...).
     #[error("CloudStack returned HTTP {http_status} for {command}: {snippet}")]
     Http {
@@ -56,7 +68,9 @@ impl CsError {
     /// Worth retrying later (network, 5xx, garbage that may be a proxy hiccup).
     pub fn is_transient(&self) -> bool {
         match self {
-            CsError::Unreachable { .. } | CsError::Malformed { .. } => true,
+            CsError::Unreachable { .. } | CsError::Malformed { .. } | CsError::Throttled { .. } => {
+                true
+            }
             CsError::Http { http_status, .. } => *http_status >= 500 || *http_status == 429,
             CsError::Api { errorcode, .. } => *errorcode == 429,
             CsError::Unauthorized { .. } | CsError::NotPermitted { .. } | CsError::Config(_) => {

@@ -6,7 +6,8 @@
 //! One type, [`Client`], in parts apart by what each answers to: `client` the request (signing,
 //! transport, the answer read into a typed value or a [`CsError`]), `envelope` CloudStack's
 //! answer conventions, `paging` the list-command contract and its learned page limit, `jobs`
-//! async jobs and their search, `commands` the typed calls the provider makes.
+//! async jobs and their search, `commands` the typed calls the provider makes, `pace` how fast
+//! requests go (the client's rate limit, and the waits after CloudStack's throttling).
 
 pub mod error;
 pub mod redact;
@@ -17,6 +18,7 @@ mod client;
 mod commands;
 mod envelope;
 mod jobs;
+mod pace;
 mod paging;
 
 pub use client::{Client, ClientConfig, DEFAULT_SIGNATURE_EXPIRY, record_request_metrics};

@@ -17,6 +17,8 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+mod throttling;
+
 const API_KEY: &str =
     "plgWJfZK4gyS3mOMTVmjUVg-X-jlWlnfaUJ9GAbBbf9EdM-kAYMmAiLqzzq1ElZLYq_u38zCm0bewzGUdP66mg";
 const SECRET: &str =
@@ -110,6 +112,7 @@ fn test_config(api_url: &str) -> ClientConfig {
         ca_bundle_pem: None,
         project_id: None,
         request_timeout: Duration::from_secs(20),
+        max_rps: None,
     }
 }
 
@@ -457,25 +460,6 @@ async fn error_envelopes_become_api_errors_naming_the_command() {
     );
     assert!(err.to_string().contains("listKubernetesClusters"));
     assert_no_secrets(&err, &cs.signatures());
-}
-
-#[tokio::test]
-async fn api_limit_error_is_transient() {
-    let cs = MockCs::start(|_| {
-        json(
-            429,
-            error_body(
-                "listKubernetesClusters",
-                429,
-                4545,
-                "The given user has reached his/her account api limit, please retry after 200 ms.",
-            ),
-        )
-    })
-    .await;
-    let err = cs.client().get_cluster(CLUSTER_ID).await.unwrap_err();
-    assert!(matches!(err, CsError::Api { errorcode: 429, .. }));
-    assert!(err.is_transient());
 }
 
 #[tokio::test]
