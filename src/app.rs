@@ -102,6 +102,12 @@ impl App {
         config::check_client_binding(&groups, args.tls_client_ca.is_some())?;
         config::check_distinct_clusters(&groups)?;
         let client = Client::new(client_cfg).context("building the CloudStack client")?;
+        if let Some(max_rps) = client.max_rps() {
+            tracing::info!(
+                max_rps,
+                "CloudStack requests limited (--cloudstack-max-rps)"
+            );
+        }
         let provider = Provider::new(client, settings(args, groups));
         Ok(App {
             provider,
@@ -292,7 +298,7 @@ fn groups(args: &ServeArgs) -> anyhow::Result<Vec<BoundNodeGroup>> {
 
 /// The CloudStack client's settings: the cloud-config, with the keys replaced by
 /// `--api-key-file`/`--secret-key-file` or `CKS_PROVIDER_API_KEY`/`CKS_PROVIDER_SECRET_KEY`,
-/// and `--cloudstack-ca` added.
+/// and `--cloudstack-ca` and `--cloudstack-max-rps` added.
 fn client_config(args: &ServeArgs) -> anyhow::Result<ClientConfig> {
     let Some(path) = &args.cloud_config else {
         bail!("--cloud-config is required: the file naming CloudStack's API URL and keys");
@@ -316,7 +322,8 @@ fn client_config(args: &ServeArgs) -> anyhow::Result<ClientConfig> {
     // Keys given elsewhere need not be in the file (and a file's key they replace is not
     // checked or warned about).
     let cc = config::load_cloud_config_with_keys(path, api_key, secret_key)?;
-    let mut client = cloudstack_settings(&cc, args.cloudstack_timeout);
+    let mut client =
+        cloudstack_settings(&cc, args.cloudstack_timeout).with_max_rps(args.cloudstack_max_rps);
     if let Some(ca) = &args.cloudstack_ca {
         client.ca_bundle_pem = Some(
             std::fs::read(ca)
@@ -430,6 +437,17 @@ mod tests {
         assert_eq!(client.project_id.as_deref(), Some("p"));
         assert_eq!(client.request_timeout, Duration::from_secs(7));
         assert!(client.ca_bundle_pem.is_none());
+        assert_eq!(client.max_rps, None, "no rate limit unless asked");
+        let s = serve_args(&[
+            "p",
+            "serve",
+            "--cloud-config",
+            &cc.to_string_lossy(),
+            "--cloudstack-max-rps",
+            "12.5",
+        ]);
+        let client = client_config(&s).expect("complete config");
+        assert_eq!(client.max_rps, Some(12.5));
     }
 
     #[test]

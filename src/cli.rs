@@ -77,6 +77,12 @@ pub struct ServeArgs {
     /// Timeout of one CloudStack API call.
     #[arg(long, env = "CKS_PROVIDER_CLOUDSTACK_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub cloudstack_timeout: Duration,
+    /// At most this many CloudStack API requests per second, all node groups together,
+    /// spaced evenly and sent in the order asked (no limit unless given). Keep the key's
+    /// account under CloudStack's api.throttling.max per api.throttling.interval (25 per
+    /// second by default, when throttling is on), less what its other clients use.
+    #[arg(long, env = "CKS_PROVIDER_CLOUDSTACK_MAX_RPS", value_parser = parse_rps)]
+    pub cloudstack_max_rps: Option<f64>,
     /// How often a running scale job is polled (queryAsyncJobResult).
     #[arg(long, env = "CKS_PROVIDER_JOB_POLL_INTERVAL", default_value = "2s", value_parser = parse_duration)]
     pub job_poll_interval: Duration,
@@ -199,6 +205,16 @@ pub struct ServeArgs {
     /// Allow plaintext gRPC on a non-loopback address.
     #[arg(long, env = "CKS_PROVIDER_INSECURE")]
     pub insecure: bool,
+}
+
+/// A request rate: a positive number of requests per second (`2`, `0.5`).
+fn parse_rps(v: &str) -> Result<f64, String> {
+    match v.trim().parse::<f64>() {
+        Ok(r) if r.is_finite() && r > 0.0 => Ok(r),
+        _ => Err(format!(
+            "{v:?} is not a rate: give a positive number of requests per second, e.g. 10 or 0.5"
+        )),
+    }
 }
 
 /// Parses the command line, folding in `serve --config FILE` (flags and environment variables
@@ -397,6 +413,22 @@ mod tests {
         };
         assert_eq!(s.nodes, vec!["1:5:abc", "0:3:def"]);
         assert_eq!(s.job_poll_interval, Duration::from_millis(250));
+    }
+
+    #[test]
+    fn cloudstack_max_rps_is_off_unless_given_and_a_positive_rate() {
+        let s = serve_args(&["p", "serve", "--nodes", "1:5:abc"]).expect("parses");
+        assert_eq!(s.cloudstack_max_rps, None, "no limit by default");
+        let s = serve_args(&["p", "serve", "--cloudstack-max-rps", "2.5"]).expect("parses");
+        assert_eq!(s.cloudstack_max_rps, Some(2.5));
+        let yaml = write_temp("rps.yaml", "cloudstack-max-rps: 20\n");
+        let s = serve_args(&["p", "serve", "--config", &yaml.to_string_lossy()]).expect("parses");
+        assert_eq!(s.cloudstack_max_rps, Some(20.0));
+        for bad in ["0", "-1", "fast", "inf", "NaN"] {
+            let flag = format!("--cloudstack-max-rps={bad}");
+            let e = serve_args(&["p", "serve", &flag]).unwrap_err();
+            assert!(e.contains("requests per second"), "{bad}: {e}");
+        }
     }
 
     #[test]
