@@ -60,9 +60,15 @@ pub(crate) const FIRST_DELAY: Duration = Duration::from_millis(250);
 /// Longest wait between two tries of a throttled request.
 pub(crate) const MAX_DELAY: Duration = Duration::from_secs(4);
 
+/// Added to what CloudStack says is left of its window: a call at the window's last
+/// millisecond still counts in it (`StoreEntryImpl.isExpired` is `now > expiry`).
+pub(crate) const HINT_MARGIN: Duration = Duration::from_millis(10);
+
 /// The waits of one request that CloudStack throttles: growing, at least what CloudStack
 /// says is left of its window, and all within the request timeout, counted from the first
-/// send (a caller waits no longer for a throttled request than for an unanswered one).
+/// send (a caller waits no longer for a throttled request than for an unanswered one). Once
+/// the grown wait no longer fits, the request is tried as each of CloudStack's windows ends
+/// (one try per window) while that is in time.
 #[derive(Debug)]
 pub(crate) struct Backoff {
     deadline: Instant,
@@ -88,9 +94,14 @@ impl Backoff {
     /// left of CloudStack's window, or `None` when the next try would start at or past the
     /// deadline (the throttled answer then stands).
     pub(crate) fn delay(&mut self, hint: Option<Duration>) -> Option<Duration> {
-        let delay = self.next.max(hint.unwrap_or_default());
+        let window_end = hint.map(|h| h + HINT_MARGIN);
+        let grown = self.next.max(window_end.unwrap_or_default());
         self.next = (self.next * 2).min(MAX_DELAY);
-        (Instant::now() + delay < self.deadline).then_some(delay)
+        let fits = |d: Duration| Instant::now() + d < self.deadline;
+        [Some(grown), window_end]
+            .into_iter()
+            .flatten()
+            .find(|d| fits(*d))
     }
 }
 
@@ -118,7 +129,7 @@ mod tests {
         // CloudStack's window ends later than the backoff: its word wins.
         assert_eq!(
             b.delay(Some(Duration::from_millis(1500))),
-            Some(Duration::from_millis(1500))
+            Some(Duration::from_millis(1500) + HINT_MARGIN)
         );
         // A shorter one does not shorten the backoff.
         assert_eq!(
@@ -128,10 +139,15 @@ mod tests {
         assert_eq!(b.delay(None), Some(MAX_DELAY));
         assert_eq!(b.delay(None), Some(MAX_DELAY));
         tokio::time::sleep(Duration::from_secs(7)).await;
-        // 3 s left: a 4 s wait would end past the deadline.
+        // 3 s left: a 4 s wait would end past the deadline, and so would CloudStack's window.
         assert_eq!(b.remaining(), Some(Duration::from_secs(3)));
         assert_eq!(b.delay(None), None);
         assert_eq!(b.delay(Some(Duration::from_secs(60))), None);
+        // A window that ends in time: a try as it ends.
+        assert_eq!(
+            b.delay(Some(Duration::from_millis(700))),
+            Some(Duration::from_millis(700) + HINT_MARGIN)
+        );
         tokio::time::sleep(Duration::from_secs(3)).await;
         assert_eq!(b.remaining(), None);
     }
