@@ -25,5 +25,6 @@ mod scenario_wire_generations;
 mod secrets_in_logs;
 mod soak;
 mod template_fixture;
+mod throttling;
 mod tls;
 mod wire_generations;
