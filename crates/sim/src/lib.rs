@@ -29,7 +29,7 @@
 //! # Use from Rust
 //! ```no_run
 //! # async fn demo() -> anyhow::Result<()> {
-//! use cks_sim::{self, SimConfig};
+//! use cks_sim::{self as sim, SimConfig};
 //! let sim = sim::spawn(SimConfig::for_tests("key", "secret")).await?;
 //! let cluster = sim.cluster_ids()[0].clone();
 //! println!("{} serves {}", sim.api_url, cluster);
