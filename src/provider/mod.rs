@@ -606,45 +606,92 @@ impl Provider {
         self.send_stops(gi);
     }
 
-    /// Stops the VMs of owed removals that cannot be drained (each in a task of its own); the
-    /// next snapshot shows them down and their removal goes out without a drain.
+    /// Stops the VMs of owed removals that cannot be drained (each in a task of its own), and
+    /// follows each stop job to its end: then the cluster is read again, shows the VM down,
+    /// and its removal goes out without a drain, with no need to wait for the autoscaler's
+    /// next Refresh. A stop job that fails puts the stop back to be tried again later.
     pub(crate) fn send_stops(&self, gi: usize) {
         let vms = self.inner.groups[gi].lock().scale.take_stops(now());
         for vm in vms {
             let p = self.clone();
-            tokio::spawn(async move {
-                let label = p.group_label(gi);
-                tracing::info!(group = %label, vm = %vm, "stopping the VM before its removal: a drain of it would fail");
-                let answer = p.inner.cs.stop_virtual_machine(&vm, false).await;
-                let failure = match &answer {
-                    Ok(_) => None,
-                    Err(e) => {
-                        let not_permitted = e.is_not_permitted();
-                        if not_permitted {
-                            // One key for every group: each machine learns it now, so none
-                            // asks again or promises a stop it cannot make.
-                            for g in &p.inner.groups {
-                                g.lock().scale.set_can_stop_vms(false);
-                            }
-                            tracing::warn!(group = %label, "this CloudStack key may not call stopVirtualMachine: VMs whose drain would fail are no longer stopped by the provider, and their removal is refused until an operator stops them: {e}");
-                        } else {
-                            tracing::warn!(group = %label, vm = %vm, error = %e, "stopping the VM failed; retrying later");
-                        }
-                        Some((e.to_string(), not_permitted))
+            tokio::spawn(async move { p.stop_vm(gi, vm).await });
+        }
+    }
+
+    async fn stop_vm(&self, gi: usize, vm: String) {
+        let label = self.group_label(gi);
+        tracing::info!(group = %label, vm = %vm, "stopping the VM before its removal: a drain of it would fail");
+        let answer = self.inner.cs.stop_virtual_machine(&vm, false).await;
+        let failure = match &answer {
+            Ok(_) => None,
+            Err(e) => {
+                let not_permitted = e.is_not_permitted();
+                if not_permitted {
+                    // One key for every group: each machine learns it now, so none asks
+                    // again or promises a stop it cannot make.
+                    for g in &self.inner.groups {
+                        g.lock().scale.set_can_stop_vms(false);
                     }
-                };
-                p.inner.groups[gi].lock().scale.stop_answered(
+                    tracing::warn!(group = %label, "this CloudStack key may not call stopVirtualMachine: VMs whose drain would fail are no longer stopped by the provider, and their removal is refused until an operator stops them: {e}");
+                } else {
+                    tracing::warn!(group = %label, vm = %vm, error = %e, "stopping the VM failed; retrying later");
+                }
+                Some((e.to_string(), not_permitted))
+            }
+        };
+        self.inner.groups[gi].lock().scale.stop_answered(
+            &vm,
+            failure.as_ref().map(|(t, n)| (t.as_str(), *n)),
+            now(),
+        );
+        let Ok(job) = answer else {
+            return;
+        };
+        match self.follow_stop(&job).await {
+            Some(text) => {
+                tracing::warn!(group = %label, vm = %vm, job = %job, "the stop job failed; retrying later: {text}");
+                let failed = format!("stopVirtualMachine job {job} failed: {text}");
+                self.inner.groups[gi].lock().scale.stop_answered(
                     &vm,
-                    failure.as_ref().map(|(t, n)| (t.as_str(), *n)),
+                    Some((&failed, false)),
                     now(),
                 );
-                if answer.is_ok() {
-                    // The VM shows down once its stop job ends; a later refresh sends its
-                    // removal. Poll the cluster soon rather than wait for the autoscaler.
-                    p.inner.groups[gi].poke.notify_one();
+            }
+            None => {
+                if let Err(e) = self.fetch_and_act(gi).await {
+                    tracing::debug!(group = %label, error = %e, "reading the cluster after a stop failed; the next refresh sends the removal");
                 }
-            });
+            }
         }
+    }
+
+    /// Polls a `stopVirtualMachine` job until it ends (or `job_max_follow` passes, or the
+    /// provider shuts down): its failure text, or `None` once it succeeded or is no longer
+    /// followed (the next snapshot tells what became of the VM).
+    async fn follow_stop(&self, job: &str) -> Option<String> {
+        let until = tokio::time::Instant::now() + self.inner.settings.job_max_follow;
+        let mut stop = self.inner.shutdown.subscribe();
+        while tokio::time::Instant::now() < until {
+            tokio::select! {
+                _ = tokio::time::sleep(self.inner.settings.job_poll_interval) => {}
+                changed = stop.changed() => {
+                    if changed.is_err() || *stop.borrow() {
+                        return None;
+                    }
+                }
+            }
+            match self.inner.cs.query_job(job).await.map(|j| j.outcome()) {
+                Ok(cks_cloudstack::types::JobOutcome::Pending) | Err(_) => {}
+                Ok(cks_cloudstack::types::JobOutcome::Succeeded(_)) => return None,
+                Ok(cks_cloudstack::types::JobOutcome::Failed { errortext, .. }) => {
+                    return Some(errortext);
+                }
+                Ok(cks_cloudstack::types::JobOutcome::Cancelled) => {
+                    return Some("the job was cancelled".into());
+                }
+            }
+        }
+        None
     }
 
     fn update_ready(&self) {

@@ -300,6 +300,11 @@ impl Provider {
                                 Effect::Submit(request @ ScaleRequest::RemoveNodes { .. }) => {
                                     tracing::info!(group = %self.group_label(gi), ?request, "scale-down: sending scaleKubernetesCluster nodeids");
                                     result = self.submit(gi, request, Some(deadline)).await;
+                                    if result.is_ok() {
+                                        // Owed from now on, before anything else is awaited:
+                                        // a follower seeing the job fail must carry them on.
+                                        g.lock().scale.window_answered(true);
+                                    }
                                 }
                                 // Increases that waited for the window (nothing was left to
                                 // remove) go as queued work does.
@@ -316,9 +321,16 @@ impl Provider {
             tracing::warn!(group = %self.group_label(gi), error = %e, "the removals of this window were not sent");
         }
         // From here the callers' answers stand: an OK makes the removals owed, an error drops
-        // them (the autoscaler untaints those nodes).
-        g.lock().scale.window_answered(outcome.is_ok());
-        tx.send_replace(Some(outcome.map_err(Arc::new)));
+        // those not promised already (the autoscaler untaints those nodes). Answered in the
+        // same critical section, so a caller whose deadline comes now either reads this
+        // outcome or is promised before it (`promise_removals`).
+        {
+            let mut st = g.lock();
+            st.scale.window_answered(outcome.is_ok());
+            st.scale.window_closed();
+            tx.send_replace(Some(outcome.map_err(Arc::new)));
+        }
+        self.send_stops(gi);
     }
 }
 
@@ -418,13 +430,47 @@ impl Scoped<'_> {
                     let p = p.clone();
                     tokio::spawn(async move { p.close_window(gi, tx, deadline).await });
                 }
-                match timeout_at(before(deadline), rx.wait_for(Option::is_some)).await {
-                    Ok(Ok(done)) => match done.as_ref() {
-                        Some(Err(e)) => Err(Error::Batch(e.clone())),
-                        _ => Ok(()),
-                    },
-                    // The request is still on its way: the nodes stay queued and are sent.
+                let outcome = |done: &WindowOutcome| match done {
+                    Some(Err(e)) => Err(Error::Batch(e.clone())),
                     _ => Ok(()),
+                };
+                let waited = timeout_at(before(deadline), rx.wait_for(Option::is_some))
+                    .await
+                    .map(|r| r.map(|done| done.clone()));
+                match waited {
+                    Ok(Ok(done)) => outcome(&done),
+                    Ok(Err(_)) => Err(Error::Internal(
+                        "the removal window's task ended without an answer".into(),
+                    )),
+                    // The deadline came first. OK is a promise: the removals are owed from
+                    // now on, whatever becomes of the window's request. Unless the window
+                    // already failed and dropped them: then its error, which its task is
+                    // about to send.
+                    Err(_) => {
+                        let promised = {
+                            let mut st = g.lock();
+                            let done = rx.borrow().clone();
+                            match done {
+                                Some(_) => Err(done),
+                                None => Ok(st.scale.promise_removals(&acceptance.vm_ids)),
+                            }
+                        };
+                        match promised {
+                            Err(done) => outcome(&done),
+                            Ok(true) => {
+                                tracing::info!(group = %p.group_label(gi), vms = %acceptance.vm_ids.join(","),
+                                    "scale-down: the request's deadline came before CloudStack's answer; the removals are owed and carried through");
+                                p.send_stops(gi);
+                                Ok(())
+                            }
+                            Ok(false) => match rx.wait_for(Option::is_some).await {
+                                Ok(done) => outcome(&done),
+                                Err(_) => Err(Error::Internal(
+                                    "the removal window's task ended without an answer".into(),
+                                )),
+                            },
+                        }
+                    }
                 }
             }
         };

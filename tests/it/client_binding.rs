@@ -661,6 +661,8 @@ async fn a_node_one_client_reports_protects_its_vm_from_anothers_unregistered_de
     )
     .await
     .expect("w2 is unregistered as far as anyone said");
+    // Its VM runs: stopped first (its drain would fail), then removed as a down VM.
+    fleet.wait_removal_sent(&w2).await;
     let sent = fleet.scale_requests();
     assert_eq!(sent.len(), 1, "{sent:?}");
     assert_eq!(sent[0].get("nodeids"), Some(&w2));

@@ -220,3 +220,48 @@ async fn scale_down_through_a_failed_drain_leaves_no_phantom_upcoming_node() {
     assert_eq!(ca.last_target(&stack.cluster_id), Some(3));
     stack.shutdown().await;
 }
+
+/// CloudStack slower than the autoscaler's deadline, then failing: DeleteNodes answers at its
+/// deadline, before the request's fate is known, and whatever it answers is kept. An OK is a
+/// removal carried through (never back in the target, the VM removed in the end); an error
+/// leaves the node as it was. Here every request is answered late with a proxy's 5xx (not
+/// executed), so an OK can only be kept by sending the removal again once CloudStack is back.
+#[tokio::test(start_paused = true)]
+async fn a_removal_answered_at_its_deadline_is_kept_whatever_cloudstack_does() {
+    for latency_ms in [2_400, 3_000, 4_000] {
+        let mut env = Stack::refreshed(pool(4), "pool", |s| s.groups[0].min = 1).await;
+        let victim = env.workers().remove(0);
+        env.sim.configure(|c| {
+            c.latency = std::time::Duration::from_millis(latency_ms);
+            c.error_rate = 1.0;
+        });
+        let answer = env.delete(vec![worker_node(&victim)]).await;
+        env.sim.configure(|c| {
+            c.latency = std::time::Duration::ZERO;
+            c.error_rate = 0.0;
+        });
+        match answer {
+            Ok(()) => {
+                wait_until("the promised removal to be carried out", async || {
+                    let _ = env.refresh().await;
+                    assert_eq!(
+                        env.target().await,
+                        3,
+                        "latency {latency_ms} ms: back in the target"
+                    );
+                    !env.workers().iter().any(|w| w.0 == victim.0)
+                        && env.sim.running_jobs(&env.cluster_id) == 0
+                })
+                .await;
+            }
+            Err(e) => {
+                assert_eq!(e.code(), Code::Unavailable, "latency {latency_ms} ms: {e}");
+                env.wait_provider_settled().await;
+                let _ = env.refresh().await;
+                assert_eq!(env.target().await, 4, "latency {latency_ms} ms: {e}");
+                assert!(env.workers().iter().any(|w| w.0 == victim.0));
+            }
+        }
+        env.shutdown().await;
+    }
+}

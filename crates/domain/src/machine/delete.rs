@@ -38,6 +38,9 @@ pub enum Accepted {
 pub struct Acceptance {
     pub accepted: Accepted,
     pub refused: Vec<ScaleError>,
+    /// The VMs this call queued for removal: the removals its caller is promised
+    /// ([`ScaleMachine::promise_removals`] when its deadline comes before the window's answer).
+    pub vm_ids: Vec<String>,
 }
 
 /// Instances a removal drops without CloudStack (they have no VM, or their VM goes with it).
@@ -164,8 +167,10 @@ impl ScaleMachine {
             return Ok(Acceptance {
                 accepted: Accepted::Done,
                 refused,
+                vm_ids: Vec::new(),
             });
         }
+        let vm_ids = plan.vms.clone();
         for vm_id in plan.vms {
             let name = snap
                 .snap
@@ -186,7 +191,11 @@ impl ScaleMachine {
             self.queue.window_open = true;
             Accepted::OpensWindow
         };
-        Ok(Acceptance { accepted, refused })
+        Ok(Acceptance {
+            accepted,
+            refused,
+            vm_ids,
+        })
     }
 
     /// Resolves the nodes of a DeleteNodes (all or nothing) and checks the group's minimum.

@@ -134,20 +134,24 @@ impl ScaleMachine {
         };
         let mut effects = Vec::new();
         if let (Origin::Rpc, OpKind::Remove { .. }) = (op.origin, &op.kind) {
-            // The window's callers hear the refusal: none of its removals is owed.
+            // The window's callers waiting for its answer hear the refusal: their removals
+            // are not owed.
             self.window_answered(false);
         }
-        if op.origin == Origin::Queue {
-            match op.kind {
-                OpKind::Increase { placeholders, .. } => self.record_failed(
+        match op.kind {
+            OpKind::Increase { placeholders, .. } if op.origin == Origin::Queue => self
+                .record_failed(
                     &refused_error(text.to_string()),
                     Vec::new(),
                     placeholders,
                     now,
                 ),
-                OpKind::Remove { sent, .. } => {
-                    effects.extend(self.requeue_failed(sent, text, now));
-                }
+            OpKind::Increase { .. } => {}
+            // Removals promised before (owed ones the request carried, callers answered at
+            // their deadline) stay owed whatever the request's origin.
+            OpKind::Remove { sent, .. } => {
+                let owed = self.owed_only(sent);
+                effects.extend(self.requeue_failed(owed, text, now));
             }
         }
         effects.extend(self.next_from_queue(alert, now));
@@ -221,18 +225,21 @@ impl ScaleMachine {
                 if !scaling && now.saturating_duration_since(*since) > self.timings.lost_settle =>
             {
                 let lost = std::mem::replace(&mut self.phase, Phase::Idle);
-                // A queued removal was owed before it was sent: still owed (a VM it removed
-                // after all is left out of the next request).
+                // The request never became a job. Its owed removals (owed before it was sent,
+                // or promised to a caller at its deadline) are still owed (a VM it removed
+                // after all is left out of the next request); the others' callers heard
+                // that the answer was lost.
                 if let Phase::AnswerLost {
                     op:
                         Op {
                             kind: OpKind::Remove { sent, .. },
-                            origin: Origin::Queue,
+                            ..
                         },
                     ..
                 } = lost
                 {
-                    self.queue.remove.splice(0..0, sent);
+                    let owed = self.owed_only(sent);
+                    self.queue.remove.splice(0..0, owed);
                 }
                 self.next_from_queue(alert, now)
             }
@@ -349,17 +356,28 @@ impl ScaleMachine {
                 self.recently_removed.remove(&r.name);
             }
             let reason = format!("scale job {job} failed: {text}");
-            if op.origin == Origin::Rpc && watched && !is_drain_failure(text) {
-                // The window's callers hear this failure: none of its removals is owed.
-                self.window_answered(false);
-            } else {
+            let drain_failed = watched && is_drain_failure(text);
+            let requeued = if drain_failed {
                 // A failed drain leaves the cluster in Alert with the node cordoned and no
                 // worker down, where CloudStack refuses every request: the removal is
                 // carried through (the VM stopped, then removed as a down VM), never left
-                // to the autoscaler, whose retry would be refused.
+                // to the autoscaler, whose retry would be refused. The callers watching
+                // hear OK.
                 owed = true;
-                effects.extend(self.requeue_failed(stayed, &reason, now));
-            }
+                stayed
+            } else {
+                if watched && op.origin == Origin::Rpc {
+                    // The callers watching hear this failure.
+                    self.window_answered(false);
+                } else {
+                    owed = true;
+                }
+                // Removals whose callers heard an error (this failure, or a lost answer) are
+                // not owed; those promised before are (owed ones the request carried,
+                // callers answered OK at their deadline).
+                self.owed_only(stayed)
+            };
+            effects.extend(self.requeue_failed(requeued, &reason, now));
         }
         effects.extend(self.next_from_queue(alert, now));
         Some(Settled {

@@ -35,6 +35,11 @@ pub struct Queue {
     /// A DeleteNodes at rest opened the collection window; the removals are sent when the
     /// shell closes it ([`ScaleMachine::close_window`]), not with the next snapshot.
     pub window_open: bool,
+    /// VMs whose removal a failure dropped before their callers were answered OK: a caller
+    /// whose deadline comes now must hear the window's error, not OK
+    /// ([`ScaleMachine::promise_removals`]). Cleared when the shell answers the window's
+    /// callers ([`ScaleMachine::window_closed`]).
+    pub dropped: Vec<String>,
 }
 
 /// A worker VM accepted for removal and not sent to CloudStack yet.
@@ -44,8 +49,11 @@ pub struct QueuedRemoval {
     /// Its name, lower-cased (a later DeleteNodes may name it so).
     pub name: String,
     pub since: Instant,
-    /// Accepted into the collection window (its callers wait for the window's answer), not
-    /// behind an operation in flight (its caller was answered at once).
+    /// Its caller has not been answered OK: it waits for the window's answer, or heard an
+    /// error. Such a removal is not owed: a failure drops it (the autoscaler untaints the
+    /// node), and its VM is not stopped. Cleared once the caller hears OK (the window's
+    /// answer, or its own deadline: [`ScaleMachine::promise_removals`]); a removal accepted
+    /// behind an operation in flight is answered OK at once and never has it.
     pub in_window: bool,
     /// Removal jobs that failed and left this VM.
     pub attempts: u32,
@@ -114,26 +122,67 @@ impl ScaleMachine {
         }
     }
 
-    /// The window's removals cannot be decided (no fresh snapshot): they are dropped, so the
-    /// callers' error is the whole truth. Removals accepted behind an operation that started
-    /// meanwhile (their callers were answered OK) stay queued.
+    /// The window's removals cannot be decided (no fresh snapshot): those whose callers were
+    /// not answered OK are dropped, so the callers' error is the whole truth. Removals already
+    /// promised (accepted behind an operation, or a caller answered at its deadline) stay
+    /// queued, owed.
     pub fn abort_window(&mut self) {
         if std::mem::take(&mut self.queue.window_open) {
-            self.queue.remove.retain(|r| !r.in_window);
+            self.drop_unpromised_queued();
         }
     }
 
-    /// The window's callers were answered: with OK its removals are owed from now on (the
-    /// autoscaler keeps their nodes tainted and counts them as gone); with an error they are
-    /// dropped (the autoscaler untaints the nodes and may delete them again later).
+    /// The window's callers are answered: with OK its removals are owed from now on, queued or
+    /// in the request in flight (the autoscaler keeps their nodes tainted and counts them as
+    /// gone); with an error those not promised already are dropped (the autoscaler untaints
+    /// the nodes and may delete them again later).
     pub fn window_answered(&mut self, ok: bool) {
         if ok {
-            for r in &mut self.queue.remove {
+            for r in self.queue.remove.iter_mut().chain(sent_in(&mut self.phase)) {
                 r.in_window = false;
             }
         } else {
-            self.queue.remove.retain(|r| !r.in_window);
+            self.drop_unpromised_queued();
         }
+    }
+
+    /// The shell has told the window's outcome to every caller waiting for it: the record of
+    /// what a failure dropped is no longer needed.
+    pub fn window_closed(&mut self) {
+        self.queue.dropped.clear();
+    }
+
+    /// A caller's deadline came before its window's answer: its removals (`vm_ids`, the VMs
+    /// its DeleteNodes queued) are owed from now on, wherever they are (queued, or in the
+    /// request in flight), and the caller hears OK. `false` when a failure already dropped one
+    /// of them: the caller must hear the window's error instead. A removal that completed
+    /// meanwhile needs nothing.
+    pub fn promise_removals(&mut self, vm_ids: &[String]) -> bool {
+        if vm_ids.iter().any(|v| self.queue.dropped.contains(v)) {
+            return false;
+        }
+        for r in self.queue.remove.iter_mut().chain(sent_in(&mut self.phase)) {
+            if vm_ids.contains(&r.vm_id) {
+                r.in_window = false;
+            }
+        }
+        true
+    }
+
+    /// Drops the queued removals whose callers were not answered OK, noting their VMs.
+    fn drop_unpromised_queued(&mut self) {
+        let queued = std::mem::take(&mut self.queue.remove);
+        self.queue.remove = self.owed_only(queued);
+    }
+
+    /// Of removals a failure leaves, those owed (their callers heard OK); the others are
+    /// dropped and noted, so a caller whose deadline comes now hears the error.
+    pub(super) fn owed_only(&mut self, removals: Vec<QueuedRemoval>) -> Vec<QueuedRemoval> {
+        let (owed, dropped): (Vec<_>, Vec<_>) = removals.into_iter().partition(|r| !r.in_window);
+        self.queue
+            .dropped
+            .extend(dropped.into_iter().map(|r| r.vm_id));
+        owed
     }
 
     /// The next `nodeids` request from the owed removals: VMs that vanished meanwhile are
@@ -303,7 +352,9 @@ impl ScaleMachine {
     pub fn take_stops(&mut self, now: Instant) -> Vec<String> {
         let mut out = Vec::new();
         for r in &mut self.queue.remove {
+            // A removal not promised yet may still be refused: its VM stays as it is.
             if r.stop == StopStage::Wanted
+                && !r.in_window
                 && r.stop_not_before.is_none_or(|t| t <= now)
                 && !out.contains(&r.vm_id)
             {
@@ -411,4 +462,18 @@ impl ScaleMachine {
             .and_then(|s| s.snap.vm(vm_id))
             .map_or_else(|| vm_id.to_string(), |v| v.name.clone())
     }
+}
+
+/// The removals in the request in flight, if one is.
+fn sent_in(phase: &mut Phase) -> impl Iterator<Item = &mut QueuedRemoval> {
+    let op = match phase {
+        Phase::Submitting { op, .. } | Phase::AnswerLost { op, .. } | Phase::Running { op, .. } => {
+            Some(op)
+        }
+        Phase::Idle | Phase::Adopted { .. } => None,
+    };
+    op.into_iter().flat_map(|op| match &mut op.kind {
+        OpKind::Remove { sent, .. } => sent.iter_mut(),
+        OpKind::Increase { .. } => [].iter_mut(),
+    })
 }

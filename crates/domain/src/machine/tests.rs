@@ -1083,11 +1083,13 @@ fn a_running_vm_without_a_node_is_stopped_first_or_refused() {
         m.accept_removal(&[fake("w3", "create-error")], 1, &ALERT, &no_reports(), t0),
         Ok(Accepted::OpensWindow)
     );
-    assert_eq!(m.take_stops(t0), ["w3"]);
-    assert!(m.take_stops(t0).is_empty(), "a stop is sent once");
+    // Not stopped before its caller hears OK: the window may still be refused.
+    assert!(m.take_stops(t0).is_empty(), "stopped before the promise");
     // Nothing to send while it runs.
     assert_eq!(m.close_window(&ALERT, t0), Ok(vec![]));
     m.window_answered(true);
+    assert_eq!(m.take_stops(t0), ["w3"]);
+    assert!(m.take_stops(t0).is_empty(), "a stop is sent once");
     m.stop_answered("w3", None, t0);
     assert_eq!(m.target(), Some(2));
     let stopped = snapshot(
@@ -1108,6 +1110,8 @@ fn a_running_vm_without_a_node_is_stopped_first_or_refused() {
     m.snapshot_installed(running(3, t0), &ALERT, t0);
     m.accept_removal(&[fake("w3", "unregistered")], 1, &ALERT, &no_reports(), t0)
         .expect("accepted");
+    assert_eq!(m.close_window(&ALERT, t0), Ok(vec![]));
+    m.window_answered(true);
     assert_eq!(m.take_stops(t0), ["w3"]);
     m.stop_answered("w3", Some(("432 not available", true)), t0);
     let shown = m.instances(&[]);
@@ -1540,4 +1544,138 @@ fn poll_delays() {
         let got = poll_delay(poll, failed, Duration::from_secs(secs), 2 * hour);
         assert_eq!(got, want, "{failed} failed polls after {secs}s");
     }
+}
+
+/// A removal whose caller was answered OK at its deadline, before the window's request was
+/// answered, is owed whatever the request's fate: refused, lost and never a job, or failed.
+/// One whose caller heard the error is not, and is never stopped.
+#[test]
+fn a_removal_promised_at_the_deadline_is_owed_whatever_the_request_becomes() {
+    let t0 = Instant::now();
+    // Queued, or sent again.
+    let queued = |m: &ScaleMachine| -> Vec<String> {
+        let sent = match m.phase().op().map(|op| &op.kind) {
+            Some(OpKind::Remove { vm_ids, .. }) => vm_ids.clone(),
+            _ => Vec::new(),
+        };
+        m.queue()
+            .remove
+            .iter()
+            .map(|r| r.vm_id.clone())
+            .chain(sent)
+            .collect()
+    };
+    let outcomes: [(&str, fn(&mut ScaleMachine, Instant)); 3] = [
+        ("refused", |m, t| {
+            m.submission_refused("CloudStack says no", &ALERT, t);
+        }),
+        ("lost, never a job", |m, t| {
+            m.submission_lost();
+            let later = t + Duration::from_secs(3600);
+            m.snapshot_installed(running(3, later), &ALERT, later);
+            m.no_job_found(&ALERT, later);
+        }),
+        ("failed after the watch", |m, t| {
+            m.submission_answered("job-1".into(), t);
+            let end = JobEnd::Failed {
+                code: 530,
+                text: "failed to remove the VM".into(),
+            };
+            m.snapshot_installed(running(3, t), &ALERT, t);
+            m.job_finished("job-1", &end, true, false, &ALERT, t);
+        }),
+    ];
+    for (what, outcome) in outcomes {
+        // Promised: the caller's deadline came first.
+        let mut m = machine_in("idle", t0);
+        let accepted = m
+            .accept_removals(&[node("w2")], 1, &ALERT, &no_reports(), t0)
+            .expect("accepted");
+        assert_eq!(accepted.vm_ids, ["w2"]);
+        assert_eq!(m.close_window(&ALERT, t0), Ok(vec![remove_of(&["w2"])]));
+        assert!(m.promise_removals(&accepted.vm_ids), "{what}");
+        outcome(&mut m, t0);
+        assert_eq!(queued(&m), ["w2"], "{what}: still owed");
+        assert_eq!(m.target(), Some(2), "{what}: out of the target");
+
+        // Not promised: the callers hear the outcome and the removal is dropped.
+        let mut m = machine_in("idle", t0);
+        let accepted = m
+            .accept_removals(&[node("w2")], 1, &ALERT, &no_reports(), t0)
+            .expect("accepted");
+        m.close_window(&ALERT, t0).expect("sent");
+        if what != "refused" {
+            // The shell answered the callers with the lost answer's error.
+            if what == "lost, never a job" {
+                m.submission_lost();
+                m.window_answered(false);
+                let later = t0 + Duration::from_secs(3600);
+                m.snapshot_installed(running(3, later), &ALERT, later);
+                m.no_job_found(&ALERT, later);
+            } else {
+                m.submission_lost();
+                m.window_answered(false);
+                m.job_found("job-1".into(), t0);
+                let end = JobEnd::Failed {
+                    code: 530,
+                    text: "failed to remove the VM".into(),
+                };
+                m.snapshot_installed(running(3, t0), &ALERT, t0);
+                m.job_finished("job-1", &end, true, false, &ALERT, t0);
+            }
+        } else {
+            outcome(&mut m, t0);
+        }
+        assert!(queued(&m).is_empty(), "{what}: dropped");
+        assert_eq!(m.target(), Some(3), "{what}: back in the target");
+        // A caller whose deadline comes now hears the error, not OK.
+        assert!(!m.promise_removals(&accepted.vm_ids), "{what}");
+        m.window_closed();
+    }
+}
+
+/// An owed removal that rode in a window's request is not dropped with the window's callers.
+#[test]
+fn an_owed_removal_in_a_refused_window_request_stays_owed() {
+    let t0 = Instant::now();
+    let mut m = machine_in("idle", t0);
+    // w1 owed (its caller answered OK behind an operation), backing off after a failure.
+    m.accept_removal(&[node("w1")], 1, &ALERT, &no_reports(), t0)
+        .expect("accepted");
+    m.close_window(&ALERT, t0).expect("sent");
+    m.window_answered(true);
+    m.submission_refused("busy", &ALERT, t0);
+    assert_eq!(m.queue().remove.len(), 1, "owed after the refusal");
+    // Due again, w1 rides with a new window's w2 (both down: one request).
+    let t1 = t0 + Duration::from_secs(3600);
+    let down = snapshot(
+        "Alert",
+        &[
+            ("w1", VmState::Stopped),
+            ("w2", VmState::Stopped),
+            ("w3", VmState::Running),
+        ],
+        t1,
+    );
+    m.snapshot_installed(down, &ALERT, t1);
+    // The snapshot at rest sent w1 alone; CloudStack refused it: still owed.
+    if m.phase().op().is_some() {
+        m.submission_refused("busy", &ALERT, t1);
+    }
+    m.accept_removal(&[node("w2")], 1, &ALERT, &no_reports(), t1)
+        .expect("accepted");
+    let t2 = t1 + Duration::from_secs(3600);
+    let sent = m.close_window(&ALERT, t2).expect("sent");
+    assert!(
+        sent.iter().any(|e| matches!(e, Effect::Submit(ScaleRequest::RemoveNodes { vm_ids }) if vm_ids.contains(&"w2".to_string()))),
+        "{sent:?}"
+    );
+    m.submission_refused("no", &ALERT, t2);
+    m.window_answered(false);
+    let left: Vec<&str> = m.queue().remove.iter().map(|r| r.vm_id.as_str()).collect();
+    assert!(left.contains(&"w1"), "the owed removal stays: {left:?}");
+    assert!(
+        !left.contains(&"w2"),
+        "the window's removal is dropped: {left:?}"
+    );
 }
