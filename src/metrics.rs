@@ -105,7 +105,8 @@ fn describe() {
     describe_counter!(
         "cks_provider_cloudstack_requests_total",
         "CloudStack API calls, by command and outcome (ok, unreachable, api_error, \
-         unauthorized, http_error, malformed, config)."
+         unauthorized, not_permitted, throttled: one per try CloudStack's rate limit refused, \
+         http_error, malformed, config)."
     );
     describe_histogram!(
         "cks_provider_cloudstack_request_duration_seconds",

@@ -18,6 +18,10 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::{Instant, timeout_at};
 
+/// How long queued removals wait after CloudStack throttled their request (its window is a
+/// second by default; the client already waited within its request timeout).
+const THROTTLED_RETRY: Duration = Duration::from_secs(10);
+
 impl Provider {
     fn scale_error(&self, gi: usize, source: ScaleError) -> Error {
         if let ScaleError::Refused(r) = &source {
@@ -133,6 +137,13 @@ impl Provider {
                     group: label,
                     detail: e.to_string(),
                 });
+            }
+            Ok(Err(e @ CsError::Throttled { .. })) => {
+                // Refused before it ran: nothing changed, nothing failed. Queued work waits
+                // its turn again; callers waiting hear UNAVAILABLE.
+                tracing::warn!(group = %label, error = %e, "scaleKubernetesCluster throttled by CloudStack; nothing changed, it is sent again later");
+                g.lock().scale.submission_throttled(THROTTLED_RETRY, now());
+                return Err(Error::CloudStack(e));
             }
             Ok(Err(e)) => {
                 tracing::warn!(group = %label, error = %e, "scaleKubernetesCluster refused");

@@ -158,6 +158,38 @@ impl ScaleMachine {
         effects
     }
 
+    /// CloudStack throttled the submission (its API rate limit, `api.throttling`): refused
+    /// before the command ran, so nothing changed there, and nothing here counts it as a
+    /// failure. Work from the queue goes back as it was: removals keep their attempts and are
+    /// sent again after `retry_in`, increases are queued again (never failed instances). A
+    /// request of callers waiting for its answer (a window, an IncreaseSize) is theirs to
+    /// send again: they hear UNAVAILABLE, and removals not promised are dropped.
+    pub fn submission_throttled(&mut self, retry_in: Duration, now: Instant) {
+        let Some((op, _)) = self.take_submission() else {
+            return;
+        };
+        match op.kind {
+            OpKind::Increase { placeholders, .. } if op.origin == Origin::Queue => {
+                self.queue.increase.splice(0..0, placeholders);
+            }
+            OpKind::Increase { .. } => {}
+            OpKind::Remove { sent, .. } => {
+                if op.origin == Origin::Rpc {
+                    self.window_answered(false);
+                }
+                let mut owed = self.owed_only(sent);
+                for r in &mut owed {
+                    r.not_before = Some(now + retry_in);
+                    r.trouble = Some(
+                        "CloudStack throttles this API key (api.throttling): sent again shortly"
+                            .into(),
+                    );
+                }
+                self.queue.remove.splice(0..0, owed);
+            }
+        }
+    }
+
     /// The submission's answer was lost (timeout, dropped connection, garbled answer):
     /// CloudStack may have accepted it, so nothing more is sent until a snapshot tells.
     pub fn submission_lost(&mut self) {

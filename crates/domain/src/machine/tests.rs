@@ -1565,7 +1565,8 @@ fn a_removal_promised_at_the_deadline_is_owed_whatever_the_request_becomes() {
             .chain(sent)
             .collect()
     };
-    let outcomes: [(&str, fn(&mut ScaleMachine, Instant)); 3] = [
+    type Outcome = fn(&mut ScaleMachine, Instant);
+    let outcomes: [(&str, Outcome); 3] = [
         ("refused", |m, t| {
             m.submission_refused("CloudStack says no", &ALERT, t);
         }),
@@ -1678,4 +1679,43 @@ fn an_owed_removal_in_a_refused_window_request_stays_owed() {
         !left.contains(&"w2"),
         "the window's removal is dropped: {left:?}"
     );
+}
+
+/// CloudStack's API throttling refuses a request before it runs: queued work goes back as it
+/// was, never failed instances, never a failed removal attempt.
+#[test]
+fn a_throttled_queued_request_goes_back_to_the_queue_unchanged() {
+    let t0 = Instant::now();
+    let mut m = machine_in("running", t0);
+    assert_eq!(m.admit_increase(2, MAX), Ok(Admission::Queued));
+    let settled = m
+        .job_finished("job-1", &JobEnd::Succeeded, true, false, &ALERT, t0)
+        .expect("our job");
+    assert_eq!(
+        settled.effects,
+        vec![Effect::Submit(ScaleRequest::Resize { new_size: 5 })]
+    );
+    m.submission_throttled(Duration::from_secs(10), t0);
+    assert_eq!(m.phase(), &Phase::Idle);
+    assert!(m.failed().is_empty(), "{:?}", m.failed());
+    assert_eq!(m.queue().increase.len(), 2);
+    assert_eq!(m.target(), Some(5));
+    // Sent again with the next snapshot at rest.
+    let fx = m.snapshot_installed(running3(t0), &ALERT, t0);
+    assert_eq!(
+        fx,
+        vec![Effect::Submit(ScaleRequest::Resize { new_size: 5 })]
+    );
+
+    // An owed removal keeps its attempts and waits a moment.
+    let mut m = machine_in("idle", t0);
+    m.accept_removal(&[node("w2")], 1, &ALERT, &no_reports(), t0)
+        .expect("accepted");
+    m.close_window(&ALERT, t0).expect("sent");
+    m.window_answered(true);
+    m.submission_throttled(Duration::from_secs(10), t0);
+    let r = &m.queue().remove[0];
+    assert_eq!((r.vm_id.as_str(), r.attempts), ("w2", 0));
+    assert_eq!(r.not_before, Some(t0 + Duration::from_secs(10)));
+    assert_eq!(m.target(), Some(2));
 }
