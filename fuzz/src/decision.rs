@@ -16,13 +16,14 @@ use cks_domain::rules::{
 };
 
 /// Every rule name a refusal may carry.
-pub const RULES: [&str; 12] = [
+pub const RULES: [&str; 13] = [
     "state_not_scalable",
     "stopped_cluster_size",
     "alert_unsupported",
     "no_change",
     "size_below_one",
     "removes_all_workers",
+    "size_behind_workers",
     "not_workers",
     "unknown_vm",
     "alert_rule_4_first_control_not_running",

@@ -3,7 +3,7 @@
 //! debug line. Pure functions of the state; the provider caches their answers per state
 //! change.
 
-use super::cluster::{ClusterSnapshot, NodeRole};
+use super::cluster::{ClusterSnapshot, NodeRole, Vm};
 use super::machine::{OpKind, Phase, ScaleMachine};
 use super::removal::StopStage;
 use super::rules::{AlertScaling, blocked_reason};
@@ -11,6 +11,7 @@ use super::status::{
     ErrorClass, InstanceError, InstanceState, VmActivity, placeholder_status, reported_down,
     vm_status,
 };
+use super::stranded::written_off_error;
 use std::collections::HashSet;
 
 /// How many down workers the debug line names before "and N more".
@@ -52,7 +53,11 @@ pub fn min_max(snap: Option<&ClusterSnapshot>, configured: (u32, u32)) -> (u32, 
 }
 
 impl ScaleMachine {
-    fn activity(&self, vm_id: &str, removing: &HashSet<&str>) -> VmActivity {
+    fn activity(&self, vm: &Vm, removing: &HashSet<&str>) -> VmActivity {
+        let vm_id = vm.id.as_str();
+        if self.written_off.contains(vm_id) {
+            return VmActivity::WrittenOff(written_off_error(vm));
+        }
         if removing.contains(vm_id) {
             return match self.queue.remove.iter().find(|r| r.vm_id == vm_id) {
                 Some(r) => match &r.trouble {
@@ -97,7 +102,7 @@ impl ScaleMachine {
         let mut out = Vec::with_capacity(s.snap.vms.len() + self.failed.len());
         let removing = self.removing();
         for vm in s.snap.workers() {
-            let activity = self.activity(&vm.id, &removing);
+            let activity = self.activity(vm, &removing);
             let (state, error) = vm_status(vm, &activity);
             out.push(InstanceView {
                 id: self.instance_id(&vm.id),
@@ -158,7 +163,7 @@ impl ScaleMachine {
             if vm.state.is_down() && !vm.state.is_gone() {
                 down.push(format!("{} {}", vm.name, vm.state));
             }
-            match vm_status(vm, &self.activity(&vm.id, &removing)).0 {
+            match vm_status(vm, &self.activity(vm, &removing)).0 {
                 InstanceState::Running => running += 1,
                 InstanceState::Creating => creating += 1,
                 InstanceState::Deleting => deleting += 1,
@@ -199,6 +204,13 @@ impl ScaleMachine {
             line.push_str(&format!(
                 "; {} failed instance(s) to delete",
                 self.failed.len()
+            ));
+        }
+        let written_off = self.written_off();
+        if !written_off.is_empty() {
+            line.push_str(&format!(
+                "; {} failed creation(s) written off, left for an operator",
+                written_off.len()
             ));
         }
         if self.phase == Phase::Idle

@@ -19,6 +19,8 @@
 //!   refusals, and when that stops being believed.
 //! - [`removal`]: what CloudStack can finish when it removes VMs (one drain per request) and
 //!   how an accepted removal is retried until its VM is gone.
+//! - [`stranded`]: a cluster CloudStack has stranded (Alert rules 5 and 7: VMs and nodes that
+//!   differ, Alert with no worker down), the VMs involved and the operator's fix.
 //!
 //! Nothing here touches the network, the clock or a lock; callers pass in what they observed
 //! and the time they observed it.
@@ -31,4 +33,5 @@ pub mod registry;
 pub mod removal;
 pub mod rules;
 pub mod status;
+pub mod stranded;
 pub mod verdict;

@@ -6,6 +6,7 @@
 //! these rules (written from the same CloudStack facts) so tests catch the two disagreeing.
 
 use super::cluster::{ClusterSnapshot, ClusterState, NodeRole, Vm, VmState};
+use super::stranded;
 use std::fmt;
 
 /// What the provider asks CloudStack to do. Nothing else is ever sent: no offerings, no
@@ -71,16 +72,33 @@ pub enum Refusal {
         cluster: String,
         vms: Vec<(String, NodeRole, String)>,
     },
-    /// Rule 5: the VM count (external nodes left out) differs from control + etcd + size.
-    /// Destroyed and Expunging VMs are counted: CloudStack still lists them (its VM-map rows),
-    /// and its own check counts those rows.
+    /// Rule 5: the VM count (external nodes included: they are in `size`) differs from
+    /// control + etcd + size. Destroyed and Expunging VMs are counted: CloudStack still lists
+    /// them (its VM-map rows), and its own check counts those rows. `left_behind`: with more
+    /// VMs than nodes, the VMs a failed scale-up left (`name (state)`,
+    /// [`crate::stranded::left_behind`]).
     VmCountMismatch {
         cluster: String,
         vms: u32,
         nodes: u32,
+        left_behind: Vec<String>,
     },
-    /// Rule 7: Alert but no worker VM is down: scaling will not fix it.
-    AlertWithoutDownWorker { cluster: String },
+    /// Rule 7: Alert but no worker VM is down: scaling will not fix it. `not_running`: the
+    /// VMs that are not Running (`name (state)`), what may keep it in Alert.
+    AlertWithoutDownWorker {
+        cluster: String,
+        not_running: Vec<String>,
+    },
+    /// A removal that leaves worker VMs but names as many as the cluster's `size`, which lags
+    /// behind the worker VMs CloudStack lists (VMs a failed scale-up left): CloudStack counts
+    /// the request against `size` and refuses it as removing every node. Checked after the
+    /// cluster state rules, which name the stranding first in Alert (rule 5).
+    SizeBehindWorkers {
+        cluster: String,
+        removed: u32,
+        workers: u32,
+        size: u32,
+    },
     /// `clustertype` ExternalManaged: CloudStack scales no such cluster (its job fails with
     /// "Scale kubernetes cluster is not supported for an externally managed cluster").
     ExternallyManaged { cluster: String },
@@ -105,6 +123,7 @@ impl Refusal {
             Refusal::ControlPlaneDown { .. } => "alert_rule_6_control_plane_down",
             Refusal::VmCountMismatch { .. } => "alert_rule_5_vm_count_mismatch",
             Refusal::AlertWithoutDownWorker { .. } => "alert_rule_7_no_down_worker",
+            Refusal::SizeBehindWorkers { .. } => "size_behind_workers",
             Refusal::ExternallyManaged { .. } => "externally_managed",
         }
     }
@@ -220,12 +239,51 @@ impl fmt::Display for Refusal {
                 cluster,
                 vms,
                 nodes,
+                left_behind,
+            } => {
+                write!(
+                    f,
+                    "cluster {cluster:?}: CloudStack lists {vms} VMs but the cluster has {nodes} \
+                     nodes (control + etcd + size, external nodes counted in size); "
+                )?;
+                if vms > nodes {
+                    let which = if left_behind.is_empty() {
+                        "VMs".to_string()
+                    } else {
+                        stranded::list(left_behind)
+                    };
+                    write!(
+                        f,
+                        "a failed scale-up left {which} behind (CloudStack keeps the VMs it \
+                         created and writes the size only on success); CloudStack refuses every \
+                         scale request while the two differ, and refuses to destroy a cluster's \
+                         VM directly; a CloudStack administrator must remove the VMs left behind \
+                         (drain and delete their nodes first) or, if they are Ready nodes to \
+                         keep, correct the cluster's size to count them (operations guide §7.2) \
+                         (CKS Alert rule 5)"
+                    )
+                } else {
+                    write!(
+                        f,
+                        "a removal that failed part way destroyed VMs without lowering the size; \
+                         CloudStack refuses every scale request while the two differ; a \
+                         CloudStack administrator must correct the cluster's size to the VMs \
+                         left (operations guide §7.2) (CKS Alert rule 5)"
+                    )
+                }
+            }
+            Refusal::SizeBehindWorkers {
+                cluster,
+                removed,
+                workers,
+                size,
             } => write!(
                 f,
-                "cluster {cluster:?}: CloudStack lists {vms} VMs but the cluster has {nodes} nodes \
-                 (control + etcd + size, external nodes counted in size); CloudStack refuses scaling \
-                 while they differ; VMs left behind by a failed scale-up must be removed by an \
-                 operator (CKS Alert rule 5)"
+                "cluster {cluster:?}: the request removes {removed} of the {workers} worker VMs \
+                 CloudStack lists, but the cluster's size is {size} and CloudStack refuses \
+                 removing as many nodes as the size (\"Can not remove all nodes from a \
+                 cluster\"); the VMs beyond the size were left by a failed scale-up and only an \
+                 administrator can make the two agree (operations guide §7.2)"
             ),
             Refusal::ExternallyManaged { cluster } => write!(
                 f,
@@ -233,13 +291,25 @@ impl fmt::Display for Refusal {
                  CloudStack does not scale such clusters; scale it with the tool that manages it, \
                  or leave it out of --nodes"
             ),
-            Refusal::AlertWithoutDownWorker { cluster } => write!(
-                f,
-                "cluster {cluster:?} is in Alert but no worker VM is down: it is in Alert for a \
-                 reason scaling cannot fix (a failed start or upgrade, a VM on a disconnected \
-                 host); CloudStack refuses scaling, an operator must recover the cluster \
-                 (CKS Alert rule 7)"
-            ),
+            Refusal::AlertWithoutDownWorker {
+                cluster,
+                not_running,
+            } => {
+                let seen = if not_running.is_empty() {
+                    "every VM runs, so a node is NotReady or cordoned".to_string()
+                } else {
+                    format!("not Running: {}", stranded::list(not_running))
+                };
+                write!(
+                    f,
+                    "cluster {cluster:?} is in Alert but no worker VM is down ({seen}): it is in \
+                     Alert for a reason scaling cannot fix, and CloudStack refuses every scale \
+                     request; an operator must find it: uncordon a node a failed drain left \
+                     cordoned (CloudStack counts only Ready nodes), bring back a VM on a \
+                     disconnected host, or repeat a failed start or upgrade (operations guide \
+                     §7.1) (CKS Alert rule 7)"
+                )
+            }
         }
     }
 }
@@ -249,8 +319,10 @@ impl fmt::Display for Refusal {
 /// 0. an externally managed cluster (ExternallyManaged), whatever the request;
 /// 1. RemoveNodes: every id is a VM of the cluster (UnknownVm), every VM is a worker
 ///    (NotWorkers, in every cluster state), the list is not empty (NoChange) and does not remove
-///    every worker (RemovesAllWorkers, counting all workers, down ones included; CloudStack's
-///    own limit, `size`, applies too when it is smaller);
+///    every worker (RemovesAllWorkers, counting all workers, down ones included). CloudStack's
+///    own limit, `size`, applies too when it is smaller, but a request that leaves workers and
+///    reaches only that limit is refused after the state rules (SizeBehindWorkers): `size`
+///    lags behind the VMs when CloudStack stranded the cluster, and in Alert rule 5 says so;
 ///    Resize: new_size ≥ 1 (SizeBelowOne);
 /// 2. by cluster state:
 ///    - Created, Running: accepted (a Resize to the current size too: CloudStack returns early
@@ -260,7 +332,8 @@ impl fmt::Display for Refusal {
 ///    - Alert: AlertScaling::Unsupported → AlertUnsupported; otherwise rules of cks-scaling.md in
 ///      this order (assumed, *unverified*): 4 FirstControlNotRunning, 6 ControlPlaneDown,
 ///      5 VmCountMismatch, 7 AlertWithoutDownWorker, 2 NoChange;
-///    - every other state: StateNotScalable.
+///    - every other state: StateNotScalable;
+/// 3. a removal that reaches only the lagging `size` (SizeBehindWorkers).
 pub fn check_scale(
     snapshot: &ClusterSnapshot,
     request: &ScaleRequest,
@@ -270,7 +343,7 @@ pub fn check_scale(
     if snapshot.externally_managed {
         return Err(Refusal::ExternallyManaged { cluster: cluster() });
     }
-    match request {
+    let behind = match request {
         ScaleRequest::RemoveNodes { vm_ids } => check_node_list(snapshot, vm_ids)?,
         ScaleRequest::Resize { new_size } if *new_size < 1 => {
             return Err(Refusal::SizeBelowOne {
@@ -278,8 +351,19 @@ pub fn check_scale(
                 new_size: *new_size,
             });
         }
-        ScaleRequest::Resize { .. } => {}
-    }
+        ScaleRequest::Resize { .. } => None,
+    };
+    check_state(snapshot, request, alert)?;
+    behind.map_or(Ok(()), Err)
+}
+
+/// Step 2 of [`check_scale`]: the rules of the cluster's state.
+fn check_state(
+    snapshot: &ClusterSnapshot,
+    request: &ScaleRequest,
+    alert: &AlertScaling,
+) -> Result<(), Refusal> {
+    let cluster = || snapshot.name.clone();
     let no_change = || match request {
         ScaleRequest::Resize { new_size } if *new_size == snapshot.size => Err(Refusal::NoChange {
             cluster: cluster(),
@@ -305,8 +389,12 @@ pub fn check_scale(
 }
 
 /// The request-independent checks on a node list: membership, worker-only, not empty, not
-/// every worker. Duplicate ids count once.
-fn check_node_list(snapshot: &ClusterSnapshot, vm_ids: &[String]) -> Result<(), Refusal> {
+/// every worker. Duplicate ids count once. `Ok(Some(_))`: the list leaves workers but reaches
+/// the cluster's lagging `size`, a refusal that comes after the state rules.
+fn check_node_list(
+    snapshot: &ClusterSnapshot,
+    vm_ids: &[String],
+) -> Result<Option<Refusal>, Refusal> {
     let mut named = Vec::with_capacity(vm_ids.len());
     for id in vm_ids {
         let Some(vm) = snapshot.vm(id) else {
@@ -336,16 +424,27 @@ fn check_node_list(snapshot: &ClusterSnapshot, vm_ids: &[String]) -> Result<(), 
             size: snapshot.size,
         });
     }
-    // CloudStack refuses removing `size` or more nodes; removing every worker VM is refused too
-    // even when `size` lags behind the VMs (a cluster with no worker left is never wanted).
-    let workers = snapshot.workers().count().min(snapshot.size as usize);
-    if named.len() >= workers {
-        return Err(Refusal::RemovesAllWorkers {
+    // Removing every worker VM is refused (a cluster with no worker left is never wanted), and
+    // so is removing `size` or more nodes (CloudStack's own limit). When `size` lags behind the
+    // VMs that limit is not the group's doing: the request is refused for it only after the
+    // state rules had their say.
+    let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+    let workers = snapshot.workers().count();
+    if named.len() >= workers.min(snapshot.size as usize) {
+        if named.len() >= workers || workers <= snapshot.size as usize {
+            return Err(Refusal::RemovesAllWorkers {
+                cluster: snapshot.name.clone(),
+                workers: count(workers.min(snapshot.size as usize)),
+            });
+        }
+        return Ok(Some(Refusal::SizeBehindWorkers {
             cluster: snapshot.name.clone(),
-            workers: u32::try_from(workers).unwrap_or(u32::MAX),
-        });
+            removed: count(named.len()),
+            workers: count(workers),
+            size: snapshot.size,
+        }));
     }
-    Ok(())
+    Ok(None)
 }
 
 /// The Alert rules of the CKS scaling rules that do not depend on the request, checked in the
@@ -399,23 +498,26 @@ fn alert_rules(snapshot: &ClusterSnapshot, alert: &AlertScaling) -> Result<(), R
     // external nodes to `size` (`KubernetesClusterAddWorker.updateKubernetesCluster`), so the
     // nodes are control + etcd + size. Destroyed/Expunging VMs are still listed (VM-map rows),
     // so they count too.
-    let vms = snapshot.vms.len();
-    let vms = u32::try_from(vms).unwrap_or(u32::MAX);
-    let nodes = snapshot
-        .control_nodes
-        .saturating_add(snapshot.etcd_nodes)
-        .saturating_add(snapshot.size);
+    let (vms, nodes) = stranded::vm_count(snapshot);
+    let label = |v: &&Vm| format!("{} ({})", v.name, v.state);
     if vms != nodes {
         return Err(Refusal::VmCountMismatch {
             cluster: cluster(),
             vms,
             nodes,
+            left_behind: stranded::left_behind(snapshot, &[])
+                .iter()
+                .map(label)
+                .collect(),
         });
     }
 
     // Rule 7.
     if !snapshot.workers().any(|v| v.state.is_down()) {
-        return Err(Refusal::AlertWithoutDownWorker { cluster: cluster() });
+        return Err(Refusal::AlertWithoutDownWorker {
+            cluster: cluster(),
+            not_running: stranded::not_running(snapshot).iter().map(label).collect(),
+        });
     }
     Ok(())
 }
@@ -938,27 +1040,37 @@ mod tests {
             Refusal::VmCountMismatch {
                 cluster: "k8s".into(),
                 vms: 7,
-                nodes: 6
+                nodes: 6,
+                left_behind: vec!["k8s-node-18c0c4 (Running)".into()],
             }
         );
         let msg = refusal.to_string();
         for part in [
             "lists 7 VMs",
             "has 6 nodes",
-            "removed by an operator",
+            "left k8s-node-18c0c4 (Running) behind",
+            "administrator must remove the VMs left behind",
             "(CKS Alert rule 5)",
         ] {
             assert!(msg.contains(part), "{part} in {msg}");
         }
         // Fewer VMs than nodes.
         let snap = base().size(5).alert().build();
+        let refusal = check_scale(&snap, &resize(6), &AlertScaling::Supported).unwrap_err();
         assert_eq!(
-            check_scale(&snap, &resize(6), &AlertScaling::Supported),
-            Err(Refusal::VmCountMismatch {
+            refusal,
+            Refusal::VmCountMismatch {
                 cluster: "k8s".into(),
                 vms: 6,
-                nodes: 7
-            })
+                nodes: 7,
+                left_behind: vec![],
+            }
+        );
+        let msg = refusal.to_string();
+        assert!(
+            msg.contains("a removal that failed part way")
+                && msg.contains("correct the cluster's size"),
+            "{msg}"
         );
         // A Destroyed VM is still listed, so it still counts.
         let snap = base().stray_worker(VmState::Destroyed).alert().build();
@@ -974,6 +1086,71 @@ mod tests {
         );
     }
 
+    /// A scale-up CloudStack failed part way left two VMs (one Running, one Error) on a
+    /// cluster whose size stayed 1. Deleting them (the failed creations the autoscaler
+    /// deletes) is refused for the VM count, naming them, never as "removes all workers …
+    /// check the node group's minimum size".
+    #[test]
+    fn removing_what_a_failed_scale_up_left_names_the_stranding_not_the_minimum() {
+        let b = || {
+            ClusterBuilder::healthy("k8s", 1, 1)
+                .stray_worker(UP)
+                .stray_worker(VmState::Error)
+        };
+        let alert = b().alert().build();
+        let supported = AlertScaling::Supported;
+        for ids in [&["worker-2", "worker-3"][..], &["worker-3"], &["worker-2"]] {
+            let refusal = check_scale(&alert, &remove(ids), &supported).unwrap_err();
+            assert_eq!(refusal.rule(), "alert_rule_5_vm_count_mismatch", "{ids:?}");
+            let msg = refusal.to_string();
+            assert!(
+                msg.contains("left k8s-node-18c0c3 (Error), k8s-node-18c0c2 (Running) behind"),
+                "{msg}"
+            );
+            assert!(!msg.contains("minimum size"), "{msg}");
+        }
+        // Every worker: refused as such.
+        assert_eq!(
+            outcome(
+                &alert,
+                &remove(&["worker-1", "worker-2", "worker-3"]),
+                &supported
+            ),
+            "removes_all_workers"
+        );
+        // On a CloudStack without Alert scaling the Alert itself is the reason.
+        assert_eq!(
+            outcome(&alert, &remove(&["worker-3"]), &unsupported()),
+            "alert_unsupported"
+        );
+        // Outside Alert the size that lags behind the VMs is named.
+        let running = b().build();
+        let refusal = check_scale(&running, &remove(&["worker-3"]), &supported).unwrap_err();
+        assert_eq!(
+            refusal,
+            Refusal::SizeBehindWorkers {
+                cluster: "k8s".into(),
+                removed: 1,
+                workers: 3,
+                size: 1
+            }
+        );
+        let msg = refusal.to_string();
+        assert!(
+            msg.contains("removes 1 of the 3 worker VMs") && !msg.contains("minimum size"),
+            "{msg}"
+        );
+        // A state that scales nothing comes first.
+        assert_eq!(
+            outcome(
+                &b().state(ClusterState::Scaling).build(),
+                &remove(&["worker-3"]),
+                &supported
+            ),
+            "state_not_scalable"
+        );
+    }
+
     #[test]
     fn alert_rule_7_refuses_when_no_worker_vm_is_down() {
         let all_up = ClusterBuilder::healthy("k8s", 1, 2).alert().build();
@@ -981,15 +1158,16 @@ mod tests {
         assert_eq!(
             refusal,
             Refusal::AlertWithoutDownWorker {
-                cluster: "k8s".into()
+                cluster: "k8s".into(),
+                not_running: vec![],
             }
         );
         let msg = refusal.to_string();
         for part in [
-            "no worker VM is down",
+            "no worker VM is down (every VM runs, so a node is NotReady or cordoned)",
             "failed start or upgrade",
             "disconnected",
-            "an operator must recover",
+            "uncordon",
             "(CKS Alert rule 7)",
         ] {
             assert!(msg.contains(part), "{part} in {msg}");
@@ -1006,6 +1184,16 @@ mod tests {
         assert_eq!(
             outcome(&not_down, &resize(2), &AlertScaling::Supported),
             "alert_rule_7_no_down_worker"
+        );
+        let msg = check_scale(&not_down, &resize(2), &AlertScaling::Supported)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains(
+                "not Running: k8s-node-18c0c1 (Migrating), k8s-node-18c0c2 (Unknown), \
+                 k8s-node-18c0c3 (Stopping), ext-1 (Stopped)"
+            ),
+            "{msg}"
         );
         // Accepted: any down worker state.
         for down in [
@@ -1125,7 +1313,8 @@ mod tests {
 
     #[test]
     fn removing_as_many_nodes_as_the_recorded_size_is_refused_like_cloudstack_does() {
-        // size lags behind the worker VMs (a stray VM): CloudStack compares with size.
+        // size lags behind the worker VMs (a stray VM): CloudStack compares with size, and
+        // the refusal says that the size, not the group, is the limit.
         let snap = ClusterBuilder::healthy("k8s", 1, 2)
             .stray_worker(UP)
             .build();
@@ -1135,9 +1324,11 @@ mod tests {
                 &remove(&["worker-1", "worker-2"]),
                 &AlertScaling::Supported
             ),
-            Err(Refusal::RemovesAllWorkers {
+            Err(Refusal::SizeBehindWorkers {
                 cluster: "k8s".into(),
-                workers: 2
+                removed: 2,
+                workers: 3,
+                size: 2
             })
         );
         assert_eq!(
@@ -1403,8 +1594,24 @@ mod tests {
                 cluster: c(),
                 vms: 4,
                 nodes: 3,
+                left_behind: vec!["k8s-node-1 (Error)".into()],
             },
-            Refusal::AlertWithoutDownWorker { cluster: c() },
+            Refusal::VmCountMismatch {
+                cluster: c(),
+                vms: 2,
+                nodes: 3,
+                left_behind: vec![],
+            },
+            Refusal::AlertWithoutDownWorker {
+                cluster: c(),
+                not_running: vec![],
+            },
+            Refusal::SizeBehindWorkers {
+                cluster: c(),
+                removed: 2,
+                workers: 3,
+                size: 1,
+            },
         ]
     }
 
@@ -1428,7 +1635,8 @@ mod tests {
         }
         rules.sort_unstable();
         rules.dedup();
-        assert_eq!(rules.len(), refusals.len());
+        // Rule 5 twice: more VMs than nodes, and fewer.
+        assert_eq!(rules.len(), refusals.len() - 1);
     }
 
     // ---- properties over many small clusters ----

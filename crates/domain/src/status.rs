@@ -41,12 +41,17 @@ pub enum VmActivity {
     RemovalTroubled(InstanceError),
     /// Left behind by a scale-up job that failed; `error` comes from [`scale_up_failure`].
     CreateFailed(InstanceError),
+    /// A failed creation the autoscaler gave up on (DecreaseTargetSize wrote it off): out of
+    /// the target, its VM left for an operator (`crate::stranded`); `error` says so.
+    WrittenOff(InstanceError),
 }
 
 /// The status of a worker VM:
 /// - BeingRemoved, or Destroyed/Expunging → Deleting, no error; RemovalTroubled → Deleting
 ///   with its error (code "removal-retrying", "removal-stopping-vm" or "removal-abandoned");
 /// - CreateFailed → Creating with the error (the autoscaler deletes it and backs off);
+/// - WrittenOff → Deleting with its error (code "creation-written-off"): out of the target,
+///   neither expected to register nor deleted again by the autoscaler;
 /// - BeingCreated and not down → Creating, no error; BeingCreated and down (Error, Stopped…) →
 ///   Creating with an error of class Other, code `vm-<state lower-case>`;
 /// - a down VM (Stopped, Shutdown, Error) otherwise → Running, no error. Upstream ignores the
@@ -65,6 +70,7 @@ pub fn vm_status(vm: &Vm, activity: &VmActivity) -> (InstanceState, Option<Insta
         VmActivity::BeingRemoved => (InstanceState::Deleting, None),
         VmActivity::RemovalTroubled(error) => (InstanceState::Deleting, Some(error.clone())),
         _ if vm.state.is_gone() => (InstanceState::Deleting, None),
+        VmActivity::WrittenOff(error) => (InstanceState::Deleting, Some(error.clone())),
         VmActivity::CreateFailed(error) => (InstanceState::Creating, Some(error.clone())),
         VmActivity::BeingCreated if vm.state.is_down() => (
             InstanceState::Creating,
@@ -173,33 +179,49 @@ mod tests {
     const NEW: Expect = (InstanceState::Creating, None);
     const DEL: Expect = (InstanceState::Deleting, None);
     const FAIL: Expect = (InstanceState::Creating, Some("out-of-resources"));
+    const OFF: Expect = (InstanceState::Deleting, Some("creation-written-off"));
 
     #[test]
     fn every_vm_state_and_activity_maps_to_an_instance_status() {
         let failure = scale_up_failure("job-1", 533, "Insufficient capacity");
+        let written_off = InstanceError {
+            code: "creation-written-off".into(),
+            message: "written off".into(),
+            class: ErrorClass::Other,
+        };
         let activities = [
             VmActivity::Idle,
             VmActivity::BeingCreated,
             VmActivity::BeingRemoved,
             VmActivity::CreateFailed(failure.clone()),
+            VmActivity::WrittenOff(written_off),
         ];
         let new_down = |code| (InstanceState::Creating, Some(code));
-        // Columns: Idle, BeingCreated, BeingRemoved, CreateFailed.
-        let table: Vec<(VmState, [Expect; 4])> = vec![
-            (VmState::Starting, [NEW, NEW, DEL, FAIL]),
-            (VmState::Running, [RUN, NEW, DEL, FAIL]),
-            (VmState::Stopping, [RUN, NEW, DEL, FAIL]),
-            (VmState::Stopped, [RUN, new_down("vm-stopped"), DEL, FAIL]),
+        // Columns: Idle, BeingCreated, BeingRemoved, CreateFailed, WrittenOff.
+        let table: Vec<(VmState, [Expect; 5])> = vec![
+            (VmState::Starting, [NEW, NEW, DEL, FAIL, OFF]),
+            (VmState::Running, [RUN, NEW, DEL, FAIL, OFF]),
+            (VmState::Stopping, [RUN, NEW, DEL, FAIL, OFF]),
+            (
+                VmState::Stopped,
+                [RUN, new_down("vm-stopped"), DEL, FAIL, OFF],
+            ),
             // A gone VM is Deleting even when a failed scale-up left it: it is neither
             // counted in the target nor left for the autoscaler to delete.
-            (VmState::Destroyed, [DEL, DEL, DEL, DEL]),
-            (VmState::Expunging, [DEL, DEL, DEL, DEL]),
-            (VmState::Migrating, [RUN, NEW, DEL, FAIL]),
-            (VmState::Error, [RUN, new_down("vm-error"), DEL, FAIL]),
-            (VmState::Unknown, [RUN, NEW, DEL, FAIL]),
-            (VmState::Shutdown, [RUN, new_down("vm-shutdown"), DEL, FAIL]),
-            (VmState::Restoring, [RUN, NEW, DEL, FAIL]),
-            (VmState::Other("Hibernated".into()), [RUN, NEW, DEL, FAIL]),
+            (VmState::Destroyed, [DEL, DEL, DEL, DEL, DEL]),
+            (VmState::Expunging, [DEL, DEL, DEL, DEL, DEL]),
+            (VmState::Migrating, [RUN, NEW, DEL, FAIL, OFF]),
+            (VmState::Error, [RUN, new_down("vm-error"), DEL, FAIL, OFF]),
+            (VmState::Unknown, [RUN, NEW, DEL, FAIL, OFF]),
+            (
+                VmState::Shutdown,
+                [RUN, new_down("vm-shutdown"), DEL, FAIL, OFF],
+            ),
+            (VmState::Restoring, [RUN, NEW, DEL, FAIL, OFF]),
+            (
+                VmState::Other("Hibernated".into()),
+                [RUN, NEW, DEL, FAIL, OFF],
+            ),
         ];
         for (state, expected) in table {
             let vm = worker(state.clone());
@@ -211,8 +233,8 @@ mod tests {
                     want_code,
                     "{state} / {activity:?}"
                 );
-                if let VmActivity::CreateFailed(error) = activity
-                    && got_state == InstanceState::Creating
+                if let VmActivity::CreateFailed(error) | VmActivity::WrittenOff(error) = activity
+                    && got_error.is_some()
                 {
                     assert_eq!(
                         got_error.as_ref(),

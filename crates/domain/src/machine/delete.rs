@@ -160,6 +160,14 @@ impl ScaleMachine {
                     alert,
                 )
                 .map_err(ScaleError::Refused)?;
+            } else if at_rest
+                && let Some(s) = self.stranded()
+                && s.rule == crate::stranded::StrandRule::VmCount
+            {
+                // Only VMs to stop first: a stop cannot mend CloudStack's VM count (Alert rule
+                // 5), so their removal would be refused once they are down; refused now,
+                // before a VM is stopped for nothing.
+                return Err(ScaleError::Refused(s.refusal()));
             }
         }
         self.apply_drops(&plan.drops);

@@ -69,7 +69,8 @@ pub enum ScaleError {
         node: String,
         why: &'static str,
     },
-    /// DecreaseTargetSize asked for more than the requests that do not exist yet.
+    /// DecreaseTargetSize asked for more than the requests that do not exist yet and the
+    /// failed creations it may write off.
     CannotDecrease {
         asked: u32,
         cancellable: u32,
@@ -165,9 +166,9 @@ impl fmt::Display for ScaleError {
             } => write!(
                 f,
                 "cannot decrease the target size {target} by {asked}: only {cancellable} \
-                 requested node(s) do not exist yet and can be cancelled; the others are VMs \
-                 (existing or being created), which DecreaseTargetSize never deletes; nothing \
-                 was changed"
+                 requested node(s) can be cancelled (not created yet) or written off (VMs a \
+                 failed scale-up left); the others are VMs (nodes, or being created), which \
+                 DecreaseTargetSize never deletes; nothing was changed"
             ),
         }
     }

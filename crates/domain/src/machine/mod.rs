@@ -43,6 +43,7 @@ mod events;
 mod increase;
 mod nodes;
 mod queue;
+mod stranded;
 mod target;
 
 pub use delete::{Acceptance, Accepted, DeletePlan, LocalDrops, NodeRef};
@@ -51,6 +52,7 @@ pub use events::{JobEnd, OVERDUE_POLL_FACTOR, Settled, op_changed_cluster, poll_
 pub use increase::{Admission, Started};
 pub use nodes::{Hit, LearnedNode};
 pub use queue::{Queue, QueuedRemoval};
+pub use stranded::StrandNews;
 pub use target::Decreased;
 
 use super::cluster::IndexedSnapshot;
@@ -300,6 +302,11 @@ pub struct ScaleMachine {
     pub(crate) learned_by_provider_id: HashMap<String, String>,
     /// VMs this provider removed (id and lower-cased name → when).
     pub(crate) recently_removed: HashMap<String, Instant>,
+    /// Failed creations written off by DecreaseTargetSize: VMs a failed scale-up left that the
+    /// autoscaler gave up on (`stranded`).
+    pub(crate) written_off: HashSet<String>,
+    /// The stranding last noted ([`ScaleMachine::note_stranded`]).
+    pub(crate) stranded_noted: Option<crate::stranded::StrandRule>,
     next_placeholder: u64,
     timings: Timings,
     /// Whether this provider may stop a VM (`stopVirtualMachine`) before removing it, as the
@@ -319,6 +326,8 @@ impl ScaleMachine {
             learned: HashMap::new(),
             learned_by_provider_id: HashMap::new(),
             recently_removed: HashMap::new(),
+            written_off: HashSet::new(),
+            stranded_noted: None,
             next_placeholder: 0,
             timings,
             can_stop_vms: true,

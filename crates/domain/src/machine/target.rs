@@ -1,6 +1,7 @@
 //! The target size the autoscaler is told: every instance it can see that is not Deleting
 //! (worker VMs not being removed, and a placeholder for each request CloudStack has not shown
-//! yet), nothing else; and DecreaseTargetSize, which cancels only such placeholders.
+//! yet), nothing else; and DecreaseTargetSize, which cancels only such placeholders, or writes
+//! off failed creations that will never become nodes.
 
 use super::error::ScaleError;
 use super::{OpKind, ScaleMachine};
@@ -37,12 +38,15 @@ impl ScaleMachine {
         Some(u32::try_from(workers + placeholders).unwrap_or(u32::MAX))
     }
 
-    /// VMs being removed: named by the removal in flight, or queued for the next one.
+    /// VMs out of the target while CloudStack lists them: named by the removal in flight,
+    /// queued for the next one, or written off (failed creations the autoscaler gave up on:
+    /// a DeleteNodes naming one again has nothing left to do).
     pub fn removing(&self) -> HashSet<&str> {
         let mut out: HashSet<&str> = self.queue.remove.iter().map(|r| r.vm_id.as_str()).collect();
         if let Some(OpKind::Remove { vm_ids, .. }) = self.phase.op().map(|o| &o.kind) {
             out.extend(vm_ids.iter().map(String::as_str));
         }
+        out.extend(self.written_off.iter().map(String::as_str));
         out
     }
 
@@ -80,17 +84,30 @@ impl ScaleMachine {
     }
 
     /// DecreaseTargetSize: cancels `by` requested nodes that do not exist and will not be
-    /// created (queued increases, then failed scale-up placeholders), or, when there are fewer
-    /// than `by`, refuses and changes nothing. After an OK the target has dropped by `by`.
+    /// created (queued increases, then failed scale-up placeholders), then writes off failed
+    /// creations (VMs a failed scale-up left, [`ScaleMachine::writable_failures`]), or, when
+    /// there are fewer than `by` in all, refuses and changes nothing. After an OK the target
+    /// has dropped by `by`.
     ///
-    /// Existing VMs and a running job are never cancelled (cloud_provider.go:
+    /// Existing nodes and a running job are never cancelled (cloud_provider.go:
     /// DecreaseTargetSize "doesn't permit to delete any existing node"). An OK that changed
     /// nothing would make the core's `fixNodeGroupSize` act again every loop, skipping the rest
     /// of each loop, silently; upstream's providers answer an error (docs/decrease-target-size.md).
+    ///
+    /// Why failed creations may be written off: upstream 1.33's `deleteCreatedNodesWithErrors`
+    /// (core/static_autoscaler.go) deletes them every loop, and only logs a failure; when
+    /// CloudStack refuses (it stranded the cluster, Alert rule 5) they stay, never register
+    /// (clusterstate.go `expectedToRegister` is false for an instance with an error), and after
+    /// max-node-provision-time `fixNodeGroupSize` asks to lower the target by them. An error
+    /// there returns from RunOnce before scale-up and scale-down, every loop, until the
+    /// autoscaler's health check fails and it is restarted, for ever. Written off, the VM is
+    /// out of the target and listed Deleting with the operator's error: no promise is broken
+    /// (the VM was never a node, no removal of it was promised) and the loop goes on.
     pub fn decrease_target(&mut self, by: u32) -> Result<Decreased, ScaleError> {
         let placeholders = self.failed.iter().filter(|f| f.vm_id.is_none()).count();
-        let cancellable =
-            u32::try_from(self.queue.increase.len() + placeholders).unwrap_or(u32::MAX);
+        let writable = self.writable_failures();
+        let cancellable = u32::try_from(self.queue.increase.len() + placeholders + writable.len())
+            .unwrap_or(u32::MAX);
         if by > cancellable {
             return Err(ScaleError::CannotDecrease {
                 asked: by,
@@ -107,6 +124,13 @@ impl ScaleMachine {
                 break;
             };
             self.failed.remove(pos);
+            cancelled += 1;
+        }
+        for vm in writable {
+            if cancelled >= by {
+                break;
+            }
+            self.write_off(&vm);
             cancelled += 1;
         }
         Ok(Decreased { cancelled })
