@@ -399,6 +399,64 @@ impl ClusterSnapshot {
             .as_ref()
             .or(self.service_offering.as_ref())
     }
+
+    /// CloudStack's counts for Alert rule 5: every VM it lists (external nodes included: they
+    /// are in `size`; Destroyed and Expunging VMs included: their VM-map rows still count), and
+    /// the nodes it expects (control + etcd + size).
+    pub fn vm_count(&self) -> (u32, u32) {
+        let vms = u32::try_from(self.vms.len()).unwrap_or(u32::MAX);
+        let nodes = self
+            .control_nodes
+            .saturating_add(self.etcd_nodes)
+            .saturating_add(self.size);
+        (vms, nodes)
+    }
+
+    /// The worker VMs CloudStack lists beyond the nodes it counts, as many as the excess:
+    /// first those of `known` (VMs a failed scale-up is known to have left), then the newest
+    /// others (CloudStack lists a cluster's VMs in creation order). Empty when there is no
+    /// excess.
+    pub fn left_behind(&self, known: &[&str]) -> Vec<&Vm> {
+        let (vms, nodes) = self.vm_count();
+        let excess = vms.saturating_sub(nodes) as usize;
+        if excess == 0 {
+            return Vec::new();
+        }
+        let workers: Vec<&Vm> = self.workers().collect();
+        let mut out: Vec<&Vm> = workers
+            .iter()
+            .copied()
+            .filter(|v| known.contains(&v.id.as_str()))
+            .take(excess)
+            .collect();
+        for v in workers.iter().rev() {
+            if out.len() >= excess {
+                break;
+            }
+            if !out.iter().any(|o| o.id == v.id) {
+                out.push(v);
+            }
+        }
+        out
+    }
+
+    /// The VMs that are not Running, control plane first: what may keep a cluster with no
+    /// worker down in Alert (a VM on a disconnected host is `Unknown`).
+    pub fn not_running(&self) -> Vec<&Vm> {
+        let rank = |v: &Vm| match v.role {
+            NodeRole::Control => 0,
+            NodeRole::Etcd => 1,
+            NodeRole::Worker => 2,
+            NodeRole::External => 3,
+        };
+        let mut out: Vec<&Vm> = self
+            .vms
+            .iter()
+            .filter(|v| v.state != VmState::Running)
+            .collect();
+        out.sort_by_key(|v| rank(v));
+        out
+    }
 }
 
 /// Whether `name` follows CKS's control VM naming: `<anything>-control-<hex>` at the end of the

@@ -6,7 +6,7 @@
 //! these rules (written from the same CloudStack facts) so tests catch the two disagreeing.
 
 use super::cluster::{ClusterSnapshot, ClusterState, NodeRole, Vm, VmState};
-use super::stranded;
+use super::stranded::{StrandRule, Stranded};
 use std::fmt;
 
 /// What the provider asks CloudStack to do. Nothing else is ever sent: no offerings, no
@@ -76,7 +76,7 @@ pub enum Refusal {
     /// control + etcd + size. Destroyed and Expunging VMs are counted: CloudStack still lists
     /// them (its VM-map rows), and its own check counts those rows. `left_behind`: with more
     /// VMs than nodes, the VMs a failed scale-up left (`name (state)`,
-    /// [`crate::stranded::left_behind`]).
+    /// [`ClusterSnapshot::left_behind`]).
     VmCountMismatch {
         cluster: String,
         vms: u32,
@@ -250,7 +250,7 @@ impl fmt::Display for Refusal {
                     let which = if left_behind.is_empty() {
                         "VMs".to_string()
                     } else {
-                        stranded::list(left_behind)
+                        left_behind.join(", ")
                     };
                     write!(
                         f,
@@ -298,7 +298,7 @@ impl fmt::Display for Refusal {
                 let seen = if not_running.is_empty() {
                     "every VM runs, so a node is NotReady or cordoned".to_string()
                 } else {
-                    format!("not Running: {}", stranded::list(not_running))
+                    format!("not Running: {}", not_running.join(", "))
                 };
                 write!(
                     f,
@@ -311,6 +311,34 @@ impl fmt::Display for Refusal {
                 )
             }
         }
+    }
+}
+
+impl Stranded {
+    /// The refusal every scale request of a stranded cluster gets: it names the rule, the VMs
+    /// and the operator's fix.
+    pub fn refusal(&self) -> Refusal {
+        let labels = self.involved.iter().map(ToString::to_string).collect();
+        match self.rule {
+            StrandRule::VmCount => Refusal::VmCountMismatch {
+                cluster: self.cluster.clone(),
+                vms: self.vms,
+                nodes: self.nodes,
+                left_behind: labels,
+            },
+            StrandRule::NoDownWorker => Refusal::AlertWithoutDownWorker {
+                cluster: self.cluster.clone(),
+                not_running: labels,
+            },
+        }
+    }
+}
+
+impl fmt::Display for Stranded {
+    /// One sentence for an operator: what CloudStack did, the VMs, and the fix (the refusal's
+    /// text).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.refusal())
     }
 }
 
@@ -498,17 +526,14 @@ fn alert_rules(snapshot: &ClusterSnapshot, alert: &AlertScaling) -> Result<(), R
     // external nodes to `size` (`KubernetesClusterAddWorker.updateKubernetesCluster`), so the
     // nodes are control + etcd + size. Destroyed/Expunging VMs are still listed (VM-map rows),
     // so they count too.
-    let (vms, nodes) = stranded::vm_count(snapshot);
+    let (vms, nodes) = snapshot.vm_count();
     let label = |v: &&Vm| format!("{} ({})", v.name, v.state);
     if vms != nodes {
         return Err(Refusal::VmCountMismatch {
             cluster: cluster(),
             vms,
             nodes,
-            left_behind: stranded::left_behind(snapshot, &[])
-                .iter()
-                .map(label)
-                .collect(),
+            left_behind: snapshot.left_behind(&[]).iter().map(label).collect(),
         });
     }
 
@@ -516,7 +541,7 @@ fn alert_rules(snapshot: &ClusterSnapshot, alert: &AlertScaling) -> Result<(), R
     if !snapshot.workers().any(|v| v.state.is_down()) {
         return Err(Refusal::AlertWithoutDownWorker {
             cluster: cluster(),
-            not_running: stranded::not_running(snapshot).iter().map(label).collect(),
+            not_running: snapshot.not_running().iter().map(label).collect(),
         });
     }
     Ok(())

@@ -15,10 +15,9 @@
 //! [`stranded`] finds it from a snapshot alone; `ScaleMachine::stranded` adds what the machine
 //! knows of the VMs a failed scale-up left. The typed result names the rule, the VMs and the
 //! operator's fix; its text is the refusal the provider answers scale requests with
-//! ([`crate::rules::Refusal`]).
+//! (`Stranded::refusal`, in `crate::rules`, which names the VMs the same way).
 
-use super::cluster::{ClusterSnapshot, ClusterState, NodeRole, Vm, VmState};
-use super::rules::Refusal;
+use super::cluster::{ClusterSnapshot, ClusterState, Vm, VmState};
 use super::status::{ErrorClass, InstanceError};
 use std::fmt;
 
@@ -93,73 +92,10 @@ pub struct Stranded {
 }
 
 impl Stranded {
-    /// The refusal every scale request of this cluster gets (it names the VMs and the fix).
-    pub fn refusal(&self) -> Refusal {
-        let labels = self.involved.iter().map(ToString::to_string).collect();
-        match self.rule {
-            StrandRule::VmCount => Refusal::VmCountMismatch {
-                cluster: self.cluster.clone(),
-                vms: self.vms,
-                nodes: self.nodes,
-                left_behind: labels,
-            },
-            StrandRule::NoDownWorker => Refusal::AlertWithoutDownWorker {
-                cluster: self.cluster.clone(),
-                not_running: labels,
-            },
-        }
-    }
-
     /// The names of the VMs involved, for a log field.
     pub fn vm_names(&self) -> Vec<&str> {
         self.involved.iter().map(|v| v.name.as_str()).collect()
     }
-}
-
-impl fmt::Display for Stranded {
-    /// One sentence for an operator: what CloudStack did, the VMs, and the fix.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.refusal())
-    }
-}
-
-/// CloudStack's counts for Alert rule 5: every VM it lists (external nodes included: they are
-/// in `size`; Destroyed and Expunging VMs included: their VM-map rows still count), and the
-/// nodes it expects (control + etcd + size).
-pub fn vm_count(snapshot: &ClusterSnapshot) -> (u32, u32) {
-    let vms = u32::try_from(snapshot.vms.len()).unwrap_or(u32::MAX);
-    let nodes = snapshot
-        .control_nodes
-        .saturating_add(snapshot.etcd_nodes)
-        .saturating_add(snapshot.size);
-    (vms, nodes)
-}
-
-/// The worker VMs CloudStack lists beyond the nodes it counts, as many as the excess: first
-/// those of `known` (VMs a failed scale-up is known to have left), then the newest others
-/// (CloudStack lists a cluster's VMs in creation order). Empty when there is no excess.
-pub fn left_behind<'a>(snapshot: &'a ClusterSnapshot, known: &[&str]) -> Vec<&'a Vm> {
-    let (vms, nodes) = vm_count(snapshot);
-    let excess = vms.saturating_sub(nodes) as usize;
-    if excess == 0 {
-        return Vec::new();
-    }
-    let workers: Vec<&Vm> = snapshot.workers().collect();
-    let mut out: Vec<&Vm> = workers
-        .iter()
-        .copied()
-        .filter(|v| known.contains(&v.id.as_str()))
-        .take(excess)
-        .collect();
-    for v in workers.iter().rev() {
-        if out.len() >= excess {
-            break;
-        }
-        if !out.iter().any(|o| o.id == v.id) {
-            out.push(v);
-        }
-    }
-    out
 }
 
 /// Whether CloudStack has stranded the cluster, judged from its snapshot: in Alert with a VM
@@ -174,14 +110,11 @@ pub fn stranded(snapshot: &ClusterSnapshot, known_left_behind: &[&str]) -> Optio
     if snapshot.state != ClusterState::Alert || snapshot.externally_managed {
         return None;
     }
-    let (vms, nodes) = vm_count(snapshot);
+    let (vms, nodes) = snapshot.vm_count();
     let (rule, involved): (StrandRule, Vec<&Vm>) = if vms != nodes {
-        (
-            StrandRule::VmCount,
-            left_behind(snapshot, known_left_behind),
-        )
+        (StrandRule::VmCount, snapshot.left_behind(known_left_behind))
     } else if !snapshot.workers().any(|v| v.state.is_down()) {
-        (StrandRule::NoDownWorker, not_running(snapshot))
+        (StrandRule::NoDownWorker, snapshot.not_running())
     } else {
         return None;
     };
@@ -192,24 +125,6 @@ pub fn stranded(snapshot: &ClusterSnapshot, known_left_behind: &[&str]) -> Optio
         nodes,
         involved: involved.into_iter().map(StrandedVm::of).collect(),
     })
-}
-
-/// The VMs of the cluster that are not Running, control plane first: what may keep a cluster
-/// with no worker down in Alert (a VM on a disconnected host is `Unknown`).
-pub fn not_running(snapshot: &ClusterSnapshot) -> Vec<&Vm> {
-    let rank = |v: &Vm| match v.role {
-        NodeRole::Control => 0,
-        NodeRole::Etcd => 1,
-        NodeRole::Worker => 2,
-        NodeRole::External => 3,
-    };
-    let mut out: Vec<&Vm> = snapshot
-        .vms
-        .iter()
-        .filter(|v| v.state != VmState::Running)
-        .collect();
-    out.sort_by_key(|v| rank(v));
-    out
 }
 
 /// The error a written-off instance carries: what happened and what the operator does.
@@ -225,11 +140,6 @@ pub fn written_off_error(vm: &Vm) -> InstanceError {
         ),
         class: ErrorClass::Other,
     }
-}
-
-/// The list of VMs in a message: `a (Running), b (Error)`.
-pub(crate) fn list(vms: &[String]) -> String {
-    vms.join(", ")
 }
 
 #[cfg(test)]
@@ -360,7 +270,7 @@ mod tests {
             .alert()
             .build();
         let named = |known: &[&str]| -> Vec<String> {
-            left_behind(&snap, known)
+            snap.left_behind(known)
                 .iter()
                 .map(|v| v.id.clone())
                 .collect()
@@ -374,7 +284,12 @@ mod tests {
             "no more than the excess"
         );
         assert_eq!(named(&["no-such-vm"]), ["worker-3", "worker-2"]);
-        assert!(left_behind(&ClusterBuilder::healthy("k8s", 1, 2).build(), &[]).is_empty());
+        assert!(
+            ClusterBuilder::healthy("k8s", 1, 2)
+                .build()
+                .left_behind(&[])
+                .is_empty()
+        );
     }
 
     #[test]
