@@ -109,6 +109,10 @@ impl App {
             );
         }
         let provider = Provider::new(client, settings(args, groups));
+        // Before anything is served: the promises an earlier process made are kept.
+        provider
+            .load_state()
+            .context("taking over the promises of the state file (--state-file)")?;
         Ok(App {
             provider,
             options: ServeOptions {
@@ -138,6 +142,8 @@ impl App {
             // Before anything is recorded: the first refresh's CloudStack calls count too.
             crate::metrics::install();
         }
+        provider.resume_followers();
+        provider.spawn_state_writer();
         provider.spawn_initial_refresh();
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         if let Some(http) = metrics {
@@ -167,6 +173,7 @@ impl App {
         };
         serve(listener, provider.clone(), options, signal).await?;
         provider.wait_idle(shutdown_grace).await;
+        provider.finish_state().await;
         provider.cleanup();
         Ok(())
     }
@@ -239,6 +246,7 @@ fn settings(args: &ServeArgs, groups: Vec<BoundNodeGroup>) -> Settings {
     s.gpu_label = args.gpu_label.clone();
     s.gpu_types = args.gpu_types.clone();
     s.denied_clients = args.deny_clients.clone();
+    s.state_file = args.state_file.clone();
     s
 }
 

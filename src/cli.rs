@@ -191,6 +191,12 @@ pub struct ServeArgs {
         value_delimiter = ','
     )]
     pub deny_clients: Vec<String>,
+    /// Where the provider records its promises (removals and increases answered OK and not
+    /// done yet, the scale job in flight), replaced atomically on every change: a restarted
+    /// provider reads it and carries them out. On a volume that outlives the process (one
+    /// replica). Without it they end with the process.
+    #[arg(long, env = "CKS_PROVIDER_STATE_FILE")]
+    pub state_file: Option<PathBuf>,
     /// A YAML (.yaml/.yml) or TOML (.toml) file with any of these flags as keys (long names,
     /// e.g. `job-poll-interval: 2s`, `nodes: ["1:10:prod"]`). Flags and environment variables
     /// override it; an unknown key is an error that names it.

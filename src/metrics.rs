@@ -83,6 +83,7 @@ pub fn install() -> PrometheusHandle {
             // born at 1 shows no increase).
             metrics::counter!("cks_provider_removals_retried_total").increment(0);
             metrics::counter!("cks_provider_removals_abandoned_total").increment(0);
+            metrics::counter!("cks_provider_state_write_failures_total").increment(0);
             // The command every refresh sends, refused for its key from the first call on: from
             // 0, so that an alert on increase() of `outcome="unauthorized"` sees that first call.
             metrics::counter!("cks_provider_cloudstack_requests_total", "command" => "listKubernetesClusters", "outcome" => "unauthorized")
@@ -138,6 +139,11 @@ fn describe() {
         "cks_provider_removals_abandoned_total",
         "Accepted node removals given up after repeated failed jobs: the autoscaler counts \
          the nodes as gone, the VMs need an operator."
+    );
+    describe_counter!(
+        "cks_provider_state_write_failures_total",
+        "Failed writes of the state file (--state-file): promises made meanwhile are kept by \
+         this process but lost if it ends before a write succeeds."
     );
     describe_gauge!(
         "cks_provider_node_group_target_size",
@@ -231,6 +237,11 @@ pub fn record_removals_retried(count: usize) {
 /// Records accepted node removals given up after repeated failures.
 pub fn record_removals_abandoned(count: usize) {
     metrics::counter!("cks_provider_removals_abandoned_total").increment(count as u64);
+}
+
+/// Records a failed write of the state file (`--state-file`).
+pub fn record_state_write_failure() {
+    metrics::counter!("cks_provider_state_write_failures_total").increment(1);
 }
 
 /// What the autoscaler is told about an instance (`InstanceStatus.InstanceState`).

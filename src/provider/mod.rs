@@ -23,6 +23,7 @@ mod error;
 mod follow;
 mod ops;
 mod refresh;
+mod store;
 mod view;
 
 #[cfg(test)]
@@ -33,6 +34,7 @@ pub use cks_domain::instances::InstanceView;
 pub use cks_domain::machine::NodeRef;
 pub use cks_domain::verdict::AlertVerdictView;
 pub use error::{Error, Result};
+pub use store::StateError;
 pub use view::NodeGroupView;
 
 use crate::config::{BoundNodeGroup, ClusterRef, NodeGroupSpec};
@@ -110,6 +112,9 @@ pub struct Settings {
     pub gpu_types: Vec<String>,
     /// Client names shut out (`--deny-client`): a caller holding one sees no group.
     pub denied_clients: Vec<String>,
+    /// Where every group's promises are recorded (`--state-file`); `None`: nowhere, they end
+    /// with the process.
+    pub state_file: Option<std::path::PathBuf>,
 }
 
 impl Settings {
@@ -144,6 +149,7 @@ impl Settings {
             gpu_label: String::new(),
             gpu_types: Vec::new(),
             denied_clients: Vec::new(),
+            state_file: None,
         }
     }
 }
@@ -194,6 +200,8 @@ pub(crate) struct Group {
     pub state_follower: std::sync::atomic::AtomicBool,
     /// Never held across an `.await`: every transition is one critical section.
     pub state: Mutex<GroupState>,
+    /// Told of every change of `state`, so the promises it holds are recorded.
+    store: Arc<store::Store>,
 }
 
 /// Read-only access to a group's state: derived answers may be cached through it, nothing
@@ -213,6 +221,9 @@ impl Group {
     pub fn lock(&self) -> MutexGuard<'_, GroupState> {
         let mut st = self.guard();
         st.views = Views::default();
+        // Asked while the lock is held: the writer reads the state through this lock, so it
+        // sees the change this caller is about to make, or looks again.
+        self.store.touch();
         st
     }
 
@@ -240,6 +251,8 @@ pub(crate) struct Inner {
     pub offerings: tokio::sync::Mutex<refresh::OfferingCache>,
     /// A `listCapabilities` check is in flight: concurrent rounds do not ask again.
     pub version_check: AtomicBool,
+    /// The durable record of the groups' promises (`store`).
+    pub store: Arc<store::Store>,
     /// Callers already logged as matching no group.
     pub unmatched: caller::Unmatched,
     pub shutdown: watch::Sender<bool>,
@@ -444,6 +457,7 @@ impl Provider {
             lost_settle: cs.request_timeout()
                 + settings.job_poll_interval.max(Duration::from_secs(1)),
         };
+        let store = Arc::new(store::Store::new(settings.state_file.clone()));
         let groups = settings
             .groups
             .iter()
@@ -468,6 +482,7 @@ impl Provider {
                     poke: tokio::sync::Notify::new(),
                     refresh: Mutex::new(refresh::RefreshSlot::default()),
                     state_follower: std::sync::atomic::AtomicBool::new(false),
+                    store: store.clone(),
                 }
             })
             .collect();
@@ -483,6 +498,7 @@ impl Provider {
                 round_permits,
                 offerings: tokio::sync::Mutex::new(refresh::OfferingCache::default()),
                 version_check: AtomicBool::new(false),
+                store,
                 unmatched: caller::Unmatched::default(),
                 shutdown,
                 ready,

@@ -362,6 +362,7 @@ impl Scoped<'_> {
             Admission::Queued => {
                 tracing::info!(group = %p.group_label(gi), delta,
                     "scale-up queued behind the scale operation in flight; it is sent when that ends");
+                p.record().await;
                 return Ok(());
             }
             Admission::NeedsFreshSnapshot => {}
@@ -373,9 +374,14 @@ impl Scoped<'_> {
         match started.map_err(|e| p.scale_error(gi, e))? {
             Started::Submit(request) => {
                 tracing::info!(group = %p.group_label(gi), ?request, "scale-up: sending scaleKubernetesCluster");
-                p.submit(gi, request, Some(deadline)).await
+                p.submit(gi, request, Some(deadline)).await?;
+                p.record().await;
+                Ok(())
             }
-            Started::Queued => Ok(()),
+            Started::Queued => {
+                p.record().await;
+                Ok(())
+            }
         }
     }
 
@@ -486,6 +492,8 @@ impl Scoped<'_> {
             }
         };
         window?;
+        // OK is a promise: recorded before it is made.
+        p.record().await;
         match guarded {
             Some(e) => Err(e),
             None => Ok(()),

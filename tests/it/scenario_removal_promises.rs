@@ -265,3 +265,70 @@ async fn a_removal_answered_at_its_deadline_is_kept_whatever_cloudstack_does() {
         env.shutdown().await;
     }
 }
+
+/// The provider dies (no shutdown, no Cleanup) with a removal owed behind a running scale-up:
+/// the next provider, started with the same `--state-file`, takes the promise over, follows
+/// the running job instead of sending anything twice, and removes the VM once it ends. The
+/// target never shows the node back.
+#[tokio::test(start_paused = true)]
+async fn a_removal_owed_when_the_provider_dies_is_carried_out_by_the_next_one() {
+    let dir = cks_testkit::certs::TempDir::new("state-restart");
+    let state = dir.path("state.json");
+    let mut cfg = pool(4);
+    cfg.settings.job_duration = std::time::Duration::from_secs(60);
+    cfg.settings.scale_timeout = std::time::Duration::from_secs(3600);
+    let file = state.clone();
+    let mut env = Stack::refreshed(cfg, "pool", move |s| {
+        s.groups[0].min = 1;
+        s.state_file = Some(file);
+    })
+    .await;
+    let victim = env.workers().remove(0);
+    env.increase(1).await.expect("scale-up accepted");
+    env.delete(vec![worker_node(&victim)])
+        .await
+        .expect("owed behind the scale-up");
+    assert_eq!(env.target().await, 4);
+    let recorded = std::fs::read_to_string(&state).expect("the promise is recorded");
+    assert!(recorded.contains(&victim.0), "{recorded}");
+
+    let settings = env.provider.settings().clone();
+    env.stop_provider().await;
+    env.start_new_provider(settings, 0).await;
+    env.refresh()
+        .await
+        .expect("first Refresh of the new provider");
+    assert_eq!(env.target().await, 4, "no phantom node after the restart");
+    assert_eq!(
+        env.sim.running_jobs(&env.cluster_id),
+        1,
+        "the scale-up still runs"
+    );
+    // The scale-up's minute, then the removal's: looked at every 2 s, as an autoscaler would.
+    let mut removed = false;
+    for _ in 0..300 {
+        let _ = env.refresh().await;
+        assert_eq!(env.target().await, 4, "never back in the target");
+        removed = !env.workers().iter().any(|w| w.0 == victim.0)
+            && env.sim.running_jobs(&env.cluster_id) == 0;
+        if removed {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    }
+    assert!(removed, "the new provider removed the VM within 10 minutes");
+    env.wait_provider_settled().await;
+    assert_eq!(env.cluster_size(), 4);
+    let scale_ups = env
+        .scale_requests()
+        .iter()
+        .filter(|r| r.contains_key("size"))
+        .count();
+    assert_eq!(scale_ups, 1, "nothing sent twice");
+    assert_eq!(removals(&env), [victim.0.clone()]);
+    wait_until("the ledger to be empty", async || {
+        std::fs::read_to_string(&state).is_ok_and(|t| !t.contains(&victim.0))
+    })
+    .await;
+    env.shutdown().await;
+}

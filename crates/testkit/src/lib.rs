@@ -110,6 +110,8 @@ pub struct ProviderServer {
     pub addr: SocketAddr,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
+    /// The state file's writer (with `Settings::state_file`), as `serve` runs it.
+    writer: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl ProviderServer {
@@ -125,6 +127,10 @@ impl ProviderServer {
             Client::new(client_config(sim)).expect("CloudStack client"),
             settings,
         );
+        // As `serve` starts: the promises of an earlier provider taken over first.
+        provider.load_state().expect("the state file");
+        provider.resume_followers();
+        let writer = provider.spawn_state_writer();
         // Rebinding the port of a provider that just stopped can briefly fail on a busy machine.
         let mut bound = None;
         wait_until(&format!("binding {bind}"), async || {
@@ -153,6 +159,7 @@ impl ProviderServer {
             addr,
             stop: Some(stop),
             task: Some(task),
+            writer,
         }
     }
 
@@ -164,6 +171,10 @@ impl ProviderServer {
     /// Stops serving and waits (bounded) for the server to end; background work of the
     /// provider stops too, as if its process died (jobs go on in CloudStack).
     pub async fn stop(&mut self) {
+        // As a process that dies: what the state file holds is what it last wrote.
+        if let Some(writer) = self.writer.take() {
+            writer.abort();
+        }
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }

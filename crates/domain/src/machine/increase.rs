@@ -27,7 +27,7 @@ pub enum Admission {
 }
 
 impl ScaleMachine {
-    fn placeholder(&mut self) -> String {
+    pub(super) fn placeholder(&mut self) -> String {
         self.next_placeholder += 1;
         format!(
             "cks-placeholder://{}/{}",

@@ -41,6 +41,7 @@ mod delete;
 mod error;
 mod events;
 mod increase;
+mod ledger;
 mod nodes;
 mod queue;
 mod stranded;
@@ -50,6 +51,7 @@ pub use delete::{Acceptance, Accepted, DeletePlan, LocalDrops, NodeRef};
 pub use error::{ScaleError, is_alert_refusal, is_drain_failure, refused_error};
 pub use events::{JobEnd, OVERDUE_POLL_FACTOR, Settled, op_changed_cluster, poll_delay};
 pub use increase::{Admission, Started};
+pub use ledger::{Ledger, OwedRemoval};
 pub use nodes::{Hit, LearnedNode};
 pub use queue::{Queue, QueuedRemoval};
 pub use stranded::StrandNews;
@@ -337,6 +339,11 @@ impl ScaleMachine {
     /// What the shell knows of the key: whether `stopVirtualMachine` may be called.
     pub fn set_can_stop_vms(&mut self, yes: bool) {
         self.can_stop_vms = yes;
+    }
+
+    /// Whether this machine may promise a stop (`stopVirtualMachine`), as last learned.
+    pub fn can_stop_vms(&self) -> bool {
+        self.can_stop_vms
     }
 
     pub fn phase(&self) -> &Phase {

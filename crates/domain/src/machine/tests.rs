@@ -1719,3 +1719,63 @@ fn a_throttled_queued_request_goes_back_to_the_queue_unchanged() {
     assert_eq!(r.not_before, Some(t0 + Duration::from_secs(10)));
     assert_eq!(m.target(), Some(2));
 }
+
+/// What a restarted provider takes over: every promise (owed removals, queued increases, the
+/// job in flight), nothing a caller has not heard OK for, and the same target once the first
+/// snapshot is in.
+#[test]
+fn the_ledger_carries_every_promise_into_a_new_machine() {
+    let t0 = Instant::now();
+    let mut m = machine_in("idle", t0);
+    // w1 owed and sent (its job runs), w2 owed behind it with a backoff, w3 in an open
+    // window (its caller waits), two nodes of an IncreaseSize queued.
+    m.accept_removal(&[node("w1")], 1, &ALERT, &no_reports(), t0)
+        .expect("accepted");
+    m.close_window(&ALERT, t0).expect("sent");
+    m.window_answered(true);
+    m.submission_answered("job-7".into(), t0);
+    m.accept_removal(&[node("w2")], 1, &ALERT, &no_reports(), t0)
+        .expect("behind");
+    m.queue.remove[0].not_before = Some(t0 + Duration::from_secs(90));
+    m.queue.remove[0].attempts = 2;
+    assert_eq!(m.admit_increase(2, MAX), Ok(Admission::Queued));
+    let target = m.target();
+
+    let ledger = m.ledger(t0 + Duration::from_secs(30));
+    let owed: Vec<&str> = ledger.removals.iter().map(|r| r.vm_id.as_str()).collect();
+    assert_eq!(owed, ["w1", "w2"]);
+    assert_eq!(ledger.removals[1].attempts, 2);
+    assert_eq!(ledger.removals[1].wait, Some(Duration::from_secs(60)));
+    assert_eq!(ledger.queued_increase, 2);
+    assert_eq!(ledger.job.as_deref(), Some("job-7"));
+
+    // A new process, later.
+    let t1 = t0 + Duration::from_secs(600);
+    let mut fresh = ScaleMachine::new(Some("cid".into()), timings());
+    assert_eq!(
+        fresh.restore(ledger.clone(), t1),
+        vec![Effect::Follow("job-7".into())]
+    );
+    fresh.snapshot_installed(running3(t1), &ALERT, t1);
+    assert_eq!(
+        fresh.target(),
+        target,
+        "the same target as before the restart"
+    );
+    assert_eq!(
+        fresh.phase().job(),
+        Some("job-7"),
+        "the job is followed, not resent"
+    );
+    assert_eq!(fresh.ledger(t1), {
+        let mut l = ledger;
+        l.removals[1].wait = Some(Duration::from_secs(60));
+        l
+    });
+
+    // A caller still waiting for its window is not in the ledger.
+    let mut w = machine_in("idle", t0);
+    w.accept_removal(&[node("w3")], 1, &ALERT, &no_reports(), t0)
+        .expect("accepted");
+    assert!(w.ledger(t0).is_empty());
+}

@@ -1,0 +1,448 @@
+//! The durable record of every group's promises (`--state-file`): the ledger of each machine
+//! (`cks_domain::machine::Ledger`: owed removals, queued increases, the job in flight) and
+//! what was learned of the key, written as one JSON file replaced atomically (written beside
+//! it, synced, renamed over it).
+//!
+//! Every change of a group's state (`Group::lock`) asks for a write; one writer task writes
+//! when the recorded content changed, so many changes at once cost one write. A DeleteNodes
+//! or IncreaseSize answers OK only after the write that holds its promise is done
+//! ([`Provider::record`]): a promise is recorded before it is made. At start the file is read
+//! back ([`Provider::load_state`]) and each group's machine takes over its ledger before its
+//! first snapshot.
+//!
+//! Without `--state-file` nothing is written, and promises end with the process (said once at
+//! start, and at shutdown with the number lost).
+
+use super::{Provider, now};
+use cks_domain::machine::{Ledger, OwedRemoval};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use tokio::sync::{Notify, watch};
+
+/// The file's format version; a file of another version is refused, never half-read.
+const VERSION: u32 = 1;
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StateFile {
+    version: u32,
+    /// `false` once CloudStack refused `stopVirtualMachine` to this key (432).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    can_stop_vms: Option<bool>,
+    /// By the group's cluster as `--nodes` names it (`id=…` or `name=…`).
+    #[serde(default)]
+    groups: BTreeMap<String, GroupRecord>,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GroupRecord {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    cluster_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    job: Option<String>,
+    #[serde(default)]
+    queued_increase: u32,
+    #[serde(default)]
+    removals: Vec<RemovalRecord>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RemovalRecord {
+    vm_id: String,
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    attempts: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    trouble: Option<String>,
+    /// Milliseconds after the write before it may be sent again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    wait_ms: Option<u64>,
+    #[serde(default)]
+    stop_first: bool,
+    #[serde(default)]
+    stop_impossible: bool,
+    #[serde(default)]
+    abandoned: bool,
+}
+
+impl From<OwedRemoval> for RemovalRecord {
+    fn from(o: OwedRemoval) -> Self {
+        RemovalRecord {
+            vm_id: o.vm_id,
+            name: o.name,
+            attempts: o.attempts,
+            trouble: o.trouble,
+            wait_ms: o
+                .wait
+                .map(|w| u64::try_from(w.as_millis()).unwrap_or(u64::MAX)),
+            stop_first: o.stop_first,
+            stop_impossible: o.stop_impossible,
+            abandoned: o.abandoned,
+        }
+    }
+}
+
+impl From<RemovalRecord> for OwedRemoval {
+    fn from(r: RemovalRecord) -> Self {
+        OwedRemoval {
+            vm_id: r.vm_id,
+            name: r.name,
+            attempts: r.attempts,
+            trouble: r.trouble,
+            wait: r.wait_ms.map(Duration::from_millis),
+            stop_first: r.stop_first,
+            stop_impossible: r.stop_impossible,
+            abandoned: r.abandoned,
+        }
+    }
+}
+
+/// The writer's side: which change was asked for last, which is written.
+pub(crate) struct Store {
+    path: Option<PathBuf>,
+    requested: AtomicU64,
+    written: watch::Sender<u64>,
+    wake: Notify,
+    /// The content last written, so an unchanged ledger is not written again.
+    last: Mutex<Option<String>>,
+    /// Shutting down: the last write is done, and what the process drops on its way out
+    /// (its own cleanup) is not written over it.
+    closed: std::sync::atomic::AtomicBool,
+}
+
+impl Store {
+    pub(crate) fn new(path: Option<PathBuf>) -> Self {
+        Store {
+            path,
+            requested: AtomicU64::new(0),
+            written: watch::channel(0).0,
+            wake: Notify::new(),
+            last: Mutex::new(None),
+            closed: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// A group's state is about to change: the writer looks again.
+    pub(crate) fn touch(&self) {
+        if self.path.is_some() {
+            self.requested.fetch_add(1, Ordering::AcqRel);
+            self.wake.notify_one();
+        }
+    }
+}
+
+/// Errors reading the state file at start.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error("reading the state file {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error(
+        "the state file {path} is not a state file this provider can read ({detail}); move it away to start without the promises it holds (removals it records are then not carried out)"
+    )]
+    Invalid { path: String, detail: String },
+}
+
+/// Writes `text` to `path` atomically: a file beside it, synced, renamed over it, and the
+/// directory synced, so a crash leaves the old content or the new, never a mix.
+fn write_atomic(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .map_or_else(|| "state".into(), |n| n.to_string_lossy().into_owned());
+    let tmp = dir.join(format!(".{name}.tmp"));
+    {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(text.as_bytes())?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, path)?;
+    // The rename is durable once the directory is.
+    if let Ok(d) = std::fs::File::open(dir) {
+        let _ = d.sync_all();
+    }
+    Ok(())
+}
+
+impl Provider {
+    /// Reads the state file, if there is one, and gives each group's machine its ledger.
+    /// Returns how many promises were taken over. Call before the first refresh.
+    pub fn load_state(&self) -> Result<usize, StateError> {
+        let Some(path) = &self.inner.store.path else {
+            tracing::info!(
+                "no --state-file: removals and increases answered OK and not done yet end with this process"
+            );
+            return Ok(0);
+        };
+        let shown = path.display().to_string();
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                tracing::info!(state_file = %shown, "no state file yet: starting with no promises to take over");
+                return Ok(0);
+            }
+            Err(source) => {
+                return Err(StateError::Read {
+                    path: shown,
+                    source,
+                });
+            }
+        };
+        let file: StateFile = serde_json::from_str(&text).map_err(|e| StateError::Invalid {
+            path: shown.clone(),
+            detail: e.to_string(),
+        })?;
+        if file.version != VERSION {
+            return Err(StateError::Invalid {
+                path: shown,
+                detail: format!("version {}, expected {VERSION}", file.version),
+            });
+        }
+        let mut taken = 0;
+        let mut groups = file.groups;
+        for (gi, g) in self.inner.groups.iter().enumerate() {
+            let Some(record) = groups.remove(&g.spec.cluster.to_string()) else {
+                continue;
+            };
+            let ledger = Ledger {
+                removals: record.removals.into_iter().map(Into::into).collect(),
+                queued_increase: record.queued_increase,
+                job: record.job,
+            };
+            taken += ledger.removals.len() + ledger.queued_increase as usize;
+            let label = self.group_label(gi);
+            if !ledger.is_empty() {
+                tracing::info!(group = %label, removals = ledger.removals.len(), queued_increase = ledger.queued_increase, job = ?ledger.job,
+                    "taking over the promises an earlier process recorded");
+            }
+            let mut st = g.lock();
+            if st.scale.cluster_id.is_none() {
+                st.scale.cluster_id = record.cluster_id;
+            }
+            // The job is followed once the provider runs (`resume_followers`).
+            let _ = st.scale.restore(ledger, now());
+        }
+        for (cluster, record) in groups {
+            if !record.removals.is_empty() {
+                tracing::error!(cluster = %cluster, vms = %record.removals.iter().map(|r| r.vm_id.as_str()).collect::<Vec<_>>().join(","),
+                    "the state file records removals of a cluster no --nodes entry serves any more: they are not carried out");
+            }
+        }
+        if file.can_stop_vms == Some(false) {
+            for g in &self.inner.groups {
+                g.lock().scale.set_can_stop_vms(false);
+            }
+        }
+        Ok(taken)
+    }
+
+    /// Follows the jobs the ledgers recorded as running (after [`Provider::load_state`]).
+    pub fn resume_followers(&self) {
+        for gi in 0..self.inner.groups.len() {
+            let job = self.inner.groups[gi]
+                .read()
+                .scale
+                .phase()
+                .job()
+                .map(str::to_string);
+            if let Some(job) = job {
+                self.spawn_follower(gi, job);
+            }
+        }
+    }
+
+    /// The state file's content now.
+    fn state_text(&self) -> String {
+        let t = now();
+        let mut can_stop_vms = None;
+        let mut groups = BTreeMap::new();
+        for g in &self.inner.groups {
+            let st = g.read();
+            if !st.scale.can_stop_vms() {
+                can_stop_vms = Some(false);
+            }
+            let ledger = st.scale.ledger(t);
+            if ledger.is_empty() {
+                continue;
+            }
+            groups.insert(
+                g.spec.cluster.to_string(),
+                GroupRecord {
+                    cluster_id: st.scale.cluster_id.clone(),
+                    job: ledger.job,
+                    queued_increase: ledger.queued_increase,
+                    removals: ledger.removals.into_iter().map(Into::into).collect(),
+                },
+            );
+        }
+        let file = StateFile {
+            version: VERSION,
+            can_stop_vms,
+            groups,
+        };
+        serde_json::to_string_pretty(&file).unwrap_or_default()
+    }
+
+    /// The writer: writes the state file whenever a group's state changed and its recorded
+    /// content with it. Runs for the life of the process; nothing to do without a file.
+    pub fn spawn_state_writer(&self) -> Option<tokio::task::JoinHandle<()>> {
+        let path = self.inner.store.path.clone()?;
+        let p = self.clone();
+        Some(tokio::spawn(async move {
+            loop {
+                p.inner.store.wake.notified().await;
+                p.write_state(&path).await;
+            }
+        }))
+    }
+
+    /// One pass of the writer: what every group owes now, written if it changed.
+    async fn write_state(&self, path: &Path) {
+        let store = &self.inner.store;
+        if store.closed.load(Ordering::Acquire) {
+            return;
+        }
+        let asked = store.requested.load(Ordering::Acquire);
+        let text = self.state_text();
+        let unchanged = store
+            .last
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_deref()
+            == Some(text.as_str());
+        if !unchanged {
+            let target = path.to_path_buf();
+            let body = text.clone();
+            let written = tokio::task::spawn_blocking(move || write_atomic(&target, &body)).await;
+            match written {
+                Ok(Ok(())) => {
+                    *store.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(text);
+                }
+                Ok(Err(e)) => {
+                    crate::metrics::record_state_write_failure();
+                    tracing::error!(state_file = %path.display(), error = %e,
+                        "writing the state file failed: promises made now are kept by this process but lost if it ends; retrying on the next change");
+                }
+                Err(e) => {
+                    crate::metrics::record_state_write_failure();
+                    tracing::error!(state_file = %path.display(), error = %e, "the state file writer failed");
+                }
+            }
+        }
+        store.written.send_if_modified(|w| {
+            let newer = asked > *w;
+            if newer {
+                *w = asked;
+            }
+            newer
+        });
+    }
+
+    /// Waits until every change made so far is in the state file (at once without one): a
+    /// promise is recorded before it is answered.
+    pub(crate) async fn record(&self) {
+        let store = &self.inner.store;
+        if store.path.is_none() {
+            return;
+        }
+        let asked = store.requested.load(Ordering::Acquire);
+        store.wake.notify_one();
+        let mut written = store.written.subscribe();
+        let _ = written.wait_for(|w| *w >= asked).await;
+    }
+
+    /// At shutdown: the last write, and what the next start takes over (or what is lost).
+    pub async fn finish_state(&self) {
+        let owed: usize = self
+            .inner
+            .groups
+            .iter()
+            .map(|g| g.read().scale.ledger(now()).removals.len())
+            .sum();
+        match self.inner.store.path.clone() {
+            Some(path) => {
+                self.write_state(&path).await;
+                self.inner.store.closed.store(true, Ordering::Release);
+                if owed > 0 {
+                    tracing::info!(state_file = %path.display(), owed,
+                        "shutting down with removals owed; they are recorded and the next start carries them out");
+                }
+            }
+            None if owed > 0 => {
+                tracing::error!(
+                    owed,
+                    "shutting down with removals answered OK and not done: without --state-file they are lost (the autoscaler keeps those nodes cordoned until it restarts)"
+                );
+            }
+            None => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{ClusterRef, NodeGroupSpec};
+    use crate::provider::Settings;
+    use cks_cloudstack::{Client, ClientConfig};
+
+    fn provider_with(file: &Path) -> Provider {
+        let mut settings = Settings::with_groups(vec![NodeGroupSpec {
+            min: 1,
+            max: 5,
+            cluster: ClusterRef::Id("c1".into()),
+        }]);
+        settings.state_file = Some(file.to_path_buf());
+        let client =
+            Client::new(ClientConfig::new("http://127.0.0.1:9/client/api", "k", "s")).unwrap();
+        Provider::new(client, settings)
+    }
+
+    #[tokio::test]
+    async fn a_state_file_it_cannot_read_is_refused_naming_it_and_a_missing_one_is_a_first_start() {
+        let dir = std::env::temp_dir().join(format!("cks-state-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let missing = dir.join("missing.json");
+        assert_eq!(provider_with(&missing).load_state().unwrap(), 0);
+        for (name, text, says) in [
+            ("garbage.json", "{not json", "not a state file"),
+            ("future.json", r#"{"version": 9}"#, "version 9"),
+            ("unknown.json", r#"{"version": 1, "extra": 1}"#, "extra"),
+        ] {
+            let file = dir.join(name);
+            std::fs::write(&file, text).unwrap();
+            let e = provider_with(&file).load_state().unwrap_err().to_string();
+            assert!(e.contains(name) && e.contains(says), "{e}");
+            assert!(e.contains("move it away"), "{e}");
+        }
+        // Written and read back: the promises come back to the group of the same --nodes.
+        let file = dir.join("round-trip.json");
+        let text = r#"{"version": 1, "can_stop_vms": false, "groups": {"id=c1": {"cluster_id": "c1", "removals": [{"vm_id": "vm-1", "name": "n1", "attempts": 2, "wait_ms": 1000}]}}}"#;
+        std::fs::write(&file, text).unwrap();
+        let p = provider_with(&file);
+        assert_eq!(p.load_state().unwrap(), 1);
+        let st = p.inner.groups[0].read();
+        let ledger = st.scale.ledger(now());
+        assert_eq!(ledger.removals[0].vm_id, "vm-1");
+        assert_eq!(ledger.removals[0].attempts, 2);
+        assert!(!st.scale.can_stop_vms());
+        drop(st);
+        write_atomic(&file, &p.state_text()).unwrap();
+        let again = provider_with(&file);
+        assert_eq!(again.load_state().unwrap(), 1);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
