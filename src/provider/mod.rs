@@ -291,6 +291,12 @@ pub(crate) struct OptionalCommands {
     pub offerings: AtomicBool,
     /// `listCapabilities`: re-checking the Alert-scaling verdict on a CloudStack upgrade.
     pub capabilities: AtomicBool,
+    /// Whether `stopVirtualMachine` is allowed is known (asked once, before the first promise
+    /// that needs a stop: `refresh::learn_stop_permission`); until then no machine promises a
+    /// stop.
+    pub stop_known: AtomicBool,
+    /// A question about `stopVirtualMachine` is in flight.
+    pub stop_asking: AtomicBool,
 }
 
 impl Default for OptionalCommands {
@@ -299,6 +305,8 @@ impl Default for OptionalCommands {
             jobs: AtomicBool::new(true),
             offerings: AtomicBool::new(true),
             capabilities: AtomicBool::new(true),
+            stop_known: AtomicBool::new(false),
+            stop_asking: AtomicBool::new(false),
         }
     }
 }
@@ -472,7 +480,12 @@ impl Provider {
                     client: settings.clients.get(gi).cloned().flatten(),
                     registered: Mutex::new(Registrations::new(settings.max_node_provision_time)),
                     state: Mutex::new(GroupState {
-                        scale: ScaleMachine::new(cluster_id, timings),
+                        // No stop is promised before the key is known to allow it.
+                        scale: {
+                            let mut m = ScaleMachine::new(cluster_id, timings);
+                            m.set_can_stop_vms(false);
+                            m
+                        },
                         last_error: None,
                         worker_offering: None,
                         sample_labels: None,

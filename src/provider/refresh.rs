@@ -58,6 +58,9 @@ pub(crate) struct OfferingCache {
 /// How long after a failed read of an offering it is read again.
 const OFFERING_RETRY: Duration = Duration::from_secs(60);
 
+/// A VM id no VM has: asking to stop it tells whether the key may stop VMs, and stops nothing.
+const NO_SUCH_VM: &str = "00000000-0000-4000-8000-000000000000";
+
 /// Ends a round: clears the group's slot and signals the round's waiters, also when the task
 /// running the round panics or is dropped (else every later Refresh would join a round that
 /// never ends).
@@ -163,6 +166,7 @@ impl Provider {
         if let Some(r) = lock(&self.inner.groups[gi].refresh).round.as_mut() {
             r.asking_since = Some(now());
         }
+        self.learn_stop_permission().await;
         if let Err(e) = self.fetch_and_act(gi).await {
             let name = self.group_label(gi);
             tracing::warn!(group = %name, error = %e, "refresh from CloudStack failed");
@@ -170,6 +174,44 @@ impl Provider {
         }
         self.refresh_offering(gi).await;
         self.check_cloudstack_version().await;
+    }
+
+    /// Asks CloudStack once whether the key may call `stopVirtualMachine`, without stopping
+    /// anything: a VM id that names no VM is refused for its parameter (431) when the command
+    /// is allowed, and for the command (432) when it is not; CloudStack checks the command
+    /// first (`ApiServer.verifyRequest` runs the role's access check before the dispatcher
+    /// reads the parameters). Until the answer, no machine promises a stop: a fake node of a
+    /// Running VM is refused rather than promised blind. Other answers (unreachable, 5xx)
+    /// leave it unknown, asked again next round.
+    pub(crate) async fn learn_stop_permission(&self) {
+        let optional = &self.inner.optional;
+        if optional.stop_known.load(Ordering::Acquire)
+            || optional.stop_asking.swap(true, Ordering::AcqRel)
+        {
+            return;
+        }
+        let answer = self.inner.cs.stop_virtual_machine(NO_SUCH_VM, false).await;
+        let allowed = match &answer {
+            Err(e) if e.is_not_permitted() => Some(false),
+            Err(CsError::Api { errorcode, .. }) if (430..=431).contains(errorcode) => Some(true),
+            // Nothing is named by that id: an accepted job would be CloudStack's own failure
+            // to check it; the command is allowed either way.
+            Ok(_) => Some(true),
+            Err(_) => None,
+        };
+        if let Some(allowed) = allowed {
+            for g in &self.inner.groups {
+                g.lock().scale.set_can_stop_vms(allowed);
+            }
+            optional.stop_known.store(true, Ordering::Release);
+            if !allowed {
+                tracing::warn!(
+                    cloudstack = self.inner.cs.api_url(),
+                    "this CloudStack key may not call stopVirtualMachine (optional): a node whose drain would fail (never registered, or its drain failed) is not stopped by the provider; such removals are refused before any promise, or wait for an operator to stop the VM"
+                );
+            }
+        }
+        optional.stop_asking.store(false, Ordering::Release);
     }
 
     /// The Refresh answer from the snapshots as they are once the caller's rounds ended, or
