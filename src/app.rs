@@ -179,8 +179,9 @@ impl App {
     }
 }
 
-/// The provider as the metrics endpoint sees it, through the provider's public API only.
-struct ProviderMetrics(Provider);
+/// The provider as the metrics endpoint sees it, through the provider's public API only
+/// (public so that tests can serve the gauges of a provider they run).
+pub struct ProviderMetrics(pub Provider);
 
 impl MetricsSource for ProviderMetrics {
     fn ready(&self) -> bool {
@@ -208,6 +209,7 @@ impl MetricsSource for ProviderMetrics {
                     .map(gauge_worker)
                     .collect(),
                 cluster_state: p.snapshot(&g.id).map(|s| s.state.as_str().to_string()),
+                blocked: p.cluster_blocked(&g.id).map(|s| s.rule.as_str()),
                 since_refresh: p.snapshot_age(&g.id),
                 stale: p.snapshot_stale(&g.id),
                 id: g.id,

@@ -16,6 +16,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
 use cks_domain::machine::JobKind;
+use cks_domain::stranded::StrandRule;
 use metrics::{describe_counter, describe_gauge, describe_histogram};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use std::collections::BTreeSet;
@@ -168,6 +169,13 @@ fn describe() {
         "The CKS cluster's CloudStack state: 1 for the current state, 0 for the others."
     );
     describe_gauge!(
+        "cks_provider_cluster_blocked",
+        "1 while CloudStack has stranded the CKS cluster by this rule, where it refuses every \
+         scale request until an operator repairs it: alert_rule_5_vm_count_mismatch (its VMs \
+         and nodes differ, e.g. VMs a failed scale-up left), alert_rule_7_no_down_worker (in \
+         Alert with no worker down); 0 for the other rules."
+    );
+    describe_gauge!(
         "cks_provider_node_group_last_refresh_timestamp_seconds",
         "Unix time of the node group's latest CloudStack snapshot."
     );
@@ -286,6 +294,9 @@ pub struct GroupGauges {
     pub workers: Vec<Worker>,
     /// CloudStack's name for the cluster's state, when a snapshot exists.
     pub cluster_state: Option<String>,
+    /// The rule by which CloudStack has stranded the cluster (`StrandRule::as_str`), if it
+    /// has.
+    pub blocked: Option<&'static str>,
     /// Age of the group's snapshot, when one exists.
     pub since_refresh: Option<Duration>,
     /// The snapshot is older than the staleness bound and the provider cannot refresh it (the
@@ -370,6 +381,11 @@ fn set_group_gauges(groups: &[GroupGauges], wall: SystemTime) {
         }
         if let Some(state) = &g.cluster_state {
             set_cluster_state(&id, state);
+        }
+        for rule in StrandRule::ALL.map(StrandRule::as_str) {
+            let value = if g.blocked == Some(rule) { 1.0 } else { 0.0 };
+            metrics::gauge!("cks_provider_cluster_blocked", "node_group" => id.clone(), "rule" => rule)
+                .set(value);
         }
         metrics::gauge!("cks_provider_node_group_snapshot_stale", "node_group" => id.clone())
             .set(if g.stale { 1.0 } else { 0.0 });
@@ -467,6 +483,7 @@ mod tests {
                     worker(Told::Creating, false),
                 ],
                 cluster_state: Some("Running".into()),
+                blocked: None,
                 since_refresh: Some(Duration::from_secs(2)),
                 stale: !self.ready,
             }]
@@ -584,6 +601,7 @@ mod tests {
                 max_size: 2,
                 workers: vec![worker(Told::Running, false)],
                 cluster_state: Some("Running".into()),
+                blocked: Some("alert_rule_5_vm_count_mismatch"),
                 since_refresh: Some(Duration::from_secs(1)),
                 stale: false,
             }],
@@ -611,6 +629,7 @@ mod tests {
             "cks_provider_node_group_max_size",
             "cks_provider_node_group_workers",
             "cks_provider_cluster_state",
+            "cks_provider_cluster_blocked",
             "cks_provider_node_group_last_refresh_timestamp_seconds",
             "cks_provider_alert_scaling",
             "cks_provider_alert_scaling_verdict_age_seconds",
@@ -639,6 +658,37 @@ mod tests {
             ),
             Some(1.0)
         );
+    }
+
+    #[test]
+    fn the_blocked_gauge_is_1_for_the_current_rule_and_0_for_the_others() {
+        let handle = install();
+        let series = |rule: &str| {
+            format!(
+                r#"cks_provider_cluster_blocked{{node_group="blocked-test-group",rule="{rule}"}}"#
+            )
+        };
+        for current in [
+            Some("alert_rule_5_vm_count_mismatch"),
+            Some("alert_rule_7_no_down_worker"),
+            None,
+        ] {
+            let gauges = GroupGauges {
+                id: "blocked-test-group".into(),
+                blocked: current,
+                ..GroupGauges::default()
+            };
+            set_group_gauges(&[gauges], SystemTime::now());
+            let page = handle.render();
+            for rule in StrandRule::ALL.map(StrandRule::as_str) {
+                let want = if current == Some(rule) { 1.0 } else { 0.0 };
+                assert_eq!(
+                    value(&page, &series(rule)),
+                    Some(want),
+                    "{current:?}: {rule}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -163,14 +163,15 @@ impl Provider {
         watched: bool,
     ) -> Option<Settled> {
         let alert = self.alert_scaling();
-        let settled = self.inner.groups[gi].lock().scale.job_finished(
-            job_id,
-            end,
-            fetched,
-            watched,
-            &alert,
-            now(),
-        )?;
+        let settled = {
+            let mut st = self.inner.groups[gi].lock();
+            let settled = st
+                .scale
+                .job_finished(job_id, end, fetched, watched, &alert, now())?;
+            // A VM of a failed scale-up whose node was reported already is a node.
+            self.forget_registered_failures(gi, &mut st.scale);
+            settled
+        };
         let label = self.group_label(gi);
         let group_id = self.group_id(gi);
         match end.failure() {

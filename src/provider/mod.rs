@@ -18,6 +18,7 @@
 //! without any lock held while CloudStack answers.
 
 mod alert;
+mod blocked;
 mod caller;
 mod error;
 mod follow;
@@ -596,6 +597,7 @@ impl Provider {
             }
             st.scale.snapshot_installed(indexed.clone(), &alert, now())
         };
+        self.note_blocked(gi);
         self.update_ready();
         (indexed, effects)
     }

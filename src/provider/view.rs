@@ -166,6 +166,14 @@ impl Scoped<'_> {
                 let teach = mine && !fake && !name.is_empty();
                 let learn = teach && st.scale.would_learn(&vm_id, provider_id, name);
                 let sample = teach && !labels.is_empty() && st.sample_labels.is_none();
+                // A VM a failed scale-up left whose node registered is a node, not a failed
+                // creation (`ScaleMachine::node_registered`).
+                let joined = teach
+                    && st.scale.is_failed_vm(&vm_id)
+                    && st
+                        .scale
+                        .snapshot()
+                        .is_some_and(|s| !s.snap.vms[i].state.is_down());
                 drop(st);
                 if teach {
                     g.registered
@@ -173,10 +181,17 @@ impl Scoped<'_> {
                         .unwrap_or_else(|p| p.into_inner())
                         .record(&vm_id, name, provider_id, now());
                 }
-                if learn || sample {
-                    // Rare (a node with a non-default providerID, the first labelled node):
-                    // the only case where a read changes state.
+                if learn || sample || joined {
+                    // Rare (a node with a non-default providerID, the first labelled node, the
+                    // node of a failed creation): the only case where a read changes state.
                     let mut st = g.lock();
+                    if joined && st.scale.node_registered(&vm_id) {
+                        tracing::info!(
+                            vm = %vm_id,
+                            node = name,
+                            "the node of a VM a failed scale-up left registered: it is a node of the group, no longer a failed creation"
+                        );
+                    }
                     if learn && st.scale.learn(&vm_id, provider_id, name) {
                         tracing::warn!(
                             vm = %vm_id,

@@ -238,6 +238,7 @@ impl MetricsSource for OneGroup {
                 },
             ],
             cluster_state: Some("Alert".into()),
+            blocked: Some("alert_rule_5_vm_count_mismatch"),
             since_refresh: Some(Duration::from_secs(1)),
             stale: false,
         }]
