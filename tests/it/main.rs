@@ -21,6 +21,7 @@ mod scenario_refusals;
 mod scenario_removal_promises;
 mod scenario_scale_from_zero;
 mod scenario_scaling;
+mod scenario_stranded;
 mod scenario_wire_generations;
 mod secrets_in_logs;
 mod soak;
