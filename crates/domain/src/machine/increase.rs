@@ -39,6 +39,7 @@ impl ScaleMachine {
     /// IncreaseSize, first step on the cached state: refuses, queues behind the operation in
     /// flight, or asks for a fresh snapshot.
     pub fn admit_increase(&mut self, delta: u32, max: u32) -> Result<Admission, ScaleError> {
+        self.max_size = Some(max);
         let target = self.target().ok_or(ScaleError::NoSnapshot)?;
         check_max(target, delta, max)?;
         match &self.phase {
@@ -68,6 +69,7 @@ impl ScaleMachine {
         alert: &AlertScaling,
         now: Instant,
     ) -> Result<Started, ScaleError> {
+        self.max_size = Some(max);
         let target = self.target().ok_or(ScaleError::NoSnapshot)?;
         check_max(target, delta, max)?;
         match &self.phase {

@@ -314,6 +314,9 @@ pub struct ScaleMachine {
     /// Whether this provider may stop a VM (`stopVirtualMachine`) before removing it, as the
     /// shell last learned it (a key without the command is answered 432).
     can_stop_vms: bool,
+    /// The group's maximum as the last IncreaseSize gave it: queued increases are not sent
+    /// while CloudStack's size, which still counts VMs of owed removals, would pass it.
+    pub(crate) max_size: Option<u32>,
 }
 
 impl ScaleMachine {
@@ -333,6 +336,7 @@ impl ScaleMachine {
             next_placeholder: 0,
             timings,
             can_stop_vms: true,
+            max_size: None,
         }
     }
 

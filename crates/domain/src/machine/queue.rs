@@ -351,6 +351,16 @@ impl ScaleMachine {
     /// [`ScaleMachine::stop_answered`].
     pub fn take_stops(&mut self, now: Instant) -> Vec<String> {
         let mut out = Vec::new();
+        // A scale-up in flight waits for every new VM to be Ready: stopping one of them (or
+        // one CloudStack is about to count) makes CloudStack fail the scale-up and leave its
+        // VMs. Stops wait for it to end.
+        let scaling_up = matches!(
+            self.phase.op().map(|o| &o.kind),
+            Some(OpKind::Increase { .. })
+        ) || matches!(self.phase, Phase::Adopted { .. });
+        if scaling_up {
+            return out;
+        }
         for r in &mut self.queue.remove {
             // A removal not promised yet may still be refused: its VM stays as it is.
             if r.stop == StopStage::Wanted
@@ -433,9 +443,15 @@ impl ScaleMachine {
         if self.queue.increase.is_empty() {
             return effects;
         }
-        let placeholders = std::mem::take(&mut self.queue.increase);
         let from = snap.snap.size;
-        let to = from.saturating_add(placeholders.len() as u32);
+        let to = from.saturating_add(self.queue.increase.len() as u32);
+        if !self.queue.remove.is_empty() && self.max_size.is_some_and(|max| to > max) {
+            // CloudStack's size still counts the VMs of owed removals that cannot go now: the
+            // increase on top of it would take the cluster past the group's maximum. It waits
+            // for them (and is cancelled by DecreaseTargetSize if they never go).
+            return effects;
+        }
+        let placeholders = std::mem::take(&mut self.queue.increase);
         let request = ScaleRequest::Resize { new_size: to };
         if let Err(r) = check_scale(&snap.snap, &request, alert) {
             self.record_failed(&refused_error(r.to_string()), Vec::new(), placeholders, now);

@@ -1779,3 +1779,67 @@ fn the_ledger_carries_every_promise_into_a_new_machine() {
         .expect("accepted");
     assert!(w.ledger(t0).is_empty());
 }
+
+/// A scale-up in flight waits for its new VMs to be Ready: no VM is stopped meanwhile (a
+/// stopped VM fails the scale-up, which leaves its VMs). The stop goes once it ended.
+#[test]
+fn no_vm_is_stopped_while_a_scale_up_runs() {
+    let t0 = Instant::now();
+    let mut m = machine_in("running", t0);
+    assert_eq!(
+        m.accept_removal(&[fake("w3", "unregistered")], 1, &ALERT, &no_reports(), t0),
+        Ok(Accepted::Behind)
+    );
+    assert!(m.take_stops(t0).is_empty(), "stopped during the scale-up");
+    m.job_finished("job-1", &JobEnd::Succeeded, true, false, &ALERT, t0)
+        .expect("our job");
+    assert_eq!(m.take_stops(t0), ["w3"]);
+}
+
+/// Queued increases are not sent on top of a CloudStack size that still counts owed removals
+/// which cannot go now, when that would pass the group's maximum: they wait for the removals.
+#[test]
+fn queued_increases_wait_rather_than_pass_the_maximum_over_blocked_removals() {
+    let t0 = Instant::now();
+    let max = 4;
+    let mut m = machine_in("idle", t0);
+    // (No stop first: the refused removal is simply tried again.)
+    m.set_can_stop_vms(false);
+    m.accept_removal(&[node("w1")], 1, &ALERT, &no_reports(), t0)
+        .expect("accepted");
+    m.close_window(&ALERT, t0).expect("sent");
+    m.window_answered(true);
+    m.submission_refused("busy", &ALERT, t0);
+    assert_eq!(m.target(), Some(2));
+    // The autoscaler asks for 2 more: 2 + 2 is within the maximum.
+    assert_eq!(m.admit_increase(2, max), Ok(Admission::Queued));
+    // w1 backs off: CloudStack's size 3 + 2 would be 5 workers.
+    let t1 = t0 + Duration::from_secs(1);
+    let fx = m.snapshot_installed(running3(t1), &ALERT, t1);
+    assert!(
+        !fx.iter().any(|e| matches!(e, Effect::Submit(_))),
+        "nothing sent past the maximum: {fx:?}"
+    );
+    assert_eq!(m.target(), Some(4));
+    // Once due, the removal goes; once it is done the increase goes, within the maximum.
+    let t2 = t0 + Duration::from_secs(3600);
+    assert_eq!(
+        m.snapshot_installed(running3(t2), &ALERT, t2),
+        vec![remove_of(&["w1"])]
+    );
+    m.submission_answered("job-2".into(), t2);
+    let two = snapshot_sized(
+        "Running",
+        &[("w2", VmState::Running), ("w3", VmState::Running)],
+        2,
+        t2,
+    );
+    m.snapshot_installed(two, &ALERT, t2);
+    let settled = m
+        .job_finished("job-2", &JobEnd::Succeeded, true, false, &ALERT, t2)
+        .expect("our job");
+    assert_eq!(
+        settled.effects,
+        vec![Effect::Submit(ScaleRequest::Resize { new_size: 4 })]
+    );
+}
