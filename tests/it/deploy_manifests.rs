@@ -1329,8 +1329,21 @@ fn check_security(s: &Set) -> Vec<String> {
             if !arr_at(sc, "/capabilities/add").is_empty() {
                 problems.push(format!("{id} {cname}: adds capabilities"));
             }
+            // The one writable mount allowed: the directory of the provider's --state-file, on
+            // a volume of the pod's own (emptyDir) or a claim, never the node's disk.
+            let state_dir = strings_at(c, "/args").iter().find_map(|a| {
+                a.strip_prefix("--state-file=")
+                    .and_then(|f| f.rsplit_once('/'))
+                    .map(|(dir, _)| dir.to_string())
+            });
             for m in arr_at(c, "/volumeMounts") {
-                if m.pointer("/readOnly") != Some(&Value::Bool(true)) {
+                let writable_state = state_dir.as_deref() == str_at(m, "/mountPath")
+                    && arr_at(pod, "/volumes").iter().any(|v| {
+                        v["name"] == m["name"]
+                            && (v.pointer("/emptyDir").is_some()
+                                || v.pointer("/persistentVolumeClaim").is_some())
+                    });
+                if m.pointer("/readOnly") != Some(&Value::Bool(true)) && !writable_state {
                     problems.push(format!(
                         "{id} {cname}: mount {} is not readOnly",
                         scalar(&m["mountPath"])

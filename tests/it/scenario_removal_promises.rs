@@ -23,14 +23,6 @@ fn fake_node(vm_id: &str, reason: &str) -> pb::ExternalGrpcNode {
     n
 }
 
-fn count(env: &Stack, command: &str) -> usize {
-    env.sim
-        .requests()
-        .iter()
-        .filter(|r| r.command == command)
-        .count()
-}
-
 /// The VM id of the provider's question at start, whether its key may stop VMs.
 const NO_SUCH_VM: &str = "00000000-0000-4000-8000-000000000000";
 
@@ -344,7 +336,7 @@ async fn a_removal_owed_when_the_provider_dies_is_carried_out_by_the_next_one() 
         .filter(|r| r.contains_key("size"))
         .count();
     assert_eq!(scale_ups, 1, "nothing sent twice");
-    assert_eq!(removals(&env), [victim.0.clone()]);
+    assert_eq!(removals(&env), std::slice::from_ref(&victim.0));
     wait_until("the ledger to be empty", async || {
         std::fs::read_to_string(&state).is_ok_and(|t| !t.contains(&victim.0))
     })
