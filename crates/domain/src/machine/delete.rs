@@ -71,6 +71,8 @@ pub struct DeletePlan {
     pub drops: LocalDrops,
     /// Fake "unregistered" nodes refused because their VM's node is registered.
     pub guarded: Vec<ScaleError>,
+    /// VMs already queued or in the removal in flight: this call's OK promises them too.
+    pub joined: Vec<String>,
 }
 
 impl ScaleMachine {
@@ -172,13 +174,17 @@ impl ScaleMachine {
         }
         self.apply_drops(&plan.drops);
         if plan.vms.is_empty() {
+            // Answered OK now: a removal it names that is queued or in flight for another
+            // caller, whose answer may still be an error, is owed from now on.
+            self.promise_removals(&plan.joined);
             return Ok(Acceptance {
                 accepted: Accepted::Done,
                 refused,
-                vm_ids: Vec::new(),
+                vm_ids: plan.joined,
             });
         }
-        let vm_ids = plan.vms.clone();
+        let mut vm_ids = plan.vms.clone();
+        vm_ids.extend(plan.joined.iter().cloned());
         for vm_id in plan.vms {
             let name = snap
                 .snap
@@ -290,10 +296,13 @@ impl ScaleMachine {
                         continue;
                     }
                     // Named twice, queued already or in the removal in flight: sent once.
-                    if removing.contains(vm.id.as_str())
-                        || vm.state.is_gone()
-                        || !seen.insert(vm.id.clone())
-                    {
+                    if removing.contains(vm.id.as_str()) {
+                        if seen.insert(vm.id.clone()) {
+                            plan.joined.push(vm.id.clone());
+                        }
+                        continue;
+                    }
+                    if vm.state.is_gone() || !seen.insert(vm.id.clone()) {
                         continue;
                     }
                     let failed_vm = self

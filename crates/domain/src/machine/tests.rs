@@ -1843,3 +1843,30 @@ fn queued_increases_wait_rather_than_pass_the_maximum_over_blocked_removals() {
         vec![Effect::Submit(ScaleRequest::Resize { new_size: 4 })]
     );
 }
+
+/// A DeleteNodes naming a VM whose removal is already in flight is answered OK at once: that
+/// OK is a promise too, kept when the request in flight turns out lost and never a job.
+#[test]
+fn a_second_delete_of_a_vm_in_a_lost_request_is_owed() {
+    let t0 = Instant::now();
+    let mut m = machine_in("idle", t0);
+    m.accept_removal(&[node("w2")], 1, &ALERT, &no_reports(), t0)
+        .expect("accepted");
+    m.close_window(&ALERT, t0).expect("sent");
+    m.submission_lost();
+    // The first caller hears the lost answer (UNAVAILABLE).
+    m.window_answered(false);
+    m.window_closed();
+    // The autoscaler tries again: the VM is being removed, answered OK.
+    let again = m
+        .accept_removals(&[node("w2")], 1, &ALERT, &no_reports(), t0)
+        .expect("accepted");
+    assert_eq!(again.accepted, Accepted::Done);
+    assert_eq!(again.vm_ids, ["w2"]);
+    // The lost request never became a job: the removal is sent again, not forgotten.
+    let later = t0 + Duration::from_secs(3600);
+    m.snapshot_installed(running3(later), &ALERT, later);
+    let fx = m.no_job_found(&ALERT, later);
+    assert_eq!(fx, vec![remove_of(&["w2"])]);
+    assert_eq!(m.target(), Some(2));
+}
