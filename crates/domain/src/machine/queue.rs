@@ -234,21 +234,47 @@ impl ScaleMachine {
             if origin == Origin::Rpc {
                 return Err(ScaleError::Refused(r));
             }
-            let delay = retry_delay(1);
+            // Each refusal counts as a failed attempt: a removal CloudStack keeps refusing
+            // backs off further and is abandoned, loudly, like one whose jobs keep failing.
+            let mut delay = retry_delay(1);
+            let (mut retried, mut abandoned) = (Vec::new(), Vec::new());
             for q in self
                 .queue
                 .remove
                 .iter_mut()
                 .filter(|q| vm_ids.contains(&q.vm_id))
             {
-                q.trouble = Some(format!("CloudStack would refuse its removal now: {r}"));
+                q.attempts += 1;
+                delay = retry_delay(q.attempts);
                 q.not_before = Some(now + delay);
+                if q.attempts >= MAX_REMOVAL_ATTEMPTS && !q.abandoned {
+                    q.abandoned = true;
+                    q.trouble = Some(format!(
+                        "removal abandoned after CloudStack refused it {} times: {r}; the node stays cordoned; repair the cluster, then remove VM {} by hand or stop it and the provider removes it",
+                        q.attempts, q.vm_id
+                    ));
+                    abandoned.push(q.vm_id.clone());
+                } else {
+                    q.trouble = Some(format!("CloudStack would refuse its removal now: {r}"));
+                    retried.push(q.vm_id.clone());
+                }
             }
-            return Ok(vec![Effect::RemovalRetried {
-                vms: vm_ids.iter().map(|v| self.vm_label(v)).collect(),
-                reason: r.to_string(),
-                retry_in: delay,
-            }]);
+            let label = |v: &String| self.vm_label(v);
+            let mut effects = Vec::new();
+            if !retried.is_empty() {
+                effects.push(Effect::RemovalRetried {
+                    vms: retried.iter().map(label).collect(),
+                    reason: r.to_string(),
+                    retry_in: delay,
+                });
+            }
+            if !abandoned.is_empty() {
+                effects.push(Effect::RemovalAbandoned {
+                    vms: abandoned.iter().map(label).collect(),
+                    reason: r.to_string(),
+                });
+            }
+            return Ok(effects);
         }
         // The sent VMs leave the queue; a window's others stay in it, sent one request after
         // another.

@@ -1870,3 +1870,41 @@ fn a_second_delete_of_a_vm_in_a_lost_request_is_owed() {
     assert_eq!(fx, vec![remove_of(&["w2"])]);
     assert_eq!(m.target(), Some(2));
 }
+
+/// An owed removal CloudStack's rules keep refusing backs off like one whose jobs fail, and is
+/// abandoned, loudly, after as many tries: never retried silently for ever.
+#[test]
+fn an_owed_removal_the_rules_keep_refusing_is_abandoned_loudly() {
+    let t0 = Instant::now();
+    let mut m = machine_in("running", t0);
+    m.accept_removal(&[node("w1")], 1, &ALERT, &no_reports(), t0)
+        .expect("owed behind the job");
+    // In Alert with no worker down, CloudStack refuses every request (rule 7).
+    let alert_all_running = |t| {
+        snapshot(
+            "Alert",
+            &[
+                ("w1", VmState::Running),
+                ("w2", VmState::Running),
+                ("w3", VmState::Running),
+            ],
+            t,
+        )
+    };
+    m.snapshot_installed(alert_all_running(t0), &ALERT, t0);
+    m.job_finished("job-1", &JobEnd::Succeeded, true, false, &ALERT, t0);
+    let mut t = t0;
+    let mut abandoned = false;
+    for _ in 0..MAX_REMOVAL_ATTEMPTS + 2 {
+        t += Duration::from_secs(3600);
+        let fx = m.snapshot_installed(alert_all_running(t), &ALERT, t);
+        assert!(!fx.iter().any(|e| matches!(e, Effect::Submit(_))), "{fx:?}");
+        abandoned |= fx
+            .iter()
+            .any(|e| matches!(e, Effect::RemovalAbandoned { .. }));
+    }
+    assert!(abandoned, "abandoned after {MAX_REMOVAL_ATTEMPTS} refusals");
+    let r = &m.queue().remove[0];
+    assert!(r.abandoned && r.attempts >= MAX_REMOVAL_ATTEMPTS, "{r:?}");
+    assert_eq!(m.target(), Some(2), "still out of the target");
+}
