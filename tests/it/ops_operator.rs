@@ -278,22 +278,7 @@ async fn the_example_alerts_and_the_guide_name_exported_metrics() {
     metrics::record_refusal("ops-rules-group", "alert_unsupported");
     metrics::record_removals_retried(1);
     metrics::record_removals_abandoned(1);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(metrics::serve_http(listener, Arc::new(OneGroup), async {
-        let _ = stopped.await;
-    }));
-    let page = reqwest::get(format!("http://{addr}/metrics"))
-        .await
-        .expect("/metrics answers")
-        .text()
-        .await
-        .expect("body");
-    let _ = stop.send(());
-    server.await.expect("joins").expect("serves");
+    let page = cks_testkit::scrape_metrics(Arc::new(OneGroup)).await;
     let exported: BTreeSet<&str> = page
         .lines()
         .filter_map(|l| l.strip_prefix("# TYPE "))

@@ -9,7 +9,6 @@
 //! will never be a node.
 
 use cks_autoscaler_provider::app::ProviderMetrics;
-use cks_autoscaler_provider::metrics;
 use cks_lab::autoscaler::{FAKE_NODE_CREATE_ERROR, Rpc, fake_reason};
 use cks_proto::instance_status::InstanceState;
 use cks_sim::{JobFailure, VmState};
@@ -28,25 +27,7 @@ fn series(page: &str, series: &str) -> Option<f64> {
 
 /// `/metrics` of the provider, served by the production gauge source.
 async fn scrape(stack: &Stack) -> String {
-    metrics::install();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let source = Arc::new(ProviderMetrics(stack.provider.clone()));
-    let server = tokio::spawn(metrics::serve_http(listener, source, async {
-        let _ = stopped.await;
-    }));
-    let page = reqwest::get(format!("http://{addr}/metrics"))
-        .await
-        .expect("/metrics answers")
-        .text()
-        .await
-        .expect("body");
-    let _ = stop.send(());
-    server.await.expect("joins").expect("serves");
-    page
+    scrape_metrics(Arc::new(ProviderMetrics(stack.provider.clone()))).await
 }
 
 #[tokio::test(start_paused = true)]

@@ -36,6 +36,23 @@ struct Stack {
 }
 
 impl Stack {
+    /// CloudStack throttles the key's account from now on (`max` calls per `interval`
+    /// window), and another client of the account has just made `used` of this window's.
+    async fn throttle_after_others(&self, max: u32, interval: Duration, used: usize) {
+        self.sim.configure(|s| {
+            s.throttling = true;
+            s.throttling_max = max;
+            s.throttling_interval = interval;
+        });
+        let other = Client::new(client_config(&self.sim)).expect("client");
+        for _ in 0..used {
+            other
+                .get_cluster(&self.cluster)
+                .await
+                .expect("within the limit");
+        }
+    }
+
     async fn start(sim: SimHandle, max_rps: Option<f64>) -> Stack {
         let cluster = sim.cluster_id("demo").expect("demo cluster");
         let cs = Client::new(client_config(&sim).with_max_rps(max_rps)).expect("client");
@@ -147,18 +164,9 @@ async fn a_throttled_key_slows_the_provider_down_and_the_scale_up_goes_through()
 
     // CloudStack starts throttling the key's account (4 calls per 2 s window), and another
     // client of the account (CKS's own autoscaler, the UI) has just made 3 of this window's.
-    stack.sim.configure(|s| {
-        s.throttling = true;
-        s.throttling_max = 4;
-        s.throttling_interval = Duration::from_secs(2);
-    });
-    let other = Client::new(client_config(&stack.sim)).expect("client");
-    for _ in 0..3 {
-        other
-            .get_cluster(&stack.cluster)
-            .await
-            .expect("within the limit");
-    }
+    stack
+        .throttle_after_others(4, Duration::from_secs(2), 3)
+        .await;
 
     // The scale-up: its fresh snapshot takes the window's last call, and CloudStack throttles
     // the scaleKubernetesCluster that follows; it is sent again once the window has passed,
@@ -215,18 +223,9 @@ async fn throttling_that_outlasts_the_timeout_is_unavailable_and_changes_nothing
     let mut stack = Stack::start(sim, None).await;
     stack.refresh().await.expect("first Refresh");
     // A window far longer than the client's 3 s request timeout, its calls used up.
-    stack.sim.configure(|s| {
-        s.throttling = true;
-        s.throttling_max = 3;
-        s.throttling_interval = Duration::from_secs(60);
-    });
-    let other = Client::new(client_config(&stack.sim)).expect("client");
-    for _ in 0..3 {
-        other
-            .get_cluster(&stack.cluster)
-            .await
-            .expect("within the limit");
-    }
+    stack
+        .throttle_after_others(3, Duration::from_secs(60), 3)
+        .await;
 
     let err = stack.increase(1).await.expect_err("throttled throughout");
     assert_eq!(err.code(), Code::Unavailable, "{err:?}");

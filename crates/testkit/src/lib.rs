@@ -298,3 +298,32 @@ pub fn temp_file(tag: &str, name: &str, text: &str) -> std::path::PathBuf {
     std::fs::write(&path, text).expect("write temp file");
     path
 }
+
+/// `/metrics` as the provider's metrics endpoint serves it from `source` (one request to a
+/// server on a new loopback port, stopped after).
+pub async fn scrape_metrics(
+    source: std::sync::Arc<dyn cks_autoscaler_provider::metrics::MetricsSource>,
+) -> String {
+    cks_autoscaler_provider::metrics::install();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(cks_autoscaler_provider::metrics::serve_http(
+        listener,
+        source,
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    let page = reqwest::get(format!("http://{addr}/metrics"))
+        .await
+        .expect("/metrics answers")
+        .text()
+        .await
+        .expect("body");
+    let _ = stop.send(());
+    server.await.expect("joins").expect("serves");
+    page
+}

@@ -134,8 +134,8 @@ impl ScaleMachine {
 mod tests {
     use super::super::{JobEnd, Timings};
     use super::*;
-    use crate::cluster::{ClusterInput, ClusterSnapshot, ClusterState, IndexedSnapshot};
-    use crate::cluster::{VmInput, VmState};
+    use crate::cluster::IndexedSnapshot;
+    use crate::cluster::VmState;
     use crate::machine::{Admission, Decreased, ScaleError, Started};
     use crate::rules::{AlertScaling, ScaleRequest};
     use crate::status::InstanceState;
@@ -144,42 +144,9 @@ mod tests {
 
     const ALERT: AlertScaling = AlertScaling::Supported;
 
-    /// One control VM and the workers given, `size` as given.
+    /// One control VM and the workers given, `size` as given (the machine's tests' builder).
     fn snap(state: &str, workers: &[(&str, VmState)], size: u32) -> Arc<IndexedSnapshot> {
-        let mut vms = vec![VmInput {
-            id: "c1".into(),
-            name: "k-control-1a2b".into(),
-            state: VmState::Running,
-            is_external: false,
-            is_etcd: false,
-        }];
-        for (id, st) in workers {
-            vms.push(VmInput {
-                id: (*id).into(),
-                name: format!("k-node-{id}"),
-                state: st.clone(),
-                is_external: false,
-                is_etcd: false,
-            });
-        }
-        let snap = ClusterSnapshot::classify(ClusterInput {
-            id: "cid".into(),
-            name: "k".into(),
-            state: ClusterState::parse(state),
-            size,
-            min_size: None,
-            max_size: None,
-            autoscaling_enabled: false,
-            control_nodes: 1,
-            etcd_nodes: 0,
-            service_offering: None,
-            worker_offering: None,
-            zone_id: String::new(),
-            zone_name: String::new(),
-            externally_managed: false,
-            vms,
-        });
-        Arc::new(IndexedSnapshot::new(snap, Instant::now()))
+        super::super::tests::snapshot_sized(state, workers, size, Instant::now())
     }
 
     /// The cluster: one worker, a scale-up to 3 that CloudStack failed part way (w2

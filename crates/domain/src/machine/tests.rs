@@ -19,7 +19,7 @@ fn snapshot(state: &str, workers: &[(&str, VmState)], now: Instant) -> Arc<Index
     snapshot_sized(state, workers, workers.len() as u32, now)
 }
 
-fn snapshot_sized(
+pub(super) fn snapshot_sized(
     state: &str,
     workers: &[(&str, VmState)],
     size: u32,
@@ -408,9 +408,8 @@ fn increases_queued_behind_a_forgotten_lost_submission_are_sent() {
     assert_eq!(m.target(), Some(4));
 }
 
-#[test]
-fn a_queued_request_cloudstack_refuses_becomes_failed_instances() {
-    let t0 = Instant::now();
+/// Two nodes queued behind a running job, sent as one request when it ends.
+fn queued_increase_sent(t0: Instant) -> ScaleMachine {
     let mut m = machine_in("running", t0);
     assert_eq!(m.admit_increase(2, MAX), Ok(Admission::Queued));
     let settled = m
@@ -420,6 +419,13 @@ fn a_queued_request_cloudstack_refuses_becomes_failed_instances() {
         settled.effects,
         vec![Effect::Submit(ScaleRequest::Resize { new_size: 5 })]
     );
+    m
+}
+
+#[test]
+fn a_queued_request_cloudstack_refuses_becomes_failed_instances() {
+    let t0 = Instant::now();
+    let mut m = queued_increase_sent(t0);
     assert!(
         m.submission_refused("quota exceeded", &ALERT, t0)
             .is_empty()
@@ -616,6 +622,14 @@ fn running(n: u32, t: Instant) -> Arc<IndexedSnapshot> {
     let ids: Vec<String> = (1..=n).map(|i| format!("w{i}")).collect();
     let vms: Vec<(&str, VmState)> = ids.iter().map(|i| (i.as_str(), VmState::Running)).collect();
     snapshot("Running", &vms, t)
+}
+
+/// `vm` accepted for removal at rest, its request sent, its caller answered OK.
+fn sent_and_owed(m: &mut ScaleMachine, vm: &str, t: Instant) {
+    m.accept_removal(&[node(vm)], 1, &ALERT, &no_reports(), t)
+        .expect("accepted");
+    assert_eq!(m.close_window(&ALERT, t), Ok(vec![remove_of(&[vm])]));
+    m.window_answered(true);
 }
 
 fn remove_of(ids: &[&str]) -> Effect {
@@ -1641,10 +1655,7 @@ fn an_owed_removal_in_a_refused_window_request_stays_owed() {
     let t0 = Instant::now();
     let mut m = machine_in("idle", t0);
     // w1 owed (its caller answered OK behind an operation), backing off after a failure.
-    m.accept_removal(&[node("w1")], 1, &ALERT, &no_reports(), t0)
-        .expect("accepted");
-    m.close_window(&ALERT, t0).expect("sent");
-    m.window_answered(true);
+    sent_and_owed(&mut m, "w1", t0);
     m.submission_refused("busy", &ALERT, t0);
     assert_eq!(m.queue().remove.len(), 1, "owed after the refusal");
     // Due again, w1 rides with a new window's w2 (both down: one request).
@@ -1686,15 +1697,7 @@ fn an_owed_removal_in_a_refused_window_request_stays_owed() {
 #[test]
 fn a_throttled_queued_request_goes_back_to_the_queue_unchanged() {
     let t0 = Instant::now();
-    let mut m = machine_in("running", t0);
-    assert_eq!(m.admit_increase(2, MAX), Ok(Admission::Queued));
-    let settled = m
-        .job_finished("job-1", &JobEnd::Succeeded, true, false, &ALERT, t0)
-        .expect("our job");
-    assert_eq!(
-        settled.effects,
-        vec![Effect::Submit(ScaleRequest::Resize { new_size: 5 })]
-    );
+    let mut m = queued_increase_sent(t0);
     m.submission_throttled(Duration::from_secs(10), t0);
     assert_eq!(m.phase(), &Phase::Idle);
     assert!(m.failed().is_empty(), "{:?}", m.failed());
@@ -1709,10 +1712,7 @@ fn a_throttled_queued_request_goes_back_to_the_queue_unchanged() {
 
     // An owed removal keeps its attempts and waits a moment.
     let mut m = machine_in("idle", t0);
-    m.accept_removal(&[node("w2")], 1, &ALERT, &no_reports(), t0)
-        .expect("accepted");
-    m.close_window(&ALERT, t0).expect("sent");
-    m.window_answered(true);
+    sent_and_owed(&mut m, "w2", t0);
     m.submission_throttled(Duration::from_secs(10), t0);
     let r = &m.queue().remove[0];
     assert_eq!((r.vm_id.as_str(), r.attempts), ("w2", 0));
@@ -1729,10 +1729,7 @@ fn the_ledger_carries_every_promise_into_a_new_machine() {
     let mut m = machine_in("idle", t0);
     // w1 owed and sent (its job runs), w2 owed behind it with a backoff, w3 in an open
     // window (its caller waits), two nodes of an IncreaseSize queued.
-    m.accept_removal(&[node("w1")], 1, &ALERT, &no_reports(), t0)
-        .expect("accepted");
-    m.close_window(&ALERT, t0).expect("sent");
-    m.window_answered(true);
+    sent_and_owed(&mut m, "w1", t0);
     m.submission_answered("job-7".into(), t0);
     m.accept_removal(&[node("w2")], 1, &ALERT, &no_reports(), t0)
         .expect("behind");
@@ -1805,10 +1802,7 @@ fn queued_increases_wait_rather_than_pass_the_maximum_over_blocked_removals() {
     let mut m = machine_in("idle", t0);
     // (No stop first: the refused removal is simply tried again.)
     m.set_can_stop_vms(false);
-    m.accept_removal(&[node("w1")], 1, &ALERT, &no_reports(), t0)
-        .expect("accepted");
-    m.close_window(&ALERT, t0).expect("sent");
-    m.window_answered(true);
+    sent_and_owed(&mut m, "w1", t0);
     m.submission_refused("busy", &ALERT, t0);
     assert_eq!(m.target(), Some(2));
     // The autoscaler asks for 2 more: 2 + 2 is within the maximum.
