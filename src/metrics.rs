@@ -62,6 +62,28 @@ fn process_collector() -> &'static metrics_process::Collector {
     COLLECTOR.get_or_init(metrics_process::Collector::default)
 }
 
+/// How often histogram samples are folded into their buckets when nobody scrapes.
+const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Calls `upkeep` every `every` on a thread of its own until it returns `false`. A std
+/// thread, not a task: the recorder is installed before (and outside) any runtime, and its
+/// upkeep must go on whichever runtime serves.
+fn keep_up(
+    every: Duration,
+    upkeep: impl Fn() -> bool + Send + 'static,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("metrics-upkeep".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(every);
+                if !upkeep() {
+                    break;
+                }
+            }
+        })
+}
+
 /// Installs the process-wide Prometheus recorder once, describes every metric family and sets
 /// `cks_provider_build_info`; later calls return the same handle.
 pub fn install() -> PrometheusHandle {
@@ -75,6 +97,15 @@ pub fn install() -> PrometheusHandle {
                 .map(|b| b.build_recorder())
                 .unwrap_or_else(|_| PrometheusBuilder::new().build_recorder());
             let handle = recorder.handle();
+            // build_recorder() starts no upkeep: without it every histogram sample stays in
+            // memory until a scrape folds it in, so a provider nobody scrapes grows for ever.
+            let upkept = handle.clone();
+            if let Err(e) = keep_up(UPKEEP_INTERVAL, move || {
+                upkept.run_upkeep();
+                true
+            }) {
+                tracing::warn!(error = %e, "could not start the metrics upkeep thread: histogram samples are folded in only when /metrics is scraped");
+            }
             // Fails only when another recorder is installed (tests); the handle still renders.
             let _ = metrics::set_global_recorder(recorder);
             describe();
@@ -457,6 +488,19 @@ pub async fn serve_http(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn histogram_upkeep_runs_without_a_scrape() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let thread = keep_up(Duration::from_millis(1), move || tx.send(()).is_ok())
+            .expect("spawning the upkeep thread");
+        for round in 0..3 {
+            rx.recv_timeout(Duration::from_secs(60))
+                .unwrap_or_else(|e| panic!("upkeep round {round} never ran: {e}"));
+        }
+        drop(rx);
+        thread.join().expect("the upkeep thread stops once told to");
+    }
 
     struct Fixed {
         ready: bool,
