@@ -325,10 +325,31 @@ async fn scale_up(
                 "Scaling failed for Kubernetes cluster : {name}, cluster not found"
             )));
         };
-        (0..add)
+        let vms: Vec<String> = (0..add)
             .map(|_| w.new_vm(ci, VmRole::Worker, VmState::Starting, now))
-            .collect()
+            .collect();
+        w.provisioning.extend(vms.iter().cloned());
+        vms
     };
+    let outcome = provision(sh, cid, name, new_size, &new_vms, s, started).await;
+    let mut w = sh.lock();
+    for id in &new_vms {
+        w.provisioning.remove(id);
+    }
+    outcome
+}
+
+/// Starts the VMs a scale-up created and waits for their nodes, as
+/// `KubernetesClusterScaleWorker.scaleUpKubernetesClusterSize` does.
+async fn provision(
+    sh: &Shared,
+    cid: &str,
+    name: &str,
+    new_size: u64,
+    new_vms: &[String],
+    s: &SimSettings,
+    started: tokio::time::Instant,
+) -> Option<Result<(), String>> {
     if !pause(sh, s.job_duration / 2).await {
         return None;
     }

@@ -453,6 +453,11 @@ impl SimHandle {
         w.nodes(None, now)
     }
 
+    /// Requests that worked against a running scale-up (a VM it provisions stopped), in order.
+    pub fn interference(&self) -> Vec<String> {
+        self.shared.lock().interference.clone()
+    }
+
     /// Every CloudStack request received so far (what `simRequests` returns).
     pub fn requests(&self) -> Vec<RecordedRequest> {
         self.shared.lock().requests.clone()

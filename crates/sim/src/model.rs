@@ -433,6 +433,13 @@ pub struct World {
     pub requests: Vec<RecordedRequest>,
     pub ids: IdGen,
     pub fault_rng: IdGen,
+    /// VMs a scale-up job created and is still provisioning (waiting for their nodes).
+    pub provisioning: HashSet<String>,
+    /// Requests that worked against a running scale-up: stopping a VM it provisions. Not
+    /// CloudStack behaviour (CloudStack carries such a stop out, and the scale-up then fails
+    /// waiting for the node, `KubernetesClusterScaleWorker.scaleUpKubernetesClusterSize`); an
+    /// observation for tests, read with `SimHandle::interference`.
+    pub interference: Vec<String>,
 }
 
 impl World {

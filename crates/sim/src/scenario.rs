@@ -391,6 +391,8 @@ impl Scenario {
             owner,
             template_id,
             requests: Vec::new(),
+            provisioning: Default::default(),
+            interference: Vec::new(),
             ids,
             fault_rng,
         };
