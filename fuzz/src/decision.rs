@@ -3,17 +3,13 @@
 //! `check_scale` against them.
 //!
 //! Shared by the cargo-fuzz target `scale_decision` and the property tests in
-//! `tests/it/prop_domain.rs` (included there by path), so both hold the code to the same
-//! statement. Every broken invariant panics with the inputs that broke it.
+//! `crates/domain/tests/properties.rs` (included there by path), so both hold the code to the
+//! same statement. Every broken invariant panics with the inputs that broke it.
 //!
 //! Cluster VM ids must be unique (CloudStack ids are UUIDs); callers generate them so.
 
-use cks_domain::cluster::{
-    ClusterInput, ClusterSnapshot, ClusterState, NodeRole, is_control_name,
-};
-use cks_domain::rules::{
-    AlertScaling, Refusal, ScaleRequest, blocked_reason, check_scale,
-};
+use cks_domain::cluster::{ClusterInput, ClusterSnapshot, ClusterState, NodeRole, is_control_name};
+use cks_domain::rules::{AlertScaling, Refusal, ScaleRequest, blocked_reason, check_scale};
 
 /// Every rule name a refusal may carry.
 pub const RULES: [&str; 13] = [

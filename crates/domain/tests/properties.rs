@@ -4,7 +4,7 @@
 //! The invariants live in `fuzz/src/decision.rs`, shared with the `scale_decision` fuzz target.
 //! Each property runs a bounded number of cases (`PROPTEST_CASES` raises it for a longer run).
 
-#[path = "../../fuzz/src/decision.rs"]
+#[path = "../../../fuzz/src/decision.rs"]
 mod decision;
 
 use cks_domain::cluster::{
@@ -12,7 +12,8 @@ use cks_domain::cluster::{
 };
 use cks_domain::rules::{AlertScaling, ScaleRequest};
 use cks_domain::status::{
-    ErrorClass, InstanceState, VmActivity, scale_up_failure, vm_status,
+    ErrorClass, InstanceError, InstanceState, VmActivity, reported_down, scale_up_failure,
+    vm_status,
 };
 use decision::{check_decision, expected_roles};
 use proptest::prelude::*;
@@ -450,30 +451,45 @@ fn the_restated_control_pattern_and_rules_agree_with_hand_made_cases() {
 }
 
 fn activity() -> impl Strategy<Value = VmActivity> {
+    let error = |code: &'static str| {
+        "\\PC{0,30}".prop_map(move |message| InstanceError {
+            code: code.into(),
+            message,
+            class: ErrorClass::Other,
+        })
+    };
     prop_oneof![
         Just(VmActivity::Idle),
         Just(VmActivity::BeingCreated),
         Just(VmActivity::BeingRemoved),
-        "\\PC{0,30}".prop_map(|text| VmActivity::RemovalTroubled(
-            cks_domain::status::InstanceError {
-                code: "removal-retrying".into(),
-                message: text,
-                class: ErrorClass::Other,
-            }
-        )),
+        prop::sample::select(
+            &[
+                "removal-retrying",
+                "removal-stopping-vm",
+                "removal-abandoned"
+            ][..]
+        )
+        .prop_flat_map(error)
+        .prop_map(VmActivity::RemovalTroubled),
         (any::<i64>(), "\\PC{0,30}").prop_map(|(code, text)| VmActivity::CreateFailed(
             scale_up_failure("job-1", code, &text)
         )),
+        error("creation-written-off").prop_map(VmActivity::WrittenOff),
     ]
 }
 
 proptest! {
     #![proptest_config(config(512))]
 
-    /// Every VM state and activity maps to a status; an error always names the VM and has a
-    /// low-cardinality code, a down VM never looks healthy, a VM on its way out is Deleting.
+    /// Every VM state and activity maps to a status. A VM on its way out (being removed, gone,
+    /// written off) is Deleting; a failed creation is Creating with the job's error. A down
+    /// worker the provider is doing nothing with is Running with no error (an error would stop
+    /// upstream from expecting its node, so one that never registered would never be removed):
+    /// it is reported to the operator as down (`reported_down`: the group's gauges and debug
+    /// line) instead. A new worker that went down during a scale-up is Creating with an error
+    /// naming the VM, so the autoscaler removes it.
     #[test]
-    fn instance_status_is_total_and_names_the_vm(
+    fn instance_status_is_total_and_a_down_worker_is_reported(
         id in "[0-9a-f-]{1,36}",
         name in "\\PC{0,20}",
         state in vm_state(),
@@ -485,26 +501,31 @@ proptest! {
             VmActivity::BeingRemoved => prop_assert_eq!((status, error.clone()), (InstanceState::Deleting, None)),
             VmActivity::RemovalTroubled(trouble) => prop_assert_eq!((status, error.as_ref()), (InstanceState::Deleting, Some(trouble))),
             _ if state.is_gone() => prop_assert_eq!((status, error.clone()), (InstanceState::Deleting, None)),
-            VmActivity::CreateFailed(failure) => {
-                prop_assert_eq!(status, InstanceState::Creating);
-                prop_assert_eq!(error.as_ref(), Some(failure));
-            }
+            VmActivity::WrittenOff(off) => prop_assert_eq!((status, error.as_ref()), (InstanceState::Deleting, Some(off))),
+            VmActivity::CreateFailed(failure) => prop_assert_eq!((status, error.as_ref()), (InstanceState::Creating, Some(failure))),
             VmActivity::BeingCreated => {
                 prop_assert_eq!(status, InstanceState::Creating);
                 prop_assert_eq!(error.is_some(), state.is_down());
             }
             VmActivity::Idle => {
                 let expected = if state == VmState::Starting { InstanceState::Creating } else { InstanceState::Running };
-                prop_assert_eq!(status, expected);
-                prop_assert_eq!(error.is_some(), state.is_down());
+                prop_assert_eq!((status, error.clone()), (expected, None), "a worker at rest carries no error, down or not");
             }
         }
-        if let (Some(e), false) = (&error, matches!(activity, VmActivity::CreateFailed(_) | VmActivity::RemovalTroubled(_))) {
+        if let (Some(e), VmActivity::BeingCreated) = (&error, &activity) {
             prop_assert_eq!(e.class, ErrorClass::Other);
             prop_assert_eq!(&e.code, &format!("vm-{}", state.as_str().to_ascii_lowercase()));
             prop_assert!(e.message.contains(&id) && e.message.contains(&name), "{}", e.message);
             prop_assert!(e.message.contains("NodeGroupDeleteNodes"), "{}", e.message);
         }
+        // The operator's view: a worker at rest or new is counted down exactly when its VM is
+        // down and not gone; one being removed, failed or written off is counted as such.
+        let at_rest_or_new = matches!(activity, VmActivity::Idle | VmActivity::BeingCreated);
+        prop_assert_eq!(
+            reported_down(&vm, &activity),
+            at_rest_or_new && state.is_down() && !state.is_gone(),
+            "{:?} / {:?}", state, activity
+        );
     }
 
     /// A failed scale-up is out of resources exactly when CloudStack's code or text says so;
