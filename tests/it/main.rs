@@ -6,6 +6,7 @@ mod architecture;
 mod client_binding;
 mod deploy_manifests;
 mod external_nodes;
+mod fault_campaign;
 mod faults;
 mod ops_operator;
 mod prop_client;
