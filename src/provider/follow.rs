@@ -345,15 +345,7 @@ impl Provider {
                 "no running scale job found in the first pages of listAsyncJobs since {startdate}; not reading further"
             );
         }
-        let waiting = (0..self.inner.groups.len())
-            .filter(|&other| {
-                matches!(
-                    self.inner.groups[other].read().scale.phase(),
-                    Phase::AnswerLost { .. }
-                )
-            })
-            .count();
-        let search = scan.conclude(&query, complete, waiting);
+        let search = scan.conclude(complete);
         if search == JobSearch::Unnamed {
             tracing::debug!(
                 cluster = cluster_id,

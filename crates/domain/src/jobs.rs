@@ -5,12 +5,12 @@
 //! A job is a cluster's only when it names it (`jobinstanceid`). Real scale jobs name no
 //! cluster, and `listAsyncJobs` lists every job of the account: other clusters' scale jobs (CKS's
 //! own autoscaler, operators, other providers) use the same keys. So an unnamed job is never
-//! taken for a cluster's, with one exception ([`JobScan::conclude`]): a lost submission, exactly
-//! one pending scale job of the account created since it was sent, and no other group of this
-//! provider waiting for a job. It is most likely the lost request's own; taking it lets its
-//! failure be reported (failed creations the autoscaler deletes) instead of leaving VMs nobody
-//! reports. It may still be another client's job of the same account: its end then settles the
-//! group early, and a failure of it is reported once.
+//! taken for a cluster's, not even the only one created since a submission whose answer was
+//! lost: nothing proves its cluster, group or command, and taking another client's job would
+//! settle the lost request by someone else's outcome (a failure re-queuing removals the
+//! autoscaler no longer counts, a success ending a wait early). Pending unnamed jobs created
+//! since the lost submission only delay its settling, which is then read from the cluster's
+//! snapshot once none is pending.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -29,7 +29,7 @@ pub const SEARCH_MAX_PAGES: u32 = 20;
 /// What the job list says about the job a group waits for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JobSearch {
-    /// A running scale job that is the cluster's (it names it, or it is the one guess).
+    /// A running scale job that is the cluster's (it names it).
     Named(String),
     /// Running scale jobs that name no cluster (any of the account's), or pages left unread:
     /// none is provably the cluster's, and the lost request may be among them.
@@ -112,25 +112,13 @@ impl JobScan {
     }
 
     /// The search's answer once no page named the cluster: `complete` when every page was
-    /// read; `groups_waiting` counts this provider's groups whose answer was lost (this one
-    /// included).
-    pub fn conclude(
-        mut self,
-        query: &JobQuery<'_>,
-        complete: bool,
-        groups_waiting: usize,
-    ) -> JobSearch {
-        if !complete {
-            // Unread pages may hold the lost request's job: not settled.
+    /// read.
+    pub fn conclude(self, complete: bool) -> JobSearch {
+        if !complete || !self.unnamed.is_empty() {
+            // Unread pages, or pending jobs that may be the lost request's: not settled.
             return JobSearch::Unnamed;
         }
-        if self.unnamed.is_empty() {
-            return JobSearch::Nothing;
-        }
-        if query.lost_since.is_some() && self.unnamed.len() == 1 && groups_waiting <= 1 {
-            return JobSearch::Named(self.unnamed.remove(0));
-        }
-        JobSearch::Unnamed
+        JobSearch::Nothing
     }
 }
 
@@ -164,18 +152,16 @@ mod tests {
             Vec<Vec<ListedJob<'a>>>,
             bool,
             bool,
-            usize,
             JobSearch,
         );
         let named = |id: &str| JobSearch::Named(id.to_string());
         let rows: Vec<Row> = vec![
-            ("no job", vec![vec![]], true, false, 0, JobSearch::Nothing),
+            ("no job", vec![vec![]], true, false, JobSearch::Nothing),
             (
                 "a job naming the cluster",
                 vec![vec![job("j1", mine, 990)]],
                 true,
                 false,
-                0,
                 named("j1"),
             ),
             (
@@ -183,7 +169,6 @@ mod tests {
                 vec![vec![job("x", other, 990)], vec![job("j2", mine, 990)]],
                 true,
                 false,
-                0,
                 named("j2"),
             ),
             (
@@ -191,7 +176,6 @@ mod tests {
                 vec![vec![job("j3", mine, 990)]],
                 false,
                 true,
-                1,
                 named("j3"),
             ),
             (
@@ -199,7 +183,6 @@ mod tests {
                 vec![vec![job("x", other, 990)]],
                 true,
                 true,
-                1,
                 JobSearch::Nothing,
             ),
             (
@@ -207,7 +190,6 @@ mod tests {
                 vec![vec![done]],
                 true,
                 false,
-                0,
                 JobSearch::Nothing,
             ),
             (
@@ -215,7 +197,6 @@ mod tests {
                 vec![vec![job("followed", mine, 990)]],
                 true,
                 false,
-                0,
                 JobSearch::Nothing,
             ),
             (
@@ -223,23 +204,13 @@ mod tests {
                 vec![vec![job("u", None, 990)]],
                 true,
                 false,
-                0,
                 JobSearch::Unnamed,
             ),
             (
-                "the one guess: lost, one unnamed job since, no other group waiting",
+                "no guess: the one unnamed job since a lost request is pending, not taken",
                 vec![vec![job("u", None, 990)]],
                 true,
                 true,
-                1,
-                named("u"),
-            ),
-            (
-                "no guess while another group waits",
-                vec![vec![job("u", None, 990)]],
-                true,
-                true,
-                2,
                 JobSearch::Unnamed,
             ),
             (
@@ -247,7 +218,6 @@ mod tests {
                 vec![vec![job("u", None, 990), job("v", None, 995)]],
                 true,
                 true,
-                1,
                 JobSearch::Unnamed,
             ),
             (
@@ -255,7 +225,6 @@ mod tests {
                 vec![vec![job("old", None, 100)]],
                 true,
                 true,
-                1,
                 JobSearch::Nothing,
             ),
             (
@@ -263,19 +232,17 @@ mod tests {
                 vec![vec![job("u", None, 1000 - 120)]],
                 true,
                 true,
-                1,
-                named("u"),
+                JobSearch::Unnamed,
             ),
             (
                 "pages left unread",
                 vec![vec![job("x", other, 990)]],
                 false,
                 true,
-                1,
                 JobSearch::Unnamed,
             ),
         ];
-        for (name, pages, complete, lost, waiting, want) in rows {
+        for (name, pages, complete, lost, want) in rows {
             let query = JobQuery {
                 cluster_id: "c1",
                 followed_elsewhere: &followed,
@@ -289,7 +256,7 @@ mod tests {
                     break;
                 }
             }
-            let got = got.unwrap_or_else(|| scan.conclude(&query, complete, waiting));
+            let got = got.unwrap_or_else(|| scan.conclude(complete));
             assert_eq!(got, want, "{name}");
         }
     }
