@@ -1,0 +1,468 @@
+//! A real Kubernetes API server for the tests that talk to one ([`KubeApiServer`]): etcd and
+//! kube-apiserver, built from their Go modules by `tools/kube-testenv/build.sh`, started as
+//! child processes on loopback in a temporary directory and killed when the value is dropped.
+//!
+//! The binaries are found through `CKS_KUBE_BIN_DIR`. Without it [`KubeApiServer::start`]
+//! answers `Ok(None)` after saying once on the terminal that the test is skipped; with
+//! `CKS_KUBE_REQUIRED=1` (set by `.ci/run`) it fails instead, as `CKS_MANIFEST_TOOLS` and
+//! `CKS_MANIFEST_TOOLS_REQUIRED` do for the manifest checks.
+//!
+//! The server is as a cluster's is where it matters to a client: HTTPS with a serving
+//! certificate from a CA of the test's own ([`KubeApiServer::ca_pem`]), RBAC authorization, and
+//! service-account tokens signed by a key generated here, so an identity bound to one Role gets
+//! exactly that Role's permissions ([`KubeApiServer::service_account_token`]). The admin is a
+//! static bearer token in `system:masters`. etcd listens on Unix sockets in the temporary
+//! directory (no port to collide on); the API server on a free loopback port, started again on
+//! another one if that port was taken in between. Nothing here waits a fixed time: every wait
+//! polls a condition (the socket exists, `/readyz` answers 200) with a bound.
+
+use crate::certs::{Ca, TempDir};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Once;
+use std::time::{Duration, Instant};
+
+/// The directory holding `etcd` and `kube-apiserver` (what `tools/kube-testenv/build.sh`
+/// prints).
+pub const BIN_DIR_ENV: &str = "CKS_KUBE_BIN_DIR";
+/// Set to `1` (by `.ci/run`): without the binaries the tests fail instead of skipping.
+pub const REQUIRED_ENV: &str = "CKS_KUBE_REQUIRED";
+
+/// How long etcd and the API server may take to come up (a few seconds on loopback; far more
+/// on a loaded machine, which makes a test slower, never red).
+const START_BOUND: Duration = Duration::from_secs(120);
+/// How often a start-up condition is checked.
+const POLL: Duration = Duration::from_millis(50);
+/// Each request of the test kit's own client.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// etcd's client socket, relative to the temporary directory (etcd names a Unix socket
+/// `host:port`; both processes run in that directory).
+const ETCD_SOCKET: &str = "etcd-client:0";
+const ETCD_PEER_SOCKET: &str = "etcd-peer:0";
+
+/// Why the test environment could not start.
+#[derive(Debug)]
+pub struct KubeEnvError(String);
+
+impl std::fmt::Display for KubeEnvError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for KubeEnvError {}
+
+fn fail<T>(what: impl Into<String>) -> Result<T, KubeEnvError> {
+    Err(KubeEnvError(what.into()))
+}
+
+/// etcd and kube-apiserver running for one test. Both processes are killed when dropped.
+pub struct KubeApiServer {
+    dir: TempDir,
+    bins: PathBuf,
+    etcd: Child,
+    apiserver: Option<Child>,
+    port: u16,
+    ca_pem: String,
+    admin_token: String,
+    http: reqwest::Client,
+    /// Each start of the API server gets its own log file.
+    starts: u32,
+}
+
+/// The directory of the binaries, `None` to skip (said once), an error when they are required
+/// and missing.
+fn bin_dir() -> Result<Option<PathBuf>, KubeEnvError> {
+    let required = std::env::var(REQUIRED_ENV).is_ok_and(|v| v == "1");
+    let dir = std::env::var_os(BIN_DIR_ENV).filter(|d| !d.is_empty());
+    let Some(dir) = dir else {
+        if required {
+            return fail(format!(
+                "{REQUIRED_ENV}=1 and {BIN_DIR_ENV} is not set: build etcd and kube-apiserver with \
+                 tools/kube-testenv/build.sh and set {BIN_DIR_ENV} to the directory it prints"
+            ));
+        }
+        static SAID: Once = Once::new();
+        SAID.call_once(|| {
+            eprintln!(
+                "skipped: the tests against a real Kubernetes API server need etcd and \
+                 kube-apiserver; build them with tools/kube-testenv/build.sh and set \
+                 {BIN_DIR_ENV} to the directory it prints"
+            );
+        });
+        return Ok(None);
+    };
+    let dir = PathBuf::from(dir);
+    for bin in ["etcd", "kube-apiserver"] {
+        if !dir.join(bin).is_file() {
+            return fail(format!(
+                "{BIN_DIR_ENV}={} holds no {bin}: run tools/kube-testenv/build.sh",
+                dir.display()
+            ));
+        }
+    }
+    Ok(Some(dir))
+}
+
+/// A token nobody guesses within a test's life: the process, the time and a counter.
+fn new_token(what: &str) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!(
+        "{what}-{}-{nanos:x}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+fn log_tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(40)..].join("\n")
+}
+
+impl KubeApiServer {
+    /// Starts etcd and kube-apiserver and returns once `/readyz` answers 200. `Ok(None)` when
+    /// `CKS_KUBE_BIN_DIR` is not set (the caller skips its test), an error when it is set and
+    /// the environment does not come up, or when it is not set and `CKS_KUBE_REQUIRED=1`.
+    pub async fn start() -> Result<Option<KubeApiServer>, KubeEnvError> {
+        let Some(bins) = bin_dir()? else {
+            return Ok(None);
+        };
+        let dir = TempDir::new("kube");
+        let ca = Ca::new("cks kube-testenv CA");
+        let serving = ca.server();
+        dir.write("serving.pem", &serving.cert);
+        dir.write("serving-key.pem", &serving.key);
+        // The service-account signing key (ECDSA P-256, PKCS#8) and its public half, which the
+        // API server verifies tokens with.
+        let sa_key = rcgen::KeyPair::generate()
+            .map_err(|e| KubeEnvError(format!("service-account key: {e}")))?;
+        dir.write("sa-key.pem", sa_key.serialize_pem());
+        dir.write("sa-pub.pem", sa_key.public_key_pem());
+        let admin_token = new_token("admin");
+        dir.write(
+            "tokens.csv",
+            format!("{admin_token},cks-test-admin,cks-test-admin,\"system:masters\"\n"),
+        );
+        let etcd = start_etcd(&bins, &dir).await?;
+        let http = reqwest::Client::builder()
+            .tls_certs_only([reqwest::Certificate::from_pem(ca.pem.as_bytes())
+                .map_err(|e| KubeEnvError(format!("the test CA: {e}")))?])
+            .timeout(REQUEST_TIMEOUT)
+            .build()
+            .map_err(|e| KubeEnvError(format!("HTTP client: {e}")))?;
+        let mut server = KubeApiServer {
+            dir,
+            bins,
+            etcd,
+            apiserver: None,
+            port: 0,
+            ca_pem: ca.pem,
+            admin_token,
+            http,
+            starts: 0,
+        };
+        server.start_apiserver(None).await?;
+        Ok(Some(server))
+    }
+
+    /// The API server's base URL (`https://127.0.0.1:PORT`).
+    pub fn url(&self) -> String {
+        format!("https://127.0.0.1:{}", self.port)
+    }
+
+    /// The CA (PEM) the serving certificate chains to.
+    pub fn ca_pem(&self) -> &str {
+        &self.ca_pem
+    }
+
+    /// A bearer token of `system:masters`.
+    pub fn admin_token(&self) -> &str {
+        &self.admin_token
+    }
+
+    /// Writes the CA into the temporary directory and returns its path (for a client that
+    /// reads a CA file, as in a pod).
+    pub fn ca_file(&self) -> PathBuf {
+        self.dir.write("ca.pem", &self.ca_pem)
+    }
+
+    /// A path in the server's temporary directory, removed with it.
+    pub fn path(&self, file: &str) -> PathBuf {
+        self.dir.path(file)
+    }
+
+    /// Starts kube-apiserver, on `port` or a free one, and waits for `/readyz`.
+    async fn start_apiserver(&mut self, port: Option<u16>) -> Result<(), KubeEnvError> {
+        let mut last = String::new();
+        for _attempt in 0..3 {
+            let port = port.unwrap_or_else(crate::process::free_port);
+            self.starts += 1;
+            let log = self
+                .dir
+                .path(&format!("kube-apiserver-{}.log", self.starts));
+            let file = std::fs::File::create(&log)
+                .map_err(|e| KubeEnvError(format!("{}: {e}", log.display())))?;
+            let p = |f: &str| self.dir.path(f).display().to_string();
+            let mut child = Command::new(self.bins.join("kube-apiserver"))
+                .current_dir(self.dir.path(""))
+                .args([
+                    format!("--etcd-servers=unix://{ETCD_SOCKET}"),
+                    "--bind-address=127.0.0.1".into(),
+                    "--advertise-address=127.0.0.1".into(),
+                    format!("--secure-port={port}"),
+                    format!("--tls-cert-file={}", p("serving.pem")),
+                    format!("--tls-private-key-file={}", p("serving-key.pem")),
+                    format!("--token-auth-file={}", p("tokens.csv")),
+                    "--authorization-mode=RBAC".into(),
+                    "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+                    format!("--service-account-key-file={}", p("sa-pub.pem")),
+                    format!("--service-account-signing-key-file={}", p("sa-key.pem")),
+                    "--service-cluster-ip-range=10.0.0.0/24".into(),
+                    "--enable-priority-and-fairness=false".into(),
+                    "--profiling=false".into(),
+                ])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(file)
+                .spawn()
+                .map_err(|e| KubeEnvError(format!("starting kube-apiserver: {e}")))?;
+            self.port = port;
+            match self.wait_ready(&mut child, &log).await {
+                Ok(()) => {
+                    self.apiserver = Some(child);
+                    return Ok(());
+                }
+                Err(e) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    last = e.0;
+                    // Only a port taken in between is worth another try.
+                    if !last.contains("address already in use") {
+                        break;
+                    }
+                }
+            }
+        }
+        fail(last)
+    }
+
+    /// Polls `/readyz` until it answers 200; an error when the process exits or the bound
+    /// passes, with the end of its log.
+    async fn wait_ready(&self, child: &mut Child, log: &Path) -> Result<(), KubeEnvError> {
+        let started = Instant::now();
+        let url = format!("{}/readyz", self.url());
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                return fail(format!(
+                    "kube-apiserver exited ({status}) before it was ready; its log ends:\n{}",
+                    log_tail(log)
+                ));
+            }
+            let last = match self
+                .http
+                .get(&url)
+                .bearer_auth(&self.admin_token)
+                .timeout(Duration::from_secs(5))
+                .send()
+                .await
+            {
+                Ok(r) if r.status().is_success() => return Ok(()),
+                Ok(r) => format!("HTTP {}", r.status()),
+                Err(e) => e.to_string(),
+            };
+            if started.elapsed() > START_BOUND {
+                return fail(format!(
+                    "kube-apiserver not ready after {START_BOUND:?} (last: {last}); its log ends:\n{}",
+                    log_tail(log)
+                ));
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// Kills the API server (etcd keeps the data): requests now fail to connect.
+    pub fn stop_apiserver(&mut self) {
+        if let Some(mut c) = self.apiserver.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts the API server again on the same port, over the same etcd; returns once ready.
+    pub async fn restart_apiserver(&mut self) -> Result<(), KubeEnvError> {
+        self.stop_apiserver();
+        let port = self.port;
+        self.start_apiserver(Some(port)).await
+    }
+
+    /// One request as the admin: `method` on `path` (below the base URL) with a JSON body.
+    /// Returns the status code and the JSON answer (`Value::Null` when it is not JSON).
+    pub async fn request(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<(u16, Value), KubeEnvError> {
+        self.request_as(&self.admin_token, method, path, body).await
+    }
+
+    /// [`KubeApiServer::request`] with another bearer token.
+    pub async fn request_as(
+        &self,
+        token: &str,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<(u16, Value), KubeEnvError> {
+        let mut req = self
+            .http
+            .request(method.clone(), format!("{}{path}", self.url()))
+            .bearer_auth(token);
+        if let Some(b) = body {
+            req = req.json(b);
+        }
+        let resp = req
+            .send()
+            .await
+            .map_err(|e| KubeEnvError(format!("{method} {path}: {e}")))?;
+        let status = resp.status().as_u16();
+        let text = resp
+            .text()
+            .await
+            .map_err(|e| KubeEnvError(format!("{method} {path}: {e}")))?;
+        Ok((status, serde_json::from_str(&text).unwrap_or(Value::Null)))
+    }
+
+    /// Creates an object (POST to `collection`) as the admin; one that already exists is
+    /// left as it is.
+    pub async fn create(&self, collection: &str, object: &Value) -> Result<(), KubeEnvError> {
+        match self
+            .request(reqwest::Method::POST, collection, Some(object))
+            .await?
+        {
+            (200..=299 | 409, _) => Ok(()),
+            (code, answer) => fail(format!("POST {collection}: HTTP {code}: {answer}")),
+        }
+    }
+
+    /// Creates the namespace `ns` (if absent).
+    pub async fn create_namespace(&self, ns: &str) -> Result<(), KubeEnvError> {
+        self.create(
+            "/api/v1/namespaces",
+            &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+        )
+        .await
+    }
+
+    /// An identity with exactly the permissions of `role` (a `rbac.authorization.k8s.io/v1`
+    /// Role, created in `ns` as given): the namespace, the ServiceAccount `account`, the Role
+    /// and a RoleBinding of the one to the other are created, and a token of the account
+    /// (TokenRequest, one hour) returned, as the kubelet would mount it in a pod.
+    pub async fn service_account_token(
+        &self,
+        ns: &str,
+        account: &str,
+        role: &Value,
+    ) -> Result<String, KubeEnvError> {
+        self.create_namespace(ns).await?;
+        self.create(
+            &format!("/api/v1/namespaces/{ns}/serviceaccounts"),
+            &json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": account}}),
+        )
+        .await?;
+        let Some(role_name) = role["metadata"]["name"].as_str() else {
+            return fail(format!("the Role has no metadata.name: {role}"));
+        };
+        let rbac = format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}");
+        let mut role = role.clone();
+        role["metadata"]["namespace"] = json!(ns);
+        self.create(&format!("{rbac}/roles"), &role).await?;
+        self.create(
+            &format!("{rbac}/rolebindings"),
+            &json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "RoleBinding",
+                "metadata": {"name": format!("{account}-{role_name}")},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role_name},
+                "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": ns}],
+            }),
+        )
+        .await?;
+        let path = format!("/api/v1/namespaces/{ns}/serviceaccounts/{account}/token");
+        let (code, answer) = self
+            .request(
+                reqwest::Method::POST,
+                &path,
+                Some(&json!({
+                    "apiVersion": "authentication.k8s.io/v1",
+                    "kind": "TokenRequest",
+                    "spec": {"expirationSeconds": 3600},
+                })),
+            )
+            .await?;
+        match answer["status"]["token"].as_str() {
+            Some(t) if (200..300).contains(&code) => Ok(t.to_string()),
+            _ => fail(format!("POST {path}: HTTP {code}: {answer}")),
+        }
+    }
+}
+
+/// Starts etcd on Unix sockets in `dir` and waits for its client socket.
+async fn start_etcd(bins: &Path, dir: &TempDir) -> Result<Child, KubeEnvError> {
+    let log = dir.path("etcd.log");
+    let file =
+        std::fs::File::create(&log).map_err(|e| KubeEnvError(format!("{}: {e}", log.display())))?;
+    let client = format!("unix://{ETCD_SOCKET}");
+    let peer = format!("unix://{ETCD_PEER_SOCKET}");
+    let mut child = Command::new(bins.join("etcd"))
+        .current_dir(dir.path(""))
+        .args([
+            "--name=default".to_string(),
+            format!("--data-dir={}", dir.path("etcd-data").display()),
+            format!("--listen-client-urls={client}"),
+            format!("--advertise-client-urls={client}"),
+            format!("--listen-peer-urls={peer}"),
+            format!("--initial-advertise-peer-urls={peer}"),
+            format!("--initial-cluster=default={peer}"),
+            "--log-level=warn".into(),
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(file)
+        .spawn()
+        .map_err(|e| KubeEnvError(format!("starting etcd: {e}")))?;
+    let socket = dir.path(ETCD_SOCKET);
+    let started = Instant::now();
+    while !socket.exists() {
+        if let Ok(Some(status)) = child.try_wait() {
+            return fail(format!(
+                "etcd exited ({status}); its log ends:\n{}",
+                log_tail(&log)
+            ));
+        }
+        if started.elapsed() > START_BOUND {
+            let _ = child.kill();
+            let _ = child.wait();
+            return fail(format!(
+                "etcd not listening after {START_BOUND:?}; its log ends:\n{}",
+                log_tail(&log)
+            ));
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    Ok(child)
+}
+
+impl Drop for KubeApiServer {
+    fn drop(&mut self) {
+        self.stop_apiserver();
+        let _ = self.etcd.kill();
+        let _ = self.etcd.wait();
+    }
+}
