@@ -108,11 +108,19 @@ impl App {
                 "CloudStack requests limited (--cloudstack-max-rps)"
             );
         }
-        let provider = Provider::new(client, settings(args, groups));
+        let mut settings = settings(args, groups);
+        if let Some(name) = &args.state_configmap {
+            settings.state_configmap = Some(
+                crate::kube::ConfigMapRef::in_cluster(name, args.state_namespace.as_deref())
+                    .context("--state-configmap")?,
+            );
+        }
+        let provider = Provider::new(client, settings);
         // Before anything is served: the promises an earlier process made are kept.
         provider
             .load_state()
-            .context("taking over the promises of the state file (--state-file)")?;
+            .await
+            .context("taking over the recorded promises (--state-file or --state-configmap)")?;
         Ok(App {
             provider,
             options: ServeOptions {

@@ -197,6 +197,23 @@ pub struct ServeArgs {
     /// replica). Without it they end with the process.
     #[arg(long, env = "CKS_PROVIDER_STATE_FILE")]
     pub state_file: Option<PathBuf>,
+    /// Record the promises in this ConfigMap instead, through the Kubernetes API with the
+    /// pod's service account (in-cluster config): created if absent, written with optimistic
+    /// concurrency, never overwritten when someone else changed it. Its Role needs get and
+    /// update on this name and create on configmaps.
+    #[arg(
+        long,
+        env = "CKS_PROVIDER_STATE_CONFIGMAP",
+        conflicts_with = "state_file"
+    )]
+    pub state_configmap: Option<String>,
+    /// The namespace of `--state-configmap`; without it, the pod's own.
+    #[arg(
+        long,
+        env = "CKS_PROVIDER_STATE_NAMESPACE",
+        requires = "state_configmap"
+    )]
+    pub state_namespace: Option<String>,
     /// A YAML (.yaml/.yml) or TOML (.toml) file with any of these flags as keys (long names,
     /// e.g. `job-poll-interval: 2s`, `nodes: ["1:10:prod"]`). Flags and environment variables
     /// override it; an unknown key is an error that names it.

@@ -8,6 +8,7 @@ pub mod cli;
 pub mod config;
 pub mod grammar;
 pub mod grpc;
+pub mod kube;
 pub mod metrics;
 pub mod optional_rpcs;
 pub mod options;

@@ -97,6 +97,16 @@ MUST_FAIL = [
         "mutual TLS",
     ),
     (
+        "a state claim with the ConfigMap store",
+        {"image": IMAGE, "nodes": ONE_CLUSTER, "stateFile": {"existingClaim": "state"}},
+        "stateStore=file",
+    ),
+    (
+        "an unknown state store",
+        {"image": IMAGE, "nodes": ONE_CLUSTER, "stateStore": "lease"},
+        "configmap (the default), file or none",
+    ),
+    (
         "an existing ServiceAccount without its name",
         {"image": IMAGE, "nodes": ONE_CLUSTER, "autoscaler": {"serviceAccount": {"create": False}}},
         "autoscaler.serviceAccount.name",

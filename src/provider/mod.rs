@@ -116,6 +116,8 @@ pub struct Settings {
     /// Where every group's promises are recorded (`--state-file`); `None`: nowhere, they end
     /// with the process.
     pub state_file: Option<std::path::PathBuf>,
+    /// The ConfigMap every group's promises are recorded in instead (`--state-configmap`).
+    pub state_configmap: Option<crate::kube::ConfigMapRef>,
 }
 
 impl Settings {
@@ -151,6 +153,7 @@ impl Settings {
             gpu_types: Vec::new(),
             denied_clients: Vec::new(),
             state_file: None,
+            state_configmap: None,
         }
     }
 }
@@ -466,7 +469,10 @@ impl Provider {
             lost_settle: cs.request_timeout()
                 + settings.job_poll_interval.max(Duration::from_secs(1)),
         };
-        let store = Arc::new(store::Store::new(settings.state_file.clone()));
+        let store = Arc::new(store::Store::new(
+            settings.state_file.clone(),
+            settings.state_configmap.clone(),
+        ));
         let groups = settings
             .groups
             .iter()

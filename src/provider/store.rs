@@ -1,23 +1,30 @@
-//! The durable record of every group's promises (`--state-file`): the ledger of each machine
+//! The durable record of every group's promises: the ledger of each machine
 //! (`cks_domain::machine::Ledger`: owed removals, queued increases, the job in flight) and
-//! what was learned of the key, written as one JSON file replaced atomically (written beside
-//! it, synced, renamed over it).
+//! what was learned of the key, as one JSON text, in a file (`--state-file`, replaced
+//! atomically) or in a ConfigMap of the provider's namespace (`--state-configmap`, written
+//! with optimistic concurrency). Where the bytes go is [`backend`]'s; what they say, when they
+//! are written and who waits for them is this module's.
 //!
 //! Every change of a group's state (`Group::lock`) asks for a write; one writer task writes
 //! when the recorded content changed, so many changes at once cost one write. A DeleteNodes
 //! or IncreaseSize answers OK only after the write that holds its promise is done
-//! ([`Provider::record`]): a promise is recorded before it is made. At start the file is read
-//! back ([`Provider::load_state`]) and each group's machine takes over its ledger before its
-//! first snapshot.
+//! ([`Provider::record`]): a promise is recorded before it is made. A write that fails is
+//! logged, counted (`cks_provider_state_write_failures_total`) and tried again, from 250 ms
+//! doubling to 5 s, until one succeeds; callers waiting for it wait on. At start the record is
+//! read back ([`Provider::load_state`]) and each group's machine takes over its ledger before
+//! its first snapshot. At shutdown the last write is tried for [`FINAL_WRITE_BOUND`].
 //!
-//! Without `--state-file` nothing is written, and promises end with the process (said once at
+//! With neither flag nothing is written, and promises end with the process (said once at
 //! start, and at shutdown with the number lost).
 
+mod backend;
+
 use super::{Provider, now};
+use backend::{Backend, ReadError};
 use cks_domain::machine::{Ledger, OwedRemoval};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -25,6 +32,13 @@ use tokio::sync::{Notify, watch};
 
 /// The file's format version; a file of another version is refused, never half-read.
 const VERSION: u32 = 1;
+
+/// The first wait before a failed write is tried again; it doubles up to [`RETRY_MAX`].
+const RETRY_MIN: Duration = Duration::from_millis(250);
+/// The longest wait between two tries of a failed write.
+const RETRY_MAX: Duration = Duration::from_secs(5);
+/// How long the last write at shutdown is tried before the process ends without it.
+pub const FINAL_WRITE_BOUND: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -106,7 +120,8 @@ impl From<RemovalRecord> for OwedRemoval {
 
 /// The writer's side: which change was asked for last, which is written.
 pub(crate) struct Store {
-    path: Option<PathBuf>,
+    /// Where the record goes; `None`: nowhere.
+    backend: Option<Backend>,
     requested: AtomicU64,
     written: watch::Sender<u64>,
     wake: Notify,
@@ -118,9 +133,10 @@ pub(crate) struct Store {
 }
 
 impl Store {
-    pub(crate) fn new(path: Option<PathBuf>) -> Self {
+    /// The store the settings name: `--state-configmap`, `--state-file`, or none.
+    pub(crate) fn new(file: Option<PathBuf>, configmap: Option<crate::kube::ConfigMapRef>) -> Self {
         Store {
-            path,
+            backend: backend::backend(file, configmap),
             requested: AtomicU64::new(0),
             written: watch::channel(0).0,
             wake: Notify::new(),
@@ -131,75 +147,51 @@ impl Store {
 
     /// A group's state is about to change: the writer looks again.
     pub(crate) fn touch(&self) {
-        if self.path.is_some() {
+        if self.backend.is_some() {
             self.requested.fetch_add(1, Ordering::AcqRel);
             self.wake.notify_one();
         }
     }
 }
 
-/// Errors reading the state file at start.
+/// Errors reading the recorded state at start.
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
-    #[error("reading the state file {path}: {source}")]
-    Read {
-        path: String,
-        source: std::io::Error,
-    },
+    #[error("reading the {path}: {detail}")]
+    Read { path: String, detail: String },
     #[error(
-        "the state file {path} is not a state file this provider can read ({detail}); move it away to start without the promises it holds (removals it records are then not carried out)"
+        "the {path} is not a state this provider can read ({detail}); move it away to start without the promises it holds (removals it records are then not carried out)"
     )]
     Invalid { path: String, detail: String },
-}
-
-/// Writes `text` to `path` atomically: a file beside it, synced, renamed over it, and the
-/// directory synced, so a crash leaves the old content or the new, never a mix.
-fn write_atomic(path: &Path, text: &str) -> std::io::Result<()> {
-    use std::io::Write;
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .map_or_else(|| "state".into(), |n| n.to_string_lossy().into_owned());
-    let tmp = dir.join(format!(".{name}.tmp"));
-    {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(text.as_bytes())?;
-        f.sync_all()?;
-    }
-    std::fs::rename(&tmp, path)?;
-    // The rename is durable once the directory is.
-    if let Ok(d) = std::fs::File::open(dir) {
-        let _ = d.sync_all();
-    }
-    Ok(())
+    /// The provider's identity may not do what the ConfigMap's store needs.
+    #[error("{0}")]
+    Refused(String),
 }
 
 impl Provider {
-    /// Reads the state file, if there is one, and gives each group's machine its ledger.
-    /// Returns how many promises were taken over. Call before the first refresh.
-    pub fn load_state(&self) -> Result<usize, StateError> {
-        let Some(path) = &self.inner.store.path else {
+    /// Reads the recorded state, if there is a store, and gives each group's machine its
+    /// ledger. Returns how many promises were taken over. Call before the first refresh.
+    pub async fn load_state(&self) -> Result<usize, StateError> {
+        let Some(store) = &self.inner.store.backend else {
             tracing::info!(
-                "no --state-file: removals and increases answered OK and not done yet end with this process"
+                "no --state-file or --state-configmap: removals and increases answered OK and not done yet end with this process"
             );
             return Ok(0);
         };
-        let shown = path.display().to_string();
-        let text = match std::fs::read_to_string(path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                tracing::info!(state_file = %shown, "no state file yet: starting with no promises to take over");
+        let shown = store.describe();
+        let text = match store.read().await {
+            Ok(Some(t)) => t,
+            Ok(None) => {
+                tracing::info!(store = %shown, "nothing recorded yet: starting with no promises to take over");
                 return Ok(0);
             }
-            Err(source) => {
+            Err(ReadError::Unreadable(detail)) => {
                 return Err(StateError::Read {
                     path: shown,
-                    source,
+                    detail,
                 });
             }
+            Err(ReadError::Refused(text)) => return Err(StateError::Refused(text)),
         };
         let file: StateFile = serde_json::from_str(&text).map_err(|e| StateError::Invalid {
             path: shown.clone(),
@@ -296,24 +288,33 @@ impl Provider {
         serde_json::to_string_pretty(&file).unwrap_or_default()
     }
 
-    /// The writer: writes the state file whenever a group's state changed and its recorded
-    /// content with it. Runs for the life of the process; nothing to do without a file.
+    /// The writer: writes the record whenever a group's state changed and its recorded
+    /// content with it, and tries a failed write again until it succeeds. Runs for the life
+    /// of the process; nothing to do without a store.
     pub fn spawn_state_writer(&self) -> Option<tokio::task::JoinHandle<()>> {
-        let path = self.inner.store.path.clone()?;
+        self.inner.store.backend.as_ref()?;
         let p = self.clone();
         Some(tokio::spawn(async move {
             loop {
                 p.inner.store.wake.notified().await;
-                p.write_state(&path).await;
+                let mut wait = RETRY_MIN;
+                while !p.write_state().await {
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(RETRY_MAX);
+                }
             }
         }))
     }
 
-    /// One pass of the writer: what every group owes now, written if it changed.
-    async fn write_state(&self, path: &Path) {
+    /// One pass of the writer: what every group owes now, written if it changed. `false`
+    /// when the write failed (logged and counted): the changes it held are not recorded.
+    async fn write_state(&self) -> bool {
         let store = &self.inner.store;
+        let Some(backend) = &store.backend else {
+            return true;
+        };
         if store.closed.load(Ordering::Acquire) {
-            return;
+            return true;
         }
         let asked = store.requested.load(Ordering::Acquire);
         let text = self.state_text();
@@ -324,23 +325,13 @@ impl Provider {
             .as_deref()
             == Some(text.as_str());
         if !unchanged {
-            let target = path.to_path_buf();
-            let body = text.clone();
-            let written = tokio::task::spawn_blocking(move || write_atomic(&target, &body)).await;
-            match written {
-                Ok(Ok(())) => {
-                    *store.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(text);
-                }
-                Ok(Err(e)) => {
-                    crate::metrics::record_state_write_failure();
-                    tracing::error!(state_file = %path.display(), error = %e,
-                        "writing the state file failed: promises made now are kept by this process but lost if it ends; retrying on the next change");
-                }
-                Err(e) => {
-                    crate::metrics::record_state_write_failure();
-                    tracing::error!(state_file = %path.display(), error = %e, "the state file writer failed");
-                }
+            if let Err(e) = backend.write(&text).await {
+                crate::metrics::record_state_write_failure();
+                tracing::error!(store = %backend.describe(), error = %e,
+                    "recording the promises failed: what is promised from now on is answered OK only once a write succeeds; trying again");
+                return false;
             }
+            *store.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(text);
         }
         store.written.send_if_modified(|w| {
             let newer = asked > *w;
@@ -349,13 +340,15 @@ impl Provider {
             }
             newer
         });
+        true
     }
 
-    /// Waits until every change made so far is in the state file (at once without one): a
-    /// promise is recorded before it is answered.
+    /// Waits until every change made so far is recorded (at once without a store): a
+    /// promise is recorded before it is answered. A write that fails is tried again, and this
+    /// waits on.
     pub(crate) async fn record(&self) {
         let store = &self.inner.store;
-        if store.path.is_none() {
+        if store.backend.is_none() {
             return;
         }
         let asked = store.requested.load(Ordering::Acquire);
@@ -364,7 +357,8 @@ impl Provider {
         let _ = written.wait_for(|w| *w >= asked).await;
     }
 
-    /// At shutdown: the last write, and what the next start takes over (or what is lost).
+    /// At shutdown: the last write (tried again for at most [`FINAL_WRITE_BOUND`]), and what
+    /// the next start takes over (or what is lost).
     pub async fn finish_state(&self) {
         let owed: usize = self
             .inner
@@ -372,19 +366,29 @@ impl Provider {
             .iter()
             .map(|g| g.read().scale.ledger(now()).removals.len())
             .sum();
-        match self.inner.store.path.clone() {
-            Some(path) => {
-                self.write_state(&path).await;
+        match &self.inner.store.backend {
+            Some(backend) => {
+                let give_up = tokio::time::Instant::now() + FINAL_WRITE_BOUND;
+                let mut wait = RETRY_MIN;
+                let mut written = self.write_state().await;
+                while !written && tokio::time::Instant::now() + wait < give_up {
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(RETRY_MAX);
+                    written = self.write_state().await;
+                }
                 self.inner.store.closed.store(true, Ordering::Release);
-                if owed > 0 {
-                    tracing::info!(state_file = %path.display(), owed,
+                if !written {
+                    tracing::error!(store = %backend.describe(), owed, bound = ?FINAL_WRITE_BOUND,
+                        "shutting down without the last write: the next start takes over what the last successful write recorded");
+                } else if owed > 0 {
+                    tracing::info!(store = %backend.describe(), owed,
                         "shutting down with removals owed; they are recorded and the next start carries them out");
                 }
             }
             None if owed > 0 => {
                 tracing::error!(
                     owed,
-                    "shutting down with removals answered OK and not done: without --state-file they are lost (the autoscaler keeps those nodes cordoned until it restarts)"
+                    "shutting down with removals answered OK and not done: without --state-file or --state-configmap they are lost (the autoscaler keeps those nodes cordoned until it restarts)"
                 );
             }
             None => {}
@@ -398,6 +402,7 @@ mod tests {
     use crate::config::{ClusterRef, NodeGroupSpec};
     use crate::provider::Settings;
     use cks_cloudstack::{Client, ClientConfig};
+    use std::path::Path;
 
     fn provider_with(file: &Path) -> Provider {
         let mut settings = Settings::with_groups(vec![NodeGroupSpec {
@@ -416,15 +421,23 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("cks-state-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let missing = dir.join("missing.json");
-        assert_eq!(provider_with(&missing).load_state().unwrap(), 0);
+        assert_eq!(provider_with(&missing).load_state().await.unwrap(), 0);
         for (name, text, says) in [
-            ("garbage.json", "{not json", "not a state file"),
+            (
+                "garbage.json",
+                "{not json",
+                "not a state this provider can read",
+            ),
             ("future.json", r#"{"version": 9}"#, "version 9"),
             ("unknown.json", r#"{"version": 1, "extra": 1}"#, "extra"),
         ] {
             let file = dir.join(name);
             std::fs::write(&file, text).unwrap();
-            let e = provider_with(&file).load_state().unwrap_err().to_string();
+            let e = provider_with(&file)
+                .load_state()
+                .await
+                .unwrap_err()
+                .to_string();
             assert!(e.contains(name) && e.contains(says), "{e}");
             assert!(e.contains("move it away"), "{e}");
         }
@@ -433,16 +446,16 @@ mod tests {
         let text = r#"{"version": 1, "can_stop_vms": false, "groups": {"id=c1": {"cluster_id": "c1", "removals": [{"vm_id": "vm-1", "name": "n1", "attempts": 2, "wait_ms": 1000}]}}}"#;
         std::fs::write(&file, text).unwrap();
         let p = provider_with(&file);
-        assert_eq!(p.load_state().unwrap(), 1);
+        assert_eq!(p.load_state().await.unwrap(), 1);
         let st = p.inner.groups[0].read();
         let ledger = st.scale.ledger(now());
         assert_eq!(ledger.removals[0].vm_id, "vm-1");
         assert_eq!(ledger.removals[0].attempts, 2);
         assert!(!st.scale.can_stop_vms());
         drop(st);
-        write_atomic(&file, &p.state_text()).unwrap();
+        backend::write_atomic(&file, &p.state_text()).unwrap();
         let again = provider_with(&file);
-        assert_eq!(again.load_state().unwrap(), 1);
+        assert_eq!(again.load_state().await.unwrap(), 1);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

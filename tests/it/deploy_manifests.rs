@@ -1367,11 +1367,77 @@ fn check_security(s: &Set) -> Vec<String> {
             }
         }
     }
-    // The provider never calls the Kubernetes API: no token in its pod.
-    if let Ok(p) = s.provider()
-        && p.pod.pointer("/automountServiceAccountToken") != Some(&Value::Bool(false))
-    {
-        problems.push("provider pod mounts a service account token it never uses".into());
+    // The provider calls the Kubernetes API only for --state-configmap: a token in its pod
+    // then, and only then.
+    if let Ok(p) = s.provider() {
+        let wanted = flag(&p.args(), "state-configmap").is_some();
+        if p.pod.pointer("/automountServiceAccountToken") != Some(&Value::Bool(wanted)) {
+            problems.push(format!(
+                "provider pod: automountServiceAccountToken is not {wanted} (the token is for --state-configmap only)"
+            ));
+        }
+    }
+    problems
+}
+
+/// With `--state-configmap=NAME` the provider's ServiceAccount is bound to a Role of its own
+/// namespace that grants get and update on NAME and create on ConfigMaps, and nothing beyond
+/// ConfigMaps; without it, to no Role at all. A real API server checks the Role is enough
+/// (tests/it/kube_store.rs).
+fn check_provider_rbac(s: &Set) -> Vec<String> {
+    let mut problems = Vec::new();
+    let Ok(p) = s.provider() else {
+        return problems;
+    };
+    let sa = str_at(p.pod, "/serviceAccountName").unwrap_or("default");
+    let ns = str_at(&p.doc.v, "/metadata/namespace").unwrap_or("");
+    let roles: Vec<&Doc> = s
+        .of_kind("RoleBinding")
+        .filter(|b| {
+            arr_at(&b.v, "/subjects").iter().any(|subject| {
+                str_at(subject, "/kind") == Some("ServiceAccount")
+                    && str_at(subject, "/name") == Some(sa)
+                    && str_at(subject, "/namespace") == Some(ns)
+            })
+        })
+        .filter_map(|b| s.find("Role", str_at(&b.v, "/roleRef/name").unwrap_or("")))
+        .collect();
+    let Some(name) = flag(&p.args(), "state-configmap") else {
+        if !roles.is_empty() {
+            problems.push(format!(
+                "the provider's ServiceAccount {sa} is bound to a Role without --state-configmap"
+            ));
+        }
+        return problems;
+    };
+    let grants = |verb: &str, named: bool| {
+        roles.iter().any(|r| {
+            arr_at(&r.v, "/rules").iter().any(|rule| {
+                let names = strings_at(rule, "/resourceNames");
+                strings_at(rule, "/resources")
+                    .iter()
+                    .any(|x| x == "configmaps")
+                    && strings_at(rule, "/verbs").iter().any(|x| x == verb)
+                    && (names.is_empty() || (named && names.contains(&name)))
+            })
+        })
+    };
+    for (verb, named) in [("get", true), ("update", true), ("create", false)] {
+        if !grants(verb, named) {
+            problems.push(format!(
+                "no Role bound to the provider's ServiceAccount {sa} lets it {verb} configmap {name}"
+            ));
+        }
+    }
+    for r in &roles {
+        for rule in arr_at(&r.v, "/rules") {
+            if strings_at(rule, "/resources") != ["configmaps"] {
+                problems.push(format!(
+                    "{}: the provider's Role grants more than ConfigMaps",
+                    r.id()
+                ));
+            }
+        }
     }
     problems
 }
@@ -1674,8 +1740,14 @@ fn check_identity(s: &Set) -> Vec<String> {
         .of_kind("ClusterRoleBinding")
         .chain(s.of_kind("RoleBinding"))
         .collect();
-    if bindings.is_empty() {
-        // autoscaler.rbac.create=false: the operator binds the account.
+    let binds_autoscaler = |b: &&Doc| {
+        arr_at(&b.v, "/subjects")
+            .iter()
+            .any(|subject| str_at(subject, "/name") == Some(sa))
+    };
+    if !bindings.iter().any(binds_autoscaler) {
+        // autoscaler.rbac.create=false: the operator binds the account (the provider's own
+        // binding is check_provider_rbac's).
         return problems;
     }
     for binding in bindings {
@@ -2972,6 +3044,21 @@ fn selectors_service_accounts_budgets_and_rbac_line_up() {
 }
 
 #[test]
+fn the_provider_is_bound_to_its_state_configmap_and_nothing_else() {
+    let Some(r) = rendered() else { return };
+    assert_none(
+        "provider RBAC",
+        every(r, |s| s.source != "example", check_provider_rbac),
+    );
+    // The chart's stores: the ConfigMap by default, a file on a claim (ci/state-file-values).
+    let args = |set: &str| r.set(set).provider().map(|p| p.args()).unwrap_or_default();
+    assert!(flag(&args("helm-ci-default"), "state-configmap").is_some());
+    assert!(flag(&args("kustomize-base"), "state-configmap").is_some());
+    let file = args("helm-ci-state-file");
+    assert!(flag(&file, "state-file").is_some() && flag(&file, "state-configmap").is_none());
+}
+
+#[test]
 fn objects_are_in_their_release_namespace() {
     let Some(r) = rendered() else { return };
     assert_none("namespaces", every(r, |_| true, check_namespaces));
@@ -4008,4 +4095,27 @@ fn service_links_a_mount_without_its_volume_or_lost_extra_args_are_caught() {
         expected_extra_args(&serde_json::json!({"b_2": "y", "a": null, "b": ["x"], "c": false})),
         vec!["--a", "--b=x", "--b=y", "--c=false"]
     );
+}
+
+#[test]
+fn a_state_role_without_update_or_a_pod_without_its_token_is_caught() {
+    let Some(r) = rendered() else { return };
+    let mut b = base(r);
+    edit(
+        &mut b,
+        "Role",
+        "cks-autoscaler-provider-state",
+        "/rules/0/verbs",
+        serde_json::json!(["get"]),
+    );
+    assert_caught(check_provider_rbac(&b), "update configmap");
+    let mut b = base(r);
+    edit(
+        &mut b,
+        "Deployment",
+        PROVIDER,
+        "/spec/template/spec/automountServiceAccountToken",
+        Value::Bool(false),
+    );
+    assert_caught(check_security(&b), "automountServiceAccountToken");
 }

@@ -8,6 +8,7 @@ mod deploy_manifests;
 mod external_nodes;
 mod fault_campaign;
 mod faults;
+mod kube_store;
 mod ops_operator;
 mod prop_client;
 mod prop_parsers;

@@ -130,7 +130,7 @@ impl ProviderServer {
             settings,
         );
         // As `serve` starts: the promises of an earlier provider taken over first.
-        provider.load_state().expect("the state file");
+        provider.load_state().await.expect("the recorded state");
         provider.resume_followers();
         let writer = provider.spawn_state_writer();
         // Rebinding the port of a provider that just stopped can briefly fail on a busy machine.

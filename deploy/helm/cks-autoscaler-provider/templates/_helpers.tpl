@@ -3,6 +3,11 @@
 {{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
+{{/* The ConfigMap the provider records its promises in (stateStore=configmap). */}}
+{{- define "cks-autoscaler-provider.stateConfigMap" -}}
+{{- printf "%s-state" (include "cks-autoscaler-provider.fullname" . | trunc 57 | trimSuffix "-") -}}
+{{- end -}}
+
 {{/* Full name of the provider's objects; also the Service name, hence the gRPC host. */}}
 {{- define "cks-autoscaler-provider.fullname" -}}
 {{- if .Values.fullnameOverride -}}
@@ -207,6 +212,15 @@ central provider no NetworkPolicy rule lets anyone reach.
 {{- fail "provider.enabled and autoscaler.enabled are both false: nothing to deploy" -}}
 {{- end -}}
 {{- if .Values.provider.enabled -}}
+{{- if not (has .Values.stateStore (list "configmap" "file" "none")) -}}
+{{- fail (printf "stateStore %v: configmap (the default), file or none" .Values.stateStore) -}}
+{{- end -}}
+{{- if and .Values.stateFile.existingClaim (ne .Values.stateStore "file") -}}
+{{- fail "stateFile.existingClaim is set and stateStore is not file: set stateStore=file to record the promises on that claim (or leave existingClaim empty)" -}}
+{{- end -}}
+{{- if and (not .Values.stateFile.enabled) (ne .Values.stateStore "none") -}}
+{{- fail "stateFile.enabled=false: set stateStore=none to record nothing (stateFile.enabled is kept for earlier values files)" -}}
+{{- end -}}
 {{- if not .Values.nodes -}}
 {{- fail "set at least one entry in `nodes` (min, max, cluster): the CKS clusters to scale" -}}
 {{- end -}}
@@ -235,7 +249,7 @@ central provider no NetworkPolicy rule lets anyone reach.
 {{- if and .Values.prometheusRule.enabled (not .Values.serviceMonitor.enabled) (not .Values.prometheusRule.selector) -}}
 {{- fail "prometheusRule.enabled: its alerts select the provider's series by the job the chart's ServiceMonitor gives them, and serviceMonitor.enabled=false creates none. Enable serviceMonitor.enabled, or set prometheusRule.selector to the PromQL matchers your own scrape gives the provider's series (e.g. job=\"kubernetes-pods\", namespace=\"kube-system\")" -}}
 {{- end -}}
-{{- $providerOwned := dict "nodes" "nodes[]" "listen" "service.grpcPort" "metrics-listen" "service.metricsPort" "cloud-config" "cloudConfig" "config" "config" "cloudstack-ca" "cloudstackCA" "tls-cert" "tls.enabled" "tls-key" "tls.enabled" "tls-client-ca" "tls.enabled" "insecure" "tls.enabled=false" "log-format" "log.format" "max-node-provision-time" "autoscaler.maxNodeProvisionTime (the autoscaler gets the same value)" "state-file" "stateFile" -}}
+{{- $providerOwned := dict "nodes" "nodes[]" "listen" "service.grpcPort" "metrics-listen" "service.metricsPort" "cloud-config" "cloudConfig" "config" "config" "cloudstack-ca" "cloudstackCA" "tls-cert" "tls.enabled" "tls-key" "tls.enabled" "tls-client-ca" "tls.enabled" "insecure" "tls.enabled=false" "log-format" "log.format" "max-node-provision-time" "autoscaler.maxNodeProvisionTime (the autoscaler gets the same value)" "state-file" "stateStore=file" "state-configmap" "stateStore=configmap" "state-namespace" "stateStore=configmap (the release namespace)" -}}
 {{- include "cks-autoscaler-provider.refuseOwnedArgs" (dict "args" (include "cks-autoscaler-provider.extraArgs" .Values.extraArgs) "where" "extraArgs" "owned" $providerOwned) -}}
 {{- if and .Values.cloudstackCA.configMapName .Values.cloudstackCA.secretName -}}
 {{- fail "cloudstackCA: set configMapName or secretName, not both" -}}
