@@ -174,8 +174,9 @@ fn describe() {
     );
     describe_counter!(
         "cks_provider_state_write_failures_total",
-        "Failed writes of the state file (--state-file): promises made meanwhile are kept by \
-         this process but lost if it ends before a write succeeds."
+        "Failed writes of the store (--state-configmap or --state-file), conflicts with \
+         another writer of the ConfigMap included: each is tried again, and the OK of the \
+         promises it holds waits for a write that succeeds."
     );
     describe_gauge!(
         "cks_provider_node_group_target_size",
@@ -278,7 +279,7 @@ pub fn record_removals_abandoned(count: usize) {
     metrics::counter!("cks_provider_removals_abandoned_total").increment(count as u64);
 }
 
-/// Records a failed write of the state file (`--state-file`).
+/// Records a failed write of the store (`--state-configmap` or `--state-file`).
 pub fn record_state_write_failure() {
     metrics::counter!("cks_provider_state_write_failures_total").increment(1);
 }
