@@ -21,7 +21,7 @@
 //! is (its autoscaler may be stopped). `/readyz` and gRPC health are NOT_SERVING while any
 //! group is stale or has no snapshot yet.
 
-use super::{Error, Provider, Result, before, now};
+use super::{Error, Provider, Result, Scoped, before, now};
 use cks_cloudstack::CsError;
 use cks_cloudstack::types::ServiceOffering;
 use std::collections::HashMap;
@@ -78,6 +78,13 @@ impl Drop for RoundEnd<'_> {
 
 fn lock(slot: &Mutex<RefreshSlot>) -> MutexGuard<'_, RefreshSlot> {
     slot.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Scoped<'_> {
+    /// Refresh of the caller's groups, as [`Provider::refresh_within`] does it for all.
+    pub async fn refresh_within(&self, deadline: Option<tokio::time::Instant>) -> Result<()> {
+        self.p.refresh_groups(self.visible(), deadline).await
+    }
 }
 
 impl Provider {

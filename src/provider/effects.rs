@@ -1,0 +1,133 @@
+//! The machine's effects carried out: followers spawned, queued requests sent, the job search
+//! awaited, retried and abandoned removals told to the operator, and the VMs whose drain would
+//! fail stopped before their removal. The machine only says what is to be done; this is the
+//! one place that turns its effects into tasks and CloudStack calls, so none is forgotten.
+
+use super::{Provider, now};
+use cks_cloudstack::types::JobOutcome;
+use cks_domain::machine::Effect;
+
+impl Provider {
+    /// Carries out what the machine asked for. `FindJob` is awaited (so a Refresh answers
+    /// with the adopted job counted); requests are sent by tasks of their own.
+    pub(crate) async fn run_effects(&self, gi: usize, effects: Vec<Effect>) {
+        let mut effects = std::collections::VecDeque::from(effects);
+        while let Some(effect) = effects.pop_front() {
+            match effect {
+                Effect::PollNow => self.inner.groups[gi].poke.notify_one(),
+                Effect::Follow(job) => self.spawn_follower(gi, job),
+                Effect::Submit(request) => {
+                    let p = self.clone();
+                    tokio::spawn(async move { p.submit_queued(gi, request).await });
+                }
+                Effect::FindJob => {
+                    effects.extend(self.find_and_follow(gi).await);
+                    self.spawn_state_follower(gi);
+                }
+                Effect::RemovalRetried {
+                    vms,
+                    reason,
+                    retry_in,
+                } => {
+                    crate::metrics::record_removals_retried(vms.len());
+                    tracing::warn!(group = %self.group_label(gi), vms = %vms.join(","), ?retry_in,
+                        "accepted node removals did not happen yet; they stay out of the target size and are sent again: {reason}");
+                }
+                Effect::RemovalAbandoned { vms, reason } => {
+                    crate::metrics::record_removals_abandoned(vms.len());
+                    tracing::error!(group = %self.group_label(gi), vms = %vms.join(","),
+                        "accepted node removals abandoned after repeated failures: the autoscaler counts these nodes as gone and they stay cordoned; remove the VMs by hand, or stop them and the provider removes them: {reason}");
+                }
+            }
+        }
+        self.send_stops(gi);
+    }
+
+    /// Stops the VMs of owed removals that cannot be drained (each in a task of its own), and
+    /// follows each stop job to its end: then the cluster is read again, shows the VM down,
+    /// and its removal goes out without a drain, with no need to wait for the autoscaler's
+    /// next Refresh. A stop job that fails puts the stop back to be tried again later.
+    pub(crate) fn send_stops(&self, gi: usize) {
+        let vms = self.inner.groups[gi].lock().scale.take_stops(now());
+        for vm in vms {
+            let p = self.clone();
+            tokio::spawn(async move { p.stop_vm(gi, vm).await });
+        }
+    }
+
+    async fn stop_vm(&self, gi: usize, vm: String) {
+        let label = self.group_label(gi);
+        tracing::info!(group = %label, vm = %vm, "stopping the VM before its removal: a drain of it would fail");
+        let answer = self.inner.cs.stop_virtual_machine(&vm, false).await;
+        let failure = match &answer {
+            Ok(_) => None,
+            Err(e) => {
+                let not_permitted = e.is_not_permitted();
+                if not_permitted {
+                    // One key for every group: each machine learns it now, so none asks
+                    // again or promises a stop it cannot make.
+                    for g in &self.inner.groups {
+                        g.lock().scale.set_can_stop_vms(false);
+                    }
+                    tracing::warn!(group = %label, "this CloudStack key may not call stopVirtualMachine: VMs whose drain would fail are no longer stopped by the provider, and their removal is refused until an operator stops them: {e}");
+                } else {
+                    tracing::warn!(group = %label, vm = %vm, error = %e, "stopping the VM failed; retrying later");
+                }
+                Some((e.to_string(), not_permitted))
+            }
+        };
+        self.inner.groups[gi].lock().scale.stop_answered(
+            &vm,
+            failure.as_ref().map(|(t, n)| (t.as_str(), *n)),
+            now(),
+        );
+        let Ok(job) = answer else {
+            return;
+        };
+        match self.follow_stop(&job).await {
+            Some(text) => {
+                tracing::warn!(group = %label, vm = %vm, job = %job, "the stop job failed; retrying later: {text}");
+                let failed = format!("stopVirtualMachine job {job} failed: {text}");
+                self.inner.groups[gi].lock().scale.stop_answered(
+                    &vm,
+                    Some((&failed, false)),
+                    now(),
+                );
+            }
+            None => {
+                if let Err(e) = self.fetch_and_act(gi).await {
+                    tracing::debug!(group = %label, error = %e, "reading the cluster after a stop failed; the next refresh sends the removal");
+                }
+            }
+        }
+    }
+
+    /// Polls a `stopVirtualMachine` job until it ends (or `job_max_follow` passes, or the
+    /// provider shuts down): its failure text, or `None` once it succeeded or is no longer
+    /// followed (the next snapshot tells what became of the VM).
+    async fn follow_stop(&self, job: &str) -> Option<String> {
+        let until = tokio::time::Instant::now() + self.inner.settings.job_max_follow;
+        let mut stop = self.inner.shutdown.subscribe();
+        while tokio::time::Instant::now() < until {
+            tokio::select! {
+                _ = tokio::time::sleep(self.inner.settings.job_poll_interval) => {}
+                changed = stop.changed() => {
+                    if changed.is_err() || *stop.borrow() {
+                        return None;
+                    }
+                }
+            }
+            match self.inner.cs.query_job(job).await.map(|j| j.outcome()) {
+                Ok(JobOutcome::Pending) | Err(_) => {}
+                Ok(JobOutcome::Succeeded(_)) => return None,
+                Ok(JobOutcome::Failed { errortext, .. }) => {
+                    return Some(errortext);
+                }
+                Ok(JobOutcome::Cancelled) => {
+                    return Some("the job was cancelled".into());
+                }
+            }
+        }
+        None
+    }
+}

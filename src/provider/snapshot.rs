@@ -1,0 +1,178 @@
+//! A group's cluster read from CloudStack and installed in its machine: the one
+//! `listKubernetesClusters` read behind Refresh, the scale RPCs and the followers, the
+//! resolution of a cluster configured by name, and CloudStack's cluster object turned into
+//! the domain's input. Kept in one place so every snapshot the machine sees went through the
+//! same checks (a name resolving to one cluster no other group serves, a cluster gone).
+
+use super::{Error, Provider, Result, now};
+use crate::config::ClusterRef;
+use cks_cloudstack::CsError;
+use cks_cloudstack::types::KubernetesCluster;
+use cks_domain::cluster::{
+    ClusterInput, ClusterSnapshot, ClusterState, IndexedSnapshot, OfferingRef, VmInput, VmState,
+};
+use cks_domain::machine::Effect;
+use std::sync::Arc;
+
+/// A group's cluster as just fetched, and the effects the machine asked for on seeing it.
+#[must_use = "the machine's effects must be run"]
+pub(crate) struct Fetched {
+    pub snapshot: Arc<IndexedSnapshot>,
+    pub effects: Vec<Effect>,
+}
+
+/// Converts CloudStack's cluster object into the domain's input.
+pub(crate) fn cluster_input(c: KubernetesCluster) -> ClusterInput {
+    let offering = |id: Option<String>, name: Option<String>| {
+        id.map(|id| OfferingRef {
+            id,
+            name: name.unwrap_or_default(),
+        })
+    };
+    let clamp = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
+    ClusterInput {
+        state: ClusterState::parse(&c.state),
+        id: c.id,
+        name: c.name,
+        size: clamp(c.size),
+        min_size: c.minsize.map(clamp),
+        max_size: c.maxsize.map(clamp),
+        autoscaling_enabled: c.autoscalingenabled,
+        control_nodes: clamp(c.controlnodes),
+        etcd_nodes: c.etcdnodes.map(clamp).unwrap_or(0),
+        service_offering: offering(c.serviceofferingid, c.serviceofferingname),
+        worker_offering: offering(c.workerofferingid, c.workerofferingname),
+        zone_id: c.zoneid.unwrap_or_default(),
+        zone_name: c.zonename.unwrap_or_default(),
+        externally_managed: c
+            .clustertype
+            .as_deref()
+            .is_some_and(|t| t.eq_ignore_ascii_case("ExternalManaged")),
+        vms: c
+            .virtualmachines
+            .into_iter()
+            .map(|v| VmInput {
+                state: VmState::parse(&v.state),
+                id: v.id,
+                name: v.name,
+                is_external: v.isexternalnode,
+                is_etcd: v.isetcdnode,
+            })
+            .collect(),
+    }
+}
+
+impl Provider {
+    /// Fetches one group's cluster (one `listKubernetesClusters` call) and installs it in the
+    /// machine. Returns the snapshot and what the machine asks for on seeing it (a job to
+    /// find, queued work to send, removals to retry): the caller runs those, where it is seen.
+    pub(crate) async fn fetch_group(&self, gi: usize) -> Result<Fetched> {
+        let g = &self.inner.groups[gi];
+        let id = g.read().scale.cluster_id.clone();
+        let cluster = match (id, &g.spec.cluster) {
+            (Some(id), _) => match self.inner.cs.get_cluster(&id).await {
+                Ok(Some(c)) => c,
+                // Not visible to the key, or (431: CloudStack's lookup of the id parameter
+                // found no such entity) deleted: not something a retry fixes.
+                Ok(None) | Err(CsError::Api { errorcode: 431, .. }) => {
+                    return Err(Error::ClusterNotFound { cluster: id });
+                }
+                Err(e) => return Err(e.into()),
+            },
+            (None, ClusterRef::Name(name)) => {
+                let mut found = self.inner.cs.find_clusters_by_name(name).await?;
+                found.retain(|c| c.name == *name);
+                match found.len() {
+                    1 => {
+                        let cluster = found.remove(0);
+                        if let Some(other) = self.serving_elsewhere(gi, &cluster.id) {
+                            return Err(Error::DuplicateCluster {
+                                name: name.clone(),
+                                id: cluster.id,
+                                other,
+                            });
+                        }
+                        cluster
+                    }
+                    0 => {
+                        return Err(Error::ClusterNotFound {
+                            cluster: format!("named {name:?}"),
+                        });
+                    }
+                    count => {
+                        return Err(Error::AmbiguousName {
+                            name: name.clone(),
+                            count,
+                        });
+                    }
+                }
+            }
+            (None, ClusterRef::Id(id)) => {
+                return Err(Error::Internal(format!("cluster id {id} not resolved")));
+            }
+        };
+        let (snapshot, effects) = self.install_snapshot(gi, cluster);
+        Ok(Fetched { snapshot, effects })
+    }
+
+    /// [`Provider::fetch_group`], then what the machine asked for on seeing the snapshot.
+    pub(crate) async fn fetch_and_act(&self, gi: usize) -> Result<Arc<IndexedSnapshot>> {
+        let fetched = self.fetch_group(gi).await?;
+        self.run_effects(gi, fetched.effects).await;
+        Ok(fetched.snapshot)
+    }
+
+    /// Installs a freshly fetched cluster as the group's snapshot; returns it and the effects
+    /// the machine asks for.
+    fn install_snapshot(
+        &self,
+        gi: usize,
+        cluster: KubernetesCluster,
+    ) -> (Arc<IndexedSnapshot>, Vec<Effect>) {
+        let g = &self.inner.groups[gi];
+        let snap = ClusterSnapshot::classify(cluster_input(cluster));
+        if let Some(w) = &snap.classification_warning {
+            tracing::error!(cluster = %snap.name, "{w}");
+        }
+        let indexed = Arc::new(IndexedSnapshot::new(snap, now()));
+        let alert = self.alert_scaling();
+        let effects = {
+            let mut st = g.lock();
+            st.last_error = None;
+            let newly_external = indexed.snap.externally_managed
+                && st
+                    .scale
+                    .snapshot()
+                    .is_none_or(|s| !s.snap.externally_managed);
+            if newly_external {
+                tracing::warn!(group = %indexed.snap.name,
+                    "cluster {} is externally managed (clustertype ExternalManaged): CloudStack does not scale it; \
+                     this provider lists its workers but refuses every scale request for it",
+                    indexed.snap.name);
+            }
+            st.scale.snapshot_installed(indexed.clone(), &alert, now())
+        };
+        self.note_blocked(gi);
+        self.update_ready();
+        (indexed, effects)
+    }
+
+    /// The label of another group serving cluster `id` (resolved to it, or configured by it).
+    fn serving_elsewhere(&self, gi: usize, id: &str) -> Option<String> {
+        (0..self.inner.groups.len())
+            .filter(|&o| o != gi)
+            .find_map(|o| {
+                let g = &self.inner.groups[o];
+                let resolved = g.read().scale.cluster_id.clone();
+                let configured = match &g.spec.cluster {
+                    ClusterRef::Id(c) => Some(c.clone()),
+                    ClusterRef::Name(_) => None,
+                };
+                [resolved, configured]
+                    .into_iter()
+                    .flatten()
+                    .any(|c| c.eq_ignore_ascii_case(id))
+                    .then(|| self.group_label(o))
+            })
+    }
+}
