@@ -7,7 +7,7 @@ use super::error::{ScaleError, refused_error};
 use super::{Effect, OpKind, Origin, Phase, ScaleMachine};
 use crate::cluster::ClusterState;
 use crate::removal::{Candidate, MAX_REMOVAL_ATTEMPTS, StopStage, pick_batch, retry_delay};
-use crate::rules::{AlertScaling, ScaleRequest, check_scale};
+use crate::rules::{AlertScaling, Refusal, ScaleRequest, check_scale};
 use std::collections::HashSet;
 use std::time::Instant;
 
@@ -238,12 +238,21 @@ impl ScaleMachine {
             // backs off further and is abandoned, loudly, like one whose jobs keep failing.
             let mut delay = retry_delay(1);
             let (mut retried, mut abandoned) = (Vec::new(), Vec::new());
+            // Alert with no worker down (rule 7; typically a node a failed drain left
+            // cordoned, whose outcome this provider did not see): a down worker may leave an
+            // Alert cluster, and the autoscaler drained these nodes before asking, so the
+            // remedy is to stop the promised VMs and remove them as down VMs.
+            let stop_them = self.can_stop_vms
+                && matches!(r, Refusal::AlertWithoutDownWorker { .. });
             for q in self
                 .queue
                 .remove
                 .iter_mut()
                 .filter(|q| vm_ids.contains(&q.vm_id))
             {
+                if stop_them && q.stop == StopStage::NotNeeded && !down(&q.vm_id) {
+                    q.stop = StopStage::Wanted;
+                }
                 q.attempts += 1;
                 delay = retry_delay(q.attempts);
                 q.not_before = Some(now + delay);
