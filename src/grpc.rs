@@ -36,6 +36,8 @@ pub fn status(e: &Error) -> Status {
             ScaleError::OutOfRange { .. } => Code::OutOfRange,
             ScaleError::UnknownNode { .. } => Code::NotFound,
             ScaleError::Refused(_)
+            | ScaleError::SizeAboveMax { .. }
+            | ScaleError::CordonSuspected { .. }
             | ScaleError::PreviousAnswerLost
             | ScaleError::NotWorker { .. }
             | ScaleError::RegisteredElsewhere { .. }

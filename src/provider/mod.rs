@@ -181,6 +181,9 @@ impl Provider {
                         scale: {
                             let mut m = ScaleMachine::new(cluster_id, timings);
                             m.set_can_stop_vms(false);
+                            // Known from the start, so that queued increases a restart takes
+                            // over are never sent past it.
+                            m.set_max_size(spec.max);
                             m
                         },
                         last_error: None,

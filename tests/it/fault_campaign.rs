@@ -110,6 +110,9 @@ struct Tally {
     /// Clusters a scale-up failed part way in (CloudStack leaves its VMs: stranded by it).
     stranded_by_cloudstack: BTreeSet<String>,
     restarts: u32,
+    /// Scale-ups CloudStack failed waiting for a node to be Ready (a node a failed drain left
+    /// cordoned, most likely): reported, not yet an assertion (see the closing note).
+    timed_out: usize,
 }
 
 struct Campaign {
@@ -125,6 +128,8 @@ struct Campaign {
     unregistered_since: HashMap<String, Instant>,
     /// A foreign scale job of this cluster may still run (targets move under our feet).
     foreign: BTreeSet<String>,
+    /// Clusters already found over their maximum (reported once).
+    over_max: BTreeSet<String>,
 }
 
 fn settings(clusters: &[String], state_file: PathBuf) -> Settings {
@@ -186,6 +191,7 @@ impl Campaign {
             tally: Tally::default(),
             unregistered_since: HashMap::new(),
             foreign: BTreeSet::new(),
+            over_max: BTreeSet::new(),
         }
     }
 
@@ -446,8 +452,29 @@ impl Campaign {
     fn check_now(&mut self) {
         for c in self.clusters.clone() {
             let workers = self.worker_vms(&c).len();
-            if workers > MAX as usize {
-                self.violation(format!("{c} has {workers} worker VMs, maximum {MAX}"));
+            if workers > MAX as usize && !self.over_max.contains(&c) {
+                // Once per cluster, with what CloudStack was asked.
+                self.over_max.insert(c.clone());
+                let asked: Vec<String> = self
+                    .sim
+                    .requests()
+                    .iter()
+                    .filter(|r| {
+                        r.command == "scaleKubernetesCluster" && r.params.get("id") == Some(&c)
+                    })
+                    .map(|r| {
+                        format!(
+                            "{}ms {:?} {:?}",
+                            r.atms,
+                            r.params.get("size").or(r.params.get("nodeids")),
+                            r.fault
+                        )
+                    })
+                    .collect();
+                self.violation(format!(
+                    "{c} has {workers} worker VMs, maximum {MAX}: {:?}; scale requests {asked:?}",
+                    self.worker_vms(&c)
+                ));
             }
             if self.sim.running_jobs(&c) == 0 {
                 self.foreign.remove(&c);
@@ -455,12 +482,15 @@ impl Campaign {
         }
     }
 
-    /// A cluster CloudStack stranded: a scale-up it failed part way left a VM in Error, which
-    /// its size does not count and only an operator removes.
+    /// A cluster CloudStack stranded: a scale-up it failed left VMs its size does not count
+    /// (one in Error when provisioning failed part way; Running ones when it timed out waiting
+    /// for a node that was not Ready), which CloudStack's VM-count rule then holds against
+    /// every request until an operator removes them.
     fn stranded(&self, cluster: &str) -> bool {
-        self.worker_vms(cluster)
-            .iter()
-            .any(|(_, _, s)| *s == VmState::Error)
+        let vms = self.worker_vms(cluster);
+        let size = self.sim.cluster_json(cluster)["size"].as_u64().unwrap_or(0) as usize;
+        vms.iter().any(|(_, _, s)| *s == VmState::Error)
+            || (vms.len() > size && self.sim.running_jobs(cluster) == 0)
     }
 
     fn ledger(&self) -> serde_json::Value {
@@ -563,7 +593,10 @@ async fn run_campaign(seed: u64, steps: u64) -> Tally {
     }
     if !settled {
         let unsettled = camp.settled().await;
-        camp.violation(format!("never settled: {unsettled:?}"));
+        camp.violation(format!(
+            "never settled: {unsettled:?}; failed jobs: {:?}",
+            camp.sim.failed_jobs()
+        ));
     }
     // Every promise: kept (VM gone), or still owed in the state file.
     let owed = camp.owed_in_file();
@@ -590,6 +623,12 @@ async fn run_campaign(seed: u64, steps: u64) -> Tally {
                 .push(format!("{vm} still owed (not abandoned) after settling"));
         }
     }
+    camp.tally.timed_out = camp
+        .sim
+        .failed_jobs()
+        .iter()
+        .filter(|(_, text)| text.contains("desired number of nodes in ready state"))
+        .count();
     for i in camp.sim.interference() {
         camp.violation(i);
     }
@@ -602,15 +641,16 @@ async fn run_campaign(seed: u64, steps: u64) -> Tally {
 
 #[tokio::test(start_paused = true)]
 async fn promises_survive_a_randomized_fault_campaign() {
-    let seeds = env_list("CAMPAIGN_SEEDS", &[1, 2, 3]);
-    let steps = env_list("CAMPAIGN_STEPS", &[150])[0];
+    let seeds = env_list("CAMPAIGN_SEEDS", &[1, 2, 3, 4, 5, 6]);
+    let steps = env_list("CAMPAIGN_STEPS", &[300])[0];
     let mut failures = Vec::new();
     for seed in seeds {
         let tally = run_campaign(seed, steps).await;
         eprintln!(
-            "seed {seed}: {} removals promised, {} restarts, CloudStack stranded {:?}; ops {:?}",
+            "seed {seed}: {} removals promised, {} restarts, {} scale-ups timed out waiting for a node, CloudStack stranded {:?}; ops {:?}",
             tally.promised.len(),
             tally.restarts,
+            tally.timed_out,
             tally.stranded_by_cloudstack,
             tally.ops
         );

@@ -588,11 +588,6 @@ fn vm_op(
         return Ok((reply, None));
     };
     let (state, vm_name) = (vm.state, vm.name.clone());
-    if !start && w.provisioning.contains(&vm_id) {
-        w.interference.push(format!(
-            "stopVirtualMachine {vm_id} ({vm_name}) while the scale-up that created it ran"
-        ));
-    }
     let next = match (start, state) {
         (true, VmState::Running) | (false, VmState::Stopped) => None,
         (true, VmState::Stopped | VmState::Shutdown) => Some(VmState::Starting),

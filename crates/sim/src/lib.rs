@@ -453,6 +453,25 @@ impl SimHandle {
         w.nodes(None, now)
     }
 
+    /// Every failed job, in creation order: (its instance id, its error text).
+    pub fn failed_jobs(&self) -> Vec<(String, String)> {
+        let w = self.shared.lock();
+        w.job_order
+            .iter()
+            .filter_map(|id| w.jobs.get(id))
+            .filter(|j| j.status == model::JobStatus::Failed)
+            .map(|j| {
+                let text = match &j.result {
+                    Some(model::JobResult::Json(v)) => {
+                        v["errortext"].as_str().unwrap_or_default().to_string()
+                    }
+                    _ => String::new(),
+                };
+                (j.instance_id.clone(), text)
+            })
+            .collect()
+    }
+
     /// Requests that worked against a running scale-up (a VM it provisions stopped), in order.
     pub fn interference(&self) -> Vec<String> {
         self.shared.lock().interference.clone()

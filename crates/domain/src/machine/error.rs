@@ -17,6 +17,19 @@ pub enum ScaleError {
         delta: u32,
         max: u32,
     },
+    /// IncreaseSize within the maximum by the target, but CloudStack's size is higher (it
+    /// still counts VMs being removed, or another client scaled the cluster): the request it
+    /// would take, size + delta, passes the maximum. Never sent.
+    SizeAboveMax {
+        size: u32,
+        delta: u32,
+        max: u32,
+    },
+    /// A scale-up while nodes a failed drain may have left cordoned keep the cluster in
+    /// Alert: CloudStack's scale-up would wait for them, time out and leave its VMs.
+    CordonSuspected {
+        vms: Vec<String>,
+    },
     /// One of CloudStack's scaling rules (Alert included) refuses it.
     Refused(Refusal),
     /// The answer to the previous request was lost; nothing is sent until it is settled.
@@ -86,6 +99,16 @@ impl fmt::Display for ScaleError {
                 f,
                 "target size {target} + {delta} = {} exceeds the maximum {max}",
                 u64::from(*target) + u64::from(*delta)
+            ),
+            ScaleError::SizeAboveMax { size, delta, max } => write!(
+                f,
+                "CloudStack's size is {size} (it still counts VMs being removed, or another client scaled the cluster): a request for {} would exceed the maximum {max}; try again once the removals are done",
+                u64::from(*size) + u64::from(*delta)
+            ),
+            ScaleError::CordonSuspected { vms } => write!(
+                f,
+                "the cluster is in Alert and CloudStack's drain of {} failed or was not seen to end: its node may be cordoned, and a scale-up waits for every node to be Ready, so it would time out and leave its VMs; uncordon the node (kubectl uncordon) or stop the VM, and the cluster leaves Alert",
+                vms.join(", ")
             ),
             ScaleError::Refused(r) => write!(f, "{r}"),
             ScaleError::PreviousAnswerLost => write!(

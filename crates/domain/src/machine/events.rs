@@ -77,6 +77,15 @@ impl ScaleMachine {
         });
         self.recently_removed
             .retain(|_, t| now.saturating_duration_since(*t) < REMOVED_MEMORY);
+        if snap.snap.state == ClusterState::Running {
+            self.drain_sent.clear();
+        } else {
+            self.drain_sent.retain(|id| {
+                snap.snap
+                    .vm(id)
+                    .is_some_and(|v| !v.state.is_down() && !v.state.is_gone())
+            });
+        }
         self.snap = Some(snap);
         match &self.phase {
             Phase::Adopted { job: None, .. } if !scaling => {

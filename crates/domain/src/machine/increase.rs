@@ -80,7 +80,18 @@ impl ScaleMachine {
             }
         }
         let snap = self.snap.clone().ok_or(ScaleError::NoSnapshot)?;
+        let suspects = self.cordon_suspects();
+        if !suspects.is_empty() {
+            return Err(ScaleError::CordonSuspected { vms: suspects });
+        }
         let from = snap.snap.size;
+        if u64::from(from) + u64::from(delta) > u64::from(max) {
+            return Err(ScaleError::SizeAboveMax {
+                size: from,
+                delta,
+                max,
+            });
+        }
         let request = ScaleRequest::Resize {
             new_size: from.saturating_add(delta),
         };

@@ -317,6 +317,10 @@ pub struct ScaleMachine {
     /// The group's maximum as the last IncreaseSize gave it: queued increases are not sent
     /// while CloudStack's size, which still counts VMs of owed removals, would pass it.
     pub(crate) max_size: Option<u32>,
+    /// Running VMs this provider asked CloudStack to remove since the cluster was last
+    /// Running (`cordon_suspects`): a removal that failed or whose answer was lost may have
+    /// left the node cordoned by CloudStack's drain.
+    pub(crate) drain_sent: HashSet<String>,
 }
 
 impl ScaleMachine {
@@ -337,7 +341,13 @@ impl ScaleMachine {
             timings,
             can_stop_vms: true,
             max_size: None,
+            drain_sent: HashSet::new(),
         }
+    }
+
+    /// The group's maximum (`--nodes`): no scale request is sent past it.
+    pub fn set_max_size(&mut self, max: u32) {
+        self.max_size = Some(max);
     }
 
     /// What the shell knows of the key: whether `stopVirtualMachine` may be called.
@@ -367,10 +377,46 @@ impl ScaleMachine {
     }
 
     fn begin(&mut self, kind: OpKind, origin: Origin, now: Instant) {
+        if let (OpKind::Remove { vm_ids, .. }, Some(snap)) = (&kind, &self.snap) {
+            // CloudStack drains these (a down VM is not drained).
+            self.drain_sent.extend(
+                vm_ids
+                    .iter()
+                    .filter(|v| snap.snap.vm(v).is_some_and(|vm| !vm.state.is_down()))
+                    .cloned(),
+            );
+        }
         self.phase = Phase::Submitting {
             op: Op { kind, origin },
             since: now,
         };
+    }
+}
+
+impl ScaleMachine {
+    /// Running VMs whose nodes a failed drain may have left cordoned: the cluster is in
+    /// Alert and they are VMs this provider asked CloudStack to remove (so to drain) since it
+    /// was last Running, still listed and not down. CloudStack's scale-up waits for every
+    /// node to be Ready and a cordoned node is not (`KubernetesClusterScaleWorker`, the ready
+    /// count of `kubectl get nodes`): a scale-up sent now would time out and leave its VMs,
+    /// stranding the cluster. Empty once the cluster is Running again (CloudStack's state
+    /// scanner counts every node Ready then).
+    pub fn cordon_suspects(&self) -> Vec<String> {
+        let Some(snap) = &self.snap else {
+            return Vec::new();
+        };
+        if snap.snap.state != super::cluster::ClusterState::Alert {
+            return Vec::new();
+        }
+        let mut out: Vec<String> = self
+            .drain_sent
+            .iter()
+            .filter_map(|id| snap.snap.vm(id))
+            .filter(|vm| !vm.state.is_down() && !vm.state.is_gone())
+            .map(|vm| vm.name.clone())
+            .collect();
+        out.sort();
+        out
     }
 }
 

@@ -242,8 +242,8 @@ impl ScaleMachine {
             // cordoned, whose outcome this provider did not see): a down worker may leave an
             // Alert cluster, and the autoscaler drained these nodes before asking, so the
             // remedy is to stop the promised VMs and remove them as down VMs.
-            let stop_them = self.can_stop_vms
-                && matches!(r, Refusal::AlertWithoutDownWorker { .. });
+            let stop_them =
+                self.can_stop_vms && matches!(r, Refusal::AlertWithoutDownWorker { .. });
             for q in self
                 .queue
                 .remove
@@ -478,6 +478,11 @@ impl ScaleMachine {
         if self.queue.increase.is_empty() {
             return effects;
         }
+        if !self.cordon_suspects().is_empty() {
+            // Held (a scale-up now would time out on a cordoned node); DecreaseTargetSize
+            // cancels it if the cluster never leaves Alert.
+            return effects;
+        }
         let from = snap.snap.size;
         let to = from.saturating_add(self.queue.increase.len() as u32);
         if !self.queue.remove.is_empty() && self.max_size.is_some_and(|max| to > max) {
@@ -486,7 +491,26 @@ impl ScaleMachine {
             // for them (and is cancelled by DecreaseTargetSize if they never go).
             return effects;
         }
-        let placeholders = std::mem::take(&mut self.queue.increase);
+        let mut placeholders = std::mem::take(&mut self.queue.increase);
+        // Never a request past the group's maximum, whatever moved CloudStack's size since
+        // these increases were accepted (another client's scale-up, removals written off):
+        // what does not fit is reported failed, as a refused increase is.
+        let room = self
+            .max_size
+            .map_or(placeholders.len(), |max| max.saturating_sub(from) as usize);
+        if placeholders.len() > room {
+            let over = placeholders.split_off(room);
+            let why = format!(
+                "CloudStack's size is {from}: {} more node(s) would exceed the group's maximum {}",
+                over.len() + placeholders.len(),
+                self.max_size.unwrap_or_default()
+            );
+            self.record_failed(&refused_error(why), Vec::new(), over, now);
+            if placeholders.is_empty() {
+                return effects;
+            }
+        }
+        let to = from.saturating_add(placeholders.len() as u32);
         let request = ScaleRequest::Resize { new_size: to };
         if let Err(r) = check_scale(&snap.snap, &request, alert) {
             self.record_failed(&refused_error(r.to_string()), Vec::new(), placeholders, now);

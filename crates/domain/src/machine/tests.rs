@@ -261,6 +261,8 @@ fn err_name(e: &ScaleError) -> &'static str {
     match e {
         ScaleError::NoSnapshot => "no-snapshot",
         ScaleError::OutOfRange { .. } => "out-of-range",
+        ScaleError::SizeAboveMax { .. } => "size-above-max",
+        ScaleError::CordonSuspected { .. } => "cordon-suspected",
         ScaleError::Refused(_) => "refused",
         ScaleError::PreviousAnswerLost => "answer-lost",
         ScaleError::UnknownNode { .. } => "unknown-node",
@@ -1920,7 +1922,11 @@ fn an_owed_removal_refused_for_alert_without_a_down_worker_stops_its_vm_then_rem
     let alert = |w1: VmState, t| {
         snapshot(
             "Alert",
-            &[("w1", w1), ("w2", VmState::Running), ("w3", VmState::Running)],
+            &[
+                ("w1", w1),
+                ("w2", VmState::Running),
+                ("w3", VmState::Running),
+            ],
             t,
         )
     };
@@ -1932,4 +1938,73 @@ fn an_owed_removal_refused_for_alert_without_a_down_worker_stops_its_vm_then_rem
     let fx = m.snapshot_installed(alert(VmState::Stopped, t1), &ALERT, t1);
     assert!(fx.contains(&remove_of(&["w1"])), "{fx:?}");
     assert_eq!(m.target(), Some(2));
+}
+
+/// Never a scale request past the group's maximum, whatever moved CloudStack's size after an
+/// increase was accepted: another client scaled the cluster while a scale-up of this provider
+/// ran, so the queued increase no longer fits. It is reported failed (the autoscaler deletes
+/// its placeholder and backs off); nothing is sent. Found by the fault campaign, where the
+/// provider sent size 9 for a maximum of 6.
+#[test]
+fn queued_increases_that_no_longer_fit_under_the_maximum_are_failed_not_sent() {
+    let t0 = Instant::now();
+    let mut m = machine_in("running", t0);
+    // 3 → 5 running; one more fits the maximum of 6 by the target.
+    let max = 6;
+    assert_eq!(m.admit_increase(1, max), Ok(Admission::Queued));
+    assert_eq!(m.target(), Some(6));
+    // Meanwhile another client's job took CloudStack's size to 6.
+    let six: Vec<(String, VmState)> = (1..=6)
+        .map(|i| (format!("w{i}"), VmState::Running))
+        .collect();
+    let six: Vec<(&str, VmState)> = six.iter().map(|(n, s)| (n.as_str(), s.clone())).collect();
+    m.snapshot_installed(snapshot("Running", &six, t0), &ALERT, t0);
+    let settled = m
+        .job_finished("job-1", &JobEnd::Succeeded, true, false, &ALERT, t0)
+        .expect("ours");
+    assert!(
+        !settled
+            .effects
+            .iter()
+            .any(|e| matches!(e, Effect::Submit(_))),
+        "{:?}",
+        settled.effects
+    );
+    assert!(m.queue().increase.is_empty());
+}
+
+/// A VM this provider asked CloudStack to remove (so to drain) that is still Running while
+/// the cluster is in Alert may have a node the failed drain left cordoned: scale-ups wait
+/// (CloudStack's would time out on it), until the VM is down or gone or the cluster is Running
+/// again. Found by the fault campaign: a removal lost with its drain failed, a worker stopped
+/// elsewhere, and the scale-up the rules then allowed stranded the cluster.
+#[test]
+fn a_scale_up_waits_while_a_node_this_provider_had_drained_may_be_cordoned() {
+    let t0 = Instant::now();
+    let mut m = machine_in("idle", t0);
+    sent_and_owed(&mut m, "w1", t0);
+    let alert = |w1: VmState, t| {
+        snapshot(
+            "Alert",
+            &[
+                ("w1", w1),
+                ("w2", VmState::Stopped),
+                ("w3", VmState::Running),
+            ],
+            t,
+        )
+    };
+    m.snapshot_installed(alert(VmState::Running, t0), &ALERT, t0);
+    assert_eq!(m.cordon_suspects(), ["k-node-w1"]);
+    m.snapshot_installed(alert(VmState::Stopped, t0), &ALERT, t0);
+    assert!(m.cordon_suspects().is_empty(), "down: not drained again");
+    let mut m = machine_in("idle", t0);
+    sent_and_owed(&mut m, "w1", t0);
+    m.snapshot_installed(alert(VmState::Running, t0), &ALERT, t0);
+    m.snapshot_installed(running3(t0), &ALERT, t0);
+    m.snapshot_installed(alert(VmState::Running, t0), &ALERT, t0);
+    assert!(
+        m.cordon_suspects().is_empty(),
+        "Running in between: every node was Ready"
+    );
 }
