@@ -30,7 +30,8 @@ pub fn status(e: &Error) -> Status {
         Error::NoSnapshot { .. }
         | Error::Deadline { .. }
         | Error::AnswerLost { .. }
-        | Error::Stale { .. } => Code::Unavailable,
+        | Error::Stale { .. }
+        | Error::StoreUnavailable { .. } => Code::Unavailable,
         Error::Scale { source, .. } => match source {
             ScaleError::NoSnapshot => Code::Unavailable,
             ScaleError::OutOfRange { .. } => Code::OutOfRange,

@@ -93,6 +93,11 @@ pub enum Error {
         bound: Duration,
         failures: Vec<String>,
     },
+    /// The durable store's last write failed: no new promise is made until one succeeds.
+    #[error(
+        "the provider cannot record promises now ({store}: {error}); nothing was accepted, try again once the store can be written"
+    )]
+    StoreUnavailable { store: String, error: String },
     /// NodeGroupTemplateNodeInfo cannot build a template for the group.
     #[error("no template node for node group {group}: {reason}")]
     NoTemplate { group: String, reason: String },

@@ -355,6 +355,7 @@ impl Scoped<'_> {
             )));
         }
         let (gi, g) = self.group(id)?;
+        p.check_store()?;
         let delta = delta.unsigned_abs();
         let (_, max) = p.bounds(gi);
         let admitted = g.lock().scale.admit_increase(delta, max);
@@ -406,6 +407,7 @@ impl Scoped<'_> {
             ));
         }
         let (gi, g) = self.group(id)?;
+        p.check_store()?;
         let (min, _) = p.bounds(gi);
         let alert = p.alert_scaling();
         // Decided under the lock, with the window's channel made or joined in the same

@@ -130,6 +130,8 @@ pub(crate) struct Store {
     /// Shutting down: the last write is done, and what the process drops on its way out
     /// (its own cleanup) is not written over it.
     closed: std::sync::atomic::AtomicBool,
+    /// Why the last write failed, until one succeeds: new promises are refused meanwhile.
+    failing: Mutex<Option<String>>,
 }
 
 impl Store {
@@ -142,6 +144,7 @@ impl Store {
             wake: Notify::new(),
             last: Mutex::new(None),
             closed: std::sync::atomic::AtomicBool::new(false),
+            failing: Mutex::new(None),
         }
     }
 
@@ -326,12 +329,14 @@ impl Provider {
             == Some(text.as_str());
         if !unchanged {
             if let Err(e) = backend.write(&text).await {
+                *store.failing.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
                 crate::metrics::record_state_write_failure();
                 tracing::error!(store = %backend.describe(), error = %e,
                     "recording the promises failed: what is promised from now on is answered OK only once a write succeeds; trying again");
                 return false;
             }
             *store.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(text);
+            *store.failing.lock().unwrap_or_else(|p| p.into_inner()) = None;
         }
         store.written.send_if_modified(|w| {
             let newer = asked > *w;
@@ -346,6 +351,27 @@ impl Provider {
     /// Waits until every change made so far is recorded (at once without a store): a
     /// promise is recorded before it is answered. A write that fails is tried again, and this
     /// waits on.
+    /// Refuses a new promise while the store cannot be written (its last write failed): an
+    /// OK must be recorded before it is given, and a request accepted now could only be
+    /// answered at the caller's deadline, with an error, while the work went on.
+    pub(crate) fn check_store(&self) -> Result<(), super::Error> {
+        let store = &self.inner.store;
+        let (Some(backend), Some(error)) = (
+            &store.backend,
+            store
+                .failing
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
+        ) else {
+            return Ok(());
+        };
+        Err(super::Error::StoreUnavailable {
+            store: backend.describe(),
+            error,
+        })
+    }
+
     pub(crate) async fn record(&self) {
         let store = &self.inner.store;
         if store.backend.is_none() {

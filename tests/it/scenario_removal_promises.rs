@@ -343,3 +343,58 @@ async fn a_removal_owed_when_the_provider_dies_is_carried_out_by_the_next_one() 
     .await;
     env.shutdown().await;
 }
+
+/// OK means recorded: while the state file cannot be written, no new promise is made. The
+/// request whose write failed first waits for a write that succeeds (its caller's deadline may
+/// pass); the next ones are refused at once, UNAVAILABLE naming the store, with nothing queued
+/// or sent; once the file can be written again, promises are made again.
+#[tokio::test(start_paused = true)]
+async fn no_promise_is_made_while_the_state_file_cannot_be_written() {
+    let dir = cks_testkit::certs::TempDir::new("state-unwritable");
+    let folder = dir.path("state");
+    std::fs::create_dir_all(&folder).expect("state folder");
+    let file = folder.join("state.json");
+    // Jobs long enough that each promise changes what is recorded (the job in flight).
+    let mut cfg = pool(4);
+    cfg.settings.job_duration = std::time::Duration::from_secs(20);
+    let mut env = Stack::refreshed(cfg, "pool", {
+        let file = file.clone();
+        move |s| {
+            s.groups[0].min = 1;
+            s.state_file = Some(file);
+        }
+    })
+    .await;
+    env.increase(1)
+        .await
+        .expect("recorded while the file can be written");
+    env.wait_provider_settled().await;
+    std::fs::remove_dir_all(&folder).expect("the store goes away");
+    // The first promise finds the store broken: it is not answered OK.
+    let first = env.increase(1).await;
+    assert!(first.is_err(), "OK without a record: {first:?}");
+    // The next ones are refused before anything is queued or sent.
+    let requests = env.scale_requests().len();
+    let victim = env.workers().remove(0);
+    let refused = env
+        .delete(vec![worker_node(&victim)])
+        .await
+        .expect_err("refused while nothing can be recorded");
+    assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
+    assert!(
+        refused.message().contains("cannot record promises"),
+        "{refused:?}"
+    );
+    let refused = env.increase(1).await.expect_err("refused too");
+    assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
+    // The first request may have been sent (it was accepted before the write failed); the
+    // refused ones were not.
+    assert!(env.scale_requests().len() <= requests + 1);
+    std::fs::create_dir_all(&folder).expect("the store comes back");
+    wait_until("promises to be recorded again", async || {
+        env.delete(vec![worker_node(&victim)]).await.is_ok()
+    })
+    .await;
+    let recorded = std::fs::read_to_string(&file).expect("recorded");
+    assert!(recorded.contains(&victim.0), "{recorded}");
+}
