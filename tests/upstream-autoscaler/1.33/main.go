@@ -34,6 +34,7 @@ func main() {
 	dir := fs.String("dir", "", "work directory (certificates, logs); a new temporary one by default")
 	keep := fs.Bool("keep", false, "keep the work directory")
 	list := fs.Bool("list", false, "list the scenarios (not the benchmarks) and exit")
+	check := fs.Bool("check-phrases", false, "check that upstream's source (module cache) logs every phrase the harness watches, and exit")
 	args := os.Args[1:]
 	var extra []string
 	for i, a := range args {
@@ -45,6 +46,15 @@ func main() {
 	fs.Parse(args)
 	if *list {
 		fmt.Println(strings.Join(scenarioNames(), "\n"))
+		return
+	}
+	if *check {
+		found, problems := checkPhrases()
+		if len(problems) > 0 {
+			fmt.Printf("FAIL %s watched-phrases: %s\n", Release, strings.Join(problems, "; "))
+			os.Exit(1)
+		}
+		fmt.Printf("PASS %s watched-phrases (%d phrases, each in upstream's source at a verbosity --v=%d shows)\n", Release, found, harnessVerbosity())
 		return
 	}
 	sc, ok := scenarios[*scenario]
@@ -157,19 +167,25 @@ func (e *Env) run(sc Scenario) error {
 	if nodes == "" {
 		nodes = "1:5:demo@" + ClientName
 	}
-	e.Prov, err = StartProvider(e.Dir, e.ProvBin, e.Sim, tls, nodes, sc.ProvFlags...)
-	if err != nil {
-		return err
-	}
 	e.Log, err = NewLogWatch(e.Dir + "/autoscaler.log")
 	if err != nil {
 		return err
 	}
-	args := append(autoscalerFlags(e.Prov.CloudConfig), sc.AutoscalerArg...)
+	args := append(autoscalerFlags(autoscalerCloudConfig(e.Dir)), sc.AutoscalerArg...)
 	args = append(args, e.ExtraFlags...)
 	opts := ParseFlags(args)
+	// deploy/ gives the provider the autoscaler's --max-node-provision-time (one value for
+	// both): the value the autoscaler parsed, the scenario's own included.
+	provFlags := append([]string{"--max-node-provision-time", opts.NodeGroupDefaults.MaxNodeProvisionTime.String()}, sc.ProvFlags...)
+	e.Prov, err = StartProvider(e.Dir, e.ProvBin, e.Sim, tls, nodes, provFlags...)
+	if err != nil {
+		return err
+	}
 	// Everything to autoscaler.log, nothing to this process's stderr (the run's one line).
 	_ = flag.Set("stderrthreshold", "FATAL")
+	// Each line once: without it klog writes a warning twice and an error three times to
+	// the one output (once per severity at or below the line's).
+	_ = flag.Set("one_output", "true")
 	kube := fake.NewSimpleClientset()
 	e.Bridge = &Bridge{Sim: e.Sim, Kube: kube}
 	if err := e.Bridge.Sync(); err != nil {

@@ -19,52 +19,22 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// LogWatch receives klog's output: it writes it to a file and counts the lines that match
-// each watched phrase.
+// LogWatch receives klog's output: it writes it to a file and keeps the lines that show each
+// watched phrase (phrases.go).
 type LogWatch struct {
 	mu      sync.Mutex
 	f       *os.File
 	partial []byte
-	phrases []string
-	counts  map[string]int
-	first   map[string]string
+	lines   map[Phrase][]string
 }
 
-// Phrases the autoscaler's log must never show, and phrases scenarios look for.
-var watched = []string{
-	"panic",
-	"Failed to fix node group sizes",
-	"Failed to get node infos for groups",
-	"Failed to refresh cloud provider config",
-	"Error on gRPC call",
-	"Failed to scale up",
-	"Failed to increase node group size",
-	"is not ready for scaleup - backoff",
-	"Scale-up: setting group",
-	"Disabling scale-up for node group",
-	"Failed to delete",
-	"Fixing target size",
-	"Failed to find readiness information",
-	"Removing unregistered node",
-	"Deleting node group",
-	"DecreaseTargetSize",
-	"Scale-down: removing empty node",
-	"Scale-down: removing node",
-	"deleting created nodes with errors",
-	"Failed to remove",
-	"Failed to untaint",
-	"cleaning up",
-	"RunOnce error",
-	"Could not get node group",
-}
-
-// NewLogWatch routes klog's output (every severity) to path.
+// NewLogWatch routes klog's output (every severity, each line once) to path.
 func NewLogWatch(path string) (*LogWatch, error) {
 	f, err := os.Create(path)
 	if err != nil {
 		return nil, err
 	}
-	w := &LogWatch{f: f, phrases: watched, counts: map[string]int{}, first: map[string]string{}}
+	w := &LogWatch{f: f, lines: map[Phrase][]string{}}
 	klog.LogToStderr(false)
 	klog.SetOutput(w)
 	return w, nil
@@ -82,31 +52,54 @@ func (w *LogWatch) Write(p []byte) (int, error) {
 		}
 		line := string(w.partial[:i])
 		w.partial = w.partial[i+1:]
-		for _, ph := range w.phrases {
-			if strings.Contains(line, ph) {
-				w.counts[ph]++
-				if _, ok := w.first[ph]; !ok {
-					w.first[ph] = line
-				}
+		for _, ph := range watched {
+			if strings.Contains(line, ph.Text) {
+				w.lines[ph] = append(w.lines[ph], line)
 			}
 		}
 	}
 	return len(p), nil
 }
 
-// Count is how many lines showed phrase so far.
-func (w *LogWatch) Count(phrase string) int {
+// Lines are the lines that showed phrase so far, those that also contain every one of also
+// when it is given. A phrase the watch does not know is a bug of the harness: it panics
+// rather than count nothing.
+func (w *LogWatch) Lines(phrase Phrase, also ...string) []string {
+	known := false
+	for _, ph := range watched {
+		known = known || ph == phrase
+	}
+	if !known {
+		panic(fmt.Sprintf("log phrase %q is not watched (phrases.go)", phrase.Text))
+	}
 	klog.Flush()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.counts[phrase]
+	var out []string
+	for _, l := range w.lines[phrase] {
+		ok := true
+		for _, a := range also {
+			ok = ok && strings.Contains(l, a)
+		}
+		if ok {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
-// First is the first line that showed phrase.
-func (w *LogWatch) First(phrase string) string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.first[phrase]
+// Count is how many lines showed phrase (and every one of also) so far.
+func (w *LogWatch) Count(phrase Phrase, also ...string) int {
+	return len(w.Lines(phrase, also...))
+}
+
+// Never records a failure for every phrase of phrases the log showed.
+func (e *Env) Never(phrases ...Phrase) {
+	for _, ph := range phrases {
+		if l := e.Log.Lines(ph); len(l) > 0 {
+			e.Fail("autoscaler log: %d× %q, first: %s", len(l), ph.Text, l[0])
+		}
+	}
 }
 
 // Status reads the autoscaler's ClusterAutoscalerStatus ConfigMap.

@@ -143,7 +143,7 @@ func StartProvider(dir, bin string, sim *Sim, tls TLSFiles, nodes string, extra 
 	if err := os.WriteFile(ini, []byte(fmt.Sprintf("[Global]\napi-url = %s\napi-key = %s\nsecret-key = %s\n", sim.URL, sim.Key, sim.Secret)), 0o600); err != nil {
 		return nil, err
 	}
-	cc := filepath.Join(dir, "autoscaler-cloud-config.yaml")
+	cc := autoscalerCloudConfig(dir)
 	yaml := fmt.Sprintf("address: \"localhost:%d\"\nkey: %s\ncert: %s\ncacert: %s\ngrpc_timeout: 10s\n", port, tls.ClientKey, tls.ClientCert, tls.CA)
 	if err := os.WriteFile(cc, []byte(yaml), 0o600); err != nil {
 		return nil, err
@@ -157,6 +157,11 @@ func StartProvider(dir, bin string, sim *Sim, tls TLSFiles, nodes string, extra 
 		"--job-poll-interval", "500ms", "--refresh-min-interval", "500ms",
 	}, extra...)
 	return p, p.Restart()
+}
+
+// autoscalerCloudConfig is where StartProvider writes the autoscaler's cloud-config.
+func autoscalerCloudConfig(dir string) string {
+	return filepath.Join(dir, "autoscaler-cloud-config.yaml")
 }
 
 // Restart starts the provider process (again).
