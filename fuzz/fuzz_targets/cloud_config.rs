@@ -4,6 +4,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let text = String::from_utf8_lossy(data);
-    cks_fuzz::parsers::check_cloud_config(&text, "fuzz.conf");
+    cks_fuzz::targets::cloud_config(data);
 });

@@ -5,5 +5,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    cks_fuzz::parsers::check_cloudstack_json(data);
+    cks_fuzz::targets::cloudstack_json(data);
 });

@@ -3,6 +3,6 @@
 
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|spec: &str| {
-    cks_fuzz::parsers::check_nodes_spec(spec);
+fuzz_target!(|data: &[u8]| {
+    cks_fuzz::targets::nodes_spec(data);
 });

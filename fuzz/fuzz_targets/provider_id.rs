@@ -3,6 +3,6 @@
 
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|provider_id: &str| {
-    cks_fuzz::parsers::check_provider_id(provider_id);
+fuzz_target!(|data: &[u8]| {
+    cks_fuzz::targets::provider_id(data);
 });

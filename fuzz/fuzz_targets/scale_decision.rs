@@ -4,7 +4,6 @@
 
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|case: cks_fuzz::input::ScaleCase| {
-    let (input, request, alert) = case.build();
-    let _ = cks_fuzz::decision::check_decision(&input, &request, &alert);
+fuzz_target!(|data: &[u8]| {
+    cks_fuzz::targets::scale_decision(data);
 });
