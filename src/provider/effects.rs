@@ -76,11 +76,12 @@ impl Provider {
                 Some((e.to_string(), not_permitted))
             }
         };
-        self.inner.groups[gi].lock().scale.stop_answered(
+        let told = self.inner.groups[gi].lock().scale.stop_answered(
             &vm,
             failure.as_ref().map(|(t, n)| (t.as_str(), *n)),
             now(),
         );
+        self.run_effects(gi, told).await;
         let Ok(job) = answer else {
             return;
         };
@@ -88,11 +89,12 @@ impl Provider {
             Some(text) => {
                 tracing::warn!(group = %label, vm = %vm, job = %job, "the stop job failed; retrying later: {text}");
                 let failed = format!("stopVirtualMachine job {job} failed: {text}");
-                self.inner.groups[gi].lock().scale.stop_answered(
+                let told = self.inner.groups[gi].lock().scale.stop_answered(
                     &vm,
                     Some((&failed, false)),
                     now(),
                 );
+                self.run_effects(gi, told).await;
             }
             None => {
                 if let Err(e) = self.fetch_and_act(gi).await {

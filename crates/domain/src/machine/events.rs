@@ -376,6 +376,14 @@ impl ScaleMachine {
         }
         let mut effects = Vec::new();
         let mut owed = false;
+        if end.failure().is_none()
+            && let Some(OpKind::Remove { vm_ids, .. }) = op.as_ref().map(|o| &o.kind)
+        {
+            // Drained and removed: no cordon left behind.
+            for v in vm_ids {
+                self.drain_sent.remove(v);
+            }
+        }
         if let (Some((_, text)), Some(op)) = (end.failure(), &op)
             && let OpKind::Remove { sent, .. } = &op.kind
         {

@@ -399,6 +399,7 @@ impl ScaleMachine {
         for r in &mut self.queue.remove {
             // A removal not promised yet may still be refused: its VM stays as it is.
             if r.stop == StopStage::Wanted
+                && !r.abandoned
                 && !r.in_window
                 && r.stop_not_before.is_none_or(|t| t <= now)
                 && !out.contains(&r.vm_id)
@@ -411,13 +412,21 @@ impl ScaleMachine {
     }
 
     /// The answer to `stopVirtualMachine` for `vm_id`: `Ok` (the VM shows down in a later
-    /// snapshot, and is then removed), a transient failure (tried again after a pause), or
-    /// `not_permitted` (the key lacks the command: the removal waits for an operator to stop
-    /// the VM; the shell stops asking).
-    pub fn stop_answered(&mut self, vm_id: &str, failure: Option<(&str, bool)>, now: Instant) {
+    /// snapshot, and is then removed), a transient failure (tried again after a pause, up to
+    /// [`MAX_REMOVAL_ATTEMPTS`] failures), or `not_permitted` (the key lacks the command).
+    /// A removal that can no longer be carried out without an operator is abandoned, loudly
+    /// (the returned effect): its VM is still removed once an operator stops it.
+    pub fn stop_answered(
+        &mut self,
+        vm_id: &str,
+        failure: Option<(&str, bool)>,
+        now: Instant,
+    ) -> Vec<Effect> {
         if let Some((_, true)) = failure {
             self.can_stop_vms = false;
         }
+        let mut abandoned = Vec::new();
+        let mut reason = String::new();
         for r in self.queue.remove.iter_mut().filter(|r| r.vm_id == vm_id) {
             match failure {
                 None => {
@@ -429,19 +438,39 @@ impl ScaleMachine {
                 }
                 Some((text, true)) => {
                     r.stop = StopStage::Impossible;
-                    r.trouble = Some(format!(
+                    reason = format!(
                         "its drain would fail and this provider may not stop it ({text}): stop \
                          the VM (stopVirtualMachine id={vm_id}) and the provider removes it as \
                          a down VM"
-                    ));
+                    );
                 }
                 Some((text, false)) => {
-                    r.stop = StopStage::Wanted;
-                    r.stop_not_before = Some(now + retry_delay(1));
-                    r.trouble = Some(format!("stopping VM {vm_id} failed, retrying: {text}"));
+                    r.attempts += 1;
+                    if r.attempts < MAX_REMOVAL_ATTEMPTS {
+                        r.stop = StopStage::Wanted;
+                        r.stop_not_before = Some(now + retry_delay(r.attempts));
+                        r.trouble = Some(format!("stopping VM {vm_id} failed, retrying: {text}"));
+                        continue;
+                    }
+                    r.stop = StopStage::Impossible;
+                    reason = format!(
+                        "stopping it failed {} times ({text}): stop the VM \
+                         (stopVirtualMachine id={vm_id}) and the provider removes it as a down VM",
+                        r.attempts
+                    );
                 }
             }
+            if !reason.is_empty() && !r.abandoned {
+                r.abandoned = true;
+                r.trouble = Some(reason.clone());
+                abandoned.push(vm_id.to_string());
+            }
         }
+        if abandoned.is_empty() {
+            return Vec::new();
+        }
+        let vms = abandoned.iter().map(|v| self.vm_label(v)).collect();
+        vec![Effect::RemovalAbandoned { vms, reason }]
     }
 
     /// The queued work as the next request, when nothing is in flight and the cluster is at
