@@ -1,7 +1,8 @@
 //! `cks-demo`: the simulator, the provider and the mock autoscaler in one process, playing three
 //! scenarios live on loopback with shrunk timings: a scale-up in a Running cluster, a stopped
 //! worker (Alert: scale-up by size, removal of the down worker by nodeids), and a scale-up that
-//! fails for lack of capacity (failed instances, deletion, backoff).
+//! fails for lack of capacity (CloudStack fails the job before any VM exists: the autoscaler
+//! hears the refusal and backs off).
 
 use crate::autoscaler::{AutoscalerConfig, LoopSummary, MockAutoscaler, Rpc, SimNodeSource};
 use anyhow::Context;
@@ -273,8 +274,9 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     println!("== 3. A scale-up fails: CloudStack has no capacity left");
     demo.sim.configure(|s| s.job_failure = JobFailure::Capacity);
     let size_before = demo.cluster().1;
+    let calls_before = demo.mock.timeline().all_calls().count();
     demo.mock.set_needed_nodes(8);
-    demo.run_until("failed instances deleted, group backed off", |d| {
+    demo.run_until("the group backed off, its target unchanged", |d| {
         let l = d.mock.last_loop();
         let backed_off = l
             .and_then(|l| l.groups.first())
@@ -287,9 +289,35 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     })
     .await?;
     demo.sim.configure(|s| s.job_failure = JobFailure::None);
-    println!(
-        "   -> failed instances reported as OutOfResources, deleted by the autoscaler, group backed off\n"
-    );
+    // CloudStack fails this job in its checks, before it creates a VM. IncreaseSize answers
+    // once the job is past them, so the autoscaler normally hears the failure as the answer; a
+    // job that fails only after that answer leaves failed instances for the autoscaler instead.
+    let section: Vec<_> = demo
+        .mock
+        .timeline()
+        .all_calls()
+        .skip(calls_before)
+        .collect();
+    let refused = section
+        .iter()
+        .any(|c| c.rpc() == Rpc::NodeGroupIncreaseSize && c.error().is_some());
+    let failed_deleted = section
+        .iter()
+        .any(|c| c.rpc() == Rpc::NodeGroupDeleteNodes && c.is_ok());
+    if refused {
+        println!(
+            "   -> CloudStack failed the job before creating any VM: IncreaseSize answered \
+             FailedPrecondition with its error,\n      the autoscaler backed the group off; the \
+             target stayed at {size_before}, no instance to delete\n"
+        );
+    } else if failed_deleted {
+        println!(
+            "   -> the job failed after IncreaseSize answered: its instances were reported failed \
+             (OutOfResources),\n      deleted by the autoscaler, group backed off\n"
+        );
+    } else {
+        println!("   -> the group backed off, its target back at {size_before}\n");
+    }
 
     let timeline = demo.mock.timeline();
     let calls: Vec<_> = timeline.all_calls().collect();
