@@ -187,7 +187,7 @@ func (e *Env) run(sc Scenario) error {
 	// the one output (once per severity at or below the line's).
 	_ = flag.Set("one_output", "true")
 	kube := fake.NewSimpleClientset()
-	e.Bridge = &Bridge{Sim: e.Sim, Kube: kube}
+	e.Bridge = NewBridge(e.Sim, kube)
 	if err := e.Bridge.Sync(); err != nil {
 		return err
 	}
@@ -282,7 +282,7 @@ func (e *Env) Describe() string {
 		parts = append(parts, fmt.Sprintf("cluster %s size %d workers %v", c.State, c.Size, states))
 	}
 	bound, pending := e.Bridge.PodCounts()
-	parts = append(parts, fmt.Sprintf("pods bound %d pending %d, worker nodes %d", bound, pending, len(e.Bridge.WorkerNodes())))
+	parts = append(parts, fmt.Sprintf("pods bound %d pending %d terminating %d, worker nodes %d", bound, pending, e.Bridge.Terminating(), len(e.Bridge.WorkerNodes())))
 	if st, err := e.Up.Status(); err == nil && len(st.NodeGroups) > 0 {
 		g := st.NodeGroups[0]
 		parts = append(parts, fmt.Sprintf("upstream: target %d registered %d ready %d unready %d notStarted %d beingDeleted %d unregistered %d longUnregistered %d, health %s, scaleUp %s %s",

@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"time"
 
+	apiv1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/autoscaler/cluster-autoscaler/clusterstate/api"
 	"k8s.io/autoscaler/cluster-autoscaler/utils/taints"
@@ -29,6 +30,10 @@ var scenarios = map[string]Scenario{
 	"provider-restart": {Cluster: oneCluster(1, 1, 5), Run: providerRestart,
 		SimFlags: []string{"--job-duration-ms", "8000"}},
 	"removal-fails-once": {Cluster: oneCluster(2, 1, 5), Run: removalFailsOnce},
+	// A worker running a pod goes down: its pod is evicted once it stops tolerating the
+	// unreachable taint, comes back through its ReplicaSet, and upstream adds a worker for
+	// it, then removes the down one.
+	"stopped-worker-with-pods": {Cluster: oneCluster(2, 1, 5), Run: stoppedWorkerWithPods},
 	// The group's only worker is stopped before upstream's first loop: its node is registered
 	// and NotReady (what a real cluster shows once its workers are down), upstream never saw a
 	// Ready node of the group to copy. --scale-down-unneeded-time=10m: only the unready rule
@@ -165,7 +170,7 @@ func scaleUpDown(e *Env) error {
 	e.CheckClean(3, 0)
 
 	// The pods go: two workers are empty and unneeded.
-	if err := e.Bridge.DeletePods("web"); err != nil {
+	if err := e.Bridge.ScaleReplicaSet("web", 0); err != nil {
 		return err
 	}
 	if err := e.Until("the scale-down to one worker", 120*time.Second, func() bool {
@@ -299,6 +304,7 @@ func stoppedWorker(e *Env) error {
 	}); err != nil {
 		return err
 	}
+	e.CheckUnreachable(name)
 	// A pod that fits nowhere: the Ready worker is full, the other is down.
 	if err := e.Bridge.AddPods("more", 1, "1500m", "512Mi"); err != nil {
 		return err
@@ -348,6 +354,7 @@ func scaleFromZero(e *Env) error {
 	}); err != nil {
 		return err
 	}
+	e.CheckUnreachable(name)
 	if err := e.Bridge.AddPods("web", 1, "1000m", "512Mi"); err != nil {
 		return err
 	}
@@ -473,11 +480,18 @@ func removalFailsOnce(e *Env) error {
 		return fmt.Errorf("%d worker nodes at the start, want 2", len(workers))
 	}
 	// Both workers are empty: upstream removes one (min 1), after --scale-down-unneeded-time.
-	sawAlert := false
+	sawAlert, sawCordon := false, ""
 	if err := e.Until("one worker removed in cks-sim and in Kubernetes", 120*time.Second, func() bool {
 		c, _ := e.Sim.Cluster()
 		if c.State == "Alert" {
 			sawAlert = true
+		}
+		// The failed drain cordons the node (kubectl drain's first step), and the node
+		// lifecycle controller taints it unschedulable.
+		for _, n := range e.Bridge.WorkerNodes() {
+			if n.Spec.Unschedulable && hasTaint(&n, apiv1.TaintNodeUnschedulable, apiv1.TaintEffectNoSchedule) {
+				sawCordon = n.Name
+			}
 		}
 		_, total := e.simWorkers()
 		return total == 1 && len(e.Bridge.WorkerNodes()) == 1
@@ -531,7 +545,108 @@ func removalFailsOnce(e *Env) error {
 	if l := e.Log.Lines(phReleasingTaint, taints.ToBeDeletedTaint); len(l) > 0 {
 		e.Fail("autoscaler log: the ToBeDeleted taint released %d×: %s", len(l), l[0])
 	}
-	e.note = fmt.Sprintf(" [Alert seen %v, %d failed job, %d stopVirtualMachine, %d removal requests]", sawAlert, failedJobs, len(stops), removals)
+	e.Check(sawCordon != "", "no node cordoned by the failed drain")
+	e.note = fmt.Sprintf(" [Alert seen %v, cordoned %q, %d failed job, %d stopVirtualMachine, %d removal requests]", sawAlert, sawCordon, failedJobs, len(stops), removals)
 	e.CheckClean(1, errorsBefore)
+	return nil
+}
+
+func hasTaint(n *apiv1.Node, key string, effect apiv1.TaintEffect) bool {
+	for _, t := range n.Spec.Taints {
+		if t.Key == key && t.Effect == effect {
+			return true
+		}
+	}
+	return false
+}
+
+// CheckUnreachable checks that node shows what a real cluster shows for a node whose VM is
+// down: Ready Unknown, tainted unreachable NoSchedule and NoExecute (nodes.go).
+func (e *Env) CheckUnreachable(name string) {
+	for _, n := range e.Bridge.WorkerNodes() {
+		if n.Name != name {
+			continue
+		}
+		r := readyCondition(&n)
+		e.Check(r != nil && r.Status == apiv1.ConditionUnknown, "node %s of a stopped VM: Ready %v, want Unknown", name, r)
+		e.Check(hasTaint(&n, apiv1.TaintNodeUnreachable, apiv1.TaintEffectNoSchedule) && hasTaint(&n, apiv1.TaintNodeUnreachable, apiv1.TaintEffectNoExecute),
+			"node %s of a stopped VM has taints %v, want unreachable NoSchedule and NoExecute", name, n.Spec.Taints)
+		return
+	}
+	e.Fail("no node %s", name)
+}
+
+// stoppedWorkerWithPods: two workers each run a pod of one ReplicaSet; one worker's VM stops.
+// What a real cluster does then: its node goes Unknown and is tainted unreachable; the pod
+// stays bound to it until its toleration of the NoExecute taint (defaultTolerationSeconds)
+// runs out, is evicted and stays Terminating (its kubelet is gone), and the ReplicaSet
+// replaces it. The replacement fits nowhere: upstream scales up in Alert, then removes the
+// down worker (unready, only a pod being deleted on it) through DeleteNodes of a down VM,
+// which CloudStack removes without a drain; the pod garbage collector deletes the
+// Terminating pod once its node is gone.
+func stoppedWorkerWithPods(e *Env) error {
+	if err := e.Until("the node group in upstream's status", 30*time.Second, func() bool { return e.settled(2) }); err != nil {
+		return err
+	}
+	if err := e.Bridge.AddPods("web", 2, "1500m", "512Mi"); err != nil {
+		return err
+	}
+	if err := e.Until("both pods placed", 30*time.Second, func() bool { b, p := e.Bridge.PodCounts(); return b == 2 && p == 0 }); err != nil {
+		return err
+	}
+	pods, _ := e.Bridge.Kube.CoreV1().Pods(podNamespace).List(ctxb(), listAll)
+	var victim, vm, node string
+	for _, p := range pods.Items {
+		if p.Spec.NodeName != "" {
+			victim, node = p.Name, p.Spec.NodeName
+		}
+	}
+	for _, n := range e.Bridge.WorkerNodes() {
+		if n.Name == node {
+			vm = strings.TrimPrefix(n.Spec.ProviderID, "external-cloudstack://")
+		}
+	}
+	if _, err := e.Sim.Admin("simSetVmState", "id", vm, "state", "Stopped"); err != nil {
+		return err
+	}
+	stopped := time.Now()
+	if err := e.Until("the node NotReady in upstream", 30*time.Second, func() bool {
+		g, ok := e.group()
+		return ok && g.Health.NodeCounts.Registered.Unready.Total == 1
+	}); err != nil {
+		return err
+	}
+	e.CheckUnreachable(node)
+	var evicted time.Duration
+	if err := e.Until("the pod of the down worker evicted", 90*time.Second, func() bool {
+		p, err := e.Bridge.Kube.CoreV1().Pods(podNamespace).Get(ctxb(), victim, metav1.GetOptions{})
+		if err != nil || p.DeletionTimestamp != nil {
+			evicted = time.Since(stopped)
+			return true
+		}
+		return false
+	}); err != nil {
+		return err
+	}
+	// The node is Unknown after nodeMonitorGracePeriod, the pod tolerates the taint for
+	// defaultTolerationSeconds from then.
+	e.Check(evicted >= defaultTolerationSeconds*time.Second, "the pod was evicted %s after its VM stopped, before its toleration (%ds) ran out", evicted.Round(time.Second), defaultTolerationSeconds)
+	if err := e.Until("the replacement placed on a new worker", 120*time.Second, func() bool { b, p := e.Bridge.PodCounts(); return b == 2 && p == 0 }); err != nil {
+		return err
+	}
+	if err := e.Until("the down worker removed, no pod left Terminating, upstream settled at 2", 180*time.Second, func() bool {
+		_, total := e.simWorkers()
+		c, _ := e.Sim.Cluster()
+		return total == 2 && !e.nodeExists(node) && e.Bridge.Terminating() == 0 && c.State == "Running" && e.settled(2)
+	}); err != nil {
+		return err
+	}
+	e.Steps(3)
+	m := Gather()
+	e.Check(m.Value("cluster_autoscaler_scaled_up_nodes_total") == 1, "scaled_up_nodes_total %g, want 1", m.Value("cluster_autoscaler_scaled_up_nodes_total"))
+	e.Check(m.Value("cluster_autoscaler_scaled_down_nodes_total", "reason", "unready") == 1, "scaled_down_nodes_total %v, want 1 unready", m.Series("cluster_autoscaler_scaled_down_nodes_total"))
+	e.Check(m.Value("cluster_autoscaler_failed_scale_ups_total") == 0, "failed_scale_ups_total %v", m.Series("cluster_autoscaler_failed_scale_ups_total"))
+	e.note = fmt.Sprintf(" [pod evicted %s after its VM stopped, %d loops]", evicted.Round(time.Second), e.loops)
+	e.CheckClean(2, 0)
 	return nil
 }
