@@ -147,13 +147,7 @@ mod tests {
             running_scale: false,
             ..job("done", mine, 990)
         };
-        type Row<'a> = (
-            &'a str,
-            Vec<Vec<ListedJob<'a>>>,
-            bool,
-            bool,
-            JobSearch,
-        );
+        type Row<'a> = (&'a str, Vec<Vec<ListedJob<'a>>>, bool, bool, JobSearch);
         let named = |id: &str| JobSearch::Named(id.to_string());
         let rows: Vec<Row> = vec![
             ("no job", vec![vec![]], true, false, JobSearch::Nothing),
