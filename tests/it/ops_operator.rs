@@ -12,7 +12,7 @@ use cks_domain::machine::JobKind;
 use cks_proto as pb;
 use cks_sim::{self as sim, ClusterState, JobFailure, SimConfig};
 use cks_testkit::{
-    fast_settings, sim_config, start_provider, start_sim, wait_until, with_deadline,
+    fast_settings, sim_config_with, start_provider, start_sim, wait_until, with_deadline,
 };
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -325,7 +325,9 @@ fn series(page: &str, series: &str) -> f64 {
 #[tokio::test(start_paused = true)]
 async fn scale_jobs_and_refusals_are_counted_by_group() {
     let handle = metrics::install();
-    let sim = start_sim(sim_config()).await;
+    // The recorder is the process's: a seed of its own gives this test's cluster an id no
+    // other test's scale-ups are counted under.
+    let sim = start_sim(sim_config_with(|c| c.seed = 0x0b5e_12ed)).await;
     let cluster = sim.cluster_id("demo").expect("demo cluster");
     let (_server, mut client) = start_provider(&sim, fast_settings(&cluster, 1, 10)).await;
     let started = format!(
