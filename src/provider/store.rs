@@ -63,6 +63,9 @@ struct GroupRecord {
     queued_increase: u32,
     #[serde(default)]
     removals: Vec<RemovalRecord>,
+    /// VMs whose nodes a failed drain may have left cordoned (scale-ups wait in Alert).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    drained: Vec<String>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -216,6 +219,7 @@ impl Provider {
                 removals: record.removals.into_iter().map(Into::into).collect(),
                 queued_increase: record.queued_increase,
                 job: record.job,
+                drained: record.drained,
             };
             taken += ledger.removals.len() + ledger.queued_increase as usize;
             let label = self.group_label(gi);
@@ -280,6 +284,7 @@ impl Provider {
                     job: ledger.job,
                     queued_increase: ledger.queued_increase,
                     removals: ledger.removals.into_iter().map(Into::into).collect(),
+                    drained: ledger.drained,
                 },
             );
         }

@@ -23,6 +23,10 @@ pub struct Ledger {
     pub queued_increase: u32,
     /// The scale job this provider's request became, when one runs.
     pub job: Option<String>,
+    /// VMs this provider had CloudStack drain since the cluster was last Running, still
+    /// running: their nodes may be cordoned (`ScaleMachine::cordon_suspects`). Kept so that a
+    /// restart does not send a scale-up CloudStack would time out on them.
+    pub drained: Vec<String>,
 }
 
 /// A removal answered OK and not done yet.
@@ -49,7 +53,10 @@ pub struct OwedRemoval {
 impl Ledger {
     /// Nothing is owed or in flight.
     pub fn is_empty(&self) -> bool {
-        self.removals.is_empty() && self.queued_increase == 0 && self.job.is_none()
+        self.removals.is_empty()
+            && self.queued_increase == 0
+            && self.job.is_none()
+            && self.drained.is_empty()
     }
 }
 
@@ -83,6 +90,11 @@ impl ScaleMachine {
             removals,
             queued_increase: u32::try_from(self.queue.increase.len()).unwrap_or(u32::MAX),
             job: self.phase.job().map(str::to_string),
+            drained: {
+                let mut d: Vec<String> = self.drain_sent.iter().cloned().collect();
+                d.sort();
+                d
+            },
         }
     }
 
@@ -109,6 +121,7 @@ impl ScaleMachine {
             r.abandoned = o.abandoned;
             self.queue.remove.push(r);
         }
+        self.drain_sent.extend(ledger.drained);
         for _ in 0..ledger.queued_increase {
             let id = self.placeholder();
             self.queue.increase.push(id);

@@ -1755,6 +1755,22 @@ fn the_ledger_carries_every_promise_into_a_new_machine() {
     assert_eq!(ledger.removals[1].wait, Some(Duration::from_secs(60)));
     assert_eq!(ledger.queued_increase, 2);
     assert_eq!(ledger.job.as_deref(), Some("job-7"));
+    assert_eq!(ledger.drained, ["w1"], "sent to be drained while it ran");
+
+    // A new process, later, in a cluster left in Alert: a scale-up waits for the drained VM.
+    let mut alert = ScaleMachine::new(Some("cid".into()), timings());
+    alert.restore(ledger.clone(), t0);
+    let in_alert = snapshot(
+        "Alert",
+        &[
+            ("w1", VmState::Running),
+            ("w2", VmState::Stopped),
+            ("w3", VmState::Running),
+        ],
+        t0,
+    );
+    alert.snapshot_installed(in_alert, &ALERT, t0);
+    assert_eq!(alert.cordon_suspects(), ["k-node-w1"]);
 
     // A new process, later.
     let t1 = t0 + Duration::from_secs(600);
@@ -1777,6 +1793,8 @@ fn the_ledger_carries_every_promise_into_a_new_machine() {
     assert_eq!(fresh.ledger(t1), {
         let mut l = ledger;
         l.removals[1].wait = Some(Duration::from_secs(60));
+        // The cluster is Running: every node Ready, no cordon left.
+        l.drained.clear();
         l
     });
 
