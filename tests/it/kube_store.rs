@@ -163,9 +163,7 @@ async fn promises_in_the_configmap_are_taken_over_by_the_next_provider() {
     let (_, text) = stored(&kube, ns).await.expect("created at the first write");
     assert!(text.contains(&victim.0), "recorded before OK: {text}");
 
-    let settings = env.provider.settings().clone();
-    env.stop_provider().await;
-    env.start_new_provider(settings, 0).await;
+    env.restart_provider().await;
     env.refresh()
         .await
         .expect("first Refresh of the new provider");

@@ -303,9 +303,7 @@ async fn a_removal_owed_when_the_provider_dies_is_carried_out_by_the_next_one() 
     let recorded = std::fs::read_to_string(&state).expect("the promise is recorded");
     assert!(recorded.contains(&victim.0), "{recorded}");
 
-    let settings = env.provider.settings().clone();
-    env.stop_provider().await;
-    env.start_new_provider(settings, 0).await;
+    env.restart_provider().await;
     env.refresh()
         .await
         .expect("first Refresh of the new provider");

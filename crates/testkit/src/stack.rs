@@ -130,6 +130,14 @@ impl Stack {
         self.provider.cleanup();
     }
 
+    /// The provider dies ([`Stack::stop_provider`]) and a fresh one starts with the same
+    /// settings (its store included), on a new port.
+    pub async fn restart_provider(&mut self) {
+        let settings = self.provider.settings().clone();
+        self.stop_provider().await;
+        self.start_new_provider(settings, 0).await;
+    }
+
     /// Starts a fresh provider (nothing in memory) with `settings`, on `port` (0: a new one).
     pub async fn start_new_provider(&mut self, settings: Settings, port: u16) {
         assert!(self.server.is_none(), "stop the running provider first");
