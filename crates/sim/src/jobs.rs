@@ -18,7 +18,9 @@ pub const INTERNAL_ERROR: u32 = 530;
 
 /// Registers a new in-progress job and returns its id.
 pub fn new_job(w: &mut World, kind: JobKind, instance_id: &str) -> String {
-    w.note_vm_op(instance_id, kind != JobKind::StopVm);
+    if kind == JobKind::StopVm {
+        w.note_stop(instance_id);
+    }
     let id = w.ids.uuid();
     w.jobs.insert(
         id.clone(),

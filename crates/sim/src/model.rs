@@ -443,10 +443,9 @@ pub struct World {
 }
 
 impl World {
-    /// Records a stop (`start` false) of a VM a running scale-up provisions (see
-    /// `interference`).
-    pub fn note_vm_op(&mut self, vm_id: &str, start: bool) {
-        if !start && self.provisioning.contains(vm_id) {
+    /// Records a stop of a VM a running scale-up provisions (see `interference`).
+    pub fn note_stop(&mut self, vm_id: &str) {
+        if self.provisioning.contains(vm_id) {
             self.interference.push(format!(
                 "stopVirtualMachine {vm_id} while the scale-up that created it ran"
             ));
