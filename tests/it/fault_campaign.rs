@@ -262,8 +262,12 @@ impl Campaign {
             .collect()
     }
 
-    async fn step(&mut self, op: Op) {
-        let group = self.clusters[self.rng.random_range(0..self.clusters.len())].clone();
+    fn random_group(&mut self) -> String {
+        self.clusters[self.rng.random_range(0..self.clusters.len())].clone()
+    }
+
+    /// One step: `op` on `group` (ignored by the ops that concern no group).
+    async fn step(&mut self, op: Op, group: String) {
         match op {
             Op::Increase => {
                 let Some(target) = self.target(&group).await else {
@@ -538,10 +542,12 @@ impl Campaign {
         let start = Instant::now();
         while start.elapsed() < Duration::from_secs(3 * 3600) {
             elapse(Duration::from_secs(10)).await;
-            self.step(Op::Refresh).await;
+            // Refresh concerns every group the caller sees.
+            let any = self.clusters[0].clone();
+            self.step(Op::Refresh, any).await;
             for g in self.clusters.clone() {
-                self.step_for(&g, Op::DeleteFailed).await;
-                self.step_for(&g, Op::DeleteUnregistered).await;
+                self.step(Op::DeleteFailed, g.clone()).await;
+                self.step(Op::DeleteUnregistered, g).await;
             }
             self.check_now();
             if self.settled().await.is_empty() {
@@ -549,13 +555,6 @@ impl Campaign {
             }
         }
         false
-    }
-
-    async fn step_for(&mut self, group: &str, op: Op) {
-        // `step` picks its group at random; here every group in turn.
-        let saved = std::mem::replace(&mut self.clusters, vec![group.to_string()]);
-        self.step(op).await;
-        self.clusters = saved;
     }
 
     /// What keeps a cluster CloudStack did not strand from being settled.
@@ -591,7 +590,8 @@ async fn run_campaign(seed: u64, steps: u64) -> Tally {
     let mut camp = Campaign::start(seed).await;
     for _ in 0..steps {
         let op = pick(&mut camp.rng);
-        camp.step(op).await;
+        let group = camp.random_group();
+        camp.step(op, group).await;
         camp.check_now();
         let pause = Duration::from_millis(camp.rng.random_range(100..8_000));
         elapse(pause).await;
