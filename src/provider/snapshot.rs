@@ -13,6 +13,7 @@ use cks_domain::cluster::{
 };
 use cks_domain::machine::Effect;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// A group's cluster as just fetched, and the effects the machine asked for on seeing it.
 #[must_use = "the machine's effects must be run"]
@@ -69,6 +70,8 @@ impl Provider {
     pub(crate) async fn fetch_group(&self, gi: usize) -> Result<Fetched> {
         let g = &self.inner.groups[gi];
         let id = g.read().scale.cluster_id.clone();
+        // CloudStack's answer is at least as recent as the moment it was asked for.
+        let asked = now();
         let cluster = match (id, &g.spec.cluster) {
             (Some(id), _) => match self.inner.cs.get_cluster(&id).await {
                 Ok(Some(c)) => c,
@@ -111,7 +114,7 @@ impl Provider {
                 return Err(Error::Internal(format!("cluster id {id} not resolved")));
             }
         };
-        let (snapshot, effects) = self.install_snapshot(gi, cluster);
+        let (snapshot, effects) = self.install_snapshot(gi, cluster, asked);
         Ok(Fetched { snapshot, effects })
     }
 
@@ -128,13 +131,14 @@ impl Provider {
         &self,
         gi: usize,
         cluster: KubernetesCluster,
+        asked: Instant,
     ) -> (Arc<IndexedSnapshot>, Vec<Effect>) {
         let g = &self.inner.groups[gi];
         let snap = ClusterSnapshot::classify(cluster_input(cluster));
         if let Some(w) = &snap.classification_warning {
             tracing::error!(cluster = %snap.name, "{w}");
         }
-        let indexed = Arc::new(IndexedSnapshot::new(snap, now()));
+        let indexed = Arc::new(IndexedSnapshot::new(snap, now()).asked_at(asked));
         let alert = self.alert_scaling();
         let effects = {
             let mut st = g.lock();

@@ -222,7 +222,11 @@ pub struct IndexedSnapshot {
     pub by_id: std::collections::HashMap<String, usize>,
     /// Lower-cased VM name → index into `snap.vms`.
     pub by_name: std::collections::HashMap<String, usize>,
+    /// When the listing came in (the staleness bound reads it).
     pub fetched_at: std::time::Instant,
+    /// When the listing was asked for: CloudStack's state is at least this recent (the
+    /// cordon suspicion reads it: only a listing asked for after a job's end tells of it).
+    pub asked_at: std::time::Instant,
 }
 
 impl IndexedSnapshot {
@@ -238,7 +242,14 @@ impl IndexedSnapshot {
             by_id,
             by_name,
             fetched_at,
+            asked_at: fetched_at,
         }
+    }
+
+    /// The same snapshot, asked for at `asked_at` (before it came in).
+    pub fn asked_at(mut self, asked_at: std::time::Instant) -> Self {
+        self.asked_at = asked_at.min(self.fetched_at);
+        self
     }
 }
 

@@ -453,8 +453,8 @@ impl SimHandle {
         w.nodes(None, now)
     }
 
-    /// Every failed job, in creation order: (its instance id, its error text).
-    pub fn failed_jobs(&self) -> Vec<(String, String)> {
+    /// Every failed job, in creation order: (its id, its instance id, its error text).
+    pub fn failed_jobs(&self) -> Vec<(String, String, String)> {
         let w = self.shared.lock();
         w.job_order
             .iter()
@@ -467,7 +467,7 @@ impl SimHandle {
                     }
                     _ => String::new(),
                 };
-                (j.instance_id.clone(), text)
+                (j.id.clone(), j.instance_id.clone(), text)
             })
             .collect()
     }

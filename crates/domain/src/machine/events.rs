@@ -77,7 +77,21 @@ impl ScaleMachine {
         });
         self.recently_removed
             .retain(|_, t| now.saturating_duration_since(*t) < REMOVED_MEMORY);
-        if snap.snap.state == ClusterState::Running {
+        // Only CloudStack's status scanner proves that no node is cordoned: it moves a
+        // cluster from Alert to Running only with every node counted Ready
+        // (`reconcileAlertCluster`). A job's success also lists the cluster Running, cordon or
+        // not. So: this listing Running, the one before it Alert, both asked for after our
+        // last removal or job ended, and nothing of ours in flight.
+        let after_ours =
+            |s: &IndexedSnapshot| self.drain_fresh_after.is_none_or(|t| s.asked_at > t);
+        let reconciled = snap.snap.state == ClusterState::Running
+            && self
+                .snap
+                .as_ref()
+                .is_some_and(|prev| prev.snap.state == ClusterState::Alert && after_ours(prev))
+            && after_ours(&snap)
+            && matches!(self.phase, Phase::Idle);
+        if reconciled {
             self.drain_sent.clear();
         } else {
             self.drain_sent.retain(|id| {
@@ -91,6 +105,7 @@ impl ScaleMachine {
             Phase::Adopted { job: None, .. } if !scaling => {
                 // The unidentified job is over.
                 self.phase = Phase::Idle;
+                self.drain_fresh_after = Some(now);
                 self.next_from_queue(alert, now)
             }
             Phase::Running { .. } | Phase::Adopted { .. } if !scaling => vec![Effect::PollNow],
@@ -266,6 +281,7 @@ impl ScaleMachine {
                 if !scaling && now.saturating_duration_since(*since) > self.timings.lost_settle =>
             {
                 let lost = std::mem::replace(&mut self.phase, Phase::Idle);
+                self.drain_fresh_after = Some(now);
                 // The request never became a job. Its owed removals (owed before it was sent,
                 // or promised to a caller at its deadline) are still owed (a VM it removed
                 // after all is left out of the next request); the others' callers heard
@@ -311,6 +327,8 @@ impl ScaleMachine {
         if self.phase.job() != Some(job) {
             return None;
         }
+        // Any job may have drained nodes (an adopted one may be a removal of ours).
+        self.drain_fresh_after = Some(now);
         let op = match std::mem::replace(&mut self.phase, Phase::Idle) {
             Phase::Running { op, .. } => Some(op),
             _ => None,

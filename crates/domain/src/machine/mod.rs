@@ -317,10 +317,15 @@ pub struct ScaleMachine {
     /// The group's maximum as the last IncreaseSize gave it: queued increases are not sent
     /// while CloudStack's size, which still counts VMs of owed removals, would pass it.
     pub(crate) max_size: Option<u32>,
-    /// Running VMs this provider asked CloudStack to remove since the cluster was last
-    /// Running (`cordon_suspects`): a removal that failed or whose answer was lost may have
-    /// left the node cordoned by CloudStack's drain.
+    /// Running VMs this provider asked CloudStack to remove since CloudStack's status scanner
+    /// last reconciled the cluster to Running (`cordon_suspects`): a removal that failed or
+    /// whose answer was lost may have left the node cordoned by CloudStack's drain.
     pub(crate) drain_sent: HashSet<String>,
+    /// When a removal this provider sent last began, or a job was last seen to end: the
+    /// listings that clear `drain_sent` (Alert, then Running) must both be asked for after
+    /// this. One asked earlier may show the cluster before the removal's job was picked up
+    /// and failed on its drain, or the Running a job's success sets whatever the cordons.
+    pub(crate) drain_fresh_after: Option<Instant>,
 }
 
 impl ScaleMachine {
@@ -342,6 +347,7 @@ impl ScaleMachine {
             can_stop_vms: true,
             max_size: None,
             drain_sent: HashSet::new(),
+            drain_fresh_after: None,
         }
     }
 
@@ -385,6 +391,7 @@ impl ScaleMachine {
                     .filter(|v| snap.snap.vm(v).is_some_and(|vm| !vm.state.is_down()))
                     .cloned(),
             );
+            self.drain_fresh_after = Some(now);
         }
         self.phase = Phase::Submitting {
             op: Op { kind, origin },
@@ -399,8 +406,9 @@ impl ScaleMachine {
     /// was last Running, still listed and not down. CloudStack's scale-up waits for every
     /// node to be Ready and a cordoned node is not (`KubernetesClusterScaleWorker`, the ready
     /// count of `kubectl get nodes`): a scale-up sent now would time out and leave its VMs,
-    /// stranding the cluster. Empty once the cluster is Running again (CloudStack's state
-    /// scanner counts every node Ready then).
+    /// stranding the cluster. Empty once CloudStack's status scanner moved the cluster from
+    /// Alert to Running (it counts every node Ready then); a job's success, which lists the
+    /// cluster Running too, proves nothing.
     pub fn cordon_suspects(&self) -> Vec<String> {
         let Some(snap) = &self.snap else {
             return Vec::new();
