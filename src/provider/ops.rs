@@ -101,6 +101,20 @@ impl Provider {
                 "node group {label}: cluster id not resolved yet"
             )));
         };
+        // A caller waits for this request's answer, and an OK is a promise: the store is
+        // written first, so that a store that cannot be written is an error the caller hears
+        // before anything is sent or promised. Half the time left at most: the request
+        // needs the rest.
+        if let Some(d) = deadline {
+            let until = Instant::now() + before(d).saturating_duration_since(Instant::now()) / 2;
+            if let Err(e) = self.store_writable(until).await {
+                tracing::warn!(group = %label, error = %e, "scaleKubernetesCluster not sent: the promise it makes cannot be recorded");
+                g.lock()
+                    .scale
+                    .submission_not_sent(THROTTLED_RETRY, &e.to_string(), now());
+                return Err(e);
+            }
+        }
         let cs = &self.inner.cs;
         let call = async {
             match &request {
@@ -171,6 +185,18 @@ impl Provider {
         }
         self.spawn_follower(gi, job_id);
         Ok(())
+    }
+
+    /// Waits, until just before the caller's deadline, for the record of what it is about to
+    /// be promised. The store was written just before its request went out
+    /// ([`Provider::store_writable`]); if the write after it does not land in time, the caller
+    /// still hears the answer it is owed (the work is under way), and the log says the
+    /// promise is not recorded yet: new promises are refused until a write succeeds.
+    async fn record_promise(&self, gi: usize, deadline: Instant) {
+        if !self.record_until(before(deadline)).await {
+            tracing::error!(group = %self.group_label(gi),
+                "answered OK before the promise was recorded (the store cannot be written now): a restart before it is kept would forget it");
+        }
     }
 
     /// Watches a just-accepted job until it is past CloudStack's validation, which runs
@@ -363,7 +389,7 @@ impl Scoped<'_> {
             Admission::Queued => {
                 tracing::info!(group = %p.group_label(gi), delta,
                     "scale-up queued behind the scale operation in flight; it is sent when that ends");
-                p.record().await;
+                p.record_promise(gi, deadline).await;
                 return Ok(());
             }
             Admission::NeedsFreshSnapshot => {}
@@ -376,11 +402,11 @@ impl Scoped<'_> {
             Started::Submit(request) => {
                 tracing::info!(group = %p.group_label(gi), ?request, "scale-up: sending scaleKubernetesCluster");
                 p.submit(gi, request, Some(deadline)).await?;
-                p.record().await;
+                p.record_promise(gi, deadline).await;
                 Ok(())
             }
             Started::Queued => {
-                p.record().await;
+                p.record_promise(gi, deadline).await;
                 Ok(())
             }
         }
@@ -495,7 +521,7 @@ impl Scoped<'_> {
         };
         window?;
         // OK is a promise: recorded before it is made.
-        p.record().await;
+        p.record_promise(gi, deadline).await;
         match guarded {
             Some(e) => Err(e),
             None => Ok(()),

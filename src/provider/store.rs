@@ -135,6 +135,9 @@ pub(crate) struct Store {
     closed: std::sync::atomic::AtomicBool,
     /// Why the last write failed, until one succeeds: new promises are refused meanwhile.
     failing: Mutex<Option<String>>,
+    /// One write at a time (the writer's, a check before sending, the last at shutdown): a
+    /// ConfigMap written twice at once would conflict with itself.
+    writing: tokio::sync::Mutex<()>,
 }
 
 impl Store {
@@ -148,6 +151,7 @@ impl Store {
             last: Mutex::new(None),
             closed: std::sync::atomic::AtomicBool::new(false),
             failing: Mutex::new(None),
+            writing: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -317,10 +321,17 @@ impl Provider {
     /// One pass of the writer: what every group owes now, written if it changed. `false`
     /// when the write failed (logged and counted): the changes it held are not recorded.
     async fn write_state(&self) -> bool {
+        self.write_state_as(false).await
+    }
+
+    /// [`Provider::write_state`]; `force`: written even when unchanged (a check that the
+    /// store can be written now).
+    async fn write_state_as(&self, force: bool) -> bool {
         let store = &self.inner.store;
         let Some(backend) = &store.backend else {
             return true;
         };
+        let _one_at_a_time = store.writing.lock().await;
         if store.closed.load(Ordering::Acquire) {
             return true;
         }
@@ -332,7 +343,14 @@ impl Provider {
             .unwrap_or_else(|p| p.into_inner())
             .as_deref()
             == Some(text.as_str());
-        if !unchanged {
+        // After a failure, the next pass writes whatever it holds: only a write that
+        // succeeds lifts the refusal of new promises.
+        let failing = store
+            .failing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some();
+        if force || failing || !unchanged {
             if let Err(e) = backend.write(&text).await {
                 *store.failing.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
                 crate::metrics::record_state_write_failure();
@@ -386,6 +404,47 @@ impl Provider {
         store.wake.notify_one();
         let mut written = store.written.subscribe();
         let _ = written.wait_for(|w| *w >= asked).await;
+    }
+
+    /// [`Provider::record`] for a caller with a deadline: `false` when the record is not
+    /// written by `until` (the caller answers anyway, and says so).
+    pub(crate) async fn record_until(&self, until: tokio::time::Instant) -> bool {
+        tokio::time::timeout_at(until, self.record()).await.is_ok()
+    }
+
+    /// Writes the record now, unchanged or not, by `until`: the check, just before a
+    /// request is sent to CloudStack on a caller's behalf, that its promise can be recorded.
+    /// An error names the store: the request is then not sent, and the caller hears it
+    /// before anything is promised.
+    pub(crate) async fn store_writable(
+        &self,
+        until: tokio::time::Instant,
+    ) -> Result<(), super::Error> {
+        if self.inner.store.backend.is_none() {
+            return Ok(());
+        }
+        // In a task of its own: a write cut off half way could leave the ConfigMap's version
+        // unknown to the next one.
+        let p = self.clone();
+        let write = tokio::spawn(async move { p.write_state_as(true).await });
+        match tokio::time::timeout_at(until, write).await {
+            Ok(Ok(true)) => Ok(()),
+            Ok(_) => {
+                // The writer tries again, with its backoff, until a write succeeds.
+                self.inner.store.wake.notify_one();
+                self.check_store()
+            }
+            Err(_) => Err(super::Error::StoreUnavailable {
+                store: self
+                    .inner
+                    .store
+                    .backend
+                    .as_ref()
+                    .map(|b| b.describe())
+                    .unwrap_or_default(),
+                error: "not written in time".into(),
+            }),
+        }
     }
 
     /// At shutdown: the last write (tried again for at most [`FINAL_WRITE_BOUND`]), and what

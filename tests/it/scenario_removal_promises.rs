@@ -368,11 +368,22 @@ async fn no_promise_is_made_while_the_state_file_cannot_be_written() {
         .expect("recorded while the file can be written");
     env.wait_provider_settled().await;
     std::fs::remove_dir_all(&folder).expect("the store goes away");
-    // The first promise finds the store broken: it is not answered OK.
-    let first = env.increase(1).await;
-    assert!(first.is_err(), "OK without a record: {first:?}");
-    // The next ones are refused before anything is queued or sent.
+    // The first promise finds the store broken: the store is written before its request is
+    // sent, so it is refused in time (not at its deadline), naming the store, and nothing
+    // is sent.
     let requests = env.scale_requests().len();
+    let first = env.increase(1).await.expect_err("OK without a record");
+    assert_eq!(first.code(), Code::Unavailable, "{first:?}");
+    assert!(
+        first.message().contains("cannot record promises"),
+        "{first:?}"
+    );
+    assert_eq!(
+        env.scale_requests().len(),
+        requests,
+        "sent without a record"
+    );
+    // The next ones are refused before anything is queued or sent.
     let victim = env.workers().remove(0);
     let refused = env
         .delete(vec![worker_node(&victim)])
@@ -385,9 +396,7 @@ async fn no_promise_is_made_while_the_state_file_cannot_be_written() {
     );
     let refused = env.increase(1).await.expect_err("refused too");
     assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
-    // The first request may have been sent (it was accepted before the write failed); the
-    // refused ones were not.
-    assert!(env.scale_requests().len() <= requests + 1);
+    assert_eq!(env.scale_requests().len(), requests);
     std::fs::create_dir_all(&folder).expect("the store comes back");
     wait_until("promises to be recorded again", async || {
         env.delete(vec![worker_node(&victim)]).await.is_ok()

@@ -189,6 +189,17 @@ impl ScaleMachine {
     /// request of callers waiting for its answer (a window, an IncreaseSize) is theirs to
     /// send again: they hear UNAVAILABLE, and removals not promised are dropped.
     pub fn submission_throttled(&mut self, retry_in: Duration, now: Instant) {
+        self.submission_not_sent(
+            retry_in,
+            "CloudStack throttles this API key (api.throttling): sent again shortly",
+            now,
+        )
+    }
+
+    /// The submission was not sent (CloudStack throttled it, or the promise it would make
+    /// could not be recorded first): as [`ScaleMachine::submission_throttled`], with `why`
+    /// as the owed removals' trouble.
+    pub fn submission_not_sent(&mut self, retry_in: Duration, why: &str, now: Instant) {
         let Some((op, _)) = self.take_submission() else {
             return;
         };
@@ -204,10 +215,7 @@ impl ScaleMachine {
                 let mut owed = self.owed_only(sent);
                 for r in &mut owed {
                     r.not_before = Some(now + retry_in);
-                    r.trouble = Some(
-                        "CloudStack throttles this API key (api.throttling): sent again shortly"
-                            .into(),
-                    );
+                    r.trouble = Some(why.into());
                 }
                 self.queue.remove.splice(0..0, owed);
             }
