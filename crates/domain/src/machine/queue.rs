@@ -507,9 +507,30 @@ impl ScaleMachine {
         if self.queue.increase.is_empty() {
             return effects;
         }
-        if !self.cordon_suspects().is_empty() {
-            // Held (a scale-up now would time out on a cordoned node); DecreaseTargetSize
-            // cancels it if the cluster never leaves Alert.
+        let suspects = self.cordon_suspects();
+        if !suspects.is_empty() {
+            // A scale-up now would time out on a cordoned node. While this provider owes the
+            // removal of every suspect, it will end the suspicion itself (the VM stopped, then
+            // removed): the increases wait. Otherwise only an operator can (uncordon, or stop
+            // the VM): they are reported failed with the reason, so the autoscaler deletes
+            // them and backs off instead of waiting a provision time for nodes that cannot
+            // come, and the operator reads what to do in its log.
+            let all_owed = self.drain_sent.iter().all(|id| {
+                self.snap
+                    .as_ref()
+                    .and_then(|s| s.snap.vm(id))
+                    .is_none_or(|v| v.state.is_down() || v.state.is_gone())
+                    || self
+                        .queue
+                        .remove
+                        .iter()
+                        .any(|r| r.vm_id == *id && !r.abandoned)
+            });
+            if !all_owed {
+                let placeholders = std::mem::take(&mut self.queue.increase);
+                let why = ScaleError::CordonSuspected { vms: suspects }.to_string();
+                self.record_failed(&refused_error(why), Vec::new(), placeholders, now);
+            }
             return effects;
         }
         let from = snap.snap.size;

@@ -2098,3 +2098,55 @@ fn a_running_listing_asked_for_before_the_removal_ended_keeps_the_cordon_suspici
     m.snapshot_installed(snapshot("Alert", &two, t6), &ALERT, t6);
     assert_eq!(m.cordon_suspects(), ["k-node-w1"]);
 }
+
+/// A queued scale-up in Alert with a node this provider had drained still Running: it waits
+/// while the provider owes that VM's removal (carrying it out ends the suspicion), and is
+/// reported failed, saying why and what the operator can do, when nobody owes it (its
+/// caller heard an error): waiting would only make the autoscaler wait a provision time for
+/// nodes that cannot come. Found by the soak test, whose settle then never came.
+#[test]
+fn a_queued_scale_up_held_by_a_cordon_nobody_will_lift_is_reported_failed() {
+    let t0 = Instant::now();
+    let alert = |t| {
+        snapshot(
+            "Alert",
+            &[
+                ("w1", VmState::Running),
+                ("w2", VmState::Stopped),
+                ("w3", VmState::Running),
+            ],
+            t,
+        )
+    };
+    // Owed: the drain failed, the provider carries the removal through.
+    let mut m = machine_in("idle", t0);
+    sent_and_owed(&mut m, "w1", t0);
+    m.submission_answered("job-1".into(), t0);
+    assert_eq!(m.admit_increase(1, MAX), Ok(Admission::Queued));
+    m.snapshot_installed(alert(t0), &ALERT, t0);
+    m.job_finished("job-1", &drain_failed("w1"), true, false, &ALERT, t0);
+    assert_eq!(m.cordon_suspects(), ["k-node-w1"]);
+    assert_eq!(m.queue().increase.len(), 1, "held");
+    assert!(m.failed().is_empty(), "{:?}", m.failed());
+
+    // Not owed: the request's answer was lost and its caller heard an error; it became a
+    // job after all, whose drain failed.
+    let mut m = machine_in("idle", t0);
+    m.accept_removal(&[node("w1")], 1, &ALERT, &no_reports(), t0)
+        .expect("accepted");
+    assert_eq!(m.close_window(&ALERT, t0), Ok(vec![remove_of(&["w1"])]));
+    m.submission_lost();
+    m.window_answered(false);
+    assert_eq!(m.admit_increase(1, MAX), Ok(Admission::Queued));
+    let t1 = t0 + Duration::from_secs(11);
+    m.snapshot_installed(alert(t1), &ALERT, t1);
+    m.no_job_found(&ALERT, t1);
+    assert_eq!(m.cordon_suspects(), ["k-node-w1"]);
+    assert!(m.queue().increase.is_empty());
+    let failed = m.failed();
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert!(
+        failed[0].error.message.contains("kubectl uncordon"),
+        "{failed:?}"
+    );
+}
