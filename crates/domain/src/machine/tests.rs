@@ -2103,7 +2103,7 @@ fn a_running_listing_asked_for_before_the_removal_ended_keeps_the_cordon_suspici
 /// while the provider owes that VM's removal (carrying it out ends the suspicion), and is
 /// reported failed, saying why and what the operator can do, when nobody owes it (its
 /// caller heard an error): waiting would only make the autoscaler wait a provision time for
-/// nodes that cannot come. Found by the soak test, whose settle then never came.
+/// nodes that cannot come (and a client that does not decrease the target waits for ever).
 #[test]
 fn a_queued_scale_up_held_by_a_cordon_nobody_will_lift_is_reported_failed() {
     let t0 = Instant::now();
