@@ -5,6 +5,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"math/rand"
 	"net"
 	"net/http"
 	"os"
@@ -22,6 +23,31 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// stablePort is a free port below the kernel's ephemeral range (net.ipv4.ip_local_port_range),
+// for a server started again on the same port: no outgoing connection of any process (nor the
+// autoscaler's gRPC client reconnecting to it, which can be given the port it dials as its own)
+// can hold such a port while the server is down. freePort's when the range is unknown.
+func stablePort() (int, error) {
+	low := 0
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		fmt.Sscan(string(b), &low)
+	}
+	const first = 10000
+	if low <= first+1000 {
+		return freePort()
+	}
+	start := first + rand.Intn(low-first)
+	for i := 0; i < low-first; i++ {
+		port := first + (start-first+i)%(low-first)
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err == nil {
+			l.Close()
+			return port, nil
+		}
+	}
+	return freePort()
 }
 
 func waitHTTP(url string, within time.Duration) error {
@@ -131,11 +157,14 @@ type Provider struct {
 // StartProvider writes the provider's ini cloud-config and the autoscaler's YAML
 // cloud-config, then starts `serve` with mutual TLS.
 func StartProvider(dir, bin string, sim *Sim, tls TLSFiles, nodes string, extra ...string) (*Provider, error) {
-	port, err := freePort()
+	port, err := stablePort()
 	if err != nil {
 		return nil, err
 	}
-	mport, err := freePort()
+	mport, err := stablePort()
+	for err == nil && mport == port {
+		mport, err = stablePort()
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -164,17 +193,73 @@ func autoscalerCloudConfig(dir string) string {
 	return filepath.Join(dir, "autoscaler-cloud-config.yaml")
 }
 
-// Restart starts the provider process (again).
+// Restart starts the provider process (again), on the ports it had. A port the kernel lent a
+// moment before to an outgoing connection (the autoscaler's gRPC client reconnecting to the
+// dead provider's port can be given that very port as its own, a loopback self-connection)
+// makes the start fail with "Address already in use": the start is tried again while that
+// lasts, for at most 15 s.
 func (p *Provider) Restart() error {
-	proc, err := startProc(p.dir, "provider", p.bin, p.args...)
-	if err != nil {
-		return err
-	}
-	p.Proc = proc
-	if err := waitHTTP(p.MetricsURL+"/readyz", 30*time.Second); err != nil {
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		from := int64(0)
+		if fi, err := os.Stat(filepath.Join(p.dir, "provider.log")); err == nil {
+			from = fi.Size()
+		}
+		proc, err := startProc(p.dir, "provider", p.bin, p.args...)
+		if err != nil {
+			return err
+		}
+		p.Proc = proc
+		err = waitReady(p.MetricsURL+"/readyz", 30*time.Second, proc.done)
+		if err == nil {
+			return nil
+		}
+		if proc.exited() && proc.logSince(from, "Address already in use") && time.Now().Before(deadline) {
+			time.Sleep(200 * time.Millisecond)
+			continue
+		}
 		return fmt.Errorf("provider: %v (log %s)", err, proc.Log)
 	}
-	return nil
+}
+
+// waitReady polls url until it answers 200, failing at once when the process ends (done).
+func waitReady(url string, within time.Duration, done <-chan struct{}) error {
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		select {
+		case <-done:
+			return fmt.Errorf("the process ended before %s answered 200", url)
+		default:
+		}
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return nil
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("%s not answering 200 within %s", url, within)
+}
+
+// exited is whether the process has ended.
+func (p *Proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// logSince is whether the process's log, from byte offset from on, contains text.
+func (p *Proc) logSince(from int64, text string) bool {
+	b, err := os.ReadFile(p.Log)
+	if err != nil || int64(len(b)) < from {
+		return false
+	}
+	return strings.Contains(string(b[from:]), text)
 }
 
 // Metric sums the provider's /metrics samples of name whose labels contain every one of
