@@ -111,6 +111,7 @@ type Cluster struct {
 	ID, State string
 	Size      int
 	Workers   map[string]string // worker VM id -> state
+	Names     map[string]string // worker VM id -> VM name
 }
 
 // Cluster lists the scenario's cluster (the first one).
@@ -138,10 +139,11 @@ func (s *Sim) Cluster() (Cluster, error) {
 		return Cluster{}, fmt.Errorf("listKubernetesClusters: %v %s", err, raw)
 	}
 	c := r.Clusters[0]
-	cl := Cluster{ID: c.ID, State: c.State, Size: c.Size, Workers: map[string]string{}}
+	cl := Cluster{ID: c.ID, State: c.State, Size: c.Size, Workers: map[string]string{}, Names: map[string]string{}}
 	for _, vm := range c.VMs {
 		if strings.Contains(vm.Name, "-node-") && !vm.IsExternal && !vm.IsEtcd {
 			cl.Workers[vm.ID] = vm.State
+			cl.Names[vm.ID] = vm.Name
 		}
 	}
 	return cl, nil

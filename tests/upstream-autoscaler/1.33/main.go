@@ -12,6 +12,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"syscall"
@@ -33,7 +34,7 @@ func main() {
 	provBin := fs.String("provider", "", "the cks-autoscaler-provider binary")
 	dir := fs.String("dir", "", "work directory (certificates, logs); a new temporary one by default")
 	keep := fs.Bool("keep", false, "keep the work directory")
-	list := fs.Bool("list", false, "list the scenarios (not the benchmarks) and exit")
+	list := fs.Bool("list", false, "list the scenarios (not the pending ones, not the benchmarks) and exit")
 	check := fs.Bool("check-phrases", false, "check that upstream's source (module cache) logs every phrase the harness watches, and exit")
 	args := os.Args[1:]
 	var extra []string
@@ -59,6 +60,9 @@ func main() {
 	}
 	sc, ok := scenarios[*scenario]
 	if !ok {
+		sc, ok = pending[*scenario]
+	}
+	if !ok {
 		sc, ok = benchmarks[*scenario]
 	}
 	if !ok || *simBin == "" || *provBin == "" {
@@ -80,6 +84,7 @@ func main() {
 	start := time.Now()
 	e := &Env{Dir: workDir, SimBin: *simBin, ProvBin: *provBin, ExtraFlags: extra}
 	err := e.run(sc)
+	e.saveSimRequests()
 	e.Close()
 	took := time.Since(start).Round(time.Second)
 	if err == nil && len(e.failures) == 0 {
@@ -109,6 +114,7 @@ func scenarioNames() []string {
 type Env struct {
 	Dir, SimBin, ProvBin string
 	ExtraFlags           []string
+	StateFile            string // the provider's --state-file, when the scenario gives it one
 	Sim                  *Sim
 	Prov                 *Provider
 	Up                   *Upstream
@@ -126,6 +132,7 @@ type Scenario struct {
 	ProvFlags     []string // extra provider flags
 	Nodes         string   // the provider's --nodes (MIN:MAX:demo@client)
 	AutoscalerArg []string // extra autoscaler flags (after the shared ones)
+	StateFile     bool     // the provider's --state-file in the work directory (a restart reads it)
 	Wrap          bool     // time the cloud provider's calls (benchmarks)
 	Run           func(e *Env) error
 }
@@ -177,6 +184,10 @@ func (e *Env) run(sc Scenario) error {
 	// deploy/ gives the provider the autoscaler's --max-node-provision-time (one value for
 	// both): the value the autoscaler parsed, the scenario's own included.
 	provFlags := append([]string{"--max-node-provision-time", opts.NodeGroupDefaults.MaxNodeProvisionTime.String()}, sc.ProvFlags...)
+	if sc.StateFile {
+		e.StateFile = filepath.Join(e.Dir, "provider-state.json")
+		provFlags = append(provFlags, "--state-file", e.StateFile)
+	}
 	e.Prov, err = StartProvider(e.Dir, e.ProvBin, e.Sim, tls, nodes, provFlags...)
 	if err != nil {
 		return err
@@ -203,6 +214,18 @@ func (e *Env) run(sc Scenario) error {
 		return err
 	}
 	return nil
+}
+
+// saveSimRequests writes the CloudStack requests cks-sim recorded (since the scenario's last
+// simResetRequests, when it made one) to sim-requests.json in the work directory, for a
+// failure's diagnosis.
+func (e *Env) saveSimRequests() {
+	if e.Sim == nil {
+		return
+	}
+	if body, err := e.Sim.Admin("simRequests"); err == nil {
+		_ = os.WriteFile(filepath.Join(e.Dir, "sim-requests.json"), body, 0o644)
+	}
 }
 
 // Close stops our processes (the autoscaler ends with this process).

@@ -33,6 +33,7 @@ const (
 	caOrchestrator = "k8s.io/autoscaler/cluster-autoscaler/core/scaleup/orchestrator"
 	caState        = "k8s.io/autoscaler/cluster-autoscaler/clusterstate"
 	caTaints       = "k8s.io/autoscaler/cluster-autoscaler/utils/taints"
+	caStateUtils   = "k8s.io/autoscaler/cluster-autoscaler/clusterstate/utils"
 	caExtGrpc      = "k8s.io/autoscaler/cluster-autoscaler/cloudprovider/externalgrpc"
 	apiMachinery   = "k8s.io/apimachinery/pkg/util/runtime"
 )
@@ -51,6 +52,9 @@ var (
 	phSizeFixed = Phrase{"Some node group target size was fixed", caCore}
 	// static_autoscaler.go RunOnce: Refresh failed; the loop is aborted.
 	phRefreshFailed = Phrase{"Failed to refresh cloud provider config", caCore}
+	// static_autoscaler.go RunOnce: IsClusterHealthy is false (too many unready nodes); the
+	// rest of the loop is skipped (no deletion of failed creations, no size fix, no scaling).
+	phClusterUnhealthy = Phrase{"Cluster is not ready for autoscaling", caCore}
 	// static_autoscaler.go RunOnce: the template node infos failed; the loop is aborted.
 	phNodeInfosFailed = Phrase{"Failed to get node infos for groups", caCore}
 	// static_autoscaler.go RunOnce: the scale-up returned an error (IncreaseSize refused among
@@ -65,6 +69,9 @@ var (
 	phDisabling = Phrase{"Disabling scale-up for node group", caState}
 	// clusterstate.go IsNodeGroupAtTargetSize / GetUpcomingNodes: readiness not computed.
 	phNoReadiness = Phrase{"Failed to find readiness information", caState}
+	// node_instances_cache.go Refresh: the instance list clusterstate keeps of each group (what
+	// deleteCreatedNodesWithErrors reads) is listed again; every 2 minutes, in the background.
+	phInstancesRefreshed = Phrase{"Refresh cloud provider node instances cache finished", caStateUtils}
 	// static_autoscaler.go deleteCreatedNodesWithErrors: failed creations are deleted, and the
 	// DeleteNodes of that failed.
 	phCreateErrors       = Phrase{"node group because of create errors", caCore}
@@ -95,11 +102,11 @@ var (
 
 // watched is every phrase the log watch counts.
 var watched = []Phrase{
-	phPanic, phFixFailed, phDecreasing, phSizeFixed, phRefreshFailed, phNodeInfosFailed,
-	phScaleUpFailed, phIncreaseFailed, phScaleUp, phBackoff, phDisabling, phNoReadiness,
-	phCreateErrors, phCreateErrorsFailed, phMarkUnregistered, phRemoveUnregistered, phRemoveFailed,
-	phRemovingEmpty, phRemovingNode, phDeleteEmptyFailed, phDeleteNodeFailed, phReleasingTaint,
-	phReleaseFailed, phGrpcError,
+	phPanic, phFixFailed, phDecreasing, phSizeFixed, phRefreshFailed, phClusterUnhealthy,
+	phNodeInfosFailed, phScaleUpFailed, phIncreaseFailed, phScaleUp, phBackoff, phDisabling,
+	phNoReadiness, phInstancesRefreshed, phCreateErrors, phCreateErrorsFailed, phMarkUnregistered,
+	phRemoveUnregistered, phRemoveFailed, phRemovingEmpty, phRemovingNode, phDeleteEmptyFailed,
+	phDeleteNodeFailed, phReleasingTaint, phReleaseFailed, phGrpcError,
 }
 
 // harnessVerbosity is the --v the scenarios give the autoscaler.

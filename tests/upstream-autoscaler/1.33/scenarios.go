@@ -30,6 +30,13 @@ var scenarios = map[string]Scenario{
 	"provider-restart": {Cluster: oneCluster(1, 1, 5), Run: providerRestart,
 		SimFlags: []string{"--job-duration-ms", "8000"}},
 	"removal-fails-once": {Cluster: oneCluster(2, 1, 5), Run: removalFailsOnce},
+	// The provider is killed while a removal it answered OK for is owed, and started again
+	// with its store (--state-file): faults.go.
+	"restart-during-owed-removal": {Cluster: oneCluster(2, 1, 5), Run: restartDuringOwedRemoval, StateFile: true},
+	// CloudStack fails a scale-up part way and strands the cluster (Alert rule 5): faults.go. A
+	// short --max-node-provision-time: upstream gives up on the VM in Error within the scenario.
+	"partial-scale-up": {Cluster: oneCluster(1, 1, 5), Run: partialScaleUp,
+		AutoscalerArg: []string{"--max-node-provision-time=45s"}},
 	// A worker running a pod goes down: its pod is evicted once it stops tolerating the
 	// unreachable taint, comes back through its ReplicaSet, and upstream adds a worker for
 	// it, then removes the down one.
@@ -47,6 +54,17 @@ var scenarios = map[string]Scenario{
 	// unregistered, then deletes it.
 	"stopped-never-registered": {Cluster: "clusters:\n  - name: demo\n    control: 1\n    workers: [Stopped]\n    min_size: 1\n    max_size: 5\n    autoscaling: true\n",
 		Run: stoppedNeverRegistered, AutoscalerArg: []string{"--scale-down-unneeded-time=10m", "--max-node-provision-time=45s"}},
+}
+
+// Not in -list (run by name, not by CI): scenarios that show a fault of the provider not
+// fixed yet. Each moves to scenarios once it passes.
+var pending = map[string]Scenario{
+	// CloudStack answers 7 s late during a removal: slower than upstream's 10 s gRPC deadline
+	// for the provider's DeleteNodes (faults.go). Fails in about one run of five: when the removal
+	// window's scaleKubernetesCluster times out (answer lost) a moment before the callers'
+	// own deadline, DeleteNodes answers UNAVAILABLE although CloudStack goes on to remove the
+	// VM; upstream counts a failed deletion and releases the node's ToBeDeleted taint.
+	"slow-removal-answers": {Cluster: oneCluster(2, 1, 5), Run: slowRemovalAnswers},
 }
 
 // Not in -list (run by name): benchmarks.
