@@ -115,6 +115,16 @@ impl App {
                     .context("--state-configmap")?,
             );
         }
+        if args.confirm_node_marks {
+            if settings.groups.len() != 1 {
+                bail!(
+                    "--confirm-node-marks reads the Nodes of the cluster the provider runs in: it serves exactly one node group, got {}",
+                    settings.groups.len()
+                );
+            }
+            settings.node_marks =
+                Some(crate::kube::KubeConfig::in_cluster().context("--confirm-node-marks")?);
+        }
         let provider = Provider::new(client, settings);
         // Before anything is served: the promises an earlier process made are kept.
         provider

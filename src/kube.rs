@@ -208,6 +208,22 @@ impl KubeError {
     }
 }
 
+/// The cluster-autoscaler's mark on a node it is removing (`taints.ToBeDeletedTaint`,
+/// `utils/taints/taints.go`).
+pub const TO_BE_DELETED_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
+
+/// What a Node says of the autoscaler's intent to remove it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeMark {
+    /// It carries [`TO_BE_DELETED_TAINT`].
+    Marked,
+    /// It exists without it: schedulable again, the autoscaler no longer removes it.
+    Unmarked,
+    /// No such Node (a kubelet that never joined: the autoscaler removes such VMs through
+    /// fake nodes, which carry no taint).
+    Absent,
+}
+
 /// A Kubernetes `Status` answer, as much of it as an error needs.
 #[derive(Deserialize, Default)]
 struct Status {
@@ -331,6 +347,35 @@ impl KubeClient {
             },
             message: status.message.chars().take(500).collect(),
         })
+    }
+
+    /// GET the Node `name`: whether it carries the autoscaler's mark.
+    pub async fn node_mark(&self, name: &str) -> Result<NodeMark, KubeError> {
+        check_name("node", name)?;
+        let what = format!("node {name}");
+        match self
+            .call(
+                reqwest::Method::GET,
+                &format!("/api/v1/nodes/{name}"),
+                None,
+                "get",
+                &what,
+            )
+            .await
+        {
+            Ok(v) => {
+                let marked = v["spec"]["taints"]
+                    .as_array()
+                    .is_some_and(|t| t.iter().any(|t| t["key"] == TO_BE_DELETED_TAINT));
+                Ok(if marked {
+                    NodeMark::Marked
+                } else {
+                    NodeMark::Unmarked
+                })
+            }
+            Err(e) if e.is_not_found() => Ok(NodeMark::Absent),
+            Err(e) => Err(e),
+        }
     }
 
     /// GET the ConfigMap; `None` when it does not exist.

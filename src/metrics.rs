@@ -115,6 +115,7 @@ pub fn install() -> PrometheusHandle {
             // born at 1 shows no increase).
             metrics::counter!("cks_provider_removals_retried_total").increment(0);
             metrics::counter!("cks_provider_removals_abandoned_total").increment(0);
+            metrics::counter!("cks_provider_removals_withdrawn_total").increment(0);
             metrics::counter!("cks_provider_state_write_failures_total").increment(0);
             // The command every refresh sends, refused for its key from the first call on: from
             // 0, so that an alert on increase() of `outcome="unauthorized"` sees that first call.
@@ -171,6 +172,12 @@ fn describe() {
         "cks_provider_removals_abandoned_total",
         "Accepted node removals given up after repeated failed jobs: the autoscaler counts \
          the nodes as gone, the VMs need an operator."
+    );
+    describe_counter!(
+        "cks_provider_removals_withdrawn_total",
+        "Accepted node removals dropped because the node no longer carries the autoscaler's \
+         ToBeDeletedByClusterAutoscaler mark (the autoscaler restarted, or gave the node up); \
+         only with --confirm-node-marks."
     );
     describe_counter!(
         "cks_provider_state_write_failures_total",
@@ -277,6 +284,11 @@ pub fn record_removals_retried(count: usize) {
 /// Records accepted node removals given up after repeated failures.
 pub fn record_removals_abandoned(count: usize) {
     metrics::counter!("cks_provider_removals_abandoned_total").increment(count as u64);
+}
+
+/// Records accepted node removals the autoscaler withdrew (their node lost its mark).
+pub fn record_removals_withdrawn(count: usize) {
+    metrics::counter!("cks_provider_removals_withdrawn_total").increment(count as u64);
 }
 
 /// Records a failed write of the store (`--state-configmap` or `--state-file`).

@@ -83,6 +83,8 @@ pub(crate) struct Inner {
     pub ready: watch::Sender<bool>,
     /// The optional commands the key may call, each learned once from CloudStack's 432.
     pub optional: OptionalCommands,
+    /// The Nodes of the one group's cluster (`Settings::node_marks`, `snapshot`).
+    pub nodes: Option<crate::kube::KubeClient>,
 }
 
 /// Time kept back from the caller's deadline for the answer to travel back.
@@ -202,6 +204,11 @@ impl Provider {
         let (shutdown, _) = watch::channel(false);
         let (ready, _) = watch::channel(false);
         let round_permits = tokio::sync::Semaphore::new(settings.refresh_concurrency.max(1));
+        let nodes = settings.node_marks.as_ref().and_then(|c| {
+            crate::kube::KubeClient::new(c)
+                .inspect_err(|e| tracing::error!(error = %e, "the cluster's Nodes cannot be read: owed removals are carried out without asking whether the autoscaler still marks them"))
+                .ok()
+        });
         Provider {
             inner: Arc::new(Inner {
                 cs,
@@ -216,6 +223,7 @@ impl Provider {
                 shutdown,
                 ready,
                 optional: OptionalCommands::default(),
+                nodes,
             }),
         }
     }

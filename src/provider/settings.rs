@@ -71,6 +71,9 @@ pub struct Settings {
     pub state_file: Option<std::path::PathBuf>,
     /// The ConfigMap every group's promises are recorded in instead (`--state-configmap`).
     pub state_configmap: Option<crate::kube::ConfigMapRef>,
+    /// The API server of the cluster the one node group scales (`--confirm-node-marks`): an
+    /// owed removal is tried again only while its Node still carries the autoscaler's mark.
+    pub node_marks: Option<crate::kube::KubeConfig>,
 }
 
 impl Settings {
@@ -107,6 +110,7 @@ impl Settings {
             denied_clients: Vec::new(),
             state_file: None,
             state_configmap: None,
+            node_marks: None,
         }
     }
 }

@@ -114,8 +114,42 @@ impl Provider {
                 return Err(Error::Internal(format!("cluster id {id} not resolved")));
             }
         };
+        // Before the snapshot sends owed removals again: those the autoscaler withdrew go.
+        self.withdraw_unmarked(gi).await;
         let (snapshot, effects) = self.install_snapshot(gi, cluster, asked);
         Ok(Fetched { snapshot, effects })
+    }
+
+    /// Where the cluster's Nodes can be read (`--confirm-node-marks`): owed removals whose
+    /// Node exists without the autoscaler's `ToBeDeletedByClusterAutoscaler` mark are
+    /// withdrawn (a restarted autoscaler removed the marks, and the node may run new pods).
+    /// A Node that cannot be read keeps its removal: the promise stands.
+    async fn withdraw_unmarked(&self, gi: usize) {
+        let Some(nodes) = &self.inner.nodes else {
+            return;
+        };
+        let g = &self.inner.groups[gi];
+        let to_confirm = g.read().scale.removals_to_confirm();
+        let mut unmarked = Vec::new();
+        for (vm, node) in to_confirm {
+            match nodes.node_mark(&node).await {
+                Ok(crate::kube::NodeMark::Unmarked) => unmarked.push(vm),
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(group = %self.group_label(gi), node = %node, error = %e,
+                        "could not read the node the removal is owed for: the removal stands");
+                }
+            }
+        }
+        if unmarked.is_empty() {
+            return;
+        }
+        let withdrawn = g.lock().scale.removals_withdrawn(&unmarked);
+        for vm in &withdrawn {
+            tracing::warn!(group = %self.group_label(gi), vm = %vm,
+                "removal withdrawn: the node no longer carries the autoscaler's ToBeDeletedByClusterAutoscaler mark (the autoscaler restarted, or gave the node up)");
+        }
+        crate::metrics::record_removals_withdrawn(withdrawn.len());
     }
 
     /// [`Provider::fetch_group`], then what the machine asked for on seeing the snapshot.

@@ -1367,14 +1367,71 @@ fn check_security(s: &Set) -> Vec<String> {
             }
         }
     }
-    // The provider calls the Kubernetes API only for --state-configmap: a token in its pod
-    // then, and only then.
+    // The provider calls the Kubernetes API only for --state-configmap and
+    // --confirm-node-marks: a token in its pod then, and only then.
     if let Ok(p) = s.provider() {
-        let wanted = flag(&p.args(), "state-configmap").is_some();
+        let args = p.args();
+        let wanted = flag(&args, "state-configmap").is_some()
+            || args.iter().any(|a| a == "--confirm-node-marks");
         if p.pod.pointer("/automountServiceAccountToken") != Some(&Value::Bool(wanted)) {
             problems.push(format!(
-                "provider pod: automountServiceAccountToken is not {wanted} (the token is for --state-configmap only)"
+                "provider pod: automountServiceAccountToken is not {wanted} (the token is for --state-configmap and --confirm-node-marks only)"
             ));
+        }
+    }
+    problems
+}
+
+/// With `--confirm-node-marks` the provider's ServiceAccount is bound to a ClusterRole that
+/// grants get on nodes and nothing else; without it, to no ClusterRole. A real API server
+/// checks the ClusterRole is enough (tests/it/node_marks.rs).
+fn check_provider_node_rbac(s: &Set) -> Vec<String> {
+    let mut problems = Vec::new();
+    let Ok(p) = s.provider() else {
+        return problems;
+    };
+    let sa = str_at(p.pod, "/serviceAccountName").unwrap_or("default");
+    let ns = str_at(&p.doc.v, "/metadata/namespace").unwrap_or("");
+    let roles: Vec<&Doc> = s
+        .of_kind("ClusterRoleBinding")
+        .filter(|b| {
+            arr_at(&b.v, "/subjects").iter().any(|subject| {
+                str_at(subject, "/kind") == Some("ServiceAccount")
+                    && str_at(subject, "/name") == Some(sa)
+                    && str_at(subject, "/namespace") == Some(ns)
+            })
+        })
+        .filter_map(|b| s.find("ClusterRole", str_at(&b.v, "/roleRef/name").unwrap_or("")))
+        .collect();
+    let wanted = p.args().iter().any(|a| a == "--confirm-node-marks");
+    if !wanted {
+        if !roles.is_empty() {
+            problems.push(format!(
+                "the provider's ServiceAccount {sa} is bound to a ClusterRole without --confirm-node-marks"
+            ));
+        }
+        return problems;
+    }
+    let gets_nodes = roles.iter().any(|r| {
+        arr_at(&r.v, "/rules").iter().any(|rule| {
+            strings_at(rule, "/resources").iter().any(|x| x == "nodes")
+                && strings_at(rule, "/verbs").iter().any(|x| x == "get")
+        })
+    });
+    if !gets_nodes {
+        problems.push(format!(
+            "--confirm-node-marks, and no ClusterRole bound to the provider's ServiceAccount {sa} lets it get nodes"
+        ));
+    }
+    for r in &roles {
+        for rule in arr_at(&r.v, "/rules") {
+            if strings_at(rule, "/resources") != ["nodes"] || strings_at(rule, "/verbs") != ["get"]
+            {
+                problems.push(format!(
+                    "{}: the provider's ClusterRole grants more than get on nodes",
+                    r.id()
+                ));
+            }
         }
     }
     problems
@@ -3056,6 +3113,28 @@ fn the_provider_is_bound_to_its_state_configmap_and_nothing_else() {
     assert!(flag(&args("kustomize-base"), "state-configmap").is_some());
     let file = args("helm-ci-state-file");
     assert!(flag(&file, "state-file").is_some() && flag(&file, "state-configmap").is_none());
+}
+
+#[test]
+fn the_provider_reads_nodes_only_where_it_runs_in_its_one_cluster() {
+    let Some(r) = rendered() else { return };
+    assert_none(
+        "provider node RBAC",
+        every(r, |s| s.source != "example", check_provider_node_rbac),
+    );
+    let confirms = |set: &str| {
+        r.set(set)
+            .provider()
+            .map(|p| p.args())
+            .unwrap_or_default()
+            .iter()
+            .any(|a| a == "--confirm-node-marks")
+    };
+    // Beside its cluster's autoscaler, one cluster: on.
+    assert!(confirms("helm-ci-default"));
+    assert!(confirms("kustomize-base"));
+    // A central provider cannot read its clusters' Nodes: off.
+    assert!(!confirms("helm-examples-central-provider"));
 }
 
 #[test]

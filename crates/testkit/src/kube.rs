@@ -413,6 +413,39 @@ impl KubeApiServer {
     }
 }
 
+impl KubeApiServer {
+    /// Grants the ServiceAccount `account` of `ns` (made by
+    /// [`KubeApiServer::service_account_token`]) the cluster-wide permissions of
+    /// `cluster_role` (a `rbac.authorization.k8s.io/v1` ClusterRole, created as given) through
+    /// a ClusterRoleBinding.
+    pub async fn bind_cluster_role(
+        &self,
+        ns: &str,
+        account: &str,
+        cluster_role: &Value,
+    ) -> Result<(), KubeEnvError> {
+        let Some(name) = cluster_role["metadata"]["name"].as_str() else {
+            return fail(format!(
+                "the ClusterRole has no metadata.name: {cluster_role}"
+            ));
+        };
+        let rbac = "/apis/rbac.authorization.k8s.io/v1";
+        self.create(&format!("{rbac}/clusterroles"), cluster_role)
+            .await?;
+        self.create(
+            &format!("{rbac}/clusterrolebindings"),
+            &json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": format!("{ns}-{account}-{name}")},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+                "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": ns}],
+            }),
+        )
+        .await
+    }
+}
+
 /// Starts etcd on Unix sockets in `dir` and waits for its client socket.
 async fn start_etcd(bins: &Path, dir: &TempDir) -> Result<Child, KubeEnvError> {
     let log = dir.path("etcd.log");

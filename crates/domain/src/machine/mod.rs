@@ -46,6 +46,7 @@ mod nodes;
 mod queue;
 mod stranded;
 mod target;
+mod withdraw;
 
 pub use delete::{Acceptance, Accepted, DeletePlan, LocalDrops, NodeRef};
 pub use error::{ScaleError, is_alert_refusal, is_drain_failure, refused_error};

@@ -2150,3 +2150,35 @@ fn a_queued_scale_up_held_by_a_cordon_nobody_will_lift_is_reported_failed() {
         "{failed:?}"
     );
 }
+
+/// An owed removal whose node the autoscaler no longer marks (a restarted autoscaler removed
+/// every `ToBeDeletedByClusterAutoscaler` taint) is withdrawn: out of the queue, its VM back
+/// in the target. One whose VM this provider already stopped is not: withdrawn, it would
+/// leave a stopped VM nobody starts.
+#[test]
+fn removals_the_autoscaler_no_longer_marks_are_withdrawn_unless_their_vm_was_stopped() {
+    let t0 = Instant::now();
+    let mut m = machine_in("running", t0);
+    // Behind the scale-up in flight: answered OK at once, owed.
+    for vm in ["w1", "w2"] {
+        m.accept_removal(&[node(vm)], 1, &ALERT, &no_reports(), t0)
+            .expect("accepted");
+    }
+    assert_eq!(m.target(), Some(3));
+    let to_confirm = m.removals_to_confirm();
+    assert_eq!(
+        to_confirm,
+        [
+            ("w1".to_string(), "k-node-w1".to_string()),
+            ("w2".to_string(), "k-node-w2".to_string())
+        ]
+    );
+    // w2's VM was asked to stop: no longer a candidate.
+    m.queue.remove[1].stop = StopStage::Sent;
+    assert_eq!(m.removals_to_confirm().len(), 1);
+    let withdrawn = m.removals_withdrawn(&["w1".to_string(), "w2".to_string()]);
+    assert_eq!(withdrawn, ["w1"]);
+    assert_eq!(m.target(), Some(4), "w1 counts again");
+    assert_eq!(m.queue().remove.len(), 1);
+    assert_eq!(m.queue().remove[0].vm_id, "w2");
+}

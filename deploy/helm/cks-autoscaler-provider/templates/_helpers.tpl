@@ -363,3 +363,11 @@ that sets it).
 {{- end -}}
 {{- end -}}
 {{- end -}}
+
+{{/* "true" when the provider reads the Nodes of its one cluster (--confirm-node-marks):
+confirmNodeMarks on, the provider and its cluster's autoscaler in this release, one nodes entry. */}}
+{{- define "cks-autoscaler-provider.confirmNodeMarks" -}}
+{{- if and .Values.provider.enabled .Values.confirmNodeMarks .Values.autoscaler.enabled (eq (len .Values.nodes) 1) -}}
+true
+{{- end -}}
+{{- end -}}

@@ -1,0 +1,160 @@
+//! `--confirm-node-marks` against a real Kubernetes API server (`cks_testkit::kube`; skipped
+//! without its binaries unless `CKS_KUBE_REQUIRED=1`): an owed removal is tried again only
+//! while its Node still carries the autoscaler's `ToBeDeletedByClusterAutoscaler` mark.
+//! Upstream marks a node before DeleteNodes (`core/scaledown/actuation/actuator.go`) and a
+//! restarted autoscaler removes every mark without calling Cleanup
+//! (`StaticAutoscaler.cleanUpIfRequired`): those nodes are schedulable again.
+//!
+//! The provider's identity is a ServiceAccount token bound to the ClusterRole the kustomize
+//! base deploys (`deploy/kustomize/base/provider-rbac.yaml`). Real time: the API server is a
+//! process whose answers take real time.
+
+use cks_autoscaler_provider::kube::{KubeConfig, Token};
+use cks_proto::instance_status::InstanceState;
+use cks_testkit::kube::KubeApiServer;
+use cks_testkit::stack::*;
+use cks_testkit::*;
+use serde_json::{Value, json};
+use std::time::Duration;
+
+/// The kustomize base's provider RBAC document of `kind`.
+fn deployed(kind: &str) -> Value {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/deploy/kustomize/base/provider-rbac.yaml"
+    );
+    let text = std::fs::read_to_string(path).expect("the base's provider-rbac.yaml");
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).expect("YAML");
+    docs.into_iter()
+        .find(|d| d["kind"] == kind)
+        .unwrap_or_else(|| panic!("a {kind} in provider-rbac.yaml"))
+}
+
+/// The Node of a worker VM, as its kubelet registers it, marked by the autoscaler or not.
+fn node(name: &str, marked: bool) -> Value {
+    let taints = if marked {
+        json!([{"key": "ToBeDeletedByClusterAutoscaler", "value": "1764806400", "effect": "NoSchedule"}])
+    } else {
+        json!([])
+    };
+    json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name},
+        "spec": {"taints": taints},
+    })
+}
+
+/// Removes the autoscaler's mark from Node `name` (what a restarted autoscaler does).
+async fn unmark(kube: &KubeApiServer, name: &str) {
+    let path = format!("/api/v1/nodes/{name}");
+    let (code, mut n) = kube
+        .request(reqwest::Method::GET, &path, None)
+        .await
+        .expect("GET the node");
+    assert_eq!(code, 200, "{n}");
+    n["spec"]["taints"] = json!([]);
+    let (code, answer) = kube
+        .request(reqwest::Method::PUT, &path, Some(&n))
+        .await
+        .expect("PUT the node");
+    assert_eq!(code, 200, "{answer}");
+}
+
+/// Two removals owed behind a scale-up; the autoscaler restarts and removes the mark of one
+/// node. The next refresh withdraws that removal (its VM back in the target, no longer listed
+/// Deleting, a WARN naming it); the other, still marked, is carried out when the scale-up ends,
+/// and only it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owed_removal_whose_node_lost_the_autoscalers_mark_is_withdrawn() {
+    let Some(kube) = KubeApiServer::start()
+        .await
+        .unwrap_or_else(|e| panic!("the Kubernetes API server did not start: {e}"))
+    else {
+        return;
+    };
+    logs::capture();
+    let ns = "node-marks";
+    let account = "cks-autoscaler-provider";
+    let token = kube
+        .service_account_token(ns, account, &deployed("Role"))
+        .await
+        .expect("the provider's identity");
+    kube.bind_cluster_role(ns, account, &deployed("ClusterRole"))
+        .await
+        .expect("the deployed ClusterRole");
+    let api = KubeConfig {
+        url: kube.url(),
+        ca_pem: kube.ca_pem().as_bytes().to_vec(),
+        token: Token::Fixed(token),
+    };
+    // Scale-ups long enough for the test to look while the removals wait behind one.
+    let mut cfg = pool(4);
+    cfg.settings.job_duration = Duration::from_secs(8);
+    let mut env = Stack::refreshed(cfg, "pool", move |s| {
+        s.groups[0].min = 1;
+        s.node_marks = Some(api);
+    })
+    .await;
+    let workers = env.workers();
+    let (kept, removed) = (&workers[0], &workers[1]);
+    for w in [kept, removed] {
+        kube.create("/api/v1/nodes", &node(&w.1.to_lowercase(), true))
+            .await
+            .expect("the node");
+    }
+    env.increase(1).await.expect("scale-up accepted");
+    for w in [kept, removed] {
+        env.delete(vec![worker_node(w)])
+            .await
+            .expect("owed behind the scale-up");
+    }
+    assert_eq!(env.target().await, 3, "5 workers asked, 2 owed removals");
+
+    // The autoscaler restarts: it removes its marks, this one first.
+    unmark(&kube, &kept.1.to_lowercase()).await;
+    env.refresh().await.expect("Refresh");
+    assert_eq!(env.target().await, 4, "the withdrawn VM counts again");
+    let state = |instances: &[cks_proto::Instance], vm: &str| {
+        instances.iter().find(|i| i.id.contains(vm)).map(state_of)
+    };
+    let instances = env.instances().await;
+    assert_eq!(
+        state(&instances, &kept.0),
+        Some(InstanceState::InstanceRunning)
+    );
+    assert_eq!(
+        state(&instances, &removed.0),
+        Some(InstanceState::InstanceDeleting)
+    );
+    let warned = logs::lines_mentioning(&kept.0);
+    assert!(
+        warned.iter().any(|l| l.contains("removal withdrawn")),
+        "{warned:?}"
+    );
+
+    // The scale-up ends; the marked one goes, the withdrawn one stays.
+    wait_until_for(
+        "the marked node's VM removed",
+        Duration::from_secs(120),
+        async || {
+            env.refresh().await.ok();
+            !env.workers().iter().any(|w| w.0 == removed.0)
+        },
+    )
+    .await;
+    assert!(
+        env.workers().iter().any(|w| w.0 == kept.0),
+        "withdrawn, yet removed"
+    );
+    let nodeids: Vec<String> = env
+        .scale_requests()
+        .iter()
+        .filter_map(|r| r.get("nodeids").cloned())
+        .collect();
+    assert!(
+        nodeids.iter().all(|ids| !ids.contains(&kept.0)),
+        "{nodeids:?}"
+    );
+    env.shutdown().await;
+}
