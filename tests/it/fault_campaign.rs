@@ -6,7 +6,8 @@
 //! time: 5xx pages, lost answers, answers slower than the deadline, failed drains, scale-ups
 //! failing part way (their VMs left behind, as CloudStack 4.22 leaves them:
 //! apache/cloudstack#12699), foreign scale jobs, VMs stopped by someone else; and the provider
-//! itself is killed (its state file as it last wrote it) and started again.
+//! itself is killed (its state file as it last wrote it) or terminated (SIGTERM: jobs followed
+//! for the grace period, the last record written) and started again.
 //!
 //! Counted and asserted over every seed:
 //! - no removal answered OK is lost silently: at the end its VM is gone, or the state file
@@ -113,6 +114,8 @@ struct Tally {
     /// Clusters a scale-up failed part way in (CloudStack leaves its VMs: stranded by it).
     stranded_by_cloudstack: BTreeSet<String>,
     restarts: u32,
+    /// Of the restarts, those after a SIGTERM (the others after a kill -9).
+    terminations: u32,
     /// Scale-ups of another client (the foreign ones) that CloudStack failed waiting for a
     /// node to be Ready (a node a failed drain left cordoned): counted apart, as strandings
     /// CloudStack causes. The provider's own are violations.
@@ -441,7 +444,15 @@ impl Campaign {
             }
             Op::Kill => {
                 if let Some(mut server) = self.server.take() {
-                    server.stop().await;
+                    if self.rng.random_bool(0.5) {
+                        // kill -9: the state file as it last wrote it.
+                        server.stop().await;
+                    } else {
+                        // SIGTERM: the jobs in flight followed for the default grace, the
+                        // last record written.
+                        server.terminate(Duration::from_secs(10)).await;
+                        self.tally.terminations += 1;
+                    }
                 }
                 let (server, client) = start_provider(&self.sim, self.settings.clone()).await;
                 self.server = Some(server);
@@ -674,9 +685,10 @@ async fn promises_survive_a_randomized_fault_campaign() {
     for seed in seeds {
         let tally = run_campaign(seed, steps).await;
         eprintln!(
-            "seed {seed}: {} removals promised, {} restarts, {} foreign scale-ups timed out waiting for a node, CloudStack stranded {:?}; ops {:?}",
+            "seed {seed}: {} removals promised, {} restarts ({} after SIGTERM), {} foreign scale-ups timed out waiting for a node, CloudStack stranded {:?}; ops {:?}",
             tally.promised.len(),
             tally.restarts,
+            tally.terminations,
             tally.foreign_timed_out,
             tally.stranded_by_cloudstack,
             tally.ops

@@ -170,6 +170,23 @@ impl ProviderServer {
         grpc_client(self.addr).await
     }
 
+    /// As `serve` ends on SIGTERM (`app.rs`): stops serving (RPCs in flight finish), follows
+    /// the jobs still running for at most `grace`, writes the last record, then lets go.
+    pub async fn terminate(&mut self, grace: Duration) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = tokio::time::timeout(WAIT, task).await;
+        }
+        self.provider.wait_idle(grace).await;
+        self.provider.finish_state().await;
+        if let Some(writer) = self.writer.take() {
+            writer.abort();
+        }
+        self.provider.cleanup();
+    }
+
     /// Stops serving and waits (bounded) for the server to end; background work of the
     /// provider stops too, as if its process died (jobs go on in CloudStack).
     pub async fn stop(&mut self) {
