@@ -337,6 +337,17 @@ impl Provider {
                                 Effect::Submit(request @ ScaleRequest::RemoveNodes { .. }) => {
                                     tracing::info!(group = %self.group_label(gi), ?request, "scale-down: sending scaleKubernetesCluster nodeids");
                                     result = self.submit(gi, request, Some(deadline)).await;
+                                    if let Err(Error::AnswerLost { detail, .. }) = &result {
+                                        // CloudStack may be removing them now: an error would
+                                        // have the autoscaler untaint nodes that leave. Owed
+                                        // instead, and answered OK: the lost answer is settled
+                                        // by reading CloudStack (the job, the snapshot), and a
+                                        // request that never became a job is sent again. As at
+                                        // the callers' own deadline, which this races.
+                                        tracing::info!(group = %self.group_label(gi), detail = %detail,
+                                            "scale-down: CloudStack's answer was lost; the removals are owed and carried through");
+                                        result = Ok(());
+                                    }
                                     if result.is_ok() {
                                         // Owed from now on, before anything else is awaited:
                                         // a follower seeing the job fail must carry them on.

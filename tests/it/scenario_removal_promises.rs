@@ -277,6 +277,64 @@ async fn a_removal_answered_at_its_deadline_is_kept_whatever_cloudstack_does() {
     }
 }
 
+/// CloudStack slower than the autoscaler's deadline, and doing what it was asked. The removal
+/// window's request is timed by its first caller's deadline; a caller that joined the window
+/// with a later deadline is still waiting when that request's answer is lost. Every caller
+/// hears OK and both VMs leave. Before, the later caller heard UNAVAILABLE while CloudStack
+/// went on to remove its VM: the real autoscaler then released the node's taint and counted a
+/// failed deletion (tests/upstream-autoscaler, slow-removal-answers, where one caller's own
+/// deadline races the request's timeout).
+#[tokio::test(start_paused = true)]
+async fn a_removal_whose_answer_is_lost_past_the_deadline_is_answered_ok_and_carried_out() {
+    for latency_ms in [4_800, 7_000] {
+        let mut env = Stack::refreshed(pool(4), "pool", |s| s.groups[0].min = 1).await;
+        let workers = env.workers();
+        let (first, second) = (&workers[0], &workers[1]);
+        env.sim
+            .configure(|c| c.latency = std::time::Duration::from_millis(latency_ms));
+        let call = |vm: &(String, String, cks_sim::VmState), secs| {
+            let mut client = env.client.clone();
+            let req = with_deadline(
+                pb::NodeGroupDeleteNodesRequest {
+                    nodes: vec![worker_node(vm)],
+                    id: env.cluster_id.clone(),
+                },
+                std::time::Duration::from_secs(secs),
+            );
+            tokio::spawn(async move { client.node_group_delete_nodes(req).await.map(|_| ()) })
+        };
+        let a = call(first, 5);
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let b = call(second, 20);
+        for (answer, who) in [(a.await, "first"), (b.await, "second")] {
+            let answer = answer.expect("task");
+            assert!(answer.is_ok(), "latency {latency_ms} ms, {who}: {answer:?}");
+        }
+        env.sim.configure(|c| c.latency = std::time::Duration::ZERO);
+        wait_until("both removals to be carried out", async || {
+            let _ = env.refresh().await;
+            assert_eq!(
+                env.target().await,
+                2,
+                "latency {latency_ms} ms: back in the target"
+            );
+            !env.workers()
+                .iter()
+                .any(|w| w.0 == first.0 || w.0 == second.0)
+                && env.sim.running_jobs(&env.cluster_id) == 0
+        })
+        .await;
+        // A request whose answer was lost before CloudStack handled it is sent again; one it
+        // handled is not (it would fail, the VMs gone or being removed).
+        assert!(
+            env.sim.failed_jobs().is_empty(),
+            "latency {latency_ms} ms: {:?}",
+            env.sim.failed_jobs()
+        );
+        env.shutdown().await;
+    }
+}
+
 /// The provider dies (no shutdown, no Cleanup) with a removal owed behind a running scale-up:
 /// the next provider, started with the same `--state-file`, takes the promise over, follows
 /// the running job instead of sending anything twice, and removes the VM once it ends. The
