@@ -7,7 +7,8 @@
 //! failing part way (their VMs left behind, as CloudStack 4.22 leaves them:
 //! apache/cloudstack#12699), foreign scale jobs, VMs stopped by someone else; and the provider
 //! itself is killed (its state file as it last wrote it) or terminated (SIGTERM: jobs followed
-//! for the grace period, the last record written) and started again.
+//! for the grace period, the last record written) and started again; the autoscaler exits
+//! (Cleanup) and another takes over.
 //!
 //! Counted and asserted over every seed:
 //! - no removal answered OK is lost silently: at the end its VM is gone, or the state file
@@ -63,10 +64,11 @@ enum Op {
     StopVm,
     Foreign,
     Kill,
+    AutoscalerExit,
     Calm,
 }
 
-const WEIGHTS: [(Op, u32); 15] = [
+const WEIGHTS: [(Op, u32); 16] = [
     (Op::Increase, 10),
     (Op::DeleteReady, 10),
     (Op::DeleteFailed, 4),
@@ -81,6 +83,7 @@ const WEIGHTS: [(Op, u32); 15] = [
     (Op::StopVm, 1),
     (Op::Foreign, 1),
     (Op::Kill, 2),
+    (Op::AutoscalerExit, 1),
     (Op::Calm, 6),
 ];
 
@@ -114,6 +117,10 @@ struct Tally {
     /// Clusters a scale-up failed part way in (CloudStack leaves its VMs: stranded by it).
     stranded_by_cloudstack: BTreeSet<String>,
     restarts: u32,
+    /// Promises an autoscaler that exited (Cleanup) released.
+    released: usize,
+    /// Autoscaler exits (Cleanup).
+    released_by: u32,
     /// Of the restarts, those after a SIGTERM (the others after a kill -9).
     terminations: u32,
     /// Scale-ups of another client (the foreign ones) that CloudStack failed waiting for a
@@ -459,6 +466,23 @@ impl Campaign {
                 self.client = client;
                 self.tally.restarts += 1;
             }
+            Op::AutoscalerExit => {
+                // The autoscaler exits normally: Cleanup (`core/autoscaler.go` ExitCleanUp ->
+                // CloudProvider.Cleanup). The next one removes every ToBeDeletedByClusterAutoscaler
+                // taint at start (`cleanUpIfRequired`): the removals it had asked for and the
+                // provider had not sent are nobody's any more (the provider drops them); those
+                // already sent go on. Promises are counted from here on.
+                let r = self
+                    .client
+                    .cleanup(with_deadline(pb::CleanupRequest {}, DEADLINE))
+                    .await;
+                let code = r.err().map_or(tonic::Code::Ok, |s| s.code());
+                self.count(format!("cleanup {code:?}"));
+                self.tally.released += self.tally.promised.len();
+                self.tally.released_by += 1;
+                self.tally.promised.clear();
+                self.unregistered_since.clear();
+            }
             Op::Calm => self.calm(),
         }
         if !matches!(op, Op::Calm) {
@@ -606,8 +630,13 @@ impl Campaign {
 
 async fn run_campaign(seed: u64, steps: u64) -> Tally {
     let mut camp = Campaign::start(seed).await;
-    for _ in 0..steps {
-        let op = pick(&mut camp.rng);
+    for i in 0..steps {
+        let mut op = pick(&mut camp.rng);
+        // One autoscaler exit at most, in the first quarter: the promises it releases are no
+        // longer checked, and the rest of the campaign checks those made after it.
+        if matches!(op, Op::AutoscalerExit) && (camp.tally.released_by > 0 || i >= steps / 4) {
+            op = Op::Calm;
+        }
         let group = camp.random_group();
         camp.step(op, group).await;
         camp.check_now();
@@ -685,8 +714,9 @@ async fn promises_survive_a_randomized_fault_campaign() {
     for seed in seeds {
         let tally = run_campaign(seed, steps).await;
         eprintln!(
-            "seed {seed}: {} removals promised, {} restarts ({} after SIGTERM), {} foreign scale-ups timed out waiting for a node, CloudStack stranded {:?}; ops {:?}",
+            "seed {seed}: {} removals promised ({} more released by an exiting autoscaler), {} restarts ({} after SIGTERM), {} foreign scale-ups timed out waiting for a node, CloudStack stranded {:?}; ops {:?}",
             tally.promised.len(),
+            tally.released,
             tally.restarts,
             tally.terminations,
             tally.foreign_timed_out,

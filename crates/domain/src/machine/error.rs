@@ -107,7 +107,7 @@ impl fmt::Display for ScaleError {
             ),
             ScaleError::CordonSuspected { vms } => write!(
                 f,
-                "the cluster is in Alert and CloudStack's drain of {} failed or was not seen to end: its node may be cordoned, and a scale-up waits for every node to be Ready, so it would time out and leave its VMs; uncordon the node (kubectl uncordon) or stop the VM, and the cluster leaves Alert",
+                "CloudStack's drain of {} failed or was not seen to end: its node may be cordoned, and a scale-up waits for every node to be Ready, so it would time out and leave its VMs; the removal the provider owes ends this, or remove or stop the VM (uncordoning the node lifts it once CloudStack's status scanner moves the cluster from Alert to Running)",
                 vms.join(", ")
             ),
             ScaleError::Refused(r) => write!(f, "{r}"),

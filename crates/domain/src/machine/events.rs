@@ -156,6 +156,7 @@ impl ScaleMachine {
         let Some((op, _)) = self.take_submission() else {
             return Vec::new();
         };
+        self.not_drained(&op);
         let mut effects = Vec::new();
         if let (Origin::Rpc, OpKind::Remove { .. }) = (op.origin, &op.kind) {
             // The window's callers waiting for its answer hear the refusal: their removals
@@ -203,6 +204,7 @@ impl ScaleMachine {
         let Some((op, _)) = self.take_submission() else {
             return;
         };
+        self.not_drained(&op);
         match op.kind {
             OpKind::Increase { placeholders, .. } if op.origin == Origin::Queue => {
                 self.queue.increase.splice(0..0, placeholders);
@@ -227,6 +229,16 @@ impl ScaleMachine {
     pub fn submission_lost(&mut self) {
         if let Some((op, since)) = self.take_submission() {
             self.phase = Phase::AnswerLost { op, since };
+        }
+    }
+
+    /// `op` never ran in CloudStack: the VMs it would have drained are not suspected of a
+    /// cordon on its account.
+    fn not_drained(&mut self, op: &Op) {
+        if let OpKind::Remove { vm_ids, .. } = &op.kind {
+            for v in vm_ids {
+                self.drain_sent.remove(v);
+            }
         }
     }
 
@@ -290,6 +302,10 @@ impl ScaleMachine {
             {
                 let lost = std::mem::replace(&mut self.phase, Phase::Idle);
                 self.drain_fresh_after = Some(now);
+                if let Phase::AnswerLost { op, .. } = &lost {
+                    // It never became a job: nothing was drained.
+                    self.not_drained(op);
+                }
                 // The request never became a job. Its owed removals (owed before it was sent,
                 // or promised to a caller at its deadline) are still owed (a VM it removed
                 // after all is left out of the next request); the others' callers heard
@@ -402,13 +418,31 @@ impl ScaleMachine {
         }
         let mut effects = Vec::new();
         let mut owed = false;
-        if end.failure().is_none()
-            && let Some(OpKind::Remove { vm_ids, .. }) = op.as_ref().map(|o| &o.kind)
-        {
+        match (op.as_ref().map(|o| &o.kind), end.failure()) {
             // Drained and removed: no cordon left behind.
-            for v in vm_ids {
-                self.drain_sent.remove(v);
+            (Some(OpKind::Remove { vm_ids, .. }), None) => {
+                for v in vm_ids {
+                    self.drain_sent.remove(v);
+                }
             }
+            // CloudStack drains one VM at a time and stops at the first drain that fails,
+            // which its text names: only that node was left cordoned. A failure that is not a
+            // drain's (a refusal when the job was picked up) drained nothing.
+            (Some(OpKind::Remove { vm_ids, .. }), Some((_, text))) => {
+                let lower = text.to_ascii_lowercase();
+                let drain_failed = is_drain_failure(text);
+                let named = |v: &String| {
+                    snap.as_ref()
+                        .and_then(|s| s.snap.vm(v))
+                        .is_some_and(|vm| lower.contains(&vm.name.to_ascii_lowercase()))
+                };
+                self.drain_sent
+                    .retain(|v| !vm_ids.contains(v) || (drain_failed && named(v)));
+            }
+            // A scale-up that succeeded waited for every node to be counted Ready: none was
+            // cordoned then.
+            (Some(OpKind::Increase { .. }), None) => self.drain_sent.clear(),
+            _ => {}
         }
         if let (Some((_, text)), Some(op)) = (end.failure(), &op)
             && let OpKind::Remove { sent, .. } = &op.kind

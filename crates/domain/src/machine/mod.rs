@@ -402,21 +402,19 @@ impl ScaleMachine {
 }
 
 impl ScaleMachine {
-    /// Running VMs whose nodes a failed drain may have left cordoned: the cluster is in
-    /// Alert and they are VMs this provider asked CloudStack to remove (so to drain) since it
-    /// was last Running, still listed and not down. CloudStack's scale-up waits for every
-    /// node to be Ready and a cordoned node is not (`KubernetesClusterScaleWorker`, the ready
+    /// Running VMs whose nodes a failed drain may have left cordoned: VMs this provider asked
+    /// CloudStack to remove (so to drain) whose removal failed on their drain or whose outcome
+    /// was not seen, still listed and not down. CloudStack's scale-up waits for every node to
+    /// be counted Ready and a cordoned node is not (`KubernetesClusterScaleWorker`, the ready
     /// count of `kubectl get nodes`): a scale-up sent now would time out and leave its VMs,
-    /// stranding the cluster. Empty once CloudStack's status scanner moved the cluster from
-    /// Alert to Running (it counts every node Ready then); a job's success, which lists the
-    /// cluster Running too, proves nothing.
+    /// stranding the cluster, whether the cluster is listed Alert or Running (a removal job's
+    /// success lists it Running whatever its cordons). Empty once CloudStack's status scanner
+    /// moved the cluster from Alert to Running (it counts every node Ready then), or a
+    /// scale-up of this provider succeeded.
     pub fn cordon_suspects(&self) -> Vec<String> {
         let Some(snap) = &self.snap else {
             return Vec::new();
         };
-        if snap.snap.state != super::cluster::ClusterState::Alert {
-            return Vec::new();
-        }
         let mut out: Vec<String> = self
             .drain_sent
             .iter()

@@ -2139,16 +2139,52 @@ fn a_queued_scale_up_held_by_a_cordon_nobody_will_lift_is_reported_failed() {
     m.window_answered(false);
     assert_eq!(m.admit_increase(1, MAX), Ok(Admission::Queued));
     let t1 = t0 + Duration::from_secs(11);
+    m.job_found("job-2".into(), t1);
     m.snapshot_installed(alert(t1), &ALERT, t1);
-    m.no_job_found(&ALERT, t1);
+    m.job_finished("job-2", &drain_failed("w1"), true, false, &ALERT, t1);
     assert_eq!(m.cordon_suspects(), ["k-node-w1"]);
     assert!(m.queue().increase.is_empty());
     let failed = m.failed();
     assert_eq!(failed.len(), 1, "{failed:?}");
     assert!(
-        failed[0].error.message.contains("kubectl uncordon"),
+        failed[0].error.message.contains("k-node-w1")
+            && failed[0].error.message.contains("remove or stop the VM"),
         "{failed:?}"
     );
+}
+
+/// A node a failed drain names may be left cordoned, whatever state the cluster is listed in
+/// afterwards (a removal job's success lists it Running whatever its cordons), so it stays
+/// suspected; a removal that failed past its drain (the node deleted, then the VM's destroy
+/// failed: `KubernetesClusterScaleWorker.scaleDownKubernetesClusterSize`) or a request refused
+/// before it became a job left no cordon. Found by the fault campaign (an autoscaler exit among
+/// its ops): with the suspicion limited to clusters listed Alert, a scale-up timed out on the
+/// cordoned node.
+#[test]
+fn a_node_a_failed_drain_names_stays_suspected_in_any_cluster_state() {
+    let t0 = Instant::now();
+    let t1 = t0 + Duration::from_secs(1);
+    let t2 = t1 + Duration::from_secs(1);
+    let ended = |end: &JobEnd| {
+        let mut m = machine_in("idle", t0);
+        sent_and_owed(&mut m, "w1", t0);
+        m.submission_answered("job-1".into(), t0);
+        m.job_finished("job-1", end, true, false, &ALERT, t1);
+        m.snapshot_installed(running3(t2), &ALERT, t2);
+        m.cordon_suspects()
+    };
+    assert_eq!(ended(&drain_failed("w1")), ["k-node-w1"], "listed Running");
+    let destroy_failed = JobEnd::Failed {
+        code: 530,
+        text: "Scaling failed for Kubernetes cluster k, unable to destroy VM k-node-w1".into(),
+    };
+    assert!(ended(&destroy_failed).is_empty(), "drained and deleted");
+    assert!(ended(&JobEnd::Succeeded).is_empty());
+
+    let mut m = machine_in("idle", t0);
+    sent_and_owed(&mut m, "w1", t0);
+    m.submission_refused("Unable to connect to the management server", &ALERT, t0);
+    assert!(m.cordon_suspects().is_empty(), "{:?}", m.cordon_suspects());
 }
 
 /// An owed removal whose node the autoscaler no longer marks (a restarted autoscaler removed
