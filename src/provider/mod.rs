@@ -1,8 +1,11 @@
 //! The shell around the domain core: one `Group` per configured CKS cluster holding its
 //! [`ScaleMachine`], the locks, the CloudStack calls, the spawned job followers and the cache
 //! of read answers. Nothing here decides: every rule about a scale operation's life is in
-//! `cks_domain::machine`; this module feeds it events (with the time, on tokio's clock so
-//! tests can pause and advance it) and carries out the effects it returns.
+//! `cks_domain::machine`, which job is a cluster's in `cks_domain::jobs`, whether a snapshot
+//! may still be answered from in `cks_domain::freshness`; this module feeds them events (with
+//! the time, on tokio's clock so tests can pause and advance it) and carries out the effects
+//! they return. What it does itself is translation: a CloudStack answer into the event it is
+//! (accepted, throttled, lost, refused), a clock reading into an age.
 //!
 //! Reads (NodeGroups, NodeGroupForNode, NodeGroupNodes, NodeGroupTargetSize) are answered from
 //! memory. Only Refresh, the scale RPCs and the job followers call CloudStack.

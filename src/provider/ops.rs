@@ -43,27 +43,35 @@ impl Provider {
     /// A snapshot fresh from CloudStack, or the cached one when CloudStack cannot answer in
     /// time and the cached one is within the staleness bound.
     async fn fresh_snapshot(&self, gi: usize, deadline: Instant) -> Result<Arc<IndexedSnapshot>> {
+        use cks_domain::freshness::{Fetch, SnapshotChoice, choose_snapshot};
         let fetched = timeout_at(before(deadline), self.fetch_and_act(gi)).await;
         let cached = self.inner.groups[gi].read().scale.snapshot().cloned();
-        let stale = self.inner.settings.staleness_bound;
-        let fresh_enough =
-            |c: &Arc<IndexedSnapshot>| now().saturating_duration_since(c.fetched_at) < stale;
-        match fetched {
-            Ok(Ok(s)) => Ok(s),
-            Ok(Err(e)) => match (cached, &e) {
-                (Some(c), Error::CloudStack(cs)) if fresh_enough(&c) && cs.is_transient() => {
+        let age = cached
+            .as_ref()
+            .map(|c| now().saturating_duration_since(c.fetched_at));
+        let fetch = match &fetched {
+            Ok(Ok(_)) => Fetch::Fetched,
+            Ok(Err(Error::CloudStack(cs))) if cs.is_transient() => Fetch::Transient,
+            Ok(Err(_)) => Fetch::Failed,
+            Err(_) => Fetch::TimedOut,
+        };
+        match (
+            choose_snapshot(fetch, age, self.inner.settings.staleness_bound),
+            fetched,
+            cached,
+        ) {
+            (SnapshotChoice::Fetched, Ok(Ok(s)), _) => Ok(s),
+            (SnapshotChoice::Cached, fetched, Some(c)) => {
+                if let Ok(Err(e)) = fetched {
                     tracing::warn!(error = %e, "using the cached snapshot: CloudStack did not answer");
-                    Ok(c)
                 }
-                _ => Err(e),
-            },
-            Err(_) => match cached {
-                Some(c) if fresh_enough(&c) => Ok(c),
-                _ => Err(Error::Deadline {
-                    group: self.group_label(gi),
-                    command: "listKubernetesClusters",
-                }),
-            },
+                Ok(c)
+            }
+            (_, Ok(Err(e)), _) => Err(e),
+            _ => Err(Error::Deadline {
+                group: self.group_label(gi),
+                command: "listKubernetesClusters",
+            }),
         }
     }
 

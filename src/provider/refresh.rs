@@ -226,14 +226,13 @@ impl Provider {
     /// the staleness bound, else `Stale` naming the groups and why.
     fn judge_snapshots(&self, groups: &[usize], timed_out: bool) -> Result<()> {
         let stale = self.inner.settings.staleness_bound;
+        let ages: Vec<Option<Duration>> =
+            groups.iter().map(|&gi| self.snapshot_age_of(gi)).collect();
         let mut failures = Vec::new();
-        for &gi in groups {
-            let age = self.snapshot_age_of(gi);
-            if age.is_some_and(|a| a < stale) {
-                continue;
-            }
+        for i in cks_domain::freshness::stale_for_refresh(&ages, stale) {
+            let gi = groups[i];
             let last_error = self.inner.groups[gi].read().last_error.clone();
-            let mut why = match age {
+            let mut why = match ages[i] {
                 None => "no snapshot yet".to_string(),
                 Some(a) => format!("the last snapshot is {:.1}s old", a.as_secs_f64()),
             };
@@ -288,13 +287,14 @@ impl Provider {
                 st.last_error.is_some(),
             )
         };
-        let Some(fetched) = fetched else {
-            return false;
-        };
-        if now().saturating_duration_since(fetched) < self.inner.settings.staleness_bound {
-            return false;
-        }
-        failing || lock(&g.refresh).demanded.is_some_and(|d| d > fetched)
+        let age = fetched.map(|f| now().saturating_duration_since(f));
+        let asked_since = fetched.is_some_and(|f| lock(&g.refresh).demanded.is_some_and(|d| d > f));
+        cks_domain::freshness::stale_for_health(
+            age,
+            self.inner.settings.staleness_bound,
+            failing,
+            asked_since,
+        )
     }
 
     /// Whether the group with this node-group id is stale ([`Provider::healthy`]).

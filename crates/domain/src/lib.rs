@@ -21,10 +21,13 @@
 //!   how an accepted removal is retried until its VM is gone.
 //! - [`stranded`]: a cluster CloudStack has stranded (Alert rules 5 and 7: VMs and nodes that
 //!   differ, Alert with no worker down), the VMs involved and the operator's fix.
+//! - [`freshness`]: whether a snapshot may still be answered from (Refresh, a scale RPC's
+//!   fallback to the cached snapshot, the health check).
 //!
 //! Nothing here touches the network, the clock or a lock; callers pass in what they observed
 //! and the time they observed it.
 pub mod cluster;
+pub mod freshness;
 pub mod instances;
 pub mod jobs;
 pub mod machine;
