@@ -211,8 +211,9 @@ pub struct ServeArgs {
     /// pod's service account, in-cluster config) and withdraw the removal when the Node no
     /// longer carries the autoscaler's ToBeDeletedByClusterAutoscaler mark: an autoscaler that
     /// restarted without Cleanup removed every mark, and those nodes are schedulable again.
-    /// Only where the provider runs in the cluster its one node group scales; needs get on
-    /// nodes (a ClusterRole).
+    /// Also reads the Node of a VM whose drain failed: once it is Ready and schedulable, a
+    /// cordon no longer holds scale-ups. Only where the provider runs in the cluster its one
+    /// node group scales; needs get on nodes (a ClusterRole).
     #[arg(long, env = "CKS_PROVIDER_CONFIRM_NODE_MARKS")]
     pub confirm_node_marks: bool,
     /// The namespace of `--state-configmap`; without it, the pod's own.

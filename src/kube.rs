@@ -224,6 +224,35 @@ pub enum NodeMark {
     Absent,
 }
 
+/// What the provider reads of a Node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeFacts {
+    /// It carries [`TO_BE_DELETED_TAINT`].
+    pub marked: bool,
+    /// CloudStack counts it Ready: the STATUS column of `kubectl get nodes` is exactly `Ready`
+    /// (CKS's scale-up and Alert reconciliation match `$2=="Ready"`), which kubectl prints for
+    /// a Ready condition `True` on a Node not marked unschedulable; a cordoned one shows
+    /// `Ready,SchedulingDisabled` (`printNode`, `pkg/printers/internalversion/printers.go`).
+    pub counted_ready: bool,
+}
+
+impl NodeFacts {
+    fn of(node: &Value) -> NodeFacts {
+        let marked = node["spec"]["taints"]
+            .as_array()
+            .is_some_and(|t| t.iter().any(|t| t["key"] == TO_BE_DELETED_TAINT));
+        let ready = node["status"]["conditions"].as_array().is_some_and(|c| {
+            c.iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        });
+        let cordoned = node["spec"]["unschedulable"].as_bool() == Some(true);
+        NodeFacts {
+            marked,
+            counted_ready: ready && !cordoned,
+        }
+    }
+}
+
 /// A Kubernetes `Status` answer, as much of it as an error needs.
 #[derive(Deserialize, Default)]
 struct Status {
@@ -351,6 +380,15 @@ impl KubeClient {
 
     /// GET the Node `name`: whether it carries the autoscaler's mark.
     pub async fn node_mark(&self, name: &str) -> Result<NodeMark, KubeError> {
+        Ok(match self.node(name).await? {
+            None => NodeMark::Absent,
+            Some(n) if n.marked => NodeMark::Marked,
+            Some(_) => NodeMark::Unmarked,
+        })
+    }
+
+    /// What the provider reads of Node `name`; `None` when there is no such Node.
+    pub async fn node(&self, name: &str) -> Result<Option<NodeFacts>, KubeError> {
         check_name("node", name)?;
         let what = format!("node {name}");
         match self
@@ -363,17 +401,8 @@ impl KubeClient {
             )
             .await
         {
-            Ok(v) => {
-                let marked = v["spec"]["taints"]
-                    .as_array()
-                    .is_some_and(|t| t.iter().any(|t| t["key"] == TO_BE_DELETED_TAINT));
-                Ok(if marked {
-                    NodeMark::Marked
-                } else {
-                    NodeMark::Unmarked
-                })
-            }
-            Err(e) if e.is_not_found() => Ok(NodeMark::Absent),
+            Ok(v) => Ok(Some(NodeFacts::of(&v))),
+            Err(e) if e.is_not_found() => Ok(None),
             Err(e) => Err(e),
         }
     }
@@ -517,6 +546,55 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// CloudStack counts a node Ready only when `kubectl get nodes` prints exactly `Ready`.
+    #[test]
+    fn a_node_is_counted_ready_only_ready_and_schedulable() {
+        let node = |ready: Option<&str>, unschedulable: Option<bool>, taint: Option<&str>| {
+            let mut n = json!({"spec": {}, "status": {"conditions": [
+                {"type": "MemoryPressure", "status": "False"}
+            ]}});
+            if let Some(r) = ready {
+                n["status"]["conditions"]
+                    .as_array_mut()
+                    .expect("conditions")
+                    .push(json!({"type": "Ready", "status": r}));
+            }
+            if let Some(u) = unschedulable {
+                n["spec"]["unschedulable"] = json!(u);
+            }
+            if let Some(t) = taint {
+                n["spec"]["taints"] = json!([{"key": t, "effect": "NoSchedule"}]);
+            }
+            NodeFacts::of(&n)
+        };
+        let table = [
+            (node(Some("True"), None, None), true, false),
+            (node(Some("True"), Some(false), None), true, false),
+            (node(Some("True"), Some(true), None), false, false),
+            (node(Some("False"), None, None), false, false),
+            (node(Some("Unknown"), None, None), false, false),
+            (node(None, None, None), false, false),
+            (
+                node(Some("True"), None, Some(TO_BE_DELETED_TAINT)),
+                true,
+                true,
+            ),
+            (
+                node(
+                    Some("True"),
+                    None,
+                    Some("DeletionCandidateOfClusterAutoscaler"),
+                ),
+                true,
+                false,
+            ),
+        ];
+        for (i, (facts, counted_ready, marked)) in table.into_iter().enumerate() {
+            assert_eq!(facts.counted_ready, counted_ready, "row {i}");
+            assert_eq!(facts.marked, marked, "row {i}");
+        }
+    }
 
     #[test]
     fn names_are_checked_as_kubernetes_checks_them() {

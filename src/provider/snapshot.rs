@@ -114,8 +114,10 @@ impl Provider {
                 return Err(Error::Internal(format!("cluster id {id} not resolved")));
             }
         };
-        // Before the snapshot sends owed removals again: those the autoscaler withdrew go.
+        // Before the snapshot sends owed removals again: those the autoscaler withdrew go;
+        // and before it sends a queued scale-up: suspected cordons the Nodes disprove go.
         self.withdraw_unmarked(gi).await;
+        self.lift_disproved_cordons(gi).await;
         let (snapshot, effects) = self.install_snapshot(gi, cluster, asked);
         Ok(Fetched { snapshot, effects })
     }
@@ -150,6 +152,36 @@ impl Provider {
                 "removal withdrawn: the node no longer carries the autoscaler's ToBeDeletedByClusterAutoscaler mark (the autoscaler restarted, or gave the node up)");
         }
         crate::metrics::record_removals_withdrawn(withdrawn.len());
+    }
+
+    /// Where the cluster's Nodes can be read: nodes suspected of a cordon a failed drain left
+    /// (`ScaleMachine::cordon_suspects`) that CloudStack counts Ready now are suspected no
+    /// more (an operator uncordoned them, or the drain had not cordoned them), so a scale-up
+    /// is not held for them. A Node that cannot be read, or is absent, keeps the suspicion.
+    async fn lift_disproved_cordons(&self, gi: usize) {
+        let Some(nodes) = &self.inner.nodes else {
+            return;
+        };
+        let g = &self.inner.groups[gi];
+        let asked = now();
+        let to_check = g.read().scale.cordons_to_check();
+        let mut ready = Vec::new();
+        for (vm, node) in to_check {
+            match nodes.node(&node).await {
+                Ok(Some(facts)) if facts.counted_ready => ready.push(vm),
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::debug!(group = %self.group_label(gi), node = %node, error = %e,
+                        "could not read a node suspected of a cordon: still suspected");
+                }
+            }
+        }
+        if ready.is_empty() {
+            return;
+        }
+        tracing::info!(group = %self.group_label(gi), vms = ?ready,
+            "nodes a failed drain may have cordoned are Ready and schedulable: scale-ups are no longer held for them");
+        g.lock().scale.nodes_counted_ready(&ready, asked);
     }
 
     /// [`Provider::fetch_group`], then what the machine asked for on seeing the snapshot.

@@ -1,6 +1,8 @@
 //! `--confirm-node-marks` against a real Kubernetes API server (`cks_testkit::kube`; skipped
 //! without its binaries unless `CKS_KUBE_REQUIRED=1`): an owed removal is tried again only
-//! while its Node still carries the autoscaler's `ToBeDeletedByClusterAutoscaler` mark.
+//! while its Node still carries the autoscaler's `ToBeDeletedByClusterAutoscaler` mark, and a
+//! node suspected of a cordon a failed drain left holds scale-ups only while its Node is not
+//! counted Ready.
 //! Upstream marks a node before DeleteNodes (`core/scaledown/actuation/actuator.go`) and a
 //! restarted autoscaler removes every mark without calling Cleanup
 //! (`StaticAutoscaler.cleanUpIfRequired`): those nodes are schedulable again.
@@ -11,6 +13,7 @@
 
 use cks_autoscaler_provider::kube::{KubeConfig, Token};
 use cks_proto::instance_status::InstanceState;
+use cks_sim::VmState;
 use cks_testkit::kube::KubeApiServer;
 use cks_testkit::stack::*;
 use cks_testkit::*;
@@ -45,6 +48,48 @@ fn node(name: &str, marked: bool) -> Value {
     })
 }
 
+/// Sets Node `name`'s taints and cordon (`spec.unschedulable`).
+async fn set_node(kube: &KubeApiServer, name: &str, marked: bool, cordoned: bool) {
+    let path = format!("/api/v1/nodes/{name}");
+    let (code, mut n) = kube
+        .request(reqwest::Method::GET, &path, None)
+        .await
+        .expect("GET the node");
+    assert_eq!(code, 200, "{n}");
+    n["spec"] = node(name, marked)["spec"].clone();
+    n["spec"]["unschedulable"] = json!(cordoned);
+    let (code, answer) = kube
+        .request(reqwest::Method::PUT, &path, Some(&n))
+        .await
+        .expect("PUT the node");
+    assert_eq!(code, 200, "{answer}");
+}
+
+/// A Node as its kubelet keeps it: Ready.
+fn ready_node(name: &str, marked: bool) -> Value {
+    let mut n = node(name, marked);
+    n["status"] = json!({"conditions": [{"type": "Ready", "status": "True"}]});
+    n
+}
+
+/// The provider's identity (the kustomize base's RBAC) on `kube`, as `--confirm-node-marks`
+/// uses it.
+async fn provider_api(kube: &KubeApiServer, ns: &str) -> KubeConfig {
+    let account = "cks-autoscaler-provider";
+    let token = kube
+        .service_account_token(ns, account, &deployed("Role"))
+        .await
+        .expect("the provider's identity");
+    kube.bind_cluster_role(ns, account, &deployed("ClusterRole"))
+        .await
+        .expect("the deployed ClusterRole");
+    KubeConfig {
+        url: kube.url(),
+        ca_pem: kube.ca_pem().as_bytes().to_vec(),
+        token: Token::Fixed(token),
+    }
+}
+
 /// Removes the autoscaler's mark from Node `name` (what a restarted autoscaler does).
 async fn unmark(kube: &KubeApiServer, name: &str) {
     let path = format!("/api/v1/nodes/{name}");
@@ -74,20 +119,7 @@ async fn an_owed_removal_whose_node_lost_the_autoscalers_mark_is_withdrawn() {
         return;
     };
     logs::capture();
-    let ns = "node-marks";
-    let account = "cks-autoscaler-provider";
-    let token = kube
-        .service_account_token(ns, account, &deployed("Role"))
-        .await
-        .expect("the provider's identity");
-    kube.bind_cluster_role(ns, account, &deployed("ClusterRole"))
-        .await
-        .expect("the deployed ClusterRole");
-    let api = KubeConfig {
-        url: kube.url(),
-        ca_pem: kube.ca_pem().as_bytes().to_vec(),
-        token: Token::Fixed(token),
-    };
+    let api = provider_api(&kube, "node-marks").await;
     // Scale-ups long enough for the test to look while the removals wait behind one.
     let mut cfg = pool(4);
     cfg.settings.job_duration = Duration::from_secs(8);
@@ -156,5 +188,117 @@ async fn an_owed_removal_whose_node_lost_the_autoscalers_mark_is_withdrawn() {
         nodeids.iter().all(|ids| !ids.contains(&kept.0)),
         "{nodeids:?}"
     );
+    env.shutdown().await;
+}
+
+/// With the project key (no stopVirtualMachine), a removal's drain fails and leaves the node
+/// cordoned; the autoscaler restarts and gives the node up (its mark removed), so nobody owes
+/// its removal. A removal of another, stopped, worker then succeeds, and CloudStack lists the
+/// cluster Running although the node is still cordoned: its status scanner never turns a
+/// Running cluster to Alert for a node, only for a VM. A scale-up CloudStack would time out
+/// on the cordoned node is refused, naming it. The operator uncordons the node: its Node, read
+/// Ready and schedulable, lifts the suspicion, and the next scale-up is sent and completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_read_ready_and_schedulable_no_longer_holds_scale_ups() {
+    let Some(kube) = KubeApiServer::start()
+        .await
+        .unwrap_or_else(|e| panic!("the Kubernetes API server did not start: {e}"))
+    else {
+        return;
+    };
+    logs::capture();
+    let api = provider_api(&kube, "node-cordons").await;
+    let mut cfg = pool(4);
+    cfg.settings.fail_drains = 1;
+    cfg.settings.key_role = cks_sim::KeyRole::ProjectKubernetes;
+    let mut env = Stack::refreshed(cfg, "pool", move |s| {
+        s.groups[0].min = 1;
+        s.node_marks = Some(api);
+    })
+    .await;
+    let workers = env.workers();
+    let (victim, stopped) = (&workers[0], &workers[1]);
+    for w in &workers {
+        kube.create("/api/v1/nodes", &ready_node(&w.1.to_lowercase(), true))
+            .await
+            .expect("the node");
+    }
+    // The drain about to fail cordons the node first (`kubectl drain`), as the simulator's
+    // does: the Node says so before the provider can read it after the job.
+    set_node(&kube, &victim.1.to_lowercase(), true, true).await;
+    env.delete(vec![worker_node(victim)])
+        .await
+        .expect("accepted");
+    wait_until_for(
+        "the removal's drain to fail",
+        Duration::from_secs(60),
+        async || env.sim.running_jobs(&env.cluster_id) == 0 && env.cluster_state() == "Alert",
+    )
+    .await;
+    // The restarted autoscaler removed its mark; the drain's cordon stays.
+    set_node(&kube, &victim.1.to_lowercase(), false, true).await;
+    wait_until_for(
+        "the removal withdrawn",
+        Duration::from_secs(60),
+        async || {
+            env.refresh().await.ok();
+            env.target().await == 4
+        },
+    )
+    .await;
+
+    // Another worker stopped, its removal asked for and carried out: Running.
+    assert!(env.sim.stop_vm(&stopped.0));
+    wait_until_for(
+        "the stopped worker listed",
+        Duration::from_secs(60),
+        async || {
+            env.refresh().await.ok();
+            env.workers()
+                .iter()
+                .any(|w| w.0 == stopped.0 && w.2 != VmState::Running)
+        },
+    )
+    .await;
+    env.delete(vec![worker_node(stopped)])
+        .await
+        .expect("a down worker's removal");
+    wait_until_for(
+        "the down worker removed",
+        Duration::from_secs(60),
+        async || {
+            env.refresh().await.ok();
+            !env.workers().iter().any(|w| w.0 == stopped.0)
+                && env.sim.running_jobs(&env.cluster_id) == 0
+                && env.cluster_state() == "Running"
+        },
+    )
+    .await;
+
+    let held = env.increase(1).await.expect_err("held by the cordon");
+    assert_eq!(held.code(), tonic::Code::FailedPrecondition, "{held:?}");
+    assert!(
+        held.message().contains(&victim.1.to_lowercase()),
+        "{held:?}"
+    );
+
+    // kubectl uncordon.
+    assert!(env.sim.uncordon_node(&victim.0));
+    set_node(&kube, &victim.1.to_lowercase(), false, false).await;
+    env.refresh().await.expect("Refresh");
+    let failed_before = env.sim.failed_jobs().len();
+    env.increase(1).await.expect("sent");
+    wait_until_for("the scale-up done", Duration::from_secs(120), async || {
+        env.refresh().await.ok();
+        env.sim.running_jobs(&env.cluster_id) == 0 && env.cluster_size() == 4
+    })
+    .await;
+    assert_eq!(
+        env.sim.failed_jobs().len(),
+        failed_before,
+        "{:?}",
+        env.sim.failed_jobs()
+    );
+    assert_eq!(env.cluster_state(), "Running");
     env.shutdown().await;
 }

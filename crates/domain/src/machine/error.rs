@@ -107,7 +107,7 @@ impl fmt::Display for ScaleError {
             ),
             ScaleError::CordonSuspected { vms } => write!(
                 f,
-                "CloudStack's drain of {} failed or was not seen to end: its node may be cordoned, and a scale-up waits for every node to be Ready, so it would time out and leave its VMs; the removal the provider owes ends this, or remove or stop the VM (uncordoning the node lifts it once CloudStack's status scanner moves the cluster from Alert to Running)",
+                "CloudStack's drain of {} failed or was not seen to end: its node may be cordoned, and a scale-up waits for every node to be Ready, so it would time out and leave its VMs; the removal the provider owes ends this, or remove or stop the VM; an uncordoned node lifts it once the provider reads it Ready and schedulable (--confirm-node-marks), or once CloudStack's status scanner moves the cluster from Alert to Running (a cluster listed Running stays so: remove or stop the VM)",
                 vms.join(", ")
             ),
             ScaleError::Refused(r) => write!(f, "{r}"),

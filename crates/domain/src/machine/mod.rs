@@ -37,6 +37,7 @@
 //! - `error`: why the machine refuses a request.
 //! - `tests`: the phase × event table (`every_phase_against_every_event`) and the rest.
 
+mod cordon;
 mod delete;
 mod error;
 mod events;
@@ -398,32 +399,6 @@ impl ScaleMachine {
             op: Op { kind, origin },
             since: now,
         };
-    }
-}
-
-impl ScaleMachine {
-    /// Running VMs whose nodes a failed drain may have left cordoned: VMs this provider asked
-    /// CloudStack to remove (so to drain) whose removal failed on their drain or whose outcome
-    /// was not seen, still listed and not down. CloudStack's scale-up waits for every node to
-    /// be counted Ready and a cordoned node is not (`KubernetesClusterScaleWorker`, the ready
-    /// count of `kubectl get nodes`): a scale-up sent now would time out and leave its VMs,
-    /// stranding the cluster, whether the cluster is listed Alert or Running (a removal job's
-    /// success lists it Running whatever its cordons). Empty once CloudStack's status scanner
-    /// moved the cluster from Alert to Running (it counts every node Ready then), or a
-    /// scale-up of this provider succeeded.
-    pub fn cordon_suspects(&self) -> Vec<String> {
-        let Some(snap) = &self.snap else {
-            return Vec::new();
-        };
-        let mut out: Vec<String> = self
-            .drain_sent
-            .iter()
-            .filter_map(|id| snap.snap.vm(id))
-            .filter(|vm| !vm.state.is_down() && !vm.state.is_gone())
-            .map(|vm| vm.name.clone())
-            .collect();
-        out.sort();
-        out
     }
 }
 

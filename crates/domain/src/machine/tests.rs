@@ -2187,6 +2187,40 @@ fn a_node_a_failed_drain_names_stays_suspected_in_any_cluster_state() {
     assert!(m.cordon_suspects().is_empty(), "{:?}", m.cordon_suspects());
 }
 
+/// Where the shell reads the cluster's Nodes, a suspected node CloudStack counts Ready (Ready,
+/// not cordoned) is suspected no more: in a cluster listed Running the status scanner never
+/// clears the suspicion (Running turns to Alert only for a VM or a map row, not a node), so an
+/// operator's uncordon would otherwise hold scale-ups until the VM is removed. A reading asked
+/// for before the last job ended, or while one runs, proves nothing.
+#[test]
+fn a_suspected_node_read_ready_and_schedulable_after_the_last_job_is_cleared() {
+    let t0 = Instant::now();
+    let t1 = t0 + Duration::from_secs(1);
+    let mut m = machine_in("idle", t0);
+    sent_and_owed(&mut m, "w1", t0);
+    m.submission_answered("job-1".into(), t0);
+    assert!(
+        m.cordons_to_check().is_empty(),
+        "a job in flight may still drain it"
+    );
+    m.job_finished("job-1", &drain_failed("w1"), true, false, &ALERT, t1);
+    m.snapshot_installed(running3(t1), &ALERT, t1);
+    m.queue.remove.clear();
+    assert_eq!(
+        m.cordons_to_check(),
+        [("w1".to_string(), "k-node-w1".to_string())]
+    );
+    m.nodes_counted_ready(&["w1".into()], t0);
+    assert_eq!(
+        m.cordon_suspects(),
+        ["k-node-w1"],
+        "read before the job ended"
+    );
+    m.nodes_counted_ready(&["w1".into()], t1 + Duration::from_millis(1));
+    assert!(m.cordon_suspects().is_empty());
+    assert!(m.cordons_to_check().is_empty());
+}
+
 /// An owed removal whose node the autoscaler no longer marks (a restarted autoscaler removed
 /// every `ToBeDeletedByClusterAutoscaler` taint) is withdrawn: out of the queue, its VM back
 /// in the target. One whose VM this provider already stopped is not: withdrawn, it would
