@@ -2,10 +2,13 @@ package main
 
 // The cluster-autoscaler, built as cluster-autoscaler-1.33.0's main.go builds it
 // (buildAutoscaler), from its own flags (config/flags), with the externalgrpc cloud provider
-// (builder, `externalgrpc` build tag). Only the Kubernetes client differs: client-go's fake
-// clientset instead of an API server, as upstream's own core tests do.
+// (builder, `externalgrpc` build tag) and its Kubernetes client from its --kubeconfig
+// (utils/kubernetes/client.go CreateKubeClient), the scenario's API server. What main.go
+// does around it is not run: leader election, the HTTP server, the loop trigger (the
+// harness runs each iteration itself, Env.Step).
 
 import (
+	"fmt"
 	"os"
 	"time"
 
@@ -33,16 +36,18 @@ import (
 	"k8s.io/autoscaler/cluster-autoscaler/simulator/framework"
 	"k8s.io/autoscaler/cluster-autoscaler/simulator/options"
 	"k8s.io/autoscaler/cluster-autoscaler/simulator/scheduling"
+	kube_util "k8s.io/autoscaler/cluster-autoscaler/utils/kubernetes"
 	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/kubernetes"
 	kube_flag "k8s.io/component-base/cli/flag"
 	"k8s.io/klog/v2"
 )
 
-// Upstream is one cluster-autoscaler: its loop, its Kubernetes (fake) and its health check.
+// Upstream is one cluster-autoscaler: its loop, its Kubernetes client and its health check.
 type Upstream struct {
 	Autoscaler core.Autoscaler
-	Kube       *fake.Clientset
+	Kube       kubernetes.Interface
+	Reader     kubernetes.Interface // the harness's client, for what it reads (Status)
 	Health     *metrics.HealthCheck
 	Options    config.AutoscalingOptions
 	stop       chan struct{}
@@ -57,10 +62,11 @@ func ParseFlags(args []string) config.AutoscalingOptions {
 	return flags.AutoscalingOptions()
 }
 
-// Build builds the autoscaler on a fake clientset, as main.go's buildAutoscaler does with a
-// real one, wrapping the cloud provider with wrap when it is not nil (benchmarks only).
-func Build(opts config.AutoscalingOptions, kube *fake.Clientset, wrap func(cloudprovider.CloudProvider) cloudprovider.CloudProvider) (*Upstream, error) {
+// Build builds the autoscaler as main.go's buildAutoscaler does, wrapping the cloud provider
+// with wrap when it is not nil (benchmarks only).
+func Build(opts config.AutoscalingOptions, wrap func(cloudprovider.CloudProvider) cloudprovider.CloudProvider) (*Upstream, error) {
 	metrics.RegisterAll(opts.EmitPerNodeGroupMetrics)
+	kube := kube_util.CreateKubeClient(opts.KubeClientOpts)
 
 	trim := func(obj interface{}) (interface{}, error) {
 		if accessor, err := meta.Accessor(obj); err == nil {
@@ -126,7 +132,11 @@ func Build(opts config.AutoscalingOptions, kube *fake.Clientset, wrap func(cloud
 	}
 	stop := make(chan struct{})
 	informerFactory.Start(stop)
-	informerFactory.WaitForCacheSync(stop)
+	for typ, synced := range informerFactory.WaitForCacheSync(stop) {
+		if !synced {
+			return nil, fmt.Errorf("unable to start and sync resource informers (%v)", typ)
+		}
+	}
 
 	u := &Upstream{
 		Autoscaler: autoscaler,
@@ -139,6 +149,13 @@ func Build(opts config.AutoscalingOptions, kube *fake.Clientset, wrap func(cloud
 		return nil, err
 	}
 	return u, nil
+}
+
+// Stop ends the autoscaler's informers.
+func (u *Upstream) Stop() {
+	if u != nil {
+		close(u.stop)
+	}
 }
 
 // RunOnce runs one iteration as main's loop does (loop.RunAutoscalerOnce: metrics, health).

@@ -1,11 +1,13 @@
 package main
 
-// The bridge: what a real cluster's other components do, on the fake clientset, each named
-// with the kubernetes/kubernetes (v1.33.1, the module cache's copy) file and function whose
-// behaviour it follows. This file: cks-sim's client; nodes.go: the nodes (kubelet, node
-// lifecycle controller, kubectl drain/cordon as CloudStack runs them); pods.go: the pods (ReplicaSet
-// controller, DefaultTolerationSeconds admission, graceful deletion and eviction, taint
-// eviction, pod garbage collection, kube-scheduler).
+// The bridge: what the components of a real cluster that do not run here do (the kubelets,
+// the node lifecycle controller, pod garbage collection, and CloudStack's kubectl), written
+// to the scenario's API server (kube.go), each named with the kubernetes/kubernetes (v1.33.1,
+// the module cache's copy) file and function whose behaviour it follows. The controllers and
+// the scheduler that do run are upstream's own (controllers.go). This file: cks-sim's
+// client; nodes.go: the nodes (kubelet, node lifecycle controller, kubectl drain/cordon as
+// CloudStack runs them); pods.go: the pods (the kubelet's part, pod garbage collection, the
+// evictions of CloudStack's drain).
 
 import (
 	"crypto/hmac"

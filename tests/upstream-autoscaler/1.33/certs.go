@@ -56,31 +56,45 @@ func issue(dir, name string, tmpl *x509.Certificate, parent *x509.Certificate, p
 	return cert, key, certPath, keyPath, nil
 }
 
+// newSerial is a random certificate serial number.
+func newSerial() *big.Int {
+	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 120))
+	if err != nil {
+		return big.NewInt(time.Now().UnixNano())
+	}
+	return n
+}
+
+func pkixName(cn string) pkix.Name { return pkix.Name{CommonName: cn} }
+
+// serverTemplate is a serving certificate for localhost and 127.0.0.1.
+func serverTemplate(cn string, notBefore time.Time) *x509.Certificate {
+	return &x509.Certificate{
+		SerialNumber: newSerial(), Subject: pkixName(cn),
+		NotBefore: notBefore, NotAfter: notBefore.Add(48 * time.Hour),
+		DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+}
+
 // MakeTLS writes a CA, the provider's server certificate (localhost, 127.0.0.1) and the
 // autoscaler's client certificate (DNS name client) into dir.
 func MakeTLS(dir, client string) (TLSFiles, error) {
 	now := time.Now().Add(-time.Hour)
-	serial := int64(1)
-	next := func() *big.Int { serial++; return big.NewInt(serial) }
 	ca, caKey, caPath, _, err := issue(dir, "ca", &x509.Certificate{
-		SerialNumber: next(), Subject: pkix.Name{CommonName: "upstream-autoscaler test CA"},
+		SerialNumber: newSerial(), Subject: pkix.Name{CommonName: "upstream-autoscaler test CA"},
 		NotBefore: now, NotAfter: now.Add(48 * time.Hour), IsCA: true, BasicConstraintsValid: true,
 		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
 	}, nil, nil)
 	if err != nil {
 		return TLSFiles{}, err
 	}
-	_, _, sc, sk, err := issue(dir, "server", &x509.Certificate{
-		SerialNumber: next(), Subject: pkix.Name{CommonName: "cks-autoscaler-provider"},
-		NotBefore: now, NotAfter: now.Add(48 * time.Hour),
-		DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}, ca, caKey)
+	_, _, sc, sk, err := issue(dir, "server", serverTemplate("cks-autoscaler-provider", now), ca, caKey)
 	if err != nil {
 		return TLSFiles{}, err
 	}
 	_, _, cc, ck, err := issue(dir, "client", &x509.Certificate{
-		SerialNumber: next(), Subject: pkix.Name{CommonName: client},
+		SerialNumber: newSerial(), Subject: pkix.Name{CommonName: client},
 		NotBefore: now, NotAfter: now.Add(48 * time.Hour), DNSNames: []string{client},
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	}, ca, caKey)

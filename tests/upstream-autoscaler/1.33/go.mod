@@ -10,6 +10,7 @@ require (
 	k8s.io/client-go v0.33.1
 	k8s.io/component-base v0.33.1
 	k8s.io/klog/v2 v2.130.1
+	k8s.io/kubernetes v1.33.1
 	sigs.k8s.io/yaml v1.4.0
 )
 
@@ -194,7 +195,6 @@ require (
 	k8s.io/kube-scheduler v0.0.0 // indirect
 	k8s.io/kubectl v0.28.0 // indirect
 	k8s.io/kubelet v0.33.1 // indirect
-	k8s.io/kubernetes v1.33.1 // indirect
 	k8s.io/mount-utils v0.26.0-alpha.0 // indirect
 	k8s.io/utils v0.0.0-20241104100929-3ea5e8cea738 // indirect
 	sigs.k8s.io/apiserver-network-proxy/konnectivity-client v0.31.2 // indirect

@@ -1,9 +1,15 @@
 // Command upstream-ca runs one scenario: the real cluster-autoscaler (this module's release,
-// in process, on client-go's fake clientset) against the provider and cks-sim, over mutual
-// TLS. It prints one line, PASS or FAIL with the reasons, and exits non-zero on failure.
+// in process) against the provider and cks-sim, over mutual TLS, and against a real
+// Kubernetes API server (etcd and kube-apiserver started for the scenario, kube.go) where
+// upstream's controllers and scheduler (controllers.go) and the bridge (bridge.go) play the
+// rest of a cluster. It prints one line, PASS or FAIL with the reasons, and exits non-zero on
+// failure.
 //
 //	upstream-ca -scenario scale-up-down -sim target/release/cks-sim \
-//	    -provider target/release/cks-autoscaler-provider [-dir DIR] [-keep]
+//	    -provider target/release/cks-autoscaler-provider -kube-bin DIR [-dir DIR] [-keep]
+//
+// -kube-bin is the directory tools/kube-testenv/build.sh prints (etcd, kube-apiserver); it
+// defaults to $CKS_KUBE_BIN_DIR.
 //
 // Everything after "--" goes to the autoscaler as extra flags.
 package main
@@ -18,7 +24,8 @@ import (
 	"syscall"
 	"time"
 
-	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2/textlogger"
 )
 
 // Release is the cluster-autoscaler release this module pins.
@@ -32,6 +39,7 @@ func main() {
 	scenario := fs.String("scenario", "", "scenario to run: "+strings.Join(scenarioNames(), ", "))
 	simBin := fs.String("sim", "", "the cks-sim binary")
 	provBin := fs.String("provider", "", "the cks-autoscaler-provider binary")
+	kubeBin := fs.String("kube-bin", os.Getenv("CKS_KUBE_BIN_DIR"), "the directory holding etcd and kube-apiserver (tools/kube-testenv/build.sh)")
 	dir := fs.String("dir", "", "work directory (certificates, logs); a new temporary one by default")
 	keep := fs.Bool("keep", false, "keep the work directory")
 	list := fs.Bool("list", false, "list the scenarios (not the pending ones, not the benchmarks) and exit")
@@ -65,8 +73,8 @@ func main() {
 	if !ok {
 		sc, ok = benchmarks[*scenario]
 	}
-	if !ok || *simBin == "" || *provBin == "" {
-		fmt.Fprintf(os.Stderr, "usage: upstream-ca -scenario NAME -sim BIN -provider BIN (scenarios: %s)\n", strings.Join(scenarioNames(), ", "))
+	if !ok || *simBin == "" || *provBin == "" || *kubeBin == "" {
+		fmt.Fprintf(os.Stderr, "usage: upstream-ca -scenario NAME -sim BIN -provider BIN -kube-bin DIR (scenarios: %s)\n", strings.Join(scenarioNames(), ", "))
 		os.Exit(2)
 	}
 	workDir := *dir
@@ -82,7 +90,7 @@ func main() {
 		os.Exit(1)
 	}
 	start := time.Now()
-	e := &Env{Dir: workDir, SimBin: *simBin, ProvBin: *provBin, ExtraFlags: extra}
+	e := &Env{Dir: workDir, SimBin: *simBin, ProvBin: *provBin, KubeBin: *kubeBin, ExtraFlags: extra}
 	err := e.run(sc)
 	e.saveSimRequests()
 	e.Close()
@@ -110,19 +118,24 @@ func scenarioNames() []string {
 	return names
 }
 
-// Env is one scenario's world: cks-sim, the provider, the autoscaler and the bridge.
+// Env is one scenario's world: cks-sim, the provider, the API server with upstream's
+// controllers and scheduler, the autoscaler and the bridge.
 type Env struct {
-	Dir, SimBin, ProvBin string
-	ExtraFlags           []string
-	StateFile            string // the provider's --state-file, when the scenario gives it one
-	Sim                  *Sim
-	Prov                 *Provider
-	Up                   *Upstream
-	Bridge               *Bridge
-	Log                  *LogWatch
-	failures             []string
-	note                 string
-	loops                int
+	Dir, SimBin, ProvBin, KubeBin string
+	ExtraFlags                    []string
+	StateFile                     string // the provider's --state-file, when the scenario gives it one
+	Sim                           *Sim
+	Prov                          *Provider
+	Kube                          *Kube
+	Controllers                   *Controllers
+	Up                            *Upstream
+	Bridge                        *Bridge
+	Pods                          *PodHistory
+	Log                           *LogWatch
+	clusterLog                    *os.File
+	failures                      []string
+	note                          string
+	loops                         int
 }
 
 // Scenario is one run: the cluster it starts from, flags, and its steps.
@@ -137,11 +150,13 @@ type Scenario struct {
 	Run           func(e *Env) error
 }
 
-// The flags of deploy/'s autoscaler Deployment, with the timers shortened.
-func autoscalerFlags(cloudConfig string) []string {
+// The flags of deploy/'s autoscaler Deployment, with the timers shortened, and the
+// scenario's API server (in a pod the autoscaler finds it through its service account).
+func autoscalerFlags(cloudConfig, kubeconfig string) []string {
 	return []string{
 		"--cloud-provider=externalgrpc",
 		"--cloud-config=" + cloudConfig,
+		"--kubeconfig=" + kubeconfig,
 		"--namespace=kube-system",
 		"--v=2",
 		// (--stderrthreshold=info in deploy/: here klog's output goes to autoscaler.log.)
@@ -158,6 +173,10 @@ func autoscalerFlags(cloudConfig string) []string {
 		"--node-group-backoff-reset-timeout=2m",     // [3h]
 		"--unremovable-node-recheck-timeout=30s",    // [5m]
 		"--node-delete-delay-after-taint=1s",        // [5s]
+		// Its Kubernetes client's rate limits, ten times as the scan interval is ten times
+		// shorter: each iteration's reads and writes at its pace.
+		"--kube-client-qps=50",    // [5]
+		"--kube-client-burst=100", // [10]
 	}
 }
 
@@ -166,6 +185,23 @@ func (e *Env) run(sc Scenario) error {
 	if err != nil {
 		return err
 	}
+	// etcd and the API server come up while cks-sim and the provider do; run returns only
+	// once StartKube has (Close then stops what it started).
+	kubeDone := make(chan error, 1)
+	go func() {
+		k, err := StartKube(e.Dir, e.KubeBin)
+		e.Kube = k
+		kubeDone <- err
+	}()
+	kubeWaited := false
+	waitKube := func() error {
+		if kubeWaited {
+			return nil
+		}
+		kubeWaited = true
+		return <-kubeDone
+	}
+	defer waitKube()
 	e.Sim, err = StartSim(e.Dir, e.SimBin, sc.Cluster, sc.SimFlags...)
 	if err != nil {
 		return fmt.Errorf("cks-sim: %v", err)
@@ -178,7 +214,7 @@ func (e *Env) run(sc Scenario) error {
 	if err != nil {
 		return err
 	}
-	args := append(autoscalerFlags(autoscalerCloudConfig(e.Dir)), sc.AutoscalerArg...)
+	args := append(autoscalerFlags(autoscalerCloudConfig(e.Dir), kubeconfigPath(e.Dir)), sc.AutoscalerArg...)
 	args = append(args, e.ExtraFlags...)
 	opts := ParseFlags(args)
 	// deploy/ gives the provider the autoscaler's --max-node-provision-time (one value for
@@ -197,19 +233,46 @@ func (e *Env) run(sc Scenario) error {
 	// Each line once: without it klog writes a warning twice and an error three times to
 	// the one output (once per severity at or below the line's).
 	_ = flag.Set("one_output", "true")
-	kube := fake.NewSimpleClientset()
-	e.Bridge = NewBridge(e.Sim, kube)
+	if err := waitKube(); err != nil {
+		return err
+	}
+	// The controllers', the scheduler's and the bridge's own log lines.
+	clusterLog, err := os.Create(filepath.Join(e.Dir, "cluster.log"))
+	if err != nil {
+		return err
+	}
+	e.clusterLog = clusterLog
+	logger := textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(2), textlogger.Output(clusterLog)))
+	// The bridge stands for many components (every kubelet among them): client limits of
+	// its own, above any one of theirs.
+	bridgeClient, err := kubernetes.NewForConfig(e.Kube.Config(100, 200))
+	if err != nil {
+		return err
+	}
+	e.Bridge = NewBridge(e.Sim, bridgeClient, logger.WithName("bridge"))
+	e.Pods = WatchPods(bridgeClient)
 	if err := e.Bridge.Sync(); err != nil {
+		return err
+	}
+	// The nodes there at the start registered before the scenario: an hour ago.
+	for _, name := range e.Bridge.Registered {
+		if err := e.Kube.Backdate(name, time.Now().Add(-time.Hour)); err != nil {
+			return err
+		}
+	}
+	e.Controllers, err = StartControllers(e.Kube, logger)
+	if err != nil {
 		return err
 	}
 	var wrap = wrapCloudProvider
 	if !sc.Wrap {
 		wrap = nil
 	}
-	e.Up, err = Build(opts, kube, wrap)
+	e.Up, err = Build(opts, wrap)
 	if err != nil {
 		return err
 	}
+	e.Up.Reader = bridgeClient
 	if err := sc.Run(e); err != nil {
 		return err
 	}
@@ -228,8 +291,16 @@ func (e *Env) saveSimRequests() {
 	}
 }
 
-// Close stops our processes (the autoscaler ends with this process).
+// Close stops our processes, the autoscaler's informers, the controllers and the bridge.
 func (e *Env) Close() {
+	e.Up.Stop()
+	e.Controllers.Stop()
+	e.Bridge.Stop()
+	e.Pods.Stop()
+	e.Kube.Stop()
+	if e.clusterLog != nil {
+		e.clusterLog.Close()
+	}
 	if e.Prov != nil {
 		e.Prov.Stop(syscall.SIGTERM)
 	}
@@ -269,6 +340,25 @@ func (e *Env) Until(what string, within time.Duration, cond func() bool) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("timed out after %s waiting for %s (%s)", within, what, e.Describe())
 		}
+	}
+}
+
+// Between waits for cond as Until does, the bridge mirroring every scan interval, without
+// running upstream's loop: what happens between two of its iterations (its scan interval is
+// 10 s upstream, 1 s here), such as a workload deployed and Ready before it looks again.
+func (e *Env) Between(what string, within time.Duration, cond func() bool) error {
+	deadline := time.Now().Add(within)
+	for {
+		if err := e.Bridge.Sync(); err != nil {
+			return fmt.Errorf("bridge: %v", err)
+		}
+		if cond() {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("timed out after %s waiting for %s (%s)", within, what, e.Describe())
+		}
+		time.Sleep(e.Up.Options.ScanInterval)
 	}
 }
 

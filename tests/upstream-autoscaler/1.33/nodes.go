@@ -1,8 +1,8 @@
 package main
 
-// The bridge's nodes: cks-sim's registered nodes as Node objects, as the kubelet, the node
-// lifecycle controller and kubectl (run by CloudStack over SSH) leave them. Paths are of
-// kubernetes/kubernetes v1.33.1 unless said otherwise.
+// The bridge's nodes: cks-sim's registered nodes as Node objects in the API server, as the
+// kubelet, the node lifecycle controller and kubectl (run by CloudStack over SSH) leave them.
+// Paths are of kubernetes/kubernetes v1.33.1 unless said otherwise.
 
 import (
 	"context"
@@ -10,11 +10,16 @@ import (
 	"time"
 
 	apiv1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/uuid"
-	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/klog/v2"
+	controllerutil "k8s.io/kubernetes/pkg/controller/util/node"
 )
 
 // The Kubernetes side's timers, shortened as autoscalerFlags shortens the autoscaler's
@@ -24,28 +29,23 @@ const (
 	// (pkg/controller/nodelifecycle/config/v1alpha1/defaults.go): how long a node's kubelet
 	// may stay silent before the node lifecycle controller marks the node Unknown.
 	nodeMonitorGracePeriod = 2 * time.Second
-	// kube-apiserver --default-not-ready-toleration-seconds and
-	// --default-unreachable-toleration-seconds [300]
-	// (plugin/pkg/admission/defaulttolerationseconds/admission.go): how long a pod stays bound
-	// to a node tainted not-ready or unreachable NoExecute before it is evicted.
-	defaultTolerationSeconds = 30
 	// pkg/controller/podgc/gc_controller.go quarantineTime [40s, a constant]: how long a pod
 	// bound to a deleted node waits before the pod garbage collector deletes it.
 	podGCQuarantine = 4 * time.Second
 )
 
-// Bridge mirrors the simulator into the fake clientset and runs the controllers and the
-// scheduler of pods.go on it.
+// Bridge mirrors the simulator into the API server: the kubelets, the node lifecycle
+// controller, CloudStack's kubectl, and pod garbage collection (pods.go).
 type Bridge struct {
 	Sim  *Sim
-	Kube *fake.Clientset
-	// synced: the first Sync is done. Nodes found by the first one were there before the
-	// scenario: created an hour ago, so upstream counts them unready, not "not started".
-	synced bool
+	Kube kubernetes.Interface
+	// synced: the first Sync is done. Registered: the nodes the first one created, there
+	// before the scenario (the scenario backdates them, Kube.Backdate).
+	synced     bool
+	Registered []string
 
 	// kubeletUp: the node's VM runs, so its kubelet posts status and carries out pod
-	// deletions. The eviction reactor reads it from the autoscaler's goroutines, inside the
-	// fake clientset's lock: upMu is never held while calling the clientset.
+	// deletions.
 	upMu      sync.Mutex
 	kubeletUp map[string]bool
 	// silentSince: when the node's kubelet was first seen silent (its VM down).
@@ -53,18 +53,30 @@ type Bridge struct {
 	// simCordon: the cordon cks-sim reported last, mirrored into spec.unschedulable when it
 	// changes (a cordon set by anyone else is left alone).
 	simCordon map[string]bool
-	// evictAt: pods the taint eviction controller will delete, and when.
-	evictAt map[types.UID]evictionWork
 	// orphanSince: when a pod's node was first seen missing (pod garbage collection).
 	orphanSince map[string]time.Time
+	// The node lifecycle controller's events (MarkPodsNotReady records one per pod).
+	broadcaster record.EventBroadcaster
+	recorder    record.EventRecorder
+	// ctx carries the bridge's logger (upstream's functions it calls log through it).
+	ctx context.Context
 }
 
-// NewBridge is a bridge on kube, with the API server's eviction subresource installed.
-func NewBridge(sim *Sim, kube *fake.Clientset) *Bridge {
-	b := &Bridge{Sim: sim, Kube: kube, kubeletUp: map[string]bool{}, silentSince: map[string]time.Time{},
-		simCordon: map[string]bool{}, evictAt: map[types.UID]evictionWork{}, orphanSince: map[string]time.Time{}}
-	kube.PrependReactor("create", "pods", b.evictionReactor)
-	return b
+// NewBridge is a bridge writing to the API server through kube, logging to logger.
+func NewBridge(sim *Sim, kube kubernetes.Interface, logger klog.Logger) *Bridge {
+	ctx := klog.NewContext(context.Background(), logger)
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
+	return &Bridge{Sim: sim, Kube: kube, kubeletUp: map[string]bool{}, silentSince: map[string]time.Time{},
+		simCordon: map[string]bool{}, orphanSince: map[string]time.Time{}, broadcaster: broadcaster,
+		recorder: broadcaster.NewRecorder(scheme.Scheme, apiv1.EventSource{Component: "node-controller"}), ctx: ctx}
+}
+
+// Stop ends the bridge's event recording.
+func (b *Bridge) Stop() {
+	if b != nil {
+		b.broadcaster.Shutdown()
+	}
 }
 
 func quantity(s string) resource.Quantity {
@@ -224,9 +236,10 @@ func applyTaints(node *apiv1.Node, want []apiv1.Taint, now metav1.Time) bool {
 	return changed
 }
 
-// Sync mirrors the nodes, then runs the pods' controllers and the scheduler (pods.go).
+// Sync mirrors the nodes, then runs the kubelets' and pod garbage collection's pass on the
+// pods (pods.go).
 func (b *Bridge) Sync() error {
-	ctx := context.Background()
+	ctx := b.ctx
 	simNodes, err := b.Sim.Nodes()
 	if err != nil {
 		return err
@@ -272,17 +285,9 @@ func (b *Bridge) Sync() error {
 		for k, v := range sn.Allocatable {
 			alloc[apiv1.ResourceName(k)] = quantity(v)
 		}
-		mutate := func(node *apiv1.Node) bool {
+		// What the kubelet posts and the node lifecycle controller decides: the status.
+		status := func(node *apiv1.Node) bool {
 			changed := false
-			if node.Labels == nil {
-				node.Labels = map[string]string{}
-			}
-			for k, v := range sn.Labels {
-				if cur, ok := node.Labels[k]; !ok || cur != v {
-					node.Labels[k] = v
-					changed = true
-				}
-			}
 			if len(alloc) > 0 && len(node.Status.Allocatable) != len(alloc) {
 				node.Status.Allocatable, node.Status.Capacity = alloc, alloc.DeepCopy()
 				changed = true
@@ -292,6 +297,21 @@ func (b *Bridge) Sync() error {
 				changed = postStatus(node, kubeletConditions(sn.Ready), stamp) || changed
 			case silentLong:
 				changed = markUnknown(node, stamp) || changed
+			}
+			return changed
+		}
+		// The kubelet's labels, kubectl's cordon and the node lifecycle controller's taints:
+		// the object.
+		object := func(node *apiv1.Node) bool {
+			changed := false
+			if node.Labels == nil {
+				node.Labels = map[string]string{}
+			}
+			for k, v := range sn.Labels {
+				if cur, ok := node.Labels[k]; !ok || cur != v {
+					node.Labels[k] = v
+					changed = true
+				}
 			}
 			// kubectl cordon / uncordon: CloudStack's drain cordons the node first and a
 			// failed drain leaves it cordoned; an operator's uncordon lifts it. (kubectl's
@@ -305,36 +325,44 @@ func (b *Bridge) Sync() error {
 			return applyTaints(node, conditionTaints(node), stamp) || changed
 		}
 		if node, ok := existing[sn.Name]; ok {
-			if !mutate(node.DeepCopy()) {
+			wasReady := readyCondition(node) != nil && readyCondition(node).Status == apiv1.ConditionTrue
+			if !status(node.DeepCopy()) && !object(node.DeepCopy()) {
 				continue
 			}
-			// Changed: apply the change to the newest copy, so taints the autoscaler wrote
-			// since the listing stay.
-			fresh, err := b.Kube.CoreV1().Nodes().Get(ctx, sn.Name, metav1.GetOptions{})
-			if err != nil {
+			if err := b.updateNode(ctx, sn.Name, status, object); err != nil {
 				return err
 			}
-			mutate(fresh)
-			if _, err := b.Kube.CoreV1().Nodes().Update(ctx, fresh, metav1.UpdateOptions{}); err != nil {
-				return err
+			if wasReady && silentLong {
+				if err := b.markPodsNotReady(ctx, sn.Name); err != nil {
+					return err
+				}
 			}
 			continue
 		}
-		created := stamp
-		if !b.synced {
-			created = metav1.NewTime(now.Add(-time.Hour))
-		}
 		node := &apiv1.Node{
-			ObjectMeta: metav1.ObjectMeta{Name: sn.Name, UID: uuid.NewUUID(), CreationTimestamp: created, Labels: map[string]string{}},
+			ObjectMeta: metav1.ObjectMeta{Name: sn.Name, Labels: map[string]string{}},
 			Spec:       apiv1.NodeSpec{ProviderID: sn.ProviderID},
 		}
 		if sn.Role == "control" {
 			// kubeadm's control-plane taint (CKS control nodes run no workload).
 			node.Spec.Taints = []apiv1.Taint{{Key: "node-role.kubernetes.io/control-plane", Effect: apiv1.TaintEffectNoSchedule}}
 		}
-		mutate(node)
+		// The kubelet registers its node with its status (pkg/kubelet/kubelet_node_status.go
+		// registerWithAPIServer; the API server keeps a new node's status,
+		// pkg/registry/core/node/strategy.go PrepareForCreate). The TaintNodesByCondition
+		// admission plugin adds the not-ready NoSchedule taint to every new node
+		// (plugin/pkg/admission/nodetaint/admission.go), which the node lifecycle
+		// controller's next pass takes off a Ready one (object, below).
+		status(node)
+		object(node)
 		if _, err := b.Kube.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
 			return err
+		}
+		if err := b.updateNode(ctx, sn.Name, status, object); err != nil {
+			return err
+		}
+		if !b.synced {
+			b.Registered = append(b.Registered, sn.Name)
 		}
 	}
 	for name := range existing {
@@ -342,15 +370,14 @@ func (b *Bridge) Sync() error {
 			continue
 		}
 		// The VM is gone and CloudStack deleted the node (kubectl delete node). A VM that
-		// ran was drained first (kubectl drain --ignore-daemonsets --delete-emptydir-data:
-		// an eviction per pod, per kubectl drain's help text; its source is *unverified*,
-		// see above); a down VM was not, its pods are left to the pod garbage collector.
+		// ran was drained first (pods.go drain); a down VM was not, its pods are left to the
+		// pod garbage collector.
 		if b.isKubeletUp(name) {
 			if err := b.drain(ctx, name); err != nil {
 				return err
 			}
 		}
-		if err := b.Kube.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		if err := b.Kube.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			return err
 		}
 		b.upMu.Lock()
@@ -360,7 +387,46 @@ func (b *Bridge) Sync() error {
 		delete(b.simCordon, name)
 	}
 	b.synced = true
-	return b.pods(ctx, now)
+	return b.pods(ctx, now, seen)
+}
+
+// updateNode applies status (through the status subresource, as the kubelet and the node
+// lifecycle controller write it) then object (labels, cordon, taints) to the newest copy of
+// node name, again on a conflict: the autoscaler writes its taints to the same object.
+func (b *Bridge) updateNode(ctx context.Context, name string, status, object func(*apiv1.Node) bool) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		node, err := b.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if next := node.DeepCopy(); status(next) {
+			if node, err = b.Kube.CoreV1().Nodes().UpdateStatus(ctx, next, metav1.UpdateOptions{}); err != nil {
+				return err
+			}
+		}
+		if next := node.DeepCopy(); object(next) {
+			_, err = b.Kube.CoreV1().Nodes().Update(ctx, next, metav1.UpdateOptions{})
+		}
+		return err
+	})
+}
+
+// markPodsNotReady is the node lifecycle controller's step when a node stops being Ready
+// (node_lifecycle_controller.go monitorNodeHealth): its pods' Ready condition set False,
+// by upstream's own function (pkg/controller/util/node/controller_utils.go
+// MarkPodsNotReady).
+func (b *Bridge) markPodsNotReady(ctx context.Context, node string) error {
+	list, err := b.Kube.CoreV1().Pods(podNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	var pods []*apiv1.Pod
+	for i := range list.Items {
+		if list.Items[i].Spec.NodeName == node {
+			pods = append(pods, &list.Items[i])
+		}
+	}
+	return controllerutil.MarkPodsNotReady(ctx, b.Kube, b.recorder, pods, node)
 }
 
 // WorkerNodes lists the Node objects that are not control-plane nodes.

@@ -102,9 +102,10 @@ func (e *Env) Never(phrases ...Phrase) {
 	}
 }
 
-// Status reads the autoscaler's ClusterAutoscalerStatus ConfigMap.
+// Status reads the autoscaler's ClusterAutoscalerStatus ConfigMap (through the harness's own
+// client: the autoscaler's has its rate limits to keep for the autoscaler).
 func (u *Upstream) Status() (*api.ClusterAutoscalerStatus, error) {
-	cm, err := u.Kube.CoreV1().ConfigMaps(u.Options.ConfigNamespace).Get(context.Background(), u.Options.StatusConfigMapName, metav1.GetOptions{})
+	cm, err := u.Reader.CoreV1().ConfigMaps(u.Options.ConfigNamespace).Get(context.Background(), u.Options.StatusConfigMapName, metav1.GetOptions{})
 	if err != nil {
 		return nil, err
 	}

@@ -35,6 +35,8 @@ const (
 	caTaints       = "k8s.io/autoscaler/cluster-autoscaler/utils/taints"
 	caStateUtils   = "k8s.io/autoscaler/cluster-autoscaler/clusterstate/utils"
 	caExtGrpc      = "k8s.io/autoscaler/cluster-autoscaler/cloudprovider/externalgrpc"
+	caSimulator    = "k8s.io/autoscaler/cluster-autoscaler/simulator"
+	caPdbRule      = "k8s.io/autoscaler/cluster-autoscaler/simulator/drainability/rules/pdb"
 	apiMachinery   = "k8s.io/apimachinery/pkg/util/runtime"
 )
 
@@ -86,6 +88,11 @@ var (
 	// node with pods to drain.
 	phRemovingEmpty = Phrase{"Scale-down: removing empty node", caActuation}
 	phRemovingNode  = Phrase{"Scale-down: removing node", caActuation}
+	// simulator/cluster.go SimulateNodeRemoval: a node's pods cannot all be moved (the
+	// reason follows: a drainability rule's error), so the node is unremovable; the pdb rule's
+	// error (drainability/rules/pdb/rule.go Drainable): a pod's budget allows no disruption.
+	phCannotBeRemoved = Phrase{"cannot be removed", caSimulator}
+	phNotEnoughPdb    = Phrase{"not enough pod disruption budget to move", caPdbRule}
 	// delete_in_batch.go CleanUpAndRecordFailedScaleDownEvent: DeleteNodes (or the drain)
 	// failed; the node's ToBeDeleted taint is then released.
 	phDeleteEmptyFailed = Phrase{"couldn't delete empty node", caActuation}
@@ -105,14 +112,14 @@ var watched = []Phrase{
 	phPanic, phFixFailed, phDecreasing, phSizeFixed, phRefreshFailed, phClusterUnhealthy,
 	phNodeInfosFailed, phScaleUpFailed, phIncreaseFailed, phScaleUp, phBackoff, phDisabling,
 	phNoReadiness, phInstancesRefreshed, phCreateErrors, phCreateErrorsFailed, phMarkUnregistered,
-	phRemoveUnregistered, phRemoveFailed, phRemovingEmpty, phRemovingNode, phDeleteEmptyFailed,
+	phRemoveUnregistered, phRemoveFailed, phRemovingEmpty, phRemovingNode, phCannotBeRemoved, phNotEnoughPdb, phDeleteEmptyFailed,
 	phDeleteNodeFailed, phReleasingTaint, phReleaseFailed, phGrpcError,
 }
 
 // harnessVerbosity is the --v the scenarios give the autoscaler.
 func harnessVerbosity() int {
 	v := 0
-	for _, f := range autoscalerFlags("") {
+	for _, f := range autoscalerFlags("", "") {
 		if strings.HasPrefix(f, "--v=") {
 			v, _ = strconv.Atoi(strings.TrimPrefix(f, "--v="))
 		}

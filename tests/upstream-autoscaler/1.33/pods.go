@@ -1,41 +1,32 @@
 package main
 
-// The bridge's pods: the controllers, the API server's pod rules and the scheduler a real
-// cluster runs, one pass per Sync. Paths are of kubernetes/kubernetes v1.33.1 (the module
-// cache's copy) unless said otherwise. Not modelled: pod Ready conditions (the kubelet's, and
-// the node lifecycle controller's MarkPodsNotReady; nothing the autoscaler decides reads
-// them), PodDisruptionBudgets in the eviction subresource (no scenario has one), the kubelet's
-// grace period on a live node (a deletion it carries out is immediate), kube-scheduler's
-// scoring (first fit by node name).
+// The bridge's pods: what the kubelet does with the pods bound to its node, pod garbage
+// collection, and the pod side of CloudStack's drain. Paths are of kubernetes/kubernetes
+// v1.33.1 (the module cache's copy) unless said otherwise. The rest of a pod's life is the
+// API server's and upstream's own code (controllers.go): creation by the ReplicaSet
+// controller (a Deployment's) with the API server's defaults and admission (generated name, the
+// DefaultTolerationSeconds tolerations), binding by kube-scheduler, graceful deletion and the
+// eviction subresource with its PodDisruptionBudget checks
+// (pkg/registry/core/pod/storage/eviction.go), the budgets' status by the disruption
+// controller, eviction off a NoExecute taint by the taint eviction controller. Not modelled:
+// the kubelet's grace period on a live node (the containers, pause, stop at once), container
+// restarts, probes (a running pod is Ready), the pod's IPs.
 
 import (
 	"context"
-	"fmt"
-	"math"
-	"sort"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	apiv1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
-	policyv1beta1 "k8s.io/api/policy/v1beta1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	utilrand "k8s.io/apimachinery/pkg/util/rand"
-	"k8s.io/apimachinery/pkg/util/uuid"
-	k8stesting "k8s.io/client-go/testing"
-	schedcorev1 "k8s.io/component-helpers/scheduling/corev1"
-	corehelper "k8s.io/kubernetes/pkg/apis/core/v1/helper"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/klog/v2"
 )
 
 const podNamespace = "default"
-
-var podsResource = apiv1.SchemeGroupVersion.WithResource("pods")
-
-// evictionWork is a pod the taint eviction controller will delete: since when (the work's
-// CreatedAt) and when.
-type evictionWork struct{ since, at time.Time }
 
 func (b *Bridge) isKubeletUp(node string) bool {
 	b.upMu.Lock()
@@ -47,158 +38,181 @@ func terminal(p *apiv1.Pod) bool {
 	return p.Status.Phase == apiv1.PodSucceeded || p.Status.Phase == apiv1.PodFailed
 }
 
-// deletePod is the API server's DELETE of a pod, through the object tracker (it runs inside
-// the fake clientset's reactors too). pkg/registry/core/pod/strategy.go CheckGracefulDelete:
-// the grace period is the request's, else the pod's terminationGracePeriodSeconds; an
-// unscheduled or terminated pod goes at once; a bound one gets its deletionTimestamp and stays
-// (Terminating) until its kubelet has stopped it and deletes it for good
-// (pkg/kubelet/status/status_manager.go syncPod). A kubelet that runs does that here at once;
-// a silent one never does, and the pod waits for the node's deletion (pod garbage collection)
-// or its return. cond, when given, is the DisruptionTarget condition the deleting controller
-// adds first.
-func (b *Bridge) deletePod(name string, grace *int64, cond *apiv1.PodCondition) error {
-	tr := b.Kube.Tracker()
-	obj, err := tr.Get(podsResource, podNamespace, name)
-	if err != nil {
-		return err
-	}
-	pod := obj.(*apiv1.Pod).DeepCopy()
-	period := int64(apiv1.DefaultTerminationGracePeriodSeconds)
-	if grace != nil {
-		period = *grace
-	} else if pod.Spec.TerminationGracePeriodSeconds != nil {
-		period = *pod.Spec.TerminationGracePeriodSeconds
-	}
-	if pod.Spec.NodeName == "" || terminal(pod) {
-		period = 0
-	}
-	if period <= 0 || b.isKubeletUp(pod.Spec.NodeName) {
-		return tr.Delete(podsResource, podNamespace, name)
-	}
-	if pod.DeletionTimestamp != nil {
-		return nil
-	}
-	if cond != nil {
-		cond.LastTransitionTime = metav1.Now()
-		pod.Status.Conditions = append(pod.Status.Conditions, *cond)
-	}
-	now := metav1.Now()
-	pod.DeletionTimestamp, pod.DeletionGracePeriodSeconds = &now, &period
-	return tr.Update(podsResource, pod, podNamespace)
-}
-
-// evictionReactor is the pods/eviction subresource (pkg/registry/core/pod/storage/
-// eviction.go): the pod is deleted with the eviction's delete options. client-go's fake
-// clientset only records an eviction; the autoscaler's drain (core/scaledown/actuation/
-// drain.go evictPod) then waits for pods that never go.
-func (b *Bridge) evictionReactor(action k8stesting.Action) (bool, runtime.Object, error) {
-	create, ok := action.(k8stesting.CreateAction)
-	if !ok || action.GetSubresource() != "eviction" {
-		return false, nil, nil
-	}
-	var name string
-	var opts *metav1.DeleteOptions
-	switch ev := create.GetObject().(type) {
-	case *policyv1beta1.Eviction:
-		name, opts = ev.Name, ev.DeleteOptions
-	case *policyv1.Eviction:
-		name, opts = ev.Name, ev.DeleteOptions
-	default:
-		return true, nil, fmt.Errorf("eviction of type %T", ev)
-	}
-	var grace *int64
-	if opts != nil {
-		grace = opts.GracePeriodSeconds
-	}
-	if err := b.deletePod(name, grace, &apiv1.PodCondition{Type: apiv1.DisruptionTarget, Status: apiv1.ConditionTrue,
-		Reason: "EvictionByEvictionAPI", Message: "Eviction API: evicting"}); err != nil {
-		return true, nil, err
-	}
-	return true, &metav1.Status{Status: metav1.StatusSuccess}, nil
-}
-
-// drain is kubectl drain's evictions of every pod on node (CloudStack drains a running VM's
-// node before it deletes it; kubectl's source is *unverified*, nodes.go). No DaemonSet pod
-// runs here, which --ignore-daemonsets would leave.
-func (b *Bridge) drain(ctx context.Context, node string) error {
-	pods, err := b.Kube.CoreV1().Pods(podNamespace).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return err
-	}
-	for _, p := range pods.Items {
-		if p.Spec.NodeName == node {
-			if err := b.Kube.CoreV1().Pods(podNamespace).EvictV1(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: podNamespace}}); err != nil && !apierrors.IsNotFound(err) {
-				return err
-			}
+func podCondition(p *apiv1.Pod, t apiv1.PodConditionType) *apiv1.PodCondition {
+	for i := range p.Status.Conditions {
+		if p.Status.Conditions[i].Type == t {
+			return &p.Status.Conditions[i]
 		}
 	}
 	return nil
 }
 
-// minTolerationTime is pkg/controller/tainteviction/taint_eviction.go getMinTolerationTime:
-// the least tolerationSeconds of the tolerations used, 0 for none given as ≤ 0, -1 (for
-// ever) when none has a limit.
-func minTolerationTime(tolerations []apiv1.Toleration) time.Duration {
-	if len(tolerations) == 0 {
-		return 0
-	}
-	least := int64(math.MaxInt64)
-	for _, t := range tolerations {
-		if t.TolerationSeconds != nil {
-			if *t.TolerationSeconds <= 0 {
-				return 0
-			}
-			least = min(least, *t.TolerationSeconds)
+// setPodCondition is pkg/api/v1/pod/util.go UpdatePodCondition: the transition time moves
+// only when the status does. Reports whether anything changed.
+func setPodCondition(p *apiv1.Pod, t apiv1.PodConditionType, status apiv1.ConditionStatus, reason string, now metav1.Time) bool {
+	if c := podCondition(p, t); c != nil {
+		if c.Status == status && c.Reason == reason {
+			return false
 		}
+		if c.Status != status {
+			c.LastTransitionTime = now
+		}
+		c.Status, c.Reason = status, reason
+		return true
 	}
-	if least == math.MaxInt64 {
-		return -1
-	}
-	return time.Duration(least) * time.Second
+	p.Status.Conditions = append(p.Status.Conditions, apiv1.PodCondition{Type: t, Status: status, Reason: reason, LastTransitionTime: now})
+	return true
 }
 
-// pods runs one pass of the pods' controllers, then the scheduler.
-func (b *Bridge) pods(ctx context.Context, now time.Time) error {
-	nodeList, err := b.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+// runPod is the status the kubelet posts for a pod whose containers run (pkg/kubelet/
+// kubelet_pods.go generateAPIPodStatus and getPhase: every container running → Running;
+// pkg/kubelet/status/generate.go GeneratePodInitializedCondition,
+// GenerateContainersReadyCondition, GeneratePodReadyCondition: no init container, every
+// container ready (no readiness probe) → True; GeneratePodReadyToStartContainersCondition:
+// the sandbox is up). Reports whether anything changed.
+func runPod(p *apiv1.Pod, now metav1.Time) bool {
+	changed := false
+	if p.Status.Phase != apiv1.PodRunning {
+		p.Status.Phase = apiv1.PodRunning
+		changed = true
+	}
+	if p.Status.StartTime == nil {
+		p.Status.StartTime = &now
+		changed = true
+	}
+	for _, t := range []apiv1.PodConditionType{apiv1.PodReadyToStartContainers, apiv1.PodInitialized, apiv1.ContainersReady, apiv1.PodReady} {
+		changed = setPodCondition(p, t, apiv1.ConditionTrue, "", now) || changed
+	}
+	if len(p.Status.ContainerStatuses) != len(p.Spec.Containers) {
+		p.Status.ContainerStatuses = nil
+		started := true
+		for _, c := range p.Spec.Containers {
+			p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, apiv1.ContainerStatus{
+				Name: c.Name, Image: c.Image, Ready: true, Started: &started,
+				State: apiv1.ContainerState{Running: &apiv1.ContainerStateRunning{StartedAt: now}}})
+		}
+		changed = true
+	}
+	return changed
+}
+
+// finishDeletion is the kubelet's end of a graceful deletion of a pod of its node: it stops
+// the containers and posts the terminal phase (kubelet_pods.go getPhase: a terminal pod whose
+// containers all stopped; Succeeded, pause exiting 0 on SIGTERM, *unverified*: pause's source
+// is not in the module cache), then the status manager deletes the pod for good
+// (pkg/kubelet/status/status_manager.go syncPod and canBeDeleted: grace period 0, the pod's
+// UID as precondition).
+func (b *Bridge) finishDeletion(ctx context.Context, p *apiv1.Pod) error {
+	if !terminal(p) {
+		done := p.DeepCopy()
+		done.Status.Phase = apiv1.PodSucceeded
+		now := metav1.Now()
+		for _, t := range []apiv1.PodConditionType{apiv1.ContainersReady, apiv1.PodReady} {
+			setPodCondition(done, t, apiv1.ConditionFalse, "PodCompleted", now)
+		}
+		if _, err := b.Kube.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, done, metav1.UpdateOptions{}); err != nil {
+			return ignoreGone(err)
+		}
+	}
+	zero := int64(0)
+	return ignoreGone(b.Kube.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{
+		GracePeriodSeconds: &zero, Preconditions: metav1.NewUIDPreconditions(string(p.UID))}))
+}
+
+// ignoreGone: a pod deleted meanwhile (not found), or replaced by another of the same name
+// (the UID precondition: conflict), is nothing to do.
+func ignoreGone(err error) error {
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil
+	}
+	return err
+}
+
+// drain is kubectl drain's part of CloudStack's removal of a running VM's node (cks-sim
+// removes the VM, the bridge its node, nodes.go): an eviction per pod of the node (policy/v1,
+// the pod's own grace period), then the wait for them to be gone, which their kubelet, still
+// up at that moment, makes short. kubectl's source (k8s.io/kubectl pkg/drain) is not in the
+// module cache: *unverified* beyond kubectl drain's help text ("the given node will be
+// marked unschedulable ... evicts the pods"). cks-sim decides whether CloudStack's drain
+// fails (its faildrains); an eviction the API server refuses here (a PodDisruptionBudget) is
+// not fed back to it: the pod is left, to the pod garbage collector once the node is gone.
+func (b *Bridge) drain(ctx context.Context, node string) error {
+	pods, err := b.Kube.CoreV1().Pods(podNamespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return err
 	}
-	nodes := map[string]*apiv1.Node{}
-	for i := range nodeList.Items {
-		nodes[nodeList.Items[i].Name] = &nodeList.Items[i]
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.Spec.NodeName != node {
+			continue
+		}
+		if p.DeletionTimestamp == nil {
+			err := b.Kube.CoreV1().Pods(p.Namespace).EvictV1(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace}})
+			if apierrors.IsTooManyRequests(err) {
+				klog.FromContext(ctx).Info("CloudStack's drain: eviction refused", "node", node, "pod", p.Name, "err", err)
+				continue
+			}
+			if err := ignoreGone(err); err != nil {
+				return err
+			}
+			fresh, err := b.Kube.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
+			if err != nil {
+				if apierrors.IsNotFound(err) {
+					continue
+				}
+				return err
+			}
+			p = fresh
+		}
+		if err := b.finishDeletion(ctx, p); err != nil {
+			return err
+		}
 	}
+	return nil
+}
+
+// pods runs one pass of the kubelets and of pod garbage collection; nodes are the nodes
+// that exist.
+func (b *Bridge) pods(ctx context.Context, now time.Time, nodes map[string]bool) error {
 	podList, err := b.Kube.CoreV1().Pods(podNamespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return err
 	}
+	stamp := metav1.NewTime(now)
 	orphaned := map[string]bool{}
 	for i := range podList.Items {
 		p := &podList.Items[i]
-		node, bound := nodes[p.Spec.NodeName]
 		switch {
 		case p.Spec.NodeName == "":
-		case p.DeletionTimestamp != nil && b.isKubeletUp(p.Spec.NodeName):
-			// Its kubelet stopped it: deleted for good (status_manager.go syncPod).
-			if err := b.deletePod(p.Name, nil, nil); err != nil && !apierrors.IsNotFound(err) {
-				return err
-			}
-		case !bound:
+		case !nodes[p.Spec.NodeName]:
 			// pkg/controller/podgc/gc_controller.go gcOrphaned: a pod bound to a node that
-			// no longer exists, still missing after quarantineTime, is marked failed and
-			// deleted at once.
+			// no longer exists, still missing after quarantineTime, is marked Failed with the
+			// DisruptionTarget condition DeletionByPodGC and deleted at once
+			// (markFailedAndDeletePodWithCondition).
 			orphaned[p.Spec.NodeName] = true
 			since, ok := b.orphanSince[p.Spec.NodeName]
 			if !ok {
 				b.orphanSince[p.Spec.NodeName] = now
 			} else if now.Sub(since) >= podGCQuarantine {
-				zero := int64(0)
-				if err := b.deletePod(p.Name, &zero, nil); err != nil && !apierrors.IsNotFound(err) {
+				if err := b.collect(ctx, p, stamp); err != nil {
 					return err
 				}
 			}
-		case p.DeletionTimestamp == nil:
-			if err := b.taintEviction(p, node, now); err != nil {
+		case !b.isKubeletUp(p.Spec.NodeName):
+			// A silent kubelet does nothing: its pods stay as they are (Terminating when
+			// deleted) until it comes back or its node is deleted.
+		case p.DeletionTimestamp != nil:
+			if err := b.finishDeletion(ctx, p); err != nil {
 				return err
+			}
+		case !terminal(p):
+			// The kubelet starts a pod bound to its node, and posts Ready again for its pods
+			// when it comes back (the node lifecycle controller marked them not ready).
+			run := p.DeepCopy()
+			if runPod(run, stamp) {
+				if _, err := b.Kube.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, run, metav1.UpdateOptions{}); err != nil && ignoreGone(err) != nil {
+					return err
+				}
 			}
 		}
 	}
@@ -207,308 +221,77 @@ func (b *Bridge) pods(ctx context.Context, now time.Time) error {
 			delete(b.orphanSince, n)
 		}
 	}
-	if err := b.replicaSets(ctx, now); err != nil {
-		return err
-	}
-	return b.schedule(ctx)
-}
-
-// taintEviction is pkg/controller/tainteviction/taint_eviction.go processPodOnNode for a pod
-// bound to node: no NoExecute taint, nothing to do (work cancelled); a taint it does not
-// tolerate, deleted now; otherwise deleted once the least tolerationSeconds of the
-// tolerations used has passed since the work was created (tolerated for ever: none).
-// deletePodHandler deletes with the DisruptionTarget condition DeletionByTaintManager.
-func (b *Bridge) taintEviction(p *apiv1.Pod, node *apiv1.Node, now time.Time) error {
-	var noExecute []apiv1.Taint
-	for _, t := range node.Spec.Taints {
-		if t.Effect == apiv1.TaintEffectNoExecute {
-			noExecute = append(noExecute, t)
-		}
-	}
-	if len(noExecute) == 0 {
-		delete(b.evictAt, p.UID)
-		return nil
-	}
-	all, used := corehelper.GetMatchingTolerations(noExecute, p.Spec.Tolerations)
-	w, scheduled := b.evictAt[p.UID]
-	if !scheduled {
-		w.since = now
-	}
-	switch least := minTolerationTime(used); {
-	case !all:
-		w.at = now
-	case least < 0:
-		delete(b.evictAt, p.UID)
-		return nil
-	default:
-		w.at = w.since.Add(least)
-	}
-	b.evictAt[p.UID] = w
-	if now.Before(w.at) {
-		return nil
-	}
-	delete(b.evictAt, p.UID)
-	err := b.deletePod(p.Name, nil, &apiv1.PodCondition{Type: apiv1.DisruptionTarget, Status: apiv1.ConditionTrue,
-		Reason: "DeletionByTaintManager", Message: "Taint manager: deleting due to NoExecute taint"})
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	return err
-}
-
-func controlledBy(p *apiv1.Pod, rs *appsv1.ReplicaSet) bool {
-	ref := metav1.GetControllerOf(p)
-	return ref != nil && ref.UID == rs.UID
-}
-
-// active is pkg/controller/controller_utils.go IsPodActive: not terminated, not being deleted.
-func active(p *apiv1.Pod) bool { return !terminal(p) && p.DeletionTimestamp == nil }
-
-// replicaSets is pkg/controller/replicaset/replica_set.go manageReplicas for every
-// ReplicaSet: as many active pods as spec.replicas, new ones from the template (named as the
-// API server's generateName does, k8s.io/apiserver/pkg/storage/names: the ReplicaSet's name,
-// "-", 5 random characters), the surplus deleted in getPodsToDelete's order
-// (controller_utils.go ActivePodsWithRanks: unassigned first, then Pending before Running,
-// then the newest; the ranks on readiness, deletion cost and co-location are not modelled).
-func (b *Bridge) replicaSets(ctx context.Context, now time.Time) error {
-	rss, err := b.Kube.AppsV1().ReplicaSets(podNamespace).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return err
-	}
-	pods, err := b.Kube.CoreV1().Pods(podNamespace).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return err
-	}
-	for i := range rss.Items {
-		rs := &rss.Items[i]
-		var live []*apiv1.Pod
-		for j := range pods.Items {
-			if p := &pods.Items[j]; controlledBy(p, rs) && active(p) {
-				live = append(live, p)
-			}
-		}
-		want := 0
-		if rs.Spec.Replicas != nil {
-			want = int(*rs.Spec.Replicas)
-		}
-		for n := len(live); n < want; n++ {
-			if _, err := b.Kube.CoreV1().Pods(podNamespace).Create(ctx, newPod(rs, now), metav1.CreateOptions{}); err != nil {
-				return err
-			}
-		}
-		if len(live) <= want {
-			continue
-		}
-		phaseRank := map[apiv1.PodPhase]int{apiv1.PodPending: 0, apiv1.PodUnknown: 1, apiv1.PodRunning: 2}
-		sort.SliceStable(live, func(i, j int) bool {
-			a, c := live[i], live[j]
-			if (a.Spec.NodeName == "") != (c.Spec.NodeName == "") {
-				return a.Spec.NodeName == ""
-			}
-			if phaseRank[a.Status.Phase] != phaseRank[c.Status.Phase] {
-				return phaseRank[a.Status.Phase] < phaseRank[c.Status.Phase]
-			}
-			return c.CreationTimestamp.Before(&a.CreationTimestamp)
-		})
-		for _, p := range live[:len(live)-want] {
-			if err := b.deletePod(p.Name, nil, nil); err != nil && !apierrors.IsNotFound(err) {
-				return err
-			}
-		}
-	}
 	return nil
 }
 
-// newPod is a pod of rs as the API server stores it: generated name, uid, creation time, the
-// defaults of pkg/apis/core/v1/defaults.go (terminationGracePeriodSeconds 30) and the
-// tolerations the DefaultTolerationSeconds admission plugin adds to a pod that has none for
-// not-ready / unreachable NoExecute (plugin/pkg/admission/defaulttolerationseconds/
-// admission.go Admit).
-func newPod(rs *appsv1.ReplicaSet, now time.Time) *apiv1.Pod {
-	t := rs.Spec.Template.DeepCopy()
-	p := &apiv1.Pod{ObjectMeta: t.ObjectMeta, Spec: t.Spec, Status: apiv1.PodStatus{Phase: apiv1.PodPending}}
-	p.Name = rs.Name + "-" + utilrand.String(5)
-	p.GenerateName = rs.Name + "-"
-	p.Namespace = rs.Namespace
-	p.UID = uuid.NewUUID()
-	p.CreationTimestamp = metav1.NewTime(now)
-	p.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(rs, appsv1.SchemeGroupVersion.WithKind("ReplicaSet"))}
-	if p.Spec.TerminationGracePeriodSeconds == nil {
-		g := int64(apiv1.DefaultTerminationGracePeriodSeconds)
-		p.Spec.TerminationGracePeriodSeconds = &g
+// collect is gc_controller.go markFailedAndDeletePodWithCondition for an orphaned pod.
+func (b *Bridge) collect(ctx context.Context, p *apiv1.Pod, now metav1.Time) error {
+	if !terminal(p) {
+		failed := p.DeepCopy()
+		failed.Status.Phase = apiv1.PodFailed
+		c := podCondition(failed, apiv1.DisruptionTarget)
+		if c == nil {
+			failed.Status.Conditions = append(failed.Status.Conditions, apiv1.PodCondition{Type: apiv1.DisruptionTarget})
+			c = &failed.Status.Conditions[len(failed.Status.Conditions)-1]
+		}
+		c.Status, c.Reason, c.Message, c.LastTransitionTime = apiv1.ConditionTrue, "DeletionByPodGC", "PodGC: node no longer exists", now
+		if _, err := b.Kube.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, failed, metav1.UpdateOptions{}); err != nil {
+			return ignoreGone(err)
+		}
 	}
-	notReady, unreachable := false, false
-	for _, tol := range p.Spec.Tolerations {
-		noExec := tol.Effect == apiv1.TaintEffectNoExecute || tol.Effect == ""
-		notReady = notReady || (noExec && (tol.Key == apiv1.TaintNodeNotReady || tol.Key == ""))
-		unreachable = unreachable || (noExec && (tol.Key == apiv1.TaintNodeUnreachable || tol.Key == ""))
-	}
-	seconds := int64(defaultTolerationSeconds)
-	if !notReady {
-		p.Spec.Tolerations = append(p.Spec.Tolerations, apiv1.Toleration{Key: apiv1.TaintNodeNotReady, Operator: apiv1.TolerationOpExists, Effect: apiv1.TaintEffectNoExecute, TolerationSeconds: &seconds})
-	}
-	if !unreachable {
-		p.Spec.Tolerations = append(p.Spec.Tolerations, apiv1.Toleration{Key: apiv1.TaintNodeUnreachable, Operator: apiv1.TolerationOpExists, Effect: apiv1.TaintEffectNoExecute, TolerationSeconds: &seconds})
-	}
-	return p
+	zero := int64(0)
+	return ignoreGone(b.Kube.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}))
 }
 
-func podRequests(p *apiv1.Pod) (cpu, mem int64) {
-	for _, c := range p.Spec.Containers {
-		cpu += c.Resources.Requests.Cpu().MilliValue()
-		mem += c.Resources.Requests.Memory().Value()
+// podTemplate is the pods of a workload: one container requesting cpu and memory.
+func podTemplate(labels map[string]string, cpu, mem string) apiv1.PodTemplateSpec {
+	return apiv1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Labels: labels},
+		Spec: apiv1.PodSpec{Containers: []apiv1.Container{{Name: "c", Image: "pause",
+			Resources: apiv1.ResourceRequirements{Requests: apiv1.ResourceList{apiv1.ResourceCPU: quantity(cpu), apiv1.ResourceMemory: quantity(mem)}}}}},
 	}
-	return
 }
 
-// feasible is kube-scheduler's filters that matter here: NodeUnschedulable
-// (pkg/scheduler/framework/plugins/nodeunschedulable: a cordoned node, unless the pod
-// tolerates the unschedulable taint) and TaintToleration (plugins/tainttoleration Filter: no
-// NoSchedule or NoExecute taint the pod does not tolerate). Readiness is not a filter: the
-// node lifecycle controller's taints stand for it.
-func feasible(p *apiv1.Pod, n *apiv1.Node) bool {
-	if n.Spec.Unschedulable {
-		cordon := apiv1.Taint{Key: apiv1.TaintNodeUnschedulable, Effect: apiv1.TaintEffectNoSchedule}
-		tolerated := false
-		for i := range p.Spec.Tolerations {
-			tolerated = tolerated || p.Spec.Tolerations[i].ToleratesTaint(&cordon)
-		}
-		if !tolerated {
-			return false
-		}
-	}
-	_, untolerated := schedcorev1.FindMatchingUntoleratedTaint(n.Spec.Taints, p.Spec.Tolerations, func(t *apiv1.Taint) bool {
-		return t.Effect == apiv1.TaintEffectNoSchedule || t.Effect == apiv1.TaintEffectNoExecute
-	})
-	return !untolerated
-}
-
-func setScheduled(p *apiv1.Pod, status apiv1.ConditionStatus, reason string) bool {
-	for i := range p.Status.Conditions {
-		c := &p.Status.Conditions[i]
-		if c.Type == apiv1.PodScheduled {
-			if c.Status == status && c.Reason == reason {
-				return false
-			}
-			c.Status, c.Reason, c.LastTransitionTime = status, reason, metav1.Now()
-			return true
-		}
-	}
-	p.Status.Conditions = append(p.Status.Conditions, apiv1.PodCondition{Type: apiv1.PodScheduled, Status: status, Reason: reason, LastTransitionTime: metav1.Now()})
-	return true
-}
-
-// schedule binds pending pods, oldest first (the scheduling queue's PrioritySort: equal
-// priorities by time), each to the first feasible node by name with room (NodeResourcesFit:
-// cpu, memory, pod count against allocatable, counting every pod bound there, terminating
-// ones included), and marks the others unschedulable as kube-scheduler does
-// (PodScheduled=False, reason Unschedulable). The kubelet then runs the pod (Running).
-func (b *Bridge) schedule(ctx context.Context) error {
-	nodes, err := b.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return err
-	}
-	pods, err := b.Kube.CoreV1().Pods(podNamespace).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return err
-	}
-	type room struct{ cpu, mem, pods int64 }
-	free := map[string]*room{}
-	byName := map[string]*apiv1.Node{}
-	var names []string
-	for i := range nodes.Items {
-		n := &nodes.Items[i]
-		byName[n.Name] = n
-		free[n.Name] = &room{n.Status.Allocatable.Cpu().MilliValue(), n.Status.Allocatable.Memory().Value(), n.Status.Allocatable.Pods().Value()}
-		names = append(names, n.Name)
-	}
-	sort.Strings(names)
-	var pending []*apiv1.Pod
-	for i := range pods.Items {
-		p := &pods.Items[i]
-		if p.Spec.NodeName == "" {
-			if p.DeletionTimestamp == nil {
-				pending = append(pending, p)
-			}
-			continue
-		}
-		if r, ok := free[p.Spec.NodeName]; ok {
-			c, m := podRequests(p)
-			r.cpu, r.mem, r.pods = r.cpu-c, r.mem-m, r.pods-1
-		}
-	}
-	sort.Slice(pending, func(i, j int) bool {
-		a, c := pending[i], pending[j]
-		if !a.CreationTimestamp.Equal(&c.CreationTimestamp) {
-			return a.CreationTimestamp.Before(&c.CreationTimestamp)
-		}
-		return a.Name < c.Name
-	})
-	for _, p := range pending {
-		c, m := podRequests(p)
-		changed := false
-		for _, name := range names {
-			r := free[name]
-			if feasible(p, byName[name]) && r.cpu >= c && r.mem >= m && r.pods >= 1 {
-				r.cpu, r.mem, r.pods = r.cpu-c, r.mem-m, r.pods-1
-				p.Spec.NodeName = name
-				p.Status.Phase = apiv1.PodRunning
-				setScheduled(p, apiv1.ConditionTrue, "")
-				changed = true
-				break
-			}
-		}
-		if p.Spec.NodeName == "" {
-			changed = setScheduled(p, apiv1.ConditionFalse, apiv1.PodReasonUnschedulable)
-		}
-		if !changed {
-			continue
-		}
-		if _, err := b.Kube.CoreV1().Pods(podNamespace).Update(ctx, p, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			return err
-		}
-	}
-	return nil
-}
-
-// AddPods creates ReplicaSet name with n replicas, each pod requesting cpu and memory, and
-// lets its controller and the scheduler run.
+// AddPods creates Deployment name with n replicas, each pod requesting cpu and memory; its
+// controller, the ReplicaSet's and the scheduler do the rest.
 func (b *Bridge) AddPods(name string, n int, cpu, mem string) error {
 	replicas := int32(n)
 	labels := map[string]string{"app": name}
-	rs := &appsv1.ReplicaSet{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: podNamespace, UID: uuid.NewUUID(), CreationTimestamp: metav1.Now()},
-		Spec: appsv1.ReplicaSetSpec{
-			Replicas: &replicas,
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: apiv1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: apiv1.PodSpec{Containers: []apiv1.Container{{Name: "c", Image: "pause",
-					Resources: apiv1.ResourceRequirements{Requests: apiv1.ResourceList{apiv1.ResourceCPU: quantity(cpu), apiv1.ResourceMemory: quantity(mem)}}}}},
-			},
-		},
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: podNamespace},
+		Spec: appsv1.DeploymentSpec{Replicas: &replicas, Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: podTemplate(labels, cpu, mem)},
 	}
-	ctx := context.Background()
-	if _, err := b.Kube.AppsV1().ReplicaSets(podNamespace).Create(ctx, rs, metav1.CreateOptions{}); err != nil {
-		return err
-	}
-	return b.pods(ctx, time.Now())
+	_, err := b.Kube.AppsV1().Deployments(podNamespace).Create(context.Background(), d, metav1.CreateOptions{})
+	return err
 }
 
-// ScaleReplicaSet sets ReplicaSet name's replicas (kubectl scale) and lets its controller
-// and the scheduler run.
-func (b *Bridge) ScaleReplicaSet(name string, n int) error {
+// AddPDB creates a PodDisruptionBudget name over the pods labelled app=app, with
+// minAvailable.
+func (b *Bridge) AddPDB(name, app string, minAvailable int) error {
+	min := intstr.FromInt32(int32(minAvailable))
+	pdb := &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: podNamespace},
+		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: &min,
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": app}}},
+	}
+	_, err := b.Kube.PolicyV1().PodDisruptionBudgets(podNamespace).Create(context.Background(), pdb, metav1.CreateOptions{})
+	return err
+}
+
+// Scale sets Deployment name's replicas (kubectl scale).
+func (b *Bridge) Scale(name string, n int) error {
 	ctx := context.Background()
-	rs, err := b.Kube.AppsV1().ReplicaSets(podNamespace).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		d, err := b.Kube.AppsV1().Deployments(podNamespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		replicas := int32(n)
+		d.Spec.Replicas = &replicas
+		_, err = b.Kube.AppsV1().Deployments(podNamespace).Update(ctx, d, metav1.UpdateOptions{})
 		return err
-	}
-	replicas := int32(n)
-	rs.Spec.Replicas = &replicas
-	if _, err := b.Kube.AppsV1().ReplicaSets(podNamespace).Update(ctx, rs, metav1.UpdateOptions{}); err != nil {
-		return err
-	}
-	return b.pods(ctx, time.Now())
+	})
 }
 
 // PodCounts counts the pods not being deleted: bound and pending.
@@ -519,7 +302,7 @@ func (b *Bridge) PodCounts() (bound, pending int) {
 	}
 	for _, p := range pods.Items {
 		switch {
-		case p.DeletionTimestamp != nil:
+		case p.DeletionTimestamp != nil || terminal(&p):
 		case p.Spec.NodeName != "":
 			bound++
 		default:

@@ -74,12 +74,19 @@ type Proc struct {
 }
 
 func startProc(dir, name, bin string, args ...string) (*Proc, error) {
+	return startProcIn("", dir, name, bin, args...)
+}
+
+// startProcIn starts bin in the working directory cwd (this process's when empty), its output
+// to dir/name.log.
+func startProcIn(cwd, dir, name, bin string, args ...string) (*Proc, error) {
 	logPath := filepath.Join(dir, name+".log")
 	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(bin, args...)
+	cmd.Dir = cwd
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.Env = append(os.Environ(), "RUST_LOG=info")
 	if err := cmd.Start(); err != nil {
@@ -274,8 +281,14 @@ func (p *Provider) Metric(name string, labels ...string) float64 {
 	if err != nil {
 		return -1
 	}
+	return sumSamples(string(body), name, labels)
+}
+
+// sumSamples sums the samples of name in a Prometheus text page whose labels contain every
+// one of labels (each `key="value"`).
+func sumSamples(body, name string, labels []string) float64 {
 	total := 0.0
-	for _, line := range strings.Split(string(body), "\n") {
+	for _, line := range strings.Split(body, "\n") {
 		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
 			continue
 		}

@@ -47,6 +47,11 @@ var scenarios = map[string]Scenario{
 	// removes the stopped worker.
 	"scale-from-zero": {Cluster: oneCluster(1, 1, 5), Run: scaleFromZero,
 		AutoscalerArg: []string{"--scale-down-unneeded-time=10m"}},
+	// A worker with a pod of a Deployment, its PodDisruptionBudget allowing one disruption, is
+	// drained by upstream through the eviction API and removed (drain.go).
+	"drain-with-pdb": {Cluster: oneCluster(2, 1, 5), Run: drainWithPDB},
+	// The same, the budget allowing none: upstream keeps both workers (drain.go).
+	"pdb-blocks-drain": {Cluster: oneCluster(2, 1, 5), Run: pdbBlocksDrain},
 	// A worker VM that is down and whose node never registered (a kubelet that never joined,
 	// or a Node object deleted by hand). Upstream's expectedToRegister (clusterstate.go) skips
 	// an instance with ErrorInfo, so the provider reports a down VM Running without one: the
@@ -185,7 +190,7 @@ func scaleUpDown(e *Env) error {
 	e.CheckClean(3, 0)
 
 	// The pods go: two workers are empty and unneeded.
-	if err := e.Bridge.ScaleReplicaSet("web", 0); err != nil {
+	if err := e.Bridge.Scale("web", 0); err != nil {
 		return err
 	}
 	if err := e.Until("the scale-down to one worker", 120*time.Second, func() bool {
@@ -591,7 +596,7 @@ func (e *Env) CheckUnreachable(name string) {
 	e.Fail("no node %s", name)
 }
 
-// stoppedWorkerWithPods: two workers each run a pod of one ReplicaSet; one worker's VM stops.
+// stoppedWorkerWithPods: two workers each run a pod of one Deployment; one worker's VM stops.
 // What a real cluster does then: its node goes Unknown and is tainted unreachable; the pod
 // stays bound to it until its toleration of the NoExecute taint (defaultTolerationSeconds)
 // runs out, is evicted and stays Terminating (its kubelet is gone), and the ReplicaSet
@@ -646,6 +651,9 @@ func stoppedWorkerWithPods(e *Env) error {
 	// The node is Unknown after nodeMonitorGracePeriod, the pod tolerates the taint for
 	// defaultTolerationSeconds from then.
 	e.Check(evicted >= defaultTolerationSeconds*time.Second, "the pod was evicted %s after its VM stopped, before its toleration (%ds) ran out", evicted.Round(time.Second), defaultTolerationSeconds)
+	// By the taint eviction controller (tainteviction/taint_eviction.go, which marks the pod
+	// before it deletes it).
+	e.Check(e.Pods.Disrupted()[victim] == "DeletionByTaintManager", "the pod of the down worker was disrupted by %q, want DeletionByTaintManager", e.Pods.Disrupted()[victim])
 	if err := e.Until("the replacement placed on a new worker", 120*time.Second, func() bool { b, p := e.Bridge.PodCounts(); return b == 2 && p == 0 }); err != nil {
 		return err
 	}
