@@ -190,7 +190,10 @@ func conditionTaints(node *apiv1.Node) []apiv1.Taint {
 }
 
 // controllerTaint: a taint the node lifecycle controller owns (it adds and removes only
-// these; the autoscaler's and kubeadm's stay).
+// these; the autoscaler's and kubeadm's stay): node_lifecycle_controller.go
+// doNoScheduleTaintingPass touches only the keys of taintKeyToNodeConditionMap and the
+// unschedulable taint, the NoExecute passes only UnreachableTaintTemplate and
+// NotReadyTaintTemplate.
 func controllerTaint(t apiv1.Taint) bool {
 	switch t.Key {
 	case apiv1.TaintNodeNotReady, apiv1.TaintNodeUnreachable:
@@ -313,11 +316,12 @@ func (b *Bridge) Sync() error {
 					changed = true
 				}
 			}
-			// kubectl cordon / uncordon: CloudStack's drain cordons the node first and a
-			// failed drain leaves it cordoned; an operator's uncordon lifts it. (kubectl's
-			// own source, k8s.io/kubectl pkg/drain, is not in the module cache: *unverified*
-			// beyond kubectl drain's help text, "the given node will be marked
-			// unschedulable ... evicts the pods".)
+			// kubectl cordon / uncordon (k8s.io/kubectl v0.33.1 pkg/drain/cordon.go
+			// CordonHelper: spec.unschedulable, nothing else): kubectl drain cordons the node
+			// first (default.go RunCordonOrUncordon, then RunNodeDrain), so CloudStack's drain
+			// does, and a failed drain leaves it cordoned; an operator's uncordon lifts it.
+			// When CloudStack cordons is cks-sim's model (its kubelet emulation), not
+			// verifiable here: CloudStack's source is not in the module cache.
 			if cordonChanged && node.Spec.Unschedulable != sn.Unschedulable {
 				node.Spec.Unschedulable = sn.Unschedulable
 				changed = true
@@ -390,9 +394,10 @@ func (b *Bridge) Sync() error {
 	return b.pods(ctx, now, seen)
 }
 
-// updateNode applies status (through the status subresource, as the kubelet and the node
-// lifecycle controller write it) then object (labels, cordon, taints) to the newest copy of
-// node name, again on a conflict: the autoscaler writes its taints to the same object.
+// updateNode applies status (through the status subresource, as the kubelet writes it,
+// pkg/kubelet/kubelet_node_status.go tryUpdateNodeStatus, and the node lifecycle controller,
+// tryUpdateNodeHealth) then object (labels, cordon, taints) to the newest copy of node name,
+// again on a conflict: the autoscaler writes its taints to the same object.
 func (b *Bridge) updateNode(ctx context.Context, name string, status, object func(*apiv1.Node) bool) error {
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		node, err := b.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})

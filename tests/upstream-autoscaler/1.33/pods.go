@@ -129,13 +129,15 @@ func ignoreGone(err error) error {
 }
 
 // drain is kubectl drain's part of CloudStack's removal of a running VM's node (cks-sim
-// removes the VM, the bridge its node, nodes.go): an eviction per pod of the node (policy/v1,
-// the pod's own grace period), then the wait for them to be gone, which their kubelet, still
-// up at that moment, makes short. kubectl's source (k8s.io/kubectl pkg/drain) is not in the
-// module cache: *unverified* beyond kubectl drain's help text ("the given node will be
-// marked unschedulable ... evicts the pods"). cks-sim decides whether CloudStack's drain
-// fails (its faildrains); an eviction the API server refuses here (a PodDisruptionBudget) is
-// not fed back to it: the pod is left, to the pod garbage collector once the node is gone.
+// removes the VM, the bridge its node, nodes.go), as k8s.io/kubectl v0.33.1 pkg/drain does it
+// (drain.go evictPods: an eviction per pod, policy/v1, with the pod's own grace period, then
+// waitForDelete until each is gone, which its kubelet, still up at that moment, makes
+// short). The flags CloudStack passes (--ignore-daemonsets, --delete-emptydir-data: no
+// DaemonSet pod or emptyDir runs here anyway) are cks-sim's model, unverified here. cks-sim
+// decides whether CloudStack's drain fails (its faildrains); an eviction the API server
+// refuses here (a PodDisruptionBudget, which kubectl tries again every 5 s until its
+// --timeout) is not fed back to it: the pod is left, to the pod garbage collector once the
+// node is gone.
 func (b *Bridge) drain(ctx context.Context, node string) error {
 	pods, err := b.Kube.CoreV1().Pods(podNamespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
