@@ -310,6 +310,10 @@ func stoppedWorker(e *Env) error {
 	if err := e.Bridge.AddPods("web", 1, "1500m", "512Mi"); err != nil {
 		return err
 	}
+	// The scheduler binds it on its own time: the empty worker is known once it has.
+	if err := e.Until("the pod placed", 30*time.Second, func() bool { b, p := e.Bridge.PodCounts(); return b == 1 && p == 0 }); err != nil {
+		return err
+	}
 	name, vm := e.nodeWithoutPods()
 	if name == "" {
 		return fmt.Errorf("no empty worker to stop")
