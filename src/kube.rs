@@ -212,18 +212,6 @@ impl KubeError {
 /// `utils/taints/taints.go`).
 pub const TO_BE_DELETED_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
 
-/// What a Node says of the autoscaler's intent to remove it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NodeMark {
-    /// It carries [`TO_BE_DELETED_TAINT`].
-    Marked,
-    /// It exists without it: schedulable again, the autoscaler no longer removes it.
-    Unmarked,
-    /// No such Node (a kubelet that never joined: the autoscaler removes such VMs through
-    /// fake nodes, which carry no taint).
-    Absent,
-}
-
 /// What the provider reads of a Node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NodeFacts {
@@ -375,15 +363,6 @@ impl KubeClient {
                 status.reason
             },
             message: status.message.chars().take(500).collect(),
-        })
-    }
-
-    /// GET the Node `name`: whether it carries the autoscaler's mark.
-    pub async fn node_mark(&self, name: &str) -> Result<NodeMark, KubeError> {
-        Ok(match self.node(name).await? {
-            None => NodeMark::Absent,
-            Some(n) if n.marked => NodeMark::Marked,
-            Some(_) => NodeMark::Unmarked,
         })
     }
 

@@ -132,16 +132,13 @@ impl Provider {
         };
         let g = &self.inner.groups[gi];
         let to_confirm = g.read().scale.removals_to_confirm();
-        let mut unmarked = Vec::new();
-        for (vm, node) in to_confirm {
-            match nodes.node_mark(&node).await {
-                Ok(crate::kube::NodeMark::Unmarked) => unmarked.push(vm),
-                Ok(_) => {}
-                Err(e) => {
-                    tracing::warn!(group = %self.group_label(gi), node = %node, error = %e,
-                        "could not read the node the removal is owed for: the removal stands");
-                }
-            }
+        // An absent Node (a kubelet that never joined: the autoscaler removes such VMs
+        // through fake nodes, which carry no mark) keeps its removal.
+        let (unmarked, unread) =
+            vms_whose_node(nodes, to_confirm, |n| n.is_some_and(|n| !n.marked)).await;
+        for (node, e) in unread {
+            tracing::warn!(group = %self.group_label(gi), node = %node, error = %e,
+                "could not read the node the removal is owed for: the removal stands");
         }
         if unmarked.is_empty() {
             return;
@@ -165,16 +162,11 @@ impl Provider {
         let g = &self.inner.groups[gi];
         let asked = now();
         let to_check = g.read().scale.cordons_to_check();
-        let mut ready = Vec::new();
-        for (vm, node) in to_check {
-            match nodes.node(&node).await {
-                Ok(Some(facts)) if facts.counted_ready => ready.push(vm),
-                Ok(_) => {}
-                Err(e) => {
-                    tracing::debug!(group = %self.group_label(gi), node = %node, error = %e,
-                        "could not read a node suspected of a cordon: still suspected");
-                }
-            }
+        let (ready, unread) =
+            vms_whose_node(nodes, to_check, |n| n.is_some_and(|n| n.counted_ready)).await;
+        for (node, e) in unread {
+            tracing::debug!(group = %self.group_label(gi), node = %node, error = %e,
+                "could not read a node suspected of a cordon: still suspected");
         }
         if ready.is_empty() {
             return;
@@ -245,4 +237,22 @@ impl Provider {
                     .then(|| self.group_label(o))
             })
     }
+}
+
+/// Of `(VM id, node name)` pairs, the VMs whose Node, read through the Kubernetes API,
+/// satisfies `wanted` (`None`: no such Node); apart, the nodes that could not be read.
+async fn vms_whose_node(
+    nodes: &crate::kube::KubeClient,
+    pairs: Vec<(String, String)>,
+    wanted: impl Fn(Option<crate::kube::NodeFacts>) -> bool,
+) -> (Vec<String>, Vec<(String, crate::kube::KubeError)>) {
+    let (mut vms, mut unread) = (Vec::new(), Vec::new());
+    for (vm, node) in pairs {
+        match nodes.node(&node).await {
+            Ok(facts) if wanted(facts) => vms.push(vm),
+            Ok(_) => {}
+            Err(e) => unread.push((node, e)),
+        }
+    }
+    (vms, unread)
 }

@@ -48,21 +48,29 @@ fn node(name: &str, marked: bool) -> Value {
     })
 }
 
-/// Sets Node `name`'s taints and cordon (`spec.unschedulable`).
-async fn set_node(kube: &KubeApiServer, name: &str, marked: bool, cordoned: bool) {
+/// Node `name` as `edit` changes it (GET, then PUT).
+async fn edit_node(kube: &KubeApiServer, name: &str, edit: impl FnOnce(&mut Value)) {
     let path = format!("/api/v1/nodes/{name}");
     let (code, mut n) = kube
         .request(reqwest::Method::GET, &path, None)
         .await
         .expect("GET the node");
     assert_eq!(code, 200, "{n}");
-    n["spec"] = node(name, marked)["spec"].clone();
-    n["spec"]["unschedulable"] = json!(cordoned);
+    edit(&mut n);
     let (code, answer) = kube
         .request(reqwest::Method::PUT, &path, Some(&n))
         .await
         .expect("PUT the node");
     assert_eq!(code, 200, "{answer}");
+}
+
+/// Sets Node `name`'s taints and cordon (`spec.unschedulable`).
+async fn set_node(kube: &KubeApiServer, name: &str, marked: bool, cordoned: bool) {
+    edit_node(kube, name, |n| {
+        n["spec"] = node(name, marked)["spec"].clone();
+        n["spec"]["unschedulable"] = json!(cordoned);
+    })
+    .await;
 }
 
 /// A Node as its kubelet keeps it: Ready.
@@ -92,18 +100,7 @@ async fn provider_api(kube: &KubeApiServer, ns: &str) -> KubeConfig {
 
 /// Removes the autoscaler's mark from Node `name` (what a restarted autoscaler does).
 async fn unmark(kube: &KubeApiServer, name: &str) {
-    let path = format!("/api/v1/nodes/{name}");
-    let (code, mut n) = kube
-        .request(reqwest::Method::GET, &path, None)
-        .await
-        .expect("GET the node");
-    assert_eq!(code, 200, "{n}");
-    n["spec"]["taints"] = json!([]);
-    let (code, answer) = kube
-        .request(reqwest::Method::PUT, &path, Some(&n))
-        .await
-        .expect("PUT the node");
-    assert_eq!(code, 200, "{answer}");
+    edit_node(kube, name, |n| n["spec"]["taints"] = json!([])).await;
 }
 
 /// Two removals owed behind a scale-up; the autoscaler restarts and removes the mark of one
