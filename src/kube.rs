@@ -1,9 +1,10 @@
 //! The provider's one conversation with the Kubernetes API: reading, creating and replacing one
-//! ConfigMap (where `provider::store` records the promises, `--state-configmap`), and asking
-//! the API server what the provider's own identity may do with it. Owns the connection
-//! ([`KubeConfig`]: the in-cluster service account, or an explicit URL, CA and token) and the
-//! mapping of the API server's answers to [`KubeError`]; knows nothing of what the ConfigMap
-//! holds.
+//! ConfigMap (where `provider::store` records the promises, `--state-configmap`), reading the
+//! cluster's Nodes (`--confirm-node-marks`), reading and writing one Lease (leader election,
+//! [`crate::leader`]), and asking the API server what the provider's own identity may do.
+//! Owns the connection ([`KubeConfig`]: the in-cluster service account, or an explicit URL, CA
+//! and token) and the mapping of the API server's answers to [`KubeError`]; knows nothing of
+//! what the ConfigMap or the Lease mean.
 //!
 //! A thin client over `reqwest` (already the CloudStack client's transport, with the same
 //! rustls and aws-lc-rs) rather than `kube` and `k8s-openapi`: three calls on one object do not
@@ -13,6 +14,7 @@
 //! The token is read from its file before every request: the kubelet rotates projected
 //! service-account tokens (hourly by default) and the file is the only place the new one shows.
 
+use cks_domain::lease::LeaseRecord;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -485,6 +487,108 @@ impl KubeClient {
             .await?;
         Ok(v["status"]["allowed"].as_bool() == Some(true))
     }
+}
+
+impl KubeClient {
+    /// GET the Lease: its `resourceVersion` and spec; `None` when it does not exist.
+    pub async fn get_lease(
+        &self,
+        ns: &str,
+        name: &str,
+    ) -> Result<Option<(String, LeaseRecord)>, KubeError> {
+        let path = format!("{}/{name}", leases(ns));
+        match self
+            .call(
+                reqwest::Method::GET,
+                &path,
+                None,
+                "get",
+                &lease_shown(ns, name),
+            )
+            .await
+        {
+            Ok(v) => Ok(Some(parse_lease(&v))),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// POST the Lease holding `record` (a conflict when it exists), or PUT it at
+    /// `resource_version` (a conflict when anyone wrote it since). Returns the new version.
+    pub async fn write_lease(
+        &self,
+        ns: &str,
+        name: &str,
+        resource_version: Option<&str>,
+        record: &LeaseRecord,
+    ) -> Result<String, KubeError> {
+        let mut metadata = json!({"name": name, "namespace": ns, "labels": lease_labels()});
+        if let Some(v) = resource_version {
+            metadata["resourceVersion"] = json!(v);
+        }
+        let body = json!({
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": metadata,
+            "spec": {
+                "holderIdentity": record.holder,
+                "leaseDurationSeconds": record.duration_secs,
+                "acquireTime": record.acquire_time,
+                "renewTime": record.renew_time,
+                "leaseTransitions": record.transitions,
+            },
+        });
+        let (method, path, verb) = match resource_version {
+            None => (reqwest::Method::POST, leases(ns), "create"),
+            Some(_) => (
+                reqwest::Method::PUT,
+                format!("{}/{name}", leases(ns)),
+                "update",
+            ),
+        };
+        let v = self
+            .call(method, &path, Some(&body), verb, &lease_shown(ns, name))
+            .await?;
+        Ok(parse_lease(&v).0)
+    }
+}
+
+fn leases(ns: &str) -> String {
+    format!("/apis/coordination.k8s.io/v1/namespaces/{ns}/leases")
+}
+
+fn lease_shown(ns: &str, name: &str) -> String {
+    format!("lease {ns}/{name}")
+}
+
+fn lease_labels() -> Value {
+    json!({"app.kubernetes.io/name": "cks-autoscaler-provider", "app.kubernetes.io/component": "leader-election"})
+}
+
+/// A Lease's version and spec. Absent fields read as empty (a Lease another tool created
+/// may leave any of them out); times are kept as written.
+fn parse_lease(v: &Value) -> (String, LeaseRecord) {
+    let spec = &v["spec"];
+    let text = |k: &str| spec[k].as_str().unwrap_or_default().to_string();
+    let count = |k: &str| {
+        spec[k]
+            .as_u64()
+            .and_then(|n| u32::try_from(n).ok())
+            .unwrap_or(0)
+    };
+    (
+        v["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        LeaseRecord {
+            holder: text("holderIdentity"),
+            duration_secs: count("leaseDurationSeconds"),
+            acquire_time: text("acquireTime"),
+            renew_time: text("renewTime"),
+            transitions: count("leaseTransitions"),
+        },
+    )
 }
 
 /// The labels of the ConfigMap the provider creates.

@@ -9,6 +9,7 @@ pub mod config;
 pub mod grammar;
 pub mod grpc;
 pub mod kube;
+pub mod leader;
 pub mod metrics;
 pub mod optional_rpcs;
 pub mod options;

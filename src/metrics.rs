@@ -179,6 +179,16 @@ fn describe() {
          ToBeDeletedByClusterAutoscaler mark (the autoscaler restarted, or gave the node up); \
          only with --confirm-node-marks."
     );
+    describe_gauge!(
+        "cks_provider_leader",
+        "1 while this replica holds the leader-election Lease and renews it in time \
+         (--leader-elect): only the leader submits to CloudStack, records and promises. A \
+         fleet of replicas sums to 1; 0 for a minute means nobody scales."
+    );
+    describe_counter!(
+        "cks_provider_leader_transitions_total",
+        "Times this replica started or stopped leading (--leader-elect)."
+    );
     describe_counter!(
         "cks_provider_state_write_failures_total",
         "Failed writes of the store (--state-configmap or --state-file), conflicts with \
@@ -289,6 +299,12 @@ pub fn record_removals_abandoned(count: usize) {
 /// Records accepted node removals the autoscaler withdrew (their node lost its mark).
 pub fn record_removals_withdrawn(count: usize) {
     metrics::counter!("cks_provider_removals_withdrawn_total").increment(count as u64);
+}
+
+/// Records this replica starting or stopping to lead (`--leader-elect`).
+pub fn record_leader(leading: bool) {
+    metrics::gauge!("cks_provider_leader").set(if leading { 1.0 } else { 0.0 });
+    metrics::counter!("cks_provider_leader_transitions_total").increment(1);
 }
 
 /// Records a failed write of the store (`--state-configmap` or `--state-file`).

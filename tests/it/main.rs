@@ -9,6 +9,7 @@ mod external_nodes;
 mod fault_campaign;
 mod faults;
 mod kube_store;
+mod leader;
 mod node_marks;
 mod ops_operator;
 mod prop_client;

@@ -23,6 +23,8 @@
 //!   differ, Alert with no worker down), the VMs involved and the operator's fix.
 //! - [`freshness`]: whether a snapshot may still be answered from (Refresh, a scale RPC's
 //!   fallback to the cached snapshot, the health check).
+//! - [`lease`]: leader election on a Kubernetes Lease: which replica may act, and the fence
+//!   that stops a leader before another can take over.
 //!
 //! Nothing here touches the network, the clock or a lock; callers pass in what they observed
 //! and the time they observed it.
@@ -30,6 +32,7 @@ pub mod cluster;
 pub mod freshness;
 pub mod instances;
 pub mod jobs;
+pub mod lease;
 pub mod machine;
 pub mod nodeid;
 pub mod registry;
