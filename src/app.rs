@@ -60,7 +60,19 @@ pub struct App {
     provider: Provider,
     options: ServeOptions,
     shutdown_grace: Duration,
+    election: Option<Election>,
 }
+
+/// Leader election as `serve` runs it (`--leader-elect`).
+struct Election {
+    lease: crate::leader::LeaseRef,
+    leadership: crate::leader::Leadership,
+    /// This replica's pod (POD_NAMESPACE, POD_NAME), labelled with its role for the Service.
+    pod: Option<(String, String)>,
+}
+
+/// The pod label the provider's Service selects: `leader` on the replica that leads.
+pub const ROLE_LABEL: &str = "cks-autoscaler-provider/role";
 
 impl App {
     /// Checks the flags, reads the files they name and builds the provider. Nothing listens yet
@@ -125,12 +137,22 @@ impl App {
             settings.node_marks =
                 Some(crate::kube::KubeConfig::in_cluster().context("--confirm-node-marks")?);
         }
+        let election = if args.leader_elect {
+            let e = election(args)?;
+            settings.leadership = Some(e.leadership.clone());
+            Some(e)
+        } else {
+            None
+        };
         let provider = Provider::new(client, settings);
-        // Before anything is served: the promises an earlier process made are kept.
-        provider
-            .load_state()
-            .await
-            .context("taking over the recorded promises (--state-file or --state-configmap)")?;
+        // Before anything is served: the promises an earlier process made are kept. With
+        // leader election the leader reads them when it takes over, not before.
+        if election.is_none() {
+            provider
+                .load_state()
+                .await
+                .context("taking over the recorded promises (--state-file or --state-configmap)")?;
+        }
         Ok(App {
             provider,
             options: ServeOptions {
@@ -139,6 +161,7 @@ impl App {
                 ..ServeOptions::default()
             },
             shutdown_grace: args.shutdown_grace,
+            election,
         })
     }
 
@@ -155,14 +178,40 @@ impl App {
             provider,
             options,
             shutdown_grace,
+            election,
         } = self;
         if metrics.is_some() {
             // Before anything is recorded: the first refresh's CloudStack calls count too.
             crate::metrics::install();
         }
-        provider.resume_followers();
-        provider.spawn_state_writer();
-        provider.spawn_initial_refresh();
+        // With leader election the replica starts as a standby: it reads nothing from
+        // CloudStack and writes nothing until it leads ([`lead`]).
+        let (lease_stop, lease_stop_rx) = tokio::sync::watch::channel(false);
+        let (ended_tx, ended) = tokio::sync::watch::channel(None::<String>);
+        let lease_task = match &election {
+            None => {
+                provider.resume_followers();
+                provider.spawn_state_writer();
+                provider.spawn_initial_refresh();
+                None
+            }
+            Some(e) => {
+                crate::metrics::record_leader(false);
+                tokio::spawn(lead(provider.clone(), e.clone_parts(), ended_tx.clone()));
+                let (lease, leadership) = (e.lease.clone(), e.leadership.clone());
+                let ended_tx = ended_tx.clone();
+                Some(tokio::spawn(async move {
+                    let why = match crate::leader::run(lease, leadership, lease_stop_rx).await {
+                        Ok(crate::leader::Role::Lost) => Some("lost the leader lease".to_string()),
+                        Ok(_) => None,
+                        Err(e) => Some(format!("leader election cannot run: {e}")),
+                    };
+                    if why.is_some() {
+                        let _ = ended_tx.send(why);
+                    }
+                }))
+            }
+        };
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         if let Some(http) = metrics {
             let addr = http
@@ -184,17 +233,179 @@ impl App {
             .local_addr()
             .context("reading the gRPC listener's address")?;
         tracing::info!(listen = %listen, "serving externalgrpc CloudProvider");
+        let mut ended_rx = ended.clone();
         let signal = async move {
-            shutdown.await;
-            tracing::info!("shutdown requested: finishing in-flight requests");
+            tokio::select! {
+                () = shutdown => tracing::info!("shutdown requested: finishing in-flight requests"),
+                _ = ended_rx.wait_for(Option::is_some) => {}
+            }
             let _ = stop_tx.send(true);
         };
         serve(listener, provider.clone(), options, signal).await?;
-        provider.wait_idle(shutdown_grace).await;
-        provider.finish_state().await;
+        let ended = ended.borrow().clone();
+        let led = election.as_ref().is_none_or(|e| e.leadership.taken_over());
+        if led {
+            if ended.is_none() {
+                provider.wait_idle(shutdown_grace).await;
+            }
+            // The last record, before the lease is released: the next leader reads it.
+            provider.finish_state().await;
+        }
         provider.cleanup();
-        Ok(())
+        if let Some(task) = lease_task {
+            let _ = lease_stop.send(true);
+            let _ = task.await;
+        }
+        match ended {
+            Some(why) => bail!("{why}: this replica stops so that it starts again as a standby"),
+            None => Ok(()),
+        }
     }
+}
+
+impl Election {
+    fn clone_parts(
+        &self,
+    ) -> (
+        crate::leader::Leadership,
+        Option<(String, String)>,
+        crate::leader::LeaseRef,
+    ) {
+        (
+            self.leadership.clone(),
+            self.pod.clone(),
+            self.lease.clone(),
+        )
+    }
+}
+
+/// The leader election `--leader-elect` asks for: the timings checked, the Lease, this
+/// replica's identity (POD_NAME, else the host name) and pod.
+fn election(args: &ServeArgs) -> anyhow::Result<Election> {
+    let timings = cks_domain::lease::LeaseTimings {
+        lease_duration: args.leader_elect_lease_duration,
+        renew_deadline: args.leader_elect_renew_deadline,
+        retry_period: args.leader_elect_retry_period,
+    };
+    timings
+        .check()
+        .map_err(|e| anyhow::anyhow!("--leader-elect-*: {e}"))?;
+    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+    let pod_name = env("POD_NAME");
+    let identity = match pod_name.clone().or_else(|| env("HOSTNAME")) {
+        Some(id) => id,
+        None => bail!(
+            "--leader-elect needs this replica's name: set POD_NAME (the downward API's metadata.name)"
+        ),
+    };
+    crate::kube::check_name(
+        "--leader-elect-resource-name",
+        &args.leader_elect_resource_name,
+    )?;
+    let namespace = match &args.leader_elect_resource_namespace {
+        Some(ns) => {
+            crate::kube::check_name("--leader-elect-resource-namespace", ns)?;
+            ns.clone()
+        }
+        None => crate::kube::in_cluster_namespace().context("--leader-elect")?,
+    };
+    let api = crate::kube::KubeConfig::in_cluster().context("--leader-elect")?;
+    let pod = match (env("POD_NAMESPACE"), pod_name) {
+        (Some(ns), Some(name)) => Some((ns, name)),
+        _ => {
+            tracing::warn!(
+                "--leader-elect without POD_NAME and POD_NAMESPACE: the pod is not labelled {ROLE_LABEL}=leader, so a Service selecting that label reaches no replica"
+            );
+            None
+        }
+    };
+    Ok(Election {
+        lease: crate::leader::LeaseRef {
+            namespace,
+            name: args.leader_elect_resource_name.clone(),
+            api,
+        },
+        leadership: crate::leader::Leadership::new(&identity, timings),
+        pod,
+    })
+}
+
+/// A standby's life until it leads, then the leader's take-over: the pod labelled standby
+/// (so a Service selecting the leader's label does not reach it), the Lease won, the ledger
+/// read and claimed, followers resumed, the writer and the first refresh started, RPCs
+/// answered, the pod labelled leader. A take-over that fails ends the process (`ended`):
+/// another replica takes the Lease.
+async fn lead(
+    provider: Provider,
+    (leadership, pod, lease): (
+        crate::leader::Leadership,
+        Option<(String, String)>,
+        crate::leader::LeaseRef,
+    ),
+    ended: tokio::sync::watch::Sender<Option<String>>,
+) {
+    let client = match crate::kube::KubeClient::new(&lease.api) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = ended.send(Some(format!(
+                "leader election cannot reach the Kubernetes API: {e}"
+            )));
+            return;
+        }
+    };
+    let label = |role: &'static str| {
+        let (client, pod) = (client.clone(), pod.clone());
+        async move {
+            let Some((ns, name)) = pod else { return true };
+            match client.label_pod(&ns, &name, ROLE_LABEL, role).await {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::warn!(pod = %name, error = %e, "could not label the pod {ROLE_LABEL}={role}");
+                    false
+                }
+            }
+        }
+    };
+    label("standby").await;
+    let mut role = leadership.watch();
+    if role
+        .wait_for(|r| *r == crate::leader::Role::Leader)
+        .await
+        .is_err()
+    {
+        return;
+    }
+    let writer = format!(
+        "{} at {:?}",
+        leadership.identity(),
+        std::time::SystemTime::now()
+    );
+    match provider.take_over_state(writer).await {
+        Ok(taken) => {
+            tracing::info!(
+                promises = taken,
+                "the leader took over the recorded promises"
+            );
+        }
+        Err(e) => {
+            let _ = ended.send(Some(format!(
+                "the new leader could not take over the recorded promises: {e}"
+            )));
+            return;
+        }
+    }
+    provider.resume_followers();
+    provider.spawn_state_writer();
+    provider.spawn_initial_refresh();
+    leadership.set_taken_over();
+    // The Service reaches this replica once labelled: tried until it is, while leading.
+    while !label("leader").await && leadership.leading() {
+        tokio::time::sleep(lease_retry(&leadership)).await;
+    }
+}
+
+fn lease_retry(leadership: &crate::leader::Leadership) -> Duration {
+    leadership.timings().retry_period
 }
 
 /// The provider as the metrics endpoint sees it, through the provider's public API only
@@ -203,7 +414,15 @@ pub struct ProviderMetrics(pub Provider);
 
 impl MetricsSource for ProviderMetrics {
     fn ready(&self) -> bool {
-        self.0.healthy()
+        // A standby is ready to take over: Ready, so that rolling updates and a disruption
+        // budget count it; the Service reaches only the leader, by its pod label.
+        let standby = self
+            .0
+            .settings()
+            .leadership
+            .as_ref()
+            .is_some_and(|l| !l.serving());
+        standby || self.0.healthy()
     }
 
     fn alert_verdict(&self) -> Option<(&'static str, Option<Duration>)> {

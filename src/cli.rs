@@ -223,6 +223,34 @@ pub struct ServeArgs {
         requires = "state_configmap"
     )]
     pub state_namespace: Option<String>,
+    /// Run as one of several replicas: only the one holding a coordination.k8s.io Lease
+    /// (the leader) submits to CloudStack, records and promises; the others answer every RPC
+    /// UNAVAILABLE and take over when the leader stops renewing. Needs `--state-configmap`
+    /// (the replicas share the ledger), get, create and update on leases, and the pod's
+    /// name and namespace (POD_NAME, POD_NAMESPACE from the downward API): the leader labels
+    /// its pod `cks-autoscaler-provider/role=leader`, which the Service selects.
+    #[arg(long, env = "CKS_PROVIDER_LEADER_ELECT", requires = "state_configmap")]
+    pub leader_elect: bool,
+    /// How long a standby waits, after the Lease last changed, before it takes it over.
+    #[arg(long, env = "CKS_PROVIDER_LEADER_ELECT_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
+    pub leader_elect_lease_duration: Duration,
+    /// How long the leader keeps acting without a successful renewal (shorter than the lease
+    /// duration: it stops before anyone can take over).
+    #[arg(long, env = "CKS_PROVIDER_LEADER_ELECT_RENEW_DEADLINE", default_value = "10s", value_parser = parse_duration)]
+    pub leader_elect_renew_deadline: Duration,
+    /// How often every replica reads (and the leader renews) the Lease.
+    #[arg(long, env = "CKS_PROVIDER_LEADER_ELECT_RETRY_PERIOD", default_value = "2s", value_parser = parse_duration)]
+    pub leader_elect_retry_period: Duration,
+    /// The Lease's name.
+    #[arg(
+        long,
+        env = "CKS_PROVIDER_LEADER_ELECT_RESOURCE_NAME",
+        default_value = "cks-autoscaler-provider"
+    )]
+    pub leader_elect_resource_name: String,
+    /// The Lease's namespace; without it, the pod's own.
+    #[arg(long, env = "CKS_PROVIDER_LEADER_ELECT_RESOURCE_NAMESPACE")]
+    pub leader_elect_resource_namespace: Option<String>,
     /// A YAML (.yaml/.yml) or TOML (.toml) file with any of these flags as keys (long names,
     /// e.g. `job-poll-interval: 2s`, `nodes: ["1:10:prod"]`). Flags and environment variables
     /// override it; an unknown key is an error that names it.

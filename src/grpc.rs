@@ -31,7 +31,8 @@ pub fn status(e: &Error) -> Status {
         | Error::Deadline { .. }
         | Error::AnswerLost { .. }
         | Error::Stale { .. }
-        | Error::StoreUnavailable { .. } => Code::Unavailable,
+        | Error::StoreUnavailable { .. }
+        | Error::NotLeader { .. } => Code::Unavailable,
         Error::Scale { source, .. } => match source {
             ScaleError::NoSnapshot => Code::Unavailable,
             ScaleError::OutOfRange { .. } => Code::OutOfRange,
@@ -117,6 +118,24 @@ async fn observed<T>(
 pub struct CloudProviderService {
     provider: Provider,
     extras: Arc<ProviderExtras>,
+}
+
+/// The gate in front of every RPC: with leader election, a replica that does not serve (a
+/// standby, a leader still taking over the ledger or one that lost the lease) answers
+/// UNAVAILABLE before anything is read or promised: what it holds is not the leader's, and
+/// the autoscaler tries again at its next loop (the Service routes to the leader).
+pub fn leader_gate(
+    provider: Provider,
+) -> impl FnMut(Request<()>) -> Result<Request<()>, Status> + Clone {
+    move |req| {
+        if provider.serving() {
+            Ok(req)
+        } else {
+            Err(status(&Error::NotLeader {
+                leader: provider.leader(),
+            }))
+        }
+    }
 }
 
 /// Who sent `req`: the names its client certificate carries, as the TLS handshake verified it

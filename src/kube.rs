@@ -24,6 +24,18 @@ use std::time::Duration;
 /// Where the kubelet mounts a pod's service account: `token`, `ca.crt` and `namespace`.
 pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 
+/// The environment variable naming another directory holding `token`, `ca.crt` and
+/// `namespace`, for a provider run outside a pod (with `KUBERNETES_SERVICE_HOST` and
+/// `KUBERNETES_SERVICE_PORT` naming the API server).
+pub const SERVICE_ACCOUNT_DIR_ENV: &str = "CKS_PROVIDER_SERVICE_ACCOUNT_DIR";
+
+/// [`SERVICE_ACCOUNT_DIR`], or the directory [`SERVICE_ACCOUNT_DIR_ENV`] names.
+fn service_account_dir() -> PathBuf {
+    std::env::var_os(SERVICE_ACCOUNT_DIR_ENV)
+        .filter(|d| !d.is_empty())
+        .map_or_else(|| PathBuf::from(SERVICE_ACCOUNT_DIR), PathBuf::from)
+}
+
 /// How long one request may take, connection included.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -57,7 +69,7 @@ pub struct KubeConfig {
 
 impl KubeConfig {
     /// The pod's own service account: `KUBERNETES_SERVICE_HOST` and `KUBERNETES_SERVICE_PORT`,
-    /// `ca.crt` and `token` under [`SERVICE_ACCOUNT_DIR`].
+    /// `ca.crt` and `token` under [`SERVICE_ACCOUNT_DIR`] (or [`SERVICE_ACCOUNT_DIR_ENV`]).
     pub fn in_cluster() -> Result<KubeConfig, KubeError> {
         let env = |k: &str| {
             std::env::var(k).ok().filter(|v| !v.is_empty()).ok_or_else(|| {
@@ -74,7 +86,7 @@ impl KubeConfig {
         } else {
             host
         };
-        let dir = PathBuf::from(SERVICE_ACCOUNT_DIR);
+        let dir = service_account_dir();
         let ca_path = dir.join("ca.crt");
         let ca_pem = std::fs::read(&ca_path).map_err(|e| {
             KubeError::Config(format!(
@@ -120,7 +132,7 @@ impl ConfigMapRef {
 
 /// The namespace of the pod's service account (`namespace` under [`SERVICE_ACCOUNT_DIR`]).
 pub fn in_cluster_namespace() -> Result<String, KubeError> {
-    let path = PathBuf::from(SERVICE_ACCOUNT_DIR).join("namespace");
+    let path = service_account_dir().join("namespace");
     let ns = std::fs::read_to_string(&path).map_err(|e| {
         KubeError::Config(format!(
             "reading the pod's namespace from {}: {e}; give --state-namespace",
@@ -331,13 +343,23 @@ impl KubeClient {
         verb: &'static str,
         what: &str,
     ) -> Result<Value, KubeError> {
+        let method_is_patch = method == reqwest::Method::PATCH;
         let mut req = self
             .http
             .request(method, format!("{}{path}", self.url))
             .bearer_auth(self.token()?)
             .header(reqwest::header::ACCEPT, "application/json");
         if let Some(b) = body {
-            req = req.json(b);
+            req = if method_is_patch {
+                // A JSON merge patch (RFC 7386): the keys given replace, the rest stays.
+                req.header(
+                    reqwest::header::CONTENT_TYPE,
+                    "application/merge-patch+json",
+                )
+                .body(b.to_string())
+            } else {
+                req.json(b)
+            };
         }
         let transport = |e: reqwest::Error| KubeError::Transport {
             verb,
@@ -550,6 +572,30 @@ impl KubeClient {
             .call(method, &path, Some(&body), verb, &lease_shown(ns, name))
             .await?;
         Ok(parse_lease(&v).0)
+    }
+}
+
+impl KubeClient {
+    /// Sets label `key` of Pod `ns/name` to `value` (a merge patch: other labels stay).
+    pub async fn label_pod(
+        &self,
+        ns: &str,
+        name: &str,
+        key: &str,
+        value: &str,
+    ) -> Result<(), KubeError> {
+        check_name("pod", name)?;
+        check_name("namespace", ns)?;
+        let body = json!({"metadata": {"labels": {key: value}}});
+        self.call(
+            reqwest::Method::PATCH,
+            &format!("/api/v1/namespaces/{ns}/pods/{name}"),
+            Some(&body),
+            "patch",
+            &format!("pod {ns}/{name}"),
+        )
+        .await
+        .map(|_| ())
     }
 }
 

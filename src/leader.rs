@@ -10,6 +10,7 @@
 
 use crate::kube::{KubeClient, KubeConfig, KubeError};
 use cks_domain::lease::{Attempt, Elector, LeaseTimings};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -39,6 +40,9 @@ pub enum Role {
 pub struct Leadership {
     elector: Arc<Mutex<Elector>>,
     role: watch::Sender<Role>,
+    /// The leader has taken over the ledger (its first read after acquiring the Lease): only
+    /// then are RPCs answered, from what it holds.
+    taken_over: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for Leadership {
@@ -54,6 +58,7 @@ impl Leadership {
         Leadership {
             elector: Arc::new(Mutex::new(Elector::new(identity, timings))),
             role: watch::Sender::new(Role::Standby),
+            taken_over: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -68,9 +73,28 @@ impl Leadership {
         self.elector().leading(Instant::now().into_std())
     }
 
+    /// Whether RPCs are answered: this replica leads and has taken over the ledger.
+    pub fn serving(&self) -> bool {
+        self.taken_over.load(Ordering::Acquire) && self.leading()
+    }
+
+    /// The leader has read the ledger and claimed the store: RPCs are answered from now on.
+    pub fn set_taken_over(&self) {
+        self.taken_over.store(true, Ordering::Release);
+    }
+
     /// The replica holding the Lease as last read (for a standby's answers), if any.
     pub fn holder(&self) -> Option<String> {
         self.elector().holder().map(str::to_string)
+    }
+
+    /// Whether the ledger was taken over (see [`Leadership::set_taken_over`]).
+    pub fn taken_over(&self) -> bool {
+        self.taken_over.load(Ordering::Acquire)
+    }
+
+    pub fn timings(&self) -> LeaseTimings {
+        self.elector().timings()
     }
 
     pub fn identity(&self) -> String {

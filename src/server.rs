@@ -10,6 +10,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
 
@@ -58,8 +59,11 @@ pub async fn serve(
         .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()?;
-    let service = CloudProviderServer::new(CloudProviderService::new(provider, options.extras))
-        .max_decoding_message_size(MAX_REQUEST_BYTES);
+    let service = InterceptedService::new(
+        CloudProviderServer::new(CloudProviderService::new(provider.clone(), options.extras))
+            .max_decoding_message_size(MAX_REQUEST_BYTES),
+        crate::grpc::leader_gate(provider),
+    );
     let mut builder = Server::builder()
         .concurrency_limit_per_connection(options.concurrency_per_connection)
         .tcp_nodelay(true)

@@ -57,6 +57,16 @@ impl Provider {
 
     async fn stop_vm(&self, gi: usize, vm: String) {
         let label = self.group_label(gi);
+        if !self.acting() {
+            tracing::warn!(group = %label, vm = %vm, "stopVirtualMachine not sent: this replica does not hold the leader lease");
+            let told = self.inner.groups[gi].lock().scale.stop_answered(
+                &vm,
+                Some(("this replica does not lead", false)),
+                now(),
+            );
+            self.run_effects(gi, told).await;
+            return;
+        }
         tracing::info!(group = %label, vm = %vm, "stopping the VM before its removal: a drain of it would fail");
         let answer = self.inner.cs.stop_virtual_machine(&vm, false).await;
         let failure = match &answer {

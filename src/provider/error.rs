@@ -98,6 +98,13 @@ pub enum Error {
         "the provider cannot record promises now ({store}: {error}); nothing was accepted, try again once the store can be written"
     )]
     StoreUnavailable { store: String, error: String },
+    /// With leader election: this replica does not lead (it is a standby, or it lost the
+    /// lease); nothing was sent or promised.
+    #[error(
+        "this provider replica does not hold the leader lease{}: nothing was sent or promised; the leader answers",
+        .leader.as_deref().map(|l| format!(" (the leader is {l})")).unwrap_or_default()
+    )]
+    NotLeader { leader: Option<String> },
     /// NodeGroupTemplateNodeInfo cannot build a template for the group.
     #[error("no template node for node group {group}: {reason}")]
     NoTemplate { group: String, reason: String },

@@ -232,6 +232,31 @@ impl Provider {
     }
 
     /// The settings this provider runs with.
+    /// Whether this process may act (send CloudStack requests that change anything): always,
+    /// unless it runs with leader election and does not lead now.
+    pub fn acting(&self) -> bool {
+        self.inner
+            .settings
+            .leadership
+            .as_ref()
+            .is_none_or(|l| l.leading())
+    }
+
+    /// Whether RPCs are answered: always, unless it runs with leader election and does not
+    /// lead now or has not taken over the ledger yet.
+    pub fn serving(&self) -> bool {
+        self.inner
+            .settings
+            .leadership
+            .as_ref()
+            .is_none_or(|l| l.serving())
+    }
+
+    /// The replica holding the leader lease as last read, with leader election.
+    pub fn leader(&self) -> Option<String> {
+        self.inner.settings.leadership.as_ref()?.holder()
+    }
+
     pub fn settings(&self) -> &Settings {
         &self.inner.settings
     }

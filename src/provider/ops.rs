@@ -123,6 +123,19 @@ impl Provider {
                 return Err(e);
             }
         }
+        // The fence: a replica that does not lead (any more) sends nothing; the leader's
+        // ledger holds what it owes.
+        if !self.acting() {
+            tracing::warn!(group = %label, "scaleKubernetesCluster not sent: this replica does not hold the leader lease");
+            g.lock().scale.submission_not_sent(
+                THROTTLED_RETRY,
+                "this replica does not lead",
+                now(),
+            );
+            return Err(Error::NotLeader {
+                leader: self.leader(),
+            });
+        }
         let cs = &self.inner.cs;
         let call = async {
             match &request {

@@ -74,6 +74,9 @@ pub struct Settings {
     /// The API server of the cluster the one node group scales (`--confirm-node-marks`): an
     /// owed removal is tried again only while its Node still carries the autoscaler's mark.
     pub node_marks: Option<crate::kube::KubeConfig>,
+    /// Leader election (`--leader-elect`): only while this replica leads does it submit to
+    /// CloudStack or stop VMs; `None`: it always may.
+    pub leadership: Option<crate::leader::Leadership>,
 }
 
 impl Settings {
@@ -111,6 +114,7 @@ impl Settings {
             state_file: None,
             state_configmap: None,
             node_marks: None,
+            leadership: None,
         }
     }
 }

@@ -50,6 +50,12 @@ struct StateFile {
     /// By the group's cluster as `--nodes` names it (`id=…` or `name=…`).
     #[serde(default)]
     groups: BTreeMap<String, GroupRecord>,
+    /// With leader election: the leader that wrote it (its identity and the Lease's
+    /// transitions when it took over). A new leader's first write differs from every write of
+    /// the one before, so the ConfigMap's version changes and a late write of the old leader
+    /// is a conflict, never an overwrite (`backend`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    writer: Option<String>,
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -138,6 +144,8 @@ pub(crate) struct Store {
     /// One write at a time (the writer's, a check before sending, the last at shutdown): a
     /// ConfigMap written twice at once would conflict with itself.
     writing: tokio::sync::Mutex<()>,
+    /// [`StateFile::writer`].
+    writer: Mutex<Option<String>>,
 }
 
 impl Store {
@@ -152,6 +160,7 @@ impl Store {
             closed: std::sync::atomic::AtomicBool::new(false),
             failing: Mutex::new(None),
             writing: tokio::sync::Mutex::new(()),
+            writer: Mutex::new(None),
         }
     }
 
@@ -252,6 +261,33 @@ impl Provider {
         Ok(taken)
     }
 
+    /// A new leader takes over (leader election): reads the ledger as [`Provider::load_state`]
+    /// does, then writes it at once as `writer`, so that the store's version changes and any
+    /// later write of the previous leader conflicts. An error: the ledger could not be read
+    /// or claimed, and nothing may be served.
+    pub async fn take_over_state(&self, writer: String) -> Result<usize, StateError> {
+        *self
+            .inner
+            .store
+            .writer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(writer);
+        let taken = self.load_state().await?;
+        if self.inner.store.backend.is_some() && !self.write_state_as(true).await {
+            return Err(StateError::Read {
+                path: self
+                    .inner
+                    .store
+                    .backend
+                    .as_ref()
+                    .map(|b| b.describe())
+                    .unwrap_or_default(),
+                detail: "the first write as the new leader failed (see the log above)".into(),
+            });
+        }
+        Ok(taken)
+    }
+
     /// Follows the jobs the ledgers recorded as running (after [`Provider::load_state`]).
     pub fn resume_followers(&self) {
         for gi in 0..self.inner.groups.len() {
@@ -296,6 +332,13 @@ impl Provider {
             version: VERSION,
             can_stop_vms,
             groups,
+            writer: self
+                .inner
+                .store
+                .writer
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
         };
         serde_json::to_string_pretty(&file).unwrap_or_default()
     }

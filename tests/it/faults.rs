@@ -177,7 +177,10 @@ impl Stack {
     }
 }
 
-async fn target_of(c: &mut CloudProviderClient<Channel>, id: &str) -> Result<i32, tonic::Status> {
+pub(crate) async fn target_of(
+    c: &mut CloudProviderClient<Channel>,
+    id: &str,
+) -> Result<i32, tonic::Status> {
     c.node_group_target_size(with_deadline(
         pb::NodeGroupTargetSizeRequest { id: id.to_string() },
         Duration::from_secs(5),
@@ -186,7 +189,7 @@ async fn target_of(c: &mut CloudProviderClient<Channel>, id: &str) -> Result<i32
     .map(|r| r.into_inner().target_size)
 }
 
-async fn increase(
+pub(crate) async fn increase(
     c: &mut CloudProviderClient<Channel>,
     id: &str,
     delta: i32,
@@ -203,7 +206,7 @@ async fn increase(
     .map(|_| ())
 }
 
-fn scale_requests(sim: &SimHandle) -> Vec<RecordedRequest> {
+pub(crate) fn scale_requests(sim: &SimHandle) -> Vec<RecordedRequest> {
     sim.requests()
         .into_iter()
         .filter(|r| r.command == SCALE)
@@ -962,10 +965,10 @@ async fn provider_process(
 }
 
 /// Shows a provider process's log when the test fails while this lives.
-struct LogOnFailure(PathBuf);
+pub(crate) struct LogOnFailure(PathBuf);
 
 impl LogOnFailure {
-    fn of(p: &ProviderProcess) -> Self {
+    pub(crate) fn of(p: &ProviderProcess) -> Self {
         LogOnFailure(p.log_path.clone())
     }
 }
@@ -979,7 +982,7 @@ impl Drop for LogOnFailure {
     }
 }
 
-fn bin() -> &'static Path {
+pub(crate) fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_cks-autoscaler-provider"))
 }
 

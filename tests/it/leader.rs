@@ -1,16 +1,24 @@
 //! Leader election on a real kube-apiserver and etcd: one leader at a time, a standby that
 //! takes over only once the leader stopped renewing for the lease duration, a leader that
 //! stops acting (fences itself) a renew deadline after the API server went away, and a
-//! released Lease taken at the next round.
+//! released Lease taken at the next round. And two provider processes as deploy/ runs them.
 
-use cks_autoscaler_provider::kube::{KubeConfig, Token};
+use crate::faults::{LogOnFailure, bin, increase, scale_requests, target_of};
+use cks_autoscaler_provider::app::ROLE_LABEL;
+use cks_autoscaler_provider::kube::{KubeConfig, SERVICE_ACCOUNT_DIR_ENV, Token};
 use cks_autoscaler_provider::leader::{self, Leadership, LeaseRef, Role};
 use cks_domain::lease::LeaseTimings;
+use cks_proto as pb;
+use cks_proto::cloud_provider_client::CloudProviderClient;
+use cks_sim::{self as sim, SimConfig};
 use cks_testkit::kube::KubeApiServer;
+use cks_testkit::process::{ProviderArgs, ProviderProcess};
 use cks_testkit::*;
+use serde_json::json;
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tonic::transport::Channel;
 
 /// Short timings of the same shape as the defaults (15 s / 10 s / 2 s).
 fn timings() -> LeaseTimings {
@@ -220,4 +228,205 @@ async fn a_leader_cut_off_from_the_api_server_stops_acting_before_its_lease_expi
     assert_eq!(holder, "provider-b");
     let _ = b.stop.send(true);
     let _ = b.task.await;
+}
+
+/// Every Role of the kustomize base's provider RBAC, as one Role (the state's and leader
+/// election's): the permissions the deployed provider has in its namespace.
+fn deployed_roles() -> serde_json::Value {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/deploy/kustomize/base/provider-rbac.yaml"
+    );
+    let text = std::fs::read_to_string(path).expect("the base's provider-rbac.yaml");
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text).expect("YAML");
+    let rules: Vec<serde_json::Value> = docs
+        .iter()
+        .filter(|d| d["kind"] == "Role")
+        .flat_map(|d| d["rules"].as_array().cloned().unwrap_or_default())
+        .collect();
+    json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": "cks-autoscaler-provider"},
+        "rules": rules,
+    })
+}
+
+/// A pod's `cks-autoscaler-provider/role` label.
+async fn role_label(kube: &KubeApiServer, ns: &str, pod: &str) -> String {
+    let (_, v) = kube
+        .request(
+            reqwest::Method::GET,
+            &format!("/api/v1/namespaces/{ns}/pods/{pod}"),
+            None,
+        )
+        .await
+        .expect("GET the pod");
+    v["metadata"]["labels"][ROLE_LABEL]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+async fn refresh(c: &mut CloudProviderClient<Channel>) -> Result<(), tonic::Status> {
+    c.refresh(with_deadline(pb::RefreshRequest {}, Duration::from_secs(5)))
+        .await
+        .map(|_| ())
+}
+
+/// Two provider processes as deploy/ runs them (--state-configmap, --leader-elect, the pod's
+/// name and namespace, the deployed Roles), on a real API server: one leads and is labelled
+/// for the Service, the other answers UNAVAILABLE naming the leader. The leader accepts a
+/// scale-up and a removal queued behind it, and is killed (SIGKILL) while the job runs: the
+/// standby leads within the lease duration and a few rounds, takes over the recorded removal,
+/// adopts the running job, and carries the removal out; CloudStack received each request once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_leaders_promises_are_kept_by_the_standby_and_nothing_is_sent_twice() {
+    let Some(kube) = KubeApiServer::start()
+        .await
+        .unwrap_or_else(|e| panic!("the Kubernetes API server did not start: {e}"))
+    else {
+        return;
+    };
+    let ns = "cks-two";
+    let token = kube
+        .service_account_token(ns, "cks-autoscaler-provider", &deployed_roles())
+        .await
+        .expect("the provider's identity");
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("leader-{}", std::process::id()));
+    let sa = dir.join("serviceaccount");
+    std::fs::create_dir_all(&sa).expect("the service account dir");
+    std::fs::write(sa.join("token"), &token).expect("token");
+    std::fs::write(sa.join("ca.crt"), kube.ca_pem()).expect("ca.crt");
+    std::fs::write(sa.join("namespace"), ns).expect("namespace");
+    for pod in ["provider-a", "provider-b"] {
+        kube.create(
+            &format!("/api/v1/namespaces/{ns}/pods"),
+            &json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": pod, "namespace": ns},
+                "spec": {"serviceAccountName": "cks-autoscaler-provider",
+                    "automountServiceAccountToken": false,
+                    "containers": [{"name": "provider", "image": "cks-autoscaler-provider"}]}}),
+        )
+        .await
+        .expect("the pod");
+    }
+    let port = kube
+        .url()
+        .rsplit(':')
+        .next()
+        .expect("the API server's port")
+        .to_string();
+
+    let mut cfg = SimConfig::for_tests(API_KEY, SECRET_KEY);
+    cfg.settings.job_duration = Duration::from_millis(2500);
+    let sim = sim::spawn(cfg).await.expect("the simulator");
+    let cluster = sim.cluster_id("demo").expect("the demo cluster");
+    let replica = async |pod: &str| {
+        let mut args = ProviderArgs::new(
+            &sim.api_url,
+            &sim.api_key,
+            &sim.secret_key,
+            vec![format!("1:10:{cluster}")],
+        );
+        for (k, v) in [
+            ("--job-poll-interval", "50ms"),
+            ("--refresh-min-interval", "0s"),
+            ("--scale-watch", "200ms"),
+            ("--state-configmap", "cks-autoscaler-provider-state"),
+            ("--leader-elect-lease-duration", "3s"),
+            ("--leader-elect-renew-deadline", "2s"),
+            ("--leader-elect-retry-period", "200ms"),
+        ] {
+            args = args.flag(k, v);
+        }
+        args.flags.push("--leader-elect".into());
+        for (k, v) in [
+            ("POD_NAME", pod),
+            ("POD_NAMESPACE", ns),
+            ("KUBERNETES_SERVICE_HOST", "127.0.0.1"),
+            ("KUBERNETES_SERVICE_PORT", &port),
+            (SERVICE_ACCOUNT_DIR_ENV, sa.to_str().expect("a UTF-8 path")),
+        ] {
+            args.env.push((k.to_string(), v.to_string()));
+        }
+        ProviderProcess::spawn(bin(), &dir.join(pod), args).await
+    };
+
+    let mut a = replica("provider-a").await;
+    let _log_a = LogOnFailure::of(&a);
+    let mut ca = a.client();
+    wait_until_for("a to lead and serve", Duration::from_secs(60), async || {
+        refresh(&mut ca).await.is_ok()
+    })
+    .await;
+    let b = replica("provider-b").await;
+    let _log_b = LogOnFailure::of(&b);
+    let mut cb = b.client();
+    wait_until_for(
+        "b to answer as the standby, naming the leader",
+        Duration::from_secs(60),
+        async || {
+            refresh(&mut cb).await.is_err_and(|e| {
+                e.code() == tonic::Code::Unavailable && e.message().contains("provider-a")
+            })
+        },
+    )
+    .await;
+    wait_until_for("the pods labelled", Duration::from_secs(60), async || {
+        role_label(&kube, ns, "provider-a").await == "leader"
+            && role_label(&kube, ns, "provider-b").await == "standby"
+    })
+    .await;
+
+    // A scale-up, and a removal queued behind its job: both promised by the leader.
+    increase(&mut ca, &cluster, 1, Duration::from_secs(5))
+        .await
+        .expect("the scale-up");
+    let vm = sim.vms(&cluster)[1].clone();
+    let mut d = tonic::Request::new(pb::NodeGroupDeleteNodesRequest {
+        nodes: vec![node(&format!("external-cloudstack://{}", vm.0), &vm.1)],
+        id: cluster.clone(),
+    });
+    d.set_timeout(Duration::from_secs(5));
+    ca.node_group_delete_nodes(d).await.expect("the removal");
+    assert_eq!(target_of(&mut ca, &cluster).await.expect("target"), 3);
+    assert_eq!(sim.running_jobs(&cluster), 1, "the scale-up's job runs");
+
+    a.kill();
+    let killed = std::time::Instant::now();
+    wait_until_for("b to lead and serve", Duration::from_secs(60), async || {
+        refresh(&mut cb).await.is_ok()
+    })
+    .await;
+    assert!(
+        killed.elapsed() < Duration::from_secs(15),
+        "the standby served {:?} after the leader died",
+        killed.elapsed()
+    );
+    assert_eq!(target_of(&mut cb, &cluster).await.expect("target"), 3);
+    wait_until_for(
+        "the removal carried out by the new leader",
+        Duration::from_secs(60),
+        async || {
+            let s = sim.cluster_json(&cluster);
+            s["size"] == 3
+                && s["state"] == "Running"
+                && sim.running_jobs(&cluster) == 0
+                && !sim.vms(&cluster).iter().any(|v| v.0 == vm.0)
+        },
+    )
+    .await;
+    let sent: Vec<_> = scale_requests(&sim).into_iter().map(|r| r.params).collect();
+    assert_eq!(sent.len(), 2, "one scale-up and one removal: {sent:?}");
+    assert_eq!(
+        sent[1].get("nodeids").map(String::as_str),
+        Some(vm.0.as_str()),
+        "{sent:?}"
+    );
+    wait_until_for("b labelled leader", Duration::from_secs(60), async || {
+        role_label(&kube, ns, "provider-b").await == "leader"
+    })
+    .await;
 }
