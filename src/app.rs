@@ -196,7 +196,7 @@ impl App {
                 None
             }
             Some(e) => {
-                crate::metrics::record_leader(false);
+                crate::metrics::record_standby_start();
                 tokio::spawn(lead(provider.clone(), e.clone_parts(), ended_tx.clone()));
                 let (lease, leadership) = (e.lease.clone(), e.leadership.clone());
                 let ended_tx = ended_tx.clone();

@@ -301,6 +301,13 @@ pub fn record_removals_withdrawn(count: usize) {
     metrics::counter!("cks_provider_removals_withdrawn_total").increment(count as u64);
 }
 
+/// A replica with leader election starts as a standby: the gauge at 0 and the transitions
+/// counter from 0 (so that `increase()` sees its first transition).
+pub fn record_standby_start() {
+    metrics::gauge!("cks_provider_leader").set(0.0);
+    metrics::counter!("cks_provider_leader_transitions_total").increment(0);
+}
+
 /// Records this replica starting or stopping to lead (`--leader-elect`).
 pub fn record_leader(leading: bool) {
     metrics::gauge!("cks_provider_leader").set(if leading { 1.0 } else { 0.0 });

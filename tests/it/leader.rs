@@ -380,6 +380,13 @@ async fn a_killed_leaders_promises_are_kept_by_the_standby_and_nothing_is_sent_t
     })
     .await;
 
+    // The standby promises nothing: a scale-up asked of it is UNAVAILABLE and sends nothing.
+    let refused = increase(&mut cb, &cluster, 1, Duration::from_secs(5))
+        .await
+        .expect_err("the standby refuses");
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+    assert!(scale_requests(&sim).is_empty());
+
     // A scale-up, and a removal queued behind its job: both promised by the leader.
     increase(&mut ca, &cluster, 1, Duration::from_secs(5))
         .await
