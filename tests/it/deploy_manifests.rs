@@ -43,6 +43,11 @@ const AUTOSCALER_IMAGE: &str = "registry.k8s.io/autoscaling/cluster-autoscaler";
 const CLIENT_ANNOTATION: &str = "cks-autoscaler-provider/client";
 /// The python of the tools' virtual environment.
 const TOOLS_ENV: &str = "CKS_MANIFEST_TOOLS";
+/// The label the provider's leader gives its own pod (`--leader-elect`): its Services select it,
+/// so that autoscalers reach the leader alone.
+const LEADER_LABEL: (&str, &str) = ("cks-autoscaler-provider/role", "leader");
+/// The Lease `--leader-elect` takes without `--leader-elect-resource-name`.
+const DEFAULT_LEASE: &str = "cks-autoscaler-provider";
 /// Set (by `.ci/run`): missing tools fail the tests instead of skipping them.
 const REQUIRED_ENV: &str = "CKS_MANIFEST_TOOLS_REQUIRED";
 /// `tools/check_manifests.py`'s exit status when a tool is missing.
@@ -461,6 +466,25 @@ impl Workload<'_> {
     fn pod_labels(&self) -> BTreeMap<String, String> {
         labels_at(&self.doc.v, "/spec/template/metadata/labels")
     }
+    fn leader_elect(&self) -> bool {
+        self.args().iter().any(|a| a == "--leader-elect")
+    }
+    /// The labels of the pod that serves: its template's and, with `--leader-elect`, the role
+    /// label the leader gives its own pod.
+    fn serving_labels(&self) -> BTreeMap<String, String> {
+        let mut labels = self.pod_labels();
+        if self.leader_elect() {
+            labels.insert(LEADER_LABEL.0.into(), LEADER_LABEL.1.into());
+        }
+        labels
+    }
+    fn replicas(&self) -> u64 {
+        self.doc
+            .v
+            .pointer("/spec/replicas")
+            .and_then(Value::as_u64)
+            .unwrap_or(1)
+    }
 }
 
 impl Set {
@@ -513,10 +537,11 @@ impl Set {
         self.autoscaler().is_ok()
     }
 
-    /// The provider's own Service: the one named as its Deployment (the gRPC host).
+    /// The provider's own Service: the one named as its Deployment (the gRPC host), selecting
+    /// the pod that serves (with `--leader-elect`, the leader's).
     fn provider_service(&self) -> Result<&Doc, String> {
         let p = self.provider()?;
-        let labels = p.pod_labels();
+        let labels = p.serving_labels();
         self.of_kind("Service")
             .find(|s| {
                 s.name() == p.doc.name() && selects(&labels_at(&s.v, "/spec/selector"), &labels)
@@ -553,7 +578,7 @@ impl Set {
         let Ok(p) = self.provider() else {
             return Vec::new();
         };
-        let labels = p.pod_labels();
+        let labels = p.serving_labels();
         self.of_kind("Service")
             .filter(|s| {
                 s.name() != p.doc.name() && selects(&labels_at(&s.v, "/spec/selector"), &labels)
@@ -1438,8 +1463,10 @@ fn check_provider_node_rbac(s: &Set) -> Vec<String> {
 }
 
 /// With `--state-configmap=NAME` the provider's ServiceAccount is bound to a Role of its own
-/// namespace that grants get and update on NAME and create on ConfigMaps, and nothing beyond
-/// ConfigMaps; without it, to no Role at all. A real API server checks the Role is enough
+/// namespace that grants get and update on NAME and create on ConfigMaps; with `--leader-elect`
+/// also get and update on its Lease, create on Leases, get and patch on pods (its own pod's role
+/// label), and nothing more on those; nothing beyond ConfigMaps without it, no Role at all
+/// without `--state-configmap`. A real API server checks the Role is enough
 /// (tests/it/kube_store.rs).
 fn check_provider_rbac(s: &Set) -> Vec<String> {
     let mut problems = Vec::new();
@@ -1486,12 +1513,192 @@ fn check_provider_rbac(s: &Set) -> Vec<String> {
             ));
         }
     }
+    let leader_elect = p.leader_elect();
+    if leader_elect {
+        let lease = flag(&p.args(), "leader-elect-resource-name")
+            .unwrap_or_else(|| DEFAULT_LEASE.to_string());
+        let grants = |group: &str, resource: &str, verb: &str, name: Option<&str>| {
+            roles.iter().any(|r| {
+                arr_at(&r.v, "/rules").iter().any(|rule| {
+                    let names = strings_at(rule, "/resourceNames");
+                    strings_at(rule, "/apiGroups").iter().any(|g| g == group)
+                        && strings_at(rule, "/resources").iter().any(|x| x == resource)
+                        && strings_at(rule, "/verbs").iter().any(|x| x == verb)
+                        && (names.is_empty() || name.is_some_and(|n| names.iter().any(|x| x == n)))
+                })
+            })
+        };
+        for (group, resource, verb, name) in [
+            ("coordination.k8s.io", "leases", "get", Some(lease.as_str())),
+            (
+                "coordination.k8s.io",
+                "leases",
+                "update",
+                Some(lease.as_str()),
+            ),
+            ("coordination.k8s.io", "leases", "create", None),
+            ("", "pods", "get", None),
+            ("", "pods", "patch", None),
+        ] {
+            if !grants(group, resource, verb, name) {
+                problems.push(format!(
+                    "--leader-elect, and no Role bound to the provider's ServiceAccount {sa} lets it {verb} {resource} {}",
+                    name.unwrap_or("")
+                ));
+            }
+        }
+    }
     for r in &roles {
         for rule in arr_at(&r.v, "/rules") {
-            if strings_at(rule, "/resources") != ["configmaps"] {
+            let resources = strings_at(rule, "/resources");
+            let verbs = strings_at(rule, "/verbs");
+            let allowed: &[&str] = match resources.as_slice() {
+                [one] if one == "configmaps" => continue,
+                [one] if one == "leases" && leader_elect => &["get", "create", "update"],
+                [one] if one == "pods" && leader_elect => &["get", "patch"],
+                _ => {
+                    problems.push(format!(
+                        "{}: the provider's Role grants {resources:?}, beyond ConfigMaps{}",
+                        r.id(),
+                        if leader_elect {
+                            " and, for --leader-elect, Leases and pods"
+                        } else {
+                            " (no --leader-elect)"
+                        }
+                    ));
+                    continue;
+                }
+            };
+            if let Some(v) = verbs.iter().find(|v| !allowed.contains(&v.as_str())) {
                 problems.push(format!(
-                    "{}: the provider's Role grants more than ConfigMaps",
+                    "{}: the provider's Role grants {v} on {resources:?}, beyond {allowed:?}",
                     r.id()
+                ));
+            }
+        }
+    }
+    problems
+}
+
+/// The provider's replicas: more than one only with `--leader-elect`, which needs
+/// `--state-configmap` (the replicas share the ledger) and the pod's name and namespace from the
+/// downward API; every Service reaching the provider selects the label the leader gives its own
+/// pod (a standby answers UNAVAILABLE); several replicas roll one at a time, spread over nodes,
+/// and keep one through disruptions (minAvailable 1). One replica without leader election,
+/// replaced with Recreate (two providers would both act on the same clusters).
+fn check_replicas(s: &Set) -> Vec<String> {
+    let mut problems = Vec::new();
+    let Ok(p) = s.provider() else {
+        return problems;
+    };
+    let replicas = p.replicas();
+    let strategy = str_at(&p.doc.v, "/spec/strategy/type").unwrap_or("RollingUpdate");
+    let labels = p.pod_labels();
+    let services: Vec<&Doc> = s
+        .of_kind("Service")
+        .filter(|svc| {
+            let sel = labels_at(&svc.v, "/spec/selector");
+            let mut without_role = sel.clone();
+            without_role.remove(LEADER_LABEL.0);
+            !sel.is_empty() && selects(&without_role, &labels)
+        })
+        .collect();
+    if !p.leader_elect() {
+        if replicas != 1 {
+            problems.push(format!(
+                "{}: {replicas} replicas without --leader-elect: they would all act on the same clusters",
+                p.doc.id()
+            ));
+        }
+        if strategy != "Recreate" {
+            problems.push(format!(
+                "{}: strategy {strategy} without --leader-elect: a rollout runs two providers acting on the same clusters",
+                p.doc.id()
+            ));
+        }
+        for svc in services {
+            if labels_at(&svc.v, "/spec/selector").contains_key(LEADER_LABEL.0) {
+                problems.push(format!(
+                    "{}: selects {}, which no pod carries without --leader-elect",
+                    svc.id(),
+                    LEADER_LABEL.0
+                ));
+            }
+        }
+        return problems;
+    }
+    let args = p.args();
+    if flag(&args, "state-configmap").is_none() {
+        problems.push("--leader-elect without --state-configmap: serve refuses it".into());
+    }
+    for (var, field) in [
+        ("POD_NAME", "metadata.name"),
+        ("POD_NAMESPACE", "metadata.namespace"),
+    ] {
+        let from_field = arr_at(p.container, "/env").iter().any(|e| {
+            str_at(e, "/name") == Some(var)
+                && str_at(e, "/valueFrom/fieldRef/fieldPath") == Some(field)
+        });
+        if !from_field {
+            problems.push(format!(
+                "--leader-elect, and the container's {var} is not the downward API's {field}"
+            ));
+        }
+    }
+    if services.is_empty() {
+        problems.push("no Service reaches the provider".into());
+    }
+    for svc in services {
+        let sel = labels_at(&svc.v, "/spec/selector");
+        if sel.get(LEADER_LABEL.0).map(String::as_str) != Some(LEADER_LABEL.1) {
+            problems.push(format!(
+                "{}: does not select {}={}: autoscalers reach a standby, which answers UNAVAILABLE",
+                svc.id(),
+                LEADER_LABEL.0,
+                LEADER_LABEL.1
+            ));
+        }
+    }
+    if replicas > 1 {
+        let max_unavailable = p
+            .doc
+            .v
+            .pointer("/spec/strategy/rollingUpdate/maxUnavailable")
+            .and_then(Value::as_u64);
+        if strategy != "RollingUpdate" || max_unavailable.is_none_or(|m| m >= replicas) {
+            problems.push(format!(
+                "{}: {replicas} replicas with strategy {strategy}, maxUnavailable {max_unavailable:?}: a rollout stops them all at once",
+                p.doc.id()
+            ));
+        }
+        let spread = arr_at(
+            p.pod,
+            "/affinity/podAntiAffinity/preferredDuringSchedulingIgnoredDuringExecution",
+        )
+        .iter()
+        .map(|t| t.pointer("/podAffinityTerm").unwrap_or(&Value::Null))
+        .chain(arr_at(
+            p.pod,
+            "/affinity/podAntiAffinity/requiredDuringSchedulingIgnoredDuringExecution",
+        ))
+        .any(|term| {
+            str_at(term, "/topologyKey") == Some("kubernetes.io/hostname")
+                && selects(&labels_at(term, "/labelSelector/matchLabels"), &labels)
+        });
+        if !spread {
+            problems.push(format!(
+                "{}: {replicas} replicas and no podAntiAffinity over kubernetes.io/hostname: both may run on one node",
+                p.doc.id()
+            ));
+        }
+        for b in s
+            .of_kind("PodDisruptionBudget")
+            .filter(|b| selects(&labels_at(&b.v, "/spec/selector/matchLabels"), &labels))
+        {
+            if b.v.pointer("/spec/minAvailable").and_then(Value::as_u64) != Some(1) {
+                problems.push(format!(
+                    "{}: {replicas} replicas, and not minAvailable 1",
+                    b.id()
                 ));
             }
         }
@@ -2541,6 +2748,15 @@ fn check_chart_matches_base(chart: &Set, base: &Set) -> Vec<String> {
                 continue;
             }
         };
+        for ptr in ["/spec/replicas", "/spec/strategy"] {
+            if what == "provider" && c.doc.v.pointer(ptr) != b.doc.v.pointer(ptr) {
+                problems.push(format!(
+                    "{what} Deployment {ptr} differs: chart {:?}, base {:?}",
+                    c.doc.v.pointer(ptr),
+                    b.doc.v.pointer(ptr)
+                ));
+            }
+        }
         let mut cf = flag_map(&c.args());
         let mut bf = flag_map(&b.args());
         // The clusters are the operator's.
@@ -2656,6 +2872,7 @@ fn check_chart_matches_base(chart: &Set, base: &Set) -> Vec<String> {
                 "/spec/ports",
                 "/spec/type",
                 "/spec/maxUnavailable",
+                "/spec/minAvailable",
                 "/spec/unhealthyPodEvictionPolicy",
             ] {
                 if c.v.pointer(ptr) != b.v.pointer(ptr) {
@@ -3113,6 +3330,94 @@ fn the_provider_is_bound_to_its_state_configmap_and_nothing_else() {
     assert!(flag(&args("kustomize-base"), "state-configmap").is_some());
     let file = args("helm-ci-state-file");
     assert!(flag(&file, "state-file").is_some() && flag(&file, "state-configmap").is_none());
+}
+
+#[test]
+fn two_providers_elect_a_leader_and_the_services_reach_only_the_leader() {
+    let Some(r) = rendered() else { return };
+    assert_none(
+        "provider replicas",
+        every(r, |s| s.source != "example", check_replicas),
+    );
+    // Two replicas electing a leader by default; one, without, beside a state file.
+    for set in [
+        "helm-ci-default",
+        "kustomize-base",
+        "helm-examples-central-provider",
+    ] {
+        let p = r.set(set).provider().expect("provider");
+        assert!(p.leader_elect() && p.replicas() == 2, "{set}");
+    }
+    let p = r.set("helm-ci-state-file").provider().expect("provider");
+    assert!(!p.leader_elect() && p.replicas() == 1);
+}
+
+#[test]
+fn replicas_without_leader_election_or_a_service_reaching_a_standby_are_caught() {
+    let Some(r) = rendered() else { return };
+    let mut b = base(r);
+    set_arg(&mut b, PROVIDER, "--leader-elect", "--log-format=json");
+    assert_caught(check_replicas(&b), "2 replicas without --leader-elect");
+    let mut b = base(r);
+    let d = b.find("Service", PROVIDER).expect("service").v.clone();
+    let mut selector = d["spec"]["selector"].clone();
+    selector
+        .as_object_mut()
+        .expect("selector")
+        .remove(LEADER_LABEL.0);
+    edit(&mut b, "Service", PROVIDER, "/spec/selector", selector);
+    assert_caught(
+        check_replicas(&b),
+        "does not select cks-autoscaler-provider/role",
+    );
+    let mut b = base(r);
+    edit(
+        &mut b,
+        "Deployment",
+        PROVIDER,
+        "/spec/strategy",
+        serde_json::json!({"type": "Recreate"}),
+    );
+    edit(
+        &mut b,
+        "PodDisruptionBudget",
+        PROVIDER,
+        "/spec/minAvailable",
+        Value::from(0),
+    );
+    let problems = check_replicas(&b);
+    assert_caught(problems.clone(), "a rollout stops them all at once");
+    assert_caught(problems, "not minAvailable 1");
+    let mut b = base(r);
+    edit(
+        &mut b,
+        "Deployment",
+        PROVIDER,
+        "/spec/template/spec/containers/0/env/1/valueFrom/fieldRef/fieldPath",
+        Value::from("spec.nodeName"),
+    );
+    assert_caught(check_replicas(&b), "POD_NAME");
+    let mut b = base(r);
+    edit(
+        &mut b,
+        "Role",
+        "cks-autoscaler-provider-leader-election",
+        "/rules/2/verbs",
+        serde_json::json!(["get", "patch", "delete"]),
+    );
+    assert_caught(check_provider_rbac(&b), "grants delete");
+    let mut b = base(r);
+    edit(
+        &mut b,
+        "Role",
+        "cks-autoscaler-provider-leader-election",
+        "/rules/0/resourceNames",
+        serde_json::json!(["another-lease"]),
+    );
+    assert_caught(
+        check_provider_rbac(&b),
+        "update leases cks-autoscaler-provider",
+    );
 }
 
 #[test]

@@ -221,6 +221,17 @@ central provider no NetworkPolicy rule lets anyone reach.
 {{- if and (not .Values.stateFile.enabled) (ne .Values.stateStore "none") -}}
 {{- fail "stateFile.enabled=false: set stateStore=none to record nothing (stateFile.enabled is kept for earlier values files)" -}}
 {{- end -}}
+{{- $replicas := .Values.replicaCount -}}
+{{- if lt (int $replicas) 1 -}}
+{{- fail (printf "replicaCount %v: 1 or more (provider.enabled=false deploys no provider)" $replicas) -}}
+{{- end -}}
+{{- $leaderElect := include "cks-autoscaler-provider.leaderElect" . -}}
+{{- if and (gt (int $replicas) 1) (not $leaderElect) -}}
+{{- fail (printf "replicaCount %v with leaderElection.enabled=false: two providers would both act on the same clusters (each submitting scale jobs, each deleting the VMs it thinks unregistered). Leave leaderElection.enabled empty (on with more than one replica), or set replicaCount: 1" (toString $replicas)) -}}
+{{- end -}}
+{{- if and $leaderElect (ne .Values.stateStore "configmap") -}}
+{{- fail (printf "leader election (replicaCount %v) needs stateStore=configmap: the replicas share the promises recorded in that ConfigMap, and the standby takes them over when it becomes the leader; stateStore=%v keeps them where only one pod sees them. Set stateStore=configmap, or replicaCount: 1 (and leaderElection.enabled empty or false)" (toString $replicas) .Values.stateStore) -}}
+{{- end -}}
 {{- if not .Values.nodes -}}
 {{- fail "set at least one entry in `nodes` (min, max, cluster): the CKS clusters to scale" -}}
 {{- end -}}
@@ -249,7 +260,7 @@ central provider no NetworkPolicy rule lets anyone reach.
 {{- if and .Values.prometheusRule.enabled (not .Values.serviceMonitor.enabled) (not .Values.prometheusRule.selector) -}}
 {{- fail "prometheusRule.enabled: its alerts select the provider's series by the job the chart's ServiceMonitor gives them, and serviceMonitor.enabled=false creates none. Enable serviceMonitor.enabled, or set prometheusRule.selector to the PromQL matchers your own scrape gives the provider's series (e.g. job=\"kubernetes-pods\", namespace=\"kube-system\")" -}}
 {{- end -}}
-{{- $providerOwned := dict "nodes" "nodes[]" "listen" "service.grpcPort" "metrics-listen" "service.metricsPort" "cloud-config" "cloudConfig" "config" "config" "cloudstack-ca" "cloudstackCA" "tls-cert" "tls.enabled" "tls-key" "tls.enabled" "tls-client-ca" "tls.enabled" "insecure" "tls.enabled=false" "log-format" "log.format" "max-node-provision-time" "autoscaler.maxNodeProvisionTime (the autoscaler gets the same value)" "state-file" "stateStore=file" "state-configmap" "stateStore=configmap" "state-namespace" "stateStore=configmap (the release namespace)" -}}
+{{- $providerOwned := dict "nodes" "nodes[]" "listen" "service.grpcPort" "metrics-listen" "service.metricsPort" "cloud-config" "cloudConfig" "config" "config" "cloudstack-ca" "cloudstackCA" "tls-cert" "tls.enabled" "tls-key" "tls.enabled" "tls-client-ca" "tls.enabled" "insecure" "tls.enabled=false" "log-format" "log.format" "max-node-provision-time" "autoscaler.maxNodeProvisionTime (the autoscaler gets the same value)" "state-file" "stateStore=file" "state-configmap" "stateStore=configmap" "state-namespace" "stateStore=configmap (the release namespace)" "leader-elect" "replicaCount and leaderElection.enabled" "leader-elect-lease-duration" "leaderElection.leaseDuration" "leader-elect-renew-deadline" "leaderElection.renewDeadline" "leader-elect-retry-period" "leaderElection.retryPeriod" "leader-elect-resource-name" "leaderElection.resourceName" "leader-elect-resource-namespace" "nothing: the Lease is in the release namespace, where its Role is" -}}
 {{- include "cks-autoscaler-provider.refuseOwnedArgs" (dict "args" (include "cks-autoscaler-provider.extraArgs" .Values.extraArgs) "where" "extraArgs" "owned" $providerOwned) -}}
 {{- if and .Values.cloudstackCA.configMapName .Values.cloudstackCA.secretName -}}
 {{- fail "cloudstackCA: set configMapName or secretName, not both" -}}
@@ -370,4 +381,27 @@ confirmNodeMarks on, the provider and its cluster's autoscaler in this release, 
 {{- if and .Values.provider.enabled .Values.confirmNodeMarks .Values.autoscaler.enabled (eq (len .Values.nodes) 1) -}}
 true
 {{- end -}}
+{{- end -}}
+
+{{/* "true" when the provider replicas elect a leader (--leader-elect): leaderElection.enabled,
+or, when that is empty (null), replicaCount above 1. */}}
+{{- define "cks-autoscaler-provider.leaderElect" -}}
+{{- $enabled := .Values.leaderElection.enabled -}}
+{{- if kindIs "invalid" $enabled -}}
+{{- $enabled = gt (int .Values.replicaCount) 1 -}}
+{{- end -}}
+{{- if and .Values.provider.enabled $enabled -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/* The leader-election Lease's name (release namespace): leaderElection.resourceName, else
+the provider's full name. */}}
+{{- define "cks-autoscaler-provider.leaseName" -}}
+{{- default (include "cks-autoscaler-provider.fullname" .) .Values.leaderElection.resourceName -}}
+{{- end -}}
+
+{{/* The label the leader sets on its own pod, which the provider's Services select. */}}
+{{- define "cks-autoscaler-provider.leaderLabel" -}}
+cks-autoscaler-provider/role: leader
 {{- end -}}
