@@ -133,6 +133,8 @@ type Env struct {
 	Pods                          *PodHistory
 	Log                           *LogWatch
 	clusterLog                    *os.File
+	Replicas                      map[string]*Provider // leader.go: the replicas by pod name
+	Proxy                         *LeaderProxy         // leader.go: the autoscaler's way to the leader
 	failures                      []string
 	note                          string
 	loops                         int
@@ -148,6 +150,11 @@ type Scenario struct {
 	StateFile     bool     // the provider's --state-file in the work directory (a restart reads it)
 	Wrap          bool     // time the cloud provider's calls (benchmarks)
 	Run           func(e *Env) error
+
+	// Providers, when set, starts the provider(s) instead of StartProvider, once the API
+	// server, the bridge and the controllers run, before the autoscaler is built (it writes
+	// the autoscaler's cloud-config): leader.go's replicas behind their proxy.
+	Providers func(e *Env, tls TLSFiles, nodes string, flags []string) error
 }
 
 // The flags of deploy/'s autoscaler Deployment, with the timers shortened, and the
@@ -224,9 +231,11 @@ func (e *Env) run(sc Scenario) error {
 		e.StateFile = filepath.Join(e.Dir, "provider-state.json")
 		provFlags = append(provFlags, "--state-file", e.StateFile)
 	}
-	e.Prov, err = StartProvider(e.Dir, e.ProvBin, e.Sim, tls, nodes, provFlags...)
-	if err != nil {
-		return err
+	if sc.Providers == nil {
+		e.Prov, err = StartProvider(e.Dir, e.ProvBin, e.Sim, tls, nodes, provFlags...)
+		if err != nil {
+			return err
+		}
 	}
 	// Everything to autoscaler.log, nothing to this process's stderr (the run's one line).
 	_ = flag.Set("stderrthreshold", "FATAL")
@@ -264,6 +273,11 @@ func (e *Env) run(sc Scenario) error {
 	if err != nil {
 		return err
 	}
+	if sc.Providers != nil {
+		if err := sc.Providers(e, tls, nodes, provFlags); err != nil {
+			return err
+		}
+	}
 	var wrap = wrapCloudProvider
 	if !sc.Wrap {
 		wrap = nil
@@ -293,6 +307,14 @@ func (e *Env) saveSimRequests() {
 
 // Close stops our processes, the autoscaler's informers, the controllers and the bridge.
 func (e *Env) Close() {
+	// Replicas first, while the API server they release their Lease on still runs.
+	e.Proxy.Stop()
+	for _, r := range e.Replicas {
+		r.Stop(syscall.SIGTERM)
+	}
+	if e.Replicas != nil {
+		e.Prov = nil
+	}
 	e.Up.Stop()
 	e.Controllers.Stop()
 	e.Bridge.Stop()

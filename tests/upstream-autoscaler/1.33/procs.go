@@ -80,6 +80,11 @@ func startProc(dir, name, bin string, args ...string) (*Proc, error) {
 // startProcIn starts bin in the working directory cwd (this process's when empty), its output
 // to dir/name.log.
 func startProcIn(cwd, dir, name, bin string, args ...string) (*Proc, error) {
+	return startProcEnv(cwd, dir, name, bin, nil, args...)
+}
+
+// startProcEnv is startProcIn with env (KEY=VALUE) added to this process's environment.
+func startProcEnv(cwd, dir, name, bin string, env []string, args ...string) (*Proc, error) {
 	logPath := filepath.Join(dir, name+".log")
 	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -88,7 +93,7 @@ func startProcIn(cwd, dir, name, bin string, args ...string) (*Proc, error) {
 	cmd := exec.Command(bin, args...)
 	cmd.Dir = cwd
 	cmd.Stdout, cmd.Stderr = f, f
-	cmd.Env = append(os.Environ(), "RUST_LOG=info")
+	cmd.Env = append(append(os.Environ(), "RUST_LOG=info"), env...)
 	if err := cmd.Start(); err != nil {
 		f.Close()
 		return nil, err
@@ -156,6 +161,7 @@ type Provider struct {
 	*Proc
 	dir, bin    string
 	args        []string
+	env         []string // KEY=VALUE added to the environment (leader.go's replicas)
 	Addr        string
 	MetricsURL  string
 	CloudConfig string // the autoscaler's cloud-config (YAML)
@@ -212,7 +218,7 @@ func (p *Provider) Restart() error {
 		if fi, err := os.Stat(filepath.Join(p.dir, "provider.log")); err == nil {
 			from = fi.Size()
 		}
-		proc, err := startProc(p.dir, "provider", p.bin, p.args...)
+		proc, err := startProcEnv("", p.dir, "provider", p.bin, p.env, p.args...)
 		if err != nil {
 			return err
 		}

@@ -63,6 +63,11 @@ var scenarios = map[string]Scenario{
 	// for the provider's DeleteNodes (faults.go). A removal window whose CloudStack answer is
 	// lost past the callers' deadline answers them OK and owes the removals.
 	"slow-removal-answers": {Cluster: oneCluster(2, 1, 5), Run: slowRemovalAnswers},
+	// Two provider replicas with --leader-elect behind a proxy standing for the Service
+	// selecting the leader's label; the leader is killed while a scale-up's job runs, the
+	// other while a removal it promised is owed (leader.go).
+	"leader-failover": {Cluster: oneCluster(1, 1, 5), Run: leaderFailover, Providers: startLeaderReplicas,
+		SimFlags: []string{"--job-duration-ms", "8000"}},
 }
 
 // Not in -list (run by name, not by CI): scenarios that show a fault of the provider not
