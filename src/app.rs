@@ -366,7 +366,15 @@ async fn lead(
             }
         }
     };
-    label("standby").await;
+    // Not Ready before this: after a restart the pod may still carry the `leader` label of its
+    // previous life, and a Ready pod with it is an endpoint of the leader's Service.
+    while !label("standby").await {
+        if leadership.leading() {
+            break;
+        }
+        tokio::time::sleep(lease_retry(&leadership)).await;
+    }
+    leadership.set_labelled_standby();
     let mut role = leadership.watch();
     if role
         .wait_for(|r| *r == crate::leader::Role::Leader)
@@ -415,14 +423,12 @@ pub struct ProviderMetrics(pub Provider);
 impl MetricsSource for ProviderMetrics {
     fn ready(&self) -> bool {
         // A standby is ready to take over: Ready, so that rolling updates and a disruption
-        // budget count it; the Service reaches only the leader, by its pod label.
-        let standby = self
-            .0
-            .settings()
-            .leadership
-            .as_ref()
-            .is_some_and(|l| !l.serving());
-        standby || self.0.healthy()
+        // budget count it; the Service reaches only the leader, by its pod label, so not
+        // before its pod carries the `standby` label.
+        match &self.0.settings().leadership {
+            Some(l) if !l.serving() => l.labelled_standby(),
+            _ => self.0.healthy(),
+        }
     }
 
     fn alert_verdict(&self) -> Option<(&'static str, Option<Duration>)> {

@@ -43,6 +43,10 @@ pub struct Leadership {
     /// The leader has taken over the ledger (its first read after acquiring the Lease): only
     /// then are RPCs answered, from what it holds.
     taken_over: Arc<AtomicBool>,
+    /// A standby has labelled its pod `standby` (or has no pod to label): only then is it
+    /// Ready, so that a restarted replica whose pod still carries the `leader` label of its
+    /// previous life is never a Ready endpoint of the leader's Service.
+    labelled: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for Leadership {
@@ -59,6 +63,7 @@ impl Leadership {
             elector: Arc::new(Mutex::new(Elector::new(identity, timings))),
             role: watch::Sender::new(Role::Standby),
             taken_over: Arc::new(AtomicBool::new(false)),
+            labelled: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -86,6 +91,16 @@ impl Leadership {
     /// The replica holding the Lease as last read (for a standby's answers), if any.
     pub fn holder(&self) -> Option<String> {
         self.elector().holder().map(str::to_string)
+    }
+
+    /// The standby's pod carries the `standby` label (or there is no pod to label).
+    pub fn set_labelled_standby(&self) {
+        self.labelled.store(true, Ordering::Release);
+    }
+
+    /// Whether a standby may report Ready: its pod no longer carries a stale `leader` label.
+    pub fn labelled_standby(&self) -> bool {
+        self.labelled.load(Ordering::Acquire)
     }
 
     /// Whether the ledger was taken over (see [`Leadership::set_taken_over`]).
