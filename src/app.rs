@@ -375,13 +375,42 @@ async fn lead(
         tokio::time::sleep(lease_retry(&leadership)).await;
     }
     leadership.set_labelled_standby();
+    // The ledger kept loaded: read and parsed every lease duration, as the take-over will read
+    // it, so a standby that could not take over says so (not Ready, the gauge, the log) while
+    // the leader still runs. Only the take-over's own read counts for what it takes over: the
+    // leader writes until its last moment.
     let mut role = leadership.watch();
-    if role
-        .wait_for(|r| *r == crate::leader::Role::Leader)
-        .await
-        .is_err()
-    {
-        return;
+    let mut failing: Option<String> = None;
+    loop {
+        let look = provider.check_state().await;
+        crate::metrics::record_standby_ledger(look.is_ok());
+        leadership.set_ledger_readable(look.is_ok());
+        match look {
+            Ok(promises) => {
+                if failing.take().is_some() {
+                    tracing::info!(
+                        promises,
+                        "the standby reads the recorded promises again: ready to take over"
+                    );
+                }
+            }
+            Err(e) => {
+                let text = e.to_string();
+                if failing.as_deref() != Some(text.as_str()) {
+                    tracing::error!(error = %text, "the standby cannot read the recorded promises: it could not take over, and is not Ready until it can");
+                }
+                failing = Some(text);
+            }
+        }
+        tokio::select! {
+            r = role.wait_for(|r| *r == crate::leader::Role::Leader) => {
+                if r.is_err() {
+                    return;
+                }
+                break;
+            }
+            () = tokio::time::sleep(leadership.timings().lease_duration) => {}
+        }
     }
     let writer = format!(
         "{} at {:?}",
@@ -426,7 +455,7 @@ impl MetricsSource for ProviderMetrics {
         // budget count it; the Service reaches only the leader, by its pod label, so not
         // before its pod carries the `standby` label.
         match &self.0.settings().leadership {
-            Some(l) if !l.serving() => l.labelled_standby(),
+            Some(l) if !l.serving() => l.ready_standby(),
             _ => self.0.healthy(),
         }
     }
@@ -542,7 +571,7 @@ fn extras(args: &ServeArgs) -> anyhow::Result<crate::optional_rpcs::ProviderExtr
     })
 }
 
-fn groups(args: &ServeArgs) -> anyhow::Result<Vec<BoundNodeGroup>> {
+pub(crate) fn groups(args: &ServeArgs) -> anyhow::Result<Vec<BoundNodeGroup>> {
     args.nodes
         .iter()
         .map(|n| config::parse_nodes(n).map_err(|e| anyhow::anyhow!("--nodes: {e}")))
@@ -552,7 +581,7 @@ fn groups(args: &ServeArgs) -> anyhow::Result<Vec<BoundNodeGroup>> {
 /// The CloudStack client's settings: the cloud-config, with the keys replaced by
 /// `--api-key-file`/`--secret-key-file` or `CKS_PROVIDER_API_KEY`/`CKS_PROVIDER_SECRET_KEY`,
 /// and `--cloudstack-ca` and `--cloudstack-max-rps` added.
-fn client_config(args: &ServeArgs) -> anyhow::Result<ClientConfig> {
+pub(crate) fn client_config(args: &ServeArgs) -> anyhow::Result<ClientConfig> {
     let Some(path) = &args.cloud_config else {
         bail!("--cloud-config is required: the file naming CloudStack's API URL and keys");
     };

@@ -43,6 +43,11 @@ pub enum Command {
     /// Show what the autoscaler sees through the provider's RPCs: node groups, target
     /// sizes, instances with their status and errors, why a group cannot scale.
     Probe(crate::probe::ProbeArgs),
+    /// Check, before serving, which commands the CloudStack key allows: each cluster --nodes
+    /// names is listed, and every command the provider sends is tried without changing
+    /// anything. Takes serve's flags (the same cloud-config, keys and --nodes); prints a table
+    /// and exits non-zero when a required command is refused or a cluster is not listed.
+    Check(Box<ServeArgs>),
 }
 
 /// `serve` flags.
@@ -283,16 +288,17 @@ pub fn parse_args(argv: Vec<std::ffi::OsString>) -> Result<Cli, clap::Error> {
     use clap::{CommandFactory, FromArgMatches};
     let cmd = Cli::command();
     let matches = cmd.clone().try_get_matches_from(argv.clone())?;
-    let Some(("serve", sub)) = matches.subcommand() else {
+    // `check` takes serve's flags, a config file's included.
+    let Some((name @ ("serve" | "check"), sub)) = matches.subcommand() else {
         return Cli::from_arg_matches(&matches);
     };
     let Some(path) = sub.get_one::<PathBuf>("config").cloned() else {
         return Cli::from_arg_matches(&matches);
     };
-    let serve_cmd = cmd.find_subcommand("serve").cloned().unwrap_or_default();
+    let serve_cmd = cmd.find_subcommand(name).cloned().unwrap_or_default();
     let tokens = config_tokens(&path, &serve_cmd, sub)
         .map_err(|e| clap::Error::raw(clap::error::ErrorKind::InvalidValue, format!("{e}\n")))?;
-    let pos = argv.iter().position(|a| a == "serve").unwrap_or(argv.len());
+    let pos = argv.iter().position(|a| a == name).unwrap_or(argv.len());
     let mut merged: Vec<std::ffi::OsString> =
         argv[..=pos.min(argv.len().saturating_sub(1))].to_vec();
     merged.extend(tokens.into_iter().map(Into::into));

@@ -47,6 +47,10 @@ pub struct Leadership {
     /// Ready, so that a restarted replica whose pod still carries the `leader` label of its
     /// previous life is never a Ready endpoint of the leader's Service.
     labelled: Arc<AtomicBool>,
+    /// A standby read and parsed the ledger at its last look: it could take over. Only then is
+    /// it Ready, so that a rolling update whose new pods cannot read the ledger (a format they
+    /// do not know, a Role without the ConfigMap's verbs) stops before it replaces the leader.
+    ledger_readable: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for Leadership {
@@ -64,6 +68,7 @@ impl Leadership {
             role: watch::Sender::new(Role::Standby),
             taken_over: Arc::new(AtomicBool::new(false)),
             labelled: Arc::new(AtomicBool::new(false)),
+            ledger_readable: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -98,9 +103,15 @@ impl Leadership {
         self.labelled.store(true, Ordering::Release);
     }
 
-    /// Whether a standby may report Ready: its pod no longer carries a stale `leader` label.
-    pub fn labelled_standby(&self) -> bool {
-        self.labelled.load(Ordering::Acquire)
+    /// Whether a standby may report Ready: its pod no longer carries a stale `leader` label,
+    /// and it could read the ledger at its last look.
+    pub fn ready_standby(&self) -> bool {
+        self.labelled.load(Ordering::Acquire) && self.ledger_readable.load(Ordering::Acquire)
+    }
+
+    /// The outcome of a standby's last read of the ledger.
+    pub fn set_ledger_readable(&self, readable: bool) {
+        self.ledger_readable.store(readable, Ordering::Release);
     }
 
     /// Whether the ledger was taken over (see [`Leadership::set_taken_over`]).

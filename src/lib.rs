@@ -4,6 +4,7 @@
 //!
 //! See ARCHITECTURE.md for the code map.
 pub mod app;
+pub mod check;
 pub mod cli;
 pub mod config;
 pub mod grammar;

@@ -21,6 +21,7 @@ async fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve(*args).await,
         Command::Probe(args) => cks_autoscaler_provider::probe::run(args).await,
+        Command::Check(args) => cks_autoscaler_provider::check::run(*args).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

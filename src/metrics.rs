@@ -189,6 +189,12 @@ fn describe() {
         "cks_provider_leader_transitions_total",
         "Times this replica started or stopped leading (--leader-elect)."
     );
+    describe_gauge!(
+        "cks_provider_standby_ledger_readable",
+        "1 while this standby last read and parsed the recorded promises (the ledger in \
+         --state-configmap) without error, so it could take over; 0 while it cannot (it is \
+         then not Ready). Read every lease duration (--leader-elect)."
+    );
     describe_counter!(
         "cks_provider_state_write_failures_total",
         "Failed writes of the store (--state-configmap or --state-file), conflicts with \
@@ -306,6 +312,11 @@ pub fn record_removals_withdrawn(count: usize) {
 pub fn record_standby_start() {
     metrics::gauge!("cks_provider_leader").set(0.0);
     metrics::counter!("cks_provider_leader_transitions_total").increment(0);
+}
+
+/// Records whether a standby's last read of the ledger succeeded (`--leader-elect`).
+pub fn record_standby_ledger(readable: bool) {
+    metrics::gauge!("cks_provider_standby_ledger_readable").set(if readable { 1.0 } else { 0.0 });
 }
 
 /// Records this replica starting or stopping to lead (`--leader-elect`).

@@ -54,7 +54,7 @@ impl Provider {
             Err(e) if e.is_not_permitted() => {
                 optional.store(false, Ordering::Relaxed);
                 tracing::warn!(error = %e, cloudstack = self.inner.cs.api_url(), recheck = ?self.inner.settings.alert_recheck,
-                    "this CloudStack key may not call listCapabilities (optional): a learned Alert-scaling verdict is re-checked after --alert-recheck only, not at once on a CloudStack upgrade");
+                    "this CloudStack key may not call listCapabilities (optional): {}", super::WITHOUT_LIST_CAPABILITIES);
             }
             Ok(seen) => {
                 if let VersionSeen::Upgraded { from, to } =

@@ -30,9 +30,9 @@ pub enum Error {
     },
     /// The configured cluster is not listed (deleted, or not visible to the API key).
     #[error(
-        "cluster {cluster} is not listed by CloudStack (deleted, or not visible to this API key)"
+        "cluster {cluster} is not listed by CloudStack (deleted, or not visible to this API key): {hint}"
     )]
-    ClusterNotFound { cluster: String },
+    ClusterNotFound { cluster: String, hint: String },
     /// `--nodes` names, by name, a cluster another group serves (by id, or by another name).
     #[error(
         "cluster {name:?} is {id}, which node group {other} serves already: one node group per \
@@ -152,4 +152,12 @@ pub fn echo(value: &str) -> String {
     }
     let head: String = value.chars().take(ECHO_MAX_CHARS).collect();
     format!("{head}… (cut: {} bytes in all)", value.len())
+}
+
+/// What an operator reads when a cluster is not listed for the key.
+pub fn not_listed_hint(project_id: Option<&str>) -> String {
+    match project_id {
+        None => "a cluster in a CloudStack project is listed only with the project's id: set project-id in the cloud-config (CKS 4.19.3 and later write it into the cluster's cloudstack-secret; the project's id is in the UI's project view, or `cmk list projects`)".into(),
+        Some(p) => format!("project-id is {p}: is the cluster in that project, and is this key a member of it?"),
+    }
 }

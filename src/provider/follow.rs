@@ -219,7 +219,7 @@ impl Provider {
                         .optional
                         .jobs
                         .store(false, std::sync::atomic::Ordering::Relaxed);
-                    tracing::warn!(error = %e, cloudstack = self.inner.cs.api_url(), "this CloudStack key may not call listAsyncJobs (optional): scale jobs this provider did not start are followed through the cluster's state, and a request whose answer was lost is settled by the cluster's state alone");
+                    tracing::warn!(error = %e, cloudstack = self.inner.cs.api_url(), "this CloudStack key may not call listAsyncJobs (optional): {}", super::WITHOUT_LIST_ASYNC_JOBS);
                     JobSearch::Nothing
                 }
                 Err(e) => {

@@ -46,7 +46,7 @@ pub use caller::Caller;
 pub use cks_domain::instances::InstanceView;
 pub use cks_domain::machine::NodeRef;
 pub use cks_domain::verdict::AlertVerdictView;
-pub use error::{Error, Result};
+pub use error::{Error, Result, not_listed_hint};
 pub use groups::Scoped;
 pub use settings::{AlertScalingMode, Settings};
 pub use store::StateError;
@@ -107,6 +107,16 @@ pub(crate) fn before(deadline: tokio::time::Instant) -> tokio::time::Instant {
 pub(crate) fn now() -> Instant {
     tokio::time::Instant::now().into_std()
 }
+
+/// What the provider does without `listAsyncJobs` (said once when CloudStack refuses it, and by
+/// `check`).
+pub(crate) const WITHOUT_LIST_ASYNC_JOBS: &str = "scale jobs this provider did not start are followed through the cluster's state, and a request whose answer was lost is settled by the cluster's state alone";
+/// What the provider does without `listServiceOfferings`.
+pub(crate) const WITHOUT_LIST_SERVICE_OFFERINGS: &str = "the template node is built from a worker VM's CPUs and memory (listVirtualMachines), without the offering's root disk size, GPUs or details";
+/// What the provider does without `listCapabilities`.
+pub(crate) const WITHOUT_LIST_CAPABILITIES: &str = "a learned Alert-scaling verdict is re-checked after --alert-recheck only, not at once on a CloudStack upgrade";
+/// What the provider does without `stopVirtualMachine`.
+pub(crate) const WITHOUT_STOP_VIRTUAL_MACHINE: &str = "a node whose drain would fail (never registered, or its drain failed) is not stopped by the provider; such removals are refused before any promise, or wait for an operator to stop the VM";
 
 /// The commands beyond the four every key CKS gives may call (`listKubernetesClusters`,
 /// `scaleKubernetesCluster`, `queryAsyncJobResult`, `listVirtualMachines`): each is tried until

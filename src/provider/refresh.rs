@@ -214,7 +214,8 @@ impl Provider {
             if !allowed {
                 tracing::warn!(
                     cloudstack = self.inner.cs.api_url(),
-                    "this CloudStack key may not call stopVirtualMachine (optional): a node whose drain would fail (never registered, or its drain failed) is not stopped by the provider; such removals are refused before any promise, or wait for an operator to stop the VM"
+                    "this CloudStack key may not call stopVirtualMachine (optional): {}",
+                    super::WITHOUT_STOP_VIRTUAL_MACHINE
                 );
             }
         }
@@ -402,7 +403,7 @@ impl Provider {
                         .optional
                         .offerings
                         .store(false, Ordering::Relaxed);
-                    tracing::warn!(error = %e, cloudstack = self.inner.cs.api_url(), "this CloudStack key may not call listServiceOfferings (optional): the template node is built from a worker VM's CPUs and memory (listVirtualMachines), without the offering's root disk size, GPUs or details");
+                    tracing::warn!(error = %e, cloudstack = self.inner.cs.api_url(), "this CloudStack key may not call listServiceOfferings (optional): {}", super::WITHOUT_LIST_SERVICE_OFFERINGS);
                 }
                 other => return other,
             }

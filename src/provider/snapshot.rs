@@ -78,7 +78,10 @@ impl Provider {
                 // Not visible to the key, or (431: CloudStack's lookup of the id parameter
                 // found no such entity) deleted: not something a retry fixes.
                 Ok(None) | Err(CsError::Api { errorcode: 431, .. }) => {
-                    return Err(Error::ClusterNotFound { cluster: id });
+                    return Err(Error::ClusterNotFound {
+                        cluster: id,
+                        hint: super::not_listed_hint(self.inner.cs.project_id()),
+                    });
                 }
                 Err(e) => return Err(e.into()),
             },
@@ -100,6 +103,7 @@ impl Provider {
                     0 => {
                         return Err(Error::ClusterNotFound {
                             cluster: format!("named {name:?}"),
+                            hint: super::not_listed_hint(self.inner.cs.project_id()),
                         });
                     }
                     count => {

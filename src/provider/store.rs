@@ -164,6 +164,14 @@ impl Store {
         }
     }
 
+    /// Where the record goes, as logs and errors name it (empty without a store).
+    fn describe(&self) -> String {
+        self.backend
+            .as_ref()
+            .map(|b| b.describe())
+            .unwrap_or_default()
+    }
+
     /// A group's state is about to change: the writer looks again.
     pub(crate) fn touch(&self) {
         if self.backend.is_some() {
@@ -188,21 +196,25 @@ pub enum StateError {
 }
 
 impl Provider {
-    /// Reads the recorded state, if there is a store, and gives each group's machine its
-    /// ledger. Returns how many promises were taken over. Call before the first refresh.
-    pub async fn load_state(&self) -> Result<usize, StateError> {
+    /// Reads and parses the recorded state; `None` when there is no store or nothing is
+    /// recorded yet (said in the log when `say` is set: a start's read, not a standby's look).
+    async fn read_state(&self, say: bool) -> Result<Option<StateFile>, StateError> {
         let Some(store) = &self.inner.store.backend else {
-            tracing::info!(
-                "no --state-file or --state-configmap: removals and increases answered OK and not done yet end with this process"
-            );
-            return Ok(0);
+            if say {
+                tracing::info!(
+                    "no --state-file or --state-configmap: removals and increases answered OK and not done yet end with this process"
+                );
+            }
+            return Ok(None);
         };
         let shown = store.describe();
         let text = match store.read().await {
             Ok(Some(t)) => t,
             Ok(None) => {
-                tracing::info!(store = %shown, "nothing recorded yet: starting with no promises to take over");
-                return Ok(0);
+                if say {
+                    tracing::info!(store = %shown, "nothing recorded yet: starting with no promises to take over");
+                }
+                return Ok(None);
             }
             Err(ReadError::Unreadable(detail)) => {
                 return Err(StateError::Read {
@@ -222,6 +234,27 @@ impl Provider {
                 detail: format!("version {}, expected {VERSION}", file.version),
             });
         }
+        Ok(Some(file))
+    }
+
+    /// A standby's look at the ledger (leader election): read and parsed as a take-over would,
+    /// applied to nothing. Returns how many promises it holds (owed removals and queued
+    /// increases, of every cluster recorded); an error is one a take-over would end on.
+    pub async fn check_state(&self) -> Result<usize, StateError> {
+        Ok(self.read_state(false).await?.map_or(0, |file| {
+            file.groups
+                .values()
+                .map(|g| g.removals.len() + g.queued_increase as usize)
+                .sum()
+        }))
+    }
+
+    /// Reads the recorded state, if there is a store, and gives each group's machine its
+    /// ledger. Returns how many promises were taken over. Call before the first refresh.
+    pub async fn load_state(&self) -> Result<usize, StateError> {
+        let Some(file) = self.read_state(true).await? else {
+            return Ok(0);
+        };
         let mut taken = 0;
         let mut groups = file.groups;
         for (gi, g) in self.inner.groups.iter().enumerate() {
@@ -275,13 +308,7 @@ impl Provider {
         let taken = self.load_state().await?;
         if self.inner.store.backend.is_some() && !self.write_state_as(true).await {
             return Err(StateError::Read {
-                path: self
-                    .inner
-                    .store
-                    .backend
-                    .as_ref()
-                    .map(|b| b.describe())
-                    .unwrap_or_default(),
+                path: self.inner.store.describe(),
                 detail: "the first write as the new leader failed (see the log above)".into(),
             });
         }
@@ -478,13 +505,7 @@ impl Provider {
                 self.check_store()
             }
             Err(_) => Err(super::Error::StoreUnavailable {
-                store: self
-                    .inner
-                    .store
-                    .backend
-                    .as_ref()
-                    .map(|b| b.describe())
-                    .unwrap_or_default(),
+                store: self.inner.store.describe(),
                 error: "not written in time".into(),
             }),
         }

@@ -30,8 +30,12 @@ fn timings() -> LeaseTimings {
 }
 
 fn lease(kube: &KubeApiServer) -> LeaseRef {
+    lease_in(kube, "default")
+}
+
+fn lease_in(kube: &KubeApiServer, ns: &str) -> LeaseRef {
     LeaseRef {
-        namespace: "default".into(),
+        namespace: ns.into(),
         name: "cks-autoscaler-provider".into(),
         api: KubeConfig {
             url: kube.url(),
@@ -48,10 +52,13 @@ struct Replica {
 }
 
 fn replica(kube: &KubeApiServer, identity: &str) -> Replica {
+    replica_of(lease(kube), identity)
+}
+
+fn replica_of(lease: LeaseRef, identity: &str) -> Replica {
     let leadership = Leadership::new(identity, timings());
     let (stop, rx) = watch::channel(false);
     let l = leadership.clone();
-    let lease = lease(kube);
     let task = tokio::spawn(async move {
         leader::run(lease, l, rx)
             .await
@@ -252,6 +259,101 @@ fn deployed_roles() -> serde_json::Value {
     })
 }
 
+/// The provider's identity as deploy/ gives it, for provider processes outside a pod: a
+/// ServiceAccount bound to the deployed Roles, its token, CA and namespace in a directory
+/// ([`SERVICE_ACCOUNT_DIR_ENV`]), and a Pod object for each replica's name (the role label
+/// goes there).
+struct Deployed {
+    ns: String,
+    dir: std::path::PathBuf,
+    sa: std::path::PathBuf,
+    port: String,
+}
+
+impl Deployed {
+    async fn new(kube: &KubeApiServer, ns: &str, pods: &[&str]) -> Deployed {
+        let token = kube
+            .service_account_token(ns, "cks-autoscaler-provider", &deployed_roles())
+            .await
+            .expect("the provider's identity");
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("leader-{ns}-{}", std::process::id()));
+        let sa = dir.join("serviceaccount");
+        std::fs::create_dir_all(&sa).expect("the service account dir");
+        std::fs::write(sa.join("token"), &token).expect("token");
+        std::fs::write(sa.join("ca.crt"), kube.ca_pem()).expect("ca.crt");
+        std::fs::write(sa.join("namespace"), ns).expect("namespace");
+        for pod in pods {
+            kube.create(
+                &format!("/api/v1/namespaces/{ns}/pods"),
+                &json!({"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": pod, "namespace": ns},
+                    "spec": {"serviceAccountName": "cks-autoscaler-provider",
+                        "automountServiceAccountToken": false,
+                        "containers": [{"name": "provider", "image": "cks-autoscaler-provider"}]}}),
+            )
+            .await
+            .expect("the pod");
+        }
+        let port = kube
+            .url()
+            .rsplit(':')
+            .next()
+            .expect("the API server's port")
+            .to_string();
+        Deployed {
+            ns: ns.to_string(),
+            dir,
+            sa,
+            port,
+        }
+    }
+
+    /// `serve --leader-elect --state-configmap` as `pod`, with [`timings`]' durations.
+    async fn replica(
+        &self,
+        sim: &sim::SimHandle,
+        cluster: &str,
+        pod: &str,
+        metrics: bool,
+    ) -> ProviderProcess {
+        let mut args = ProviderArgs::new(
+            &sim.api_url,
+            &sim.api_key,
+            &sim.secret_key,
+            vec![format!("1:10:{cluster}")],
+        );
+        args.metrics = metrics;
+        for (k, v) in [
+            ("--job-poll-interval", "50ms"),
+            ("--refresh-min-interval", "0s"),
+            ("--scale-watch", "200ms"),
+            ("--state-configmap", STATE_CONFIGMAP),
+            ("--leader-elect-lease-duration", "3s"),
+            ("--leader-elect-renew-deadline", "2s"),
+            ("--leader-elect-retry-period", "200ms"),
+        ] {
+            args = args.flag(k, v);
+        }
+        args.flags.push("--leader-elect".into());
+        for (k, v) in [
+            ("POD_NAME", pod),
+            ("POD_NAMESPACE", self.ns.as_str()),
+            ("KUBERNETES_SERVICE_HOST", "127.0.0.1"),
+            ("KUBERNETES_SERVICE_PORT", &self.port),
+            (
+                SERVICE_ACCOUNT_DIR_ENV,
+                self.sa.to_str().expect("a UTF-8 path"),
+            ),
+        ] {
+            args.env.push((k.to_string(), v.to_string()));
+        }
+        ProviderProcess::spawn(bin(), &self.dir.join(pod), args).await
+    }
+}
+
+const STATE_CONFIGMAP: &str = "cks-autoscaler-provider-state";
+
 /// A pod's `cks-autoscaler-provider/role` label.
 async fn role_label(kube: &KubeApiServer, ns: &str, pod: &str) -> String {
     let (_, v) = kube
@@ -289,70 +391,12 @@ async fn a_killed_leaders_promises_are_kept_by_the_standby_and_nothing_is_sent_t
         return;
     };
     let ns = "cks-two";
-    let token = kube
-        .service_account_token(ns, "cks-autoscaler-provider", &deployed_roles())
-        .await
-        .expect("the provider's identity");
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("leader-{}", std::process::id()));
-    let sa = dir.join("serviceaccount");
-    std::fs::create_dir_all(&sa).expect("the service account dir");
-    std::fs::write(sa.join("token"), &token).expect("token");
-    std::fs::write(sa.join("ca.crt"), kube.ca_pem()).expect("ca.crt");
-    std::fs::write(sa.join("namespace"), ns).expect("namespace");
-    for pod in ["provider-a", "provider-b"] {
-        kube.create(
-            &format!("/api/v1/namespaces/{ns}/pods"),
-            &json!({"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": pod, "namespace": ns},
-                "spec": {"serviceAccountName": "cks-autoscaler-provider",
-                    "automountServiceAccountToken": false,
-                    "containers": [{"name": "provider", "image": "cks-autoscaler-provider"}]}}),
-        )
-        .await
-        .expect("the pod");
-    }
-    let port = kube
-        .url()
-        .rsplit(':')
-        .next()
-        .expect("the API server's port")
-        .to_string();
-
+    let deployed = Deployed::new(&kube, ns, &["provider-a", "provider-b"]).await;
     let mut cfg = SimConfig::for_tests(API_KEY, SECRET_KEY);
     cfg.settings.job_duration = Duration::from_millis(2500);
     let sim = sim::spawn(cfg).await.expect("the simulator");
     let cluster = sim.cluster_id("demo").expect("the demo cluster");
-    let replica = async |pod: &str| {
-        let mut args = ProviderArgs::new(
-            &sim.api_url,
-            &sim.api_key,
-            &sim.secret_key,
-            vec![format!("1:10:{cluster}")],
-        );
-        for (k, v) in [
-            ("--job-poll-interval", "50ms"),
-            ("--refresh-min-interval", "0s"),
-            ("--scale-watch", "200ms"),
-            ("--state-configmap", "cks-autoscaler-provider-state"),
-            ("--leader-elect-lease-duration", "3s"),
-            ("--leader-elect-renew-deadline", "2s"),
-            ("--leader-elect-retry-period", "200ms"),
-        ] {
-            args = args.flag(k, v);
-        }
-        args.flags.push("--leader-elect".into());
-        for (k, v) in [
-            ("POD_NAME", pod),
-            ("POD_NAMESPACE", ns),
-            ("KUBERNETES_SERVICE_HOST", "127.0.0.1"),
-            ("KUBERNETES_SERVICE_PORT", &port),
-            (SERVICE_ACCOUNT_DIR_ENV, sa.to_str().expect("a UTF-8 path")),
-        ] {
-            args.env.push((k.to_string(), v.to_string()));
-        }
-        ProviderProcess::spawn(bin(), &dir.join(pod), args).await
-    };
+    let replica = async |pod: &str| deployed.replica(&sim, &cluster, pod, false).await;
 
     let mut a = replica("provider-a").await;
     let _log_a = LogOnFailure::of(&a);
@@ -435,5 +479,102 @@ async fn a_killed_leaders_promises_are_kept_by_the_standby_and_nothing_is_sent_t
     wait_until_for("b labelled leader", Duration::from_secs(60), async || {
         role_label(&kube, ns, "provider-b").await == "leader"
     })
+    .await;
+}
+
+/// A standby keeps the ledger loaded: it reads it every lease duration as a take-over would.
+/// While the ConfigMap holds what no take-over could read, the standby is not Ready, its gauge
+/// says 0 and its log says why, and the leader is left alone; once the ledger reads again it
+/// is Ready, and when the Lease is released it takes over and serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_that_could_not_read_the_ledger_is_not_ready_and_says_why() {
+    let Some(kube) = KubeApiServer::start()
+        .await
+        .unwrap_or_else(|e| panic!("the Kubernetes API server did not start: {e}"))
+    else {
+        return;
+    };
+    let ns = "cks-unreadable";
+    let deployed = Deployed::new(&kube, ns, &["provider-a"]).await;
+    let configmaps = format!("/api/v1/namespaces/{ns}/configmaps");
+    let state = |text: &str| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": STATE_CONFIGMAP, "namespace": ns},
+            "data": {"state.json": text}})
+    };
+    kube.create(
+        &configmaps,
+        &state("{\"version\": 1, \"groups\": {\"x\": {\"removals\": 3}}}"),
+    )
+    .await
+    .expect("the ledger no take-over could read");
+    // Another replica leads meanwhile (the in-process elector, on the same Lease).
+    let other = replica_of(lease_in(&kube, ns), "provider-z");
+    wait_until_for("provider-z to lead", Duration::from_secs(60), async || {
+        other.leadership.leading()
+    })
+    .await;
+
+    let sim = sim::spawn(SimConfig::for_tests(API_KEY, SECRET_KEY))
+        .await
+        .expect("the simulator");
+    let cluster = sim.cluster_id("demo").expect("the demo cluster");
+    let a = deployed.replica(&sim, &cluster, "provider-a", true).await;
+    let _log = LogOnFailure::of(&a);
+    let metrics_addr = a.metrics_addr.expect("metrics");
+    let ready = async || {
+        reqwest::get(format!("http://{metrics_addr}/readyz"))
+            .await
+            .is_ok_and(|r| r.status().is_success())
+    };
+    let gauge = async || {
+        a.metrics()
+            .await
+            .lines()
+            .find_map(|l| l.strip_prefix("cks_provider_standby_ledger_readable "))
+            .map(str::to_string)
+    };
+    wait_until_for(
+        "the standby to report the ledger unreadable",
+        Duration::from_secs(60),
+        async || gauge().await.as_deref() == Some("0"),
+    )
+    .await;
+    assert!(
+        !ready().await,
+        "a standby that could not take over is not Ready"
+    );
+    assert!(
+        a.log().contains("cannot read the recorded promises"),
+        "{}",
+        a.log()
+    );
+    assert!(other.leadership.leading(), "the leader is left alone");
+    assert!(scale_requests(&sim).is_empty());
+
+    // The operator moves the bad ledger away: the next look (a lease duration) finds it gone.
+    let (code, _) = kube
+        .request(
+            reqwest::Method::DELETE,
+            &format!("{configmaps}/{STATE_CONFIGMAP}"),
+            None,
+        )
+        .await
+        .expect("DELETE the ConfigMap");
+    assert_eq!(code, 200);
+    wait_until_for("the standby Ready", Duration::from_secs(60), async || {
+        ready().await && gauge().await.as_deref() == Some("1")
+    })
+    .await;
+    assert_eq!(role_label(&kube, ns, "provider-a").await, "standby");
+
+    let _ = other.stop.send(true);
+    let _ = other.task.await;
+    let mut c = a.client();
+    wait_until_for(
+        "provider-a to lead and serve",
+        Duration::from_secs(60),
+        async || refresh(&mut c).await.is_ok(),
+    )
     .await;
 }

@@ -3,6 +3,7 @@
 
 mod alert_verdict;
 mod architecture;
+mod check;
 mod client_binding;
 mod deploy_manifests;
 mod external_nodes;

@@ -139,6 +139,11 @@ impl std::fmt::Debug for Client {
 }
 
 impl Client {
+    /// The `projectid` sent with every list call, if any.
+    pub fn project_id(&self) -> Option<&str> {
+        self.inner.project_id.as_deref()
+    }
+
     /// The API URL requests go to (no credentials in it), for logs naming which CloudStack.
     pub fn api_url(&self) -> &str {
         &self.inner.api_url
