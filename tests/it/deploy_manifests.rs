@@ -3012,7 +3012,70 @@ fn dockerfile_instructions(text: &str) -> Vec<(String, String)> {
     out
 }
 
-/// A multi-stage build with `cargo build --release --locked`, base images pinned by digest, a
+/// The build stage cross-compiles (it runs on the build host's platform, the image's
+/// architecture chosen by `TARGETARCH`), for each of amd64 and arm64, through the script CI
+/// also runs (`tools/static-build/build.sh`), which builds `--release --locked` for a musl
+/// target; the frontend is pinned to a minor version.
+fn check_static_build(dockerfile: &str, ins: &[(String, String)]) -> Vec<String> {
+    let mut problems = Vec::new();
+    let syntax = dockerfile
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("# syntax=docker/dockerfile:"));
+    if !syntax.is_some_and(|v| {
+        v.split('.').count() >= 2 && v.split('.').all(|p| p.parse::<u32>().is_ok())
+    }) {
+        problems.push(format!(
+            "Dockerfile's frontend is not pinned to a version (# syntax=docker/dockerfile:MAJOR.MINOR): {syntax:?}"
+        ));
+    }
+    let build_from = ins
+        .iter()
+        .find(|(op, _)| op == "FROM")
+        .map(|(_, r)| r.as_str());
+    if !build_from.is_some_and(|r| r.starts_with("--platform=$BUILDPLATFORM ")) {
+        problems.push(format!(
+            "the build stage does not run on the build host's platform (FROM --platform=$BUILDPLATFORM): {build_from:?}; an arm64 build would run under emulation"
+        ));
+    }
+    let script = "tools/static-build/build.sh";
+    match ins.iter().find(|(op, r)| op == "RUN" && r.contains(script)) {
+        None => problems.push(format!("Dockerfile does not build through {script}")),
+        Some((_, run)) => {
+            for (arch, target) in [
+                ("amd64", "x86_64-unknown-linux-musl"),
+                ("arm64", "aarch64-unknown-linux-musl"),
+            ] {
+                if !run.contains(&format!("{arch}) target={target}")) {
+                    problems.push(format!(
+                        "the build step does not map TARGETARCH {arch} to {target}"
+                    ));
+                }
+            }
+            if !run.contains("id=cks-target-$TARGETARCH") {
+                problems.push("the build step's target cache is not one per architecture".into());
+            }
+        }
+    }
+    match fs::read_to_string(repo().join(script)) {
+        Ok(text) => {
+            if !text.lines().any(|l| {
+                let l = l.trim();
+                l.starts_with("cargo zigbuild")
+                    && l.contains("--release")
+                    && l.contains("--locked")
+                    && l.contains("--target")
+            }) {
+                problems.push(format!(
+                    "{script} does not run cargo zigbuild --release --locked --target"
+                ));
+            }
+        }
+        Err(e) => problems.push(format!("{script}: {e}")),
+    }
+    problems
+}
+
+/// A multi-stage build through [`check_static_build`], base images pinned by digest, a
 /// static final base, the binary where the Deployment expects it, the user the pod runs as,
 /// and the ports the flags use.
 fn check_dockerfile(s: &Set, dockerfile: &str, dockerignore: &str) -> Vec<String> {
@@ -3047,14 +3110,7 @@ fn check_dockerfile(s: &Set, dockerfile: &str, dockerignore: &str) -> Vec<String
             "final stage {final_base} is not a static (distroless) base"
         ));
     }
-    if !ins.iter().any(|(op, r)| {
-        op == "RUN"
-            && r.contains("cargo build")
-            && r.contains("--release")
-            && r.contains("--locked")
-    }) {
-        problems.push("Dockerfile does not run cargo build --release --locked".into());
-    }
+    problems.extend(check_static_build(dockerfile, &ins));
     let last_from = ins.iter().rposition(|(op, _)| op == "FROM").unwrap_or(0);
     let final_stage = &ins[last_from..];
     if !final_stage.iter().any(|(op, rest)| {
@@ -3126,7 +3182,14 @@ fn check_dockerfile(s: &Set, dockerfile: &str, dockerignore: &str) -> Vec<String
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
         .map(|l| l.trim_end_matches('/'))
         .collect();
-    for needed in ["src", "Cargo.toml", "Cargo.lock", "build.rs", "proto"] {
+    for needed in [
+        "src",
+        "Cargo.toml",
+        "Cargo.lock",
+        "build.rs",
+        "proto",
+        "tools",
+    ] {
         if ignored.contains(needed) || ignored.contains("*") {
             problems.push(format!(
                 ".dockerignore excludes {needed}, which the build needs"
@@ -4098,6 +4161,26 @@ fn a_dockerfile_user_other_than_the_pod_user_or_an_unpinned_base_is_caught() {
             "target\n.git\n",
         ),
         "not pinned by digest",
+    );
+    assert_caught(
+        check_dockerfile(
+            &b,
+            &dockerfile.replace("FROM --platform=$BUILDPLATFORM ", "FROM "),
+            "target\n.git\n",
+        ),
+        "under emulation",
+    );
+    assert_caught(
+        check_dockerfile(
+            &b,
+            &dockerfile.replace("arm64) target=aarch64", "arm64) target=x86_64"),
+            "target\n.git\n",
+        ),
+        "TARGETARCH arm64",
+    );
+    assert_caught(
+        check_dockerfile(&b, &dockerfile, "target\n.git\ntools\n"),
+        "excludes tools",
     );
 }
 
