@@ -420,6 +420,45 @@ class Checker:
         return EXIT_PROBLEMS if self.problems else 0
 
 
+def render_cases(checker: Checker, spec: Path, out: Path) -> int:
+    """Renders the chart once per case of `spec` (a JSON list of {name, values, and optionally
+    release and namespace}) and writes, for each, whether Helm refused it (and its message) or
+    the rendered stream and the problems validation found in it, to `out` (JSON). For
+    tests/it/deploy_habits.rs, which gives values of its own rather than files."""
+    cases = json.loads(spec.read_text())
+    chart = checker.helm.Chart.load(CHART)
+    results = []
+    try:
+        for case in cases:
+            result: dict[str, Any] = {"name": case["name"], "refused": False, "message": "", "stream": "", "problems": []}
+            results.append(result)
+            how = f"helm template ({case['name']})"
+            try:
+                rendered = chart.render(
+                    values=case["values"],
+                    name=case.get("release", DEFAULT_RELEASE),
+                    namespace=case.get("namespace", DEFAULT_NAMESPACE),
+                    is_install=True,
+                )
+            except checker.helm.HelmError as e:
+                result.update(refused=True, message=str(e))
+                continue
+            parts = [
+                f"# Source: {template}\n{manifest.strip()}\n"
+                for template, manifest in sorted(rendered.items())
+                if not template.endswith("NOTES.txt") and manifest.strip()
+            ]
+            stream = "---\n".join(parts)
+            before = len(checker.problems)
+            for doc in checker.load_all(stream, how) or []:
+                checker.validate(doc, how)
+            result.update(stream=stream, problems=checker.problems[before:])
+    finally:
+        chart.close()
+    out.write_text(json.dumps(results, indent=1))
+    return 0
+
+
 def unknown_fields(given: Any, known: Any, path: str) -> list[str]:
     """Paths present in `given` that the model dropped while parsing it."""
     if isinstance(given, dict) and isinstance(known, dict):
@@ -438,6 +477,8 @@ def unknown_fields(given: Any, known: Any, path: str) -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=REPO / "target" / "rendered-manifests", help="where the rendered streams go")
+    parser.add_argument("--render", type=Path, help="render only the cases of this JSON file (values given inline), see render_cases")
+    parser.add_argument("--render-out", type=Path, help="with --render: where the results go (JSON)")
     args = parser.parse_args()
     try:
         tools = load_tools()
@@ -453,6 +494,10 @@ def main() -> int:
     except ToolsMissing as e:
         print(f"manifest tools missing: {e}", file=sys.stderr)
         return EXIT_TOOLS_MISSING
+    if args.render:
+        if not args.render_out:
+            parser.error("--render needs --render-out")
+        return render_cases(checker, args.render, args.render_out)
     return checker.run()
 
 

@@ -208,6 +208,7 @@ several clusters without a client bound to each, a workload-cluster autoscaler w
 central provider no NetworkPolicy rule lets anyone reach.
 */}}
 {{- define "cks-autoscaler-provider.validate" -}}
+{{- include "cks-autoscaler-provider.validateHabits" . -}}
 {{- if not (or .Values.provider.enabled .Values.autoscaler.enabled) -}}
 {{- fail "provider.enabled and autoscaler.enabled are both false: nothing to deploy" -}}
 {{- end -}}
@@ -262,6 +263,7 @@ central provider no NetworkPolicy rule lets anyone reach.
 {{- end -}}
 {{- $providerOwned := dict "nodes" "nodes[]" "listen" "service.grpcPort" "metrics-listen" "service.metricsPort" "cloud-config" "cloudConfig" "config" "config" "cloudstack-ca" "cloudstackCA" "tls-cert" "tls.enabled" "tls-key" "tls.enabled" "tls-client-ca" "tls.enabled" "insecure" "tls.enabled=false" "log-format" "log.format" "max-node-provision-time" "autoscaler.maxNodeProvisionTime (the autoscaler gets the same value)" "state-file" "stateStore=file" "state-configmap" "stateStore=configmap" "state-namespace" "stateStore=configmap (the release namespace)" "leader-elect" "replicaCount and leaderElection.enabled" "leader-elect-lease-duration" "leaderElection.leaseDuration" "leader-elect-renew-deadline" "leaderElection.renewDeadline" "leader-elect-retry-period" "leaderElection.retryPeriod" "leader-elect-resource-name" "leaderElection.resourceName" "leader-elect-resource-namespace" "nothing: the Lease is in the release namespace, where its Role is" -}}
 {{- include "cks-autoscaler-provider.refuseOwnedArgs" (dict "args" (include "cks-autoscaler-provider.extraArgs" .Values.extraArgs) "where" "extraArgs" "owned" $providerOwned) -}}
+{{- include "cks-autoscaler-provider.validateBudget" . -}}
 {{- if and .Values.cloudstackCA.configMapName .Values.cloudstackCA.secretName -}}
 {{- fail "cloudstackCA: set configMapName or secretName, not both" -}}
 {{- end -}}
@@ -404,4 +406,46 @@ the provider's full name. */}}
 {{/* The label the leader sets on its own pod, which the provider's Services select. */}}
 {{- define "cks-autoscaler-provider.leaderLabel" -}}
 cks-autoscaler-provider/role: leader
+{{- end -}}
+
+{{/*
+Extra environment variables, as YAML list items: a list of EnvVar entries (name, value or
+valueFrom), or, as upstream's cluster-autoscaler chart takes extraEnv, a map `NAME: value`
+(sorted by name). `where` names the value in the refusal of anything else.
+*/}}
+{{- define "cks-autoscaler-provider.env" -}}
+{{- $env := .env -}}
+{{- if kindIs "slice" $env -}}
+{{- if $env }}
+{{ toYaml $env }}
+{{- end -}}
+{{- else if kindIs "map" $env -}}
+{{- range $name := (keys $env | sortAlpha) }}
+- name: {{ $name | quote }}
+  value: {{ get $env $name | toString | quote }}
+{{- end -}}
+{{- else if $env -}}
+{{- fail (printf "%s must be a list of env entries (name, value or valueFrom) or a map NAME: value, not %v" .where $env) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+podDisruptionBudget.maxUnavailable: a whole number that still lets a drain remove the provider's
+node (1 or more) and, with several replicas, keeps one running (below replicaCount), so that the
+standby can take over from an evicted leader (docs/operations.md §2.7).
+*/}}
+{{- define "cks-autoscaler-provider.validateBudget" -}}
+{{- $max := .Values.podDisruptionBudget.maxUnavailable -}}
+{{- if and .Values.podDisruptionBudget.enabled (not (kindIs "invalid" $max)) -}}
+{{- $replicas := int .Values.replicaCount -}}
+{{- if not (or (kindIs "int" $max) (kindIs "int64" $max) (and (kindIs "float64" $max) (eq (float64 (int $max)) $max))) -}}
+{{- fail (printf "podDisruptionBudget.maxUnavailable %v: a whole number of provider pods (a percentage of one or two replicas rounds to nothing useful)" $max) -}}
+{{- end -}}
+{{- if lt (int $max) 1 -}}
+{{- fail (printf "podDisruptionBudget.maxUnavailable %v: 1 or more. 0 keeps every drain, and the cluster-autoscaler, from ever removing the node the provider runs on" $max) -}}
+{{- end -}}
+{{- if and (gt $replicas 1) (ge (int $max) $replicas) -}}
+{{- fail (printf "podDisruptionBudget.maxUnavailable %v with replicaCount %d: below %d, so that a drain leaves a replica to take over from the leader (docs/operations.md §2.7). Leave it empty for the chart's minAvailable 1" $max $replicas $replicas) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
