@@ -19,3 +19,4 @@ pub mod provider;
 pub mod server;
 pub mod template;
 pub mod tls;
+pub mod x509;

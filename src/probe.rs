@@ -1,5 +1,6 @@
 //! `probe`: an operator's view through the same RPCs the autoscaler uses — node groups,
-//! target sizes, instances with their status and errors, and why a group cannot scale.
+//! target sizes, instances with their status and errors, and why a group cannot scale — and,
+//! over TLS, the certificate the provider presented (its names and expiry).
 
 use anyhow::Context;
 use cks_proto as pb;
@@ -37,13 +38,32 @@ pub struct ProbeArgs {
     pub timeout: Duration,
 }
 
-async fn connect(args: &ProbeArgs) -> anyhow::Result<CloudProviderClient<Channel>> {
-    let host = args
-        .address
+/// The host part of `--address` (brackets of an IPv6 address removed).
+fn host(address: &str) -> String {
+    address
         .rsplit_once(':')
         .map(|(h, _)| h)
-        .unwrap_or(&args.address)
-        .to_string();
+        .unwrap_or(address)
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string()
+}
+
+fn client_files(args: &ProbeArgs) -> Option<(&std::path::Path, &std::path::Path)> {
+    match (&args.cert, &args.key) {
+        (Some(c), Some(k)) => Some((c.as_path(), k.as_path())),
+        _ => None,
+    }
+}
+
+/// The name the server's certificate is checked against.
+fn server_name(args: &ProbeArgs) -> String {
+    args.server_name
+        .clone()
+        .unwrap_or_else(|| host(&args.address))
+}
+
+async fn connect(args: &ProbeArgs) -> anyhow::Result<CloudProviderClient<Channel>> {
     let scheme = if args.cacert.is_some() {
         "https"
     } else {
@@ -55,12 +75,11 @@ async fn connect(args: &ProbeArgs) -> anyhow::Result<CloudProviderClient<Channel
         .timeout(args.timeout);
     if let Some(ca) = &args.cacert {
         crate::tls::ensure_crypto_provider();
-        let client = match (&args.cert, &args.key) {
-            (Some(c), Some(k)) => Some((c.as_path(), k.as_path())),
-            _ => None,
-        };
-        let name = args.server_name.clone().unwrap_or(host);
-        ep = ep.tls_config(crate::tls::client_tls_config(ca, client, &name)?)?;
+        ep = ep.tls_config(crate::tls::client_tls_config(
+            ca,
+            client_files(args),
+            &server_name(args),
+        )?)?;
     }
     let ch = ep
         .connect()
@@ -98,8 +117,77 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
     })
 }
 
+/// With TLS, one handshake of its own before the RPCs, to show the certificate the provider
+/// presented: its names (what `--address` or `--server-name` must be among) and its expiry.
+/// Shown also when the handshake fails on it (an unknown name, an expired certificate), with
+/// the reason; no certificate at all (nothing listening) is left to the connection's error.
+async fn server_certificate(args: &ProbeArgs, out: &mut impl Write) -> anyhow::Result<()> {
+    let Some(ca) = &args.cacert else {
+        return Ok(());
+    };
+    crate::tls::ensure_crypto_provider();
+    let (config, presented) = crate::tls::inspecting_client_config(ca, client_files(args))?;
+    let name = server_name(args);
+    let server = rustls::pki_types::ServerName::try_from(name.clone())
+        .with_context(|| format!("server name {name:?} is no DNS name or IP address"))?;
+    let handshake = async {
+        let tcp = tokio::net::TcpStream::connect(&args.address).await?;
+        tokio_rustls::TlsConnector::from(config)
+            .connect(server, tcp)
+            .await
+            .map(drop)
+    };
+    let outcome = tokio::time::timeout(args.timeout, handshake).await;
+    let Some(der) = presented.get() else {
+        return Ok(());
+    };
+    for line in describe_certificate(&der, &name, time::OffsetDateTime::now_utc()) {
+        writeln!(out, "{line}")?;
+    }
+    match outcome {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => writeln!(out, "  TLS handshake failed: {e}")?,
+        Err(_) => writeln!(out, "  TLS handshake: no answer within {:?}", args.timeout)?,
+    }
+    Ok(())
+}
+
+/// The lines that show a server certificate, checked as `name`, at `now`.
+fn describe_certificate(der: &[u8], name: &str, now: time::OffsetDateTime) -> Vec<String> {
+    use crate::x509::{format_utc, summarize};
+    let Some(s) = summarize(der) else {
+        return vec![format!(
+            "Server certificate (checked as {name}): not readable as X.509"
+        )];
+    };
+    let names = s.names();
+    let mut lines = vec![format!(
+        "Server certificate (checked as {name}): names {}{}",
+        if names.is_empty() {
+            "none".to_string()
+        } else {
+            names.join(", ")
+        },
+        s.common_name
+            .as_deref()
+            .map(|cn| format!(" (CN {cn})"))
+            .unwrap_or_default()
+    )];
+    let days = (s.not_after - now).whole_days();
+    let left = if s.not_after <= now {
+        format!("EXPIRED {} days ago", -days)
+    } else if s.not_before > now {
+        format!("not valid before {}", format_utc(s.not_before))
+    } else {
+        format!("in {days} days")
+    };
+    lines.push(format!("  expires {} ({left})", format_utc(s.not_after)));
+    lines
+}
+
 /// Writes the report to `out`.
 async fn report(args: &ProbeArgs, out: &mut impl Write) -> anyhow::Result<()> {
+    server_certificate(args, out).await?;
     let mut c = connect(args).await?;
     if !args.no_refresh {
         match c.refresh(pb::RefreshRequest {}).await {
@@ -167,6 +255,35 @@ async fn report(args: &ProbeArgs, out: &mut impl Write) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_certificate_lines_name_what_it_covers_and_when_it_ends() {
+        let mut params =
+            rcgen::CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
+                .expect("params");
+        let day = time::Duration::days(1);
+        let now = time::OffsetDateTime::from_unix_timestamp(1_900_000_000).expect("now");
+        params.not_before = now - day * 10;
+        params.not_after = now + day * 30;
+        let key = rcgen::KeyPair::generate().expect("key");
+        let der = params.self_signed(&key).expect("cert").der().to_vec();
+        let lines = describe_certificate(&der, "localhost", now);
+        assert_eq!(
+            lines[0],
+            "Server certificate (checked as localhost): names localhost, 127.0.0.1 (CN rcgen self signed cert)"
+        );
+        assert_eq!(lines[1], "  expires 2030-04-16 17:46:40 UTC (in 30 days)");
+        let later = describe_certificate(&der, "localhost", now + day * 33);
+        assert_eq!(
+            later[1],
+            "  expires 2030-04-16 17:46:40 UTC (EXPIRED 3 days ago)"
+        );
+        let garbage = describe_certificate(&[0x30, 0x00], "x", now);
+        assert_eq!(
+            garbage,
+            ["Server certificate (checked as x): not readable as X.509"]
+        );
+    }
 
     #[test]
     fn only_a_broken_pipe_counts_as_the_reader_gone() {

@@ -602,75 +602,9 @@ pub fn certificate_identities(cert: &CertificateDer<'_>) -> Vec<String> {
     if !sans.is_empty() {
         return sans;
     }
-    common_name(parsed.subject()).into_iter().collect()
-}
-
-/// OID 2.5.4.3 (id-at-commonName), DER-encoded.
-const OID_COMMON_NAME: &[u8] = &[0x55, 0x04, 0x03];
-
-/// The last common name in a DER `Name` (the contents of its SEQUENCE, as webpki hands them
-/// over): a sequence of SETs of `SEQUENCE { type OID, value }`. `None` when there is none or
-/// the encoding is not what DER allows.
-fn common_name(name: &[u8]) -> Option<String> {
-    let mut found = None;
-    let mut rdns = name;
-    while !rdns.is_empty() {
-        let (set, rest) = der_item(rdns, 0x31)?;
-        rdns = rest;
-        let mut attributes = set;
-        while !attributes.is_empty() {
-            let (attribute, rest) = der_item(attributes, 0x30)?;
-            attributes = rest;
-            let (oid, value) = der_item(attribute, 0x06)?;
-            if oid == OID_COMMON_NAME {
-                found = Some(directory_string(value)?);
-            }
-        }
-    }
-    found
-}
-
-/// The text of a DER DirectoryString (UTF8String, PrintableString, IA5String, TeletexString
-/// holding UTF-8, or BMPString).
-fn directory_string(item: &[u8]) -> Option<String> {
-    let (&tag, _) = item.split_first()?;
-    let (text, rest) = der_item(item, tag)?;
-    if !rest.is_empty() {
-        return None;
-    }
-    match tag {
-        0x0c | 0x13 | 0x16 | 0x14 => String::from_utf8(text.to_vec()).ok(),
-        0x1e if text.len() % 2 == 0 => String::from_utf16(
-            &text
-                .chunks_exact(2)
-                .map(|p| u16::from_be_bytes([p[0], p[1]]))
-                .collect::<Vec<_>>(),
-        )
-        .ok(),
-        _ => None,
-    }
-}
-
-/// Splits one DER item with tag `tag` off `input`: its contents and what follows. Definite
-/// lengths only (DER has no other), up to four length bytes.
-fn der_item(input: &[u8], tag: u8) -> Option<(&[u8], &[u8])> {
-    let (&found, input) = input.split_first()?;
-    if found != tag {
-        return None;
-    }
-    let (&first, mut input) = input.split_first()?;
-    let len = if first < 0x80 {
-        usize::from(first)
-    } else {
-        let count = usize::from(first & 0x7f);
-        if count == 0 || count > 4 || input.len() < count {
-            return None;
-        }
-        let (bytes, rest) = input.split_at(count);
-        input = rest;
-        bytes.iter().fold(0usize, |n, b| (n << 8) | usize::from(*b))
-    };
-    (input.len() >= len).then(|| input.split_at(len))
+    crate::x509::common_name(parsed.subject())
+        .into_iter()
+        .collect()
 }
 
 /// Client-side TLS for tests and probes: trust `ca` for the server's certificate, expect it
@@ -704,6 +638,125 @@ pub fn client_tls_config(
         config = config.identity(tonic::transport::Identity::from_pem(cert_pem, key_pem));
     }
     Ok(config)
+}
+
+/// The certificate a server presented in a handshake made with [`inspecting_client_config`],
+/// kept whether or not it passed verification.
+#[derive(Debug, Clone, Default)]
+pub struct PresentedCertificate(Arc<Mutex<Option<CertificateDer<'static>>>>);
+
+impl PresentedCertificate {
+    /// The server's end-entity certificate, once a handshake got that far.
+    pub fn get(&self) -> Option<CertificateDer<'static>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+/// Verifies as webpki does and keeps what it was shown.
+#[derive(Debug)]
+struct Recording {
+    inner: Arc<rustls::client::WebPkiServerVerifier>,
+    seen: PresentedCertificate,
+}
+
+impl rustls::client::danger::ServerCertVerifier for Recording {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &rustls::pki_types::ServerName<'_>,
+        ocsp_response: &[u8],
+        now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        *self.seen.0.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some(end_entity.clone().into_owned());
+        self.inner
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
+}
+
+/// A rustls client configuration that checks the server exactly as [`client_tls_config`] does
+/// (trusting `ca`, presenting `client_cert` when given) and records the certificate the server
+/// presented, so that `probe` can show it (names, expiry), also when the handshake fails on it.
+pub fn inspecting_client_config(
+    ca: &Path,
+    client_cert: Option<(&Path, &Path)>,
+) -> Result<(Arc<rustls::ClientConfig>, PresentedCertificate), TlsError> {
+    let provider = provider();
+    let ca_pem = read_file("CA", ca)?;
+    let mut roots = RootCertStore::empty();
+    for cert in parse_certs("CA", ca, &ca_pem)? {
+        roots.add(cert).map_err(|e| TlsError::BadCertificate {
+            what: "CA",
+            path: ca.to_owned(),
+            detail: e.to_string(),
+        })?;
+    }
+    let bad_ca = |detail: String| TlsError::BadCertificate {
+        what: "CA",
+        path: ca.to_owned(),
+        detail,
+    };
+    let inner = rustls::client::WebPkiServerVerifier::builder_with_provider(
+        Arc::new(roots),
+        provider.clone(),
+    )
+    .build()
+    .map_err(|e| bad_ca(e.to_string()))?;
+    let seen = PresentedCertificate::default();
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| bad_ca(e.to_string()))?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(Recording {
+            inner,
+            seen: seen.clone(),
+        }));
+    let mut config = match client_cert {
+        Some((cert_path, key_path)) => {
+            let cert_pem = read_file("client certificate", cert_path)?;
+            let key_pem = read_file("client key", key_path)?;
+            certified_key(
+                ("client certificate", cert_path, &cert_pem),
+                ("client key", key_path, &key_pem),
+                &provider,
+            )?;
+            let chain = parse_certs("client certificate", cert_path, &cert_pem)?;
+            let key = parse_key("client key", key_path, &key_pem)?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| TlsError::BadPrivateKey {
+                    what: "client key",
+                    path: key_path.to_owned(),
+                    detail: e.to_string(),
+                })?
+        }
+        None => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = vec![ALPN_H2.to_vec()];
+    Ok((Arc::new(config), seen))
 }
 
 #[cfg(test)]
@@ -780,45 +833,5 @@ mod tests {
         }
         let garbage = CertificateDer::from(vec![0x30, 0x03, 0x02, 0x01, 0x01]);
         assert!(certificate_identities(&garbage).is_empty());
-    }
-
-    #[test]
-    fn the_common_name_reader_takes_the_last_and_refuses_bad_lengths() {
-        // SET { SEQUENCE { OID, UTF8String } } for each value.
-        let rdn = |oid: &[u8], text: &str| {
-            let mut atv = vec![0x06, oid.len() as u8];
-            atv.extend_from_slice(oid);
-            atv.extend([0x0c, text.len() as u8]);
-            atv.extend_from_slice(text.as_bytes());
-            let mut seq = vec![0x30, atv.len() as u8];
-            seq.extend(atv);
-            let mut set = vec![0x31, seq.len() as u8];
-            set.extend(seq);
-            set
-        };
-        let org = [0x55, 0x04, 0x0a];
-        let mut name = rdn(OID_COMMON_NAME, "first");
-        name.extend(rdn(&org, "org"));
-        name.extend(rdn(OID_COMMON_NAME, "last"));
-        assert_eq!(common_name(&name).as_deref(), Some("last"));
-        assert_eq!(common_name(&rdn(&org, "org")), None);
-        assert_eq!(common_name(&[]), None);
-        // Cut short anywhere: no name rather than a misread one.
-        for cut in 1..name.len() {
-            let got = common_name(&name[..cut]);
-            assert!(
-                got.is_none() || got.as_deref() == Some("first"),
-                "{cut}: {got:?}"
-            );
-        }
-        // Long-form lengths read; a length past the end is refused.
-        let long = [0x04, 0x81, 0x02, 0xaa, 0xbb, 0xcc];
-        assert_eq!(
-            der_item(&long, 0x04),
-            Some((&[0xaa, 0xbb][..], &[0xcc][..]))
-        );
-        assert_eq!(der_item(&[0x04, 0x82, 0x01, 0x00, 0xaa], 0x04), None);
-        assert_eq!(der_item(&[0x04, 0x80], 0x04), None);
-        assert_eq!(der_item(&[0x05, 0x00], 0x04), None);
     }
 }

@@ -3243,6 +3243,7 @@ fn the_tools_render_lint_and_validate_every_manifest() {
         "kustomize-base",
         "kustomize-overlays-example",
         "kustomize-components-cloudstack-ca",
+        "kustomize-components-own-certificates",
         "example-cloudstack-secret",
         "helm-ci-default",
         "helm-ci-rbac-off",
@@ -4585,4 +4586,251 @@ fn a_state_role_without_update_or_a_pod_without_its_token_is_caught() {
         Value::Bool(false),
     );
     assert_caught(check_security(&b), "automountServiceAccountToken");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Certificates without cert-manager (components/own-certificates)
+
+/// The Secrets a run of commands creates, from the `kubectl … create secret generic NAME
+/// --from-file=KEY=FILE …` calls it made: each name with its keys.
+type CreatedSecrets = BTreeMap<String, BTreeSet<String>>;
+
+/// Runs `script` with `sh` in a directory of its own, with stand-ins for `openssl` (does
+/// nothing) and `kubectl` (records its arguments and succeeds), and returns the Secrets it
+/// created and every `kubectl` call.
+fn run_with_stand_ins(script: &str, args: &[&str]) -> (CreatedSecrets, Vec<String>) {
+    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "own-certificates-{}-{}",
+        std::process::id(),
+        RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    let bin = dir.join("bin");
+    fs::create_dir_all(&bin).expect("stand-in directory");
+    let log = dir.join("kubectl.log");
+    let _ = fs::remove_file(&log);
+    let stub = |name: &str, body: &str| {
+        let path = bin.join(name);
+        fs::write(&path, format!("#!/bin/sh\n{body}\n")).expect("stand-in");
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).expect("chmod");
+    };
+    stub("openssl", "exit 0");
+    stub(
+        "kubectl",
+        &format!("printf '%s\\n' \"$*\" >> '{}'\nexit 0", log.display()),
+    );
+    // A CA file and key for the script's checks: the stand-in openssl never reads them.
+    fs::write(dir.join("ca.crt"), "").expect("ca.crt");
+    fs::write(dir.join("ca.key"), "").expect("ca.key");
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .arg("sh")
+        .args(args)
+        .current_dir(&dir)
+        .env("PATH", path)
+        .output()
+        .expect("sh runs");
+    assert!(
+        out.status.success(),
+        "the commands failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let calls: Vec<String> = fs::read_to_string(&log)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    let mut created = CreatedSecrets::new();
+    for call in &calls {
+        let words: Vec<&str> = call.split_whitespace().collect();
+        let Some(at) = words
+            .windows(3)
+            .position(|w| w == ["create", "secret", "generic"])
+        else {
+            continue;
+        };
+        let Some(name) = words.get(at + 3) else {
+            continue;
+        };
+        let keys = words
+            .iter()
+            .filter_map(|w| w.strip_prefix("--from-file="))
+            .filter_map(|f| f.split_once('=').map(|(k, _)| k.to_string()))
+            .collect();
+        created.insert(name.to_string(), keys);
+    }
+    (created, calls)
+}
+
+/// The shell block of the operations guide's "Without cert-manager" section.
+fn documented_commands() -> String {
+    let guide = fs::read_to_string(repo().join("docs/operations.md")).expect("operations guide");
+    let section = guide
+        .split_once("### 5.4 Without cert-manager")
+        .map(|(_, rest)| rest)
+        .expect("the guide has §5.4");
+    let block = section
+        .split_once("```sh\n")
+        .and_then(|(_, rest)| rest.split_once("```"))
+        .map(|(block, _)| block)
+        .expect("§5.4 has a shell block");
+    block.to_string()
+}
+
+/// What the own-certificates component must give: no cert-manager object left; the provider's
+/// TLS flags and the autoscaler's cloud-config read the files of Secrets `created` holds, each
+/// file from the key the commands put it under.
+fn check_own_certificates(s: &Set, created: &CreatedSecrets) -> Vec<String> {
+    let mut problems = Vec::new();
+    for d in &s.docs {
+        if str_at(&d.v, "/apiVersion").is_some_and(|a| a.starts_with("cert-manager.io/")) {
+            problems.push(format!("{} is a cert-manager object", d.id()));
+        }
+    }
+    let check = |who: &str, w: &Workload<'_>, path: Option<String>, want_key: &str| {
+        let Some(path) = path else {
+            return Some(format!("{who}: not set"));
+        };
+        match resolve_path(w.pod, w.container, &path) {
+            Ok(FileSource::Secret { name, key }) => match created.get(&name) {
+                None => Some(format!(
+                    "{who} {path}: Secret {name}, which the documented commands do not create \
+                     (they create {:?})",
+                    created.keys().collect::<Vec<_>>()
+                )),
+                Some(keys) if !keys.contains(&key) || key != want_key => Some(format!(
+                    "{who} {path}: key {key} of Secret {name}, expected {want_key} (created: {keys:?})"
+                )),
+                Some(_) => None,
+            },
+            Ok(other) => Some(format!("{who} {path}: from {other:?}, not a Secret")),
+            Err(e) => Some(format!("{who}: {e}")),
+        }
+    };
+    match s.provider() {
+        Ok(p) => {
+            let args = p.args();
+            for (f, key) in [
+                ("tls-cert", "tls.crt"),
+                ("tls-key", "tls.key"),
+                ("tls-client-ca", "ca.crt"),
+            ] {
+                problems.extend(check(&format!("provider --{f}"), &p, flag(&args, f), key));
+            }
+        }
+        Err(e) => problems.push(e),
+    }
+    match (s.autoscaler(), s.autoscaler_cloud_config()) {
+        (Ok(a), Ok(cc)) => {
+            for (f, key) in [
+                ("cert", "tls.crt"),
+                ("key", "tls.key"),
+                ("cacert", "ca.crt"),
+            ] {
+                let path = str_at(&cc, &format!("/{f}")).map(str::to_string);
+                problems.extend(check(
+                    &format!("autoscaler cloud-config {f}"),
+                    &a,
+                    path,
+                    key,
+                ));
+            }
+        }
+        (Err(e), _) | (_, Err(e)) => problems.push(e),
+    }
+    problems
+}
+
+const OWN_CERTIFICATES: &str = "kustomize-components-own-certificates";
+
+#[test]
+fn own_certificates_mount_the_secrets_the_documented_commands_and_the_script_create() {
+    let Some(r) = rendered() else { return };
+    let s = r.set(OWN_CERTIFICATES);
+    let (documented, _) = run_with_stand_ins(&documented_commands(), &[]);
+    let script = repo().join("deploy/kustomize/components/own-certificates/renew.sh");
+    let (renewed, calls) = run_with_stand_ins(
+        &format!("exec sh '{}' \"$@\"", script.display()),
+        &["--ca-cert", "ca.crt", "--ca-key", "ca.key"],
+    );
+    let tls_keys: BTreeSet<String> = CERT_MANAGER_KEYS.iter().map(|k| k.to_string()).collect();
+    assert_eq!(
+        documented.values().collect::<Vec<_>>(),
+        [&tls_keys, &tls_keys],
+        "the documented commands create two Secrets with tls.crt, tls.key and ca.crt: {documented:?}"
+    );
+    assert_eq!(
+        renewed, documented,
+        "renew.sh replaces the Secrets the documented commands create"
+    );
+    assert_none("own certificates", check_own_certificates(s, &documented));
+    // The script restarts the autoscaler of the set (it reads its client certificate once)
+    // and nothing else.
+    let autoscaler = s
+        .autoscaler()
+        .expect("an autoscaler")
+        .doc
+        .name()
+        .to_string();
+    let restarts: Vec<&String> = calls.iter().filter(|c| c.contains("rollout")).collect();
+    assert_eq!(
+        restarts,
+        [&format!(
+            "-n kube-system rollout restart deploy/{autoscaler}"
+        )],
+        "{calls:#?}"
+    );
+    // Only the server certificate: nothing restarted (the provider re-reads its files).
+    let (server_only, calls) = run_with_stand_ins(
+        &format!("exec sh '{}' \"$@\"", script.display()),
+        &["--ca-cert", "ca.crt", "--ca-key", "ca.key", "--server-only"],
+    );
+    assert_eq!(
+        server_only.keys().collect::<Vec<_>>(),
+        ["cks-autoscaler-provider-tls"]
+    );
+    assert!(!calls.iter().any(|c| c.contains("rollout")), "{calls:#?}");
+}
+
+#[test]
+fn a_cert_manager_object_or_a_secret_nobody_creates_is_caught() {
+    let Some(r) = rendered() else { return };
+    let (documented, _) = run_with_stand_ins(&documented_commands(), &[]);
+    let good = r.set(OWN_CERTIFICATES);
+    assert_none("as rendered", check_own_certificates(good, &documented));
+    // cert-manager's Certificate left in.
+    let mut b = good.clone();
+    let base = r.set("kustomize-base");
+    b.docs.extend(base.of_kind("Certificate").cloned());
+    assert_caught(
+        check_own_certificates(&b, &documented),
+        "is a cert-manager object",
+    );
+    // The provider mounting a Secret of another name.
+    let mut b = good.clone();
+    for d in &mut b.docs {
+        if d.kind() == "Deployment" && d.name() == "cks-autoscaler-provider" {
+            for v in
+                d.v.pointer_mut("/spec/template/spec/volumes")
+                    .and_then(Value::as_array_mut)
+                    .expect("volumes")
+            {
+                if v.pointer("/name") == Some(&Value::from("tls")) {
+                    v["secret"]["secretName"] = Value::from("provider-certs");
+                }
+            }
+        }
+    }
+    assert_caught(
+        check_own_certificates(&b, &documented),
+        "Secret provider-certs, which the documented commands do not create",
+    );
 }

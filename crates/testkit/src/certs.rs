@@ -72,6 +72,28 @@ impl Ca {
         )
     }
 
+    /// The provider's server certificate (`localhost`, `127.0.0.1`), valid until midnight UTC
+    /// starting the day `year`-`month`-`day`.
+    pub fn server_expiring(&self, year: i32, month: u8, day: u8) -> Leaf {
+        let mut params =
+            CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
+                .expect("leaf params");
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "cks-autoscaler-provider");
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        params.not_after = rcgen::date_time_ymd(year, month, day);
+        let key = KeyPair::generate().expect("leaf key");
+        let cert = params
+            .signed_by(&key, &self.issuer)
+            .expect("leaf certificate");
+        Leaf {
+            cert: cert.pem(),
+            key: key.serialize_pem(),
+        }
+    }
+
     /// A client certificate with common name `common_name` and DNS names `sans`.
     pub fn client(&self, common_name: &str, sans: &[&str]) -> Leaf {
         self.leaf(common_name, sans, ExtendedKeyUsagePurpose::ClientAuth)
