@@ -5,6 +5,7 @@ mod alert_verdict;
 mod architecture;
 mod check;
 mod client_binding;
+mod deploy_apply;
 mod deploy_manifests;
 mod external_nodes;
 mod fault_campaign;
