@@ -18,6 +18,7 @@
 
 use crate::certs::{Ca, TempDir};
 use serde_json::{Value, json};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Once;
@@ -122,7 +123,9 @@ pub fn crd_dir() -> Result<Option<PathBuf>, KubeEnvError> {
         }
         static SAID: Once = Once::new();
         SAID.call_once(|| {
-            eprintln!(
+            // Straight to the terminal: the harness captures eprintln! of a passing test.
+            let _ = writeln!(
+                std::io::stderr(),
                 "skipped: applying the rendered manifests needs the CRDs they use; run \
                  tools/kube-testenv/crds.sh and set {CRD_DIR_ENV} to the directory it prints"
             );
