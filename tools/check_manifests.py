@@ -5,8 +5,8 @@
   Component is built on top of the base.
 - The Helm chart is linted (`helm lint --strict`, for the oldest and the newest Kubernetes minor
   supported) and rendered by Helm itself (helm-python-sdk: Helm v4's Go SDK as a library) for
-  each values file in deploy/helm/cks-autoscaler-provider/ci/ and deploy/helm/examples/. Each
-  render also goes through `kubectl kustomize`, as a Helm post-renderer would take it. A values
+  each values file in deploy/helm/cks-autoscaler-provider/ci/, deploy/helm/examples/ and
+  deploy/examples/ (the operator's examples, one per common case). Each render also goes through `kubectl kustomize`, as a Helm post-renderer would take it. A values
   file's line `# render: release=R namespace=N` names the release and namespace it is rendered
   as (default: cks-autoscaler-provider in kube-system). Values
   the chart must refuse are rendered too, and must fail with the reason.
@@ -23,6 +23,9 @@ index.json listing them and the refusals, with the values refused and Helm's mes
 tests/it/deploy_manifests.rs, which checks what no tool checks: that
 the files agree with each other (ports, Secret keys, certificate names and DNS names, the
 cloud-config the autoscaler reads).
+
+With --render-only the same streams and index.json are written, without linting or validating
+(nor the refusals): what tests/it/deploy_apply.rs applies to a real API server, in a few seconds.
 
 Exit status: 0 all good, 1 problems found (listed), 3 a tool is missing (nothing checked).
 Install the tools with tools/install-manifest-tools.sh.
@@ -48,7 +51,12 @@ EXIT_TOOLS_MISSING = 3
 REPO = Path(__file__).resolve().parent.parent
 CHART = REPO / "deploy" / "helm" / "cks-autoscaler-provider"
 KUSTOMIZE = REPO / "deploy" / "kustomize"
-HELM_VALUE_DIRS = [CHART / "ci", REPO / "deploy" / "helm" / "examples"]
+# Each directory of values files, and the word its renders are named by (helm-WORD-FILE).
+HELM_VALUE_DIRS = [
+    (CHART / "ci", "ci"),
+    (REPO / "deploy" / "helm" / "examples", "examples"),
+    (REPO / "deploy" / "examples", "deploy-examples"),
+]
 DEFAULT_RELEASE = "cks-autoscaler-provider"
 DEFAULT_NAMESPACE = "kube-system"
 
@@ -154,9 +162,10 @@ class ToolsMissing(Exception):
     pass
 
 
-def load_tools() -> dict[str, Any]:
-    """The Python tools, imported; ToolsMissing names the first one absent."""
-    tools: dict[str, Any] = {}
+def load_tools(render_only: bool = False) -> dict[str, Any]:
+    """The Python tools, imported; ToolsMissing names the first one absent. To render only,
+    the validators are left out (importing the CRD models alone takes seconds)."""
+    tools: dict[str, Any] = {"kv": None, "crd_models": {}}
     try:
         import yaml  # noqa: PLC0415
 
@@ -164,6 +173,8 @@ def load_tools() -> dict[str, Any]:
         import helm_python  # noqa: PLC0415
 
         tools["helm"] = helm_python
+        if render_only:
+            return tools
         import kubernetes_validate  # noqa: PLC0415
         import kubernetes_validate.utils  # noqa: PLC0415
 
@@ -219,7 +230,7 @@ def strict_loader(yaml: Any) -> Any:
 
 
 class Checker:
-    def __init__(self, tools: dict[str, Any], kubectl: str, out: Path) -> None:
+    def __init__(self, tools: dict[str, Any], kubectl: str, out: Path, render_only: bool = False) -> None:
         self.yaml = tools["yaml"]
         self.helm = tools["helm"]
         self.kv = tools["kv"]
@@ -227,6 +238,7 @@ class Checker:
         self.loader = strict_loader(self.yaml)
         self.kubectl = kubectl
         self.out = out
+        self.render_only = render_only
         self.problems: list[str] = []
         self.index: list[dict[str, str]] = []
         self.refusals: list[dict[str, Any]] = []
@@ -248,6 +260,8 @@ class Checker:
         """The oldest and the newest Kubernetes minor the chart has an autoscaler release for."""
         values = self.yaml.load((CHART / "values.yaml").read_text(), Loader=self.loader)
         minors = sorted(values["autoscaler"]["image"]["tagByKubernetesMinor"], key=lambda m: tuple(int(x) for x in m.split(".")))
+        if self.render_only:
+            return [minors[0], minors[-1]]
         supported = self.kv.utils.all_versions()
         for m in (minors[0], minors[-1]):
             if not any(v.startswith(m + ".") for v in supported):
@@ -304,6 +318,8 @@ class Checker:
         return {"release": pairs.get("release", DEFAULT_RELEASE), "namespace": pairs.get("namespace", DEFAULT_NAMESPACE)}
 
     def lint(self, values: dict[str, Any], namespace: str, where: str) -> None:
+        if self.render_only:
+            return
         for minor in self.minors:
             report = self.helm.lint(CHART, values, strict=True, namespace=namespace, kube_version=f"v{minor}.0")
             for m in report.get("messages", []):
@@ -315,7 +331,7 @@ class Checker:
     def helm_sets(self) -> None:
         chart = self.helm.Chart.load(CHART)
         try:
-            for directory in HELM_VALUE_DIRS:
+            for directory, word in HELM_VALUE_DIRS:
                 for path in sorted(directory.glob("*.yaml")):
                     where = str(path.relative_to(REPO))
                     text = path.read_text()
@@ -335,10 +351,10 @@ class Checker:
                             continue
                         parts.append(f"# Source: {template}\n{manifest.strip()}\n")
                     stream = "---\n".join(parts)
-                    name = f"helm-{directory.name}-{path.stem.removesuffix('-values')}"
+                    name = f"helm-{word}-{path.stem.removesuffix('-values')}"
                     self.post_render(stream, where)
                     self.check_and_write(name, "helm", stream, f"helm template -f {where}", where, header["namespace"], header["release"])
-            for what, values, phrase in MUST_FAIL:
+            for what, values, phrase in [] if self.render_only else MUST_FAIL:
                 refusal = {"what": what, "values": values, "refused": False, "message": ""}
                 self.refusals.append(refusal)
                 try:
@@ -353,6 +369,8 @@ class Checker:
 
     def post_render(self, stream: str, where: str) -> None:
         """The render as `helm --post-renderer` hands it to kustomize."""
+        if self.render_only:
+            return
         with tempfile.TemporaryDirectory() as tmp:
             (Path(tmp) / "all.yaml").write_text(stream)
             (Path(tmp) / "kustomization.yaml").write_text("resources:\n  - all.yaml\n")
@@ -367,13 +385,18 @@ class Checker:
         if docs is None:
             return
         before = len(self.problems)
-        for doc in docs:
+        if any(s["name"] == name for s in self.index):
+            self.problem(f"{how}: renders as {name}, the name of another render")
+            return
+        for doc in [] if self.render_only else docs:
             self.validate(doc, how)
         self.objects += len(docs)
         file = f"{name}.yaml"
         (self.out / file).write_text(stream)
         self.index.append({"name": name, "source": source, "file": file, "origin": origin, "namespace": namespace, "release": release})
-        if len(self.problems) == before:
+        if self.render_only:
+            print(f"rendered {how}: {len(docs)} objects", flush=True)
+        elif len(self.problems) == before:
             print(f"ok   {how}: {len(docs)} objects valid for Kubernetes {' and '.join(self.minors)}", flush=True)
 
     def validate(self, doc: Any, how: str) -> None:
@@ -414,7 +437,7 @@ class Checker:
         (self.out / "index.json").write_text(json.dumps({"minors": self.minors, "sets": self.index, "refusals": self.refusals}, indent=1))
         print(
             f"manifest check: {len(self.index)} renders, {self.objects} objects, "
-            f"{len(MUST_FAIL)} refusals, {len(self.problems)} problems",
+            f"{len(self.refusals)} refusals, {len(self.problems)} problems",
             flush=True,
         )
         return EXIT_PROBLEMS if self.problems else 0
@@ -479,18 +502,20 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=REPO / "target" / "rendered-manifests", help="where the rendered streams go")
     parser.add_argument("--render", type=Path, help="render only the cases of this JSON file (values given inline), see render_cases")
     parser.add_argument("--render-out", type=Path, help="with --render: where the results go (JSON)")
+    parser.add_argument("--render-only", action="store_true", help="render and write, without linting or validating")
     args = parser.parse_args()
     try:
-        tools = load_tools()
+        tools = load_tools(args.render_only)
         kubectl = find_kubectl()
     except ToolsMissing as e:
         print(f"manifest tools missing: {e}; install them with tools/install-manifest-tools.sh", file=sys.stderr)
         return EXIT_TOOLS_MISSING
     args.out.mkdir(parents=True, exist_ok=True)
-    for old in args.out.glob("*.yaml"):
+    # --render writes only its JSON: the renders another run left in --out stay.
+    for old in [] if args.render else args.out.glob("*.yaml"):
         old.unlink()
     try:
-        checker = Checker(tools, kubectl, args.out)
+        checker = Checker(tools, kubectl, args.out, args.render_only)
     except ToolsMissing as e:
         print(f"manifest tools missing: {e}", file=sys.stderr)
         return EXIT_TOOLS_MISSING

@@ -5,6 +5,7 @@ mod alert_verdict;
 mod architecture;
 mod check;
 mod client_binding;
+mod deploy_apply;
 mod deploy_certs;
 mod deploy_habits;
 mod deploy_manifests;

@@ -18,6 +18,7 @@
 
 use crate::certs::{Ca, TempDir};
 use serde_json::{Value, json};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Once;
@@ -28,6 +29,9 @@ use std::time::{Duration, Instant};
 pub const BIN_DIR_ENV: &str = "CKS_KUBE_BIN_DIR";
 /// Set to `1` (by `.ci/run`): without the binaries the tests fail instead of skipping.
 pub const REQUIRED_ENV: &str = "CKS_KUBE_REQUIRED";
+/// The directory of CustomResourceDefinitions (YAML files) the rendered manifests use, what
+/// `tools/kube-testenv/crds.sh` prints; required with the binaries under `CKS_KUBE_REQUIRED=1`.
+pub const CRD_DIR_ENV: &str = "CKS_KUBE_CRD_DIR";
 
 /// How long etcd and the API server may take to come up (a few seconds on loopback; far more
 /// on a loaded machine, which makes a test slower, never red).
@@ -103,6 +107,66 @@ fn bin_dir() -> Result<Option<PathBuf>, KubeEnvError> {
         }
     }
     Ok(Some(dir))
+}
+
+/// The directory of CustomResourceDefinitions (`CKS_KUBE_CRD_DIR`): `None` to skip (said once),
+/// an error when `CKS_KUBE_REQUIRED=1` and it is not set, or when it is set and holds no YAML
+/// file.
+pub fn crd_dir() -> Result<Option<PathBuf>, KubeEnvError> {
+    let required = std::env::var(REQUIRED_ENV).is_ok_and(|v| v == "1");
+    let Some(dir) = std::env::var_os(CRD_DIR_ENV).filter(|d| !d.is_empty()) else {
+        if required {
+            return fail(format!(
+                "{REQUIRED_ENV}=1 and {CRD_DIR_ENV} is not set: run tools/kube-testenv/crds.sh \
+                 and set {CRD_DIR_ENV} to the directory it prints"
+            ));
+        }
+        static SAID: Once = Once::new();
+        SAID.call_once(|| {
+            // Straight to the terminal: the harness captures eprintln! of a passing test.
+            let _ = writeln!(
+                std::io::stderr(),
+                "skipped: applying the rendered manifests needs the CRDs they use; run \
+                 tools/kube-testenv/crds.sh and set {CRD_DIR_ENV} to the directory it prints"
+            );
+        });
+        return Ok(None);
+    };
+    let dir = PathBuf::from(dir);
+    let yaml = std::fs::read_dir(&dir)
+        .map_err(|e| KubeEnvError(format!("{CRD_DIR_ENV}={}: {e}", dir.display())))?
+        .filter_map(Result::ok)
+        .any(|e| e.path().extension().is_some_and(|x| x == "yaml"));
+    if !yaml {
+        return fail(format!(
+            "{CRD_DIR_ENV}={} holds no .yaml file: run tools/kube-testenv/crds.sh",
+            dir.display()
+        ));
+    }
+    Ok(Some(dir))
+}
+
+/// What the API server answered to [`KubeApiServer::send`].
+#[derive(Debug)]
+pub struct KubeAnswer {
+    pub status: u16,
+    /// The `Warning` headers (RFC 7234 form, `299 - "text"`), reduced to their text: what
+    /// kubectl prints as `Warning: ...` (PodSecurity's "would violate" among them).
+    pub warnings: Vec<String>,
+    /// The JSON answer (`Value::Null` when it is not JSON).
+    pub body: Value,
+}
+
+/// The text of one `Warning` header value (`299 - "text"`), unquoted.
+fn warning_text(header: &str) -> String {
+    let quoted = header
+        .split_once(" - ")
+        .map_or(header, |(_, rest)| rest)
+        .trim();
+    quoted
+        .strip_prefix('"')
+        .and_then(|q| q.strip_suffix('"'))
+        .map_or_else(|| quoted.to_string(), |q| q.replace("\\\"", "\""))
 }
 
 /// A token nobody guesses within a test's life: the process, the time and a counter.
@@ -337,6 +401,42 @@ impl KubeApiServer {
             .await
             .map_err(|e| KubeEnvError(format!("{method} {path}: {e}")))?;
         Ok((status, serde_json::from_str(&text).unwrap_or(Value::Null)))
+    }
+
+    /// One request as the admin with a body of `content_type` (e.g.
+    /// `application/apply-patch+yaml` for a server-side apply), keeping the `Warning` headers.
+    pub async fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        content_type: &str,
+        body: String,
+    ) -> Result<KubeAnswer, KubeEnvError> {
+        let resp = self
+            .http
+            .request(method.clone(), format!("{}{path}", self.url()))
+            .bearer_auth(&self.admin_token)
+            .header(reqwest::header::CONTENT_TYPE, content_type)
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| KubeEnvError(format!("{method} {path}: {e}")))?;
+        let status = resp.status().as_u16();
+        let warnings = resp
+            .headers()
+            .get_all(reqwest::header::WARNING)
+            .iter()
+            .map(|v| warning_text(&String::from_utf8_lossy(v.as_bytes())))
+            .collect();
+        let text = resp
+            .text()
+            .await
+            .map_err(|e| KubeEnvError(format!("{method} {path}: {e}")))?;
+        Ok(KubeAnswer {
+            status,
+            warnings,
+            body: serde_json::from_str(&text).unwrap_or(Value::Null),
+        })
     }
 
     /// Creates an object (POST to `collection`) as the admin; one that already exists is
