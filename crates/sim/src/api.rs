@@ -397,6 +397,15 @@ pub fn unavailable_command(name: &str, account: &str) -> Reply {
 /// answers 531 `ACCOUNT_ERROR` with cserrorcode 4365): the simulator has one project and its
 /// key is a member. Without a project set, `projectid` is ignored (the historical behaviour
 /// every other test relies on; CloudStack would refuse an id naming nothing).
+///
+/// Only the list calls are scoped. A command on one entity checks access on that entity's
+/// owner, the project, of which the key is a member: `scaleKubernetesCluster`
+/// (`KubernetesClusterManagerImpl.validateKubernetesClusterScaleParameters`:
+/// `checkAccess(caller, OperateEntry, false, cluster)`), `queryAsyncJobResult`
+/// (`ApiResponseHelper.queryJobResult`: the job's submitter, the caller itself);
+/// `startVirtualMachine` / `stopVirtualMachine` likewise, *unverified*. `listAsyncJobs` takes no
+/// `projectid` (`ListAsyncJobsCmd` extends `BaseListAccountResourcesCmd`) and lists the
+/// caller's own jobs, which a project's scale jobs are (their submitter is the caller).
 fn project_scope(w: &World, cmd: &Cmd<'_>) -> Result<bool, Reply> {
     let Some(project) = &w.settings.project else {
         return Ok(true);
