@@ -1,11 +1,12 @@
 //! `cks-autoscaler-provider check` against the simulator, as an operator runs it before
 //! serving: with an account cluster's key (every command allowed), with the key CKS gives a
 //! project cluster (the four required commands allowed, the optional ones refused, each with
-//! what the provider loses), and with a cluster the key does not list. Nothing it asks changes
-//! a cluster: no job is started, the size stays.
+//! what the provider loses), with a cluster the key does not list, and with a cluster in a
+//! CloudStack project (listed only with `project-id`). Nothing it asks changes a cluster: no job
+//! is started, the size stays.
 
 use crate::faults::bin;
-use cks_sim::{self as sim, KeyRole, SimConfig};
+use cks_sim::{self as sim, KeyRole, Project, SimConfig};
 use cks_testkit::*;
 use std::process::Output;
 
@@ -134,4 +135,54 @@ async fn a_cluster_the_key_does_not_list_fails_the_check_and_names_project_id() 
     let t = text(&out);
     assert!(!out.status.success(), "{t}");
     assert!(t.contains("project-id is p-1"), "{t}");
+}
+
+#[tokio::test]
+async fn a_project_cluster_is_not_listed_without_project_id_and_passes_with_it() {
+    let project = "2b9f6d1c-4e7a-4c35-9d08-a1f3e5b7c962";
+    let mut cfg = SimConfig::for_tests(API_KEY, SECRET_KEY);
+    cfg.settings.key_role = KeyRole::ProjectKubernetes;
+    cfg.settings.project = Some(Project::new(project, "team-a").expect("a project"));
+    let sim = sim::spawn(cfg).await.expect("the simulator");
+    let cluster = sim.cluster_id("demo").expect("the demo cluster");
+    let before = sim.cluster_json(&cluster);
+
+    let out = run_check(&sim, "1:10:demo", "", "in-project").await;
+    let t = text(&out);
+    assert!(!out.status.success(), "{t}");
+    assert!(t.contains("no project-id"), "{t}");
+    assert!(t.contains("cluster name=demo: NOT LISTED"), "{t}");
+    assert!(t.contains("set project-id in the cloud-config"), "{t}");
+
+    sim.reset_requests();
+    let out = run_check(
+        &sim,
+        "1:10:demo",
+        &format!("project-id = {project}\n"),
+        "in-project-p",
+    )
+    .await;
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(t.contains(&format!("project-id {project}")), "{t}");
+    assert!(
+        t.contains(&format!("listed as \"demo\" ({cluster})")),
+        "{t}"
+    );
+    for c in REQUIRED {
+        assert_eq!(answer_of(&t, c), "allowed", "{c}:\n{t}");
+    }
+    assert!(!t.contains("NOT LISTED"), "{t}");
+    unchanged(&sim, &cluster, &before);
+    // The list calls named the project; the others did not need to.
+    for r in sim.requests() {
+        let scoped = r.params.get("projectid").map(String::as_str);
+        match r.command.as_str() {
+            "listKubernetesClusters" | "listVirtualMachines" => {
+                assert_eq!(scoped, Some(project), "{r:?}")
+            }
+            "scaleKubernetesCluster" | "queryAsyncJobResult" => assert_eq!(scoped, None, "{r:?}"),
+            _ => {}
+        }
+    }
 }

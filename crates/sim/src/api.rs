@@ -377,8 +377,64 @@ pub fn unavailable_command(name: &str, account: &str) -> Reply {
     )
 }
 
+/// Whether a list call sees the project's resources (every cluster and VM, when a project is
+/// set), following `AccountManagerImpl.buildACLSearchParameters` for a caller that is a member
+/// of the project and owns nothing outside it:
+/// - no `projectid`: no (`SkipProjectResources`; with an `id`, the caller's own account only);
+/// - `projectid=-1`: yes (`ListProjectResourcesOnly`, over every project the caller is in;
+///   `ParamProcessWorker.translateUuidToInternalId` passes `-1` through untouched);
+/// - the project's UUID: yes;
+/// - another UUID, or anything that is neither a UUID nor a number: refused before the
+///   command runs (`translateUuidToInternalId`: no entity with that UUID), 431 with
+///   cserrorcode 4350, as every unknown entity id ([`Cmd::invalid`]);
+/// - a whole number: `projectid` predates 3.x (its `@Parameter` has no `since`), so it is taken
+///   as an internal id, and `buildACLSearchParameters` refuses it with
+///   `InvalidParameterValueException("Unable to find project by id N")` (431, 4350: the
+///   simulated project's internal id is never exposed, so no number names it).
+///
+/// Not modelled: a project that exists but the caller is not a member of
+/// (`PermissionDeniedException("Account … can't access project id=N")`, which `ApiServer`
+/// answers 531 `ACCOUNT_ERROR` with cserrorcode 4365): the simulator has one project and its
+/// key is a member. Without a project set, `projectid` is ignored (the historical behaviour
+/// every other test relies on; CloudStack would refuse an id naming nothing).
+///
+/// Only the list calls are scoped. A command on one entity checks access on that entity's
+/// owner, the project, of which the key is a member: `scaleKubernetesCluster`
+/// (`KubernetesClusterManagerImpl.validateKubernetesClusterScaleParameters`:
+/// `checkAccess(caller, OperateEntry, false, cluster)`), `queryAsyncJobResult`
+/// (`ApiResponseHelper.queryJobResult`: the job's submitter, the caller itself);
+/// `startVirtualMachine` / `stopVirtualMachine` likewise, *unverified*. `listAsyncJobs` takes no
+/// `projectid` (`ListAsyncJobsCmd` extends `BaseListAccountResourcesCmd`) and lists the
+/// caller's own jobs, which a project's scale jobs are (their submitter is the caller).
+fn project_scope(w: &World, cmd: &Cmd<'_>) -> Result<bool, Reply> {
+    let Some(project) = &w.settings.project else {
+        return Ok(true);
+    };
+    let Some(asked) = cmd.p.get("projectid").map(str::trim) else {
+        return Ok(false);
+    };
+    if asked == "-1" || asked.eq_ignore_ascii_case(&project.id) {
+        return Ok(true);
+    }
+    if asked.parse::<i64>().is_ok() && !is_uuid(asked) {
+        return Err(Reply::error(
+            &cmd.response(),
+            431,
+            4350,
+            &format!("Unable to find project by id {asked}"),
+        ));
+    }
+    Err(cmd.invalid("projectid", asked))
+}
+
 fn list_clusters(w: &World, cmd: &Cmd<'_>) -> Result<Reply, Reply> {
     let id = cmd.entity("id", |v| w.cluster(v).is_some())?;
+    // After the id check: `ParamProcessWorker` resolves `id` before the command runs, whoever
+    // owns the cluster; the project's clusters are then left out of the search.
+    if !project_scope(w, cmd)? {
+        cmd.page(Vec::<()>::new(), w.settings.default_page_size)?;
+        return Ok(cmd.ok(json!({})));
+    }
     let name = cmd.p.get("name");
     let keyword = cmd.p.get("keyword").map(str::to_ascii_lowercase);
     let state = cmd.p.get("state");
@@ -531,6 +587,12 @@ fn list_jobs(w: &World, cmd: &Cmd<'_>) -> Result<Reply, Reply> {
 fn list_vms(w: &World, cmd: &Cmd<'_>) -> Result<Reply, Reply> {
     let id = cmd.entity("id", |v| w.vm_known(v))?;
     let ids = cmd.uuid_list("ids", |v| w.vm_known(v))?;
+    // `QueryManagerImpl.searchForUserVMIdsAndCount` builds its search with
+    // `buildACLSearchParameters` as `listKubernetesClusters` does.
+    if !project_scope(w, cmd)? {
+        cmd.page(Vec::<()>::new(), w.settings.default_page_size)?;
+        return Ok(cmd.ok(json!({})));
+    }
     let state = cmd.p.get("state");
     let name = cmd.p.get("name");
     let keyword = cmd.p.get("keyword").map(str::to_ascii_lowercase);
@@ -704,7 +766,10 @@ pub fn dispatch_sim(w: &mut World, name: &str, p: &Params, now_ms: u64) -> (Repl
         "simConfigure" => {
             let mut next = w.settings.clone();
             let mut error = None;
-            for (k, v) in &p.pairs {
+            // `projectid` first, so that a `projectname` in the same call names that project.
+            let mut pairs: Vec<&(String, String)> = p.pairs.iter().collect();
+            pairs.sort_by_key(|(k, _)| !k.eq_ignore_ascii_case("projectid"));
+            for (k, v) in pairs {
                 let key = k.to_ascii_lowercase();
                 if key == "command" || key == "response" {
                     continue;
@@ -713,7 +778,7 @@ pub fn dispatch_sim(w: &mut World, name: &str, p: &Params, now_ms: u64) -> (Repl
                     Ok(true) => {}
                     Ok(false) => {
                         error = Some(format!(
-                            "unknown simConfigure parameter {k:?}; known: latencyms, errorrate, droprate, malformedrate, jobdurationms, jobfailure, alertscaling, kubeletdelayms, scannerintervalms, vmopms, readypollms, scaletimeoutms, maxclustersize, pickupdelayms, removalpernodems, faildrains, keyrole, defaultpagesize, throttling, throttlingmax, throttlingintervalms"
+                            "unknown simConfigure parameter {k:?}; known: latencyms, errorrate, droprate, malformedrate, jobdurationms, jobfailure, alertscaling, kubeletdelayms, scannerintervalms, vmopms, readypollms, scaletimeoutms, maxclustersize, pickupdelayms, removalpernodems, faildrains, keyrole, projectid, projectname, defaultpagesize, throttling, throttlingmax, throttlingintervalms"
                         ));
                         break;
                     }

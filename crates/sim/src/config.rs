@@ -115,6 +115,45 @@ impl FromStr for KeyRole {
     }
 }
 
+/// The CloudStack project that owns every simulated cluster, its VMs included (a CKS cluster
+/// created in a project, whose key CKS 4.19.3 / 4.20.1 on makes a member of it).
+///
+/// CloudStack leaves a project's resources out of a list unless the call names the project
+/// (`AccountManagerImpl.buildACLSearchParameters`: without `projectid`,
+/// `ListProjectResourcesCriteria.SkipProjectResources`, or only the caller's own account when
+/// an `id` is given), so with a project set `listKubernetesClusters` and `listVirtualMachines`
+/// answer an empty list unless `projectid` is this project's id or `-1`; see `api::project_scope`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Project {
+    /// The project's UUID (what `projectid` takes and list answers show as `projectid`).
+    pub id: String,
+    /// Its name (list answers show it as `project`).
+    pub name: String,
+}
+
+impl Project {
+    /// The name a project gets when none is given.
+    pub const DEFAULT_NAME: &'static str = "cks-project";
+
+    /// A project with id `id` (a UUID: CloudStack's ids are) and `name`.
+    pub fn new(id: &str, name: &str) -> Result<Self, String> {
+        let id = id.trim();
+        if !crate::ids::is_uuid(id) {
+            return Err(format!(
+                "project id {id:?} is not a UUID (8-4-4-4-12 hex digits, as CloudStack's ids are)"
+            ));
+        }
+        let name = name.trim();
+        if name.is_empty() {
+            return Err("a project name cannot be empty".into());
+        }
+        Ok(Self {
+            id: id.to_ascii_lowercase(),
+            name: name.to_string(),
+        })
+    }
+}
+
 /// Timings and faults: everything `simConfigure` can change while the simulator runs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SimSettings {
@@ -169,6 +208,9 @@ pub struct SimSettings {
     pub fail_drains: u32,
     /// The role of the API key's account (see [`KeyRole`]).
     pub key_role: KeyRole,
+    /// The project owning every cluster and VM (see [`Project`]). `None`: they are the key's
+    /// account's own, and `projectid` is ignored (no project exists to name).
+    pub project: Option<Project>,
     /// CloudStack's `default.page.size` (500 by default): the most items a list answer holds
     /// when no `pagesize` is given, and the largest `pagesize` accepted
     /// (`BaseListCmd.getPageSize`: a larger one is a 431).
@@ -204,6 +246,7 @@ impl Default for SimSettings {
             removal_per_node: Duration::ZERO,
             fail_drains: 0,
             key_role: KeyRole::User,
+            project: None,
             default_page_size: 500,
             throttling: false,
             throttling_max: 25,
@@ -281,6 +324,33 @@ impl SimSettings {
                     .map_err(|_| format!("faildrains must be a whole number, got {value:?}"))?
             }
             "keyrole" => self.key_role = value.parse()?,
+            // `projectid=<uuid>` puts every cluster in that project (keeping a name given
+            // before); `projectid=none` (or empty) takes them out of any project.
+            "projectid" => {
+                let v = value.trim();
+                self.project = if v.is_empty() || v.eq_ignore_ascii_case("none") {
+                    None
+                } else {
+                    let name = self
+                        .project
+                        .as_ref()
+                        .map_or(Project::DEFAULT_NAME, |p| p.name.as_str());
+                    Some(Project::new(v, name).map_err(|e| format!("projectid: {e}"))?)
+                };
+            }
+            "projectname" => match &mut self.project {
+                Some(p) => {
+                    p.name = Project::new(&p.id, value)
+                        .map_err(|e| format!("projectname: {e}"))?
+                        .name
+                }
+                None => {
+                    return Err(
+                        "projectname needs a project: set projectid too (simConfigure applies projectid first)"
+                            .into(),
+                    );
+                }
+            },
             "defaultpagesize" => {
                 let n: u64 = value.trim().parse().map_err(|_| {
                     format!("defaultpagesize must be a whole number, got {value:?}")
@@ -338,6 +408,8 @@ impl SimSettings {
             "removalpernodems": ms(self.removal_per_node),
             "faildrains": self.fail_drains,
             "keyrole": self.key_role.as_str(),
+            "projectid": self.project.as_ref().map_or("none", |p| p.id.as_str()),
+            "projectname": self.project.as_ref().map(|p| p.name.as_str()),
             "defaultpagesize": self.default_page_size,
             "throttling": if self.throttling { "on" } else { "off" },
             "throttlingmax": self.throttling_max,
@@ -392,6 +464,27 @@ mod tests {
         assert_eq!(s.apply("keyrole", "project-kubernetes"), Ok(true));
         assert_eq!(s.key_role, KeyRole::ProjectKubernetes);
         assert!(s.apply("keyrole", "admin").is_err());
+        assert_eq!(SimSettings::default().project, None);
+        assert!(s.apply("projectname", "p").is_err(), "no project yet");
+        let id = "0f3c5a2e-1b7d-4c8e-9a6f-2d4b8e1c7a90";
+        assert_eq!(s.apply("projectid", &id.to_ascii_uppercase()), Ok(true));
+        assert_eq!(
+            s.project,
+            Some(Project::new(id, Project::DEFAULT_NAME).unwrap())
+        );
+        assert_eq!(s.apply("projectname", "team-a"), Ok(true));
+        assert_eq!(s.to_json()["projectid"], id);
+        assert_eq!(s.to_json()["projectname"], "team-a");
+        assert!(
+            s.apply("projectid", "p-1")
+                .unwrap_err()
+                .contains("not a UUID")
+        );
+        assert!(s.apply("projectname", " ").is_err());
+        assert_eq!(s.project.as_ref().map(|p| p.name.as_str()), Some("team-a"));
+        assert_eq!(s.apply("projectid", "none"), Ok(true));
+        assert_eq!(s.project, None);
+        assert_eq!(s.to_json()["projectid"], "none");
         assert_eq!(SimSettings::default().default_page_size, 500);
         assert_eq!(s.apply("defaultpagesize", "100"), Ok(true));
         assert_eq!(s.to_json()["defaultpagesize"], 100);

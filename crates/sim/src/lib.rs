@@ -58,7 +58,7 @@ use anyhow::Context;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
-pub use config::{JobFailure, KeyRole, SimSettings};
+pub use config::{JobFailure, KeyRole, Project, SimSettings};
 pub use model::{ClusterState, RecordedRequest, SimNode, VmState};
 pub use scenario::{ClusterSpec, NodesSpec, OfferingSpec, Scenario};
 

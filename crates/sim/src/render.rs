@@ -33,7 +33,7 @@ pub struct NicView<'a> {
 pub struct VmView<'a> {
     id: &'a str,
     name: &'a str,
-    account: &'a str,
+    owner: OwnerView<'a>,
     userid: &'a str,
     username: &'a str,
     domainid: &'a str,
@@ -71,7 +71,13 @@ impl Serialize for VmView<'_> {
         m.serialize_entry("id", self.id)?;
         m.serialize_entry("name", self.name)?;
         m.serialize_entry("displayname", self.name)?;
-        m.serialize_entry("account", self.account)?;
+        match self.owner {
+            OwnerView::Account(a) => m.serialize_entry("account", a)?,
+            OwnerView::Project { id, name } => {
+                m.serialize_entry("projectid", id)?;
+                m.serialize_entry("project", name)?;
+            }
+        }
         m.serialize_entry("userid", self.userid)?;
         m.serialize_entry("username", self.username)?;
         m.serialize_entry("domainid", self.domainid)?;
@@ -117,6 +123,27 @@ impl Serialize for VmView<'_> {
     }
 }
 
+/// Who owns a cluster or VM, as its response names it. CloudStack names a project's resource
+/// by its project only (`projectid`, `project`) and any other by its account (`account`):
+/// `UserVmJoinDaoImpl.newUserVmResponse` and `KubernetesClusterManagerImpl
+/// .createKubernetesClusterResponse` both test the owner's account type for PROJECT, as
+/// `ApiResponseHelper.populateOwner` does.
+#[derive(Clone, Copy)]
+pub enum OwnerView<'a> {
+    Account(&'a str),
+    Project { id: &'a str, name: &'a str },
+}
+
+fn owner(w: &World) -> OwnerView<'_> {
+    match &w.settings.project {
+        Some(p) => OwnerView::Project {
+            id: &p.id,
+            name: &p.name,
+        },
+        None => OwnerView::Account(&w.owner.account),
+    }
+}
+
 fn nic<'a>(c: &'a Cluster, vm: &'a Vm) -> NicView<'a> {
     NicView {
         id: &vm.nic_id,
@@ -141,7 +168,7 @@ fn vm_base<'a>(w: &'a World, c: &'a Cluster, zone: &'a Zone, vm: &'a Vm) -> VmVi
     VmView {
         id: &vm.id,
         name: &vm.name,
-        account: &w.owner.account,
+        owner: owner(w),
         userid: &w.owner.user_id,
         username: &w.owner.username,
         domainid: &w.owner.domain_id,
@@ -213,7 +240,12 @@ pub struct ClusterView<'a> {
     associatednetworkname: &'a str,
     kubernetesversionid: &'a str,
     kubernetesversionname: &'a str,
-    account: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    account: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    projectid: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    project: Option<&'a str>,
     domainid: &'a str,
     domain: &'a str,
     domainpath: &'static str,
@@ -241,6 +273,10 @@ pub struct ClusterView<'a> {
 
 pub fn cluster<'a>(w: &'a World, c: &'a Cluster, fallback_zone: &'a Zone) -> ClusterView<'a> {
     let zone = w.zone(&c.zone_id).unwrap_or(fallback_zone);
+    let (account, projectid, project) = match owner(w) {
+        OwnerView::Account(a) => (Some(a), None, None),
+        OwnerView::Project { id, name } => (None, Some(id), Some(name)),
+    };
     let offering_name = |id: &str| {
         w.offering(id)
             .map(|o: &Offering| o.name.as_str())
@@ -265,7 +301,9 @@ pub fn cluster<'a>(w: &'a World, c: &'a Cluster, fallback_zone: &'a Zone) -> Clu
         associatednetworkname: &c.network_name,
         kubernetesversionid: &c.version_id,
         kubernetesversionname: &c.version_name,
-        account: &w.owner.account,
+        account,
+        projectid,
+        project,
         domainid: &w.owner.domain_id,
         domain: &w.owner.domain,
         domainpath: "/",

@@ -125,10 +125,18 @@ impl ProviderServer {
         bind: SocketAddr,
         options: ServeOptions,
     ) -> ProviderServer {
-        let provider = Provider::new(
-            Client::new(client_config(sim)).expect("CloudStack client"),
-            settings,
-        );
+        ProviderServer::start_with_client(client_config(sim), settings, bind, options).await
+    }
+
+    /// Like [`ProviderServer::start`], with the CloudStack client built from `client` (a
+    /// `project_id`, as a cloud-config's `project-id` sets it, for example).
+    pub async fn start_with_client(
+        client: ClientConfig,
+        settings: Settings,
+        bind: SocketAddr,
+        options: ServeOptions,
+    ) -> ProviderServer {
+        let provider = Provider::new(Client::new(client).expect("CloudStack client"), settings);
         // As `serve` starts: the promises of an earlier provider taken over first.
         provider.load_state().await.expect("the recorded state");
         provider.resume_followers();

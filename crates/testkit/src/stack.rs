@@ -8,6 +8,7 @@ use super::{ProviderServer, WAIT, fast_settings, grpc_client, loopback, sim_conf
 use cks_autoscaler_provider::optional_rpcs::ProviderExtras;
 use cks_autoscaler_provider::provider::{Provider, Settings};
 use cks_autoscaler_provider::server::ServeOptions;
+use cks_cloudstack::ClientConfig;
 use cks_lab::autoscaler::{
     AutoscalerConfig, Call, Decision, MockAutoscaler, Reply, Request, Rpc, SimNodeSource,
 };
@@ -35,6 +36,8 @@ pub struct Stack {
     server: Option<ProviderServer>,
     /// The optional RPCs (template node, options) every provider of this stack serves.
     extras: Arc<ProviderExtras>,
+    /// How every provider of this stack reaches the simulator.
+    client_config: ClientConfig,
 }
 
 /// The mock autoscaler's settings: the real defaults with every timer divided by `divisor`,
@@ -69,11 +72,31 @@ impl Stack {
         tweak: impl FnOnce(&mut Settings),
         extras: Arc<ProviderExtras>,
     ) -> Stack {
+        Stack::start_with_client(config, name, tweak, extras, |_| {}).await
+    }
+
+    /// Like [`Stack::start_with_extras`], with the providers' CloudStack client changed by
+    /// `client` (e.g. a `project_id`, as the cloud-config's `project-id` sets it).
+    pub async fn start_with_client(
+        config: SimConfig,
+        name: &str,
+        tweak: impl FnOnce(&mut Settings),
+        extras: Arc<ProviderExtras>,
+        client: impl FnOnce(&mut ClientConfig),
+    ) -> Stack {
         let sim = super::start_sim(config).await;
         let cluster_id = sim.cluster_id(name).expect("cluster in the scenario");
         let mut settings = fast_settings(&cluster_id, 1, 10);
         tweak(&mut settings);
-        let server = ProviderServer::start(&sim, settings, loopback(), options(&extras)).await;
+        let mut client_config = super::client_config(&sim);
+        client(&mut client_config);
+        let server = ProviderServer::start_with_client(
+            client_config.clone(),
+            settings,
+            loopback(),
+            options(&extras),
+        )
+        .await;
         let client = server.client().await;
         Stack {
             sim,
@@ -83,6 +106,7 @@ impl Stack {
             client,
             server: Some(server),
             extras,
+            client_config,
         }
     }
 
@@ -142,7 +166,13 @@ impl Stack {
     pub async fn start_new_provider(&mut self, settings: Settings, port: u16) {
         assert!(self.server.is_none(), "stop the running provider first");
         let bind = SocketAddr::from(([127, 0, 0, 1], port));
-        let server = ProviderServer::start(&self.sim, settings, bind, options(&self.extras)).await;
+        let server = ProviderServer::start_with_client(
+            self.client_config.clone(),
+            settings,
+            bind,
+            options(&self.extras),
+        )
+        .await;
         self.provider = server.provider.clone();
         self.addr = server.addr;
         self.client = server.client().await;

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
-use cks_sim::{self as sim, JobFailure, KeyRole, Scenario, SimConfig, SimSettings};
+use cks_sim::{self as sim, JobFailure, KeyRole, Project, Scenario, SimConfig, SimSettings};
 use clap::Parser;
 
 /// A CloudStack API simulator that behaves like CloudStack Kubernetes Service (CKS), Alert
@@ -82,6 +82,15 @@ struct Cli {
     /// is answered 432).
     #[arg(long, default_value = "user", value_name = "user|project-kubernetes")]
     key_role: KeyRole,
+    /// Put every cluster (and its VMs) in the CloudStack project with this id (a UUID), as a
+    /// CKS cluster created in a project is: listKubernetesClusters and listVirtualMachines then
+    /// list them only with projectid=<this id> (or -1), answer an empty list without projectid,
+    /// refuse another id, and show projectid/project instead of account.
+    #[arg(long, value_name = "UUID", value_parser = project_id)]
+    project_id: Option<String>,
+    /// The project's name (what list answers show as `project`); needs --project-id.
+    #[arg(long, requires = "project_id", default_value = Project::DEFAULT_NAME)]
+    project_name: String,
     /// CloudStack's default.page.size: the most items a list answer holds without pagesize,
     /// and the largest pagesize accepted (a larger one is answered 431).
     #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..))]
@@ -113,6 +122,10 @@ struct Cli {
     /// partial (the last new VM ends in Error) or never (the job never finishes).
     #[arg(long, default_value = "none")]
     job_failure: JobFailure,
+}
+
+fn project_id(s: &str) -> Result<String, String> {
+    Project::new(s, Project::DEFAULT_NAME).map(|p| p.id)
 }
 
 fn rate(s: &str) -> Result<f64, String> {
@@ -147,6 +160,10 @@ impl Cli {
             removal_per_node: ms(self.removal_per_node_ms),
             fail_drains: self.fail_drains,
             key_role: self.key_role,
+            project: match &self.project_id {
+                Some(id) => Some(Project::new(id, &self.project_name).map_err(anyhow::Error::msg)?),
+                None => None,
+            },
             default_page_size: self.default_page_size,
             throttling: self.throttling,
             throttling_max: self.throttling_max,

@@ -7,6 +7,7 @@ mod sim_faults;
 mod sim_kubelet;
 mod sim_perf;
 mod sim_pickup;
+mod sim_project;
 mod sim_scaling;
 mod sim_scenario;
 mod sim_throttling;
