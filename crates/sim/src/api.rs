@@ -12,7 +12,7 @@ use super::clock::{parse_date, parse_stamp};
 use super::config::SimSettings;
 use super::ids::is_uuid;
 use super::jobs::{self, INTERNAL_ERROR};
-use super::model::{JobKind, JobStatus, RecordedRequest, VmState, World};
+use super::model::{JobKind, JobStatus, VmState, World};
 use super::render;
 use super::rules::{ScalePlan, ScaleRequest};
 
@@ -142,17 +142,17 @@ impl Params {
 }
 
 /// The context of one command: its response name and parameters.
-struct Cmd<'a> {
-    lower: String,
-    p: &'a Params,
+pub(crate) struct Cmd<'a> {
+    pub(crate) lower: String,
+    pub(crate) p: &'a Params,
 }
 
 impl Cmd<'_> {
-    fn response(&self) -> String {
+    pub(crate) fn response(&self) -> String {
         format!("{}response", self.lower)
     }
 
-    fn ok(&self, inner: Value) -> Reply {
+    pub(crate) fn ok(&self, inner: Value) -> Reply {
         self.ok_with(&inner)
     }
 
@@ -164,7 +164,7 @@ impl Cmd<'_> {
         Reply::ok(&outer)
     }
 
-    fn invalid(&self, name: &str, value: &str) -> Reply {
+    pub(crate) fn invalid(&self, name: &str, value: &str) -> Reply {
         Reply::error(
             &self.response(),
             431,
@@ -176,7 +176,7 @@ impl Cmd<'_> {
         )
     }
 
-    fn missing(&self, name: &str) -> Reply {
+    pub(crate) fn missing(&self, name: &str) -> Reply {
         Reply::error(
             &self.response(),
             431,
@@ -188,12 +188,16 @@ impl Cmd<'_> {
         )
     }
 
-    fn required(&self, name: &str) -> Result<&str, Reply> {
+    pub(crate) fn required(&self, name: &str) -> Result<&str, Reply> {
         self.p.get(name).ok_or_else(|| self.missing(name))
     }
 
     /// A UUID parameter naming an entity that must exist.
-    fn entity(&self, name: &str, exists: impl Fn(&str) -> bool) -> Result<Option<String>, Reply> {
+    pub(crate) fn entity(
+        &self,
+        name: &str,
+        exists: impl Fn(&str) -> bool,
+    ) -> Result<Option<String>, Reply> {
         match self.p.get(name) {
             None => Ok(None),
             Some(v) if is_uuid(v) && exists(v) => Ok(Some(v.to_string())),
@@ -213,7 +217,7 @@ impl Cmd<'_> {
     }
 
     /// Java's `Boolean.parseBoolean`: `true` in any case is true, anything else false.
-    fn boolean(&self, name: &str) -> Option<bool> {
+    pub(crate) fn boolean(&self, name: &str) -> Option<bool> {
         self.p.get(name).map(|v| v.eq_ignore_ascii_case("true"))
     }
 
@@ -745,110 +749,6 @@ fn capabilities(cmd: &Cmd<'_>, version: &str) -> Reply {
             "apilimitmax": 0,
         }
     }))
-}
-
-/// Answers a simulator-only command.
-pub fn dispatch_sim(w: &mut World, name: &str, p: &Params, now_ms: u64) -> (Reply, bool) {
-    let cmd = Cmd {
-        lower: name.to_ascii_lowercase(),
-        p,
-    };
-    w.refresh_nodes(now_ms);
-    let mut settings_changed = false;
-    let reply = match name {
-        "simListNodes" => match cmd.entity("clusterid", |v| w.cluster(v).is_some()) {
-            Err(r) => r,
-            Ok(id) => {
-                let nodes = w.nodes(id.as_deref(), now_ms);
-                cmd.ok(json!({ "count": nodes.len(), "node": nodes }))
-            }
-        },
-        "simConfigure" => {
-            let mut next = w.settings.clone();
-            let mut error = None;
-            // `projectid` first, so that a `projectname` in the same call names that project.
-            let mut pairs: Vec<&(String, String)> = p.pairs.iter().collect();
-            pairs.sort_by_key(|(k, _)| !k.eq_ignore_ascii_case("projectid"));
-            for (k, v) in pairs {
-                let key = k.to_ascii_lowercase();
-                if key == "command" || key == "response" {
-                    continue;
-                }
-                match next.apply(&key, v) {
-                    Ok(true) => {}
-                    Ok(false) => {
-                        error = Some(format!(
-                            "unknown simConfigure parameter {k:?}; known: latencyms, errorrate, droprate, malformedrate, jobdurationms, jobfailure, alertscaling, kubeletdelayms, scannerintervalms, vmopms, readypollms, scaletimeoutms, maxclustersize, pickupdelayms, removalpernodems, faildrains, keyrole, projectid, projectname, defaultpagesize, throttling, throttlingmax, throttlingintervalms"
-                        ));
-                        break;
-                    }
-                    Err(e) => {
-                        error = Some(e);
-                        break;
-                    }
-                }
-            }
-            match error {
-                Some(e) => Reply::error(&cmd.response(), 431, 4350, &e),
-                None => {
-                    settings_changed = next != w.settings;
-                    w.settings = next;
-                    cmd.ok(w.settings.to_json())
-                }
-            }
-        }
-        "simRequests" => {
-            let filter = p.get("cmd");
-            let list: Vec<&RecordedRequest> = w
-                .requests
-                .iter()
-                .filter(|r| filter.is_none_or(|f| r.command.eq_ignore_ascii_case(f)))
-                .collect();
-            cmd.ok(json!({ "count": list.len(), "request": list }))
-        }
-        "simResetRequests" => {
-            let n = w.requests.len();
-            w.requests.clear();
-            cmd.ok(json!({ "count": n }))
-        }
-        "simSetVmState" => {
-            let r = (|| {
-                let id = cmd
-                    .entity("id", |v| w.find_vm(v).is_some())?
-                    .ok_or_else(|| cmd.missing("id"))?;
-                let state_text = cmd.required("state")?;
-                let state: VmState = state_text
-                    .parse()
-                    .map_err(|_| cmd.invalid("state", state_text))?;
-                w.set_vm_state(&id, state, now_ms);
-                Ok::<_, Reply>(cmd.ok(jobs::vm_json(w, &id)))
-            })();
-            r.unwrap_or_else(|e| e)
-        }
-        "simSetNode" => {
-            let r = (|| {
-                let id = cmd
-                    .entity("id", |v| w.find_vm(v).is_some())?
-                    .ok_or_else(|| cmd.missing("id"))?;
-                if let Some(ready) = cmd.p.get("ready") {
-                    let ready = crate::config::parse_switch(ready)
-                        .map_err(|_| cmd.invalid("ready", ready))?;
-                    w.set_node_ready(&id, ready);
-                }
-                if cmd.boolean("remove") == Some(true) {
-                    w.remove_node(&id);
-                }
-                if cmd.boolean("uncordon") == Some(true) {
-                    w.uncordon_node(&id);
-                }
-                let node = w.nodes(None, now_ms).into_iter().find(|n| n.vmid == id);
-                Ok::<_, Reply>(cmd.ok(json!({ "node": node })))
-            })();
-            r.unwrap_or_else(|e| e)
-        }
-        _ => unknown_command(name),
-    };
-    (reply, settings_changed)
 }
 
 /// Counts in-progress scale jobs of a cluster.

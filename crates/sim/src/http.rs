@@ -193,7 +193,7 @@ async fn handle(
     if let Some(name) = command.as_deref().filter(|c| SIM_COMMANDS.contains(c)) {
         let (reply, changed) = {
             let mut w = sh.lock();
-            api::dispatch_sim(&mut w, name, &params, sh.clock.now_ms())
+            super::control::dispatch_sim(&mut w, name, &params, sh.clock.now_ms())
         };
         if changed {
             sh.settings_changed.notify_waiters();

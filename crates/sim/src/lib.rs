@@ -40,6 +40,7 @@
 mod api;
 mod clock;
 pub mod config;
+mod control;
 mod http;
 mod ids;
 mod jobs;
