@@ -12,6 +12,7 @@ mod deploy_manifests;
 mod external_nodes;
 mod fault_campaign;
 mod faults;
+mod guide_commands;
 mod kube_store;
 mod leader;
 mod node_marks;

@@ -1,0 +1,188 @@
+//! Commands the operations guide tells an operator to run against a cluster, run by the real
+//! `kubectl` against a real kube-apiserver (`cks_testkit::kube`) with `--dry-run=server`: the
+//! API server parses and admits what the command would create, so a guide command that builds
+//! a wrong object (an override that names a field Kubernetes does not have, a volume mounted
+//! under another name) fails here instead of on the operator's cluster. Today: the one-off pod
+//! that runs `check` from the image (§4).
+//!
+//! Needs `kubectl` (on PATH, or beside the manifest tools' python, `tools/install-manifest-tools.sh`)
+//! and the API server's binaries (`CKS_KUBE_BIN_DIR`); skips without them, fails without them
+//! under `CKS_KUBE_REQUIRED=1`.
+
+use cks_testkit::kube::KubeApiServer;
+use serde_json::{Value, json};
+use std::path::PathBuf;
+use std::process::Command;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The guide's shell block that starts with `first_line`, its lines continued by `\` joined.
+fn guide_command(first_line: &str) -> String {
+    let guide =
+        std::fs::read_to_string(repo().join("docs/operations.md")).expect("docs/operations.md");
+    let start = guide
+        .find(first_line)
+        .unwrap_or_else(|| panic!("docs/operations.md has no command starting {first_line:?}"));
+    let block = &guide[start..];
+    let end = block.find("\n```").expect("the command's block ends");
+    block[..end].replace("\\\n", " ")
+}
+
+/// Splits a command line as `sh` would for the quoting the guide uses (single quotes, plain
+/// words); anything else is refused rather than guessed.
+fn words(line: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut word = String::new();
+    let mut in_word = false;
+    let mut quoted = false;
+    for c in line.chars() {
+        match c {
+            '\'' => {
+                quoted = !quoted;
+                in_word = true;
+            }
+            c if c.is_whitespace() && !quoted => {
+                if in_word {
+                    out.push(std::mem::take(&mut word));
+                    in_word = false;
+                }
+            }
+            '"' | '$' | '`' | '\\' if !quoted => {
+                panic!("the guide's command uses {c:?} outside single quotes: {line}")
+            }
+            c => {
+                word.push(c);
+                in_word = true;
+            }
+        }
+    }
+    assert!(!quoted, "unbalanced single quote in {line}");
+    if in_word {
+        out.push(word);
+    }
+    out
+}
+
+/// The `kubectl` to run: on PATH, else the one `tools/install-manifest-tools.sh` put beside its
+/// python.
+fn kubectl() -> Option<PathBuf> {
+    let on_path = Command::new("kubectl")
+        .arg("version")
+        .arg("--client")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if on_path {
+        return Some(PathBuf::from("kubectl"));
+    }
+    let python = std::env::var_os("CKS_MANIFEST_TOOLS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join("target/manifest-tools/venv/bin/python"));
+    let beside = python.parent().map(|d| d.join("kubectl"))?;
+    beside.is_file().then_some(beside)
+}
+
+fn required() -> bool {
+    std::env::var("CKS_KUBE_REQUIRED").is_ok_and(|v| v == "1")
+}
+
+#[tokio::test]
+async fn the_check_pod_of_the_guide_is_admitted_by_a_real_api_server() {
+    let Some(kubectl) = kubectl() else {
+        assert!(!required(), "CKS_KUBE_REQUIRED=1 and no kubectl runs here");
+        eprintln!("\nguide_commands: SKIPPED, no kubectl\n");
+        return;
+    };
+    let Some(kube) = KubeApiServer::start()
+        .await
+        .unwrap_or_else(|e| panic!("the Kubernetes API server did not start: {e}"))
+    else {
+        return;
+    };
+    // What kube-controller-manager would have made: the namespace's default ServiceAccount,
+    // without which a Pod is refused.
+    let (status, body) = kube
+        .request(
+            reqwest::Method::POST,
+            "/api/v1/namespaces/kube-system/serviceaccounts",
+            Some(&json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}})),
+        )
+        .await
+        .expect("create the default ServiceAccount");
+    assert!(
+        (200..300).contains(&status) || status == 409,
+        "ServiceAccount kube-system/default: HTTP {status}: {body}"
+    );
+
+    let line = guide_command("kubectl -n kube-system run cks-check");
+    let mut args = words(&line);
+    assert_eq!(args.first().map(String::as_str), Some("kubectl"), "{line}");
+    args.remove(0);
+    // An attached pod removed afterwards cannot be a dry run: what it creates is the same.
+    args.retain(|a| a != "--rm" && a != "-i");
+    let ca = kube.ca_file();
+    let output = Command::new(&kubectl)
+        .args(&args)
+        .arg("--dry-run=server")
+        .arg("-o")
+        .arg("json")
+        .arg("--server")
+        .arg(kube.url())
+        .arg("--token")
+        .arg(kube.admin_token())
+        .arg("--certificate-authority")
+        .arg(&ca)
+        .env("KUBECONFIG", "/dev/null")
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", kubectl.display()));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "kubectl {}\nrefused: {stderr}{stdout}",
+        args.join(" ")
+    );
+    let pod: Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("kubectl's answer is no JSON ({e}): {stdout}"));
+    let spec = &pod["spec"];
+    let container = &spec["containers"][0];
+    let arg_list: Vec<&str> = container["args"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    assert_eq!(arg_list.first(), Some(&"check"), "{pod}");
+    let config_at = arg_list
+        .iter()
+        .position(|a| *a == "--cloud-config")
+        .and_then(|i| arg_list.get(i + 1))
+        .unwrap_or_else(|| panic!("no --cloud-config in {arg_list:?}"));
+    assert!(
+        arg_list.contains(&"--nodes"),
+        "the check pod names no --nodes: {arg_list:?}"
+    );
+    // The cloud-config the pod reads is the key of the Secret the provider reads, where the
+    // pod mounts it.
+    let mount = container["volumeMounts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|m| {
+            m["mountPath"]
+                .as_str()
+                .is_some_and(|p| config_at.starts_with(&format!("{}/", p.trim_end_matches('/'))))
+        })
+        .unwrap_or_else(|| panic!("no volume is mounted where {config_at} is: {pod}"));
+    let volume = spec["volumes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|v| v["name"] == mount["name"])
+        .unwrap_or_else(|| panic!("the mount names no volume of the pod: {pod}"));
+    assert_eq!(volume["secret"]["secretName"], "cloudstack-secret", "{pod}");
+    assert!(
+        config_at.ends_with("/cloud-config"),
+        "the pod reads {config_at}, not the Secret's cloud-config key"
+    );
+    assert_eq!(pod["spec"]["restartPolicy"], "Never", "{pod}");
+}
