@@ -11,7 +11,7 @@ use cks_proto as pb;
 use cks_proto::cloud_provider_client::CloudProviderClient;
 use cks_sim::{ClusterSpec, Scenario, SimHandle};
 use cks_testkit::certs::{TempDir, bound_tls};
-use cks_testkit::process::{ProviderArgs, ProviderProcess, free_port};
+use cks_testkit::process::{ProviderArgs, ProviderProcess};
 use cks_testkit::*;
 use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
@@ -48,8 +48,7 @@ impl Setup {
         let dir = TempDir::new(name);
         let tls = bound_tls("autoscaler.alpha");
         let ca = dir.write("ca.crt", &tls.ca);
-        let admin_port = free_port();
-        let args = ProviderArgs::new(
+        let mut args = ProviderArgs::new(
             &sim.api_url,
             &sim.api_key,
             &sim.secret_key,
@@ -58,17 +57,25 @@ impl Setup {
                 "1:10:beta@autoscaler.beta".into(),
             ],
         )
-        .flag("--admin-listen", &format!("127.0.0.1:{admin_port}"))
+        // Port 0: the kernel's choice, which no other test's provider can take; the start-up
+        // log line says which port it is.
+        .flag("--admin-listen", "127.0.0.1:0")
         .flag("--refresh-min-interval", "0s")
         .flag("--job-poll-interval", "50ms")
         .bound_to("autoscaler.alpha", tls);
+        args.env.push((
+            "RUST_LOG".into(),
+            "warn,cks_autoscaler_provider::app=info".into(),
+        ));
         let provider = ProviderProcess::spawn(bin(), &dir.path("provider"), args).await;
         provider.wait_serving(WAIT).await;
-        let admin = format!("127.0.0.1:{admin_port}");
-        wait_until("the admin address accepts connections", async || {
-            tokio::net::TcpStream::connect(&admin).await.is_ok()
+        let mut admin_port = None;
+        wait_until("the provider logs its admin address", async || {
+            admin_port = admin_port_in(&provider.log());
+            admin_port.is_some()
         })
         .await;
+        let admin_port = admin_port.expect("the admin port");
         Setup {
             sim,
             provider,
@@ -109,6 +116,18 @@ impl Setup {
         self.provider.kill();
         self.sim.shutdown().await;
     }
+}
+
+/// The port of the admin address, from the provider's start-up log line
+/// (`serving the read-only admin address … admin=127.0.0.1:PORT`).
+fn admin_port_in(log: &str) -> Option<u16> {
+    let line = log
+        .lines()
+        .find(|l| l.contains("serving the read-only admin address"))?;
+    let (_, rest) = line.split_once("admin=")?;
+    let addr: std::net::SocketAddr = rest.split_whitespace().next()?.parse().ok()?;
+    assert!(addr.ip().is_loopback(), "{line}");
+    Some(addr.port())
 }
 
 /// The binary's `probe` against `localhost:port` with only `--cacert`, as in the pod.
@@ -324,6 +343,16 @@ async fn every_write_on_the_admin_address_is_permission_denied_and_reaches_no_cl
 async fn the_main_address_still_asks_for_the_client_certificate() {
     let s = Setup::start("admin-main-mtls").await;
     let _log = crate::faults::LogOnFailure::of(&s.provider);
+    // The main address is this provider's: with alpha's client certificate it shows alpha.
+    let groups = s
+        .provider
+        .client()
+        .node_groups(pb::NodeGroupsRequest {})
+        .await
+        .expect("NodeGroups with the client certificate")
+        .into_inner()
+        .node_groups;
+    assert_eq!(groups.len(), 1, "{groups:?}");
     let out = probe(s.provider.addr.port(), &s.ca).await;
     let shown = text(&out);
     assert!(!out.status.success(), "{shown}");
