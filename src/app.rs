@@ -59,6 +59,9 @@ pub fn init_tracing(format: LogFormat, default_filter: &str) {
 pub struct App {
     provider: Provider,
     options: ServeOptions,
+    /// How the admin address is served (`--admin-listen`): the server certificate without a
+    /// client CA, every call the read-only admin caller's.
+    admin: Option<ServeOptions>,
     shutdown_grace: Duration,
     election: Option<Election>,
 }
@@ -105,6 +108,7 @@ impl App {
         if tls.is_none() && !args.listen.ip().is_loopback() {
             tracing::warn!(listen = %args.listen, "serving plaintext gRPC on a non-loopback address (--insecure)");
         }
+        let admin = admin_options(args, tls.as_ref())?;
         let extras = extras(args)?;
         let (client_cfg, groups) = (client_config(args)?, groups(args)?);
         if groups.is_empty() {
@@ -153,10 +157,15 @@ impl App {
                 .await
                 .context("taking over the recorded promises (--state-file or --state-configmap)")?;
         }
+        let extras = Arc::new(extras);
         Ok(App {
             provider,
+            admin: admin.map(|admin| ServeOptions {
+                extras: extras.clone(),
+                ..admin
+            }),
             options: ServeOptions {
-                extras: Arc::new(extras),
+                extras,
                 tls,
                 ..ServeOptions::default()
             },
@@ -174,12 +183,38 @@ impl App {
         metrics: Option<TcpListener>,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
+        self.run_with_admin(listener, metrics, None, shutdown).await
+    }
+
+    /// [`App::run`], also serving the read-only admin address on `admin` (bound to the
+    /// `--admin-listen` address the app was built with).
+    pub async fn run_with_admin(
+        self,
+        listener: TcpListener,
+        metrics: Option<TcpListener>,
+        admin: Option<TcpListener>,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
         let App {
             provider,
             options,
+            admin: admin_options,
             shutdown_grace,
             election,
         } = self;
+        let admin = match (admin, admin_options) {
+            (None, _) => None,
+            (Some(_), None) => bail!("an admin listener was given but --admin-listen was not"),
+            (Some(l), Some(o)) => {
+                let addr = l
+                    .local_addr()
+                    .context("reading the admin listener's address")?;
+                if !addr.ip().is_loopback() {
+                    bail!("--admin-listen: {addr} is not a loopback address");
+                }
+                Some((l, o, addr))
+            }
+        };
         if metrics.is_some() {
             // Before anything is recorded: the first refresh's CloudStack calls count too.
             crate::metrics::install();
@@ -233,6 +268,17 @@ impl App {
             .local_addr()
             .context("reading the gRPC listener's address")?;
         tracing::info!(listen = %listen, "serving externalgrpc CloudProvider");
+        // The admin address stops with the main one: on the signal, or when the main one
+        // ends for any other reason (the sender is dropped).
+        let (admin_stop_tx, mut admin_stop) = tokio::sync::watch::channel(false);
+        let admin_task = admin.map(|(l, o, addr)| {
+            tracing::info!(admin = %addr, tls = o.tls.is_some(),
+                "serving the read-only admin address (every node group, no write)");
+            let stop = async move {
+                let _ = admin_stop.wait_for(|s| *s).await;
+            };
+            tokio::spawn(serve(l, provider.clone(), o, stop))
+        });
         let mut ended_rx = ended.clone();
         let signal = async move {
             tokio::select! {
@@ -240,8 +286,17 @@ impl App {
                 _ = ended_rx.wait_for(Option::is_some) => {}
             }
             let _ = stop_tx.send(true);
+            let _ = admin_stop_tx.send(true);
         };
-        serve(listener, provider.clone(), options, signal).await?;
+        let served = serve(listener, provider.clone(), options, signal).await;
+        if let Some(task) = admin_task {
+            match task.await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::error!(error = %e, "the admin address failed"),
+                Err(e) => tracing::error!(error = %e, "the admin address's task ended abnormally"),
+            }
+        }
+        served?;
         let ended = ended.borrow().clone();
         let led = election.as_ref().is_none_or(|e| e.leadership.taken_over());
         if led {
@@ -277,6 +332,36 @@ impl Election {
             self.lease.clone(),
         )
     }
+}
+
+/// How `--admin-listen` is served, when given: a loopback address only (checked again here
+/// for arguments built without the command line), with the server certificate and no client
+/// CA (a caller inside the pod has no client certificate), or plaintext when the provider
+/// serves plaintext anyway.
+fn admin_options(
+    args: &ServeArgs,
+    tls: Option<&crate::tls::ReloadingTls>,
+) -> anyhow::Result<Option<ServeOptions>> {
+    let Some(addr) = args.admin_listen else {
+        return Ok(None);
+    };
+    crate::cli::parse_loopback_address(&addr.to_string())
+        .map_err(|e| anyhow::anyhow!("--admin-listen: {e}"))?;
+    let tls = match tls {
+        Some(main) => Some(crate::tls::ReloadingTls::new(
+            crate::tls::TlsFiles {
+                client_ca: None,
+                ..main.files().clone()
+            },
+            main.check_interval(),
+        )?),
+        None => None,
+    };
+    Ok(Some(ServeOptions {
+        tls,
+        admin: true,
+        ..ServeOptions::default()
+    }))
 }
 
 /// The leader election `--leader-elect` asks for: the timings checked, the Lease, this

@@ -56,6 +56,13 @@ pub struct ServeArgs {
     /// gRPC listen address.
     #[arg(long, env = "CKS_PROVIDER_LISTEN", default_value = "127.0.0.1:8086")]
     pub listen: SocketAddr,
+    /// A read-only admin address, loopback only (127.0.0.0/8 or [::1]; a host name is
+    /// refused): the same service, with the server certificate but no client certificate
+    /// asked for, for `probe` run inside the provider's pod (`kubectl exec`). Its caller sees
+    /// every node group and may change none (writes answer PERMISSION_DENIED). Off unless
+    /// given.
+    #[arg(long, env = "CKS_PROVIDER_ADMIN_LISTEN", value_name = "ADDR", value_parser = parse_loopback_address)]
+    pub admin_listen: Option<SocketAddr>,
     /// CloudStack cloud-config (ini, `[Global]` api-url, api-key, secret-key, optional
     /// ssl-no-verify, project-id, zone): the file the in-tree cloudstack provider uses.
     #[arg(long, env = "CKS_PROVIDER_CLOUD_CONFIG")]
@@ -270,6 +277,19 @@ pub struct ServeArgs {
     /// Allow plaintext gRPC on a non-loopback address.
     #[arg(long, env = "CKS_PROVIDER_INSECURE")]
     pub insecure: bool,
+}
+
+/// A loopback socket address (`127.0.0.1:8087`, `[::1]:8087`) for `--admin-listen`: it asks
+/// callers for no certificate, so nothing outside the pod's network namespace may reach it.
+pub fn parse_loopback_address(v: &str) -> Result<SocketAddr, String> {
+    const WHY: &str = "the admin address asks for no client certificate, so it must be a \
+                       loopback address (127.0.0.0/8 or [::1]) with a port, e.g. 127.0.0.1:8087; \
+                       a host name is refused";
+    match v.trim().parse::<SocketAddr>() {
+        Ok(addr) if addr.ip().is_loopback() => Ok(addr),
+        Ok(addr) => Err(format!("{addr} is not a loopback address: {WHY}")),
+        Err(_) => Err(format!("{v:?} is not an IP address and port: {WHY}")),
+    }
 }
 
 /// A request rate: a positive number of requests per second (`2`, `0.5`).
@@ -495,6 +515,36 @@ mod tests {
             let e = serve_args(&["p", "serve", &flag]).unwrap_err();
             assert!(e.contains("requests per second"), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn admin_listen_is_off_unless_given_and_only_a_loopback_address() {
+        let s = serve_args(&["p", "serve"]).expect("parses");
+        assert_eq!(s.admin_listen, None, "off by default");
+        for good in ["127.0.0.1:8087", "127.8.9.10:1", "[::1]:8087"] {
+            let s = serve_args(&["p", "serve", "--admin-listen", good]).expect(good);
+            assert_eq!(s.admin_listen.map(|a| a.to_string()).as_deref(), Some(good));
+        }
+        let yaml = write_temp("admin.yaml", "admin-listen: 127.0.0.1:9087\n");
+        let s = serve_args(&["p", "serve", "--config", &yaml.to_string_lossy()]).expect("parses");
+        assert_eq!(s.admin_listen.map(|a| a.port()), Some(9087));
+        for bad in [
+            "0.0.0.0:8087",
+            "10.0.0.1:8087",
+            "[::]:8087",
+            "localhost:8087",
+            "example.com:8087",
+            "127.0.0.1",
+        ] {
+            let e = serve_args(&["p", "serve", "--admin-listen", bad]).unwrap_err();
+            assert!(
+                e.contains("--admin-listen") && e.contains("loopback"),
+                "{bad}: {e}"
+            );
+        }
+        let yaml = write_temp("admin-bad.yaml", "admin-listen: 0.0.0.0:8087\n");
+        let e = serve_args(&["p", "serve", "--config", &yaml.to_string_lossy()]).unwrap_err();
+        assert!(e.contains("loopback"), "{e}");
     }
 
     #[test]

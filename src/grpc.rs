@@ -2,7 +2,8 @@
 //! [`Provider`] calls, and the one place where a provider error becomes a gRPC status code
 //! ([`status`]). Deadlines come from the request's `grpc-timeout`; the caller ([`caller`])
 //! from its verified client certificate, and every call goes through the provider as that
-//! caller sees it ([`Provider::seen_by`]): its own node groups only.
+//! caller sees it ([`Provider::seen_by`]): its own node groups only. On the admin address
+//! ([`CloudProviderService::admin`]) every call is the read-only admin caller's instead.
 
 use crate::optional_rpcs::ProviderExtras;
 use crate::provider::{Caller, Error, InstanceView, NodeGroupView, NodeRef, Provider};
@@ -27,6 +28,7 @@ pub fn status(e: &Error) -> Status {
         Error::Batch(inner) => return status(inner),
         Error::InvalidArgument(_) => Code::InvalidArgument,
         Error::UnknownGroup { .. } | Error::ClusterNotFound { .. } => Code::NotFound,
+        Error::ReadOnly => Code::PermissionDenied,
         Error::NoSnapshot { .. }
         | Error::Deadline { .. }
         | Error::AnswerLost { .. }
@@ -118,6 +120,8 @@ async fn observed<T>(
 pub struct CloudProviderService {
     provider: Provider,
     extras: Arc<ProviderExtras>,
+    /// Serves the admin address: every caller is [`Caller::admin`], whatever it presents.
+    admin: bool,
 }
 
 /// The gate in front of every RPC: with leader election, a replica that does not serve (a
@@ -172,7 +176,30 @@ pub fn parse_grpc_timeout(v: &str) -> Option<Duration> {
 impl CloudProviderService {
     /// A service over `provider` answering the optional RPCs from `extras`.
     pub fn new(provider: Provider, extras: Arc<ProviderExtras>) -> Self {
-        CloudProviderService { provider, extras }
+        CloudProviderService {
+            provider,
+            extras,
+            admin: false,
+        }
+    }
+
+    /// The service on the admin address (`--admin-listen`): every call is the admin caller's,
+    /// who sees every group and may change none (the provider refuses its writes).
+    pub fn admin(provider: Provider, extras: Arc<ProviderExtras>) -> Self {
+        CloudProviderService {
+            provider,
+            extras,
+            admin: true,
+        }
+    }
+
+    /// Who sent `req` on this service's listener.
+    fn caller<T>(&self, req: &Request<T>) -> Caller {
+        if self.admin {
+            Caller::admin()
+        } else {
+            caller(req)
+        }
     }
 
     fn deadline<T>(&self, req: &Request<T>) -> tokio::time::Instant {
@@ -225,7 +252,7 @@ impl CloudProvider for CloudProviderService {
         &self,
         request: Request<pb::NodeGroupsRequest>,
     ) -> Result<Response<pb::NodeGroupsResponse>, Status> {
-        let caller = caller(&request);
+        let caller = self.caller(&request);
         observed("NodeGroups", async {
             Ok(pb::NodeGroupsResponse {
                 node_groups: self
@@ -244,7 +271,7 @@ impl CloudProvider for CloudProviderService {
         &self,
         request: Request<pb::NodeGroupForNodeRequest>,
     ) -> Result<Response<pb::NodeGroupForNodeResponse>, Status> {
-        let caller = caller(&request);
+        let caller = self.caller(&request);
         let deadline = self.deadline(&request);
         observed("NodeGroupForNode", async {
             let Some(node) = request.into_inner().node else {
@@ -303,9 +330,9 @@ impl CloudProvider for CloudProviderService {
         &self,
         request: Request<pb::CleanupRequest>,
     ) -> Result<Response<pb::CleanupResponse>, Status> {
-        let caller = caller(&request);
+        let caller = self.caller(&request);
         observed("Cleanup", async {
-            self.provider.seen_by(&caller).cleanup();
+            self.provider.seen_by(&caller).cleanup()?;
             Ok(pb::CleanupResponse {})
         })
         .await
@@ -316,7 +343,7 @@ impl CloudProvider for CloudProviderService {
         request: Request<pb::RefreshRequest>,
     ) -> Result<Response<pb::RefreshResponse>, Status> {
         let deadline = self.deadline(&request);
-        let caller = caller(&request);
+        let caller = self.caller(&request);
         observed("Refresh", async {
             self.provider
                 .seen_by(&caller)
@@ -331,7 +358,7 @@ impl CloudProvider for CloudProviderService {
         &self,
         request: Request<pb::NodeGroupTargetSizeRequest>,
     ) -> Result<Response<pb::NodeGroupTargetSizeResponse>, Status> {
-        let caller = caller(&request);
+        let caller = self.caller(&request);
         observed("NodeGroupTargetSize", async {
             let size = self
                 .provider
@@ -349,7 +376,7 @@ impl CloudProvider for CloudProviderService {
         request: Request<pb::NodeGroupIncreaseSizeRequest>,
     ) -> Result<Response<pb::NodeGroupIncreaseSizeResponse>, Status> {
         let deadline = self.deadline(&request);
-        let caller = caller(&request);
+        let caller = self.caller(&request);
         let r = request.into_inner();
         observed("NodeGroupIncreaseSize", async {
             self.provider
@@ -366,7 +393,7 @@ impl CloudProvider for CloudProviderService {
         request: Request<pb::NodeGroupDeleteNodesRequest>,
     ) -> Result<Response<pb::NodeGroupDeleteNodesResponse>, Status> {
         let deadline = self.deadline(&request);
-        let caller = caller(&request);
+        let caller = self.caller(&request);
         let r = request.into_inner();
         let nodes = r
             .nodes
@@ -391,7 +418,7 @@ impl CloudProvider for CloudProviderService {
         &self,
         request: Request<pb::NodeGroupDecreaseTargetSizeRequest>,
     ) -> Result<Response<pb::NodeGroupDecreaseTargetSizeResponse>, Status> {
-        let caller = caller(&request);
+        let caller = self.caller(&request);
         let r = request.into_inner();
         observed("NodeGroupDecreaseTargetSize", async {
             self.provider
@@ -407,7 +434,7 @@ impl CloudProvider for CloudProviderService {
         &self,
         request: Request<pb::NodeGroupNodesRequest>,
     ) -> Result<Response<pb::NodeGroupNodesResponse>, Status> {
-        let caller = caller(&request);
+        let caller = self.caller(&request);
         observed("NodeGroupNodes", async {
             let instances = self
                 .provider
@@ -424,7 +451,7 @@ impl CloudProvider for CloudProviderService {
         &self,
         request: Request<pb::NodeGroupTemplateNodeInfoRequest>,
     ) -> Result<Response<pb::NodeGroupTemplateNodeInfoResponse>, Status> {
-        let caller = caller(&request);
+        let caller = self.caller(&request);
         observed("NodeGroupTemplateNodeInfo", async {
             let id = &request.get_ref().id;
             let scope = self.provider.seen_by(&caller);
@@ -444,7 +471,7 @@ impl CloudProvider for CloudProviderService {
         &self,
         request: Request<pb::NodeGroupAutoscalingOptionsRequest>,
     ) -> Result<Response<pb::NodeGroupAutoscalingOptionsResponse>, Status> {
-        let caller = caller(&request);
+        let caller = self.caller(&request);
         observed("NodeGroupGetOptions", async {
             // `None` (for a 1.28 autoscaler) is an answer without options: that client then
             // applies its own flags.

@@ -112,7 +112,16 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         ),
         None => None,
     };
-    app.run(listener, metrics, shutdown_signal()).await
+    let admin = match args.admin_listen {
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding --admin-listen {addr}"))?,
+        ),
+        None => None,
+    };
+    app.run_with_admin(listener, metrics, admin, shutdown_signal())
+        .await
 }
 
 /// Completes on SIGTERM (what Kubernetes sends) or Ctrl-C.

@@ -1,5 +1,6 @@
 //! Serving: the CloudProvider service, gRPC health and reflection on one listener, with
-//! graceful shutdown. The binary decides the address and the signal; tests bind port 0.
+//! graceful shutdown. The binary decides the address and the signal; tests bind port 0. The
+//! admin address (`--admin-listen`) is one more such listener, with [`ServeOptions::admin`].
 
 use crate::grpc::CloudProviderService;
 use crate::optional_rpcs::ProviderExtras;
@@ -28,6 +29,9 @@ pub struct ServeOptions {
     pub tls: Option<crate::tls::ReloadingTls>,
     /// Concurrent requests per connection.
     pub concurrency_per_connection: usize,
+    /// The admin address: every call is the read-only admin caller's, who sees every group
+    /// (`crate::provider::Caller::admin`). Its TLS asks for no client certificate.
+    pub admin: bool,
 }
 
 impl Default for ServeOptions {
@@ -36,6 +40,7 @@ impl Default for ServeOptions {
             extras: Arc::new(ProviderExtras::without_template()),
             tls: None,
             concurrency_per_connection: 256,
+            admin: false,
         }
     }
 }
@@ -59,9 +64,13 @@ pub async fn serve(
         .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()?;
+    let cloud_provider = if options.admin {
+        CloudProviderService::admin(provider.clone(), options.extras)
+    } else {
+        CloudProviderService::new(provider.clone(), options.extras)
+    };
     let service = InterceptedService::new(
-        CloudProviderServer::new(CloudProviderService::new(provider.clone(), options.extras))
-            .max_decoding_message_size(MAX_REQUEST_BYTES),
+        CloudProviderServer::new(cloud_provider).max_decoding_message_size(MAX_REQUEST_BYTES),
         crate::grpc::leader_gate(provider),
     );
     let mut builder = Server::builder()

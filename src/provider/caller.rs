@@ -6,8 +6,13 @@
 //! (`crate::tls::certificate_identities`) and hands them over as a [`Caller`]; the provider
 //! answers each call through [`Provider::seen_by`], which shows the caller its own groups and
 //! nothing else: another client's group is not found, exactly as a group that does not exist.
+//!
+//! One caller has no certificate and sees every group: the operator on the admin address
+//! (`serve --admin-listen`, loopback only, reached through `kubectl exec`). It may read and
+//! refresh but change nothing: [`Scoped::may_change`] refuses its every write, and its
+//! NodeGroupForNode reports teach the provider nothing.
 
-use super::{Provider, Scoped};
+use super::{Error, Provider, Result, Scoped};
 use std::collections::HashSet;
 use std::sync::Mutex;
 
@@ -16,6 +21,8 @@ use std::sync::Mutex;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Caller {
     identities: Vec<String>,
+    /// The admin address's caller: every group, read-only ([`Caller::admin`]).
+    admin: bool,
 }
 
 impl Caller {
@@ -26,7 +33,24 @@ impl Caller {
 
     /// A caller verified to hold these names.
     pub fn with_identities(identities: Vec<String>) -> Caller {
-        Caller { identities }
+        Caller {
+            identities,
+            admin: false,
+        }
+    }
+
+    /// The caller on the admin address (`--admin-listen`): an operator inside the provider's
+    /// pod. It sees every group, whatever `--nodes …@CLIENT` binds, and may change none.
+    pub fn admin() -> Caller {
+        Caller {
+            identities: Vec::new(),
+            admin: true,
+        }
+    }
+
+    /// Whether this is the admin address's read-only caller.
+    pub fn is_admin(&self) -> bool {
+        self.admin
     }
 
     /// The caller's names.
@@ -38,7 +62,8 @@ impl Caller {
     /// compare without regard to ASCII case, as DNS names do; nothing else is lenient (no
     /// wildcards, no suffixes).
     pub fn may_see(&self, client: Option<&str>) -> bool {
-        client.is_none_or(|c| self.identities.iter().any(|i| i.eq_ignore_ascii_case(c)))
+        self.admin
+            || client.is_none_or(|c| self.identities.iter().any(|i| i.eq_ignore_ascii_case(c)))
     }
 
     /// Whether the caller holds one of the `denied` names (compared as [`Caller::may_see`]
@@ -51,7 +76,9 @@ impl Caller {
 
     /// The caller for logs.
     fn describe(&self) -> String {
-        if self.identities.is_empty() {
+        if self.admin {
+            "the admin address (read-only)".to_string()
+        } else if self.identities.is_empty() {
             "a client without a client certificate".to_string()
         } else {
             format!("client {}", self.identities.join(", "))
@@ -107,6 +134,18 @@ impl Provider {
     }
 }
 
+impl Scoped<'_> {
+    /// Whether the caller may change anything: every caller but the admin address's may. A
+    /// write asked there is refused before it is looked at, so nothing is queued, promised or
+    /// sent to CloudStack.
+    pub(crate) fn may_change(&self) -> Result<()> {
+        match self.caller {
+            Some(c) if c.admin => Err(Error::ReadOnly),
+            _ => Ok(()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::Caller;
@@ -137,5 +176,16 @@ mod tests {
         let wild = Caller::with_identities(vec!["*.example".into()]);
         assert!(!wild.may_see(Some("a.example")));
         assert_eq!(a.identities().len(), 2);
+    }
+
+    #[test]
+    fn the_admin_caller_sees_every_group_and_no_name_denies_it() {
+        let admin = Caller::admin();
+        assert!(admin.is_admin());
+        assert!(admin.may_see(None));
+        assert!(admin.may_see(Some("autoscaler.a")));
+        assert!(!admin.is_denied(&["autoscaler.a".to_string(), String::new()]));
+        assert!(!Caller::anonymous().is_admin());
+        assert!(!Caller::with_identities(vec!["admin".into()]).is_admin());
     }
 }

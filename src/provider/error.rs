@@ -105,6 +105,12 @@ pub enum Error {
         .leader.as_deref().map(|l| format!(" (the leader is {l})")).unwrap_or_default()
     )]
     NotLeader { leader: Option<String> },
+    /// A write asked on the admin address (`--admin-listen`), which only reads.
+    #[error(
+        "the admin address is read-only: it shows node groups and refreshes, but scales, \
+         deletes, cancels and cleans up nothing; the autoscaler changes them on the main address"
+    )]
+    ReadOnly,
     /// NodeGroupTemplateNodeInfo cannot build a template for the group.
     #[error("no template node for node group {group}: {reason}")]
     NoTemplate { group: String, reason: String },

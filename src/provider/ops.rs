@@ -407,6 +407,7 @@ impl Scoped<'_> {
     /// NodeGroupIncreaseSize of one of the caller's groups.
     pub async fn increase_size(&self, id: &str, delta: i32, deadline: Instant) -> Result<()> {
         let p = self.p;
+        self.may_change()?;
         if delta <= 0 {
             return Err(Error::InvalidArgument(format!(
                 "delta must be positive, got {delta}"
@@ -458,6 +459,7 @@ impl Scoped<'_> {
         nodes: Vec<NodeRef>,
         deadline: Instant,
     ) -> Result<()> {
+        self.may_change()?;
         let p = self.p;
         if nodes.is_empty() {
             return Err(Error::InvalidArgument(
@@ -567,6 +569,7 @@ impl Scoped<'_> {
     /// (docs/decrease-target-size.md).
     pub async fn decrease_target_size(&self, id: &str, delta: i32) -> Result<()> {
         let p = self.p;
+        self.may_change()?;
         if delta >= 0 {
             return Err(Error::InvalidArgument(format!(
                 "delta must be negative, got {delta}"

@@ -3,7 +3,7 @@
 //! running in CloudStack either way; a later Refresh, or a restarted provider, adopts them.
 //! Kept together because both must leave each machine able to adopt its job again.
 
-use super::{Provider, Scoped};
+use super::{Provider, Result, Scoped};
 use cks_domain::machine::Phase;
 use std::time::Duration;
 
@@ -45,13 +45,16 @@ impl Provider {
 
 impl Scoped<'_> {
     /// Stops following the caller's groups' jobs (they keep running in CloudStack; a later
-    /// Refresh adopts them again). Other groups are left alone.
-    pub fn cleanup(&self) {
+    /// Refresh adopts them again). Other groups are left alone; the admin address's caller
+    /// changes nothing ([`super::Error::ReadOnly`]).
+    pub fn cleanup(&self) -> Result<()> {
+        self.may_change()?;
         for gi in self.visible() {
             let g = &self.p.inner.groups[gi];
             g.lock().scale.cleanup();
             // Its follower wakes, finds the job no longer the group's and ends.
             g.poke.notify_one();
         }
+        Ok(())
     }
 }

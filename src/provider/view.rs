@@ -162,8 +162,9 @@ impl Scoped<'_> {
                 };
                 // Only the caller's own groups learn from its reports: another client's report
                 // of a VM must not veto that cluster's own autoscaler (a registered VM is not
-                // deleted as "unregistered").
-                let teach = mine && !fake && !name.is_empty();
+                // deleted as "unregistered"). The admin address's reports teach nothing: it
+                // only reads.
+                let teach = mine && !fake && !name.is_empty() && self.may_change().is_ok();
                 let learn = teach && st.scale.would_learn(&vm_id, provider_id, name);
                 let sample = teach && !labels.is_empty() && st.sample_labels.is_none();
                 // A VM a failed scale-up left whose node registered is a node, not a failed

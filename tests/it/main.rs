@@ -1,6 +1,7 @@
 //! The provider's integration tests, one binary (linking one test binary per file dominated
 //! the build): each module is one subject, named by its file.
 
+mod admin_listen;
 mod alert_verdict;
 mod architecture;
 mod check;
