@@ -91,6 +91,11 @@ fn refused_cases() -> Vec<(&'static str, Value, Vec<&'static str>)> {
             ],
         ),
         (
+            "the admin address, which the chart sets, in the provider's extraArgs",
+            json!({"extraArgs": {"admin-listen": "127.0.0.1:9999"}}),
+            vec!["admin-listen", "adminListen"],
+        ),
+        (
             "a provider flag in the autoscaler's extraArgs",
             json!({"autoscaler": {"extraArgs": {"job-poll-interval": "5s"}}}),
             vec![
