@@ -115,6 +115,25 @@ async fn the_check_pod_of_the_guide_is_admitted_by_a_real_api_server() {
         "ServiceAccount kube-system/default: HTTP {status}: {body}"
     );
 
+    // The namespace enforces the restricted Pod Security level, as the provider's own may: a
+    // Pod that breaks it is refused, so the command must hold in such a namespace too.
+    let labelled = kube
+        .send(
+            reqwest::Method::PATCH,
+            "/api/v1/namespaces/kube-system",
+            "application/merge-patch+json",
+            json!({"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}})
+                .to_string(),
+        )
+        .await
+        .expect("label kube-system");
+    assert!(
+        (200..300).contains(&labelled.status),
+        "label kube-system restricted: HTTP {}: {}",
+        labelled.status,
+        labelled.body
+    );
+
     let line = guide_command("kubectl -n kube-system run cks-check");
     let mut args = words(&line);
     assert_eq!(args.first().map(String::as_str), Some("kubectl"), "{line}");
