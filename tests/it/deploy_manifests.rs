@@ -4834,3 +4834,139 @@ fn a_cert_manager_object_or_a_secret_nobody_creates_is_caught() {
         "Secret provider-certs, which the documented commands do not create",
     );
 }
+
+/// One of the guide's `kubectl exec … probe` commands (§5.3), read from its shell block.
+struct InPodProbe {
+    namespace: String,
+    selector: BTreeMap<String, String>,
+    container: String,
+    address: String,
+    cacert: String,
+}
+
+/// The shell block after `heading` in the guide, its `ns=`/`release=` assignments substituted.
+fn in_pod_probe(guide: &str, heading: &str) -> Result<InPodProbe, String> {
+    let at = guide
+        .find(heading)
+        .ok_or_else(|| format!("the guide has no {heading:?}"))?;
+    let rest = &guide[at..];
+    let start = rest.find("```sh\n").ok_or("no shell block after it")? + 6;
+    let block = &rest[start..];
+    let block = &block[..block.find("\n```").ok_or("the block does not end")?];
+    let mut vars: BTreeMap<String, String> = BTreeMap::new();
+    for assignment in block.lines().next().unwrap_or("").split(';').map(str::trim) {
+        if let Some((k, v)) = assignment.split_once('=') {
+            vars.insert(k.to_string(), v.to_string());
+        }
+    }
+    let mut text = block.replace("\\\n", " ");
+    for (k, v) in &vars {
+        text = text.replace(&format!("${k}"), v);
+    }
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let after = |flag: &str| {
+        words
+            .iter()
+            .position(|w| *w == flag)
+            .and_then(|i| words.get(i + 1))
+            .map(|w| w.trim_end_matches(')').to_string())
+            .ok_or_else(|| format!("no {flag} in {text}"))
+    };
+    let selector = after("-l")?
+        .split(',')
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    Ok(InPodProbe {
+        namespace: vars.get("ns").cloned().ok_or("no ns=")?,
+        selector,
+        container: after("-c")?,
+        address: after("--address")?,
+        cacert: after("--cacert")?,
+    })
+}
+
+/// The pod the command picks is the leader's provider pod of the render, in its namespace; the
+/// container is the provider's; the address is the `--admin-listen` port by the name the server
+/// certificate carries; the CA file is mounted in that container.
+fn check_in_pod_probe(s: &Set, cmd: &InPodProbe) -> Vec<String> {
+    let mut problems = Vec::new();
+    let p = match s.provider() {
+        Ok(p) => p,
+        Err(e) => return vec![e],
+    };
+    let ns = str_at(&p.doc.v, "/metadata/namespace").unwrap_or(&s.namespace);
+    if cmd.namespace != ns {
+        problems.push(format!(
+            "the command looks in namespace {}, the provider runs in {ns}",
+            cmd.namespace
+        ));
+    }
+    if !selects(&cmd.selector, &p.serving_labels()) {
+        problems.push(format!(
+            "-l {:?} does not select the leader's provider pod {:?}",
+            cmd.selector,
+            p.serving_labels()
+        ));
+    }
+    if str_at(p.container, "/name") != Some(cmd.container.as_str()) {
+        problems.push(format!(
+            "-c {} is not the provider's container {:?}",
+            cmd.container,
+            str_at(p.container, "/name")
+        ));
+    }
+    match flag(&p.args(), "admin-listen") {
+        None => problems.push("the provider runs without --admin-listen".into()),
+        Some(listen) => {
+            if !host_of(&listen).is_some_and(|h| h == "127.0.0.1" || h == "::1") {
+                problems.push(format!("--admin-listen={listen} is not loopback"));
+            }
+            if port_of(&listen) != port_of(&cmd.address) {
+                problems.push(format!(
+                    "--address {} is not the --admin-listen={listen} port",
+                    cmd.address
+                ));
+            }
+        }
+    }
+    if host_of(&cmd.address) != Some("localhost") {
+        problems.push(format!(
+            "--address {}: the server certificate names localhost, no IP address",
+            cmd.address
+        ));
+    }
+    if let Err(e) = resolve_path(p.pod, p.container, &cmd.cacert) {
+        problems.push(format!("--cacert {e}"));
+    }
+    problems
+}
+
+#[test]
+fn the_guides_in_pod_probe_commands_reach_the_admin_address_of_their_render() {
+    let Some(r) = rendered() else { return };
+    let guide = fs::read_to_string(repo().join("docs/operations.md")).expect("guide");
+    for (heading, set) in [
+        (
+            "The kustomize base (namespace `kube-system`):",
+            "kustomize-base",
+        ),
+        (
+            "The Helm chart (set `ns` to the release's namespace and `release` to its name):",
+            "helm-ci-default",
+        ),
+    ] {
+        let cmd = in_pod_probe(&guide, heading).unwrap_or_else(|e| panic!("{heading} {e}"));
+        assert_none(set, check_in_pod_probe(r.set(set), &cmd));
+        // The check notices a command aimed at another port or container.
+        let mut wrong = in_pod_probe(&guide, heading).expect("parsed above");
+        wrong.address = "localhost:1".into();
+        wrong.container = "cluster-autoscaler".into();
+        let caught = check_in_pod_probe(r.set(set), &wrong);
+        assert!(
+            caught.iter().any(|p| p.contains("--admin-listen"))
+                && caught.iter().any(|p| p.contains("-c cluster-autoscaler")),
+            "{caught:?}"
+        );
+    }
+}
