@@ -2,6 +2,7 @@
 //! the build): each module is one subject, named by its file.
 
 mod admin_listen;
+mod alert_rules;
 mod alert_verdict;
 mod architecture;
 mod check;

@@ -1,0 +1,245 @@
+//! The example alerts (`docs/prometheus-rules.yaml`, which the chart renders as its
+//! PrometheusRule) run by Prometheus's own `promtool` (`tools/promtool/build.sh`): `check rules`
+//! parses every expression as Prometheus does, and `test rules` evaluates the alerts of
+//! leader election and readiness over series written here, `for:` durations included, with
+//! the annotations the rules give (labels expanded as Prometheus expands them). A failover
+//! within the minute raises nothing; no leader for a minute does; a provider without
+//! `--leader-elect` never does; a standby that cannot read the ledger (NotReady) does after ten
+//! minutes.
+//!
+//! Needs `promtool` (`CKS_PROMTOOL`, else `target/promtool/promtool`); skips without it, fails
+//! without it under `CKS_PROMTOOL_REQUIRED=1` (CI).
+
+use serde_json::{Map, Value, json};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn promtool() -> Option<PathBuf> {
+    let path = std::env::var_os("CKS_PROMTOOL")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join("target/promtool/promtool"));
+    if path.is_file() {
+        return Some(path);
+    }
+    assert!(
+        !std::env::var("CKS_PROMTOOL_REQUIRED").is_ok_and(|v| v == "1"),
+        "CKS_PROMTOOL_REQUIRED=1 and {} is no file: build it with tools/promtool/build.sh",
+        path.display()
+    );
+    eprintln!(
+        "\nalert_rules: SKIPPED, no promtool at {} (tools/promtool/build.sh)\n",
+        path.display()
+    );
+    None
+}
+
+/// `spec.groups` of the example PrometheusRule: a plain Prometheus rule file's `groups`.
+fn rule_groups() -> Value {
+    let text = std::fs::read_to_string(repo().join("docs/prometheus-rules.yaml"))
+        .expect("docs/prometheus-rules.yaml");
+    let doc: Value = serde_saphyr::from_str(&text).expect("the example rules are YAML");
+    let groups = doc.pointer("/spec/groups").cloned().expect("spec.groups");
+    assert!(groups.as_array().is_some_and(|g| !g.is_empty()), "{doc}");
+    groups
+}
+
+/// The rule named `alert` in `groups`.
+fn rule<'a>(groups: &'a Value, alert: &str) -> &'a Value {
+    groups
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|g| g["rules"].as_array().into_iter().flatten())
+        .find(|r| r["alert"] == alert)
+        .unwrap_or_else(|| panic!("no alert {alert} in docs/prometheus-rules.yaml"))
+}
+
+/// The alert promtool must see: the rule's labels with `labels` (the series' own), and its
+/// annotations with `{{ $labels.NAME }}` expanded from them, as Prometheus's template does.
+fn expected(groups: &Value, alert: &str, labels: &[(&str, &str)]) -> Value {
+    let rule = rule(groups, alert);
+    let mut all: Map<String, Value> = labels
+        .iter()
+        .map(|(k, v)| ((*k).to_string(), Value::from(*v)))
+        .collect();
+    if let Some(own) = rule["labels"].as_object() {
+        all.extend(own.clone());
+    }
+    let mut annotations = Map::new();
+    for (k, v) in rule["annotations"].as_object().into_iter().flatten() {
+        let mut text = v.as_str().unwrap_or_default().to_string();
+        for (name, value) in &all {
+            let value = value.as_str().unwrap_or_default();
+            text = text.replace(&format!("{{{{ $labels.{name} }}}}"), value);
+        }
+        assert!(
+            !text.contains("{{"),
+            "{alert}'s annotation {k} has a template this test does not expand: {text}"
+        );
+        annotations.insert(k.clone(), Value::from(text));
+    }
+    json!({"exp_labels": all, "exp_annotations": annotations})
+}
+
+const JOB: &str = "cks-autoscaler-provider";
+
+fn series(name: &str, pod: &str, values: &str) -> Value {
+    json!({
+        "series": format!("{name}{{job=\"{JOB}\",namespace=\"kube-system\",pod=\"{pod}\"}}"),
+        "values": values,
+    })
+}
+
+/// One promtool test group: series every 30 s (a scrape interval), and what each alert must
+/// be at each evaluation time.
+fn case(name: &str, input: Vec<Value>, alerts: Vec<(&str, &str, Vec<Value>)>) -> Value {
+    json!({
+        "name": name,
+        "interval": "30s",
+        "input_series": input,
+        "alert_rule_test": alerts
+            .into_iter()
+            .map(|(at, alert, exp)| json!({"eval_time": at, "alertname": alert, "exp_alerts": exp}))
+            .collect::<Vec<_>>(),
+    })
+}
+
+fn run(promtool: &Path, args: &[&str], dir: &Path) -> (bool, String) {
+    let out = Command::new(promtool)
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", promtool.display()));
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+#[test]
+fn prometheus_evaluates_the_leader_and_readiness_alerts_as_the_guide_says() {
+    let Some(promtool) = promtool() else { return };
+    let groups = rule_groups();
+    let dir = cks_testkit::certs::TempDir::new("alert-rules");
+    dir.write(
+        "rules.json",
+        serde_json::to_string(&json!({"groups": groups})).expect("rules"),
+    );
+    let (ok, said) = run(&promtool, &["check", "rules", "rules.json"], &dir.path(""));
+    assert!(
+        ok,
+        "promtool check rules refused the example alerts:\n{said}"
+    );
+
+    let no_leader = expected(&groups, "CksProviderNoLeader", &[]);
+    let standby_not_ready = expected(
+        &groups,
+        "CksProviderNotReady",
+        // `max by (namespace, pod)`: the job is not among them.
+        &[("namespace", "kube-system"), ("pod", "provider-b")],
+    );
+    let tests = vec![
+        // The leader killed at 2m30s (its target gone: a staleness marker), the standby
+        // leading from 3m: 30 s without a leader, inside the alert's minute.
+        case(
+            "failover within the minute",
+            vec![
+                series("cks_provider_leader", "provider-a", "1x4 stale"),
+                series("cks_provider_leader", "provider-b", "0x5 1x14"),
+            ],
+            vec![
+                ("3m", "CksProviderNoLeader", vec![]),
+                ("6m", "CksProviderNoLeader", vec![]),
+            ],
+        ),
+        // The leader killed at 2m30s and the standby never taking the Lease (its Role lacks a
+        // verb, say): pending from 2m30s, firing a minute later.
+        case(
+            "no replica leads",
+            vec![
+                series("cks_provider_leader", "provider-a", "1x4 stale"),
+                series("cks_provider_leader", "provider-b", "0x19"),
+            ],
+            vec![
+                ("3m", "CksProviderNoLeader", vec![]),
+                ("4m", "CksProviderNoLeader", vec![no_leader.clone()]),
+            ],
+        ),
+        // Without --leader-elect no replica exports the gauge: the alert never fires.
+        case(
+            "one replica without leader election",
+            vec![series("cks_provider_ready", "provider-a", "1x30")],
+            vec![("10m", "CksProviderNoLeader", vec![])],
+        ),
+        // A standby that cannot read the ledger is NotReady while the leader serves; scraped
+        // (the pods' annotations), it raises NotReady after ten minutes, naming its pod.
+        case(
+            "a standby that cannot take over",
+            vec![
+                series("cks_provider_ready", "provider-a", "1x30"),
+                series("cks_provider_ready", "provider-b", "0x30"),
+                series("cks_provider_leader", "provider-a", "1x30"),
+                series("cks_provider_leader", "provider-b", "0x30"),
+            ],
+            vec![
+                ("9m", "CksProviderNotReady", vec![]),
+                (
+                    "11m",
+                    "CksProviderNotReady",
+                    vec![standby_not_ready.clone()],
+                ),
+                ("11m", "CksProviderNoLeader", vec![]),
+            ],
+        ),
+    ];
+    dir.write(
+        "alerts.test.json",
+        serde_json::to_string(&json!({
+            "rule_files": ["rules.json"],
+            "evaluation_interval": "30s",
+            "tests": tests,
+        }))
+        .expect("tests"),
+    );
+    let (ok, said) = run(
+        &promtool,
+        &["test", "rules", "alerts.test.json"],
+        &dir.path(""),
+    );
+    assert!(ok, "promtool test rules:\n{said}");
+
+    // The check can fail: an alert expected where the rules raise none is caught.
+    dir.write(
+        "wrong.test.json",
+        serde_json::to_string(&json!({
+            "rule_files": ["rules.json"],
+            "evaluation_interval": "30s",
+            "tests": [case(
+                "a failover taken for an outage",
+                vec![
+                    series("cks_provider_leader", "provider-a", "1x4 stale"),
+                    series("cks_provider_leader", "provider-b", "0x5 1x14"),
+                ],
+                vec![("6m", "CksProviderNoLeader", vec![no_leader])],
+            )],
+        }))
+        .expect("tests"),
+    );
+    let (ok, said) = run(
+        &promtool,
+        &["test", "rules", "wrong.test.json"],
+        &dir.path(""),
+    );
+    assert!(
+        !ok,
+        "promtool passed an alert the rules never raise:\n{said}"
+    );
+}
