@@ -111,6 +111,9 @@ enum Listed {
     Found(Box<cks_cloudstack::types::KubernetesCluster>),
     NotFound,
     Ambiguous(usize),
+    /// CloudStack refused the `projectid` sent with the list (the command itself passed the
+    /// role's check): what it said.
+    BadProject(String),
     Failed(CsError),
 }
 
@@ -118,12 +121,14 @@ async fn list_cluster(cs: &Client, cluster: &ClusterRef) -> Listed {
     let found = match cluster {
         ClusterRef::Id(id) => match cs.get_cluster(id).await {
             Ok(c) => c.into_iter().collect::<Vec<_>>(),
+            Err(e) if e.is_bad_project() => return Listed::BadProject(e.to_string()),
             // CloudStack's lookup of the id parameter found no such entity.
             Err(CsError::Api { errorcode: 431, .. }) => Vec::new(),
             Err(e) => return Listed::Failed(e),
         },
         ClusterRef::Name(name) => match cs.find_clusters_by_name(name).await {
             Ok(c) => c,
+            Err(e) if e.is_bad_project() => return Listed::BadProject(e.to_string()),
             Err(e) => return Listed::Failed(e),
         },
     };
@@ -208,6 +213,18 @@ pub async fn check(
                     "cluster {name}: {n} clusters have that name; name it by id"
                 );
                 problems.push(format!("cluster {name} names {n} clusters"));
+                list_answer.get_or_insert(Answer::Allowed(String::new()));
+            }
+            Listed::BadProject(said) => {
+                let _ = writeln!(
+                    out,
+                    "cluster {name}: NOT LISTED: {}",
+                    crate::provider::bad_project_hint(project, &said)
+                );
+                problems.push(format!(
+                    "project-id {} names no project this key can use",
+                    project.unwrap_or("(none)")
+                ));
                 list_answer.get_or_insert(Answer::Allowed(String::new()));
             }
             Listed::Failed(e) if e.is_not_permitted() => {

@@ -160,6 +160,14 @@ pub fn echo(value: &str) -> String {
     format!("{head}… (cut: {} bytes in all)", value.len())
 }
 
+/// What an operator reads when CloudStack refuses the configured `project-id`.
+pub fn bad_project_hint(project_id: Option<&str>, said: &str) -> String {
+    format!(
+        "CloudStack refuses project-id {}: it names no project this key is a member of (the project's id is in the UI's project view, or `cmk list projects`); CloudStack said: {said}",
+        project_id.unwrap_or("(none)")
+    )
+}
+
 /// What an operator reads when a cluster is not listed for the key.
 pub fn not_listed_hint(project_id: Option<&str>) -> String {
     match project_id {

@@ -46,7 +46,7 @@ pub use caller::Caller;
 pub use cks_domain::instances::InstanceView;
 pub use cks_domain::machine::NodeRef;
 pub use cks_domain::verdict::AlertVerdictView;
-pub use error::{Error, Result, not_listed_hint};
+pub use error::{Error, Result, bad_project_hint, not_listed_hint};
 pub use groups::Scoped;
 pub use settings::{AlertScalingMode, Settings};
 pub use store::StateError;

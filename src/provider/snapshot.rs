@@ -75,6 +75,12 @@ impl Provider {
         let cluster = match (id, &g.spec.cluster) {
             (Some(id), _) => match self.inner.cs.get_cluster(&id).await {
                 Ok(Some(c)) => c,
+                Err(e) if e.is_bad_project() => {
+                    return Err(Error::ClusterNotFound {
+                        cluster: id,
+                        hint: super::bad_project_hint(self.inner.cs.project_id(), &e.to_string()),
+                    });
+                }
                 // Not visible to the key, or (431: CloudStack's lookup of the id parameter
                 // found no such entity) deleted: not something a retry fixes.
                 Ok(None) | Err(CsError::Api { errorcode: 431, .. }) => {
@@ -86,7 +92,19 @@ impl Provider {
                 Err(e) => return Err(e.into()),
             },
             (None, ClusterRef::Name(name)) => {
-                let mut found = self.inner.cs.find_clusters_by_name(name).await?;
+                let mut found = match self.inner.cs.find_clusters_by_name(name).await {
+                    Ok(found) => found,
+                    Err(e) if e.is_bad_project() => {
+                        return Err(Error::ClusterNotFound {
+                            cluster: format!("named {name:?}"),
+                            hint: super::bad_project_hint(
+                                self.inner.cs.project_id(),
+                                &e.to_string(),
+                            ),
+                        });
+                    }
+                    Err(e) => return Err(e.into()),
+                };
                 found.retain(|c| c.name == *name);
                 match found.len() {
                     1 => {

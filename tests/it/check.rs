@@ -130,11 +130,42 @@ async fn a_cluster_the_key_does_not_list_fails_the_check_and_names_project_id() 
         "{t}"
     );
     assert!(t.contains("set project-id in the cloud-config"), "{t}");
-    // With a project-id set, the hint asks whether it is the right one.
+    // A project-id naming no project: CloudStack refuses the list for its projectid, and
+    // check says so, the command itself allowed.
     let out = run_check(&sim, "1:10:nosuchname", "project-id = p-1\n", "missing-p").await;
     let t = text(&out);
     assert!(!out.status.success(), "{t}");
-    assert!(t.contains("project-id is p-1"), "{t}");
+    assert!(
+        t.contains("cluster name=nosuchname: NOT LISTED: CloudStack refuses project-id p-1: it names no project this key is a member of"),
+        "{t}"
+    );
+    assert!(
+        t.lines()
+            .any(|l| l.starts_with("listKubernetesClusters") && l.ends_with("allowed")),
+        "{t}"
+    );
+    assert!(
+        t.contains("project-id p-1 names no project this key can use"),
+        "{t}"
+    );
+}
+
+#[tokio::test]
+async fn a_cluster_missing_from_the_configured_project_asks_whether_it_is_the_right_one() {
+    let project = "2b9f6d1c-4e7a-4c35-9d08-a1f3e5b7c962";
+    let mut cfg = SimConfig::for_tests(API_KEY, SECRET_KEY);
+    cfg.settings.project = Some(Project::new(project, "team-a").expect("a project"));
+    let sim = sim::spawn(cfg).await.expect("the simulator");
+    let out = run_check(
+        &sim,
+        "1:10:nosuchname",
+        &format!("project-id = {project}\n"),
+        "missing-in-p",
+    )
+    .await;
+    let t = text(&out);
+    assert!(!out.status.success(), "{t}");
+    assert!(t.contains(&format!("project-id is {project}")), "{t}");
 }
 
 #[tokio::test]

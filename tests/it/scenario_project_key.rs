@@ -181,6 +181,41 @@ async fn without_project_id_a_project_cluster_is_not_found_and_the_error_names_p
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_project_id_naming_no_project_is_what_the_autoscaler_and_the_log_are_told() {
+    logs::capture();
+    // A copy-paste slip: another UUID than the project's.
+    let wrong = "0d9e8f7a-6b5c-4d3e-8f2a-1b0c9d8e7f6a";
+    let mut env = Stack::start_with_client(
+        project_pool(0x9e03),
+        "pool",
+        |s| s.groups[0].min = 1,
+        Arc::new(ProviderExtras::default()),
+        |c| c.project_id = Some(wrong.into()),
+    )
+    .await;
+    let err = env
+        .refresh()
+        .await
+        .expect_err("CloudStack refuses the projectid");
+    let text = err.message();
+    assert!(
+        text.contains(&format!(
+            "CloudStack refuses project-id {wrong}: it names no project this key is a member of"
+        )),
+        "{text}"
+    );
+    assert!(!*env.provider.ready().borrow(), "not Ready");
+    let said = logs::lines_mentioning("refresh from CloudStack failed");
+    assert!(
+        said.iter()
+            .any(|l| l.contains(&format!("CloudStack refuses project-id {wrong}"))),
+        "{said:?}"
+    );
+    assert!(env.scale_requests().is_empty());
+    env.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
 async fn with_project_id_the_provider_lists_in_the_project_and_scales_as_usual() {
     logs::capture();
     let mut env = Stack::start_with_client(

@@ -83,4 +83,24 @@ impl CsError {
     pub fn is_not_permitted(&self) -> bool {
         matches!(self, CsError::NotPermitted { .. })
     }
+
+    /// CloudStack refused the `projectid` the client sent: it names no project (431: the UUID
+    /// names no entity, or "Unable to find project by id"), or one the key may not use (531,
+    /// "can't access project"); `AccountManagerImpl.buildACLSearchParameters` and
+    /// `ParamProcessWorker` word them so.
+    pub fn is_bad_project(&self) -> bool {
+        match self {
+            CsError::Api {
+                errorcode: 431 | 531,
+                errortext,
+                ..
+            } => {
+                let t = errortext.to_ascii_lowercase();
+                t.contains("parameter projectid")
+                    || t.contains("project by id")
+                    || t.contains("access project")
+            }
+            _ => false,
+        }
+    }
 }

@@ -1637,3 +1637,36 @@ fn plain_http_is_warned_about_once_per_process() {
     Client::new(test_config("http://127.0.0.1:2/client/api")).unwrap();
     assert!(!warn_plain_http("127.0.0.1"), "already warned");
 }
+
+#[test]
+fn a_refused_projectid_is_told_from_other_parameter_errors() {
+    let api = |errorcode: i64, errortext: &str| CsError::Api {
+        command: "listKubernetesClusters".into(),
+        http_status: 431,
+        errorcode,
+        cserrorcode: 4350,
+        errortext: errortext.into(),
+    };
+    for (code, text, bad) in [
+        (
+            431,
+            "Unable to execute API command listkubernetesclusters due to invalid value. Invalid parameter projectid value=p-1 due to incorrect long value format, or entity does not exist or due to incorrect parameter annotation for the field in api cmd class.",
+            true,
+        ),
+        (431, "Unable to find project by id 42", true),
+        (531, "Account Acct[x] can't access project id=42", true),
+        (
+            431,
+            "Unable to execute API command listkubernetesclusters due to invalid value. Invalid parameter id value=x due to incorrect long value format, or entity does not exist or due to incorrect parameter annotation for the field in api cmd class.",
+            false,
+        ),
+        (
+            431,
+            "Page size can't exceed max allowed page size value: 500",
+            false,
+        ),
+        (530, "Unable to find project by id 42", false),
+    ] {
+        assert_eq!(api(code, text).is_bad_project(), bad, "{code} {text}");
+    }
+}

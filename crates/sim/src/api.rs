@@ -411,24 +411,39 @@ pub fn unavailable_command(name: &str, account: &str) -> Reply {
 /// `projectid` (`ListAsyncJobsCmd` extends `BaseListAccountResourcesCmd`) and lists the
 /// caller's own jobs, which a project's scale jobs are (their submitter is the caller).
 fn project_scope(w: &World, cmd: &Cmd<'_>) -> Result<bool, Reply> {
+    let asked = cmd.p.get("projectid").map(str::trim);
     let Some(project) = &w.settings.project else {
-        return Ok(true);
+        // No project: the clusters are the account's. `-1` lists project resources only
+        // (ListProjectResourcesOnly), so none; any other id names no project and is refused
+        // as below (`buildACLSearchParameters`).
+        return match asked {
+            None => Ok(true),
+            Some("-1") => Ok(false),
+            Some(asked) => Err(no_such_project(cmd, asked)),
+        };
     };
-    let Some(asked) = cmd.p.get("projectid").map(str::trim) else {
+    let Some(asked) = asked else {
         return Ok(false);
     };
     if asked == "-1" || asked.eq_ignore_ascii_case(&project.id) {
         return Ok(true);
     }
+    Err(no_such_project(cmd, asked))
+}
+
+/// CloudStack's refusal of a `projectid` naming no project: a number is looked up as an
+/// internal id (`buildACLSearchParameters`: "Unable to find project by id"); anything else
+/// fails `ParamProcessWorker`'s translation of the UUID.
+fn no_such_project(cmd: &Cmd<'_>, asked: &str) -> Reply {
     if asked.parse::<i64>().is_ok() && !is_uuid(asked) {
-        return Err(Reply::error(
+        return Reply::error(
             &cmd.response(),
             431,
             4350,
             &format!("Unable to find project by id {asked}"),
-        ));
+        );
     }
-    Err(cmd.invalid("projectid", asked))
+    cmd.invalid("projectid", asked)
 }
 
 fn list_clusters(w: &World, cmd: &Cmd<'_>) -> Result<Reply, Reply> {

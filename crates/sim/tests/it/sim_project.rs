@@ -135,19 +135,18 @@ async fn commands_on_one_entity_need_no_projectid() {
 async fn sim_configure_moves_the_clusters_into_and_out_of_a_project() {
     let sim = start_sim(sim_config()).await;
     let c = Client::new(&sim);
-    // No project: listed without projectid, owned by the account; projectid is ignored.
+    // No project: listed without projectid, owned by the account; `-1` (project resources
+    // only) lists none of them, and an id naming no project is refused.
     let r = c.ok("listKubernetesClusters", &[]).await;
     assert_eq!(clusters(&r).len(), 1, "{r}");
     assert!(clusters(&r)[0]["account"].is_string(), "{r}");
     assert!(clusters(&r)[0].get("projectid").is_none(), "{r}");
-    assert_eq!(
-        clusters(
-            &c.ok("listKubernetesClusters", &[("projectid", OTHER)])
-                .await
-        )
-        .len(),
-        1
-    );
+    let all_projects = c.ok("listKubernetesClusters", &[("projectid", "-1")]).await;
+    assert!(clusters(&all_projects).is_empty(), "{all_projects}");
+    let bad = c
+        .get("listKubernetesClusters", &[("projectid", OTHER)])
+        .await;
+    assert_eq!(bad.status, 431, "{}", bad.text);
 
     let echo = c
         .sim(
