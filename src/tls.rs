@@ -607,14 +607,8 @@ pub fn certificate_identities(cert: &CertificateDer<'_>) -> Vec<String> {
         .collect()
 }
 
-/// Client-side TLS for tests and probes: trust `ca` for the server's certificate, expect it
-/// to be valid for `domain`, and present `client_cert` (certificate, key) when given. The
-/// files are validated now, with the same errors as the server side.
-pub fn client_tls_config(
-    ca: &Path,
-    client_cert: Option<(&Path, &Path)>,
-    domain: &str,
-) -> Result<tonic::transport::ClientTlsConfig, TlsError> {
+/// The CA file a client trusts, as read and as a root store.
+fn read_roots(ca: &Path) -> Result<(Vec<u8>, RootCertStore), TlsError> {
     let ca_pem = read_file("CA", ca)?;
     let mut roots = RootCertStore::empty();
     for cert in parse_certs("CA", ca, &ca_pem)? {
@@ -624,6 +618,19 @@ pub fn client_tls_config(
             detail: e.to_string(),
         })?;
     }
+    Ok((ca_pem, roots))
+}
+
+/// Client-side TLS for tests and probes: trust `ca` for the server's certificate, expect it
+/// to be valid for `domain`, and present `client_cert` (certificate, key) when given. The
+/// files are validated now, with the same errors as the server side.
+pub fn client_tls_config(
+    ca: &Path,
+    client_cert: Option<(&Path, &Path)>,
+    domain: &str,
+) -> Result<tonic::transport::ClientTlsConfig, TlsError> {
+    // Read into roots only so that a bad CA is refused now; tonic takes the PEM.
+    let (ca_pem, _) = read_roots(ca)?;
     let mut config = tonic::transport::ClientTlsConfig::new()
         .ca_certificate(tonic::transport::Certificate::from_pem(ca_pem))
         .domain_name(domain);
@@ -705,15 +712,7 @@ pub fn inspecting_client_config(
     client_cert: Option<(&Path, &Path)>,
 ) -> Result<(Arc<rustls::ClientConfig>, PresentedCertificate), TlsError> {
     let provider = provider();
-    let ca_pem = read_file("CA", ca)?;
-    let mut roots = RootCertStore::empty();
-    for cert in parse_certs("CA", ca, &ca_pem)? {
-        roots.add(cert).map_err(|e| TlsError::BadCertificate {
-            what: "CA",
-            path: ca.to_owned(),
-            detail: e.to_string(),
-        })?;
-    }
+    let (_, roots) = read_roots(ca)?;
     let bad_ca = |detail: String| TlsError::BadCertificate {
         what: "CA",
         path: ca.to_owned(),

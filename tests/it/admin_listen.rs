@@ -132,31 +132,7 @@ fn admin_port_in(log: &str) -> Option<u16> {
 
 /// The binary's `probe` against `localhost:port` with only `--cacert`, as in the pod.
 async fn probe(port: u16, ca: &Path) -> Output {
-    let mut cmd = tokio::process::Command::new(bin());
-    for (k, _) in std::env::vars() {
-        if k.starts_with("CKS_PROBE_") || k == "RUST_LOG" {
-            cmd.env_remove(k);
-        }
-    }
-    let address = format!("localhost:{port}");
-    cmd.args([
-        "probe",
-        "--address",
-        &address,
-        "--timeout",
-        "20s",
-        "--cacert",
-    ])
-    .arg(ca)
-    .stdin(Stdio::null())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .kill_on_drop(true);
-    let child = cmd.spawn().expect("probe runs");
-    tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
-        .await
-        .expect("probe ends within a minute")
-        .expect("its output")
+    crate::deploy_certs::probe_localhost(port, ca, None).await
 }
 
 fn text(out: &Output) -> String {

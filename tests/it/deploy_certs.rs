@@ -43,14 +43,22 @@ fn openssl_available() -> bool {
     ok
 }
 
-/// Runs `script` with `sh` in `dir`, with a `kubectl` that only succeeds (no cluster here).
-fn sh_in(dir: &Path, script: &str, args: &[&str]) -> Output {
-    let bin = dir.join("bin");
-    std::fs::create_dir_all(&bin).expect("bin");
-    let kubectl = bin.join("kubectl");
-    std::fs::write(&kubectl, "#!/bin/sh\ncat >/dev/null 2>&1 || true\nexit 0\n").expect("kubectl");
+/// Runs `script` with `sh` in `dir`, with `stubs` (name, shell body) first on `PATH` in
+/// `dir/bin`, and asserts that it succeeded.
+pub(crate) fn sh_with_stubs(
+    dir: &Path,
+    stubs: &[(&str, &str)],
+    script: &str,
+    args: &[&str],
+) -> Output {
     use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&kubectl, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).expect("stand-in directory");
+    for (name, body) in stubs {
+        let path = bin.join(name);
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).expect("stand-in");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
     let path = format!(
         "{}:{}",
         bin.display(),
@@ -68,11 +76,21 @@ fn sh_in(dir: &Path, script: &str, args: &[&str]) -> Output {
         .expect("sh runs");
     assert!(
         out.status.success(),
-        "failed: {}{}",
+        "the commands failed: {}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
     out
+}
+
+/// Runs `script` with `sh` in `dir`, with a `kubectl` that only succeeds (no cluster here).
+fn sh_in(dir: &Path, script: &str, args: &[&str]) -> Output {
+    sh_with_stubs(
+        dir,
+        &[("kubectl", "cat >/dev/null 2>&1 || true\nexit 0")],
+        script,
+        args,
+    )
 }
 
 /// The shell block of the guide's "Without cert-manager" section.
@@ -100,8 +118,13 @@ const SERVICE_NAMES: [&str; 4] = [
     "cks-autoscaler-provider.kube-system.svc.cluster.local",
 ];
 
-/// Runs the binary's `probe` against `port` on `localhost` with the three files.
-async fn probe_localhost(port: u16, ca: &Path, cert: &Path, key: &Path) -> Output {
+/// Runs the binary's `probe` against `port` on `localhost`, trusting `ca`, presenting the
+/// client certificate and key when given.
+pub(crate) async fn probe_localhost(
+    port: u16,
+    ca: &Path,
+    client: Option<(&Path, &Path)>,
+) -> Output {
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_cks-autoscaler-provider"));
     for (k, _) in std::env::vars() {
         if k.starts_with("CKS_PROBE_") || k == "RUST_LOG" {
@@ -117,15 +140,14 @@ async fn probe_localhost(port: u16, ca: &Path, cert: &Path, key: &Path) -> Outpu
         "20s",
         "--cacert",
     ])
-    .arg(ca)
-    .arg("--cert")
-    .arg(cert)
-    .arg("--key")
-    .arg(key)
-    .stdin(Stdio::null())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .kill_on_drop(true);
+    .arg(ca);
+    if let Some((cert, key)) = client {
+        cmd.arg("--cert").arg(cert).arg("--key").arg(key);
+    }
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
     let child = cmd.spawn().expect("probe runs");
     tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
         .await
@@ -205,7 +227,12 @@ async fn the_documented_and_renewed_certificates_serve_probe_through_localhost()
             },
         )
         .await;
-        let out = probe_localhost(provider.addr.port(), &root.join("ca.crt"), &client, &key).await;
+        let out = probe_localhost(
+            provider.addr.port(),
+            &root.join("ca.crt"),
+            Some((&client, &key)),
+        )
+        .await;
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(
             out.status.success(),
@@ -242,7 +269,12 @@ async fn probe_shows_when_the_server_certificate_expires() {
     let sim = sim::spawn(SimConfig::default()).await.expect("simulator");
     let cluster = sim.cluster_ids().into_iter().next().expect("a cluster");
     let mut provider = provider_with(&sim, &cluster, files).await;
-    let out = probe_localhost(provider.addr.port(), &dir.path("ca.crt"), &cert, &key).await;
+    let out = probe_localhost(
+        provider.addr.port(),
+        &dir.path("ca.crt"),
+        Some((&cert, &key)),
+    )
+    .await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),

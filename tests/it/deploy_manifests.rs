@@ -4605,43 +4605,18 @@ fn run_with_stand_ins(script: &str, args: &[&str]) -> (CreatedSecrets, Vec<Strin
         std::process::id(),
         RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     ));
-    let bin = dir.join("bin");
-    fs::create_dir_all(&bin).expect("stand-in directory");
+    fs::create_dir_all(&dir).expect("stand-in directory");
     let log = dir.join("kubectl.log");
     let _ = fs::remove_file(&log);
-    let stub = |name: &str, body: &str| {
-        let path = bin.join(name);
-        fs::write(&path, format!("#!/bin/sh\n{body}\n")).expect("stand-in");
-        use std::os::unix::fs::PermissionsExt;
-        fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).expect("chmod");
-    };
-    stub("openssl", "exit 0");
-    stub(
-        "kubectl",
-        &format!("printf '%s\\n' \"$*\" >> '{}'\nexit 0", log.display()),
-    );
     // A CA file and key for the script's checks: the stand-in openssl never reads them.
     fs::write(dir.join("ca.crt"), "").expect("ca.crt");
     fs::write(dir.join("ca.key"), "").expect("ca.key");
-    let path = format!(
-        "{}:{}",
-        bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg(script)
-        .arg("sh")
-        .args(args)
-        .current_dir(&dir)
-        .env("PATH", path)
-        .output()
-        .expect("sh runs");
-    assert!(
-        out.status.success(),
-        "the commands failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    let kubectl = format!("printf '%s\\n' \"$*\" >> '{}'\nexit 0", log.display());
+    crate::deploy_certs::sh_with_stubs(
+        &dir,
+        &[("openssl", "exit 0"), ("kubectl", &kubectl)],
+        script,
+        args,
     );
     let calls: Vec<String> = fs::read_to_string(&log)
         .unwrap_or_default()

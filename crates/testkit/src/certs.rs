@@ -46,6 +46,17 @@ impl Ca {
     /// A leaf with common name `common_name`, the DNS or IP subject alternative names `sans`,
     /// for `usage`.
     pub fn leaf(&self, common_name: &str, sans: &[&str], usage: ExtendedKeyUsagePurpose) -> Leaf {
+        self.leaf_with(common_name, sans, usage, |_| {})
+    }
+
+    /// [`Ca::leaf`], its parameters changed by `adjust` before signing.
+    fn leaf_with(
+        &self,
+        common_name: &str,
+        sans: &[&str],
+        usage: ExtendedKeyUsagePurpose,
+        adjust: impl FnOnce(&mut CertificateParams),
+    ) -> Leaf {
         let sans: Vec<String> = sans.iter().map(|s| s.to_string()).collect();
         let mut params = CertificateParams::new(sans).expect("leaf params");
         params
@@ -53,6 +64,7 @@ impl Ca {
             .push(DnType::CommonName, common_name);
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         params.extended_key_usages = vec![usage];
+        adjust(&mut params);
         let key = KeyPair::generate().expect("leaf key");
         let cert = params
             .signed_by(&key, &self.issuer)
@@ -75,23 +87,12 @@ impl Ca {
     /// The provider's server certificate (`localhost`, `127.0.0.1`), valid until midnight UTC
     /// starting the day `year`-`month`-`day`.
     pub fn server_expiring(&self, year: i32, month: u8, day: u8) -> Leaf {
-        let mut params =
-            CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
-                .expect("leaf params");
-        params
-            .distinguished_name
-            .push(DnType::CommonName, "cks-autoscaler-provider");
-        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        params.not_after = rcgen::date_time_ymd(year, month, day);
-        let key = KeyPair::generate().expect("leaf key");
-        let cert = params
-            .signed_by(&key, &self.issuer)
-            .expect("leaf certificate");
-        Leaf {
-            cert: cert.pem(),
-            key: key.serialize_pem(),
-        }
+        self.leaf_with(
+            "cks-autoscaler-provider",
+            &["localhost", "127.0.0.1"],
+            ExtendedKeyUsagePurpose::ServerAuth,
+            |params| params.not_after = rcgen::date_time_ymd(year, month, day),
+        )
     }
 
     /// A client certificate with common name `common_name` and DNS names `sans`.
