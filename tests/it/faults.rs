@@ -422,12 +422,16 @@ async fn truncated_json_is_unavailable_until_cloudstack_answers_whole() {
         "ready all the same: CloudStack's state never takes the provider out of its Service"
     );
 
-    // CloudStack answers whole again: serving.
+    // CloudStack answers whole again: serving, once the provider's own retry (within its
+    // backoff) has read it; a Refresh during the backoff starts no round of its own.
     sim.configure(|c| c.malformed_rate = 0.0);
-    client
-        .refresh(with_deadline(pb::RefreshRequest {}, Duration::from_secs(5)))
-        .await
-        .unwrap();
+    wait_until("Refresh OK again", async || {
+        client
+            .refresh(with_deadline(pb::RefreshRequest {}, Duration::from_secs(5)))
+            .await
+            .is_ok()
+    })
+    .await;
     assert_eq!(target_of(&mut client, &cluster).await.unwrap(), 3);
     wait_until("health SERVING", async || health(addr).await == 1).await;
 
@@ -466,7 +470,11 @@ async fn truncated_json_is_unavailable_until_cloudstack_answers_whole() {
 /// gRPC health of the CloudProvider service (every snapshot within the staleness bound):
 /// 1 SERVING, 2 NOT_SERVING.
 async fn health(addr: SocketAddr) -> i32 {
-    health_of(addr, "clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider").await
+    health_of(
+        addr,
+        "clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider",
+    )
+    .await
 }
 
 /// gRPC health of the whole server (readiness, as `/readyz`): 1 SERVING, 2 NOT_SERVING.

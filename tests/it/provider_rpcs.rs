@@ -540,7 +540,11 @@ async fn refresh_serves_a_recent_snapshot_while_cloudstack_is_down_then_reports_
     env.sim.configure(|s| s.error_rate = 0.0);
     let back = tokio::time::Instant::now();
     wait_until("Refresh to recover", async || env.refresh().await.is_ok()).await;
-    assert!(back.elapsed() <= Duration::from_secs(5), "{:?}", back.elapsed());
+    assert!(
+        back.elapsed() <= Duration::from_secs(5),
+        "{:?}",
+        back.elapsed()
+    );
     env.shutdown().await;
 }
 
