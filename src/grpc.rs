@@ -26,6 +26,14 @@ use tonic::{Code, Request, Response, Status};
 pub fn status(e: &Error) -> Status {
     let code = match e {
         Error::Batch(inner) => return status(inner),
+        // The snapshots are missing or old because CloudStack refuses the key, which waiting
+        // does not mend: the key's refusal, not an outage.
+        Error::NoSnapshot {
+            key_refused: true, ..
+        }
+        | Error::Stale {
+            key_refused: true, ..
+        } => Code::PermissionDenied,
         Error::InvalidArgument(_) => Code::InvalidArgument,
         Error::UnknownGroup { .. } | Error::ClusterNotFound { .. } => Code::NotFound,
         Error::ReadOnly => Code::PermissionDenied,

@@ -177,7 +177,9 @@ impl Provider {
         if let Err(e) = self.fetch_and_act(gi).await {
             let name = self.group_label(gi);
             tracing::warn!(group = %name, error = %e, "refresh from CloudStack failed");
-            self.inner.groups[gi].lock().last_error = Some(e.to_string());
+            let mut st = self.inner.groups[gi].lock();
+            st.last_error = Some(e.to_string());
+            st.key_refused = e.is_key_refused();
         }
         self.refresh_offering(gi).await;
         self.check_cloudstack_version().await;
@@ -230,9 +232,14 @@ impl Provider {
         let ages: Vec<Option<Duration>> =
             groups.iter().map(|&gi| self.snapshot_age_of(gi)).collect();
         let mut failures = Vec::new();
+        let mut key_refused = false;
         for i in cks_domain::freshness::stale_for_refresh(&ages, stale) {
             let gi = groups[i];
-            let last_error = self.inner.groups[gi].read().last_error.clone();
+            let (last_error, refused) = {
+                let st = self.inner.groups[gi].read();
+                (st.last_error.clone(), st.key_refused)
+            };
+            key_refused |= refused;
             let mut why = match ages[i] {
                 None => "no snapshot yet".to_string(),
                 Some(a) => format!("the last snapshot is {:.1}s old", a.as_secs_f64()),
@@ -256,6 +263,7 @@ impl Provider {
             Err(Error::Stale {
                 bound: stale,
                 failures,
+                key_refused,
             })
         }
     }
