@@ -437,3 +437,186 @@ impl KeySource for ReloadingKeys {
     }
 }
 
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cks_testkit::{SecretVolume, logs};
+
+    const URL: &str = "http://127.0.0.1:1/client/api";
+
+    fn cloud_config(api_key: &str, secret_key: &str) -> String {
+        format!("[Global]\napi-url = {URL}\napi-key = {api_key}\nsecret-key = {secret_key}\n")
+    }
+
+    fn key_files(volume: &SecretVolume) -> KeyFiles {
+        KeyFiles {
+            cloud_config: volume.path("cloud-config"),
+            api_key: KeyOrigin::File(volume.path("api-key")),
+            secret_key: KeyOrigin::File(volume.path("secret-key")),
+        }
+    }
+
+    fn pair(keys: &ReloadingKeys) -> (String, String) {
+        let p = keys.current();
+        (p.api_key.clone(), p.secret_key.clone())
+    }
+
+    fn owned(a: &str, s: &str) -> (String, String) {
+        (a.to_string(), s.to_string())
+    }
+
+    #[test]
+    fn key_files_swapped_as_the_kubelet_swaps_a_secret_give_the_new_pair() {
+        let mut volume = SecretVolume::new(
+            "keys-files",
+            &[
+                ("cloud-config", &format!("[Global]\napi-url = {URL}\n")),
+                ("api-key", "old-api\n"),
+                ("secret-key", "old-secret\n"),
+            ],
+        );
+        let keys = ReloadingKeys::new(key_files(&volume)).expect("the first pair");
+        assert_eq!(pair(&keys), owned("old-api", "old-secret"));
+        assert_eq!(keys.check_now(), KeyReload::Unchanged);
+
+        // The new version written but `..data` not swapped yet: still the old files.
+        let next = [
+            ("cloud-config", format!("[Global]\napi-url = {URL}\n")),
+            ("api-key".into(), "new-api\n".into()),
+            ("secret-key".into(), "new-secret\n".into()),
+        ];
+        let next: Vec<(&str, &str)> = next.iter().map(|(n, c)| (*n, c.as_str())).collect();
+        let version = volume.write_version(&next);
+        assert_eq!(pair(&keys), owned("old-api", "old-secret"));
+        volume.swap_data(&version);
+        assert_eq!(pair(&keys), owned("new-api", "new-secret"), "the next use");
+        volume.finish(&next);
+        assert_eq!(pair(&keys), owned("new-api", "new-secret"));
+        assert_eq!(keys.reloads(), 1);
+    }
+
+    #[test]
+    fn the_cloud_configs_keys_are_taken_anew_and_a_change_of_the_rest_is_said_to_need_a_restart()
+    {
+        logs::capture();
+        let mut volume = SecretVolume::new(
+            "keys-cloud-config",
+            &[("cloud-config", &cloud_config("old-api", "old-secret"))],
+        );
+        let files = KeyFiles {
+            cloud_config: volume.path("cloud-config"),
+            api_key: KeyOrigin::CloudConfig,
+            secret_key: KeyOrigin::CloudConfig,
+        };
+        let keys = ReloadingKeys::new(files).expect("the first pair");
+        assert_eq!(pair(&keys), owned("old-api", "old-secret"));
+        volume.update(&[("cloud-config", &cloud_config("new-api", "new-secret"))]);
+        assert_eq!(pair(&keys), owned("new-api", "new-secret"));
+        let dir = volume.dir().display().to_string();
+        let taken = logs::lines_mentioning(&dir)
+            .into_iter()
+            .filter(|l| l.contains("requests are signed with the new key"))
+            .collect::<Vec<_>>();
+        assert_eq!(taken.len(), 1, "one INFO line: {taken:?}");
+        assert!(taken[0].contains("INFO"), "{taken:?}");
+        assert!(!taken[0].contains("new-secret"), "{taken:?}");
+
+        let moved = format!(
+            "[Global]\napi-url = http://127.0.0.2:1/client/api\napi-key = new-api\nsecret-key = new-secret\n"
+        );
+        volume.update(&[("cloud-config", &moved)]);
+        assert_eq!(keys.check_now(), KeyReload::Unchanged, "the same keys");
+        assert_eq!(pair(&keys), owned("new-api", "new-secret"));
+        let said = logs::lines_mentioning(&dir)
+            .into_iter()
+            .filter(|l| l.contains("restart it to use the rest"))
+            .count();
+        assert_eq!(said, 1);
+    }
+
+    #[test]
+    fn a_missing_empty_or_half_written_file_keeps_the_old_pair_and_is_said_once() {
+        logs::capture();
+        let mut volume = SecretVolume::new(
+            "keys-broken",
+            &[
+                ("cloud-config", &cloud_config("old-api", "old-secret")),
+                ("secret-key", "old-secret\n"),
+            ],
+        );
+        let files = KeyFiles {
+            cloud_config: volume.path("cloud-config"),
+            api_key: KeyOrigin::CloudConfig,
+            secret_key: KeyOrigin::File(volume.path("secret-key")),
+        };
+        let keys = ReloadingKeys::new(files).expect("the first pair");
+        let dir = volume.dir().display().to_string();
+        let warnings = |what: &str| {
+            logs::lines_mentioning(&dir)
+                .into_iter()
+                .filter(|l| l.contains("WARN") && l.contains(what))
+                .count()
+        };
+
+        // Missing for a moment: `..data` gone (between two steps of a hand-made update).
+        let data = volume.path("..data");
+        let target = std::fs::read_link(&data).expect("..data is a symlink");
+        std::fs::remove_file(&data).expect("remove ..data");
+        for _ in 0..3 {
+            assert_eq!(keys.check_now(), KeyReload::Failed);
+            assert_eq!(pair(&keys), owned("old-api", "old-secret"));
+        }
+        assert_eq!(warnings("No such file"), 1, "said once, not every request");
+        std::os::unix::fs::symlink(&target, &data).expect("..data back");
+        assert_eq!(keys.check_now(), KeyReload::Unchanged);
+
+        // An empty key file.
+        volume.update(&[
+            ("cloud-config", &cloud_config("new-api", "unused")),
+            ("secret-key", "\n"),
+        ]);
+        for _ in 0..3 {
+            assert_eq!(pair(&keys), owned("old-api", "old-secret"));
+        }
+        assert_eq!(warnings("is empty"), 1);
+
+        // A cloud-config cut short while written in place (not the kubelet's way).
+        std::fs::write(
+            volume.path("secret-key"),
+            "new-secret\n",
+        )
+        .expect("secret written");
+        std::fs::write(volume.path("cloud-config"), format!("[Global]\napi-url = {URL}\napi-"))
+            .expect("half a cloud-config");
+        for _ in 0..3 {
+            assert_eq!(pair(&keys), owned("old-api", "old-secret"));
+        }
+        // And an empty key in it.
+        std::fs::write(
+            volume.path("cloud-config"),
+            format!("[Global]\napi-url = {URL}\napi-key =\n"),
+        )
+        .expect("an empty api-key");
+        assert_eq!(pair(&keys), owned("old-api", "old-secret"));
+        assert_eq!(warnings("api-key"), 2, "each broken version said once");
+        assert_eq!(keys.reloads(), 0);
+
+        std::fs::write(volume.path("cloud-config"), cloud_config("new-api", "unused"))
+            .expect("the whole cloud-config");
+        assert_eq!(pair(&keys), owned("new-api", "new-secret"));
+        assert_eq!(keys.reloads(), 1);
+    }
+
+    #[test]
+    fn keys_from_the_environment_are_not_files_and_a_debug_print_shows_none() {
+        let files = KeyFiles {
+            cloud_config: "/nonexistent/cloud-config".into(),
+            api_key: KeyOrigin::Given("env-api-key".into()),
+            secret_key: KeyOrigin::Given("env-secret-key".into()),
+        };
+        assert!(files.watched().is_empty());
+        let shown = format!("{files:?}");
+        assert!(!shown.contains("env-api-key") && !shown.contains("env-secret-key"), "{shown}");
+    }
+}
