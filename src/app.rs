@@ -673,8 +673,7 @@ pub(crate) fn key_files(args: &ServeArgs) -> anyhow::Result<KeyFiles> {
     let Some(path) = &args.cloud_config else {
         bail!("--cloud-config is required: the file naming CloudStack's API URL and keys");
     };
-    let origin = |file: &Option<std::path::PathBuf>, var: &str| match (file, std::env::var(var))
-    {
+    let origin = |file: &Option<std::path::PathBuf>, var: &str| match (file, std::env::var(var)) {
         (Some(p), _) => KeyOrigin::File(p.clone()),
         (None, Ok(v)) if !v.trim().is_empty() => KeyOrigin::Given(v.trim().to_string()),
         _ => KeyOrigin::CloudConfig,

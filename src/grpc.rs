@@ -525,6 +525,58 @@ mod tests {
     }
 
     #[test]
+    fn a_refused_key_is_permission_denied_and_says_so_wherever_it_surfaces() {
+        let refused = || CsError::Unauthorized {
+            command: "listKubernetesClusters".into(),
+            http_status: 401,
+            detail: "unable to verify user credentials and/or request signature \
+                         (errorcode 401)"
+                .into(),
+        };
+        let said = Error::CloudStack(refused()).to_string();
+        let errors = [
+            Error::CloudStack(refused()),
+            Error::Stale {
+                bound: Duration::from_secs(120),
+                failures: vec![format!(
+                    "pool: the last snapshot is 130.0s old; last error: {said}"
+                )],
+                key_refused: true,
+            },
+            Error::NoSnapshot {
+                group: "pool".into(),
+                last_error: Some(said.clone()),
+                key_refused: true,
+            },
+            Error::Batch(std::sync::Arc::new(Error::CloudStack(refused()))),
+        ];
+        for e in &errors {
+            assert!(e.is_key_refused(), "{e}");
+            let s = status(e);
+            assert_eq!(s.code(), Code::PermissionDenied, "{e}");
+            for says in [
+                "CloudStack refused this provider's API key",
+                "without a restart",
+            ] {
+                assert!(s.message().contains(says), "{says}: {}", s.message());
+            }
+            assert!(
+                !s.message().to_lowercase().contains("unreachable"),
+                "{}",
+                s.message()
+            );
+        }
+        // Old or missing snapshots for any other reason are an outage: try again later.
+        let stale = Error::Stale {
+            bound: Duration::from_secs(120),
+            failures: vec!["pool: no snapshot yet".into()],
+            key_refused: false,
+        };
+        assert!(!stale.is_key_refused());
+        assert_eq!(status(&stale).code(), Code::Unavailable);
+    }
+
+    #[test]
     fn a_long_status_message_is_cut_at_a_character_boundary_and_says_so() {
         let short = "node group \"x\" is not configured".to_string();
         assert_eq!(bounded(short.clone()), short);

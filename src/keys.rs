@@ -437,7 +437,6 @@ impl KeySource for ReloadingKeys {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -497,8 +496,7 @@ mod tests {
     }
 
     #[test]
-    fn the_cloud_configs_keys_are_taken_anew_and_a_change_of_the_rest_is_said_to_need_a_restart()
-    {
+    fn the_cloud_configs_keys_are_taken_anew_and_a_change_of_the_rest_is_said_to_need_a_restart() {
         logs::capture();
         let mut volume = SecretVolume::new(
             "keys-cloud-config",
@@ -582,13 +580,12 @@ mod tests {
         assert_eq!(warnings("is empty"), 1);
 
         // A cloud-config cut short while written in place (not the kubelet's way).
+        std::fs::write(volume.path("secret-key"), "new-secret\n").expect("secret written");
         std::fs::write(
-            volume.path("secret-key"),
-            "new-secret\n",
+            volume.path("cloud-config"),
+            format!("[Global]\napi-url = {URL}\napi-"),
         )
-        .expect("secret written");
-        std::fs::write(volume.path("cloud-config"), format!("[Global]\napi-url = {URL}\napi-"))
-            .expect("half a cloud-config");
+        .expect("half a cloud-config");
         for _ in 0..3 {
             assert_eq!(pair(&keys), owned("old-api", "old-secret"));
         }
@@ -602,8 +599,11 @@ mod tests {
         assert_eq!(warnings("api-key"), 2, "each broken version said once");
         assert_eq!(keys.reloads(), 0);
 
-        std::fs::write(volume.path("cloud-config"), cloud_config("new-api", "unused"))
-            .expect("the whole cloud-config");
+        std::fs::write(
+            volume.path("cloud-config"),
+            cloud_config("new-api", "unused"),
+        )
+        .expect("the whole cloud-config");
         assert_eq!(pair(&keys), owned("new-api", "new-secret"));
         assert_eq!(keys.reloads(), 1);
     }
@@ -617,6 +617,9 @@ mod tests {
         };
         assert!(files.watched().is_empty());
         let shown = format!("{files:?}");
-        assert!(!shown.contains("env-api-key") && !shown.contains("env-secret-key"), "{shown}");
+        assert!(
+            !shown.contains("env-api-key") && !shown.contains("env-secret-key"),
+            "{shown}"
+        );
     }
 }

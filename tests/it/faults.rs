@@ -932,10 +932,16 @@ async fn after_a_key_rotation_scale_requests_are_permission_denied_and_run_nothi
     assert_eq!(target_of(&mut client, &cluster).await.unwrap(), 3);
 
     // Past the staleness bound the provider stops pretending (a span: the snapshot has to
-    // grow older than the bound).
+    // grow older than the bound), and says why: the key, not an outage.
     elapse(Duration::from_millis(1600).saturating_sub(fetched.elapsed())).await;
     let e = client.refresh(pb::RefreshRequest {}).await.unwrap_err();
-    assert_eq!(e.code(), Code::Unavailable);
+    assert_eq!(e.code(), Code::PermissionDenied, "{}", e.message());
+    assert!(
+        e.message()
+            .contains("CloudStack refused this provider's API key"),
+        "{}",
+        e.message()
+    );
     wait_until("health NOT_SERVING on a stale snapshot", async || {
         health(addr).await == 2
     })

@@ -141,7 +141,10 @@ impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
             .field("api_url", &self.inner.api_url)
-            .field("api_key", &crate::redact::mask(&self.inner.keys.current().api_key))
+            .field(
+                "api_key",
+                &crate::redact::mask(&self.inner.keys.current().api_key),
+            )
             .field("project_id", &self.inner.project_id)
             .field("max_rps", &self.inner.max_rps)
             .field("page_size", &self.page_size())
