@@ -847,7 +847,7 @@ async fn provider_with(
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_wrong_secret_is_unavailable_and_named_without_leaking_keys() {
+async fn a_wrong_secret_is_a_refused_key_named_without_leaking_keys() {
     let sim = sim::spawn(SimConfig::for_tests(API_KEY, SECRET_KEY))
         .await
         .unwrap();
@@ -855,22 +855,26 @@ async fn a_wrong_secret_is_unavailable_and_named_without_leaking_keys() {
     let mut cc = client_config(&sim);
     cc.secret_key = "a-wrong-secret".into();
     let (mut client, addr, _stop) = provider_with(cc, fast_settings(&cluster, 1, 10)).await;
+    // The key's refusal, not an outage: waiting does not mend it.
     let e = client.refresh(pb::RefreshRequest {}).await.unwrap_err();
-    assert_eq!(e.code(), Code::Unavailable);
-    assert!(
-        e.message().contains("rejected the API key"),
-        "{}",
-        e.message()
-    );
+    assert_eq!(e.code(), Code::PermissionDenied, "{}", e.message());
+    for says in [
+        "rejected the API key",
+        "CloudStack refused this provider's API key",
+    ] {
+        assert!(e.message().contains(says), "{says}: {}", e.message());
+    }
     for secret in ["a-wrong-secret", SECRET_KEY] {
         assert!(!e.message().contains(secret), "{}", e.message());
     }
     let e = target_of(&mut client, &cluster).await.unwrap_err();
-    assert_eq!(e.code(), Code::Unavailable);
+    assert_eq!(e.code(), Code::PermissionDenied, "{}", e.message());
+    // A scale request without any snapshot is refused by the machine before CloudStack is
+    // asked (the autoscaler never sends one: its loop stops at the failed Refresh).
     let e = increase(&mut client, &cluster, 1, Duration::from_secs(5))
         .await
         .unwrap_err();
-    assert_eq!(e.code(), Code::Unavailable);
+    assert_eq!(e.code(), Code::Unavailable, "{}", e.message());
     assert_eq!(health(addr).await, 2);
     assert!(scale_requests(&sim).is_empty());
 }
