@@ -482,8 +482,8 @@ mod tests {
         // The new version written but `..data` not swapped yet: still the old files.
         let next = [
             ("cloud-config", format!("[Global]\napi-url = {URL}\n")),
-            ("api-key".into(), "new-api\n".into()),
-            ("secret-key".into(), "new-secret\n".into()),
+            ("api-key", "new-api\n".to_string()),
+            ("secret-key", "new-secret\n".to_string()),
         ];
         let next: Vec<(&str, &str)> = next.iter().map(|(n, c)| (*n, c.as_str())).collect();
         let version = volume.write_version(&next);
@@ -520,10 +520,8 @@ mod tests {
         assert!(taken[0].contains("INFO"), "{taken:?}");
         assert!(!taken[0].contains("new-secret"), "{taken:?}");
 
-        let moved = format!(
-            "[Global]\napi-url = http://127.0.0.2:1/client/api\napi-key = new-api\nsecret-key = new-secret\n"
-        );
-        volume.update(&[("cloud-config", &moved)]);
+        let moved = "[Global]\napi-url = http://127.0.0.2:1/client/api\napi-key = new-api\nsecret-key = new-secret\n";
+        volume.update(&[("cloud-config", moved)]);
         assert_eq!(keys.check_now(), KeyReload::Unchanged, "the same keys");
         assert_eq!(pair(&keys), owned("new-api", "new-secret"));
         let said = logs::lines_mentioning(&dir)
