@@ -210,6 +210,7 @@ impl Provider {
                             m
                         },
                         last_error: None,
+                        key_refused: false,
                         worker_offering: None,
                         sample_labels: None,
                         views: Views::default(),

@@ -274,7 +274,9 @@ impl Provider {
             Err(e) => {
                 tracing::warn!(group = %name, error = %e, failures = failed_before + 1,
                     "refresh from CloudStack failed; the provider tries again on its own");
-                self.inner.groups[gi].lock().last_error = Some(e.to_string());
+                let mut st = self.inner.groups[gi].lock();
+                st.last_error = Some(e.to_string());
+                st.key_refused = e.is_key_refused();
             }
             Ok(_) if failed_before > 0 => {
                 tracing::info!(group = %name, failed_rounds = failed_before,
@@ -336,9 +338,14 @@ impl Provider {
         let ages: Vec<Option<Duration>> =
             groups.iter().map(|&gi| self.snapshot_age_of(gi)).collect();
         let mut failures = Vec::new();
+        let mut key_refused = false;
         for i in cks_domain::freshness::stale_for_refresh(&ages, stale) {
             let gi = groups[i];
-            let last_error = self.inner.groups[gi].read().last_error.clone();
+            let (last_error, refused) = {
+                let st = self.inner.groups[gi].read();
+                (st.last_error.clone(), st.key_refused)
+            };
+            key_refused |= refused;
             let mut why = match ages[i] {
                 None => "no snapshot yet".to_string(),
                 Some(a) => format!("the last snapshot is {:.1}s old", a.as_secs_f64()),
@@ -364,6 +371,7 @@ impl Provider {
             Err(Error::Stale {
                 bound: stale,
                 failures,
+                key_refused,
             })
         }
     }

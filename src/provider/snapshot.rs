@@ -223,6 +223,7 @@ impl Provider {
         let effects = {
             let mut st = g.lock();
             st.last_error = None;
+            st.key_refused = false;
             let newly_external = indexed.snap.externally_managed
                 && st
                     .scale

@@ -15,6 +15,7 @@ mod external_nodes;
 mod fault_campaign;
 mod faults;
 mod guide_commands;
+mod key_rotation;
 mod kube_store;
 mod leader;
 mod node_marks;
