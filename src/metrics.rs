@@ -592,6 +592,7 @@ mod tests {
 
     struct Fixed {
         ready: bool,
+        stalled: Option<&'static str>,
     }
 
     fn worker(told: Told, down: bool) -> Worker {
@@ -601,6 +602,10 @@ mod tests {
     impl MetricsSource for Fixed {
         fn ready(&self) -> bool {
             self.ready
+        }
+
+        fn stalled(&self) -> Option<String> {
+            self.stalled.map(str::to_string)
         }
 
         fn group_gauges(&self) -> Vec<GroupGauges> {
@@ -623,58 +628,6 @@ mod tests {
         }
     }
 
-    /// A provider stuck in itself, or not, whatever its readiness.
-    struct Stuck(Option<String>);
-
-    impl MetricsSource for Stuck {
-        fn ready(&self) -> bool {
-            true
-        }
-
-        fn stalled(&self) -> Option<String> {
-            self.0.clone()
-        }
-
-        fn group_gauges(&self) -> Vec<GroupGauges> {
-            Vec::new()
-        }
-    }
-
-    #[tokio::test]
-    async fn liveness_fails_only_when_the_provider_is_stuck_and_says_why() {
-        install();
-        for stuck in [
-            None,
-            Some("group c1: its refresh round has been asking CloudStack for 300s"),
-        ] {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-                .await
-                .expect("bind");
-            let addr = listener.local_addr().expect("addr");
-            let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-            let source = Arc::new(Stuck(stuck.map(str::to_string)));
-            let server = tokio::spawn(serve_http(listener, source, async {
-                let _ = rx.await;
-            }));
-            let (code, body) = get(addr, "/healthz").await;
-            let (_, page) = get(addr, "/metrics").await;
-            match stuck {
-                None => {
-                    assert_eq!((code, body.as_str()), (200, "ok\n"));
-                    assert_eq!(value(&page, "cks_provider_stalled"), Some(0.0));
-                }
-                Some(why) => {
-                    assert_eq!(code, 503);
-                    assert!(body.contains(why), "{body}");
-                    assert_eq!(value(&page, "cks_provider_stalled"), Some(1.0));
-                }
-            }
-            assert_eq!(get(addr, "/readyz").await.0, 200, "stuck is not unready");
-            let _ = tx.send(());
-            server.await.expect("join").expect("served");
-        }
-    }
-
     async fn get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
         let r = reqwest::get(format!("http://{addr}{path}"))
             .await
@@ -693,16 +646,31 @@ mod tests {
     async fn endpoints_answer_from_the_source_with_the_published_names() {
         install();
         record_rpc("MetricsTestRpc", Instant::now(), "FailedPrecondition");
-        for (ready, readyz) in [(true, 200), (false, 503)] {
+        // Liveness fails only when the provider is stuck in itself, and says why; stuck or not
+        // says nothing of readiness.
+        let stuck = "group c1: its refresh round has been asking CloudStack for 300s";
+        for (ready, readyz, stalled) in [
+            (true, 200, None),
+            (false, 503, None),
+            (true, 200, Some(stuck)),
+        ] {
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
                 .await
                 .expect("bind");
             let addr = listener.local_addr().expect("addr");
             let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-            let server = tokio::spawn(serve_http(listener, Arc::new(Fixed { ready }), async {
+            let source = Arc::new(Fixed { ready, stalled });
+            let server = tokio::spawn(serve_http(listener, source, async {
                 let _ = stopped.await;
             }));
-            assert_eq!(get(addr, "/healthz").await, (200, "ok\n".into()));
+            match stalled {
+                None => assert_eq!(get(addr, "/healthz").await, (200, "ok\n".into())),
+                Some(why) => {
+                    let (code, body) = get(addr, "/healthz").await;
+                    assert_eq!(code, 503);
+                    assert!(body.contains(why), "{body}");
+                }
+            }
             assert_eq!(get(addr, "/readyz").await.0, readyz, "ready: {ready}");
             let before = SystemTime::now()
                 .duration_since(SystemTime::UNIX_EPOCH)
@@ -716,11 +684,12 @@ mod tests {
                 "the unauthorized series exists from the start:\n{page}"
             );
             let ready_line = format!("cks_provider_ready {}", u8::from(ready));
+            let stalled_line = format!("cks_provider_stalled {}", u8::from(stalled.is_some()));
             let stale_line = format!(
                 r#"cks_provider_node_group_snapshot_stale{{node_group="metrics-test-group"}} {}"#,
                 u8::from(!ready)
             );
-            for line in [ready_line, stale_line] {
+            for line in [ready_line, stale_line, stalled_line] {
                 assert!(
                     page.lines().any(|l| l == line),
                     "{line} missing in:\n{page}"
