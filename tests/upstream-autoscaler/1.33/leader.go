@@ -248,7 +248,12 @@ func newReplica(e *Env, name string, tls TLSFiles, nodes string, flags, env []st
 		return nil, err
 	}
 	ini := filepath.Join(dir, "cloudstack.ini")
-	if err := os.WriteFile(ini, []byte(fmt.Sprintf("[Global]\napi-url = %s\napi-key = %s\nsecret-key = %s\n", e.Sim.URL, e.Sim.Key, e.Sim.Secret)), 0o600); err != nil {
+	api := e.Sim.URL
+	if e.CloudStack != nil {
+		// The way to CloudStack a scenario can cut (outage.go).
+		api = e.CloudStack.URL
+	}
+	if err := os.WriteFile(ini, []byte(fmt.Sprintf("[Global]\napi-url = %s\napi-key = %s\nsecret-key = %s\n", api, e.Sim.Key, e.Sim.Secret)), 0o600); err != nil {
 		return nil, err
 	}
 	p := &Provider{dir: dir, bin: e.ProvBin, env: env, Addr: fmt.Sprintf("127.0.0.1:%d", port),

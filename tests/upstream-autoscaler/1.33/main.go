@@ -137,6 +137,7 @@ type Env struct {
 	Replicas                      map[string]*Provider // leader.go: the replicas by pod name
 	Proxy                         *LeaderProxy         // leader.go: the autoscaler's way to the provider (the Service)
 	Prober                        *Prober              // service.go: the kubelet's readiness probes of the provider's pods
+	CloudStack                    *Gate                // outage.go: the replicas' way to cks-sim, when a scenario cuts it
 	logger                        klog.Logger
 	failures                      []string
 	note                          string
@@ -317,6 +318,7 @@ func (e *Env) Close() {
 	// Replicas first, while the API server they release their Lease on still runs.
 	e.Proxy.Stop()
 	e.Prober.Stop()
+	e.CloudStack.Close()
 	for _, r := range e.Replicas {
 		r.Stop(syscall.SIGTERM)
 	}
