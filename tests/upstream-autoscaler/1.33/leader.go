@@ -413,7 +413,10 @@ func (p *LeaderProxy) sync(lister discoverylisters.EndpointSliceLister) {
 				// Tried again at the next change, or now.
 				p.mu.Unlock()
 				time.Sleep(100 * time.Millisecond)
-				p.changed <- struct{}{}
+				select {
+				case p.changed <- struct{}{}:
+				default:
+				}
 				continue
 			}
 			p.ln = ln
