@@ -459,7 +459,9 @@ func apiServerOutage(e *Env) error {
 	took := acquired.Sub(back)
 	e.Check(took <= leaseDuration, "%s acquired the Lease %s after the API server's return, want within the lease duration (%s)", holder, took.Round(100*time.Millisecond), leaseDuration)
 	var serving time.Duration
-	if err := e.Until("the new leader labelled leader, Ready and the Service's endpoint", 60*time.Second, func() bool {
+	// Ready and the Service's endpoint once the informers of the EndpointSlice controller and of
+	// the proxy list again (client-go's reflector back-off after the outage).
+	if err := e.Until("the new leader labelled leader, Ready and the Service's endpoint", 150*time.Second, func() bool {
 		e.restartExited(backoff)
 		if podRole(cs, holder) == "leader" && e.Proxy.Current() == holder && e.Replicas[holder].readyz() {
 			serving = time.Since(back)
@@ -470,7 +472,7 @@ func apiServerOutage(e *Env) error {
 		return err
 	}
 	// The scale-up's job followed to its end.
-	if err := e.Until("every pod placed and upstream settled at 2", 120*time.Second, func() bool {
+	if err := e.Until("every pod placed and upstream settled at 2", 150*time.Second, func() bool {
 		e.restartExited(backoff)
 		b, p := e.Bridge.PodCounts()
 		return b == 2 && p == 0 && e.settled(2)
