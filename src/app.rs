@@ -227,7 +227,7 @@ impl App {
             None => {
                 provider.resume_followers();
                 provider.spawn_state_writer();
-                provider.spawn_initial_refresh();
+                provider.spawn_keeper();
                 None
             }
             Some(e) => {
@@ -518,7 +518,7 @@ async fn lead(
     }
     provider.resume_followers();
     provider.spawn_state_writer();
-    provider.spawn_initial_refresh();
+    provider.spawn_keeper();
     leadership.set_taken_over();
     // The Service reaches this replica once labelled: tried until it is, while leading.
     while !label("leader").await && leadership.leading() {
@@ -536,13 +536,11 @@ pub struct ProviderMetrics(pub Provider);
 
 impl MetricsSource for ProviderMetrics {
     fn ready(&self) -> bool {
-        // A standby is ready to take over: Ready, so that rolling updates and a disruption
-        // budget count it; the Service reaches only the leader, by its pod label, so not
-        // before its pod carries the `standby` label.
-        match &self.0.settings().leadership {
-            Some(l) if !l.serving() => l.ready_standby(),
-            _ => self.0.healthy(),
-        }
+        self.0.ready_for_traffic()
+    }
+
+    fn stalled(&self) -> Option<String> {
+        self.0.stalled()
     }
 
     fn alert_verdict(&self) -> Option<(&'static str, Option<Duration>)> {
@@ -569,6 +567,7 @@ impl MetricsSource for ProviderMetrics {
                 blocked: p.cluster_blocked(&g.id).map(|s| s.rule.as_str()),
                 since_refresh: p.snapshot_age(&g.id),
                 stale: p.snapshot_stale(&g.id),
+                refresh_failures: p.refresh_failures(&g.id),
                 id: g.id,
             })
             .collect()

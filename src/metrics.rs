@@ -238,7 +238,20 @@ fn describe() {
         "cks_provider_node_group_snapshot_stale",
         "1 while the node group's CloudStack snapshot is older than the staleness bound and \
          the provider cannot refresh it (its last attempt failed, or an autoscaler asked and no \
-         newer snapshot came): this group keeps /readyz at 503. 0 otherwise."
+         newer snapshot came); the autoscaler's Refresh for it answers UNAVAILABLE naming \
+         CloudStack. 0 otherwise."
+    );
+    describe_gauge!(
+        "cks_provider_node_group_refresh_failures",
+        "Refresh rounds of the node group that failed in a row (0 once one succeeds): \
+         CloudStack does not answer the provider's reads, or refuses them. The provider tries \
+         again on its own with backoff; nothing else is needed once CloudStack answers."
+    );
+    describe_gauge!(
+        "cks_provider_stalled",
+        "1 while /healthz answers 503: a refresh round has asked CloudStack for longer than its \
+         requests can take, or a due round never started: the provider is stuck in itself and \
+         the kubelet restarts it. 0 otherwise."
     );
     describe_gauge!(
         "cks_provider_alert_scaling",
@@ -256,9 +269,10 @@ fn describe() {
     );
     describe_gauge!(
         "cks_provider_ready",
-        "1 while /readyz answers 200 (every node group has a CloudStack snapshot, and none is \
-         older than the staleness bound while the provider cannot refresh it), else 0: the pod \
-         is out of its Service's endpoints and the autoscaler cannot scale."
+        "1 while /readyz answers 200 (the replica can serve its role: a leader, or a single \
+         replica, that has taken over the recorded promises; a standby that can read them), \
+         else 0: the pod is out of its Service's endpoints. CloudStack being unreachable does \
+         not make a replica unready."
     );
     process_collector().describe();
 }
@@ -381,13 +395,20 @@ pub struct GroupGauges {
     /// last attempt failed, or a Refresh asked and none came): the group keeps `/readyz` at
     /// 503.
     pub stale: bool,
+    /// Refresh rounds that failed in a row.
+    pub refresh_failures: u32,
 }
 
 /// What the operations endpoints read from the running service.
 pub trait MetricsSource: Send + Sync + 'static {
-    /// `/readyz` answers 200: every group has a snapshot, none stale (too old while the
-    /// provider cannot refresh it).
+    /// `/readyz` answers 200: the replica can take the autoscaler's calls in its role. Not a
+    /// word about CloudStack: a Service sends traffic only to ready endpoints, and an
+    /// autoscaler that cannot reach the provider cannot hear why nothing scales.
     fn ready(&self) -> bool;
+    /// Why the process is stuck in itself, when it is: `/healthz` answers 503 with it.
+    fn stalled(&self) -> Option<String> {
+        None
+    }
     /// Every node group's gauge values, now.
     fn group_gauges(&self) -> Vec<GroupGauges>;
     /// Whether this CloudStack scales clusters in Alert: `unknown`, `supported` or
@@ -467,6 +488,8 @@ fn set_group_gauges(groups: &[GroupGauges], wall: SystemTime) {
         }
         metrics::gauge!("cks_provider_node_group_snapshot_stale", "node_group" => id.clone())
             .set(if g.stale { 1.0 } else { 0.0 });
+        metrics::gauge!("cks_provider_node_group_refresh_failures", "node_group" => id.clone())
+            .set(f64::from(g.refresh_failures));
         if let Some(age) = g.since_refresh {
             let at = wall
                 .checked_sub(age)
@@ -493,6 +516,7 @@ fn set_ready(ready: bool) {
 
 async fn metrics_page(State(s): State<HttpState>) -> String {
     set_ready(s.source.ready());
+    set_stalled(s.source.stalled().is_some());
     set_group_gauges(&s.source.group_gauges(), SystemTime::now());
     set_alert_verdict(s.source.alert_verdict());
     process_collector().collect();
@@ -505,12 +529,29 @@ async fn readyz(State(s): State<HttpState>) -> (StatusCode, &'static str) {
     } else {
         (
             StatusCode::SERVICE_UNAVAILABLE,
-            "a node group has no CloudStack snapshot, or one older than the staleness bound that the provider cannot refresh (cks_provider_node_group_snapshot_stale)\n",
+            "not ready to serve: a standby that cannot read the recorded promises (it could not take over), or a leader that has not taken them over yet\n",
         )
     }
 }
 
-/// Serves `/metrics`, `/healthz` (process alive) and `/readyz` (fresh snapshot) until
+/// Sets `cks_provider_stalled`: what `/healthz` answers.
+fn set_stalled(stalled: bool) {
+    metrics::gauge!("cks_provider_stalled").set(if stalled { 1.0 } else { 0.0 });
+}
+
+/// Liveness: 503 naming what is stuck when the provider is stuck in itself, so the kubelet
+/// restarts it; CloudStack not answering is not that (the rounds go on, failing).
+async fn healthz(State(s): State<HttpState>) -> (StatusCode, String) {
+    match s.source.stalled() {
+        None => (StatusCode::OK, "ok\n".to_string()),
+        Some(why) => {
+            tracing::error!(stuck = %why, "the provider is stuck: /healthz fails so that the kubelet restarts it");
+            (StatusCode::SERVICE_UNAVAILABLE, format!("stuck: {why}\n"))
+        }
+    }
+}
+
+/// Serves `/metrics`, `/healthz` (not stuck in itself) and `/readyz` (can serve its role) until
 /// `shutdown` completes.
 pub async fn serve_http(
     listener: tokio::net::TcpListener,
@@ -523,7 +564,7 @@ pub async fn serve_http(
     };
     let app = Router::new()
         .route("/metrics", get(metrics_page))
-        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .with_state(state);
     axum::serve(listener, app)
@@ -577,7 +618,60 @@ mod tests {
                 blocked: None,
                 since_refresh: Some(Duration::from_secs(2)),
                 stale: !self.ready,
+                refresh_failures: u32::from(!self.ready),
             }]
+        }
+    }
+
+    /// A provider stuck in itself, or not, whatever its readiness.
+    struct Stuck(Option<String>);
+
+    impl MetricsSource for Stuck {
+        fn ready(&self) -> bool {
+            true
+        }
+
+        fn stalled(&self) -> Option<String> {
+            self.0.clone()
+        }
+
+        fn group_gauges(&self) -> Vec<GroupGauges> {
+            Vec::new()
+        }
+    }
+
+    #[tokio::test]
+    async fn liveness_fails_only_when_the_provider_is_stuck_and_says_why() {
+        install();
+        for stuck in [
+            None,
+            Some("group c1: its refresh round has been asking CloudStack for 300s"),
+        ] {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("bind");
+            let addr = listener.local_addr().expect("addr");
+            let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+            let source = Arc::new(Stuck(stuck.map(str::to_string)));
+            let server = tokio::spawn(serve_http(listener, source, async {
+                let _ = rx.await;
+            }));
+            let (code, body) = get(addr, "/healthz").await;
+            let (_, page) = get(addr, "/metrics").await;
+            match stuck {
+                None => {
+                    assert_eq!((code, body.as_str()), (200, "ok\n"));
+                    assert_eq!(value(&page, "cks_provider_stalled"), Some(0.0));
+                }
+                Some(why) => {
+                    assert_eq!(code, 503);
+                    assert!(body.contains(why), "{body}");
+                    assert_eq!(value(&page, "cks_provider_stalled"), Some(1.0));
+                }
+            }
+            assert_eq!(get(addr, "/readyz").await.0, 200, "stuck is not unready");
+            let _ = tx.send(());
+            server.await.expect("join").expect("served");
         }
     }
 
@@ -684,6 +778,7 @@ mod tests {
         record_removals_abandoned(1);
         set_alert_verdict(Some(("unknown", None)));
         set_ready(true);
+        set_stalled(false);
         set_group_gauges(
             &[GroupGauges {
                 id: "help-test-group".into(),
@@ -695,6 +790,7 @@ mod tests {
                 blocked: Some("alert_rule_5_vm_count_mismatch"),
                 since_refresh: Some(Duration::from_secs(1)),
                 stale: false,
+                refresh_failures: 0,
             }],
             SystemTime::now(),
         );

@@ -236,6 +236,7 @@ impl Provider {
             }
             st.scale.snapshot_installed(indexed.clone(), &alert, now())
         };
+        super::refresh::snapshot_arrived(&g.refresh);
         self.note_blocked(gi);
         self.update_ready();
         (indexed, effects)

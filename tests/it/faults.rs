@@ -416,6 +416,11 @@ async fn truncated_json_is_unavailable_until_cloudstack_answers_whole() {
     assert_eq!(e.code(), Code::Unavailable, "{}", e.message());
     assert!(scale_requests(&sim).is_empty());
     assert_eq!(health(addr).await, 2, "NOT_SERVING without a snapshot");
+    assert_eq!(
+        server_health(addr).await,
+        1,
+        "ready all the same: CloudStack's state never takes the provider out of its Service"
+    );
 
     // CloudStack answers whole again: serving.
     sim.configure(|c| c.malformed_rate = 0.0);
@@ -458,8 +463,18 @@ async fn truncated_json_is_unavailable_until_cloudstack_answers_whole() {
     assert_eq!(jobs.max(), 1);
 }
 
-/// gRPC health of the whole server: 1 SERVING, 2 NOT_SERVING.
+/// gRPC health of the CloudProvider service (every snapshot within the staleness bound):
+/// 1 SERVING, 2 NOT_SERVING.
 async fn health(addr: SocketAddr) -> i32 {
+    health_of(addr, "clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider").await
+}
+
+/// gRPC health of the whole server (readiness, as `/readyz`): 1 SERVING, 2 NOT_SERVING.
+async fn server_health(addr: SocketAddr) -> i32 {
+    health_of(addr, "").await
+}
+
+async fn health_of(addr: SocketAddr, service: &str) -> i32 {
     let ch = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
         .unwrap()
         .connect()
@@ -467,7 +482,7 @@ async fn health(addr: SocketAddr) -> i32 {
         .unwrap();
     HealthClient::new(ch)
         .check(HealthCheckRequest {
-            service: String::new(),
+            service: service.to_string(),
         })
         .await
         .unwrap()

@@ -23,6 +23,7 @@ mod prop_client;
 mod prop_parsers;
 mod provider_pickup;
 mod provider_rpcs;
+mod recovery;
 mod refresh_coalescing;
 mod scale_down_merging;
 mod scenario_concurrency;
