@@ -391,7 +391,7 @@ func (r *Provider) readyz() bool {
 // the Lease cannot be renewed, so the leader stops acting (src/app.rs: it ends, to start again
 // as a standby; the kubelet restarts it). The API server comes back on the same port with the
 // same etcd. Checks: the leader ended within the renew deadline and a bit; nothing was sent to
-// CloudStack while no replica held the Lease; once the API server is back a replica acquires
+// CloudStack while no replica held the Lease; once the API server is back a replica renews
 // the Lease within the lease duration and serves (labelled leader, Ready, the Service's
 // endpoint); the scale-up's job is followed to its end (the pod placed, upstream settled),
 // nothing owed lost, each scaleKubernetesCluster sent once.
@@ -443,7 +443,7 @@ func apiServerOutage(e *Env) error {
 	e.Check(leaderEnded > 0 && leaderEnded < leaseDuration+5*time.Second, "provider-a (the leader) ended %s after the API server went down, want within the lease duration and 5 s", leaderEnded.Round(100*time.Millisecond))
 	e.Check(len(sentDuring) == 1, "cks-sim received %d scaleKubernetesCluster by the API server's return, want 1 (the scale-up, before the outage)", len(sentDuring))
 
-	// A leader again: the Lease acquired within the lease duration of the API server's return,
+	// A leader again: the Lease renewed within the lease duration of the API server's return,
 	// then serving through the Service.
 	var holder string
 	var renewed time.Time
