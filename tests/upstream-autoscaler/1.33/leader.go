@@ -554,12 +554,11 @@ func (e *Env) awaitLeader(cs kubernetes.Interface, pod string, since time.Time) 
 // carries the owed removal through. Each scaleKubernetesCluster sent once, the VM
 // upstream was told is being deleted gone, the cluster at its one worker.
 //
-// Seen in the runs: the restarted provider-a answers /readyz 200 (a standby is ready) a moment
-// before it labels its pod standby, the pod still labelled leader from before its kill, so for
-// that moment two ready pods carry the leader label and the proxy (first by name) sends new
-// connections to the standby, which answers UNAVAILABLE; kube-proxy would spread them between
-// both. The note's endpoint history shows it ("provider-b", "provider-a", "provider-b"); the
-// errors of that moment count with the first failover's.
+// The restarted provider-a's pod still carries the leader label of its previous life until it
+// labels it standby; it is not a ready endpoint meanwhile (its container new, its probe not yet
+// passed, and the provider not Ready before that label), so the proxy's endpoint history is
+// "provider-a", "", "provider-b", "", "provider-a" (none while the kubelet's probe and the
+// EndpointSlice controller catch up).
 func leaderFailover(e *Env) error {
 	cs := e.Bridge.Kube
 	a, b := e.Replicas["provider-a"], e.Replicas["provider-b"]
