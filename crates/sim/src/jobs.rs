@@ -39,11 +39,23 @@ pub fn new_job(w: &mut World, kind: JobKind, instance_id: &str) -> String {
     id
 }
 
-/// Adds `count` succeeded scale jobs of `cluster_id` created at `created_unix` (seconds),
-/// listed before every existing job: CloudStack orders jobs by id, and these are older.
-pub fn add_past_jobs(w: &mut World, cluster_id: &str, count: usize, created_unix: u64) {
+/// Adds `count` scale jobs of `cluster_id` created at `created_unix` (seconds), ordered before
+/// every existing job (CloudStack orders jobs by id, and these are older): succeeded ones, or,
+/// with `running`, ones still pending (another client's jobs that never end here).
+pub fn add_past_jobs(
+    w: &mut World,
+    cluster_id: &str,
+    count: usize,
+    created_unix: u64,
+    running: bool,
+) {
     let created = format_stamp(created_unix);
     let result = cluster_result(w, cluster_id);
+    let (status, completed, result) = if running {
+        (JobStatus::InProgress, None, None)
+    } else {
+        (JobStatus::Succeeded, Some(created.clone()), Some(result))
+    };
     let mut ids = Vec::with_capacity(count);
     for _ in 0..count {
         let id = w.ids.uuid();
@@ -54,10 +66,10 @@ pub fn add_past_jobs(w: &mut World, cluster_id: &str, count: usize, created_unix
                 kind: JobKind::ScaleCluster,
                 instance_id: cluster_id.to_string(),
                 created: created.clone(),
-                completed: Some(created.clone()),
-                status: JobStatus::Succeeded,
+                completed: completed.clone(),
+                status,
                 result_code: 0,
-                result: Some(result.clone()),
+                result: result.clone(),
             },
         );
         ids.push(id);
