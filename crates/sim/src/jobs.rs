@@ -541,7 +541,11 @@ fn drain_node(
     // as their `toString()` prints them, the VM with its state when the drain ran (a stopped
     // VM's drain fails on a CloudStack without Alert scaling, and its text says "Stopped").
     // The numeric ids are positions here; a real CloudStack's are database ids.
-    let cluster_id = w.clusters.get(ci).map(|c| c.id.as_str()).unwrap_or_default();
+    let cluster_id = w
+        .clusters
+        .get(ci)
+        .map(|c| c.id.as_str())
+        .unwrap_or_default();
     let vm_number = w
         .clusters
         .get(ci)

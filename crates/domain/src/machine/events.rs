@@ -426,15 +426,19 @@ impl ScaleMachine {
             // the Alert-scaling change drains a down node.
             alert_refusal = is_down_vm_drain_failure(text)
                 || is_alert_refusal(text)
-                && fetched
-                && match (&snap, &op) {
-                    (Some(s), Some(op)) => {
-                        s.snap.state == ClusterState::Alert
-                            && check_scale(&s.snap, &op.kind.request(), &AlertScaling::Supported)
+                    && fetched
+                    && match (&snap, &op) {
+                        (Some(s), Some(op)) => {
+                            s.snap.state == ClusterState::Alert
+                                && check_scale(
+                                    &s.snap,
+                                    &op.kind.request(),
+                                    &AlertScaling::Supported,
+                                )
                                 .is_ok()
-                    }
-                    _ => false,
-                };
+                        }
+                        _ => false,
+                    };
             let leave_behind = changed || !watched;
             if leave_behind
                 && let Some(Op {

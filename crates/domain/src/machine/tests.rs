@@ -97,7 +97,10 @@ fn machine_in(phase: &str, t0: Instant) -> ScaleMachine {
     match phase {
         "idle" => {}
         "submitting" | "answer-lost" | "running" => {
-            assert_eq!(m.admit_increase(2, MAX, &ALERT), Ok(Admission::NeedsFreshSnapshot));
+            assert_eq!(
+                m.admit_increase(2, MAX, &ALERT),
+                Ok(Admission::NeedsFreshSnapshot)
+            );
             let started = m.start_increase(2, MAX, &ALERT, t0);
             assert_eq!(
                 started,
@@ -2363,17 +2366,23 @@ fn an_owed_removal_of_a_down_vm_without_alert_scaling_waits_for_an_operator_loud
     let s = m
         .job_finished("job-2", &end, true, false, &ALERT, t0)
         .expect("ours");
-    assert!(s.alert_refusal, "a stopped VM's drain failure teaches the verdict");
+    assert!(
+        s.alert_refusal,
+        "a stopped VM's drain failure teaches the verdict"
+    );
     // With the verdict learned: held, said once, never sent.
     let later = at(t0, 3600);
     let fx = m.snapshot_installed(w1_stopped("Alert", t0), &unsupported(), later);
-    assert_eq!(fx, vec![Effect::RemovalBlocked {
-        vms: vec!["k-node-w1".into()],
-        reason: match &fx[0] {
-            Effect::RemovalBlocked { reason, .. } => reason.clone(),
-            _ => unreachable!(),
-        },
-    }]);
+    assert_eq!(
+        fx,
+        vec![Effect::RemovalBlocked {
+            vms: vec!["k-node-w1".into()],
+            reason: match &fx[0] {
+                Effect::RemovalBlocked { reason, .. } => reason.clone(),
+                _ => unreachable!(),
+            },
+        }]
+    );
     for i in 1..20 {
         let fx = m.snapshot_installed(w1_stopped("Alert", t0), &unsupported(), at(later, i * 600));
         assert!(fx.is_empty(), "said once, never sent: {fx:?}");
@@ -2381,7 +2390,10 @@ fn an_owed_removal_of_a_down_vm_without_alert_scaling_waits_for_an_operator_loud
     let q = &m.queue().remove[0];
     assert!(!q.abandoned, "still owed");
     assert!(
-        q.trouble.as_deref().unwrap_or_default().contains("start the VM"),
+        q.trouble
+            .as_deref()
+            .unwrap_or_default()
+            .contains("start the VM"),
         "{q:?}"
     );
     assert_eq!(m.target(), Some(2), "still out of the target");

@@ -357,7 +357,9 @@ async fn list_async_jobs_keeps_running_jobs_created_since_startdate_oldest_first
     sim.add_past_jobs(&cid, 5, Duration::from_secs(48 * 3600));
     sim.add_running_jobs(&cid, 4, Duration::from_secs(48 * 3600));
     sim.configure(|s| s.job_failure = cks_sim::JobFailure::Never);
-    let recent = c.submit("scaleKubernetesCluster", &[("id", &cid), ("size", "4")]).await;
+    let recent = c
+        .submit("scaleKubernetesCluster", &[("id", &cid), ("size", "4")])
+        .await;
     // Only running jobs are listed: an ended job is marked removed
     // (`recorded/running_26_listAsyncJobs_while_scaling` vs `running_30_listAsyncJobs_after`).
     let all = c.ok("listAsyncJobs", &[]).await;

@@ -151,7 +151,10 @@ async fn without_alert_scaling_scale_down_takes_the_newest_even_when_one_is_down
             "Scaling failed for Kubernetes cluster KubernetesCluster {\"id\":1,\"name\":\"four\","
         ) && text.contains(", failed to remove Kubernetes node: ")
             && text.contains("running on VM : VM instance {")
-            && text.contains(&format!("\"state\":\"Stopped\",\"type\":\"User\",\"uuid\":\"{}\"}}", w[0])),
+            && text.contains(&format!(
+                "\"state\":\"Stopped\",\"type\":\"User\",\"uuid\":\"{}\"}}",
+                w[0]
+            )),
         "{text}"
     );
     assert_eq!(c.cluster(&id).await["state"], "Alert");
