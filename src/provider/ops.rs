@@ -308,6 +308,7 @@ impl Provider {
                 code,
                 text: text.to_string(),
                 alert_unsupported: settled.alert_refusal,
+                key_not_permitted: end.key_not_permitted(),
             });
         }
         match settled.kind {

@@ -205,6 +205,17 @@ pub fn start_scale(
         fail(w, job_id, INTERNAL_ERROR, "Invalid Kubernetes cluster ID");
         return None;
     };
+    // The caller's right to operate on the cluster is checked inside the job, before the
+    // request's own validation (recorded: `errors_13_perm_bob_listonly_scale_job_final`).
+    if !w.settings.key_role.may_scale() {
+        fail(
+            w,
+            job_id,
+            INTERNAL_ERROR,
+            "Caller does not have permission to operate with provided resource.",
+        );
+        return None;
+    }
     let checked = rules::validate(w, c, req).and_then(|plan| {
         rules::pre_transition_checks(w, c, &plan, w.settings.job_failure).map(|()| plan)
     });

@@ -25,6 +25,17 @@ pub enum JobEnd {
 }
 
 impl JobEnd {
+    /// CloudStack refused the key, not the request: its scale job failed its check of the
+    /// caller's right to operate on the cluster (530 "Caller does not have permission to
+    /// operate with provided resource.", recorded from a CloudStack 4.21.0.0 for a role that
+    /// allows only `list*` and for another account's cluster:
+    /// `errors_13_perm_bob_listonly_scale_job_final`, `errors_17_…_job_final`). A role whose
+    /// rules do not name `scaleKubernetesCluster` still submits it, so only the job tells.
+    pub fn key_not_permitted(&self) -> bool {
+        matches!(self, JobEnd::Failed { code: 530, text }
+            if text.to_ascii_lowercase().contains("does not have permission"))
+    }
+
     /// The failure's code and text (a cancellation is a failure with code 0).
     pub fn failure(&self) -> Option<(i64, &str)> {
         match self {
