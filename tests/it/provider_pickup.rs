@@ -9,7 +9,6 @@
 use cks_proto as pb;
 use cks_proto::cloud_provider_client::CloudProviderClient;
 use cks_sim::{ClusterSpec, ClusterState, Scenario, VmState};
-use cks_testkit::cs::Client;
 use cks_testkit::stack::*;
 use cks_testkit::*;
 use std::cell::Cell;
