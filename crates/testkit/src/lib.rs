@@ -20,6 +20,7 @@ pub mod kube;
 pub mod logs;
 pub mod process;
 pub mod stack;
+pub mod tools;
 
 use cks_autoscaler_provider::config::{ClusterRef, NodeGroupSpec};
 use cks_autoscaler_provider::provider::{Provider, Settings};
