@@ -29,7 +29,6 @@ use cks_testkit::kube::{KubeApiServer, crd_dir};
 use reqwest::Method;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
@@ -193,7 +192,7 @@ async fn discover(kube: &KubeApiServer, wanted: &BTreeSet<(String, String)>) -> 
             started.elapsed() < CRD_BOUND,
             "the API server serves no {missing:?} after {CRD_BOUND:?}: a render uses a kind \
              that is neither built in nor defined by a CRD of {}",
-            cks_testkit::kube::CRD_DIR_ENV
+            cks_testkit::tools::KUBE_CRD_DIR_ENV
         );
         tokio::time::sleep(POLL).await;
     }

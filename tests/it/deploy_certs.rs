@@ -14,7 +14,6 @@ use cks_autoscaler_provider::x509;
 use cks_sim::{self as sim, SimConfig};
 use cks_testkit::certs::{Ca, TempDir};
 use cks_testkit::{ProviderServer, fast_settings, loopback};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;

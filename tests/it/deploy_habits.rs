@@ -17,7 +17,6 @@ use clap::CommandFactory;
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
 use std::fs;
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;

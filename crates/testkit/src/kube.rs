@@ -17,7 +17,6 @@
 
 use crate::certs::{Ca, TempDir};
 use serde_json::{Value, json};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

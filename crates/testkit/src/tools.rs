@@ -209,7 +209,9 @@ fn on_path(name: &str) -> Option<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
     std::env::split_paths(&std::env::var_os("PATH")?)
         .map(|dir| dir.join(name))
-        .find(|p| std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
+        .find(|p| {
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
 }
 
 /// `Ok` when `need` runs here (with `path` as PATH when given); else what is wrong and how to
@@ -256,15 +258,14 @@ fn fingerprint(setup: &Setup) -> Result<String, String> {
         hash.update(&bytes);
     }
     hash.update((setup.extra)().as_bytes());
-    Ok(hash
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect())
+    Ok(hash.finalize().iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// The tool, from its variable or set up once per process.
-fn get(setup: &'static Setup, cell: &'static OnceLock<Result<PathBuf, String>>) -> Result<PathBuf, ToolError> {
+fn get(
+    setup: &'static Setup,
+    cell: &'static OnceLock<Result<PathBuf, String>>,
+) -> Result<PathBuf, ToolError> {
     if let Some(given) = std::env::var_os(setup.env).filter(|v| !v.is_empty()) {
         let path = PathBuf::from(given);
         (setup.usable)(&path).map_err(|e| {
@@ -430,5 +431,4 @@ mod tests {
         assert!(e.starts_with("go is not on PATH."), "{e}");
         assert!(e.contains("apt-get install golang-go"), "{e}");
     }
-
 }
