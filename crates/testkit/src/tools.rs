@@ -95,7 +95,7 @@ struct Setup {
     needs: &'static [Need],
     /// What it downloads from, for the message when it fails.
     fetches_from: &'static str,
-    /// Measured: what the first set-up costs (docs/benchmarks.md).
+    /// What the first set-up costs, measured (README, "Development").
     first_time: &'static str,
     /// Whether what the script printed (or the variable named) is usable.
     usable: fn(&Path) -> Result<(), String>,
@@ -116,7 +116,7 @@ static KUBE: Setup = Setup {
     ],
     needs: &[GO],
     fetches_from: "the Go module proxy",
-    first_time: "about 12 minutes on 2 cores the first time, seconds once Go's caches are warm",
+    first_time: "12 to 17 minutes on 2 cores the first time, seconds once Go's caches are warm",
     usable: |dir| {
         for bin in ["etcd", "kube-apiserver"] {
             if !dir.join(bin).is_file() {
@@ -160,7 +160,8 @@ static PROMTOOL: Setup = Setup {
     inputs: &["tools/promtool/go.mod", "tools/promtool/go.sum"],
     needs: &[GO],
     fetches_from: "the Go module proxy",
-    first_time: "about 4 minutes on 2 cores the first time, seconds once Go's caches are warm",
+    first_time: "4 to 20 minutes on 2 cores the first time, the more beside other builds; \
+                 seconds once Go's caches are warm",
     usable: is_file,
     extra: String::new,
 };
