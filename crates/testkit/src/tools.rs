@@ -280,18 +280,18 @@ fn get(
         })?;
         return Ok(path);
     }
-    cell.get_or_init(|| set_up(setup, None))
+    cell.get_or_init(|| set_up(setup))
         .clone()
         .map_err(ToolError)
 }
 
 /// Runs `setup`'s script unless its record says what it made is still there, under a lock
-/// that other test processes wait on. `path` replaces PATH (for the tests of this module).
-fn set_up(setup: &Setup, path: Option<&std::ffi::OsStr>) -> Result<PathBuf, String> {
+/// that other test processes wait on.
+fn set_up(setup: &Setup) -> Result<PathBuf, String> {
     let cannot = |why: String| {
         format!(
-            "{} could not be set up ({} runs {} when {} is not set): {why}",
-            setup.what, "the test kit", setup.script, setup.env
+            "{} could not be set up (the test kit runs {} when {} is not set): {why}",
+            setup.what, setup.script, setup.env
         )
     };
     let dir = repo().join("target/test-tools");
@@ -314,7 +314,7 @@ fn set_up(setup: &Setup, path: Option<&std::ffi::OsStr>) -> Result<PathBuf, Stri
         return Ok(PathBuf::from(made));
     }
     for need in setup.needs {
-        check_need(need, path).map_err(cannot)?;
+        check_need(need, None).map_err(cannot)?;
     }
     say(&format!(
         "setting up {} for the tests: {} ({}; kept under target/)",
@@ -326,9 +326,6 @@ fn set_up(setup: &Setup, path: Option<&std::ffi::OsStr>) -> Result<PathBuf, Stri
         .current_dir(repo())
         .env_remove(setup.env)
         .stdin(Stdio::null());
-    if let Some(path) = path {
-        script.env("PATH", path);
-    }
     let out = script
         .output()
         .map_err(|e| cannot(format!("{}: {e}", setup.script)))?;
