@@ -1,8 +1,8 @@
 //! What the tests and benchmarks of the workspace share (a dev-dependency only): a simulator, a provider serving gRPC on
 //! loopback with shrunk timings, a gRPC client, node helpers, a CloudStack client with its own
 //! signer ([`cs`]), the end-to-end harness with mock autoscalers ([`stack`]), the provider as a
-//! process ([`process`]), a real Kubernetes API server ([`kube`]), and the one way a test
-//! waits: [`wait_until`].
+//! process ([`process`]), a real Kubernetes API server ([`kube`]), the programs no crate
+//! provides, set up on first use ([`tools`]), and the one way a test waits: [`wait_until`].
 //!
 //! # Time
 //! The simulator and the mock autoscaler run on tokio time, so a test started with
