@@ -23,7 +23,11 @@
 //! Full run: 10 minutes after start-up. `--quick`: 100 clusters of 50 workers for 1 minute.
 //! For experiments, `FLEET_MINUTES` changes the run's length, `FLEET_LOOKUPS` the
 //! NodeGroupForNode calls per loop, and `FLEET_SCRAPE_SECS` scrapes `/metrics` that often
-//! during the run, as a Prometheus would (not in the documented numbers).
+//! during the run, as a Prometheus would (not in the documented numbers). `FLEET_MAX_RPS`
+//! runs the provider with `--cloudstack-max-rps` (CloudStack's `api.throttling` default is 25
+//! calls a second per account): the throttled fleet, documented in a section of its own
+//! (`fleet-throttled`), where a Refresh must be answered from the snapshots the provider keeps
+//! at the limit's pace, not wait for a round the limit cannot give it.
 //!
 //! `cargo bench --bench fleet [-- --write] [-- --quick]`
 
@@ -69,6 +73,8 @@ struct Shape {
     lookups: usize,
     /// Scrape `/metrics` this often during the run (experiments only).
     scrape: Option<Duration>,
+    /// `--cloudstack-max-rps` for the provider.
+    max_rps: Option<f64>,
 }
 
 impl Shape {
@@ -82,6 +88,7 @@ impl Shape {
                 sample: Duration::from_secs(2),
                 lookups: LOOKUPS,
                 scrape: None,
+                max_rps: None,
             }
         } else {
             Shape {
@@ -92,6 +99,7 @@ impl Shape {
                 sample: Duration::from_secs(5),
                 lookups: LOOKUPS,
                 scrape: None,
+                max_rps: None,
             }
         };
         let env = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<f64>().ok());
@@ -102,6 +110,7 @@ impl Shape {
         if let Some(n) = env("FLEET_LOOKUPS") {
             s.lookups = n as usize;
         }
+        s.max_rps = env("FLEET_MAX_RPS").filter(|r| *r > 0.0);
         s.scrape = env("FLEET_SCRAPE_SECS")
             .filter(|s| *s > 0.0)
             .map(Duration::from_secs_f64);
@@ -478,6 +487,9 @@ async fn main() {
         .collect();
     let mut pargs = ProviderArgs::new(&sim.api_url, &sim.api_key, &sim.secret_key, nodes_flags);
     pargs.metrics = true;
+    if let Some(rps) = shape.max_rps {
+        pargs.flags = vec!["--cloudstack-max-rps".into(), rps.to_string()];
+    }
     pargs.tls = Some(TestTls {
         ca: ca.pem.clone(),
         server_cert: server.cert,
@@ -743,6 +755,10 @@ async fn main() {
         Some(s) => format!(" `/metrics` scraped every {}.", fmt_dur(s)),
         None => " `/metrics` not scraped during the run.".into(),
     };
+    let scrape_note = match shape.max_rps {
+        Some(rps) => format!(" `--cloudstack-max-rps {rps}`.{scrape_note}"),
+        None => scrape_note,
+    };
     let body = format!(
         "Measured on {machine}; {n} clusters × {} workers, {n} autoscalers (a client certificate each), a loop every {} per autoscaler (Refresh, NodeGroups, NodeGroupForNode × {}, NodeGroupTargetSize, NodeGroupNodes, health check), {} after SERVING, warm-up {};{scrape_note} {} in all.\n\n\
          Start-up:\n\n{}\n\
@@ -766,7 +782,12 @@ async fn main() {
             .collect::<Vec<_>>()
             .join("\n"),
     );
-    report(args, "fleet", &body);
+    let section = if shape.max_rps.is_some() {
+        "fleet-throttled"
+    } else {
+        "fleet"
+    };
+    report(args, section, &body);
     drop(p);
     sim.shutdown().await;
 }

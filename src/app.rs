@@ -9,6 +9,7 @@
 
 use crate::cli::{LogFormat, ServeArgs};
 use crate::config::{self, BoundNodeGroup, CloudConfig};
+use crate::keys::{KeyFiles, KeyOrigin, ReloadingKeys};
 use crate::metrics::{GroupGauges, MetricsSource, Told, Worker};
 use crate::provider::{Provider, Settings};
 use crate::server::{ServeOptions, serve};
@@ -17,7 +18,6 @@ use cks_cloudstack::{Client, ClientConfig};
 use cks_domain::instances::InstanceView;
 use cks_domain::status::InstanceState;
 use std::future::Future;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -117,6 +117,10 @@ impl App {
         // Before anything listens: no autoscaler may see another's groups.
         config::check_client_binding(&groups, args.tls_client_ca.is_some())?;
         config::check_distinct_clusters(&groups)?;
+        let client_cfg = match reloading_keys(args)? {
+            Some(keys) => client_cfg.with_key_source(Arc::new(keys)),
+            None => client_cfg,
+        };
         let client = Client::new(client_cfg).context("building the CloudStack client")?;
         if let Some(max_rps) = client.max_rps() {
             tracing::info!(
@@ -227,7 +231,7 @@ impl App {
             None => {
                 provider.resume_followers();
                 provider.spawn_state_writer();
-                provider.spawn_initial_refresh();
+                provider.spawn_keeper();
                 None
             }
             Some(e) => {
@@ -518,7 +522,7 @@ async fn lead(
     }
     provider.resume_followers();
     provider.spawn_state_writer();
-    provider.spawn_initial_refresh();
+    provider.spawn_keeper();
     leadership.set_taken_over();
     // The Service reaches this replica once labelled: tried until it is, while leading.
     while !label("leader").await && leadership.leading() {
@@ -536,13 +540,11 @@ pub struct ProviderMetrics(pub Provider);
 
 impl MetricsSource for ProviderMetrics {
     fn ready(&self) -> bool {
-        // A standby is ready to take over: Ready, so that rolling updates and a disruption
-        // budget count it; the Service reaches only the leader, by its pod label, so not
-        // before its pod carries the `standby` label.
-        match &self.0.settings().leadership {
-            Some(l) if !l.serving() => l.ready_standby(),
-            _ => self.0.healthy(),
-        }
+        self.0.ready_for_traffic()
+    }
+
+    fn stalled(&self) -> Option<String> {
+        self.0.stalled()
     }
 
     fn alert_verdict(&self) -> Option<(&'static str, Option<Duration>)> {
@@ -569,6 +571,7 @@ impl MetricsSource for ProviderMetrics {
                 blocked: p.cluster_blocked(&g.id).map(|s| s.rule.as_str()),
                 since_refresh: p.snapshot_age(&g.id),
                 stale: p.snapshot_stale(&g.id),
+                refresh_failures: p.refresh_failures(&g.id),
                 id: g.id,
             })
             .collect()
@@ -663,32 +666,32 @@ pub(crate) fn groups(args: &ServeArgs) -> anyhow::Result<Vec<BoundNodeGroup>> {
         .collect()
 }
 
-/// The CloudStack client's settings: the cloud-config, with the keys replaced by
-/// `--api-key-file`/`--secret-key-file` or `CKS_PROVIDER_API_KEY`/`CKS_PROVIDER_SECRET_KEY`,
-/// and `--cloudstack-ca` and `--cloudstack-max-rps` added.
-pub(crate) fn client_config(args: &ServeArgs) -> anyhow::Result<ClientConfig> {
+/// Where each CloudStack key comes from: `--api-key-file`/`--secret-key-file`, else
+/// `CKS_PROVIDER_API_KEY`/`CKS_PROVIDER_SECRET_KEY`, else the cloud-config.
+pub(crate) fn key_files(args: &ServeArgs) -> anyhow::Result<KeyFiles> {
     let Some(path) = &args.cloud_config else {
         bail!("--cloud-config is required: the file naming CloudStack's API URL and keys");
     };
-    let api_key = match (
-        &args.api_key_file,
-        std::env::var("CKS_PROVIDER_API_KEY").ok(),
-    ) {
-        (Some(p), _) => Some(read_secret_file(p, "API key")?),
-        (None, Some(v)) if !v.is_empty() => Some(v),
-        _ => None,
+    let origin = |file: &Option<std::path::PathBuf>, var: &str| match (file, std::env::var(var)) {
+        (Some(p), _) => KeyOrigin::File(p.clone()),
+        (None, Ok(v)) if !v.trim().is_empty() => KeyOrigin::Given(v.trim().to_string()),
+        _ => KeyOrigin::CloudConfig,
     };
-    let secret_key = match (
-        &args.secret_key_file,
-        std::env::var("CKS_PROVIDER_SECRET_KEY").ok(),
-    ) {
-        (Some(p), _) => Some(read_secret_file(p, "secret key")?),
-        (None, Some(v)) if !v.is_empty() => Some(v),
-        _ => None,
-    };
+    Ok(KeyFiles {
+        cloud_config: path.clone(),
+        api_key: origin(&args.api_key_file, "CKS_PROVIDER_API_KEY"),
+        secret_key: origin(&args.secret_key_file, "CKS_PROVIDER_SECRET_KEY"),
+    })
+}
+
+/// The CloudStack client's settings: the cloud-config, with the keys replaced by
+/// `--api-key-file`/`--secret-key-file` or `CKS_PROVIDER_API_KEY`/`CKS_PROVIDER_SECRET_KEY`,
+/// and `--cloudstack-ca` and `--cloudstack-max-rps` added. The keys are those of the files
+/// now; [`reloading_keys`] keeps them current.
+pub(crate) fn client_config(args: &ServeArgs) -> anyhow::Result<ClientConfig> {
     // Keys given elsewhere need not be in the file (and a file's key they replace is not
     // checked or warned about).
-    let cc = config::load_cloud_config_with_keys(path, api_key, secret_key)?;
+    let cc = key_files(args)?.load()?;
     let mut client =
         cloudstack_settings(&cc, args.cloudstack_timeout).with_max_rps(args.cloudstack_max_rps);
     if let Some(ca) = &args.cloudstack_ca {
@@ -714,17 +717,18 @@ fn cloudstack_settings(cc: &CloudConfig, request_timeout: Duration) -> ClientCon
         project_id: cc.project_id.clone(),
         request_timeout,
         max_rps: None,
+        key_source: None,
     }
 }
 
-fn read_secret_file(path: &Path, what: &str) -> anyhow::Result<String> {
-    let s = std::fs::read_to_string(path)
-        .with_context(|| format!("reading the {what} from {}", path.display()))?;
-    let s = s.trim().to_string();
-    if s.is_empty() {
-        bail!("the {what} file {} is empty", path.display());
+/// The key pair re-read from its files when they change (a rotated key taken without a
+/// restart), or `None` when every key was given in the environment.
+pub(crate) fn reloading_keys(args: &ServeArgs) -> anyhow::Result<Option<ReloadingKeys>> {
+    let files = key_files(args)?;
+    if files.watched().is_empty() {
+        return Ok(None);
     }
-    Ok(s)
+    Ok(Some(ReloadingKeys::new(files)?))
 }
 
 #[cfg(test)]

@@ -102,7 +102,9 @@ pub struct ServeArgs {
     #[arg(long, env = "CKS_PROVIDER_REFRESH_MIN_INTERVAL", default_value = "5s", value_parser = parse_duration)]
     pub refresh_min_interval: Duration,
     /// How old a snapshot may be and still be served while CloudStack is unreachable;
-    /// beyond it Refresh fails (UNAVAILABLE) and health turns NOT_SERVING.
+    /// beyond it Refresh fails (UNAVAILABLE, naming CloudStack's error) and the CloudProvider
+    /// service's gRPC health turns NOT_SERVING (readiness does not: the provider stays in its
+    /// Service's endpoints). The provider refreshes every cluster on its own before it.
     #[arg(long, env = "CKS_PROVIDER_STALENESS_BOUND", default_value = "2m", value_parser = parse_duration)]
     pub staleness_bound: Duration,
     /// How long a scale RPC watches its new job for an immediate refusal (capped by the

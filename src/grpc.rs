@@ -26,6 +26,14 @@ use tonic::{Code, Request, Response, Status};
 pub fn status(e: &Error) -> Status {
     let code = match e {
         Error::Batch(inner) => return status(inner),
+        // The snapshots are missing or old because CloudStack refuses the key, which waiting
+        // does not mend: the key's refusal, not an outage.
+        Error::NoSnapshot {
+            key_refused: true, ..
+        }
+        | Error::Stale {
+            key_refused: true, ..
+        } => Code::PermissionDenied,
         Error::InvalidArgument(_) => Code::InvalidArgument,
         Error::UnknownGroup { .. } | Error::ClusterNotFound { .. } => Code::NotFound,
         Error::ReadOnly => Code::PermissionDenied,
@@ -514,6 +522,58 @@ mod tests {
         }
         assert!(!message.contains("unauthorized"), "{message}");
         assert!(!message.contains("rejected the api key"), "{message}");
+    }
+
+    #[test]
+    fn a_refused_key_is_permission_denied_and_says_so_wherever_it_surfaces() {
+        let refused = || CsError::Unauthorized {
+            command: "listKubernetesClusters".into(),
+            http_status: 401,
+            detail: "unable to verify user credentials and/or request signature \
+                         (errorcode 401)"
+                .into(),
+        };
+        let said = Error::CloudStack(refused()).to_string();
+        let errors = [
+            Error::CloudStack(refused()),
+            Error::Stale {
+                bound: Duration::from_secs(120),
+                failures: vec![format!(
+                    "pool: the last snapshot is 130.0s old; last error: {said}"
+                )],
+                key_refused: true,
+            },
+            Error::NoSnapshot {
+                group: "pool".into(),
+                last_error: Some(said.clone()),
+                key_refused: true,
+            },
+            Error::Batch(std::sync::Arc::new(Error::CloudStack(refused()))),
+        ];
+        for e in &errors {
+            assert!(e.is_key_refused(), "{e}");
+            let s = status(e);
+            assert_eq!(s.code(), Code::PermissionDenied, "{e}");
+            for says in [
+                "CloudStack refused this provider's API key",
+                "without a restart",
+            ] {
+                assert!(s.message().contains(says), "{says}: {}", s.message());
+            }
+            assert!(
+                !s.message().to_lowercase().contains("unreachable"),
+                "{}",
+                s.message()
+            );
+        }
+        // Old or missing snapshots for any other reason are an outage: try again later.
+        let stale = Error::Stale {
+            bound: Duration::from_secs(120),
+            failures: vec!["pool: no snapshot yet".into()],
+            key_refused: false,
+        };
+        assert!(!stale.is_key_refused());
+        assert_eq!(status(&stale).code(), Code::Unavailable);
     }
 
     #[test]

@@ -9,6 +9,7 @@ pub mod cli;
 pub mod config;
 pub mod grammar;
 pub mod grpc;
+pub mod keys;
 pub mod kube;
 pub mod leader;
 pub mod metrics;

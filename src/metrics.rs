@@ -238,7 +238,20 @@ fn describe() {
         "cks_provider_node_group_snapshot_stale",
         "1 while the node group's CloudStack snapshot is older than the staleness bound and \
          the provider cannot refresh it (its last attempt failed, or an autoscaler asked and no \
-         newer snapshot came): this group keeps /readyz at 503. 0 otherwise."
+         newer snapshot came); the autoscaler's Refresh for it answers UNAVAILABLE naming \
+         CloudStack. 0 otherwise."
+    );
+    describe_gauge!(
+        "cks_provider_node_group_refresh_failures",
+        "Refresh rounds of the node group that failed in a row (0 once one succeeds): \
+         CloudStack does not answer the provider's reads, or refuses them. The provider tries \
+         again on its own with backoff; nothing else is needed once CloudStack answers."
+    );
+    describe_gauge!(
+        "cks_provider_stalled",
+        "1 while /healthz answers 503: a refresh round has asked CloudStack for longer than its \
+         requests can take, or a due round never started: the provider is stuck in itself and \
+         the kubelet restarts it. 0 otherwise."
     );
     describe_gauge!(
         "cks_provider_alert_scaling",
@@ -256,9 +269,10 @@ fn describe() {
     );
     describe_gauge!(
         "cks_provider_ready",
-        "1 while /readyz answers 200 (every node group has a CloudStack snapshot, and none is \
-         older than the staleness bound while the provider cannot refresh it), else 0: the pod \
-         is out of its Service's endpoints and the autoscaler cannot scale."
+        "1 while /readyz answers 200 (the replica can serve its role: a leader, or a single \
+         replica, that has taken over the recorded promises; a standby that can read them), \
+         else 0: the pod is out of its Service's endpoints. CloudStack being unreachable does \
+         not make a replica unready."
     );
     process_collector().describe();
 }
@@ -381,13 +395,20 @@ pub struct GroupGauges {
     /// last attempt failed, or a Refresh asked and none came): the group keeps `/readyz` at
     /// 503.
     pub stale: bool,
+    /// Refresh rounds that failed in a row.
+    pub refresh_failures: u32,
 }
 
 /// What the operations endpoints read from the running service.
 pub trait MetricsSource: Send + Sync + 'static {
-    /// `/readyz` answers 200: every group has a snapshot, none stale (too old while the
-    /// provider cannot refresh it).
+    /// `/readyz` answers 200: the replica can take the autoscaler's calls in its role. Not a
+    /// word about CloudStack: a Service sends traffic only to ready endpoints, and an
+    /// autoscaler that cannot reach the provider cannot hear why nothing scales.
     fn ready(&self) -> bool;
+    /// Why the process is stuck in itself, when it is: `/healthz` answers 503 with it.
+    fn stalled(&self) -> Option<String> {
+        None
+    }
     /// Every node group's gauge values, now.
     fn group_gauges(&self) -> Vec<GroupGauges>;
     /// Whether this CloudStack scales clusters in Alert: `unknown`, `supported` or
@@ -467,6 +488,8 @@ fn set_group_gauges(groups: &[GroupGauges], wall: SystemTime) {
         }
         metrics::gauge!("cks_provider_node_group_snapshot_stale", "node_group" => id.clone())
             .set(if g.stale { 1.0 } else { 0.0 });
+        metrics::gauge!("cks_provider_node_group_refresh_failures", "node_group" => id.clone())
+            .set(f64::from(g.refresh_failures));
         if let Some(age) = g.since_refresh {
             let at = wall
                 .checked_sub(age)
@@ -493,6 +516,7 @@ fn set_ready(ready: bool) {
 
 async fn metrics_page(State(s): State<HttpState>) -> String {
     set_ready(s.source.ready());
+    set_stalled(s.source.stalled().is_some());
     set_group_gauges(&s.source.group_gauges(), SystemTime::now());
     set_alert_verdict(s.source.alert_verdict());
     process_collector().collect();
@@ -505,12 +529,29 @@ async fn readyz(State(s): State<HttpState>) -> (StatusCode, &'static str) {
     } else {
         (
             StatusCode::SERVICE_UNAVAILABLE,
-            "a node group has no CloudStack snapshot, or one older than the staleness bound that the provider cannot refresh (cks_provider_node_group_snapshot_stale)\n",
+            "not ready to serve: a standby that cannot read the recorded promises (it could not take over), or a leader that has not taken them over yet\n",
         )
     }
 }
 
-/// Serves `/metrics`, `/healthz` (process alive) and `/readyz` (fresh snapshot) until
+/// Sets `cks_provider_stalled`: what `/healthz` answers.
+fn set_stalled(stalled: bool) {
+    metrics::gauge!("cks_provider_stalled").set(if stalled { 1.0 } else { 0.0 });
+}
+
+/// Liveness: 503 naming what is stuck when the provider is stuck in itself, so the kubelet
+/// restarts it; CloudStack not answering is not that (the rounds go on, failing).
+async fn healthz(State(s): State<HttpState>) -> (StatusCode, String) {
+    match s.source.stalled() {
+        None => (StatusCode::OK, "ok\n".to_string()),
+        Some(why) => {
+            tracing::error!(stuck = %why, "the provider is stuck: /healthz fails so that the kubelet restarts it");
+            (StatusCode::SERVICE_UNAVAILABLE, format!("stuck: {why}\n"))
+        }
+    }
+}
+
+/// Serves `/metrics`, `/healthz` (not stuck in itself) and `/readyz` (can serve its role) until
 /// `shutdown` completes.
 pub async fn serve_http(
     listener: tokio::net::TcpListener,
@@ -523,7 +564,7 @@ pub async fn serve_http(
     };
     let app = Router::new()
         .route("/metrics", get(metrics_page))
-        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .with_state(state);
     axum::serve(listener, app)
@@ -551,6 +592,7 @@ mod tests {
 
     struct Fixed {
         ready: bool,
+        stalled: Option<&'static str>,
     }
 
     fn worker(told: Told, down: bool) -> Worker {
@@ -560,6 +602,10 @@ mod tests {
     impl MetricsSource for Fixed {
         fn ready(&self) -> bool {
             self.ready
+        }
+
+        fn stalled(&self) -> Option<String> {
+            self.stalled.map(str::to_string)
         }
 
         fn group_gauges(&self) -> Vec<GroupGauges> {
@@ -577,6 +623,7 @@ mod tests {
                 blocked: None,
                 since_refresh: Some(Duration::from_secs(2)),
                 stale: !self.ready,
+                refresh_failures: u32::from(!self.ready),
             }]
         }
     }
@@ -599,16 +646,31 @@ mod tests {
     async fn endpoints_answer_from_the_source_with_the_published_names() {
         install();
         record_rpc("MetricsTestRpc", Instant::now(), "FailedPrecondition");
-        for (ready, readyz) in [(true, 200), (false, 503)] {
+        // Liveness fails only when the provider is stuck in itself, and says why; stuck or not
+        // says nothing of readiness.
+        let stuck = "group c1: its refresh round has been asking CloudStack for 300s";
+        for (ready, readyz, stalled) in [
+            (true, 200, None),
+            (false, 503, None),
+            (true, 200, Some(stuck)),
+        ] {
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
                 .await
                 .expect("bind");
             let addr = listener.local_addr().expect("addr");
             let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-            let server = tokio::spawn(serve_http(listener, Arc::new(Fixed { ready }), async {
+            let source = Arc::new(Fixed { ready, stalled });
+            let server = tokio::spawn(serve_http(listener, source, async {
                 let _ = stopped.await;
             }));
-            assert_eq!(get(addr, "/healthz").await, (200, "ok\n".into()));
+            match stalled {
+                None => assert_eq!(get(addr, "/healthz").await, (200, "ok\n".into())),
+                Some(why) => {
+                    let (code, body) = get(addr, "/healthz").await;
+                    assert_eq!(code, 503);
+                    assert!(body.contains(why), "{body}");
+                }
+            }
             assert_eq!(get(addr, "/readyz").await.0, readyz, "ready: {ready}");
             let before = SystemTime::now()
                 .duration_since(SystemTime::UNIX_EPOCH)
@@ -622,11 +684,12 @@ mod tests {
                 "the unauthorized series exists from the start:\n{page}"
             );
             let ready_line = format!("cks_provider_ready {}", u8::from(ready));
+            let stalled_line = format!("cks_provider_stalled {}", u8::from(stalled.is_some()));
             let stale_line = format!(
                 r#"cks_provider_node_group_snapshot_stale{{node_group="metrics-test-group"}} {}"#,
                 u8::from(!ready)
             );
-            for line in [ready_line, stale_line] {
+            for line in [ready_line, stale_line, stalled_line] {
                 assert!(
                     page.lines().any(|l| l == line),
                     "{line} missing in:\n{page}"
@@ -684,6 +747,7 @@ mod tests {
         record_removals_abandoned(1);
         set_alert_verdict(Some(("unknown", None)));
         set_ready(true);
+        set_stalled(false);
         set_group_gauges(
             &[GroupGauges {
                 id: "help-test-group".into(),
@@ -695,6 +759,7 @@ mod tests {
                 blocked: Some("alert_rule_5_vm_count_mismatch"),
                 since_refresh: Some(Duration::from_secs(1)),
                 stale: false,
+                refresh_failures: 0,
             }],
             SystemTime::now(),
         );

@@ -98,17 +98,25 @@ pub async fn serve(
     result.map_err(Into::into)
 }
 
+/// gRPC health: the whole server ("") says what `/readyz` says (whether this replica can take
+/// the autoscaler's calls, CloudStack's state aside: a gRPC readiness probe must not take the
+/// leader out of its Service's endpoints when CloudStack is down); the CloudProvider service
+/// says whether every node group has a snapshot within the staleness bound, for `probe` and
+/// an operator's checks.
 async fn track_health(provider: Provider, reporter: tonic_health::server::HealthReporter) {
     let mut last = None;
     loop {
-        let healthy = provider.healthy();
-        if last != Some(healthy) {
-            let status = if healthy {
-                tonic_health::ServingStatus::Serving
-            } else {
-                tonic_health::ServingStatus::NotServing
+        let now = (provider.ready_for_traffic(), provider.healthy());
+        if last != Some(now) {
+            let (ready, fresh) = now;
+            let status = |up: bool| {
+                if up {
+                    tonic_health::ServingStatus::Serving
+                } else {
+                    tonic_health::ServingStatus::NotServing
+                }
             };
-            if healthy {
+            if fresh {
                 reporter
                     .set_serving::<CloudProviderServer<CloudProviderService>>()
                     .await;
@@ -117,9 +125,13 @@ async fn track_health(provider: Provider, reporter: tonic_health::server::Health
                     .set_not_serving::<CloudProviderServer<CloudProviderService>>()
                     .await;
             }
-            reporter.set_service_status("", status).await;
-            tracing::info!(serving = healthy, "health status changed");
-            last = Some(healthy);
+            reporter.set_service_status("", status(ready)).await;
+            tracing::info!(
+                serving = ready,
+                snapshots_fresh = fresh,
+                "health status changed"
+            );
+            last = Some(now);
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }

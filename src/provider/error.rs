@@ -20,6 +20,8 @@ pub enum Error {
     NoSnapshot {
         group: String,
         last_error: Option<String>,
+        /// The last error is CloudStack refusing the key ([`CsError::Unauthorized`]).
+        key_refused: bool,
     },
     /// The scale state machine refused the request (bounds, rules, busy, unknown node…).
     #[error("node group {group}: {source}")]
@@ -92,6 +94,10 @@ pub enum Error {
     Stale {
         bound: Duration,
         failures: Vec<String>,
+        /// The last error of a group named is CloudStack refusing the key
+        /// ([`CsError::Unauthorized`]): the snapshots are old because of the key, not because
+        /// CloudStack is out of reach.
+        key_refused: bool,
     },
     /// The durable store's last write failed: no new promise is made until one succeeds.
     #[error(
@@ -128,9 +134,11 @@ pub enum Error {
 
 /// What a failed CloudStack call tells the autoscaler and the operator: the client's error,
 /// and for CloudStack's throttling what to do about it here (the client already waited and
-/// sent the call again for as long as `--cloudstack-timeout` allowed).
+/// sent the call again for as long as `--cloudstack-timeout` allowed); for a refused key, that
+/// it is the key (not CloudStack out of reach) and that a rotated key needs no restart.
 fn cloudstack_message(e: &CsError) -> String {
     match e {
+        CsError::Unauthorized { .. } => format!("{e}. {KEY_REFUSED}"),
         CsError::Throttled { .. } => format!(
             "{e}. CloudStack is throttling this provider's API key: its account made more than \
              api.throttling.max calls within api.throttling.interval (CloudStack's defaults: 25 \
@@ -139,6 +147,29 @@ fn cloudstack_message(e: &CsError) -> String {
              account) or raise the limit"
         ),
         other => other.to_string(),
+    }
+}
+
+/// What an operator reads when CloudStack refuses the key.
+pub const KEY_REFUSED: &str = "CloudStack refused this provider's API key: it does not verify \
+     the key or its signature (a key generated again in CloudStack, a disabled user or \
+     account, a wrong secret key). Nothing was changed. A rotated key is taken from the mounted \
+     files (--api-key-file and --secret-key-file, or the cloud-config's api-key and secret-key) \
+     as soon as they change, without a restart: put the new key pair in the Secret they come \
+     from";
+
+impl Error {
+    /// CloudStack refused the key this error came from: directly, or as the last error of a
+    /// group with no snapshot, or no fresh one, to answer from.
+    pub fn is_key_refused(&self) -> bool {
+        match self {
+            Error::CloudStack(CsError::Unauthorized { .. }) => true,
+            Error::NoSnapshot { key_refused, .. } | Error::Stale { key_refused, .. } => {
+                *key_refused
+            }
+            Error::Batch(inner) => inner.is_key_refused(),
+            _ => false,
+        }
     }
 }
 

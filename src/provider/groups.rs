@@ -23,6 +23,8 @@ pub(crate) struct GroupState {
     /// Every decision about the group's scale operations is the machine's.
     pub scale: ScaleMachine,
     pub last_error: Option<String>,
+    /// `last_error` is CloudStack refusing the key.
+    pub key_refused: bool,
     pub worker_offering: Option<ServiceOffering>,
     /// Labels of a real node of this group, copied into the template node.
     pub sample_labels: Option<std::collections::BTreeMap<String, String>>,

@@ -31,6 +31,7 @@ mod effects;
 mod error;
 mod follow;
 mod groups;
+mod keeper;
 mod ops;
 mod refresh;
 mod settings;
@@ -88,6 +89,13 @@ pub(crate) struct Inner {
     pub optional: OptionalCommands,
     /// The Nodes of the one group's cluster (`Settings::node_marks`, `snapshot`).
     pub nodes: Option<crate::kube::KubeClient>,
+    /// Wakes the keeper (`keeper`) when a round ends, to plan the group's next one.
+    pub keeper_wake: Arc<tokio::sync::Notify>,
+    /// The keeper runs: groups are refreshed without an RPC asking, and a round that never
+    /// comes is the provider stuck in itself (`Provider::stalled`).
+    pub keeping: AtomicBool,
+    /// This process's seed for the jitter of failed rounds' backoff.
+    pub jitter_seed: u64,
 }
 
 /// Time kept back from the caller's deadline for the answer to travel back.
@@ -202,6 +210,7 @@ impl Provider {
                             m
                         },
                         last_error: None,
+                        key_refused: false,
                         worker_offering: None,
                         sample_labels: None,
                         views: Views::default(),
@@ -237,6 +246,14 @@ impl Provider {
                 ready,
                 optional: OptionalCommands::default(),
                 nodes,
+                keeper_wake: Arc::new(tokio::sync::Notify::new()),
+                keeping: AtomicBool::new(false),
+                // Random without a clock or a dependency: std's hasher keys are drawn from the
+                // operating system once per process.
+                jitter_seed: std::hash::BuildHasher::hash_one(
+                    &std::collections::hash_map::RandomState::new(),
+                    0u8,
+                ),
             }),
         }
     }

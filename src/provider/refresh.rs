@@ -24,18 +24,26 @@
 use super::{Error, Provider, Result, Scoped, before, now};
 use cks_cloudstack::CsError;
 use cks_cloudstack::types::ServiceOffering;
+use cks_domain::keeper::{GroupClock, Policy, RefreshStep, RoundState, jitter};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
-/// A group's refresh round in flight, and the last time an autoscaler asked for the group.
+/// A group's refresh round in flight, the last time an autoscaler asked for the group, and
+/// how its last rounds went (what `cks_domain::keeper` decides on).
 #[derive(Debug, Default)]
 pub(crate) struct RefreshSlot {
     round: Option<Round>,
     /// When a Refresh last asked for this group (on tokio's clock).
     demanded: Option<Instant>,
+    /// Rounds that failed in a row.
+    failures: u32,
+    /// When the last round ended.
+    last_end: Option<Instant>,
+    /// The backoff's jitter draw for the current run of failures.
+    jitter: f64,
 }
 
 #[derive(Debug)]
@@ -67,17 +75,41 @@ const NO_SUCH_VM: &str = "00000000-0000-4000-8000-000000000000";
 struct RoundEnd<'a> {
     slot: &'a Mutex<RefreshSlot>,
     done: watch::Sender<bool>,
+    keeper: &'a tokio::sync::Notify,
 }
 
 impl Drop for RoundEnd<'_> {
     fn drop(&mut self) {
         lock(self.slot).round = None;
         self.done.send_replace(true);
+        // The keeper plans the group's next round from how this one ended.
+        self.keeper.notify_one();
     }
 }
 
 fn lock(slot: &Mutex<RefreshSlot>) -> MutexGuard<'_, RefreshSlot> {
     slot.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A group's slot and snapshot time as `cks_domain::keeper` takes them.
+fn slot_clock(s: &RefreshSlot, fetched: Option<Instant>) -> GroupClock {
+    GroupClock {
+        fetched,
+        demanded: s.demanded,
+        failures: s.failures,
+        last_end: s.last_end,
+        round: s.round.as_ref().map(|r| match r.asking_since {
+            Some(since) => RoundState::Asking { since },
+            None => RoundState::Queued,
+        }),
+        jitter: s.jitter,
+    }
+}
+
+/// A snapshot came for group `gi` (from a round, a job's end, a scale RPC): CloudStack
+/// answers, so the group's run of failed rounds is over.
+pub(crate) fn snapshot_arrived(slot: &Mutex<RefreshSlot>) {
+    lock(slot).failures = 0;
 }
 
 impl Scoped<'_> {
@@ -103,17 +135,19 @@ impl Provider {
             .await
     }
 
-    /// [`Provider::refresh_within`] for these groups only (a caller's): joins or starts each
-    /// group's round, waits for them until the deadline, and answers from the snapshots.
+    /// [`Provider::refresh_within`] for these groups only (a caller's): for each group, what
+    /// `cks_domain::keeper` says (answer from the snapshot, join the round in flight, start
+    /// one), waits for the rounds it must until the deadline, and answers from the snapshots.
     pub(crate) async fn refresh_groups(
         &self,
         groups: Vec<usize>,
         deadline: Option<tokio::time::Instant>,
     ) -> Result<()> {
         let asked = now();
+        let policy = self.refresh_policy();
         let rounds: Vec<watch::Receiver<bool>> = groups
             .iter()
-            .filter_map(|&gi| self.join_or_start_round(gi, asked))
+            .filter_map(|&gi| self.refresh_step(gi, &policy, asked))
             .collect();
         // Every round runs already; waiting for them one after the other takes as long as
         // the slowest.
@@ -134,20 +168,63 @@ impl Provider {
         self.judge_snapshots(&groups, timed_out)
     }
 
-    /// The end signal of group `gi`'s round: the one in flight, or a new one when the
-    /// snapshot is older than the refresh interval. `None`: the snapshot is fresh enough.
-    fn join_or_start_round(&self, gi: usize, asked: Instant) -> Option<watch::Receiver<bool>> {
-        let fresh = self
-            .snapshot_age_of(gi)
-            .is_some_and(|a| a < self.inner.settings.refresh_min_interval);
+    /// How the provider paces its refresh rounds (`cks_domain::keeper`).
+    pub(crate) fn refresh_policy(&self) -> Policy {
+        let s = &self.inner.settings;
+        Policy::new(
+            s.refresh_min_interval,
+            s.staleness_bound,
+            self.inner.groups.len(),
+            self.inner.cs.max_rps(),
+            self.inner.cs.request_timeout(),
+        )
+    }
+
+    /// What the keeper knows of group `gi`: its snapshot's time and its refresh slot.
+    pub(crate) fn group_clock(&self, gi: usize) -> GroupClock {
+        let fetched = self.inner.groups[gi]
+            .read()
+            .scale
+            .snapshot()
+            .map(|s| s.fetched_at);
+        let s = lock(&self.inner.groups[gi].refresh);
+        slot_clock(&s, fetched)
+    }
+
+    /// A Refresh's step for group `gi`, the demand noted: the end signal of the round it waits
+    /// for, or `None` when it answers from the snapshot (a round it started, if any, goes on
+    /// in the background).
+    fn refresh_step(
+        &self,
+        gi: usize,
+        policy: &Policy,
+        asked: Instant,
+    ) -> Option<watch::Receiver<bool>> {
+        let fetched = self.inner.groups[gi]
+            .read()
+            .scale
+            .snapshot()
+            .map(|s| s.fetched_at);
+        let mut s = lock(&self.inner.groups[gi].refresh);
+        s.demanded = Some(asked);
+        let step = policy.on_refresh(&slot_clock(&s, fetched), asked);
+        drop(s);
+        match step {
+            RefreshStep::Answer => None,
+            RefreshStep::Join => Some(self.start_round(gi)),
+            RefreshStep::Start { wait } => {
+                let done = self.start_round(gi);
+                wait.then_some(done)
+            }
+        }
+    }
+
+    /// Starts a round of group `gi` unless one is in flight; the end signal of the round.
+    pub(crate) fn start_round(&self, gi: usize) -> watch::Receiver<bool> {
         let slot = &self.inner.groups[gi].refresh;
         let mut s = lock(slot);
-        s.demanded = Some(asked);
         if let Some(r) = &s.round {
-            return Some(r.done.clone());
-        }
-        if fresh {
-            return None;
+            return r.done.clone();
         }
         let (tx, rx) = watch::channel(false);
         s.round = Some(Round {
@@ -157,11 +234,15 @@ impl Provider {
         drop(s);
         let p = self.clone();
         tokio::spawn(async move {
-            let slot = &p.inner.groups[gi].refresh;
-            let _end = RoundEnd { slot, done: tx };
+            let inner = &p.inner;
+            let _end = RoundEnd {
+                slot: &inner.groups[gi].refresh,
+                done: tx,
+                keeper: &inner.keeper_wake,
+            };
             p.run_round(gi).await;
         });
-        Some(rx)
+        rx
     }
 
     /// One round of group `gi`, under a permit: the cluster, what the machine asks for on
@@ -174,10 +255,37 @@ impl Provider {
             r.asking_since = Some(now());
         }
         self.learn_stop_permission().await;
-        if let Err(e) = self.fetch_and_act(gi).await {
-            let name = self.group_label(gi);
-            tracing::warn!(group = %name, error = %e, "refresh from CloudStack failed");
-            self.inner.groups[gi].lock().last_error = Some(e.to_string());
+        let fetched = self.fetch_and_act(gi).await;
+        let failed_before = {
+            let mut s = lock(&self.inner.groups[gi].refresh);
+            let before = s.failures;
+            s.last_end = Some(now());
+            match &fetched {
+                Ok(_) => s.failures = 0,
+                Err(_) => {
+                    s.failures = s.failures.saturating_add(1);
+                    s.jitter = jitter(self.inner.jitter_seed, gi, s.failures);
+                }
+            }
+            before
+        };
+        let name = self.group_label(gi);
+        match fetched {
+            Err(e) => {
+                tracing::warn!(group = %name, error = %e, failures = failed_before + 1,
+                    "refresh from CloudStack failed; the provider tries again on its own");
+                let mut st = self.inner.groups[gi].lock();
+                st.last_error = Some(e.to_string());
+                st.key_refused = e.is_key_refused();
+            }
+            Ok(_) if failed_before > 0 => {
+                tracing::info!(group = %name, failed_rounds = failed_before,
+                    "CloudStack answers again: the snapshot is fresh, followed jobs are polled now");
+                // A follower backing off after failed polls looks at its job now, not at the
+                // end of its backoff.
+                self.inner.groups[gi].poke.notify_one();
+            }
+            Ok(_) => {}
         }
         self.refresh_offering(gi).await;
         self.check_cloudstack_version().await;
@@ -230,15 +338,22 @@ impl Provider {
         let ages: Vec<Option<Duration>> =
             groups.iter().map(|&gi| self.snapshot_age_of(gi)).collect();
         let mut failures = Vec::new();
+        let mut key_refused = false;
         for i in cks_domain::freshness::stale_for_refresh(&ages, stale) {
             let gi = groups[i];
-            let last_error = self.inner.groups[gi].read().last_error.clone();
+            let (last_error, refused) = {
+                let st = self.inner.groups[gi].read();
+                (st.last_error.clone(), st.key_refused)
+            };
+            key_refused |= refused;
             let mut why = match ages[i] {
                 None => "no snapshot yet".to_string(),
                 Some(a) => format!("the last snapshot is {:.1}s old", a.as_secs_f64()),
             };
             if timed_out {
                 why.push_str(&self.round_in_flight(gi));
+            } else {
+                why.push_str(&self.retry_note(gi));
             }
             if let Some(e) = last_error {
                 why.push_str(&format!("; last error: {e}"));
@@ -256,7 +371,24 @@ impl Provider {
             Err(Error::Stale {
                 bound: stale,
                 failures,
+                key_refused,
             })
+        }
+    }
+
+    /// When a failing group is asked again, for a Refresh answered without a round.
+    fn retry_note(&self, gi: usize) -> String {
+        let clock = self.group_clock(gi);
+        if clock.failures == 0 || clock.round.is_some() {
+            return String::new();
+        }
+        match self.refresh_policy().due(&clock, now()) {
+            Some(at) => format!(
+                "; {} refresh rounds failed in a row, the next in {:.1}s (the provider retries on its own, with backoff)",
+                clock.failures,
+                at.saturating_duration_since(now()).as_secs_f64()
+            ),
+            None => String::new(),
         }
     }
 
@@ -304,41 +436,33 @@ impl Provider {
             .is_ok_and(|(gi, _)| self.stale_group(gi))
     }
 
-    /// SERVING for gRPC health and `/readyz`: every group has a snapshot, and none is stale
-    /// (older than the staleness bound while it cannot be refreshed).
+    /// Refresh rounds of the group with this node-group id that failed in a row.
+    pub fn refresh_failures(&self, group_id: &str) -> u32 {
+        self.group(group_id)
+            .map_or(0, |(gi, _)| lock(&self.inner.groups[gi].refresh).failures)
+    }
+
+    /// Readiness (`/readyz`, gRPC health of the whole server): whether this replica can take
+    /// the autoscaler's calls in its role. A single replica always can, and so can a leader
+    /// once it took over the recorded promises: CloudStack being unreachable, or a snapshot
+    /// past the staleness bound, makes no replica unready, since kube-proxy sends a Service's
+    /// traffic only to ready endpoints and the autoscaler would then hear a refused connection
+    /// instead of UNAVAILABLE naming CloudStack. A standby is ready while it can read the
+    /// recorded promises (it could take over): a rolling update halts before it replaces the
+    /// leader with pods that could not; the Service reaches only the leader, by its pod label.
+    pub fn ready_for_traffic(&self) -> bool {
+        match &self.inner.settings.leadership {
+            Some(l) if !l.serving() => l.ready_standby(),
+            _ => true,
+        }
+    }
+
+    /// Whether every group has a snapshot and none is stale (older than the staleness bound
+    /// while it cannot be refreshed): the gRPC health of the CloudProvider service, and what
+    /// `cks_provider_node_group_snapshot_stale` says per group.
     pub fn healthy(&self) -> bool {
         (0..self.inner.groups.len())
             .all(|gi| self.snapshot_age_of(gi).is_some() && !self.stale_group(gi))
-    }
-
-    /// Runs the first refresh in the background, retrying until every group has a snapshot,
-    /// so the server can serve (and report) while CloudStack is unreachable. The rounds are
-    /// spread by the permits: at most `refresh_concurrency` clusters are asked at once.
-    pub fn spawn_initial_refresh(&self) -> tokio::task::JoinHandle<()> {
-        let p = self.clone();
-        tokio::spawn(async move {
-            let mut delay = Duration::from_millis(200);
-            let mut said = false;
-            loop {
-                match p.refresh().await {
-                    Ok(()) if *p.inner.ready.borrow() => {
-                        tracing::info!("first CloudStack snapshot loaded for every node group");
-                        return;
-                    }
-                    Ok(()) => {}
-                    // The rounds warned about each group that failed: one warning per attempt.
-                    Err(e) if said => tracing::debug!(error = %e, "first refresh: retrying"),
-                    Err(_) => {
-                        said = true;
-                        tracing::info!(
-                            "serving without a snapshot until CloudStack answers; the first refresh is retried every 10s at most"
-                        )
-                    }
-                }
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(10));
-            }
-        })
     }
 
     /// Sets group `gi`'s worker offering when it is not known or changed: from the cache

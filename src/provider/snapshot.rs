@@ -223,6 +223,7 @@ impl Provider {
         let effects = {
             let mut st = g.lock();
             st.last_error = None;
+            st.key_refused = false;
             let newly_external = indexed.snap.externally_managed
                 && st
                     .scale
@@ -236,6 +237,7 @@ impl Provider {
             }
             st.scale.snapshot_installed(indexed.clone(), &alert, now())
         };
+        super::refresh::snapshot_arrived(&g.refresh);
         self.note_blocked(gi);
         self.update_ready();
         (indexed, effects)

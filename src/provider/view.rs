@@ -227,6 +227,7 @@ impl Scoped<'_> {
         st.scale.target().ok_or_else(|| Error::NoSnapshot {
             group: st.label(&g.spec),
             last_error: st.last_error.clone(),
+            key_refused: st.key_refused,
         })
     }
 

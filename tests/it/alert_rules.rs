@@ -127,7 +127,58 @@ fn prometheus_evaluates_the_leader_and_readiness_alerts_as_the_guide_says() {
         // `max by (namespace, pod)`: the job is not among them.
         &[("namespace", "kube-system"), ("pod", "provider-b")],
     );
+    let unreachable = expected(
+        &groups,
+        "CksCloudStackUnreachable",
+        &[
+            ("namespace", "kube-system"),
+            ("pod", "provider-a"),
+            ("node_group", "c1"),
+        ],
+    );
+    let stuck = expected(
+        &groups,
+        "CksProviderStuck",
+        &[("namespace", "kube-system"), ("pod", "provider-a")],
+    );
+    let failures = |values: &str| {
+        json!({
+            "series": format!("cks_provider_node_group_refresh_failures{{job=\"{JOB}\",namespace=\"kube-system\",pod=\"provider-a\",node_group=\"c1\"}}"),
+            "values": values,
+        })
+    };
     let tests = vec![
+        // CloudStack restarted for 2 minutes (failures climb, then 0): nothing; down from 1m
+        // for good: the third failure in a row at 2m, firing 5 minutes later.
+        case(
+            "a CloudStack restart within minutes",
+            vec![failures("0 0 1 2 3 4 5 6 0x20")],
+            vec![("10m", "CksCloudStackUnreachable", vec![])],
+        ),
+        case(
+            "CloudStack down for good",
+            vec![failures("0 0 1 2 3+1x30")],
+            vec![
+                ("6m30s", "CksCloudStackUnreachable", vec![]),
+                ("7m30s", "CksCloudStackUnreachable", vec![unreachable]),
+                ("7m30s", "CksProviderStuck", vec![]),
+            ],
+        ),
+        // A stuck provider is restarted by its liveness probe within a minute: one scrape saw
+        // it stuck, which raises the alert for 15 minutes after; CloudStack down never does.
+        case(
+            "a provider stuck in itself, restarted",
+            vec![series(
+                "cks_provider_stalled",
+                "provider-a",
+                "0 0 1 1 stale 0x30",
+            )],
+            vec![
+                ("30s", "CksProviderStuck", vec![]),
+                ("5m", "CksProviderStuck", vec![stuck.clone()]),
+                ("18m", "CksProviderStuck", vec![]),
+            ],
+        ),
         // The leader killed at 2m30s (its target gone: a staleness marker), the standby
         // leading from 3m: 30 s without a leader, inside the alert's minute.
         case(

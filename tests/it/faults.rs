@@ -416,13 +416,22 @@ async fn truncated_json_is_unavailable_until_cloudstack_answers_whole() {
     assert_eq!(e.code(), Code::Unavailable, "{}", e.message());
     assert!(scale_requests(&sim).is_empty());
     assert_eq!(health(addr).await, 2, "NOT_SERVING without a snapshot");
+    assert_eq!(
+        server_health(addr).await,
+        1,
+        "ready all the same: CloudStack's state never takes the provider out of its Service"
+    );
 
-    // CloudStack answers whole again: serving.
+    // CloudStack answers whole again: serving, once the provider's own retry (within its
+    // backoff) has read it; a Refresh during the backoff starts no round of its own.
     sim.configure(|c| c.malformed_rate = 0.0);
-    client
-        .refresh(with_deadline(pb::RefreshRequest {}, Duration::from_secs(5)))
-        .await
-        .unwrap();
+    wait_until("Refresh OK again", async || {
+        client
+            .refresh(with_deadline(pb::RefreshRequest {}, Duration::from_secs(5)))
+            .await
+            .is_ok()
+    })
+    .await;
     assert_eq!(target_of(&mut client, &cluster).await.unwrap(), 3);
     wait_until("health SERVING", async || health(addr).await == 1).await;
 
@@ -458,8 +467,22 @@ async fn truncated_json_is_unavailable_until_cloudstack_answers_whole() {
     assert_eq!(jobs.max(), 1);
 }
 
-/// gRPC health of the whole server: 1 SERVING, 2 NOT_SERVING.
+/// gRPC health of the CloudProvider service (every snapshot within the staleness bound):
+/// 1 SERVING, 2 NOT_SERVING.
 async fn health(addr: SocketAddr) -> i32 {
+    health_of(
+        addr,
+        "clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider",
+    )
+    .await
+}
+
+/// gRPC health of the whole server (readiness, as `/readyz`): 1 SERVING, 2 NOT_SERVING.
+async fn server_health(addr: SocketAddr) -> i32 {
+    health_of(addr, "").await
+}
+
+async fn health_of(addr: SocketAddr, service: &str) -> i32 {
     let ch = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
         .unwrap()
         .connect()
@@ -467,7 +490,7 @@ async fn health(addr: SocketAddr) -> i32 {
         .unwrap();
     HealthClient::new(ch)
         .check(HealthCheckRequest {
-            service: String::new(),
+            service: service.to_string(),
         })
         .await
         .unwrap()
@@ -847,7 +870,7 @@ async fn provider_with(
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_wrong_secret_is_unavailable_and_named_without_leaking_keys() {
+async fn a_wrong_secret_is_a_refused_key_named_without_leaking_keys() {
     let sim = sim::spawn(SimConfig::for_tests(API_KEY, SECRET_KEY))
         .await
         .unwrap();
@@ -855,22 +878,26 @@ async fn a_wrong_secret_is_unavailable_and_named_without_leaking_keys() {
     let mut cc = client_config(&sim);
     cc.secret_key = "a-wrong-secret".into();
     let (mut client, addr, _stop) = provider_with(cc, fast_settings(&cluster, 1, 10)).await;
+    // The key's refusal, not an outage: waiting does not mend it.
     let e = client.refresh(pb::RefreshRequest {}).await.unwrap_err();
-    assert_eq!(e.code(), Code::Unavailable);
-    assert!(
-        e.message().contains("rejected the API key"),
-        "{}",
-        e.message()
-    );
+    assert_eq!(e.code(), Code::PermissionDenied, "{}", e.message());
+    for says in [
+        "rejected the API key",
+        "CloudStack refused this provider's API key",
+    ] {
+        assert!(e.message().contains(says), "{says}: {}", e.message());
+    }
     for secret in ["a-wrong-secret", SECRET_KEY] {
         assert!(!e.message().contains(secret), "{}", e.message());
     }
     let e = target_of(&mut client, &cluster).await.unwrap_err();
-    assert_eq!(e.code(), Code::Unavailable);
+    assert_eq!(e.code(), Code::PermissionDenied, "{}", e.message());
+    // A scale request without any snapshot is refused by the machine before CloudStack is
+    // asked (the autoscaler never sends one: its loop stops at the failed Refresh).
     let e = increase(&mut client, &cluster, 1, Duration::from_secs(5))
         .await
         .unwrap_err();
-    assert_eq!(e.code(), Code::Unavailable);
+    assert_eq!(e.code(), Code::Unavailable, "{}", e.message());
     assert_eq!(health(addr).await, 2);
     assert!(scale_requests(&sim).is_empty());
 }
@@ -932,10 +959,16 @@ async fn after_a_key_rotation_scale_requests_are_permission_denied_and_run_nothi
     assert_eq!(target_of(&mut client, &cluster).await.unwrap(), 3);
 
     // Past the staleness bound the provider stops pretending (a span: the snapshot has to
-    // grow older than the bound).
+    // grow older than the bound), and says why: the key, not an outage.
     elapse(Duration::from_millis(1600).saturating_sub(fetched.elapsed())).await;
     let e = client.refresh(pb::RefreshRequest {}).await.unwrap_err();
-    assert_eq!(e.code(), Code::Unavailable);
+    assert_eq!(e.code(), Code::PermissionDenied, "{}", e.message());
+    assert!(
+        e.message()
+            .contains("CloudStack refused this provider's API key"),
+        "{}",
+        e.message()
+    );
     wait_until("health NOT_SERVING on a stale snapshot", async || {
         health(addr).await == 2
     })

@@ -241,6 +241,7 @@ impl MetricsSource for OneGroup {
             blocked: Some("alert_rule_5_vm_count_mismatch"),
             since_refresh: Some(Duration::from_secs(1)),
             stale: false,
+            refresh_failures: 0,
         }]
     }
 

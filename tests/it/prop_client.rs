@@ -94,6 +94,7 @@ impl Harness {
                 project_id: None,
                 request_timeout: Duration::from_secs(30),
                 max_rps: None,
+                key_source: None,
             })
             .unwrap()
         });

@@ -9,6 +9,7 @@ use crate::envelope::{
     Answer, envelope, is_auth_text, is_unavailable_command_text, looks_like_json, malformed,
     raw_number, throttle_retry_after,
 };
+use crate::keys::{FixedKeys, KeyPair, KeySource};
 use crate::pace::{Backoff, RateLimit};
 use crate::{CsError, LOG_TARGET, sign, types};
 use serde_json::value::RawValue;
@@ -37,6 +38,10 @@ pub struct ClientConfig {
     /// asks (`None`: no limit). Keeps the key under CloudStack's `api.throttling.max` per
     /// `api.throttling.interval` when set a little below it.
     pub max_rps: Option<f64>,
+    /// Where each request's key pair comes from once the client runs (`None`: `api_key` and
+    /// `secret_key` for its whole life). Those two are still required: they are the pair
+    /// checked when the client is built.
+    pub key_source: Option<Arc<dyn KeySource>>,
 }
 
 impl ClientConfig {
@@ -51,6 +56,7 @@ impl ClientConfig {
             project_id: None,
             request_timeout: Duration::from_secs(30),
             max_rps: None,
+            key_source: None,
         }
     }
 
@@ -65,6 +71,12 @@ impl ClientConfig {
         self.max_rps = max_rps;
         self
     }
+
+    /// The same, each request signed with the pair `source` holds when it is sent.
+    pub fn with_key_source(mut self, source: Arc<dyn KeySource>) -> Self {
+        self.key_source = Some(source);
+        self
+    }
 }
 
 impl std::fmt::Debug for ClientConfig {
@@ -77,6 +89,7 @@ impl std::fmt::Debug for ClientConfig {
             .field("project_id", &self.project_id)
             .field("request_timeout", &self.request_timeout)
             .field("max_rps", &self.max_rps)
+            .field("key_source", &self.key_source.is_some())
             .finish()
     }
 }
@@ -113,8 +126,7 @@ pub struct Client {
 pub(crate) struct Inner {
     http: reqwest::Client,
     api_url: String,
-    api_key: String,
-    secret_key: String,
+    keys: Arc<dyn KeySource>,
     pub(crate) project_id: Option<String>,
     request_timeout: Duration,
     /// The client's own rate limit, shared by every clone (`None`: none).
@@ -129,7 +141,10 @@ impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
             .field("api_url", &self.inner.api_url)
-            .field("api_key", &crate::redact::mask(&self.inner.api_key))
+            .field(
+                "api_key",
+                &crate::redact::mask(&self.inner.keys.current().api_key),
+            )
             .field("project_id", &self.inner.project_id)
             .field("max_rps", &self.inner.max_rps)
             .field("page_size", &self.page_size())
@@ -217,8 +232,12 @@ impl Client {
             inner: Arc::new(Inner {
                 http,
                 api_url: url.to_string(),
-                api_key: config.api_key,
-                secret_key: config.secret_key,
+                keys: config.key_source.unwrap_or_else(|| {
+                    Arc::new(FixedKeys(Arc::new(KeyPair::new(
+                        config.api_key,
+                        config.secret_key,
+                    ))))
+                }),
                 project_id: config.project_id.filter(|p| !p.is_empty()),
                 request_timeout: config.request_timeout,
                 rate,
@@ -378,7 +397,13 @@ impl Client {
             sign::SIGNATURE_VERSION.1.to_string(),
         ));
         all.push((sign::EXPIRES.to_string(), sign::expires_value(expires)));
-        let query = sign::signed_query(&all, &inner.api_key, &inner.secret_key);
+        let keys = inner.keys.current();
+        if !keys.is_complete() {
+            return Err(CsError::Config(
+                "no API key or secret key to sign the request with".into(),
+            ));
+        }
+        let query = sign::signed_query(&all, &keys.api_key, &keys.secret_key);
         let url = format!("{}?{}", inner.api_url, query);
 
         let response = inner
@@ -553,9 +578,9 @@ impl Client {
 
     /// Removes the API key, secret and any signature from text bound for errors or logs.
     fn redact(&self, text: &str) -> String {
-        let inner = &self.inner;
+        let keys = self.inner.keys.current();
         let mut out = text.to_string();
-        for secret in [inner.secret_key.as_str(), inner.api_key.as_str()] {
+        for secret in [keys.secret_key.as_str(), keys.api_key.as_str()] {
             if secret.len() >= 4 {
                 out = out.replace(secret, "***");
                 let encoded = sign::encode_value(secret);

@@ -10,6 +10,7 @@
 //! requests go (the client's rate limit, and the waits after CloudStack's throttling).
 
 pub mod error;
+pub mod keys;
 pub mod redact;
 pub mod sign;
 pub mod types;
@@ -23,6 +24,7 @@ mod paging;
 
 pub use client::{Client, ClientConfig, DEFAULT_SIGNATURE_EXPIRY, record_request_metrics};
 pub use error::CsError;
+pub use keys::{KeyPair, KeySource};
 
 /// The target of this crate's log events: the crate's name, whichever of its files logs, so
 /// one filter (`cks_cloudstack=…`) and one name in the logs cover the whole client.

@@ -113,6 +113,7 @@ fn test_config(api_url: &str) -> ClientConfig {
         project_id: None,
         request_timeout: Duration::from_secs(20),
         max_rps: None,
+        key_source: None,
     }
 }
 

@@ -23,6 +23,9 @@
 //!   differ, Alert with no worker down), the VMs involved and the operator's fix.
 //! - [`freshness`]: whether a snapshot may still be answered from (Refresh, a scale RPC's
 //!   fallback to the cached snapshot, the health check).
+//! - [`keeper`]: keeping every snapshot fresh without waiting for an RPC: when a refresh round
+//!   is due (backoff and jitter after failures, the rate limit's pace), how a Refresh is
+//!   answered, and when the provider is stuck in itself.
 //! - [`lease`]: leader election on a Kubernetes Lease: which replica may act, and the fence
 //!   that stops a leader before another can take over.
 //!
@@ -32,6 +35,7 @@ pub mod cluster;
 pub mod freshness;
 pub mod instances;
 pub mod jobs;
+pub mod keeper;
 pub mod lease;
 pub mod machine;
 pub mod nodeid;

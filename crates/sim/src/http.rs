@@ -283,7 +283,8 @@ fn authenticated_reply(sh: &Arc<Shared>, command: Option<&str>, params: &Params)
     let role = settings.key_role;
     // `checkCommandAvailable`'s checkers: the role, then the API rate limit (their order is
     // *unverified*; see `throttle`).
-    let verified = signing::verify_with_role(&params.pairs, &sh.api_key, &sh.secret_key, || {
+    let (api_key, secret_key) = sh.keys();
+    let verified = signing::verify_with_role(&params.pairs, &api_key, &secret_key, || {
         if !role.allows(name) {
             return Err(signing::AuthFailure::CommandUnavailable);
         }

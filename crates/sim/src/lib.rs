@@ -118,8 +118,9 @@ pub(crate) struct Shared {
     /// critical section is short (one command, one job step, one scanner pass).
     world: Mutex<World>,
     clock: Clock,
-    api_key: String,
-    secret_key: String,
+    /// The user's API key and secret key. A lock of their own: CloudStack replaces them when
+    /// the user's keys are generated again ([`SimHandle::rotate_keys`]), and only that writes.
+    keys: Mutex<(String, String)>,
     /// What `listCapabilities` reports (an upgrade changes it: [`SimHandle::set_cloudstack_version`]).
     version: Mutex<String>,
     /// Wakes the scanner when its interval changes.
@@ -134,6 +135,14 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// The API key and secret key requests must be signed with now.
+    pub(crate) fn keys(&self) -> (String, String) {
+        self.keys
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
     /// The version `listCapabilities` reports now.
     pub(crate) fn version(&self) -> String {
         self.version
@@ -208,8 +217,7 @@ fn build(config: SimConfig) -> anyhow::Result<Arc<Shared>> {
     Ok(Arc::new(Shared {
         world: Mutex::new(world),
         clock: Clock::new(),
-        api_key,
-        secret_key,
+        keys: Mutex::new((api_key, secret_key)),
         version: Mutex::new(config.cloudstack_version),
         settings_changed: Notify::new(),
         shutdown,
@@ -278,6 +286,8 @@ pub struct SimHandle {
     pub addr: SocketAddr,
     /// `http://127.0.0.1:PORT/client/api`.
     pub api_url: String,
+    /// The keys at start ([`SimHandle::rotate_keys`] replaces them; [`SimHandle::keys`] tells
+    /// the ones in force).
     pub api_key: String,
     pub secret_key: String,
     shared: Arc<Shared>,
@@ -292,6 +302,7 @@ pub async fn spawn(config: SimConfig) -> anyhow::Result<SimHandle> {
         .context("binding 127.0.0.1:0")?;
     let addr = listener.local_addr()?;
     let shared = build(config)?;
+    let (api_key, secret_key) = shared.keys();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(run(shared.clone(), listener, async move {
         let _ = stopped.await;
@@ -299,8 +310,8 @@ pub async fn spawn(config: SimConfig) -> anyhow::Result<SimHandle> {
     Ok(SimHandle {
         addr,
         api_url: format!("http://{addr}/client/api"),
-        api_key: shared.api_key.clone(),
-        secret_key: shared.secret_key.clone(),
+        api_key,
+        secret_key,
         shared,
         stop: Some(stop),
         server: Some(server),
@@ -526,6 +537,24 @@ impl SimHandle {
             .version
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = version.to_string();
+    }
+
+    /// The user's keys are generated again, as CloudStack's "Generate keys" (`registerUserKeys`)
+    /// does: from now on only `api_key` and `secret_key` are accepted, and a request signed
+    /// with the previous pair is refused as CloudStack refuses it (HTTP 401, errorcode 401,
+    /// "unable to verify user credentials and/or request signature").
+    pub fn rotate_keys(&self, api_key: &str, secret_key: &str) {
+        *self
+            .shared
+            .keys
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            (api_key.to_string(), secret_key.to_string());
+    }
+
+    /// The API key and secret key accepted now.
+    pub fn keys(&self) -> (String, String) {
+        self.shared.keys()
     }
 
     /// Runs one status-scanner pass now, whatever the interval.

@@ -1,8 +1,9 @@
 //! What the tests and benchmarks of the workspace share (a dev-dependency only): a simulator, a provider serving gRPC on
 //! loopback with shrunk timings, a gRPC client, node helpers, a CloudStack client with its own
 //! signer ([`cs`]), the end-to-end harness with mock autoscalers ([`stack`]), the provider as a
-//! process ([`process`]), a real Kubernetes API server ([`kube`]), the programs no crate
-//! provides, set up on first use ([`tools`]), and the one way a test waits: [`wait_until`].
+//! process ([`process`]), a real Kubernetes API server ([`kube`]), a Secret volume updated the
+//! kubelet's way ([`secret_volume`]), the programs no crate provides, set up on first use
+//! ([`tools`]), and the one way a test waits: [`wait_until`].
 //!
 //! # Time
 //! The simulator and the mock autoscaler run on tokio time, so a test started with
@@ -19,6 +20,7 @@ pub mod cs;
 pub mod kube;
 pub mod logs;
 pub mod process;
+pub mod secret_volume;
 pub mod stack;
 pub mod tools;
 
@@ -34,6 +36,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 use tonic::transport::Channel;
 
+pub use secret_volume::SecretVolume;
 pub use stack::Stack;
 
 /// The API key of test simulators.

@@ -290,9 +290,12 @@ impl ProviderProcess {
         let mut health = HealthClient::new(self.channel());
         let started = Instant::now();
         loop {
+            // The CloudProvider service's health: SERVING once every group has a snapshot
+            // (the whole server's, "", is readiness, SERVING from the start).
             let status = health
                 .check(HealthCheckRequest {
-                    service: String::new(),
+                    service: "clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider"
+                        .to_string(),
                 })
                 .await
                 .map(|r| r.into_inner().status);

@@ -2,11 +2,12 @@ package main
 
 // The cluster's own controllers and scheduler, upstream's code, run in this process against
 // the scenario's API server: the ReplicaSet, Deployment, disruption (PodDisruptionBudget
-// status) and taint eviction controllers of kube-controller-manager, and kube-scheduler with
-// its default configuration. Each is started as kubernetes/kubernetes v1.33.1 starts it
-// (cmd/kube-controller-manager/app: apps.go startReplicaSetController and
+// status), taint eviction and EndpointSlice controllers of kube-controller-manager, and
+// kube-scheduler with its default configuration. Each is started as kubernetes/kubernetes
+// v1.33.1 starts it (cmd/kube-controller-manager/app: apps.go startReplicaSetController and
 // startDeploymentController, policy.go startDisruptionController, core.go
-// startTaintEvictionController, the shared informers and REST mapper of controllermanager.go
+// startTaintEvictionController, discovery.go startEndpointSliceController, the shared
+// informers and REST mapper of controllermanager.go
 // CreateControllerContext; cmd/kube-scheduler/app/server.go Setup and Run, without the
 // secure serving and leader election a single in-process scheduler has no use for).
 //
@@ -39,6 +40,7 @@ import (
 	"k8s.io/kubernetes/pkg/controller"
 	"k8s.io/kubernetes/pkg/controller/deployment"
 	"k8s.io/kubernetes/pkg/controller/disruption"
+	"k8s.io/kubernetes/pkg/controller/endpointslice"
 	"k8s.io/kubernetes/pkg/controller/replicaset"
 	"k8s.io/kubernetes/pkg/controller/tainteviction"
 	"k8s.io/kubernetes/pkg/scheduler"
@@ -111,6 +113,12 @@ func (c *Controllers) start(ctx context.Context, k *Kube) error {
 		return err
 	}
 	go te.Run(ctx)
+	// The EndpointSlice controller writes the provider's Service's EndpointSlices from its
+	// pods' Ready condition (leader.go's proxy routes by them): its defaults
+	// (pkg/controller/endpointslice/config/v1alpha1/defaults.go: 5 syncs, 100 endpoints per
+	// slice, no batch period).
+	go endpointslice.NewController(ctx, shared.Core().V1().Pods(), shared.Core().V1().Services(),
+		shared.Core().V1().Nodes(), shared.Discovery().V1().EndpointSlices(), 100, client, 0).Run(ctx, 5)
 	shared.Start(ctx.Done())
 
 	// kube-scheduler: its client limits [--kube-api-qps 50, --kube-api-burst 100], its own

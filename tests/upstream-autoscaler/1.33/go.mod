@@ -190,6 +190,7 @@ require (
 	k8s.io/cri-client v0.0.0 // indirect
 	k8s.io/csi-translation-lib v0.27.0 // indirect
 	k8s.io/dynamic-resource-allocation v0.33.1 // indirect
+	k8s.io/endpointslice v0.33.1 // indirect
 	k8s.io/kms v0.33.1 // indirect
 	k8s.io/kube-openapi v0.0.0-20250318190949-c8a335a9a2ff // indirect
 	k8s.io/kube-scheduler v0.0.0 // indirect
@@ -224,3 +225,7 @@ replace k8s.io/mount-utils => k8s.io/mount-utils v0.33.1
 replace k8s.io/kms => k8s.io/kms v0.33.1
 
 replace k8s.io/cri-client => k8s.io/cri-client v0.33.1
+
+// k8s.io/kubernetes's own replace line for the staging repo its EndpointSlice controller
+// imports (controllers.go).
+replace k8s.io/endpointslice => k8s.io/endpointslice v0.33.1

@@ -22,6 +22,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -180,36 +181,18 @@ func (k *Kube) startEtcd() error {
 func (k *Kube) startAPIServer() error {
 	var last error
 	for attempt := 0; attempt < 3; attempt++ {
-		port, err := freePort()
+		// Below the ephemeral range: RestartAPIServer starts it again on this port, which no
+		// client's outgoing connection can hold meanwhile (procs.go stablePort).
+		port, err := stablePort()
 		if err != nil {
 			return err
 		}
 		k.URL = fmt.Sprintf("https://127.0.0.1:%d", port)
-		f := func(name string) string { return filepath.Join(k.dir, name) }
-		p, err := startProcIn(k.dir, k.dir, "kube-apiserver", filepath.Join(k.bins, "kube-apiserver"),
-			"--etcd-servers="+k.EtcdURL,
-			"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", port),
-			"--tls-cert-file="+f("serving.crt"), "--tls-private-key-file="+f("serving.key"),
-			"--token-auth-file="+f("tokens.csv"), "--authorization-mode=RBAC",
-			"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-			"--service-account-key-file="+f("sa-pub.pem"), "--service-account-signing-key-file="+f("sa-key.pem"),
-			"--service-cluster-ip-range=10.0.0.0/24",
-			"--enable-priority-and-fairness=false", "--profiling=false",
-			fmt.Sprintf("--default-not-ready-toleration-seconds=%d", defaultTolerationSeconds),
-			fmt.Sprintf("--default-unreachable-toleration-seconds=%d", defaultTolerationSeconds),
-			// Objects stored as JSON, so Backdate can rewrite a Node's creation time in etcd.
-			"--storage-media-type=application/json")
-		if err != nil {
-			return err
-		}
-		k.api = p
-		last = waitFor(kubeStartBound, p, func() bool { code, _, err := k.Raw("GET", "/readyz", nil); return err == nil && code == 200 })
-		if last == nil {
+		if last = k.launchAPIServer(port); last == nil {
 			break
 		}
-		p.Stop(syscall.SIGKILL)
-		if !p.logSince(0, "address already in use") {
-			return fmt.Errorf("kube-apiserver: %v (log %s)", last, p.Log)
+		if !k.api.logSince(0, "address already in use") {
+			return fmt.Errorf("kube-apiserver: %v (log %s)", last, k.api.Log)
 		}
 	}
 	if last != nil {
@@ -240,6 +223,47 @@ func (k *Kube) startAPIServer() error {
 		return err
 	}
 	return nil
+}
+
+// launchAPIServer starts kube-apiserver on port (etcd's data as it is) and waits for its
+// /readyz; on failure the process is killed.
+func (k *Kube) launchAPIServer(port int) error {
+	f := func(name string) string { return filepath.Join(k.dir, name) }
+	p, err := startProcIn(k.dir, k.dir, "kube-apiserver", filepath.Join(k.bins, "kube-apiserver"),
+		"--etcd-servers="+k.EtcdURL,
+		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", port),
+		"--tls-cert-file="+f("serving.crt"), "--tls-private-key-file="+f("serving.key"),
+		"--token-auth-file="+f("tokens.csv"), "--authorization-mode=RBAC",
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file="+f("sa-pub.pem"), "--service-account-signing-key-file="+f("sa-key.pem"),
+		"--service-cluster-ip-range=10.0.0.0/24",
+		"--enable-priority-and-fairness=false", "--profiling=false",
+		fmt.Sprintf("--default-not-ready-toleration-seconds=%d", defaultTolerationSeconds),
+		fmt.Sprintf("--default-unreachable-toleration-seconds=%d", defaultTolerationSeconds),
+		// Objects stored as JSON, so Backdate can rewrite a Node's creation time in etcd.
+		"--storage-media-type=application/json")
+	if err != nil {
+		return err
+	}
+	k.api = p
+	err = waitFor(kubeStartBound, p, func() bool { code, _, err := k.Raw("GET", "/readyz", nil); return err == nil && code == 200 })
+	if err != nil {
+		p.Stop(syscall.SIGKILL)
+	}
+	return err
+}
+
+// StopAPIServer kills kube-apiserver (etcd keeps running): the API is down.
+func (k *Kube) StopAPIServer() { k.api.Stop(syscall.SIGKILL) }
+
+// RestartAPIServer starts kube-apiserver again on its port with the same etcd, certificates
+// and tokens (what a restarted control plane node serves), and returns once /readyz answers.
+func (k *Kube) RestartAPIServer() error {
+	port, err := strconv.Atoi(k.URL[strings.LastIndex(k.URL, ":")+1:])
+	if err != nil {
+		return err
+	}
+	return k.launchAPIServer(port)
 }
 
 // waitFor polls cond until it holds, failing when p ends or within passes.

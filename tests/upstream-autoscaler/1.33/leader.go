@@ -6,20 +6,21 @@ package main
 // KUBERNETES_SERVICE_HOST/PORT and the service account's token, ca.crt and namespace, from the
 // directory CKS_PROVIDER_SERVICE_ACCOUNT_DIR names) with a token of its own ServiceAccount
 // bound to the Roles of deploy/kustomize/base/provider-rbac.yaml, read from that file. As
-// tests/it/leader.rs runs them. The Pod objects exist only to carry the role label: no kubelet
-// runs them (the processes run here), they are bound to the control-plane node so the
-// scheduler and the autoscaler leave them alone.
+// tests/it/leader.rs runs them. The Pod objects carry the role label and the Ready condition
+// the kubelet's readiness probe decides (service.go): no kubelet runs them (the processes run
+// here), they are bound to the control-plane node so the scheduler and the autoscaler leave
+// them alone.
 //
 // The autoscaler reaches the leader through LeaderProxy: in a cluster, the Service
-// (provider-service.yaml) selects the pods labelled cks-autoscaler-provider/role=leader and
-// kube-proxy sends each new connection to a ready pod among them.
+// (provider-service.yaml) selects the pods labelled cks-autoscaler-provider/role=leader, the
+// EndpointSlice controller lists them with their readiness, and kube-proxy sends each new
+// connection to a ready one among them.
 
 import (
 	"context"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -31,10 +32,15 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	apiv1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	discoverylisters "k8s.io/client-go/listers/discovery/v1"
+	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/yaml"
 )
 
@@ -177,32 +183,10 @@ func (e *Env) providerIdentity(cs kubernetes.Interface) (string, error) {
 	return dir, nil
 }
 
-// createReplicaPods creates the Pod objects of the replicas, bound to a control-plane node
-// (no kubelet here runs them; bound, the scheduler and the autoscaler's pending-pod logic
-// leave them alone), with no service-account token mounted.
-func (e *Env) createReplicaPods(cs kubernetes.Interface, names []string) error {
-	host := "provider-host"
-	if list, err := cs.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{LabelSelector: "node-role.kubernetes.io/control-plane"}); err == nil && len(list.Items) > 0 {
-		host = list.Items[0].Name
-	}
-	no := false
-	for _, name := range names {
-		p := &apiv1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: providerNamespace,
-				Labels: map[string]string{"app.kubernetes.io/name": "cks-autoscaler-provider"}},
-			Spec: apiv1.PodSpec{ServiceAccountName: providerAccount, AutomountServiceAccountToken: &no, NodeName: host,
-				Containers: []apiv1.Container{{Name: "provider", Image: "cks-autoscaler-provider"}}},
-		}
-		if _, err := cs.CoreV1().Pods(providerNamespace).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("pod %s: %v", name, err)
-		}
-	}
-	return nil
-}
-
-// startLeaderReplicas is leader-failover's Providers: the identity and pods, the proxy (the
-// autoscaler's cloud-config names it), provider-a started and leading, then provider-b
-// started and standing by. e.Prov is provider-a.
+// startLeaderReplicas is leader-failover's Providers: the identity, the replicas' pods and
+// Service, their probes and the proxy (service.go routeProviders; the autoscaler's
+// cloud-config names the proxy), provider-a started and leading, then provider-b started and
+// standing by. e.Prov is provider-a.
 func startLeaderReplicas(e *Env, tls TLSFiles, nodes string, flags []string) error {
 	cs, err := kubernetes.NewForConfig(e.Kube.Config(50, 100))
 	if err != nil {
@@ -213,9 +197,6 @@ func startLeaderReplicas(e *Env, tls TLSFiles, nodes string, flags []string) err
 		return err
 	}
 	names := []string{"provider-a", "provider-b"}
-	if err := e.createReplicaPods(cs, names); err != nil {
-		return err
-	}
 	apiPort := e.Kube.URL[strings.LastIndex(e.Kube.URL, ":")+1:]
 	e.Replicas = map[string]*Provider{}
 	for _, name := range names {
@@ -229,14 +210,7 @@ func startLeaderReplicas(e *Env, tls TLSFiles, nodes string, flags []string) err
 		}
 		e.Replicas[name] = p
 	}
-	e.Proxy, err = StartLeaderProxy(cs, e.Replicas)
-	if err != nil {
-		return err
-	}
-	// The autoscaler's cloud-config as StartProvider writes it, the address the proxy's: the
-	// proxy forwards TCP, the TLS session is the autoscaler's with the replica.
-	yaml := fmt.Sprintf("address: \"localhost:%d\"\nkey: %s\ncert: %s\ncacert: %s\ngrpc_timeout: 10s\n", e.Proxy.Port, tls.ClientKey, tls.ClientCert, tls.CA)
-	if err := os.WriteFile(autoscalerCloudConfig(e.Dir), []byte(yaml), 0o600); err != nil {
+	if err := e.routeProviders(cs, tls, e.Replicas, true); err != nil {
 		return err
 	}
 	e.Prov = e.Replicas["provider-a"]
@@ -244,6 +218,9 @@ func startLeaderReplicas(e *Env, tls TLSFiles, nodes string, flags []string) err
 		return err
 	}
 	if err := waitRole(cs, "provider-a", "leader", 60*time.Second); err != nil {
+		return err
+	}
+	if err := e.waitEndpoint("provider-a", 60*time.Second); err != nil {
 		return err
 	}
 	if err := e.Replicas["provider-b"].Restart(); err != nil {
@@ -271,7 +248,12 @@ func newReplica(e *Env, name string, tls TLSFiles, nodes string, flags, env []st
 		return nil, err
 	}
 	ini := filepath.Join(dir, "cloudstack.ini")
-	if err := os.WriteFile(ini, []byte(fmt.Sprintf("[Global]\napi-url = %s\napi-key = %s\nsecret-key = %s\n", e.Sim.URL, e.Sim.Key, e.Sim.Secret)), 0o600); err != nil {
+	api := e.Sim.URL
+	if e.CloudStack != nil {
+		// The way to CloudStack a scenario can cut (outage.go).
+		api = e.CloudStack.URL
+	}
+	if err := os.WriteFile(ini, []byte(fmt.Sprintf("[Global]\napi-url = %s\napi-key = %s\nsecret-key = %s\n", api, e.Sim.Key, e.Sim.Secret)), 0o600); err != nil {
 		return nil, err
 	}
 	p := &Provider{dir: dir, bin: e.ProvBin, env: env, Addr: fmt.Sprintf("127.0.0.1:%d", port),
@@ -306,89 +288,103 @@ func waitRole(cs kubernetes.Interface, pod, role string, within time.Duration) e
 	return nil
 }
 
-// LeaderProxy imitates kube-proxy and the Service of provider-service.yaml (its selector:
-// cks-autoscaler-provider/role=leader) on loopback: every 200 ms it lists the replicas' pods
-// labelled leader and keeps those that are ready (their /readyz answers 200, the
-// Deployment's readiness probe; a killed process is not ready, as the kubelet reports a
-// killed container not ready and the EndpointSlice controller drops it), and sends each new
-// connection to the first of them by name. A connection while there is none is closed at once
-// (kube-proxy rejects a connection to a Service without endpoints). When the endpoint
-// changes, the connections already open are closed, as a dead pod's connections break, so
-// the autoscaler's gRPC client connects again. It forwards bytes: the TLS session is the
-// autoscaler's with the replica. Named after kubernetes/kubernetes pkg/proxy and the
-// EndpointSlice controller (pkg/controller/endpointslice); how closely it follows their
-// timing and their treatment of established connections is not verified: a model, not their
-// code.
+// LeaderProxy imitates kube-proxy for the provider's Service (provider-service.yaml, its
+// selector the leader's label with leader election) on loopback: it watches the Service's
+// EndpointSlices, which upstream's EndpointSlice controller writes from the pods' Ready
+// condition (controllers.go; the kubelet's part is service.go's Prober), and sends each new
+// connection to an endpoint listed with conditions.ready=true (the Service has no
+// publishNotReadyAddresses), its pod mapped back to the replica. Follows kubernetes/kubernetes
+// v1.33.1 pkg/proxy: config/config.go EndpointSliceConfig (the informer's events),
+// endpointslicecache.go and endpoints.go (an endpoint is used when Ready; a terminating one
+// is left out as the Service has no traffic policy that would use it), and the iptables
+// proxier's rules (iptables/proxier.go syncProxyRules: a Service without endpoints gets a
+// REJECT rule, so a connection is refused; with endpoints a new connection goes to one of
+// them). Where kube-proxy picks among several ready endpoints at random, this proxy takes the
+// first by name, so a run is repeatable. A connection already open to an endpoint that is no
+// longer ready is closed, as the pod's connections break when it dies, so the autoscaler's
+// gRPC client connects again. With no endpoint it stops listening: connections are refused,
+// as the REJECT rule makes them. It forwards bytes: the TLS session is the autoscaler's with
+// the replica. A model, not kube-proxy's code: its timing is the informer's.
 type LeaderProxy struct {
 	Port     int
-	ln       net.Listener
 	kube     kubernetes.Interface
+	service  string
 	backends map[string]*Provider // pod -> replica
 	stop     chan struct{}
 	done     sync.WaitGroup
+	changed  chan struct{}
 
-	mu       sync.Mutex
-	current  string              // the pod new connections go to, "" for none
-	conns    map[net.Conn]string // open connections (both sides) -> the pod
-	History  []string            // every endpoint change, "" for none
-	accepted map[string]int      // connections forwarded, by pod
-	refused  int                 // connections closed for want of an endpoint
+	mu         sync.Mutex
+	ln         net.Listener        // nil while there is no ready endpoint
+	ready      map[string]bool     // the pods the EndpointSlices list ready
+	current    string              // the pod new connections go to, "" for none
+	conns      map[net.Conn]string // open connections (both sides) -> the pod
+	History    []string            // every endpoint change, "" for none
+	accepted   map[string]int      // connections forwarded, by pod
+	noEndpoint time.Duration       // how long there was no endpoint, summed
+	noSince    time.Time           // since when there is none (zero when there is one)
 }
 
-// StartLeaderProxy listens on a port below the ephemeral range and starts the watch of the
-// pods and the accept loop.
-func StartLeaderProxy(kube kubernetes.Interface, backends map[string]*Provider) (*LeaderProxy, error) {
+// StartLeaderProxy takes a port below the ephemeral range (listened on while the Service has
+// a ready endpoint) and starts the watch of the Service's EndpointSlices.
+func StartLeaderProxy(kube kubernetes.Interface, service string, backends map[string]*Provider) (*LeaderProxy, error) {
 	port, err := stablePort()
 	if err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-	if err != nil {
+	p := &LeaderProxy{Port: port, kube: kube, service: service, backends: backends, stop: make(chan struct{}),
+		changed: make(chan struct{}, 1), ready: map[string]bool{}, conns: map[net.Conn]string{}, accepted: map[string]int{},
+		noSince: time.Now()}
+	f := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithNamespace(providerNamespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.LabelSelector = discoveryv1.LabelServiceName + "=" + service
+		}))
+	inf := f.Discovery().V1().EndpointSlices()
+	poke := func(any) {
+		select {
+		case p.changed <- struct{}{}:
+		default:
+		}
+	}
+	if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: poke, DeleteFunc: poke, UpdateFunc: func(_, n any) { poke(n) },
+	}); err != nil {
 		return nil, err
 	}
-	p := &LeaderProxy{Port: port, ln: ln, kube: kube, backends: backends, stop: make(chan struct{}),
-		conns: map[net.Conn]string{}, accepted: map[string]int{}}
-	p.done.Add(2)
-	go p.watch()
-	go p.accept()
+	lister := inf.Lister()
+	f.Start(p.stop)
+	p.done.Add(1)
+	go p.sync(lister)
 	return p, nil
 }
 
-// ready is the readiness probe's verdict on a replica.
-func ready(r *Provider) bool {
-	if r.Proc == nil || r.exited() {
-		return false
-	}
-	c := http.Client{Timeout: 500 * time.Millisecond}
-	resp, err := c.Get(r.MetricsURL + "/readyz")
-	if err != nil {
-		return false
-	}
-	resp.Body.Close()
-	return resp.StatusCode == 200
-}
-
-func (p *LeaderProxy) watch() {
+// sync applies the EndpointSlices on every change (the proxier's syncProxyRules).
+func (p *LeaderProxy) sync(lister discoverylisters.EndpointSliceLister) {
 	defer p.done.Done()
-	t := time.NewTicker(200 * time.Millisecond)
-	defer t.Stop()
 	for {
 		select {
 		case <-p.stop:
 			return
-		case <-t.C:
+		case <-p.changed:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		list, err := p.kube.CoreV1().Pods(providerNamespace).List(ctx, metav1.ListOptions{LabelSelector: roleLabel + "=leader"})
-		cancel()
+		slices, err := lister.EndpointSlices(providerNamespace).List(labels.Everything())
 		if err != nil {
 			continue
 		}
-		var endpoints []string
-		for _, pod := range list.Items {
-			if r, ok := p.backends[pod.Name]; ok && ready(r) {
-				endpoints = append(endpoints, pod.Name)
+		ready := map[string]bool{}
+		for _, s := range slices {
+			for _, ep := range s.Endpoints {
+				if ep.Conditions.Ready == nil || !*ep.Conditions.Ready || ep.TargetRef == nil || ep.TargetRef.Kind != "Pod" {
+					continue
+				}
+				if _, ok := p.backends[ep.TargetRef.Name]; ok {
+					ready[ep.TargetRef.Name] = true
+				}
 			}
+		}
+		var endpoints []string
+		for pod := range ready {
+			endpoints = append(endpoints, pod)
 		}
 		sort.Strings(endpoints)
 		next := ""
@@ -396,28 +392,53 @@ func (p *LeaderProxy) watch() {
 			next = endpoints[0]
 		}
 		p.mu.Lock()
+		p.ready = ready
+		for c, pod := range p.conns {
+			if !ready[pod] {
+				c.Close()
+			}
+		}
 		if next != p.current {
 			p.current = next
 			p.History = append(p.History, next)
-			for c := range p.conns {
-				c.Close()
+		}
+		switch {
+		case next == "" && p.ln != nil:
+			p.ln.Close()
+			p.ln = nil
+			p.noSince = time.Now()
+		case next != "" && p.ln == nil:
+			ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p.Port))
+			if err != nil {
+				// Tried again at the next change, or now.
+				p.mu.Unlock()
+				time.Sleep(100 * time.Millisecond)
+				select {
+				case p.changed <- struct{}{}:
+				default:
+				}
+				continue
 			}
+			p.ln = ln
+			p.noEndpoint += time.Since(p.noSince)
+			p.noSince = time.Time{}
+			p.done.Add(1)
+			go p.accept(ln)
 		}
 		p.mu.Unlock()
 	}
 }
 
-func (p *LeaderProxy) accept() {
+func (p *LeaderProxy) accept(ln net.Listener) {
 	defer p.done.Done()
 	for {
-		c, err := p.ln.Accept()
+		c, err := ln.Accept()
 		if err != nil {
 			return
 		}
 		p.mu.Lock()
 		pod := p.current
 		if pod == "" {
-			p.refused++
 			p.mu.Unlock()
 			c.Close()
 			continue
@@ -435,8 +456,8 @@ func (p *LeaderProxy) forward(c net.Conn, pod, addr string) {
 		return
 	}
 	p.mu.Lock()
-	if p.current != pod {
-		// The endpoint changed while this connection was dialled.
+	if !p.ready[pod] {
+		// The endpoint went while this connection was dialled.
 		p.mu.Unlock()
 		c.Close()
 		b.Close()
@@ -475,14 +496,29 @@ func (p *LeaderProxy) Accepted(pod string) int {
 	return p.accepted[pod]
 }
 
+// WithoutEndpoint is how long the Service has had no ready endpoint since the proxy started
+// (while it had none, every connection was refused).
+func (p *LeaderProxy) WithoutEndpoint() time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	d := p.noEndpoint
+	if !p.noSince.IsZero() {
+		d += time.Since(p.noSince)
+	}
+	return d
+}
+
 // Stop closes the listener and every connection.
 func (p *LeaderProxy) Stop() {
 	if p == nil {
 		return
 	}
 	close(p.stop)
-	p.ln.Close()
 	p.mu.Lock()
+	if p.ln != nil {
+		p.ln.Close()
+		p.ln = nil
+	}
 	for c := range p.conns {
 		c.Close()
 	}
@@ -518,12 +554,11 @@ func (e *Env) awaitLeader(cs kubernetes.Interface, pod string, since time.Time) 
 // carries the owed removal through. Each scaleKubernetesCluster sent once, the VM
 // upstream was told is being deleted gone, the cluster at its one worker.
 //
-// Seen in the runs: the restarted provider-a answers /readyz 200 (a standby is ready) a moment
-// before it labels its pod standby, the pod still labelled leader from before its kill, so for
-// that moment two ready pods carry the leader label and the proxy (first by name) sends new
-// connections to the standby, which answers UNAVAILABLE; kube-proxy would spread them between
-// both. The note's endpoint history shows it ("provider-b", "provider-a", "provider-b"); the
-// errors of that moment count with the first failover's.
+// The restarted provider-a's pod still carries the leader label of its previous life until it
+// labels it standby; it is not a ready endpoint meanwhile (its container new, its probe not yet
+// passed, and the provider not Ready before that label), so the proxy's endpoint history is
+// "provider-a", "", "provider-b", "", "provider-a" (none while the kubelet's probe and the
+// EndpointSlice controller catch up).
 func leaderFailover(e *Env) error {
 	cs := e.Bridge.Kube
 	a, b := e.Replicas["provider-a"], e.Replicas["provider-b"]

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
 )
 
@@ -134,7 +135,10 @@ type Env struct {
 	Log                           *LogWatch
 	clusterLog                    *os.File
 	Replicas                      map[string]*Provider // leader.go: the replicas by pod name
-	Proxy                         *LeaderProxy         // leader.go: the autoscaler's way to the leader
+	Proxy                         *LeaderProxy         // leader.go: the autoscaler's way to the provider (the Service)
+	Prober                        *Prober              // service.go: the kubelet's readiness probes of the provider's pods
+	CloudStack                    *Gate                // outage.go: the replicas' way to cks-sim, when a scenario cuts it
+	logger                        klog.Logger
 	failures                      []string
 	note                          string
 	loops                         int
@@ -252,6 +256,7 @@ func (e *Env) run(sc Scenario) error {
 	}
 	e.clusterLog = clusterLog
 	logger := textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(2), textlogger.Output(clusterLog)))
+	e.logger = logger
 	// The bridge stands for many components (every kubelet among them): client limits of
 	// its own, above any one of theirs.
 	bridgeClient, err := kubernetes.NewForConfig(e.Kube.Config(100, 200))
@@ -277,6 +282,9 @@ func (e *Env) run(sc Scenario) error {
 		if err := sc.Providers(e, tls, nodes, provFlags); err != nil {
 			return err
 		}
+	} else if err := e.routeSingle(tls); err != nil {
+		// The autoscaler reaches the one provider through its Service too (service.go).
+		return err
 	}
 	var wrap = wrapCloudProvider
 	if !sc.Wrap {
@@ -309,6 +317,8 @@ func (e *Env) saveSimRequests() {
 func (e *Env) Close() {
 	// Replicas first, while the API server they release their Lease on still runs.
 	e.Proxy.Stop()
+	e.Prober.Stop()
+	e.CloudStack.Close()
 	for _, r := range e.Replicas {
 		r.Stop(syscall.SIGTERM)
 	}

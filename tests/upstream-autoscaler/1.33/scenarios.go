@@ -68,6 +68,17 @@ var scenarios = map[string]Scenario{
 	// other while a removal it promised is owed (leader.go).
 	"leader-failover": {Cluster: oneCluster(1, 1, 5), Run: leaderFailover, Providers: startLeaderReplicas,
 		SimFlags: []string{"--job-duration-ms", "8000"}},
+	// CloudStack unreachable for three times the staleness bound while a scale-up's job runs
+	// and a removal is owed, two replicas behind the Service (outage.go). Only the unready
+	// rule removes a worker: the NotReady one.
+	"cloudstack-outage": {Cluster: oneCluster(2, 1, 5), Run: cloudStackOutage, Providers: cutCloudStackReplicas,
+		ProvFlags: []string{"--staleness-bound", outageStaleness.String()}, AutoscalerArg: []string{"--scale-down-unneeded-time=10m"}},
+	// The Kubernetes API server down for a minute while a scale-up's job runs, two replicas
+	// (outage.go). --max-node-provision-time as upstream's default's tenth would be shorter
+	// than the outage and client-go's recovery from it together (its informers list again
+	// after a back-off of up to a minute, not shortened here): 5m.
+	"apiserver-outage": {Cluster: oneCluster(1, 1, 5), Run: apiServerOutage, Providers: startLeaderReplicas,
+		SimFlags: []string{"--job-duration-ms", "8000"}, AutoscalerArg: []string{"--max-node-provision-time=5m"}},
 }
 
 // Not in -list (run by name, not by CI): scenarios that show a fault of the provider not
