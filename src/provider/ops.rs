@@ -417,7 +417,8 @@ impl Scoped<'_> {
         p.check_store()?;
         let delta = delta.unsigned_abs();
         let (_, max) = p.bounds(gi);
-        let admitted = g.lock().scale.admit_increase(delta, max);
+        let alert = p.alert_scaling();
+        let admitted = g.lock().scale.admit_increase(delta, max, &alert);
         match admitted.map_err(|e| p.scale_error(gi, e))? {
             Admission::Queued => {
                 tracing::info!(group = %p.group_label(gi), delta,
