@@ -4,12 +4,10 @@
 //! UNAVAILABLE naming CloudStack; and under a rate limit a Refresh is answered at once from a
 //! snapshot the provider keeps at the limit's pace. On paused tokio time.
 
-use cks_autoscaler_provider::config::{ClusterRef, NodeGroupSpec};
 use cks_autoscaler_provider::provider::{Caller, Provider, Settings};
 use cks_cloudstack::Client;
 use cks_sim::SimHandle;
-use cks_sim::scenario::{ClusterSpec, Scenario};
-use cks_testkit::{client_config, sim_config_with, start_sim, wait_until_for};
+use cks_testkit::{client_config, wait_until_for};
 use std::collections::BTreeMap;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -27,31 +25,7 @@ async fn keeper_fleet(
     max_rps: Option<f64>,
     tweak: impl FnOnce(&mut Settings),
 ) -> (SimHandle, Provider, Vec<String>) {
-    let names: Vec<String> = (0..clusters).map(|i| format!("c{i}")).collect();
-    let sim = start_sim(sim_config_with(|c| {
-        c.scenario = Scenario {
-            clusters: names.iter().map(|n| ClusterSpec::new(n, 1, 3)).collect(),
-            ..Scenario::empty()
-        };
-    }))
-    .await;
-    let ids: Vec<String> = names
-        .iter()
-        .map(|n| sim.cluster_id(n).expect("cluster"))
-        .collect();
-    let mut settings = Settings::with_groups(
-        ids.iter()
-            .map(|id| NodeGroupSpec {
-                min: 1,
-                max: 10,
-                cluster: ClusterRef::Id(id.clone()),
-            })
-            .collect(),
-    );
-    settings.clients = (0..clusters)
-        .map(|i| Some(format!("autoscaler.c{i}")))
-        .collect();
-    tweak(&mut settings);
+    let (sim, ids, settings) = cks_testkit::fleet::fleet_sim(clusters, tweak).await;
     let client = Client::new(client_config(&sim).with_max_rps(max_rps)).expect("client");
     let provider = Provider::new(client, settings);
     let _keeper = provider.spawn_keeper();

@@ -1,15 +1,13 @@
 //! Refresh under many concurrent autoscalers, as a central provider serves them: every caller
 //! answered within its deadline, CloudStack asked at most once per cluster per round, no
-//! cluster starved by another's callers, and readiness saying when the provider cannot
+//! cluster starved by another's callers, and the health of the snapshots saying when the provider cannot
 //! refresh. On paused tokio time: the simulator's latency, the deadlines and the snapshot ages
 //! all follow the test's clock, so the same interleavings run at any build speed.
 
-use cks_autoscaler_provider::config::{ClusterRef, NodeGroupSpec};
 use cks_autoscaler_provider::provider::{Caller, Provider, Settings};
 use cks_cloudstack::Client;
 use cks_sim::SimHandle;
-use cks_sim::scenario::{ClusterSpec, Scenario};
-use cks_testkit::{client_config, sim_config_with, start_sim};
+use cks_testkit::client_config;
 use std::collections::BTreeMap;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -32,31 +30,7 @@ struct Fleet {
 /// each, bound to client `autoscaler.cN`, the provider's default refresh settings, and a first
 /// snapshot of each, taken a loop ago.
 async fn fleet(clusters: usize, latency: Duration, tweak: impl FnOnce(&mut Settings)) -> Fleet {
-    let names: Vec<String> = (0..clusters).map(|i| format!("c{i}")).collect();
-    let sim = start_sim(sim_config_with(|c| {
-        c.scenario = Scenario {
-            clusters: names.iter().map(|n| ClusterSpec::new(n, 1, 3)).collect(),
-            ..Scenario::empty()
-        };
-    }))
-    .await;
-    let ids: Vec<String> = names
-        .iter()
-        .map(|n| sim.cluster_id(n).expect("cluster"))
-        .collect();
-    let mut settings = Settings::with_groups(
-        ids.iter()
-            .map(|id| NodeGroupSpec {
-                min: 1,
-                max: 10,
-                cluster: ClusterRef::Id(id.clone()),
-            })
-            .collect(),
-    );
-    settings.clients = (0..clusters)
-        .map(|i| Some(format!("autoscaler.c{i}")))
-        .collect();
-    tweak(&mut settings);
+    let (sim, ids, settings) = cks_testkit::fleet::fleet_sim(clusters, tweak).await;
     // CloudStack slower than the deadline must not make the provider's own request fail.
     let client =
         Client::new(client_config(&sim).with_timeout(Duration::from_secs(300))).expect("client");
@@ -232,7 +206,7 @@ async fn clusters_are_served_in_the_order_they_asked() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn readiness_fails_while_a_requested_refresh_does_not_come_and_recovers_after() {
+async fn a_group_is_reported_stale_while_a_requested_refresh_does_not_come_and_recovers_after() {
     let f = fleet(2, Duration::ZERO, |s| {
         s.staleness_bound = Duration::from_secs(60);
     })

@@ -1,6 +1,6 @@
 //! What the tests and benchmarks of the workspace share (a dev-dependency only): a simulator, a provider serving gRPC on
 //! loopback with shrunk timings, a gRPC client, node helpers, a CloudStack client with its own
-//! signer ([`cs`]), the end-to-end harness with mock autoscalers ([`stack`]), the provider as a
+//! signer ([`cs`]), a central provider's fleet of clusters ([`fleet`]), the end-to-end harness with mock autoscalers ([`stack`]), the provider as a
 //! process ([`process`]), a real Kubernetes API server ([`kube`]), a Secret volume updated the
 //! kubelet's way ([`secret_volume`]), the programs no crate provides, set up on first use
 //! ([`tools`]), and the one way a test waits: [`wait_until`].
@@ -17,6 +17,7 @@
 
 pub mod certs;
 pub mod cs;
+pub mod fleet;
 pub mod kube;
 pub mod logs;
 pub mod process;
