@@ -466,15 +466,23 @@ func (p *LeaderProxy) forward(c net.Conn, pod, addr string) {
 	p.conns[c], p.conns[b] = pod, pod
 	p.accepted[pod]++
 	p.mu.Unlock()
+	splice(c, b, func() {
+		p.mu.Lock()
+		delete(p.conns, c)
+		delete(p.conns, b)
+		p.mu.Unlock()
+	})
+}
+
+// splice copies bytes both ways between c and b until either side ends, then closes both and
+// calls forget once: a broken pipe on one side ends the other, as a dead peer's connection does.
+func splice(c, b net.Conn, forget func()) {
 	var once sync.Once
 	end := func() {
 		once.Do(func() {
 			c.Close()
 			b.Close()
-			p.mu.Lock()
-			delete(p.conns, c)
-			delete(p.conns, b)
-			p.mu.Unlock()
+			forget()
 		})
 	}
 	go func() { io.Copy(b, c); end() }()

@@ -9,7 +9,6 @@ package main
 
 import (
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -106,17 +105,12 @@ func (g *Gate) forward(c net.Conn) {
 	}
 	g.conns[c], g.conns[b] = true, true
 	g.mu.Unlock()
-	end := func() {
-		c.Close()
-		b.Close()
+	splice(c, b, func() {
 		g.mu.Lock()
 		delete(g.conns, c)
 		delete(g.conns, b)
 		g.mu.Unlock()
-	}
-	go func() { io.Copy(b, c); end() }()
-	io.Copy(c, b)
-	end()
+	})
 }
 
 // Down closes the listener and every connection through the gate: connections to CloudStack
