@@ -4,7 +4,9 @@
 
 use serde::Serialize;
 
-use super::model::{Cluster, Job, JobResult, JobStatus, Offering, Vm, VmRole, World, Zone};
+use super::model::{
+    Cluster, Job, JobResult, JobStatus, Offering, Vm, VmRole, VmState, World, Zone,
+};
 
 #[derive(Serialize)]
 pub struct NicView<'a> {
@@ -14,8 +16,11 @@ pub struct NicView<'a> {
     netmask: &'static str,
     gateway: &'static str,
     ipaddress: &'a str,
-    isolationuri: &'static str,
-    broadcasturi: &'static str,
+    /// Gone once the VM is stopped (alert_05, alert_07): CloudStack releases the nic's VLAN.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    isolationuri: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    broadcasturi: Option<&'static str>,
     traffictype: &'static str,
     #[serde(rename = "type")]
     kind: &'static str,
@@ -49,14 +54,19 @@ pub struct VmView<'a> {
     full: Option<FullVm<'a>>,
 }
 
-/// A VM's `details` as 4.21 shows a CKS node's (running_01): its root disk size in GB, as a
-/// string.
-struct RootDisk;
+/// A VM's `details` as 4.21 shows a CKS node's: its root disk size in GB, as a string
+/// (running_01), and once stopped whether its reserved capacity was freed (alert_05).
+struct Details {
+    stopped: bool,
+}
 
-impl Serialize for RootDisk {
+impl Serialize for Details {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
-        let mut m = s.serialize_map(Some(1))?;
+        let mut m = s.serialize_map(None)?;
+        if self.stopped {
+            m.serialize_entry("Message.ReservedCapacityFreed.Flag", "false")?;
+        }
         m.serialize_entry("rootdisksize", "8")?;
         m.end()
     }
@@ -138,7 +148,12 @@ impl Serialize for VmView<'_> {
         m.serialize_entry("affinitygroup", &[(); 0])?;
         m.serialize_entry("tags", &[(); 0])?;
         m.serialize_entry("instancename", &instance_name(self.id))?;
-        m.serialize_entry("details", &RootDisk)?;
+        m.serialize_entry(
+            "details",
+            &Details {
+                stopped: self.state == VmState::Stopped.as_str(),
+            },
+        )?;
         m.serialize_entry("deleteprotection", &false)?;
         m.serialize_entry("vmtype", "cksnode")?;
         m.serialize_entry("arch", "x86_64")?;
@@ -183,6 +198,7 @@ fn owner(w: &World) -> OwnerView<'_> {
 }
 
 fn nic<'a>(c: &'a Cluster, vm: &'a Vm) -> NicView<'a> {
+    let vlan = (vm.state != VmState::Stopped).then_some("vlan://1001");
     NicView {
         id: &vm.nic_id,
         networkid: &c.network_id,
@@ -190,8 +206,8 @@ fn nic<'a>(c: &'a Cluster, vm: &'a Vm) -> NicView<'a> {
         netmask: "255.255.0.0",
         gateway: "10.1.0.1",
         ipaddress: &vm.ip,
-        isolationuri: "vlan://1001",
-        broadcasturi: "vlan://1001",
+        isolationuri: vlan,
+        broadcasturi: vlan,
         traffictype: "Guest",
         kind: "Isolated",
         isdefault: true,

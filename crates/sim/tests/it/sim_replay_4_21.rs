@@ -5,6 +5,15 @@
 //! field's name and JSON type (recursively), the codes and states, the jobs' final shapes and
 //! the cluster's state sequence. A difference is fixed in the simulator or named below with the
 //! reason it may stay.
+//!
+//! Compared: the `running` phase to running_31, `errors` 01…12, 14 and 24, `throttle_01`,
+//! the `alert` phase. Not compared, for now:
+//! - running_32…37 (the scale-down by nodeids whose drain failed): the Stopped-worker removal
+//!   and Alert behaviour belong to another change of `jobs.rs`;
+//! - errors 13, 15…23 and 25, `throttle_02/03`, the `project` and `create` phases: they need
+//!   several accounts (alice, bob, admin) or roles the simulator does not have (one key, one
+//!   account: a `User` or the project role), `createKubernetesCluster` or `getApiLimit`, which
+//!   it does not serve.
 
 use cks_sim::{ClusterSpec, JobFailure, KeyRole, NodesSpec, OfferingSpec, Scenario, SimHandle};
 use cks_testkit::cs::{java_encode, sign};
@@ -70,12 +79,39 @@ const NOT_COMPARED: &[(&str, &str)] = &[
 ];
 
 /// Single differences of one answer that may stay: (exchange, difference, reason).
-const ACCEPTED: &[(&str, &str, &str)] = &[(
-    "running_25_listKubernetesClusters_while_scaling",
-    ".listkubernetesclustersresponse.kubernetescluster[].state: \"Running\" recorded, \"Scaling\" simulated",
-    "timing: 4.21's job had not yet moved the cluster to Scaling; the simulator's starts at once, \
+const ACCEPTED: &[(&str, &str, &str)] = &[
+    (
+        "alert_04_stopVirtualMachine_worker_query_final",
+        ".queryasyncjobresultresponse.jobresult.virtualmachine.jobid: missing",
+        STOP_RESULT,
+    ),
+    (
+        "alert_04_stopVirtualMachine_worker_query_final",
+        ".queryasyncjobresultresponse.jobresult.virtualmachine.jobstatus: missing",
+        STOP_RESULT,
+    ),
+    (
+        "alert_10_stopVirtualMachine_already_stopped_job_final",
+        ".queryasyncjobresultresponse.jobresult.virtualmachine.jobid: missing",
+        STOP_RESULT,
+    ),
+    (
+        "alert_10_stopVirtualMachine_already_stopped_job_final",
+        ".queryasyncjobresultresponse.jobresult.virtualmachine.jobstatus: missing",
+        STOP_RESULT,
+    ),
+    (
+        "running_25_listKubernetesClusters_while_scaling",
+        ".listkubernetesclustersresponse.kubernetescluster[].state: \"Running\" recorded, \"Scaling\" simulated",
+        "timing: 4.21's job had not yet moved the cluster to Scaling; the simulator's starts at once, \
      and under paused time its timers run whenever the test waits on a socket",
-)];
+    ),
+];
+
+/// 4.21's stop job puts its own `jobid` and `jobstatus` into the VM of its result; the
+/// simulator builds job results in `jobs.rs`, which the Alert and job-listing changes own.
+const STOP_RESULT: &str = "the stop job's result is built in jobs.rs, left to the Alert and \
+    job-listing changes";
 
 fn recordings() -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/cloudstack-4.21");
@@ -692,5 +728,90 @@ async fn the_errors_phase_answers_as_cloudstack_4_21_did() {
         found.is_empty(),
         "differences from 4.21:\n{}",
         report(&found)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_throttle_phase_answers_as_cloudstack_4_21_did() {
+    let all = load();
+    let sim = recorded_sim(KeyRole::User).await;
+    // 30 calls a window as recorded, the window an hour long: under paused time the clock
+    // jumps to the simulator's next timer whenever the test waits on a socket, so a 10 s
+    // window could end between two calls. The length only changes the N of "retry after [N]
+    // ms.", which is not compared.
+    sim.configure(|s| {
+        s.throttling = true;
+        s.throttling_max = 30;
+        s.throttling_interval = std::time::Duration::from_secs(3600);
+    });
+    let cluster_id = sim.cluster_ids()[0].clone();
+    let mut ids = vm_ids(&sim, &cluster_id);
+    let (mut found, mut states) = (BTreeMap::new(), Vec::new());
+    // The calls of the window before it, as alice's were.
+    let call = &all["running_01_listKubernetesClusters_running_byid"];
+    for n in 0..30 {
+        assert_eq!(send(&sim, call, &ids).await.status, 200, "call {n}");
+    }
+    let names = ["throttle_01_throttle_alice_over_limit"];
+    replay(&sim, &all, &names, &mut ids, &mut found, &mut states).await;
+    sim.shutdown().await;
+    assert!(
+        found.is_empty(),
+        "differences from 4.21:\n{}",
+        report(&found)
+    );
+}
+
+/// Where the alert phase began: the cluster set Running again with the VM the failed
+/// scale-up left (1 control and 3 worker VMs, `size` 2; alert_01); then a worker stopped,
+/// CloudStack's scanner moving the cluster to Alert, and scale requests refused in Alert
+/// (4.21 has no Alert scaling: `alert_scaling` off).
+#[tokio::test(start_paused = true)]
+async fn the_alert_phase_answers_as_cloudstack_4_21_did() {
+    let all = load();
+    let mut scenario = recorded_scenario();
+    scenario.clusters[0].workers = NodesSpec::Count(3);
+    scenario.clusters[0].size = Some(2);
+    scenario.clusters[0].state = Some(cks_sim::ClusterState::Running);
+    let sim = start_sim(sim_config_with(|c| {
+        c.scenario = scenario;
+        c.settings.alert_scaling = false;
+        c.settings.max_cluster_size = 10;
+    }))
+    .await;
+    let cluster_id = sim.cluster_ids()[0].clone();
+    let mut ids = vm_ids(&sim, &cluster_id);
+    let (mut found, mut states) = (BTreeMap::new(), Vec::new());
+    let before = [
+        "alert_01_listKubernetesClusters_before_stop",
+        "alert_02_stopVirtualMachine_worker",
+        "alert_03_stopVirtualMachine_worker_query_pending",
+        "alert_04_stopVirtualMachine_worker_query_final",
+    ];
+    replay(&sim, &all, &before, &mut ids, &mut found, &mut states).await;
+    // CloudStack's state scanner found the stopped VM about 100 s later (README fact 9).
+    sim.scan_now();
+    let after = [
+        "alert_05_listKubernetesClusters_alert_byid",
+        "alert_06_listVirtualMachines_alert_cluster",
+        "alert_07_listVirtualMachines_stopped_worker",
+        "alert_08_scale_err_alert_size",
+        "alert_08_scale_err_alert_size_job_final",
+        "alert_09_scale_err_alert_nodeids",
+        "alert_09_scale_err_alert_nodeids_job_final",
+        "alert_10_stopVirtualMachine_already_stopped",
+        "alert_10_stopVirtualMachine_already_stopped_job_final",
+    ];
+    replay(&sim, &all, &after, &mut ids, &mut found, &mut states).await;
+    sim.shutdown().await;
+    assert!(
+        found.is_empty(),
+        "differences from 4.21:\n{}",
+        report(&found)
+    );
+    let (recorded, simulated): (Vec<_>, Vec<_>) = states.into_iter().unzip();
+    assert_eq!(
+        simulated, recorded,
+        "the cluster's states, request by request"
     );
 }
