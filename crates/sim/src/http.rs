@@ -296,7 +296,8 @@ fn authenticated_reply(sh: &Arc<Shared>, command: Option<&str>, params: &Params)
         return Reply::error("errorresponse", 401, 0, UNAUTHORIZED);
     };
     let response_name = format!("{}response", name.to_ascii_lowercase());
-    // CloudStack checks that the command exists before it checks the signature.
+    // 4.21 answers an unknown command as it answers a bad signature (errors_12), so which it
+    // checks first cannot be seen from outside.
     if !COMMANDS.contains(&name) {
         return api::unknown_command(name);
     }
