@@ -20,6 +20,14 @@ use std::fmt::Write as _;
 /// nothing.
 const NO_SUCH_ID: &str = "00000000-0000-4000-8000-000000000000";
 
+/// Why check cannot say whether the key may scale: a role whose rules do not name
+/// `scaleKubernetesCluster` falls back to the command's annotated role types, so even a role
+/// allowing only `list*` submits the request (200 and a job id) and its job then fails 530
+/// "Caller does not have permission to operate with provided resource." (recorded from a
+/// CloudStack 4.21.0.0: `errors_13_perm_bob_listonly_scale` and its `_job_final`); only an
+/// explicit deny refuses the call (432). A real scale would tell, and check changes nothing.
+pub const SCALE_ROLE_CHECKED_IN_JOB: &str = "whether this key's role may scale the cluster is checked by CloudStack only inside the scale job (a role whose rules do not name scaleKubernetesCluster still submits it, and the job fails \"Caller does not have permission to operate with provided resource.\"): check cannot know without scaling. Make sure the role allows scaleKubernetesCluster, or watch the first scale: the provider names such a failure as the key's permission";
+
 /// A command the provider sends: whether it serves without it, and what it loses then.
 #[derive(Debug, Clone, Copy)]
 pub struct CommandUse {
@@ -79,6 +87,10 @@ pub enum Answer {
     Allowed(String),
     /// 432: not available to the key's role.
     Refused,
+    /// The command passed the call's checks, but CloudStack checks the key's right to use it on
+    /// a cluster only inside the job it starts (`scaleKubernetesCluster`): what check cannot
+    /// know without scaling.
+    CheckedInJob(String),
     /// Neither: unreachable, a bad signature, an answer that cannot be read.
     Failed(String),
 }
@@ -100,6 +112,7 @@ impl Answer {
         match self {
             Answer::Allowed(_) => "allowed".into(),
             Answer::Refused => "refused (432)".into(),
+            Answer::CheckedInJob(_) => "accepted (the role is checked in the job)".into(),
             Answer::Failed(_) => "not answered".into(),
         }
     }
@@ -242,11 +255,14 @@ pub async fn check(
         let answer = match u.command {
             "listKubernetesClusters" => list_answer.clone().unwrap_or(Answer::Refused),
             "scaleKubernetesCluster" => {
-                Answer::of(cs.scale_cluster_size(NO_SUCH_ID, 1).await, |job| {
+                match Answer::of(cs.scale_cluster_size(NO_SUCH_ID, 1).await, |job| {
                     format!(
                         "CloudStack accepted a job ({job}) for a cluster id that names nothing; it fails on its own"
                     )
-                })
+                }) {
+                    Answer::Allowed(detail) => Answer::CheckedInJob(detail),
+                    other => other,
+                }
             }
             "queryAsyncJobResult" => Answer::of(cs.query_job(NO_SUCH_ID).await, |_| String::new()),
             "listVirtualMachines" => Answer::of(
@@ -294,6 +310,13 @@ pub async fn check(
             Answer::Failed(e) => {
                 let _ = writeln!(notes, "{}: {e}", u.command);
                 problems.push(format!("{} could not be tried: {e}", u.command));
+            }
+            Answer::CheckedInJob(detail) => {
+                let _ = writeln!(
+                    notes,
+                    "{}: {detail}; {SCALE_ROLE_CHECKED_IN_JOB}",
+                    u.command
+                );
             }
             Answer::Allowed(detail) if !detail.is_empty() => {
                 let _ = writeln!(notes, "{}: {detail}", u.command);

@@ -34,6 +34,12 @@ pub fn status(e: &Error) -> Status {
         | Error::Stale {
             key_refused: true, ..
         } => Code::PermissionDenied,
+        // The key may not scale the cluster: the operator's to fix, not a refusal of the
+        // request by CloudStack's rules.
+        Error::JobRefused {
+            key_not_permitted: true,
+            ..
+        } => Code::PermissionDenied,
         Error::InvalidArgument(_) => Code::InvalidArgument,
         Error::UnknownGroup { .. } | Error::ClusterNotFound { .. } => Code::NotFound,
         Error::ReadOnly => Code::PermissionDenied,

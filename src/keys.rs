@@ -73,7 +73,8 @@ pub enum KeyError {
     Empty { what: &'static str, path: PathBuf },
     #[error("the {what} file {} is not UTF-8 text", path.display())]
     NotText { what: &'static str, path: PathBuf },
-    #[error("{0}")]
+    /// Transparent: the chain the binary prints whole says the cause once.
+    #[error(transparent)]
     CloudConfig(#[from] ConfigError),
     #[error("no API key or no secret key in {files}")]
     Incomplete { files: String },

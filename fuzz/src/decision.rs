@@ -12,7 +12,8 @@ use cks_domain::cluster::{ClusterInput, ClusterSnapshot, ClusterState, NodeRole,
 use cks_domain::rules::{AlertScaling, Refusal, ScaleRequest, blocked_reason, check_scale};
 
 /// Every rule name a refusal may carry.
-pub const RULES: [&str; 13] = [
+pub const RULES: [&str; 14] = [
+    "down_worker_not_removable",
     "state_not_scalable",
     "stopped_cluster_size",
     "alert_unsupported",
@@ -157,6 +158,17 @@ pub fn expected_accept(input: &ClusterInput, request: &ScaleRequest, alert: &Ale
         }
     };
     if !request_ok {
+        return false;
+    }
+    // Without Alert scaling CloudStack drains every node it removes, and a down node's drain
+    // fails: a down worker's removal never succeeds, whatever the state.
+    if let (AlertScaling::Unsupported { .. }, ScaleRequest::RemoveNodes { vm_ids }) =
+        (alert, request)
+        && input
+            .vms
+            .iter()
+            .any(|v| vm_ids.contains(&v.id) && is_down(v.state.as_str()))
+    {
         return false;
     }
     let changes_size = match request {

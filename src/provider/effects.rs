@@ -38,6 +38,12 @@ impl Provider {
                     tracing::error!(group = %self.group_label(gi), vms = %vms.join(","),
                         "accepted node removals abandoned after repeated failures: the autoscaler counts these nodes as gone and they stay cordoned; remove the VMs by hand, or stop them and the provider removes them: {reason}");
                 }
+                Effect::RemovalBlocked { vms, reason } => {
+                    // Counted with the abandoned ones: both need an operator's hand.
+                    crate::metrics::record_removals_abandoned(vms.len());
+                    tracing::error!(group = %self.group_label(gi), vms = %vms.join(","),
+                        "accepted removals of down VMs cannot be carried out by this CloudStack: the autoscaler counts these nodes as gone; start the VMs (they are then removed) or remove them in CloudStack: {reason}");
+                }
             }
         }
         self.send_stops(gi);

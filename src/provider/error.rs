@@ -6,6 +6,12 @@ use cks_cloudstack::CsError;
 use cks_domain::machine::ScaleError;
 use std::time::Duration;
 
+/// What a scale job failing its check of the caller's right says about the key.
+pub const KEY_NOT_PERMITTED_TO_SCALE: &str = ". CloudStack refused this provider's API key the scale, not the request: the key's role \
+     does not allow scaleKubernetesCluster on this cluster (a role whose rules do not name the command still \
+     submits it, and CloudStack checks it inside the job), or the cluster belongs to another account: allow \
+     scaleKubernetesCluster in the key's role, or use a key of the cluster's owner";
+
 /// Why a provider call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -67,7 +73,9 @@ pub enum Error {
     AnswerLost { group: String, detail: String },
     /// CloudStack failed the job while validating it (nothing changed).
     #[error("node group {group}: CloudStack refused the scale request (job {job}, code {code}): {text}{}",
-        if *alert_unsupported {
+        if *key_not_permitted {
+            KEY_NOT_PERMITTED_TO_SCALE
+        } else if *alert_unsupported {
             ". This CloudStack does not scale clusters in Alert (it predates the Alert-scaling change): \
              start the down VM so the cluster returns to Running, or upgrade CloudStack"
         } else { "" })]
@@ -77,6 +85,8 @@ pub enum Error {
         code: i64,
         text: String,
         alert_unsupported: bool,
+        /// The job failed its check of the key's right to scale the cluster.
+        key_not_permitted: bool,
     },
     /// CloudStack cancelled the job before it changed anything.
     #[error("node group {group}: CloudStack cancelled scale job {job}")]

@@ -179,6 +179,11 @@ impl Provider {
                 tracing::info!(group = %label, job = job_id, "scale job succeeded");
                 crate::metrics::record_job(&group_id, settled.kind, "succeeded");
             }
+            Some((code, text)) if end.key_not_permitted() => {
+                tracing::error!(group = %label, job = job_id, code,
+                    "scale job failed: {text}{}", super::error::KEY_NOT_PERMITTED_TO_SCALE);
+                crate::metrics::record_job(&group_id, settled.kind, "failed");
+            }
             Some((code, text)) => {
                 tracing::warn!(group = %label, job = job_id, code, "scale job failed: {text}");
                 crate::metrics::record_job(&group_id, settled.kind, "failed");

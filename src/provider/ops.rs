@@ -308,6 +308,7 @@ impl Provider {
                 code,
                 text: text.to_string(),
                 alert_unsupported: settled.alert_refusal,
+                key_not_permitted: end.key_not_permitted(),
             });
         }
         match settled.kind {
@@ -417,7 +418,8 @@ impl Scoped<'_> {
         p.check_store()?;
         let delta = delta.unsigned_abs();
         let (_, max) = p.bounds(gi);
-        let admitted = g.lock().scale.admit_increase(delta, max);
+        let alert = p.alert_scaling();
+        let admitted = g.lock().scale.admit_increase(delta, max, &alert);
         match admitted.map_err(|e| p.scale_error(gi, e))? {
             Admission::Queued => {
                 tracing::info!(group = %p.group_label(gi), delta,

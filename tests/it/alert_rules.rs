@@ -7,8 +7,8 @@
 //! `--leader-elect` never does; a standby that cannot read the ledger (NotReady) does after ten
 //! minutes.
 //!
-//! Needs `promtool` (`CKS_PROMTOOL`, else `target/promtool/promtool`); skips without it, fails
-//! without it under `CKS_PROMTOOL_REQUIRED=1` (CI).
+//! Needs `promtool`: `CKS_PROMTOOL` when given (CI), else built on first use by
+//! `cks_testkit::tools`; the test fails naming what is missing when it cannot be had.
 
 use serde_json::{Map, Value, json};
 use std::path::{Path, PathBuf};
@@ -16,25 +16,6 @@ use std::process::Command;
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn promtool() -> Option<PathBuf> {
-    let path = std::env::var_os("CKS_PROMTOOL")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join("target/promtool/promtool"));
-    if path.is_file() {
-        return Some(path);
-    }
-    assert!(
-        !std::env::var("CKS_PROMTOOL_REQUIRED").is_ok_and(|v| v == "1"),
-        "CKS_PROMTOOL_REQUIRED=1 and {} is no file: build it with tools/promtool/build.sh",
-        path.display()
-    );
-    eprintln!(
-        "\nalert_rules: SKIPPED, no promtool at {} (tools/promtool/build.sh)\n",
-        path.display()
-    );
-    None
 }
 
 /// `spec.groups` of the example PrometheusRule: a plain Prometheus rule file's `groups`.
@@ -126,7 +107,7 @@ fn run(promtool: &Path, args: &[&str], dir: &Path) -> (bool, String) {
 
 #[test]
 fn prometheus_evaluates_the_leader_and_readiness_alerts_as_the_guide_says() {
-    let Some(promtool) = promtool() else { return };
+    let promtool = cks_testkit::tools::promtool().unwrap_or_else(|e| panic!("{e}"));
     let groups = rule_groups();
     let dir = cks_testkit::certs::TempDir::new("alert-rules");
     dir.write(

@@ -21,24 +21,19 @@
 //! Deployment made privileged and a rendered Certificate given an unknown field are failures of
 //! the same check every render goes through.
 //!
-//! Skipped (said once) without the manifest tools, the API server's binaries or the CRDs;
-//! `CKS_MANIFEST_TOOLS_REQUIRED` and `CKS_KUBE_REQUIRED` (set by `.ci/run`) turn a skip into a
-//! failure. Real time: the API server is a process, every wait a bounded poll of a condition.
+//! The manifest tools, the API server's binaries and the CRDs are set up on first use
+//! (`cks_testkit::tools`); the test fails naming what is missing when they cannot be had. Real
+//! time: the API server is a process, every wait a bounded poll of a condition.
 
 use cks_testkit::kube::{KubeApiServer, crd_dir};
 use reqwest::Method;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The python of the manifest tools' virtual environment (as `deploy_manifests`).
-const TOOLS_ENV: &str = "CKS_MANIFEST_TOOLS";
-/// Set (by `.ci/run`): missing tools fail the test instead of skipping it.
-const TOOLS_REQUIRED_ENV: &str = "CKS_MANIFEST_TOOLS_REQUIRED";
 /// `tools/check_manifests.py`'s exit status when a tool is missing.
 const TOOLS_MISSING_EXIT: i32 = 3;
 /// The field manager of every apply.
@@ -74,32 +69,10 @@ fn parse_yaml(text: &str, what: &str) -> Vec<Value> {
         .collect()
 }
 
-/// The renders, as `tools/check_manifests.py --render-only` writes them; `None` when the tools
-/// are missing (the test is skipped, unless they are required).
-fn renders() -> Option<Vec<Render>> {
-    let python = std::env::var_os(TOOLS_ENV)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join("target/manifest-tools/venv/bin/python"));
-    let required = std::env::var_os(TOOLS_REQUIRED_ENV).is_some();
-    let missing = |why: String| {
-        assert!(
-            !required,
-            "{TOOLS_REQUIRED_ENV} is set but the manifest tools are missing: {why}"
-        );
-        // Straight to the terminal: the harness shows a passing test's output only with
-        // --nocapture, and a skip must not go unnoticed.
-        let _ = writeln!(
-            std::io::stderr(),
-            "deploy_apply: SKIPPED, the manifest tools are not installed ({why})"
-        );
-        None
-    };
-    if !python.is_file() {
-        return missing(format!(
-            "{} does not exist (run tools/install-manifest-tools.sh, or set {TOOLS_ENV})",
-            python.display()
-        ));
-    }
+/// The renders, as `tools/check_manifests.py --render-only` writes them (the manifest tools set
+/// up on first use; the test fails without them).
+fn renders() -> Vec<Render> {
+    let python = cks_testkit::tools::manifest_python().unwrap_or_else(|e| panic!("{e}"));
     let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("applied-manifests");
     let run = Command::new(&python)
         .arg(repo().join("tools/check_manifests.py"))
@@ -113,9 +86,11 @@ fn renders() -> Option<Vec<Render>> {
         String::from_utf8_lossy(&run.stdout),
         String::from_utf8_lossy(&run.stderr)
     );
-    if run.status.code() == Some(TOOLS_MISSING_EXIT) {
-        return missing(output.trim().to_string());
-    }
+    assert!(
+        run.status.code() != Some(TOOLS_MISSING_EXIT),
+        "the manifest tools are missing: {}\nInstall them with tools/install-manifest-tools.sh",
+        output.trim()
+    );
     assert!(
         run.status.success(),
         "tools/check_manifests.py --render-only failed:\n{output}"
@@ -142,7 +117,7 @@ fn renders() -> Option<Vec<Render>> {
         })
         .collect();
     assert!(!renders.is_empty(), "nothing rendered:\n{output}");
-    Some(renders)
+    renders
 }
 
 /// How the API server serves one kind: its resource (plural) name and whether it is namespaced.
@@ -217,7 +192,7 @@ async fn discover(kube: &KubeApiServer, wanted: &BTreeSet<(String, String)>) -> 
             started.elapsed() < CRD_BOUND,
             "the API server serves no {missing:?} after {CRD_BOUND:?}: a render uses a kind \
              that is neither built in nor defined by a CRD of {}",
-            cks_testkit::kube::CRD_DIR_ENV
+            cks_testkit::tools::KUBE_CRD_DIR_ENV
         );
         tokio::time::sleep(POLL).await;
     }
@@ -434,17 +409,12 @@ fn assert_examples_rendered(renders: &[Render]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_render_is_accepted_by_a_real_api_server_in_restricted_namespaces() {
-    let Some(renders) = renders() else { return };
+    let renders = renders();
     assert_examples_rendered(&renders);
-    let Some(crds) = crd_dir().unwrap_or_else(|e| panic!("{e}")) else {
-        return;
-    };
-    let Some(kube) = KubeApiServer::start()
+    let crds = crd_dir().unwrap_or_else(|e| panic!("{e}"));
+    let kube = KubeApiServer::start()
         .await
-        .unwrap_or_else(|e| panic!("the Kubernetes API server did not start: {e}"))
-    else {
-        return;
-    };
+        .unwrap_or_else(|e| panic!("the Kubernetes API server did not start: {e}"));
     let started = Instant::now();
     let crd_count = create_crds(&kube, &crds).await;
 

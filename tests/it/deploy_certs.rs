@@ -4,7 +4,7 @@
 //! provider serving those files is reached by `probe` through `localhost`, as after a
 //! `kubectl port-forward`; and `probe` shows the certificate it was presented, with its expiry.
 //!
-//! The openssl tests need an `openssl` binary and say so when there is none. Time: the probe
+//! The openssl tests need an `openssl` binary and fail naming it when there is none. Time: the probe
 //! runs as a child process with its own clock, so these tests keep the wall clock and wait on
 //! its exit (bounded).
 
@@ -14,33 +14,12 @@ use cks_autoscaler_provider::x509;
 use cks_sim::{self as sim, SimConfig};
 use cks_testkit::certs::{Ca, TempDir};
 use cks_testkit::{ProviderServer, fast_settings, loopback};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// Whether `openssl` runs here; when not, says so on the terminal (a skip must not go
-/// unnoticed).
-fn openssl_available() -> bool {
-    let ok = Command::new("openssl")
-        .arg("version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    // CI sets it: there the documented commands must run, not be skipped.
-    if !ok && std::env::var("CKS_OPENSSL_REQUIRED").is_ok_and(|v| v == "1") {
-        panic!("CKS_OPENSSL_REQUIRED=1 and no openssl binary runs here");
-    }
-    if !ok {
-        let _ = writeln!(
-            std::io::stderr(),
-            "\ndeploy_certs: SKIPPED, no openssl binary to run the documented commands with.\n"
-        );
-    }
-    ok
 }
 
 /// Runs `script` with `sh` in `dir`, with `stubs` (name, shell body) first on `PATH` in
@@ -167,9 +146,7 @@ async fn provider_with(sim: &sim::SimHandle, cluster: &str, files: TlsFiles) -> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_documented_and_renewed_certificates_serve_probe_through_localhost() {
-    if !openssl_available() {
-        return;
-    }
+    cks_testkit::tools::openssl().unwrap_or_else(|e| panic!("{e}"));
     let dir = TempDir::new("own-certs");
     let root = dir.path("");
     // The guide's commands, as written: the CA, both leaves, both Secrets.

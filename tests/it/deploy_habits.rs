@@ -9,7 +9,7 @@
 //! must be the flags clap defines.
 //!
 //! The chart is rendered by Helm itself through `tools/check_manifests.py --render` (the tools of
-//! `deploy_manifests`, the same skip without them and the same `CKS_MANIFEST_TOOLS_REQUIRED`),
+//! `deploy_manifests`, set up on first use, the tests failing when they cannot be had),
 //! which also validates every rendered object against the Kubernetes schemas and the
 //! Prometheus Operator CRDs.
 
@@ -17,13 +17,10 @@ use clap::CommandFactory;
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
 use std::fs;
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 
-const TOOLS_ENV: &str = "CKS_MANIFEST_TOOLS";
-const REQUIRED_ENV: &str = "CKS_MANIFEST_TOOLS_REQUIRED";
 const TOOLS_MISSING_EXIT: i32 = 3;
 const RELEASE: &str = "cks-autoscaler-provider";
 const NAMESPACE: &str = "kube-system";
@@ -361,12 +358,10 @@ fn all_cases() -> Vec<(String, Value)> {
 fn run() -> &'static Run {
     static RUN: OnceLock<Run> = OnceLock::new();
     RUN.get_or_init(|| {
-        let python = std::env::var_os(TOOLS_ENV)
-            .map(PathBuf::from)
-            .unwrap_or_else(|| repo().join("target/manifest-tools/venv/bin/python"));
-        if !python.is_file() {
-            return Run::Missing(format!("{} does not exist", python.display()));
-        }
+        let python = match cks_testkit::tools::manifest_python() {
+            Ok(python) => python,
+            Err(e) => return Run::Missing(e.to_string()),
+        };
         let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("deploy-habits");
         fs::create_dir_all(&dir).expect("create the render directory");
         let spec: Vec<Value> = all_cases()
@@ -438,40 +433,27 @@ fn run() -> &'static Run {
     })
 }
 
-/// The outcome of a case; `None` when the tools are missing (the test is then skipped).
-fn outcome(name: &str) -> Option<&'static Outcome> {
+/// The outcome of a case. Without the tools the test fails: a check that did not run is no pass.
+fn outcome(name: &str) -> &'static Outcome {
     match run() {
-        Run::Missing(why) => {
-            assert!(
-                std::env::var_os(REQUIRED_ENV).is_none(),
-                "{REQUIRED_ENV} is set but the manifest tools are missing: {why}"
-            );
-            static NOTICE: OnceLock<()> = OnceLock::new();
-            NOTICE.get_or_init(|| {
-                let _ = writeln!(
-                    std::io::stderr(),
-                    "\ndeploy_habits: SKIPPED, the manifest tools are not installed ({why}).\n"
-                );
-            });
-            None
-        }
-        Run::Ran(outcomes) => Some(
-            outcomes
-                .get(name)
-                .unwrap_or_else(|| panic!("no result for case {name}")),
+        Run::Missing(why) => panic!(
+            "the manifest tools are missing: {why}\nInstall them with tools/install-manifest-tools.sh"
         ),
+        Run::Ran(outcomes) => outcomes
+            .get(name)
+            .unwrap_or_else(|| panic!("no result for case {name}")),
     }
 }
 
-fn rendered(name: &str) -> Option<&'static Outcome> {
-    let o = outcome(name)?;
+fn rendered(name: &str) -> &'static Outcome {
+    let o = outcome(name);
     assert!(!o.refused, "{name}: refused: {}", o.message);
     assert!(
         o.problems.is_empty(),
         "{name}: rendered objects fail validation:\n{}",
         o.problems.join("\n")
     );
-    Some(o)
+    o
 }
 
 fn find<'a>(o: &'a Outcome, kind: &str, name: &str) -> &'a Value {
@@ -527,7 +509,7 @@ fn the_charts_serve_flags_are_the_flags_clap_defines() {
 fn upstream_habits_are_refused_naming_where_the_chart_takes_them() {
     let mut failures = Vec::new();
     for (name, values, phrases) in refused_cases() {
-        let Some(o) = outcome(name) else { return };
+        let o = outcome(name);
         if !o.refused {
             failures.push(format!(
                 "{name}: rendered ({values}); the chart must refuse it"
@@ -549,13 +531,9 @@ fn upstream_habits_are_refused_naming_where_the_chart_takes_them() {
 #[test]
 fn what_the_provider_takes_still_renders_and_reaches_its_container() {
     for (name, _) in accepted_cases() {
-        if rendered(name).is_none() {
-            return;
-        }
+        rendered(name);
     }
-    let Some(o) = rendered("serve flags in extraArgs, map and list forms") else {
-        return;
-    };
+    let o = rendered("serve flags in extraArgs, map and list forms");
     let args =
         &find(o, "Deployment", PROVIDER)["spec"]["template"]["spec"]["containers"][0]["args"];
     for arg in [
@@ -568,9 +546,7 @@ fn what_the_provider_takes_still_renders_and_reaches_its_container() {
             "{arg} not among the provider's arguments: {args}"
         );
     }
-    let Some(o) = rendered("autoscaler flags in autoscaler.extraArgs") else {
-        return;
-    };
+    let o = rendered("autoscaler flags in autoscaler.extraArgs");
     let args =
         &find(o, "Deployment", AUTOSCALER)["spec"]["template"]["spec"]["containers"][0]["args"];
     assert!(
@@ -578,9 +554,7 @@ fn what_the_provider_takes_still_renders_and_reaches_its_container() {
             .is_some_and(|a| a.iter().any(|x| x == "--expander=least-waste")),
         "--expander=least-waste not among the autoscaler's arguments: {args}"
     );
-    let Some(o) = rendered("the provider's own version as its tag") else {
-        return;
-    };
+    let o = rendered("the provider's own version as its tag");
     let image =
         &find(o, "Deployment", PROVIDER)["spec"]["template"]["spec"]["containers"][0]["image"];
     assert_eq!(
@@ -591,9 +565,7 @@ fn what_the_provider_takes_still_renders_and_reaches_its_container() {
 
 #[test]
 fn conveniences_land_in_their_fields_and_validate() {
-    let Some(o) = rendered("conveniences") else {
-        return;
-    };
+    let o = rendered("conveniences");
     let provider = &find(o, "Deployment", PROVIDER)["spec"]["template"];
     let pod = &provider["spec"];
     let container = &pod["containers"][0];
@@ -675,9 +647,7 @@ fn conveniences_land_in_their_fields_and_validate() {
         "extra rules are rendered with tpl"
     );
     // The chart's own groups are those of a render without extra rules, unchanged.
-    let Some(plain) = rendered("conveniences without extra rules") else {
-        return;
-    };
+    let plain = rendered("conveniences without extra rules");
     let own: Vec<&Value> = groups.iter().filter(|g| *g != extra).collect();
     let plain_groups: Vec<&Value> = find(plain, "PrometheusRule", PROVIDER)["spec"]["groups"]
         .as_array()
@@ -700,9 +670,7 @@ fn conveniences_land_in_their_fields_and_validate() {
 
 #[test]
 fn budgets_keep_the_chart_rules_unless_told_otherwise() {
-    let Some(defaults) = rendered("defaults") else {
-        return;
-    };
+    let defaults = rendered("defaults");
     let budget = &find(defaults, "PodDisruptionBudget", PROVIDER)["spec"];
     assert_eq!(budget["minAvailable"], 1, "two replicas: {budget}");
     assert!(budget.get("maxUnavailable").is_none(), "{budget}");
@@ -713,9 +681,7 @@ fn budgets_keep_the_chart_rules_unless_told_otherwise() {
             "{field} rendered by default: {pod}"
         );
     }
-    let Some(one) = rendered("a budget of one with one replica") else {
-        return;
-    };
+    let one = rendered("a budget of one with one replica");
     assert_eq!(
         find(one, "PodDisruptionBudget", PROVIDER)["spec"]["maxUnavailable"],
         1

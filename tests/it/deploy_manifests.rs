@@ -21,9 +21,8 @@
 //! `extraArgs` against the arguments rendered.
 //!
 //! The tools come from `tools/install-manifest-tools.sh` (a virtual environment under
-//! `target/manifest-tools`, or `CKS_MANIFEST_TOOLS=<its python>`). Without them every test here
-//! passes after saying, once, on the terminal, that it was skipped; `.ci/run` installs them and
-//! sets `CKS_MANIFEST_TOOLS_REQUIRED`, which turns the skip into a failure.
+//! `target/manifest-tools`, or `CKS_MANIFEST_TOOLS=<its python>`), which `cks_testkit::tools`
+//! runs on first use; every test here fails naming what is missing when they cannot be had.
 //!
 //! Each check returns the problems it found, so the `*_is_caught` tests can break one piece of
 //! rendered wiring in memory and show that the check notices.
@@ -31,7 +30,6 @@
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -41,15 +39,11 @@ const CERT_MANAGER_KEYS: [&str; 3] = ["tls.crt", "tls.key", "ca.crt"];
 const AUTOSCALER_IMAGE: &str = "registry.k8s.io/autoscaling/cluster-autoscaler";
 /// The pod annotation naming the autoscaler's client identity (its certificate's DNS name).
 const CLIENT_ANNOTATION: &str = "cks-autoscaler-provider/client";
-/// The python of the tools' virtual environment.
-const TOOLS_ENV: &str = "CKS_MANIFEST_TOOLS";
 /// The label the provider's leader gives its own pod (`--leader-elect`): its Services select it,
 /// so that autoscalers reach the leader alone.
 const LEADER_LABEL: (&str, &str) = ("cks-autoscaler-provider/role", "leader");
 /// The Lease `--leader-elect` takes without `--leader-elect-resource-name`.
 const DEFAULT_LEASE: &str = "cks-autoscaler-provider";
-/// Set (by `.ci/run`): missing tools fail the tests instead of skipping them.
-const REQUIRED_ENV: &str = "CKS_MANIFEST_TOOLS_REQUIRED";
 /// `tools/check_manifests.py`'s exit status when a tool is missing.
 const TOOLS_MISSING_EXIT: i32 = 3;
 
@@ -107,15 +101,10 @@ fn tools_run() -> &'static ToolsRun {
 }
 
 fn run_tools() -> ToolsRun {
-    let python = std::env::var_os(TOOLS_ENV)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join("target/manifest-tools/venv/bin/python"));
-    if !python.is_file() {
-        return ToolsRun::Missing(format!(
-            "{} does not exist (run tools/install-manifest-tools.sh, or set {TOOLS_ENV})",
-            python.display()
-        ));
-    }
+    let python = match cks_testkit::tools::manifest_python() {
+        Ok(python) => python,
+        Err(e) => return ToolsRun::Missing(e.to_string()),
+    };
     let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("rendered-manifests");
     let run = Command::new(&python)
         .arg(repo().join("tools/check_manifests.py"))
@@ -142,29 +131,15 @@ fn run_tools() -> ToolsRun {
     }
 }
 
-/// The rendered sets; `None` when the tools are missing (the caller's test is then skipped).
-fn rendered() -> Option<&'static Rendered> {
+/// The rendered sets. Without the tools the test fails: a check that did not run is no pass.
+fn rendered() -> &'static Rendered {
     match tools_run() {
-        ToolsRun::Missing(why) => {
-            assert!(
-                std::env::var_os(REQUIRED_ENV).is_none(),
-                "{REQUIRED_ENV} is set but the manifest tools are missing: {why}"
-            );
-            static NOTICE: OnceLock<()> = OnceLock::new();
-            NOTICE.get_or_init(|| {
-                // Straight to the terminal: the harness shows a passing test's output only with
-                // --nocapture, and a skip must not go unnoticed.
-                let _ = writeln!(
-                    std::io::stderr(),
-                    "\ndeploy_manifests: SKIPPED, the manifest tools are not installed ({why}).\n\
-                     Install them with tools/install-manifest-tools.sh to check deploy/.\n"
-                );
-            });
-            None
-        }
+        ToolsRun::Missing(why) => panic!(
+            "the manifest tools are missing: {why}\nInstall them with tools/install-manifest-tools.sh"
+        ),
         ToolsRun::Ran {
             rendered: Ok(r), ..
-        } => Some(r),
+        } => r,
         ToolsRun::Ran {
             rendered: Err(e),
             output,
@@ -3234,7 +3209,7 @@ fn every(
 
 #[test]
 fn the_tools_render_lint_and_validate_every_manifest() {
-    let Some(r) = rendered() else { return };
+    let r = rendered();
     if let ToolsRun::Ran { ok, output, .. } = tools_run() {
         assert!(ok, "tools/check_manifests.py found problems:\n{output}");
     }
@@ -3265,13 +3240,13 @@ fn the_tools_render_lint_and_validate_every_manifest() {
 
 #[test]
 fn ports_agree_between_flags_containers_services_probes_and_address() {
-    let Some(r) = rendered() else { return };
+    let r = rendered();
     assert_none("ports", every(r, Set::has_provider, check_ports));
 }
 
 #[test]
 fn provider_flag_paths_are_mounted_from_existing_secret_keys() {
-    let Some(r) = rendered() else { return };
+    let r = rendered();
     assert_none(
         "provider mounts",
         every(r, Set::has_provider, check_provider_mounts),
@@ -3280,7 +3255,7 @@ fn provider_flag_paths_are_mounted_from_existing_secret_keys() {
 
 #[test]
 fn kustomize_providers_read_the_cloudstack_secret_cks_creates() {
-    let Some(r) = rendered() else { return };
+    let r = rendered();
     assert_none(
         "cloudstack-secret",
         every(
@@ -3293,7 +3268,7 @@ fn kustomize_providers_read_the_cloudstack_secret_cks_creates() {
 
 #[test]
 fn autoscaler_cloud_config_matches_its_client_certificate_and_the_provider() {
-    let Some(r) = rendered() else { return };
+    let r = rendered();
     assert_none(
         "autoscaler wiring",
         every(r, Set::has_autoscaler, check_autoscaler_wiring),
@@ -3302,13 +3277,13 @@ fn autoscaler_cloud_config_matches_its_client_certificate_and_the_provider() {
 
 #[test]
 fn server_certificate_covers_the_address_and_shares_the_client_ca() {
-    let Some(r) = rendered() else { return };
+    let r = rendered();
     assert_none("tls", every(r, Set::uses_cert_manager, check_tls));
 }
 
 #[test]
 fn every_client_the_nodes_bind_has_its_certificate_and_several_clusters_are_bound() {
-    let Some(r) = rendered() else { return };
+    let r = rendered();
     assert_none(
         "client binding",
         every(r, Set::has_provider, check_client_binding),
@@ -3328,7 +3303,7 @@ fn every_client_the_nodes_bind_has_its_certificate_and_several_clusters_are_boun
 
 #[test]
 fn pods_are_non_root_read_only_and_confined() {
-    let Some(r) = rendered() else { return };
+    let r = rendered();
     assert_none(
         "security",
         every(r, |s| s.source != "example", check_security),
@@ -3337,13 +3312,13 @@ fn pods_are_non_root_read_only_and_confined() {
 
 #[test]
 fn images_are_pinned_and_the_provider_runs_the_crate_version() {
-    let Some(r) = rendered() else { return };
+    let r = rendered();
     assert_none("images", every(r, |s| s.source != "example", check_images));
 }
 
 #[test]
 fn the_chart_runs_the_image_its_values_name_and_refuses_to_render_without_one() {
-    let Some(r) = rendered() else { return };
+    let r = rendered();
     assert_none(
         "provider image",
         every(
@@ -3365,7 +3340,7 @@ fn the_chart_runs_the_image_its_values_name_and_refuses_to_render_without_one() 
 
 #[test]
 fn network_policy_admits_only_the_autoscalers_and_prometheus() {
-    let Some(r) = rendered() else { return };
+    let r = rendered();
     assert_none(
         "network policy",
         every(r, Set::has_provider, check_network_policy),
@@ -3374,7 +3349,7 @@ fn network_policy_admits_only_the_autoscalers_and_prometheus() {
 
 #[test]
 fn selectors_service_accounts_budgets_and_rbac_line_up() {
-    let Some(r) = rendered() else { return };
+    let r = rendered();
     assert_none(
         "identity",
         every(r, |s| s.source != "example", check_identity),
@@ -3383,7 +3358,7 @@ fn selectors_service_accounts_budgets_and_rbac_line_up() {
 
 #[test]
 fn the_provider_is_bound_to_its_state_configmap_and_nothing_else() {
-    let Some(r) = rendered() else { return };
+    let r = rendered();
     assert_none(
         "provider RBAC",
         every(r, |s| s.source != "example", check_provider_rbac),
@@ -3398,7 +3373,7 @@ fn the_provider_is_bound_to_its_state_configmap_and_nothing_else() {
 
 #[test]
 fn two_providers_elect_a_leader_and_the_services_reach_only_the_leader() {
-    let Some(r) = rendered() else { return };
+    let r = rendered();
     assert_none(
         "provider replicas",
         every(r, |s| s.source != "example", check_replicas),
@@ -3418,7 +3393,7 @@ fn two_providers_elect_a_leader_and_the_services_reach_only_the_leader() {
 
 #[test]
 fn replicas_without_leader_election_or_a_service_reaching_a_standby_are_caught() {
-    let Some(r) = rendered() else { return };
+    let r = rendered();
     let mut b = base(r);
     set_arg(&mut b, PROVIDER, "--leader-elect", "--log-format=json");
     assert_caught(check_replicas(&b), "2 replicas without --leader-elect");
@@ -3486,7 +3461,7 @@ fn replicas_without_leader_election_or_a_service_reaching_a_standby_are_caught()
 
 #[test]
 fn the_provider_reads_nodes_only_where_it_runs_in_its_one_cluster() {
-    let Some(r) = rendered() else { return };
+    let r = rendered();
     assert_none(
         "provider node RBAC",
         every(r, |s| s.source != "example", check_provider_node_rbac),
@@ -3508,7 +3483,7 @@ fn the_provider_reads_nodes_only_where_it_runs_in_its_one_cluster() {
 
 #[test]
 fn objects_are_in_their_release_namespace() {
-    let Some(r) = rendered() else { return };
+    let r = rendered();
     assert_none("namespaces", every(r, |_| true, check_namespaces));
     assert_eq!(
         r.set("helm-ci-oldest-minor-plaintext").namespace,
@@ -3518,7 +3493,7 @@ fn objects_are_in_their_release_namespace() {
 
 #[test]
 fn each_kubernetes_minor_gets_its_autoscaler_release_in_the_chart_and_kustomize() {
-    let Some(r) = rendered() else { return };
+    let r = rendered();
     let readme = fs::read_to_string(repo().join("README.md")).expect("README.md");
     assert_none(
         "autoscaler releases",
@@ -3528,7 +3503,7 @@ fn each_kubernetes_minor_gets_its_autoscaler_release_in_the_chart_and_kustomize(
 
 #[test]
 fn the_autoscaler_waits_long_enough_for_cks_nodes() {
-    let Some(r) = rendered() else { return };
+    let r = rendered();
     assert_none(
         "autoscaler flags",
         every(r, Set::has_autoscaler, check_autoscaler_flags),
@@ -3537,7 +3512,7 @@ fn the_autoscaler_waits_long_enough_for_cks_nodes() {
 
 #[test]
 fn the_provider_and_its_autoscalers_wait_the_same_provision_time() {
-    let Some(r) = rendered() else { return };
+    let r = rendered();
     assert_none(
         "provision times",
         every(r, Set::has_provider, check_provision_times),
@@ -3546,7 +3521,7 @@ fn the_provider_and_its_autoscalers_wait_the_same_provision_time() {
 
 #[test]
 fn prometheus_scrapes_the_autoscaler_metrics_service_on_its_container_port() {
-    let Some(r) = rendered() else { return };
+    let r = rendered();
     assert_none(
         "metrics services",
         every(r, |s| s.source != "example", check_metrics_services),
@@ -3562,7 +3537,7 @@ fn prometheus_scrapes_the_autoscaler_metrics_service_on_its_container_port() {
 
 #[test]
 fn the_chart_renders_the_example_alerts() {
-    let Some(r) = rendered() else { return };
+    let r = rendered();
     let docs = docs_rule_groups();
     assert_none(
         "prometheus rules",
@@ -3577,7 +3552,7 @@ fn the_chart_renders_the_example_alerts() {
 
 #[test]
 fn extra_args_volumes_and_service_links_render_as_the_values_say() {
-    let Some(r) = rendered() else { return };
+    let r = rendered();
     assert_none(
         "pod extras",
         every(r, |s| s.source != "example", check_pod_extras),
@@ -3602,7 +3577,7 @@ fn extra_args_volumes_and_service_links_render_as_the_values_say() {
 
 #[test]
 fn chart_defaults_render_the_kustomize_base() {
-    let Some(r) = rendered() else { return };
+    let r = rendered();
     assert_none(
         "chart vs base",
         check_chart_matches_base(r.set("helm-ci-default"), r.set("kustomize-base")),
@@ -3611,7 +3586,7 @@ fn chart_defaults_render_the_kustomize_base() {
 
 #[test]
 fn the_workload_cluster_example_dials_the_central_example() {
-    let Some(r) = rendered() else { return };
+    let r = rendered();
     assert_none(
         "central deployment",
         check_central_pair(
@@ -3653,7 +3628,7 @@ fn check_overlay(s: &Set, base: &Set) -> Vec<String> {
 
 #[test]
 fn overlays_replace_the_base_placeholders() {
-    let Some(r) = rendered() else { return };
+    let r = rendered();
     let base = r.set("kustomize-base");
     let overlays: Vec<&Set> = r
         .sets
@@ -3677,7 +3652,7 @@ fn overlays_replace_the_base_placeholders() {
 
 #[test]
 fn dockerfile_builds_the_binary_the_deployment_runs() {
-    let Some(r) = rendered() else { return };
+    let r = rendered();
     let dockerfile = fs::read_to_string(repo().join("Dockerfile")).expect("Dockerfile");
     let dockerignore = fs::read_to_string(repo().join(".dockerignore")).expect(".dockerignore");
     assert_none(
@@ -3881,7 +3856,7 @@ fn assert_caught(problems: Vec<String>, needle: &str) {
 
 #[test]
 fn a_service_port_that_differs_from_the_address_is_caught() {
-    let Some(r) = rendered() else { return };
+    let r = rendered();
     let mut b = base(r);
     edit(
         &mut b,
@@ -3895,7 +3870,7 @@ fn a_service_port_that_differs_from_the_address_is_caught() {
 
 #[test]
 fn a_container_port_that_differs_from_the_listen_flag_is_caught() {
-    let Some(r) = rendered() else { return };
+    let r = rendered();
     let mut b = base(r);
     set_arg(&mut b, PROVIDER, "--listen=", "--listen=0.0.0.0:9999");
     assert_caught(check_ports(&b), "container port `grpc`");
@@ -3912,7 +3887,7 @@ fn a_container_port_that_differs_from_the_listen_flag_is_caught() {
 
 #[test]
 fn a_probe_on_the_wrong_port_is_caught() {
-    let Some(r) = rendered() else { return };
+    let r = rendered();
     let mut b = base(r);
     edit(
         &mut b,
@@ -3926,7 +3901,7 @@ fn a_probe_on_the_wrong_port_is_caught() {
 
 #[test]
 fn a_tls_path_outside_the_mount_is_caught() {
-    let Some(r) = rendered() else { return };
+    let r = rendered();
     let mut b = base(r);
     set_arg(&mut b, PROVIDER, "--tls-cert=", "--tls-cert=/certs/tls.crt");
     assert_caught(check_provider_mounts(&b), "--tls-cert");
@@ -3934,7 +3909,7 @@ fn a_tls_path_outside_the_mount_is_caught() {
 
 #[test]
 fn a_misspelt_secret_name_is_caught() {
-    let Some(r) = rendered() else { return };
+    let r = rendered();
     let mut b = base(r);
     let volumes = arr_at(
         &b.find("Deployment", PROVIDER).expect("provider").v,
@@ -3969,7 +3944,7 @@ fn a_misspelt_secret_name_is_caught() {
 
 #[test]
 fn a_wrong_client_key_path_in_the_autoscaler_cloud_config_is_caught() {
-    let Some(r) = rendered() else { return };
+    let r = rendered();
     let mut b = base(r);
     edit_cloud_config(&mut b, "/tls/ca.crt", "/client/ca.crt");
     assert_caught(check_autoscaler_wiring(&b), "`cacert`");
@@ -3977,7 +3952,7 @@ fn a_wrong_client_key_path_in_the_autoscaler_cloud_config_is_caught() {
 
 #[test]
 fn an_address_the_server_certificate_does_not_cover_is_caught() {
-    let Some(r) = rendered() else { return };
+    let r = rendered();
     let mut b = base(r);
     edit_cloud_config(
         &mut b,
@@ -3990,7 +3965,7 @@ fn an_address_the_server_certificate_does_not_cover_is_caught() {
 
 #[test]
 fn certificates_from_different_issuers_are_caught() {
-    let Some(r) = rendered() else { return };
+    let r = rendered();
     let mut b = base(r);
     edit(
         &mut b,
@@ -4004,7 +3979,7 @@ fn certificates_from_different_issuers_are_caught() {
 
 #[test]
 fn an_autoscaler_namespace_flag_without_its_variable_is_caught() {
-    let Some(r) = rendered() else { return };
+    let r = rendered();
     let mut b = base(r);
     edit(
         &mut b,
@@ -4023,7 +3998,7 @@ fn an_autoscaler_namespace_flag_without_its_variable_is_caught() {
 
 #[test]
 fn a_writable_root_filesystem_is_caught() {
-    let Some(r) = rendered() else { return };
+    let r = rendered();
     let mut b = base(r);
     edit(
         &mut b,
@@ -4037,7 +4012,7 @@ fn a_writable_root_filesystem_is_caught() {
 
 #[test]
 fn an_unreadable_secret_mode_is_caught() {
-    let Some(r) = rendered() else { return };
+    let r = rendered();
     let mut chart = r.set("helm-ci-default").clone();
     edit(
         &mut chart,
@@ -4051,7 +4026,7 @@ fn an_unreadable_secret_mode_is_caught() {
 
 #[test]
 fn a_latest_image_is_caught() {
-    let Some(r) = rendered() else { return };
+    let r = rendered();
     let mut b = base(r);
     edit(
         &mut b,
@@ -4065,7 +4040,7 @@ fn a_latest_image_is_caught() {
 
 #[test]
 fn a_grpc_port_open_to_every_namespace_or_address_is_caught() {
-    let Some(r) = rendered() else { return };
+    let r = rendered();
     let mut b = base(r);
     edit(
         &mut b,
@@ -4090,7 +4065,7 @@ fn a_grpc_port_open_to_every_namespace_or_address_is_caught() {
 
 #[test]
 fn a_metrics_port_open_to_all_pods_is_caught() {
-    let Some(r) = rendered() else { return };
+    let r = rendered();
     let mut b = base(r);
     edit(
         &mut b,
@@ -4104,7 +4079,7 @@ fn a_metrics_port_open_to_all_pods_is_caught() {
 
 #[test]
 fn a_binding_to_a_missing_role_or_a_missing_account_is_caught() {
-    let Some(r) = rendered() else { return };
+    let r = rendered();
     let mut b = base(r);
     edit(
         &mut b,
@@ -4128,7 +4103,7 @@ fn a_binding_to_a_missing_role_or_a_missing_account_is_caught() {
 
 #[test]
 fn a_deployment_without_its_disruption_budget_is_caught() {
-    let Some(r) = rendered() else { return };
+    let r = rendered();
     let mut b = base(r);
     b.docs
         .retain(|d| !(d.kind() == "PodDisruptionBudget" && d.name() == AUTOSCALER));
@@ -4137,7 +4112,7 @@ fn a_deployment_without_its_disruption_budget_is_caught() {
 
 #[test]
 fn a_dockerfile_user_other_than_the_pod_user_or_an_unpinned_base_is_caught() {
-    let Some(r) = rendered() else { return };
+    let r = rendered();
     let b = base(r);
     let dockerfile = fs::read_to_string(repo().join("Dockerfile")).expect("Dockerfile");
     assert_caught(
@@ -4187,7 +4162,7 @@ fn a_dockerfile_user_other_than_the_pod_user_or_an_unpinned_base_is_caught() {
 
 #[test]
 fn a_missing_or_default_provision_time_is_caught() {
-    let Some(r) = rendered() else { return };
+    let r = rendered();
     let mut b = base(r);
     set_arg(
         &mut b,
@@ -4206,7 +4181,7 @@ fn a_missing_or_default_provision_time_is_caught() {
 
 #[test]
 fn a_release_of_the_wrong_minor_or_a_drift_between_chart_and_components_is_caught() {
-    let Some(r) = rendered() else { return };
+    let r = rendered();
     let readme = fs::read_to_string(repo().join("README.md")).expect("README.md");
     let mut values = chart_values();
     values["autoscaler"]["image"]["tagByKubernetesMinor"]["1.33"] = Value::from("v1.32.7");
@@ -4232,7 +4207,7 @@ fn a_release_of_the_wrong_minor_or_a_drift_between_chart_and_components_is_caugh
 
 #[test]
 fn rbac_or_certificates_drifting_between_chart_and_base_are_caught() {
-    let Some(r) = rendered() else { return };
+    let r = rendered();
     let mut b = base(r);
     let rules = arr_at(
         &b.find("ClusterRole", AUTOSCALER).expect("ClusterRole").v,
@@ -4281,7 +4256,7 @@ fn rbac_or_certificates_drifting_between_chart_and_base_are_caught() {
 
 #[test]
 fn several_clusters_without_client_binding_are_caught() {
-    let Some(r) = rendered() else { return };
+    let r = rendered();
     let mut central = r.set("helm-examples-central-provider").clone();
     assert_none("central", check_client_binding(&central));
     let first = flag_values(
@@ -4311,7 +4286,7 @@ fn several_clusters_without_client_binding_are_caught() {
 
 #[test]
 fn a_client_without_its_certificate_or_claiming_another_is_caught() {
-    let Some(r) = rendered() else { return };
+    let r = rendered();
     let mut central = r.set("helm-examples-central-provider").clone();
     let cert = central
         .of_kind("Certificate")
@@ -4350,7 +4325,7 @@ fn a_client_without_its_certificate_or_claiming_another_is_caught() {
 
 #[test]
 fn a_workload_cluster_dialing_what_the_central_provider_does_not_serve_is_caught() {
-    let Some(r) = rendered() else { return };
+    let r = rendered();
     let central = r.set("helm-examples-central-provider");
     let mut workload = r.set("helm-examples-workload-cluster").clone();
     edit_cloud_config(
@@ -4380,7 +4355,7 @@ fn a_workload_cluster_dialing_what_the_central_provider_does_not_serve_is_caught
 
 #[test]
 fn a_provider_image_other_than_the_values_name_or_a_chart_rendering_without_one_is_caught() {
-    let Some(r) = rendered() else { return };
+    let r = rendered();
     let by_digest = r
         .sets
         .iter()
@@ -4419,7 +4394,7 @@ fn a_provider_image_other_than_the_values_name_or_a_chart_rendering_without_one_
 
 #[test]
 fn a_provider_provision_time_other_than_the_autoscalers_is_caught() {
-    let Some(r) = rendered() else { return };
+    let r = rendered();
     let mut b = base(r);
     assert_none("base", check_provision_times(&b));
     set_arg(
@@ -4450,7 +4425,7 @@ fn a_provider_provision_time_other_than_the_autoscalers_is_caught() {
 
 #[test]
 fn an_autoscaler_metrics_service_on_another_port_or_drifting_alerts_are_caught() {
-    let Some(r) = rendered() else { return };
+    let r = rendered();
     let mut b = base(r);
     edit(
         &mut b,
@@ -4519,7 +4494,7 @@ fn an_autoscaler_metrics_service_on_another_port_or_drifting_alerts_are_caught()
 
 #[test]
 fn service_links_a_mount_without_its_volume_or_lost_extra_args_are_caught() {
-    let Some(r) = rendered() else { return };
+    let r = rendered();
     let mut b = base(r);
     edit(
         &mut b,
@@ -4567,7 +4542,7 @@ fn service_links_a_mount_without_its_volume_or_lost_extra_args_are_caught() {
 
 #[test]
 fn a_state_role_without_update_or_a_pod_without_its_token_is_caught() {
-    let Some(r) = rendered() else { return };
+    let r = rendered();
     let mut b = base(r);
     edit(
         &mut b,
@@ -4728,7 +4703,7 @@ const OWN_CERTIFICATES: &str = "kustomize-components-own-certificates";
 
 #[test]
 fn own_certificates_mount_the_secrets_the_documented_commands_and_the_script_create() {
-    let Some(r) = rendered() else { return };
+    let r = rendered();
     let s = r.set(OWN_CERTIFICATES);
     let (documented, _) = run_with_stand_ins(&documented_commands(), &[]);
     let script = repo().join("deploy/kustomize/components/own-certificates/renew.sh");
@@ -4777,7 +4752,7 @@ fn own_certificates_mount_the_secrets_the_documented_commands_and_the_script_cre
 
 #[test]
 fn a_cert_manager_object_or_a_secret_nobody_creates_is_caught() {
-    let Some(r) = rendered() else { return };
+    let r = rendered();
     let (documented, _) = run_with_stand_ins(&documented_commands(), &[]);
     let good = r.set(OWN_CERTIFICATES);
     assert_none("as rendered", check_own_certificates(good, &documented));
@@ -4919,7 +4894,7 @@ fn check_in_pod_probe(s: &Set, cmd: &InPodProbe) -> Vec<String> {
 
 #[test]
 fn the_guides_in_pod_probe_commands_reach_the_admin_address_of_their_render() {
-    let Some(r) = rendered() else { return };
+    let r = rendered();
     let guide = fs::read_to_string(repo().join("docs/operations.md")).expect("guide");
     for (heading, set) in [
         (

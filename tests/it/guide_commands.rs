@@ -5,9 +5,9 @@
 //! under another name) fails here instead of on the operator's cluster. Today: the one-off pod
 //! that runs `check` from the image (§4).
 //!
-//! Needs `kubectl` (on PATH, or beside the manifest tools' python, `tools/install-manifest-tools.sh`)
-//! and the API server's binaries (`CKS_KUBE_BIN_DIR`); skips without them, fails without them
-//! under `CKS_KUBE_REQUIRED=1`.
+//! Needs `kubectl` (on PATH, or beside the manifest tools' python) and the API server's
+//! binaries: `cks_testkit::tools` sets them up on first use, and the test fails naming what is
+//! missing when it cannot.
 
 use cks_testkit::kube::KubeApiServer;
 use serde_json::{Value, json};
@@ -65,41 +65,12 @@ fn words(line: &str) -> Vec<String> {
     out
 }
 
-/// The `kubectl` to run: on PATH, else the one `tools/install-manifest-tools.sh` put beside its
-/// python.
-fn kubectl() -> Option<PathBuf> {
-    let on_path = Command::new("kubectl")
-        .arg("version")
-        .arg("--client")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if on_path {
-        return Some(PathBuf::from("kubectl"));
-    }
-    let python = std::env::var_os("CKS_MANIFEST_TOOLS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join("target/manifest-tools/venv/bin/python"));
-    let beside = python.parent().map(|d| d.join("kubectl"))?;
-    beside.is_file().then_some(beside)
-}
-
-fn required() -> bool {
-    std::env::var("CKS_KUBE_REQUIRED").is_ok_and(|v| v == "1")
-}
-
 #[tokio::test]
 async fn the_check_pod_of_the_guide_is_admitted_by_a_real_api_server() {
-    let Some(kubectl) = kubectl() else {
-        assert!(!required(), "CKS_KUBE_REQUIRED=1 and no kubectl runs here");
-        eprintln!("\nguide_commands: SKIPPED, no kubectl\n");
-        return;
-    };
-    let Some(kube) = KubeApiServer::start()
+    let kubectl = cks_testkit::tools::kubectl().unwrap_or_else(|e| panic!("{e}"));
+    let kube = KubeApiServer::start()
         .await
-        .unwrap_or_else(|e| panic!("the Kubernetes API server did not start: {e}"))
-    else {
-        return;
-    };
+        .unwrap_or_else(|e| panic!("the Kubernetes API server did not start: {e}"));
     // What kube-controller-manager would have made: the namespace's default ServiceAccount,
     // without which a Pod is refused.
     kube.create(

@@ -171,11 +171,19 @@ async fn rotation(form: Form, cluster: &str) {
         &new_key,
         &new_secret,
     )));
-    // The very next request is signed with the new pair: this Refresh asks CloudStack anew
-    // (the snapshot is past the staleness bound) and gets an answer.
-    refresh(&mut client)
-        .await
-        .expect("the first Refresh after the swap works");
+    // The very next request is signed with the new pair: the provider's next round (it retries
+    // on its own, within its backoff's cap) gets an answer, and so does the autoscaler's
+    // Refresh after it.
+    let swapped = tokio::time::Instant::now();
+    wait_until("a Refresh after the swap to work", async || {
+        refresh(&mut client).await.is_ok()
+    })
+    .await;
+    assert!(
+        swapped.elapsed() <= Duration::from_secs(15),
+        "{:?} after the swap",
+        swapped.elapsed()
+    );
     let taken = logs::lines_mentioning(&volume.dir().display().to_string())
         .into_iter()
         .filter(|l| l.contains("requests are signed with the new key"))

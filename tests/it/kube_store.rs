@@ -1,6 +1,6 @@
 //! The store in a ConfigMap (`--state-configmap`) against a real Kubernetes API server
 //! (`cks_testkit::kube`: etcd and kube-apiserver built by `tools/kube-testenv/build.sh`, found
-//! through `CKS_KUBE_BIN_DIR`; skipped without them unless `CKS_KUBE_REQUIRED=1`).
+//! through `CKS_KUBE_BIN_DIR`, or built on first use: `cks_testkit::tools`).
 //!
 //! The provider's identity is a ServiceAccount token bound to exactly the Role the kustomize
 //! base deploys (`deploy/kustomize/base/provider-rbac.yaml`; the chart's is checked equal to it
@@ -22,8 +22,8 @@ const CONFIGMAP: &str = "cks-autoscaler-provider-state";
 /// Its data key.
 const KEY: &str = "state.json";
 
-/// Starts the API server, or `None` (the test passes, skipped) without the binaries.
-async fn kube() -> Option<KubeApiServer> {
+/// Starts the API server (its binaries set up on first use: `cks_testkit::tools`).
+async fn kube() -> KubeApiServer {
     KubeApiServer::start()
         .await
         .unwrap_or_else(|e| panic!("the Kubernetes API server did not start: {e}"))
@@ -148,7 +148,7 @@ fn delete_later(
 /// Deleting and out of the target.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn promises_in_the_configmap_are_taken_over_by_the_next_provider() {
-    let Some(kube) = kube().await else { return };
+    let kube = kube().await;
     logs::capture();
     let ns = "store-restart";
     let token = provider_token(&kube, ns, &deployed_role()).await;
@@ -182,7 +182,7 @@ async fn promises_in_the_configmap_are_taken_over_by_the_next_provider() {
 /// failure is logged loudly and counted, and the promise that write held is not answered OK.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_conflicting_writer_is_reported_and_never_overwritten() {
-    let Some(kube) = kube().await else { return };
+    let kube = kube().await;
     logs::capture();
     let ns = "store-conflict";
     let token = provider_token(&kube, ns, &deployed_role()).await;
@@ -247,7 +247,7 @@ async fn a_conflicting_writer_is_reported_and_never_overwritten() {
 /// resource, before anything is served.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_deployed_role_is_enough_and_a_missing_verb_is_named_at_start() {
-    let Some(kube) = kube().await else { return };
+    let kube = kube().await;
     let sim = start_sim(pool(2)).await;
     let cluster = sim.cluster_id("pool").expect("cluster");
     let provider = |store: ConfigMapRef| {
@@ -297,7 +297,7 @@ async fn the_deployed_role_is_enough_and_a_missing_verb_is_named_at_start() {
 /// and the write went through.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_api_server_down_ok_waits_for_the_write() {
-    let Some(mut kube) = kube().await else { return };
+    let mut kube = kube().await;
     logs::capture();
     let ns = "store-down";
     let token = provider_token(&kube, ns, &deployed_role()).await;

@@ -111,12 +111,9 @@ async fn wait_one_leader_at_most(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standby_takes_over_only_after_the_leader_stopped_renewing_and_never_beside_it() {
-    let Some(kube) = KubeApiServer::start()
+    let kube = KubeApiServer::start()
         .await
-        .unwrap_or_else(|e| panic!("the Kubernetes API server did not start: {e}"))
-    else {
-        return;
-    };
+        .unwrap_or_else(|e| panic!("the Kubernetes API server did not start: {e}"));
     let a = replica(&kube, "provider-a");
     wait_until_for("a to lead", Duration::from_secs(60), async || {
         a.leadership.leading()
@@ -193,12 +190,9 @@ async fn a_standby_takes_over_only_after_the_leader_stopped_renewing_and_never_b
 /// takes over once the API server is back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_cut_off_from_the_api_server_stops_acting_before_its_lease_expires() {
-    let Some(mut kube) = KubeApiServer::start()
+    let mut kube = KubeApiServer::start()
         .await
-        .unwrap_or_else(|e| panic!("the Kubernetes API server did not start: {e}"))
-    else {
-        return;
-    };
+        .unwrap_or_else(|e| panic!("the Kubernetes API server did not start: {e}"));
     let a = replica(&kube, "provider-a");
     wait_until_for("a to lead", Duration::from_secs(60), async || {
         a.leadership.leading()
@@ -384,12 +378,9 @@ async fn refresh(c: &mut CloudProviderClient<Channel>) -> Result<(), tonic::Stat
 /// adopts the running job, and carries the removal out; CloudStack received each request once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_leaders_promises_are_kept_by_the_standby_and_nothing_is_sent_twice() {
-    let Some(kube) = KubeApiServer::start()
+    let kube = KubeApiServer::start()
         .await
-        .unwrap_or_else(|e| panic!("the Kubernetes API server did not start: {e}"))
-    else {
-        return;
-    };
+        .unwrap_or_else(|e| panic!("the Kubernetes API server did not start: {e}"));
     let ns = "cks-two";
     let deployed = Deployed::new(&kube, ns, &["provider-a", "provider-b"]).await;
     let mut cfg = SimConfig::for_tests(API_KEY, SECRET_KEY);
@@ -488,12 +479,9 @@ async fn a_killed_leaders_promises_are_kept_by_the_standby_and_nothing_is_sent_t
 /// is Ready, and when the Lease is released it takes over and serves.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standby_that_could_not_read_the_ledger_is_not_ready_and_says_why() {
-    let Some(kube) = KubeApiServer::start()
+    let kube = KubeApiServer::start()
         .await
-        .unwrap_or_else(|e| panic!("the Kubernetes API server did not start: {e}"))
-    else {
-        return;
-    };
+        .unwrap_or_else(|e| panic!("the Kubernetes API server did not start: {e}"));
     let ns = "cks-unreadable";
     let deployed = Deployed::new(&kube, ns, &["provider-a"]).await;
     let configmaps = format!("/api/v1/namespaces/{ns}/configmaps");

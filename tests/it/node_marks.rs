@@ -1,5 +1,5 @@
-//! `--confirm-node-marks` against a real Kubernetes API server (`cks_testkit::kube`; skipped
-//! without its binaries unless `CKS_KUBE_REQUIRED=1`): an owed removal is tried again only
+//! `--confirm-node-marks` against a real Kubernetes API server (`cks_testkit::kube`, its
+//! binaries set up on first use): an owed removal is tried again only
 //! while its Node still carries the autoscaler's `ToBeDeletedByClusterAutoscaler` mark, and a
 //! node suspected of a cordon a failed drain left holds scale-ups only while its Node is not
 //! counted Ready.
@@ -124,12 +124,9 @@ async fn unmark(kube: &KubeApiServer, name: &str) {
 /// and only it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_owed_removal_whose_node_lost_the_autoscalers_mark_is_withdrawn() {
-    let Some(kube) = KubeApiServer::start()
+    let kube = KubeApiServer::start()
         .await
-        .unwrap_or_else(|e| panic!("the Kubernetes API server did not start: {e}"))
-    else {
-        return;
-    };
+        .unwrap_or_else(|e| panic!("the Kubernetes API server did not start: {e}"));
     logs::capture();
     let api = provider_api(&kube, "node-marks").await;
     // Scale-ups long enough for the test to look while the removals wait behind one.
@@ -212,12 +209,9 @@ async fn an_owed_removal_whose_node_lost_the_autoscalers_mark_is_withdrawn() {
 /// Ready and schedulable, lifts the suspicion, and the next scale-up is sent and completes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_read_ready_and_schedulable_no_longer_holds_scale_ups() {
-    let Some(kube) = KubeApiServer::start()
+    let kube = KubeApiServer::start()
         .await
-        .unwrap_or_else(|e| panic!("the Kubernetes API server did not start: {e}"))
-    else {
-        return;
-    };
+        .unwrap_or_else(|e| panic!("the Kubernetes API server did not start: {e}"));
     logs::capture();
     let api = provider_api(&kube, "node-cordons").await;
     let mut cfg = pool(4);

@@ -9,7 +9,6 @@
 use cks_proto as pb;
 use cks_proto::cloud_provider_client::CloudProviderClient;
 use cks_sim::{ClusterSpec, ClusterState, Scenario, VmState};
-use cks_testkit::cs::Client;
 use cks_testkit::stack::*;
 use cks_testkit::*;
 use std::cell::Cell;
@@ -213,24 +212,11 @@ async fn scales_up_and_down_without_a_second_request_while_a_job_waits_for_pick_
         .collect();
     let want: BTreeSet<String> = ws[..3].iter().map(|w| w.0.clone()).collect();
     assert_eq!(removed, want);
-    // Every scale job CloudStack ran succeeded: none was refused at pick-up.
-    let cs = Client::new(&env.sim);
-    let jobs = cs.ok("listAsyncJobs", &[]).await;
-    let scale_jobs: Vec<_> = jobs["asyncjobs"]
-        .as_array()
-        .expect("jobs")
-        .iter()
-        .filter(|j| {
-            j["cmd"]
-                .as_str()
-                .is_some_and(|c| c.ends_with("ScaleKubernetesClusterCmd"))
-        })
-        .collect();
-    assert_eq!(scale_jobs.len(), 5);
-    assert!(
-        scale_jobs.iter().all(|j| j["jobstatus"] == 1),
-        "{scale_jobs:?}"
-    );
+    // Every scale job CloudStack ran succeeded: none was refused at pick-up. (Ended jobs are
+    // not in listAsyncJobs, which lists running jobs only, as a CloudStack 4.21.0.0 does:
+    // `running_26`, `running_30`; the simulator's own record says which failed.)
+    let failed = env.sim.failed_jobs();
+    assert!(failed.is_empty(), "{failed:?}");
     assert_eq!(env.target().await, 3);
     env.shutdown().await;
 }

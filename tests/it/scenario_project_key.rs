@@ -296,3 +296,29 @@ async fn with_project_id_the_provider_lists_in_the_project_and_scales_as_usual()
     );
     env.shutdown().await;
 }
+
+/// A key whose role allows only `list*` still submits scaleKubernetesCluster (a command its
+/// rules do not name falls back to the command's role types) and CloudStack fails the job on
+/// its check of the caller's right (recorded from a CloudStack 4.21.0.0:
+/// `errors_13_perm_bob_listonly_scale`): the autoscaler hears PERMISSION_DENIED naming the
+/// key's role, not a refusal of its request, and nothing changed.
+#[tokio::test(start_paused = true)]
+async fn a_scale_the_keys_role_may_not_make_is_named_as_the_keys() {
+    let mut cfg = SimConfig::for_tests(API_KEY, SECRET_KEY);
+    cfg.settings.key_role = KeyRole::ListOnly;
+    let mut env = Stack::refreshed(cfg, "demo", |_| {}).await;
+    let e = env.increase(1).await.expect_err("the job fails");
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{}", e.message());
+    for said in [
+        "Caller does not have permission",
+        "the key's role does not allow scaleKubernetesCluster",
+    ] {
+        assert!(e.message().contains(said), "{said}: {}", e.message());
+    }
+    assert_eq!(
+        env.sim.cluster_json(&env.cluster_id)["size"],
+        3,
+        "nothing ran"
+    );
+    env.shutdown().await;
+}

@@ -263,7 +263,8 @@ async fn without_alert_scaling_a_stopped_worker_gets_clear_refusals_and_no_retry
         let e = c.error().unwrap_or_else(|| panic!("accepted: {c}"));
         assert_eq!(e.code, Code::FailedPrecondition, "{c}");
         assert!(
-            e.message.contains("does not scale clusters in Alert"),
+            e.message.contains("without the Alert-scaling change")
+                && e.message.contains("start the VM"),
             "{c}"
         );
         assert!(

@@ -102,6 +102,16 @@ pub enum Refusal {
     /// `clustertype` ExternalManaged: CloudStack scales no such cluster (its job fails with
     /// "Scale kubernetes cluster is not supported for an externally managed cluster").
     ExternallyManaged { cluster: String },
+    /// A removal naming down workers (`name (state)`) on a CloudStack without Alert scaling:
+    /// it drains every node it removes, a down node's drain fails, and the failed job puts the
+    /// cluster in Alert, where it refuses every request (`real-world.md`, "Removing nodes";
+    /// `recorded/alert_09_scale_err_alert_nodeids_job_final`). It can never succeed until an
+    /// operator starts the VM or removes it in CloudStack.
+    DownWorkerNotRemovable {
+        cluster: String,
+        vms: Vec<String>,
+        cloudstack_error: String,
+    },
 }
 
 impl Refusal {
@@ -125,6 +135,7 @@ impl Refusal {
             Refusal::AlertWithoutDownWorker { .. } => "alert_rule_7_no_down_worker",
             Refusal::SizeBehindWorkers { .. } => "size_behind_workers",
             Refusal::ExternallyManaged { .. } => "externally_managed",
+            Refusal::DownWorkerNotRemovable { .. } => "down_worker_not_removable",
         }
     }
 }
@@ -168,6 +179,19 @@ impl fmt::Display for Refusal {
                 "cluster {cluster:?} is in Alert and this CloudStack does not scale clusters in \
                  Alert (it predates the Alert-scaling change); CloudStack said: \"{cloudstack_error}\"; \
                  recover the cluster (start the down VM) or upgrade CloudStack"
+            ),
+            Refusal::DownWorkerNotRemovable {
+                cluster,
+                vms,
+                cloudstack_error,
+            } => write!(
+                f,
+                "cluster {cluster:?}: worker VM(s) {} are down, and this CloudStack (without the \
+                 Alert-scaling change) drains every node it removes: the drain of a down node \
+                 fails and the cluster goes to Alert, where every request is refused; \
+                 CloudStack said: \"{cloudstack_error}\"; start the VM (the autoscaler then \
+                 removes it if it is still unneeded) or remove it in CloudStack",
+                vms.join(", ")
             ),
             Refusal::NoChange { cluster, size } => write!(
                 f,
@@ -351,6 +375,7 @@ impl fmt::Display for Stranded {
 ///    own limit, `size`, applies too when it is smaller, but a request that leaves workers and
 ///    reaches only that limit is refused after the state rules (SizeBehindWorkers): `size`
 ///    lags behind the VMs when CloudStack stranded the cluster, and in Alert rule 5 says so;
+///    with AlertScaling::Unsupported, no named worker is down (DownWorkerNotRemovable);
 ///    Resize: new_size ≥ 1 (SizeBelowOne);
 /// 2. by cluster state:
 ///    - Created, Running: accepted (a Resize to the current size too: CloudStack returns early
@@ -372,7 +397,11 @@ pub fn check_scale(
         return Err(Refusal::ExternallyManaged { cluster: cluster() });
     }
     let behind = match request {
-        ScaleRequest::RemoveNodes { vm_ids } => check_node_list(snapshot, vm_ids)?,
+        ScaleRequest::RemoveNodes { vm_ids } => {
+            let behind = check_node_list(snapshot, vm_ids)?;
+            check_down_removal(snapshot, vm_ids, alert)?;
+            behind
+        }
         ScaleRequest::Resize { new_size } if *new_size < 1 => {
             return Err(Refusal::SizeBelowOne {
                 cluster: cluster(),
@@ -383,6 +412,34 @@ pub fn check_scale(
     };
     check_state(snapshot, request, alert)?;
     behind.map_or(Ok(()), Err)
+}
+
+/// Without Alert scaling a down worker's removal fails on its drain whatever the cluster's
+/// state (Running before the status scanner ran, or Alert): refused before the state rules, so
+/// the refusal names the VM and what the operator must do.
+pub fn check_down_removal(
+    snapshot: &ClusterSnapshot,
+    vm_ids: &[String],
+    alert: &AlertScaling,
+) -> Result<(), Refusal> {
+    let AlertScaling::Unsupported { cloudstack_error } = alert else {
+        return Ok(());
+    };
+    let mut down: Vec<String> = Vec::new();
+    for vm in vm_ids.iter().filter_map(|id| snapshot.vm(id)) {
+        let label = format!("{} ({})", vm.name, vm.state);
+        if vm.state.is_down() && !down.contains(&label) {
+            down.push(label);
+        }
+    }
+    if down.is_empty() {
+        return Ok(());
+    }
+    Err(Refusal::DownWorkerNotRemovable {
+        cluster: snapshot.name.clone(),
+        vms: down,
+        cloudstack_error: cloudstack_error.clone(),
+    })
 }
 
 /// Step 2 of [`check_scale`]: the rules of the cluster's state.
@@ -1143,10 +1200,11 @@ mod tests {
             ),
             "removes_all_workers"
         );
-        // On a CloudStack without Alert scaling the Alert itself is the reason.
+        // On a CloudStack without Alert scaling the down worker's drain is the reason: its
+        // removal can never succeed there, whatever the state.
         assert_eq!(
             outcome(&alert, &remove(&["worker-3"]), &unsupported()),
-            "alert_unsupported"
+            "down_worker_not_removable"
         );
         // Outside Alert the size that lags behind the VMs is named.
         let running = b().build();
@@ -1250,7 +1308,12 @@ mod tests {
     #[test]
     fn alert_on_a_cloudstack_without_alert_scaling_passes_its_text_through() {
         let snap = base().alert().build();
-        let refusal = check_scale(&snap, &remove(&["worker-3"]), &unsupported()).unwrap_err();
+        // Removing the down worker itself is refused as what it is (its drain fails there).
+        assert!(matches!(
+            check_scale(&snap, &remove(&["worker-3"]), &unsupported()),
+            Err(Refusal::DownWorkerNotRemovable { .. })
+        ));
+        let refusal = check_scale(&snap, &resize(4), &unsupported()).unwrap_err();
         assert_eq!(
             refusal,
             Refusal::AlertUnsupported {

@@ -573,9 +573,13 @@ fn query_job(w: &World, cmd: &Cmd<'_>) -> Result<Reply, Reply> {
 }
 
 /// CloudStack's `listAsyncJobs` (`QueryManagerImpl.searchForAsyncJobs`): every job of the
-/// caller's account, whichever client or cluster it belongs to (the simulator has one account;
-/// `listall` changes nothing for it), ordered by id (oldest first), `keyword` matched against
-/// the command class, `startdate` keeping jobs created at or after it, then paged.
+/// caller's account still running, whichever client or cluster it belongs to (the simulator has
+/// one account; `listall` changes nothing for it), ordered by id (oldest first), `keyword`
+/// matched against the command class, `startdate` keeping jobs created at or after it, then
+/// paged. A real 4.21 marks a job removed once it ends, so an ended job, succeeded or failed,
+/// is never listed (`recorded/running_26_listAsyncJobs_while_scaling`: the scale job pending;
+/// `recorded/running_30_listAsyncJobs_after`: `{}` once it failed); `queryAsyncJobResult`
+/// still answers for it.
 /// `ListAsyncJobsCmd.startDate` is a DATE parameter: only its day counts (see
 /// [`parse_date`]), so a `startdate` of today keeps every job of today.
 fn list_jobs(w: &World, cmd: &Cmd<'_>) -> Result<Reply, Reply> {
@@ -598,6 +602,7 @@ fn list_jobs(w: &World, cmd: &Cmd<'_>) -> Result<Reply, Reply> {
         .job_order
         .iter()
         .filter_map(|id| w.jobs.get(id))
+        .filter(|j| j.status == JobStatus::InProgress)
         .filter(|j| {
             keyword
                 .as_deref()

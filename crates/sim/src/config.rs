@@ -67,6 +67,13 @@ pub enum KeyRole {
     /// of the commands served, only `listKubernetesClusters`, `scaleKubernetesCluster`,
     /// `queryAsyncJobResult` and `listVirtualMachines`. Any other is answered 432.
     ProjectKubernetes,
+    /// A role whose rules allow only `list*` (recorded from a CloudStack 4.21.0.0:
+    /// `errors_13_perm_bob_listonly_scale`, its `_job_final`, and `errors_14`): a command its
+    /// rules do not name falls back to the command's annotated role types, so
+    /// `scaleKubernetesCluster` and `queryAsyncJobResult` are accepted at the call, but the
+    /// scale job fails 530 "Caller does not have permission to operate with provided
+    /// resource."; `stopVirtualMachine` is answered 432 at once.
+    ListOnly,
 }
 
 impl KeyRole {
@@ -74,6 +81,7 @@ impl KeyRole {
         match self {
             Self::User => "user",
             Self::ProjectKubernetes => "project-kubernetes",
+            Self::ListOnly => "list-only",
         }
     }
 
@@ -82,7 +90,17 @@ impl KeyRole {
         match self {
             Self::User => true,
             Self::ProjectKubernetes => PROJECT_KUBERNETES_ROLE_COMMANDS.contains(&command),
+            Self::ListOnly => {
+                command.starts_with("list")
+                    || command == "queryAsyncJobResult"
+                    || command == "scaleKubernetesCluster"
+            }
         }
+    }
+
+    /// Whether a scale job of this key may operate on the cluster (checked inside the job).
+    pub fn may_scale(self) -> bool {
+        self != Self::ListOnly
     }
 }
 
@@ -108,6 +126,7 @@ impl FromStr for KeyRole {
         match s.to_ascii_lowercase().as_str() {
             "user" => Ok(Self::User),
             "project-kubernetes" | "projectkubernetes" => Ok(Self::ProjectKubernetes),
+            "list-only" | "listonly" => Ok(Self::ListOnly),
             _ => Err(format!(
                 "unknown key role {s:?}: expected user or project-kubernetes"
             )),

@@ -39,11 +39,23 @@ pub fn new_job(w: &mut World, kind: JobKind, instance_id: &str) -> String {
     id
 }
 
-/// Adds `count` succeeded scale jobs of `cluster_id` created at `created_unix` (seconds),
-/// listed before every existing job: CloudStack orders jobs by id, and these are older.
-pub fn add_past_jobs(w: &mut World, cluster_id: &str, count: usize, created_unix: u64) {
+/// Adds `count` scale jobs of `cluster_id` created at `created_unix` (seconds), ordered before
+/// every existing job (CloudStack orders jobs by id, and these are older): succeeded ones, or,
+/// with `running`, ones still pending (another client's jobs that never end here).
+pub fn add_past_jobs(
+    w: &mut World,
+    cluster_id: &str,
+    count: usize,
+    created_unix: u64,
+    running: bool,
+) {
     let created = format_stamp(created_unix);
     let result = cluster_result(w, cluster_id);
+    let (status, completed, result) = if running {
+        (JobStatus::InProgress, None, None)
+    } else {
+        (JobStatus::Succeeded, Some(created.clone()), Some(result))
+    };
     let mut ids = Vec::with_capacity(count);
     for _ in 0..count {
         let id = w.ids.uuid();
@@ -54,10 +66,10 @@ pub fn add_past_jobs(w: &mut World, cluster_id: &str, count: usize, created_unix
                 kind: JobKind::ScaleCluster,
                 instance_id: cluster_id.to_string(),
                 created: created.clone(),
-                completed: Some(created.clone()),
-                status: JobStatus::Succeeded,
+                completed: completed.clone(),
+                status,
                 result_code: 0,
-                result: Some(result.clone()),
+                result: result.clone(),
             },
         );
         ids.push(id);
@@ -193,6 +205,17 @@ pub fn start_scale(
         fail(w, job_id, INTERNAL_ERROR, "Invalid Kubernetes cluster ID");
         return None;
     };
+    // The caller's right to operate on the cluster is checked inside the job, before the
+    // request's own validation (recorded: `errors_13_perm_bob_listonly_scale_job_final`).
+    if !w.settings.key_role.may_scale() {
+        fail(
+            w,
+            job_id,
+            INTERNAL_ERROR,
+            "Caller does not have permission to operate with provided resource.",
+        );
+        return None;
+    }
     let checked = rules::validate(w, c, req).and_then(|plan| {
         rules::pre_transition_checks(w, c, &plan, w.settings.job_failure).map(|()| plan)
     });
@@ -519,16 +542,32 @@ fn drain_node(
     s: &SimSettings,
     now: u64,
 ) -> Option<String> {
-    let (_, vm) = w.find_vm(id)?;
+    let (ci, vm) = w.find_vm(id)?;
     if !vm.role.is_kubernetes_node() || (s.alert_scaling && state.is_down()) {
         return None;
     }
     let exists = vm.node_registered_ms.is_some();
     let ready = w.node_ready(vm, now);
+    // The shape of `recorded/running_35_scale_down_nodeids_query_final`: the cluster and the VM
+    // as their `toString()` prints them, the VM with its state when the drain ran (a stopped
+    // VM's drain fails on a CloudStack without Alert scaling, and its text says "Stopped").
+    // The numeric ids are positions here; a real CloudStack's are database ids.
+    let cluster_id = w
+        .clusters
+        .get(ci)
+        .map(|c| c.id.as_str())
+        .unwrap_or_default();
+    let vm_number = w
+        .clusters
+        .get(ci)
+        .and_then(|c| c.vms.iter().position(|v| v.id == id))
+        .map_or(0, |p| p + 1);
     let text = format!(
-        "Scaling failed for Kubernetes cluster {cluster_name}, failed to remove Kubernetes node: {} running on VM : {}",
+        "Scaling failed for Kubernetes cluster KubernetesCluster {{\"id\":{},\"name\":\"{cluster_name}\",\"uuid\":\"{cluster_id}\"}}, failed to remove Kubernetes node: {} running on VM : VM instance {{\"id\":{vm_number},\"instanceName\":\"i-2-{vm_number}-VM\",\"state\":\"{}\",\"type\":\"User\",\"uuid\":\"{}\"}}",
+        ci + 1,
         vm.node_name(),
-        vm.name
+        state.as_str(),
+        vm.id
     );
     if exists && let Some(vm) = w.find_vm_mut(id) {
         vm.cordoned = true;

@@ -520,14 +520,25 @@ impl SimHandle {
         api::running_jobs(&self.shared.lock(), cluster_id)
     }
 
-    /// Adds `count` succeeded scale jobs of cluster `cluster_id`, created `age` ago and listed
-    /// before every other job: the job history an account builds up (CloudStack keeps finished
-    /// jobs for a day).
+    /// Adds `count` succeeded scale jobs of cluster `cluster_id`, created `age` ago and ordered
+    /// before every other job: the job history an account builds up. `queryAsyncJobResult`
+    /// answers for them; `listAsyncJobs` never lists them (a real 4.21 marks an ended job
+    /// removed: `recorded/running_30_listAsyncJobs_after`).
     pub fn add_past_jobs(&self, cluster_id: &str, count: usize, age: std::time::Duration) {
         let created = u64::try_from(clock::unix_now())
             .unwrap_or(0)
             .saturating_sub(age.as_secs());
-        jobs::add_past_jobs(&mut self.shared.lock(), cluster_id, count, created);
+        jobs::add_past_jobs(&mut self.shared.lock(), cluster_id, count, created, false);
+    }
+
+    /// Adds `count` scale jobs of cluster `cluster_id` created `age` ago that never end here:
+    /// other clients' jobs still running, which `listAsyncJobs` lists
+    /// (`recorded/running_26_listAsyncJobs_while_scaling`).
+    pub fn add_running_jobs(&self, cluster_id: &str, count: usize, age: std::time::Duration) {
+        let created = u64::try_from(clock::unix_now())
+            .unwrap_or(0)
+            .saturating_sub(age.as_secs());
+        jobs::add_past_jobs(&mut self.shared.lock(), cluster_id, count, created, true);
     }
 
     /// Upgrades the simulated CloudStack: `listCapabilities` reports `version` from now on.

@@ -2,10 +2,9 @@
 //! kube-apiserver, built from their Go modules by `tools/kube-testenv/build.sh`, started as
 //! child processes on loopback in a temporary directory and killed when the value is dropped.
 //!
-//! The binaries are found through `CKS_KUBE_BIN_DIR`. Without it [`KubeApiServer::start`]
-//! answers `Ok(None)` after saying once on the terminal that the test is skipped; with
-//! `CKS_KUBE_REQUIRED=1` (set by `.ci/run`) it fails instead, as `CKS_MANIFEST_TOOLS` and
-//! `CKS_MANIFEST_TOOLS_REQUIRED` do for the manifest checks.
+//! The binaries and the CRDs come from [`crate::tools`]: `CKS_KUBE_BIN_DIR` and
+//! `CKS_KUBE_CRD_DIR` when given (`.ci/run`), else built on first use by the scripts CI runs.
+//! Without them a test fails naming what is missing; it is never skipped.
 //!
 //! The server is as a cluster's is where it matters to a client: HTTPS with a serving
 //! certificate from a CA of the test's own ([`KubeApiServer::ca_pem`]), RBAC authorization, and
@@ -18,20 +17,9 @@
 
 use crate::certs::{Ca, TempDir};
 use serde_json::{Value, json};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Once;
 use std::time::{Duration, Instant};
-
-/// The directory holding `etcd` and `kube-apiserver` (what `tools/kube-testenv/build.sh`
-/// prints).
-pub const BIN_DIR_ENV: &str = "CKS_KUBE_BIN_DIR";
-/// Set to `1` (by `.ci/run`): without the binaries the tests fail instead of skipping.
-pub const REQUIRED_ENV: &str = "CKS_KUBE_REQUIRED";
-/// The directory of CustomResourceDefinitions (YAML files) the rendered manifests use, what
-/// `tools/kube-testenv/crds.sh` prints; required with the binaries under `CKS_KUBE_REQUIRED=1`.
-pub const CRD_DIR_ENV: &str = "CKS_KUBE_CRD_DIR";
 
 /// How long etcd and the API server may take to come up (a few seconds on loopback; far more
 /// on a loaded machine, which makes a test slower, never red).
@@ -75,75 +63,10 @@ pub struct KubeApiServer {
     starts: u32,
 }
 
-/// The directory of the binaries, `None` to skip (said once), an error when they are required
-/// and missing.
-fn bin_dir() -> Result<Option<PathBuf>, KubeEnvError> {
-    let required = std::env::var(REQUIRED_ENV).is_ok_and(|v| v == "1");
-    let dir = std::env::var_os(BIN_DIR_ENV).filter(|d| !d.is_empty());
-    let Some(dir) = dir else {
-        if required {
-            return fail(format!(
-                "{REQUIRED_ENV}=1 and {BIN_DIR_ENV} is not set: build etcd and kube-apiserver with \
-                 tools/kube-testenv/build.sh and set {BIN_DIR_ENV} to the directory it prints"
-            ));
-        }
-        static SAID: Once = Once::new();
-        SAID.call_once(|| {
-            eprintln!(
-                "skipped: the tests against a real Kubernetes API server need etcd and \
-                 kube-apiserver; build them with tools/kube-testenv/build.sh and set \
-                 {BIN_DIR_ENV} to the directory it prints"
-            );
-        });
-        return Ok(None);
-    };
-    let dir = PathBuf::from(dir);
-    for bin in ["etcd", "kube-apiserver"] {
-        if !dir.join(bin).is_file() {
-            return fail(format!(
-                "{BIN_DIR_ENV}={} holds no {bin}: run tools/kube-testenv/build.sh",
-                dir.display()
-            ));
-        }
-    }
-    Ok(Some(dir))
-}
-
-/// The directory of CustomResourceDefinitions (`CKS_KUBE_CRD_DIR`): `None` to skip (said once),
-/// an error when `CKS_KUBE_REQUIRED=1` and it is not set, or when it is set and holds no YAML
-/// file.
-pub fn crd_dir() -> Result<Option<PathBuf>, KubeEnvError> {
-    let required = std::env::var(REQUIRED_ENV).is_ok_and(|v| v == "1");
-    let Some(dir) = std::env::var_os(CRD_DIR_ENV).filter(|d| !d.is_empty()) else {
-        if required {
-            return fail(format!(
-                "{REQUIRED_ENV}=1 and {CRD_DIR_ENV} is not set: run tools/kube-testenv/crds.sh \
-                 and set {CRD_DIR_ENV} to the directory it prints"
-            ));
-        }
-        static SAID: Once = Once::new();
-        SAID.call_once(|| {
-            // Straight to the terminal: the harness captures eprintln! of a passing test.
-            let _ = writeln!(
-                std::io::stderr(),
-                "skipped: applying the rendered manifests needs the CRDs they use; run \
-                 tools/kube-testenv/crds.sh and set {CRD_DIR_ENV} to the directory it prints"
-            );
-        });
-        return Ok(None);
-    };
-    let dir = PathBuf::from(dir);
-    let yaml = std::fs::read_dir(&dir)
-        .map_err(|e| KubeEnvError(format!("{CRD_DIR_ENV}={}: {e}", dir.display())))?
-        .filter_map(Result::ok)
-        .any(|e| e.path().extension().is_some_and(|x| x == "yaml"));
-    if !yaml {
-        return fail(format!(
-            "{CRD_DIR_ENV}={} holds no .yaml file: run tools/kube-testenv/crds.sh",
-            dir.display()
-        ));
-    }
-    Ok(Some(dir))
+/// The directory of the CustomResourceDefinitions the rendered manifests use (what
+/// `tools/kube-testenv/crds.sh` prints).
+pub fn crd_dir() -> Result<PathBuf, KubeEnvError> {
+    crate::tools::kube_crd_dir().map_err(|e| KubeEnvError(e.to_string()))
 }
 
 /// What the API server answered to [`KubeApiServer::send`].
@@ -190,13 +113,14 @@ fn log_tail(path: &Path) -> String {
 }
 
 impl KubeApiServer {
-    /// Starts etcd and kube-apiserver and returns once `/readyz` answers 200. `Ok(None)` when
-    /// `CKS_KUBE_BIN_DIR` is not set (the caller skips its test), an error when it is set and
-    /// the environment does not come up, or when it is not set and `CKS_KUBE_REQUIRED=1`.
-    pub async fn start() -> Result<Option<KubeApiServer>, KubeEnvError> {
-        let Some(bins) = bin_dir()? else {
-            return Ok(None);
-        };
+    /// Starts etcd and kube-apiserver and returns once `/readyz` answers 200; an error when
+    /// the binaries cannot be had ([`crate::tools::kube_bin_dir`]) or do not come up.
+    pub async fn start() -> Result<KubeApiServer, KubeEnvError> {
+        // A first set-up builds for minutes: off the runtime's threads.
+        let bins = tokio::task::spawn_blocking(crate::tools::kube_bin_dir)
+            .await
+            .map_err(|e| KubeEnvError(format!("setting up etcd and kube-apiserver: {e}")))?
+            .map_err(|e| KubeEnvError(e.to_string()))?;
         let dir = TempDir::new("kube");
         let ca = Ca::new("cks kube-testenv CA");
         let serving = ca.server();
@@ -232,7 +156,7 @@ impl KubeApiServer {
             starts: 0,
         };
         server.start_apiserver(None).await?;
-        Ok(Some(server))
+        Ok(server)
     }
 
     /// The API server's base URL (`https://127.0.0.1:PORT`).

@@ -2,7 +2,8 @@
 //! loopback with shrunk timings, a gRPC client, node helpers, a CloudStack client with its own
 //! signer ([`cs`]), the end-to-end harness with mock autoscalers ([`stack`]), the provider as a
 //! process ([`process`]), a real Kubernetes API server ([`kube`]), a Secret volume updated the
-//! kubelet's way ([`secret_volume`]), and the one way a test waits: [`wait_until`].
+//! kubelet's way ([`secret_volume`]), the programs no crate provides, set up on first use
+//! ([`tools`]), and the one way a test waits: [`wait_until`].
 //!
 //! # Time
 //! The simulator and the mock autoscaler run on tokio time, so a test started with
@@ -21,6 +22,7 @@ pub mod logs;
 pub mod process;
 pub mod secret_volume;
 pub mod stack;
+pub mod tools;
 
 use cks_autoscaler_provider::config::{ClusterRef, NodeGroupSpec};
 use cks_autoscaler_provider::provider::{Provider, Settings};

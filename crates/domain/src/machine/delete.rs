@@ -11,7 +11,7 @@ use crate::cluster::{ClusterState, NodeRole};
 use crate::nodeid::{FAKE_NODE_REASON_ANNOTATION, vm_id_from_provider_id};
 use crate::registry::Registrations;
 use crate::removal::StopStage;
-use crate::rules::{AlertScaling, Refusal, ScaleRequest, check_scale};
+use crate::rules::{AlertScaling, Refusal, ScaleRequest, check_down_removal, check_scale};
 use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
@@ -127,6 +127,9 @@ impl ScaleMachine {
         let refused = std::mem::take(&mut plan.guarded);
         let snap = self.snap.clone().ok_or(ScaleError::NoSnapshot)?;
         let at_rest = self.phase == Phase::Idle && snap.snap.state != ClusterState::Scaling;
+        // Whatever is in flight, a down worker's removal can never succeed on a CloudStack
+        // without Alert scaling: refused before it is promised.
+        check_down_removal(&snap.snap, &plan.vms, alert).map_err(ScaleError::Refused)?;
         if !plan.vms.is_empty() {
             let mut merged: Vec<String> = self
                 .queue

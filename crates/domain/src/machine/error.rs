@@ -214,6 +214,24 @@ pub fn is_drain_failure(text: &str) -> bool {
         .contains("failed to remove kubernetes node")
 }
 
+/// A drain failure naming a down VM (`"state":"Stopped"` in the VM CloudStack prints, as in
+/// `recorded/running_35_scale_down_nodeids_query_final`): only a CloudStack without the
+/// Alert-scaling change drains a down node, so this teaches the same verdict as an Alert
+/// refusal.
+pub fn is_down_vm_drain_failure(text: &str) -> bool {
+    if !is_drain_failure(text) {
+        return false;
+    }
+    let Some(vm) = text.split("running on VM").nth(1) else {
+        return false;
+    };
+    let Some(rest) = vm.split("\"state\":\"").nth(1) else {
+        return false;
+    };
+    let state = rest.split('"').next().unwrap_or_default();
+    crate::cluster::VmState::parse(state).is_down()
+}
+
 /// The error of queued requests CloudStack (or a rule) refused when their turn came.
 pub fn refused_error(text: String) -> InstanceError {
     InstanceError {

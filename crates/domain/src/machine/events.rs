@@ -3,7 +3,7 @@
 //! behind (failed instances, removals still owed); and Cleanup. Also how often a followed job
 //! is polled.
 
-use super::error::{is_alert_refusal, is_drain_failure, refused_error};
+use super::error::{is_alert_refusal, is_down_vm_drain_failure, is_drain_failure, refused_error};
 use super::queue::QueuedRemoval;
 use super::{Effect, FailedInstance, JobKind, Op, OpKind, Origin, Phase, ScaleMachine};
 use crate::cluster::{ClusterState, IndexedSnapshot};
@@ -25,6 +25,17 @@ pub enum JobEnd {
 }
 
 impl JobEnd {
+    /// CloudStack refused the key, not the request: its scale job failed its check of the
+    /// caller's right to operate on the cluster (530 "Caller does not have permission to
+    /// operate with provided resource.", recorded from a CloudStack 4.21.0.0 for a role that
+    /// allows only `list*` and for another account's cluster:
+    /// `errors_13_perm_bob_listonly_scale_job_final`, `errors_17_…_job_final`). A role whose
+    /// rules do not name `scaleKubernetesCluster` still submits it, so only the job tells.
+    pub fn key_not_permitted(&self) -> bool {
+        matches!(self, JobEnd::Failed { code: 530, text }
+            if text.to_ascii_lowercase().contains("does not have permission"))
+    }
+
     /// The failure's code and text (a cancellation is a failure with code 0).
     pub fn failure(&self) -> Option<(i64, &str)> {
         match self {
@@ -302,9 +313,23 @@ impl ScaleMachine {
             {
                 let lost = std::mem::replace(&mut self.phase, Phase::Idle);
                 self.drain_fresh_after = Some(now);
-                if let Phase::AnswerLost { op, .. } = &lost {
-                    // It never became a job: nothing was drained.
+                // listAsyncJobs lists running jobs only (`recorded/running_30_…`): a job that
+                // ended before the search (one refused in validation ends within
+                // milliseconds) is never found, so "no job" means "never a job, or a job that
+                // ended", told apart only by what the snapshot shows. A removal job that
+                // failed on a drain leaves the cluster in Alert: its nodes stay suspected of
+                // a cordon. Listed otherwise, nothing was left cordoned.
+                let alert_now = self
+                    .snap
+                    .as_ref()
+                    .is_some_and(|s| s.snap.state == ClusterState::Alert);
+                if let Phase::AnswerLost { op, .. } = &lost
+                    && !alert_now
+                {
                     self.not_drained(op);
+                }
+                if let Phase::AnswerLost { op, .. } = &lost {
+                    self.settle_lost_increase(op, now);
                 }
                 // The request never became a job. Its owed removals (owed before it was sent,
                 // or promised to a caller at its deadline) are still owed (a VM it removed
@@ -333,6 +358,44 @@ impl ScaleMachine {
             }
             _ => Vec::new(),
         }
+    }
+
+    /// A lost scale-up settled without a job found: it never became a job, or its job ended
+    /// (listAsyncJobs no longer lists it). CloudStack's size tells which way it went. Sent
+    /// from the queue, its callers heard OK long ago: what the size does not show is reported
+    /// failed (the new VMs listed, and placeholders for the rest), as a refused queued increase
+    /// is, so the autoscaler sees failed creations instead of a target that silently drops. A
+    /// caller of IncreaseSize heard the lost answer as an error and counts nothing.
+    fn settle_lost_increase(&mut self, op: &Op, now: Instant) {
+        let OpKind::Increase {
+            from,
+            to,
+            vms_before,
+            placeholders,
+        } = &op.kind
+        else {
+            return;
+        };
+        let Some(snap) = self.snap.clone() else {
+            return;
+        };
+        if op.origin != Origin::Queue || snap.snap.size >= *to {
+            return;
+        }
+        let new_vms: Vec<String> = snap
+            .snap
+            .workers()
+            .filter(|v| !vms_before.contains(&v.id) && !v.state.is_gone())
+            .map(|v| v.id.clone())
+            .collect();
+        let requested = to.saturating_sub(*from) as usize;
+        let missing = requested.saturating_sub(new_vms.len());
+        let ph = placeholders.iter().rev().take(missing).cloned().collect();
+        let why = format!(
+            "the answer to scaleKubernetesCluster size={to} was lost and CloudStack's size is still              {}: the scale-up did not happen (CloudStack lists no job for it)",
+            snap.snap.size
+        );
+        self.record_failed(&refused_error(why), new_vms, ph, now);
     }
 
     /// The followed `job` ended. `fetched`: whether a snapshot taken after its end is
@@ -370,16 +433,23 @@ impl ScaleMachine {
             // explain (a worker HA restarted between the check and the job: rule 7) says
             // nothing about the CloudStack version. The texts of the Alert-scaling PR's own
             // refusals are unknown and may contain the same words.
-            alert_refusal = is_alert_refusal(text)
-                && fetched
-                && match (&snap, &op) {
-                    (Some(s), Some(op)) => {
-                        s.snap.state == ClusterState::Alert
-                            && check_scale(&s.snap, &op.kind.request(), &AlertScaling::Supported)
+            // A drain failure naming a down VM teaches the same: only a CloudStack without
+            // the Alert-scaling change drains a down node.
+            alert_refusal = is_down_vm_drain_failure(text)
+                || is_alert_refusal(text)
+                    && fetched
+                    && match (&snap, &op) {
+                        (Some(s), Some(op)) => {
+                            s.snap.state == ClusterState::Alert
+                                && check_scale(
+                                    &s.snap,
+                                    &op.kind.request(),
+                                    &AlertScaling::Supported,
+                                )
                                 .is_ok()
-                    }
-                    _ => false,
-                };
+                        }
+                        _ => false,
+                    };
             let leave_behind = changed || !watched;
             if leave_behind
                 && let Some(Op {

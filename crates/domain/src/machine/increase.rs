@@ -4,7 +4,8 @@
 
 use super::error::ScaleError;
 use super::{OpKind, Origin, Phase, ScaleMachine};
-use crate::rules::{AlertScaling, ScaleRequest, check_scale};
+use crate::cluster::ClusterState;
+use crate::rules::{AlertScaling, Refusal, ScaleRequest, check_scale};
 use std::time::Instant;
 
 /// The second step of a scale request, once a fresh snapshot is in.
@@ -38,10 +39,16 @@ impl ScaleMachine {
 
     /// IncreaseSize, first step on the cached state: refuses, queues behind the operation in
     /// flight, or asks for a fresh snapshot.
-    pub fn admit_increase(&mut self, delta: u32, max: u32) -> Result<Admission, ScaleError> {
+    pub fn admit_increase(
+        &mut self,
+        delta: u32,
+        max: u32,
+        alert: &AlertScaling,
+    ) -> Result<Admission, ScaleError> {
         self.max_size = Some(max);
         let target = self.target().ok_or(ScaleError::NoSnapshot)?;
         check_max(target, delta, max)?;
+        self.refuse_in_alert(alert)?;
         match &self.phase {
             Phase::Idle if !self.queue.remove.is_empty() => {
                 self.enqueue(delta);
@@ -72,6 +79,7 @@ impl ScaleMachine {
         self.max_size = Some(max);
         let target = self.target().ok_or(ScaleError::NoSnapshot)?;
         check_max(target, delta, max)?;
+        self.refuse_in_alert(alert)?;
         match &self.phase {
             Phase::Idle if self.queue.remove.is_empty() => {}
             _ => {
@@ -108,6 +116,28 @@ impl ScaleMachine {
             now,
         );
         Ok(Started::Submit(request))
+    }
+
+    /// A cluster listed Alert on a CloudStack without Alert scaling refuses every request, so
+    /// an increase queued now (behind a removal retry, say) would be answered OK and then
+    /// reported as a failed creation once CloudStack refused it: it is refused before any
+    /// promise instead (`recorded/alert_08_scale_err_alert_size_job_final`). The autoscaler
+    /// asks again on a later loop, when the cluster may be Running again.
+    fn refuse_in_alert(&self, alert: &AlertScaling) -> Result<(), ScaleError> {
+        let Some(snap) = &self.snap else {
+            return Ok(());
+        };
+        match alert {
+            AlertScaling::Unsupported { cloudstack_error }
+                if snap.snap.state == ClusterState::Alert =>
+            {
+                Err(ScaleError::Refused(Refusal::AlertUnsupported {
+                    cluster: snap.snap.name.clone(),
+                    cloudstack_error: cloudstack_error.clone(),
+                }))
+            }
+            _ => Ok(()),
+        }
     }
 
     fn enqueue(&mut self, delta: u32) {

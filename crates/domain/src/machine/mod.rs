@@ -278,6 +278,12 @@ pub enum Effect {
     ///
     /// [`MAX_REMOVAL_ATTEMPTS`]: super::removal::MAX_REMOVAL_ATTEMPTS
     RemovalAbandoned { vms: Vec<String>, reason: String },
+    /// Accepted removals of down VMs that this CloudStack (without Alert scaling) can never
+    /// carry out: it would drain them, the drain fails and the cluster goes to Alert. Still
+    /// owed and out of the target; sent once the VM runs again (or the verdict changes), gone
+    /// with the VM if an operator removes it in CloudStack. Said once per removal, loudly,
+    /// instead of retrying it for half an hour.
+    RemovalBlocked { vms: Vec<String>, reason: String },
 }
 
 /// An instance of a failed scale-up, reported as Creating with an error until the autoscaler

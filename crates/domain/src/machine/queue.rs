@@ -4,7 +4,7 @@
 //! after a pause, abandoned, or their VM stopped first.
 
 use super::error::{ScaleError, refused_error};
-use super::{Effect, OpKind, Origin, Phase, ScaleMachine};
+use super::{Effect, IndexedSnapshot, OpKind, Origin, Phase, ScaleMachine};
 use crate::cluster::ClusterState;
 use crate::removal::{Candidate, MAX_REMOVAL_ATTEMPTS, StopStage, pick_batch, retry_delay};
 use crate::rules::{AlertScaling, Refusal, ScaleRequest, check_scale};
@@ -207,12 +207,14 @@ impl ScaleMachine {
         };
         self.queue.remove.retain(|r| listed(&r.vm_id));
         let down = |id: &str| snap.snap.vm(id).is_some_and(|v| v.state.is_down());
+        let blocked = self.block_down_removals(&snap, alert);
         let mut seen = HashSet::new();
         let candidates: Vec<Candidate> = self
             .queue
             .remove
             .iter()
             .filter(|r| seen.insert(r.vm_id.as_str()))
+            .filter(|r| !blocked.held.contains(&r.vm_id))
             .filter(|r| r.not_before.is_none_or(|t| t <= now))
             .filter(|r| {
                 let d = down(&r.vm_id);
@@ -225,7 +227,7 @@ impl ScaleMachine {
             .collect();
         let vm_ids = pick_batch(&snap.snap, &candidates);
         if vm_ids.is_empty() {
-            return Ok(Vec::new());
+            return Ok(blocked.effects);
         }
         let request = ScaleRequest::RemoveNodes {
             vm_ids: vm_ids.clone(),
@@ -269,7 +271,7 @@ impl ScaleMachine {
                 }
             }
             let label = |v: &String| self.vm_label(v);
-            let mut effects = Vec::new();
+            let mut effects = blocked.effects;
             if !retried.is_empty() {
                 effects.push(Effect::RemovalRetried {
                     vms: retried.iter().map(label).collect(),
@@ -305,7 +307,45 @@ impl ScaleMachine {
             origin,
             now,
         );
-        Ok(vec![Effect::Submit(request)])
+        let mut effects = blocked.effects;
+        effects.push(Effect::Submit(request));
+        Ok(effects)
+    }
+
+    /// Owed removals of down VMs on a CloudStack without Alert scaling: never sent (CloudStack
+    /// would drain them, fail, and put the cluster in Alert, where every request is refused),
+    /// never counted as failed attempts, said once each (`RemovalBlocked`) and on their
+    /// instance. They go out as soon as the VM runs again or the verdict changes; an operator
+    /// who removes the VM in CloudStack ends them.
+    fn block_down_removals(&mut self, snap: &IndexedSnapshot, alert: &AlertScaling) -> Blocked {
+        let mut out = Blocked::default();
+        let AlertScaling::Unsupported { cloudstack_error } = alert else {
+            return out;
+        };
+        let mut newly = Vec::new();
+        for q in self.queue.remove.iter_mut() {
+            let Some(vm) = snap.snap.vm(&q.vm_id).filter(|v| v.state.is_down()) else {
+                continue;
+            };
+            out.held.insert(q.vm_id.clone());
+            if q.trouble.as_deref().is_some_and(|t| t.starts_with(BLOCKED)) {
+                continue;
+            }
+            let refusal = Refusal::DownWorkerNotRemovable {
+                cluster: snap.snap.name.clone(),
+                vms: vec![format!("{} ({})", vm.name, vm.state)],
+                cloudstack_error: cloudstack_error.clone(),
+            };
+            q.trouble = Some(format!("{BLOCKED}: {refusal}"));
+            newly.push((vm.name.clone(), refusal.to_string()));
+        }
+        if let Some((_, reason)) = newly.first() {
+            out.effects.push(Effect::RemovalBlocked {
+                vms: newly.iter().map(|(n, _)| n.clone()).collect(),
+                reason: reason.clone(),
+            });
+        }
+        out
     }
 
     /// Failed removals back in the queue (front, they were first), each with one more attempt,
@@ -587,6 +627,16 @@ impl ScaleMachine {
             .and_then(|s| s.snap.vm(vm_id))
             .map_or_else(|| vm_id.to_string(), |v| v.name.clone())
     }
+}
+
+/// How the trouble of a removal [`ScaleMachine::block_down_removals`] holds begins.
+const BLOCKED: &str = "removal waits for an operator";
+
+/// What [`ScaleMachine::block_down_removals`] held back, and what it says.
+#[derive(Debug, Default)]
+struct Blocked {
+    held: HashSet<String>,
+    effects: Vec<Effect>,
 }
 
 /// The removals in the request in flight, if one is.

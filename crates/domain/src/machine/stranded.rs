@@ -154,7 +154,10 @@ mod tests {
     fn stranded_machine(t0: Instant) -> ScaleMachine {
         let mut m = ScaleMachine::new(Some("cid".into()), Timings::default());
         m.snapshot_installed(snap("Running", &[("w1", VmState::Running)], 1), &ALERT, t0);
-        assert_eq!(m.admit_increase(2, 10), Ok(Admission::NeedsFreshSnapshot));
+        assert_eq!(
+            m.admit_increase(2, 10, &AlertScaling::Supported),
+            Ok(Admission::NeedsFreshSnapshot)
+        );
         assert_eq!(
             m.start_increase(2, 10, &ALERT, t0),
             Ok(Started::Submit(ScaleRequest::Resize { new_size: 3 }))

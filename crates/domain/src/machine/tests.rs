@@ -97,7 +97,10 @@ fn machine_in(phase: &str, t0: Instant) -> ScaleMachine {
     match phase {
         "idle" => {}
         "submitting" | "answer-lost" | "running" => {
-            assert_eq!(m.admit_increase(2, MAX), Ok(Admission::NeedsFreshSnapshot));
+            assert_eq!(
+                m.admit_increase(2, MAX, &ALERT),
+                Ok(Admission::NeedsFreshSnapshot)
+            );
             let started = m.start_increase(2, MAX, &ALERT, t0);
             assert_eq!(
                 started,
@@ -174,13 +177,14 @@ fn apply(m: &mut ScaleMachine, ev: Ev, t0: Instant) -> String {
                 Effect::RemovalAbandoned { vms, .. } => {
                     format!("abandoned:{}", vms.join("+"))
                 }
+                Effect::RemovalBlocked { vms, .. } => format!("blocked:{}", vms.join("+")),
             })
             .collect::<Vec<_>>()
             .join(",")
     };
     let job = m.phase().job().unwrap_or("job-1").to_string();
     match ev {
-        Ev::Increase => match m.admit_increase(1, MAX) {
+        Ev::Increase => match m.admit_increase(1, MAX, &ALERT) {
             Ok(Admission::Queued) => "queued".into(),
             Ok(Admission::NeedsFreshSnapshot) => match m.start_increase(1, MAX, &ALERT, t0) {
                 Ok(Started::Submit(ScaleRequest::Resize { new_size })) => {
@@ -387,7 +391,7 @@ fn every_phase_against_every_event() {
 fn increases_queued_behind_a_forgotten_lost_submission_are_sent() {
     let t0 = Instant::now();
     let mut m = machine_in("submitting", t0);
-    assert_eq!(m.admit_increase(1, MAX), Ok(Admission::Queued));
+    assert_eq!(m.admit_increase(1, MAX, &ALERT), Ok(Admission::Queued));
     m.submission_lost();
     assert_eq!(m.target(), Some(6));
     // Still too early: nothing happens.
@@ -413,7 +417,7 @@ fn increases_queued_behind_a_forgotten_lost_submission_are_sent() {
 /// Two nodes queued behind a running job, sent as one request when it ends.
 fn queued_increase_sent(t0: Instant) -> ScaleMachine {
     let mut m = machine_in("running", t0);
-    assert_eq!(m.admit_increase(2, MAX), Ok(Admission::Queued));
+    assert_eq!(m.admit_increase(2, MAX, &ALERT), Ok(Admission::Queued));
     let settled = m
         .job_finished("job-1", &JobEnd::Succeeded, true, false, &ALERT, t0)
         .expect("our job");
@@ -448,7 +452,7 @@ fn a_queued_request_cloudstack_refuses_becomes_failed_instances() {
 fn a_queued_request_the_rules_refuse_becomes_failed_instances_without_a_request() {
     let t0 = Instant::now();
     let mut m = machine_in("running", t0);
-    assert_eq!(m.admit_increase(1, MAX), Ok(Admission::Queued));
+    assert_eq!(m.admit_increase(1, MAX, &ALERT), Ok(Admission::Queued));
     // The job ended with the cluster Stopped: no size change is allowed.
     m.snapshot_installed(
         snapshot("Stopped", &[("w1", VmState::Stopped)], t0),
@@ -886,7 +890,7 @@ fn removals_go_before_increases_and_neither_is_lost() {
     let mut m = machine_in("running", t0);
     m.accept_removal(&[node("w1")], 1, &ALERT, &no_reports(), t0)
         .expect("queued");
-    assert_eq!(m.admit_increase(2, MAX), Ok(Admission::Queued));
+    assert_eq!(m.admit_increase(2, MAX, &ALERT), Ok(Admission::Queued));
     assert_eq!(m.target(), Some(5 - 1 + 2));
     m.snapshot_installed(running(5, t0), &ALERT, t0);
     let settled = m
@@ -916,7 +920,7 @@ fn removals_go_before_increases_and_neither_is_lost() {
         m.accept_removal(&[node("w1")], 1, &ALERT, &no_reports(), t0),
         Ok(Accepted::OpensWindow)
     );
-    assert_eq!(m.admit_increase(1, MAX), Ok(Admission::Queued));
+    assert_eq!(m.admit_increase(1, MAX, &ALERT), Ok(Admission::Queued));
     assert_eq!(m.close_window(&ALERT, t0), Ok(vec![remove_of(&["w1"])]));
 }
 
@@ -1220,7 +1224,7 @@ fn cleanup_drops_removals_not_sent() {
 fn decrease_cancels_all_it_is_asked_or_refuses_and_changes_nothing() {
     let t0 = Instant::now();
     let mut m = machine_in("running", t0);
-    assert_eq!(m.admit_increase(2, MAX), Ok(Admission::Queued));
+    assert_eq!(m.admit_increase(2, MAX, &ALERT), Ok(Admission::Queued));
     assert_eq!(m.target(), Some(7));
     assert!(
         matches!(
@@ -1271,16 +1275,16 @@ fn increase_is_bounded_by_the_maximum_counting_queued_work() {
     let t0 = Instant::now();
     let mut m = machine_in("running", t0);
     assert_eq!(
-        m.admit_increase(6, MAX),
+        m.admit_increase(6, MAX, &ALERT),
         Err(ScaleError::OutOfRange {
             target: 5,
             delta: 6,
             max: 10
         })
     );
-    assert_eq!(m.admit_increase(5, MAX), Ok(Admission::Queued));
+    assert_eq!(m.admit_increase(5, MAX, &ALERT), Ok(Admission::Queued));
     assert!(matches!(
-        m.admit_increase(1, MAX),
+        m.admit_increase(1, MAX, &ALERT),
         Err(ScaleError::OutOfRange { .. })
     ));
 }
@@ -1307,7 +1311,7 @@ fn failed_instances_expire_or_go_with_their_vm() {
 fn increases_queued_behind_a_job_cleanup_forgot_go_out_with_the_next_snapshot() {
     let t0 = Instant::now();
     let mut m = machine_in("running", t0);
-    assert_eq!(m.admit_increase(1, MAX), Ok(Admission::Queued));
+    assert_eq!(m.admit_increase(1, MAX, &ALERT), Ok(Admission::Queued));
     m.cleanup();
     assert_eq!(m.phase(), &Phase::Idle);
     // The job ended while nobody followed it: the next snapshot shows the cluster at rest.
@@ -1458,7 +1462,7 @@ mod properties {
                 let was_idle = m.phase() == &Phase::Idle;
                 let mut effects = Vec::new();
                 match s {
-                    Step::Increase(d) => match m.admit_increase(d, MAX) {
+                    Step::Increase(d) => match m.admit_increase(d, MAX, &ALERT) {
                         Ok(Admission::NeedsFreshSnapshot) => {
                             match m.start_increase(d, MAX, &ALERT, now) {
                                 Ok(Started::Submit(r)) => effects.push(Effect::Submit(r)),
@@ -1761,7 +1765,7 @@ fn the_ledger_carries_every_promise_into_a_new_machine() {
         .expect("behind");
     m.queue.remove[0].not_before = Some(t0 + Duration::from_secs(90));
     m.queue.remove[0].attempts = 2;
-    assert_eq!(m.admit_increase(2, MAX), Ok(Admission::Queued));
+    assert_eq!(m.admit_increase(2, MAX, &ALERT), Ok(Admission::Queued));
     let target = m.target();
 
     let ledger = m.ledger(t0 + Duration::from_secs(30));
@@ -1850,7 +1854,7 @@ fn queued_increases_wait_rather_than_pass_the_maximum_over_blocked_removals() {
     m.submission_refused("busy", &ALERT, t0);
     assert_eq!(m.target(), Some(2));
     // The autoscaler asks for 2 more: 2 + 2 is within the maximum.
-    assert_eq!(m.admit_increase(2, max), Ok(Admission::Queued));
+    assert_eq!(m.admit_increase(2, max, &ALERT), Ok(Admission::Queued));
     // w1 backs off: CloudStack's size 3 + 2 would be 5 workers.
     let t1 = t0 + Duration::from_secs(1);
     let fx = m.snapshot_installed(running3(t1), &ALERT, t1);
@@ -1991,7 +1995,7 @@ fn queued_increases_that_no_longer_fit_under_the_maximum_are_failed_not_sent() {
     let mut m = machine_in("running", t0);
     // 3 → 5 running; one more fits the maximum of 6 by the target.
     let max = 6;
-    assert_eq!(m.admit_increase(1, max), Ok(Admission::Queued));
+    assert_eq!(m.admit_increase(1, max, &ALERT), Ok(Admission::Queued));
     assert_eq!(m.target(), Some(6));
     // Meanwhile another client's job took CloudStack's size to 6.
     let six: Vec<(String, VmState)> = (1..=6)
@@ -2127,7 +2131,7 @@ fn a_queued_scale_up_held_by_a_cordon_nobody_will_lift_is_reported_failed() {
     let mut m = machine_in("idle", t0);
     sent_and_owed(&mut m, "w1", t0);
     m.submission_answered("job-1".into(), t0);
-    assert_eq!(m.admit_increase(1, MAX), Ok(Admission::Queued));
+    assert_eq!(m.admit_increase(1, MAX, &ALERT), Ok(Admission::Queued));
     m.snapshot_installed(alert(t0), &ALERT, t0);
     m.job_finished("job-1", &drain_failed("w1"), true, false, &ALERT, t0);
     assert_eq!(m.cordon_suspects(), ["k-node-w1"]);
@@ -2142,7 +2146,7 @@ fn a_queued_scale_up_held_by_a_cordon_nobody_will_lift_is_reported_failed() {
     assert_eq!(m.close_window(&ALERT, t0), Ok(vec![remove_of(&["w1"])]));
     m.submission_lost();
     m.window_answered(false);
-    assert_eq!(m.admit_increase(1, MAX), Ok(Admission::Queued));
+    assert_eq!(m.admit_increase(1, MAX, &ALERT), Ok(Admission::Queued));
     let t1 = t0 + Duration::from_secs(11);
     m.job_found("job-2".into(), t1);
     m.snapshot_installed(alert(t1), &ALERT, t1);
@@ -2256,4 +2260,192 @@ fn removals_the_autoscaler_no_longer_marks_are_withdrawn_unless_their_vm_was_sto
     assert_eq!(m.target(), Some(4), "w1 counts again");
     assert_eq!(m.queue().remove.len(), 1);
     assert_eq!(m.queue().remove[0].vm_id, "w2");
+}
+
+/// CloudStack's refusal text as `recorded/alert_08_scale_err_alert_size_job_final` shows it.
+fn unsupported() -> AlertScaling {
+    AlertScaling::Unsupported {
+        cloudstack_error: "Kubernetes cluster k is in Alert state and can not be scaled".into(),
+    }
+}
+
+fn w1_stopped(state: &str, t: Instant) -> Arc<IndexedSnapshot> {
+    snapshot(
+        state,
+        &[
+            ("w1", VmState::Stopped),
+            ("w2", VmState::Running),
+            ("w3", VmState::Running),
+        ],
+        t,
+    )
+}
+
+/// Issue 39, difference 3: an IncreaseSize in Alert on a CloudStack without Alert scaling was
+/// queued behind a removal retry, answered OK, then refused by CloudStack and reported as a
+/// failed creation. It is refused at once, in every phase.
+#[test]
+fn an_increase_in_alert_without_alert_scaling_is_refused_before_any_promise() {
+    let t0 = Instant::now();
+    for phase in ["idle", "running"] {
+        let mut m = machine_in(phase, t0);
+        m.snapshot_installed(w1_stopped("Alert", t0), &unsupported(), t0);
+        let before = m.target();
+        let got = m.admit_increase(1, MAX, &unsupported());
+        assert!(
+            matches!(
+                got,
+                Err(ScaleError::Refused(Refusal::AlertUnsupported { .. }))
+            ),
+            "{phase}: {got:?}"
+        );
+        assert_eq!(m.target(), before, "{phase}: nothing queued");
+        assert!(m.queue().increase.is_empty());
+    }
+    // The verdict unknown, or the cluster Running: admitted as before.
+    let mut m = machine_in("running", t0);
+    m.snapshot_installed(w1_stopped("Alert", t0), &ALERT, t0);
+    assert_eq!(m.admit_increase(1, MAX, &ALERT), Ok(Admission::Queued));
+}
+
+/// Issue 39, difference 2: without Alert scaling a down worker's removal fails on its drain
+/// and puts the cluster in Alert, so DeleteNodes is refused before promising, naming what
+/// the operator must do, whether the cluster is at rest or a job runs.
+#[test]
+fn a_down_workers_removal_without_alert_scaling_is_refused_before_any_promise() {
+    let t0 = Instant::now();
+    for phase in ["idle", "running"] {
+        let mut m = machine_in(phase, t0);
+        m.snapshot_installed(w1_stopped("Running", t0), &unsupported(), t0);
+        let before = m.target();
+        let got = m.accept_removal(&[node("w1")], 1, &unsupported(), &no_reports(), t0);
+        let Err(ScaleError::Refused(r @ Refusal::DownWorkerNotRemovable { .. })) = &got else {
+            panic!("{phase}: {got:?}");
+        };
+        let msg = r.to_string();
+        assert!(
+            msg.contains("k-node-w1 (Stopped)")
+                && msg.contains("start the VM")
+                && msg.contains("remove it in CloudStack"),
+            "{msg}"
+        );
+        assert_eq!(m.target(), before, "{phase}: nothing promised");
+        assert!(m.queue().remove.is_empty());
+        // A Running worker is still accepted.
+        assert!(
+            m.accept_removal(&[node("w2")], 1, &unsupported(), &no_reports(), t0)
+                .is_ok()
+        );
+    }
+}
+
+/// An owed removal whose VM went down on a CloudStack without Alert scaling is said once,
+/// loudly, and held (not retried and abandoned over half an hour); it goes out once the VM
+/// runs again.
+#[test]
+fn an_owed_removal_of_a_down_vm_without_alert_scaling_waits_for_an_operator_loudly() {
+    let t0 = Instant::now();
+    let mut m = machine_in("running", t0);
+    m.accept_removal(&[node("w1")], 1, &ALERT, &no_reports(), t0)
+        .expect("owed behind the job");
+    let settled = m
+        .job_finished("job-1", &JobEnd::Succeeded, true, false, &ALERT, t0)
+        .expect("ours");
+    assert_eq!(settled.effects, vec![remove_of(&["w1"])]);
+    // Its job fails on the drain of the stopped VM (the shape of `recorded/running_35_…`).
+    m.submission_answered("job-2".into(), t0);
+    m.snapshot_installed(w1_stopped("Alert", t0), &ALERT, t0);
+    let text = "Scaling failed for Kubernetes cluster KubernetesCluster {\"id\":1,\"name\":\"k\",\
+                \"uuid\":\"cid\"}, failed to remove Kubernetes node: k-node-w1 running on VM : \
+                VM instance {\"id\":7,\"instanceName\":\"i-2-7-VM\",\"state\":\"Stopped\",\
+                \"type\":\"User\",\"uuid\":\"w1\"}";
+    let end = JobEnd::Failed {
+        code: 530,
+        text: text.into(),
+    };
+    let s = m
+        .job_finished("job-2", &end, true, false, &ALERT, t0)
+        .expect("ours");
+    assert!(
+        s.alert_refusal,
+        "a stopped VM's drain failure teaches the verdict"
+    );
+    // With the verdict learned: held, said once, never sent.
+    let later = at(t0, 3600);
+    let fx = m.snapshot_installed(w1_stopped("Alert", t0), &unsupported(), later);
+    assert_eq!(
+        fx,
+        vec![Effect::RemovalBlocked {
+            vms: vec!["k-node-w1".into()],
+            reason: match &fx[0] {
+                Effect::RemovalBlocked { reason, .. } => reason.clone(),
+                _ => unreachable!(),
+            },
+        }]
+    );
+    for i in 1..20 {
+        let fx = m.snapshot_installed(w1_stopped("Alert", t0), &unsupported(), at(later, i * 600));
+        assert!(fx.is_empty(), "said once, never sent: {fx:?}");
+    }
+    let q = &m.queue().remove[0];
+    assert!(!q.abandoned, "still owed");
+    assert!(
+        q.trouble
+            .as_deref()
+            .unwrap_or_default()
+            .contains("start the VM"),
+        "{q:?}"
+    );
+    assert_eq!(m.target(), Some(2), "still out of the target");
+    // The operator starts the VM and the scanner lists the cluster Running: sent.
+    let fx = m.snapshot_installed(running3(t0), &unsupported(), at(later, 30_000));
+    assert_eq!(fx, vec![remove_of(&["w1"])]);
+}
+
+/// Issue 39, difference 1: listAsyncJobs lists running jobs only, so a queued scale-up
+/// whose job failed in validation is never found. Its callers heard OK long ago: settled by
+/// CloudStack's unchanged size, its nodes are reported failed, not dropped from the target.
+#[test]
+fn a_lost_queued_scale_up_whose_job_ended_unseen_is_reported_failed() {
+    let t0 = Instant::now();
+    let mut m = queued_increase_sent(t0);
+    m.submission_lost();
+    assert_eq!(m.target(), Some(5));
+    assert_eq!(
+        m.snapshot_installed(running3(t0), &ALERT, at(t0, 11)),
+        vec![Effect::FindJob]
+    );
+    assert!(m.no_job_found(&ALERT, at(t0, 11)).is_empty());
+    assert_eq!(m.phase(), &Phase::Idle);
+    let failed: Vec<_> = m.failed().iter().map(|f| f.error.code.as_str()).collect();
+    assert_eq!(failed, ["scale-up-refused", "scale-up-refused"]);
+    assert_eq!(m.target(), Some(5), "the autoscaler sees failed creations");
+}
+
+/// The same for a lost removal: a job that failed on its drain is never listed, and left the
+/// cluster in Alert; the VM stays owed and suspected of a cordon (no scale-up is sent on top
+/// of it), and its removal goes out again.
+#[test]
+fn a_lost_removal_whose_job_ended_unseen_stays_owed_and_suspected() {
+    let t0 = Instant::now();
+    let mut m = machine_in("idle", t0);
+    sent_and_owed(&mut m, "w1", t0);
+    m.submission_lost();
+    let alert = snapshot(
+        "Alert",
+        &[
+            ("w1", VmState::Running),
+            ("w2", VmState::Running),
+            ("w3", VmState::Running),
+        ],
+        t0,
+    );
+    assert_eq!(
+        m.snapshot_installed(alert, &ALERT, at(t0, 11)),
+        vec![Effect::FindJob]
+    );
+    m.no_job_found(&ALERT, at(t0, 11));
+    assert_eq!(m.cordon_suspects(), ["k-node-w1"]);
+    assert_eq!(m.target(), Some(2), "still owed");
+    assert!(m.queue().remove.iter().any(|r| r.vm_id == "w1") || m.phase().name() == "submitting");
 }
