@@ -34,7 +34,9 @@ pub enum CsError {
     /// `ApiServer.verifyRequest` (`commandAvailable`) answers when the role check throws
     /// `PermissionDeniedException`. The key itself was accepted. Asking again gives the same
     /// answer, so this is never retried; a caller can note once that the command is
-    /// unavailable (e.g. the Project Kubernetes Service Role lacks `listAsyncJobs`).
+    /// unavailable (e.g. the Project Kubernetes Service Role lacks `listAsyncJobs`). CloudStack
+    /// 4.21 answers a command it does not have with the 401 of a refused key instead
+    /// (`errors_12` of the 4.21 recordings), which reads as [`CsError::Unauthorized`].
     #[error("the API key may not call {command}: {detail}")]
     NotPermitted { command: String, detail: String },
     /// CloudStack's API throttling refused the request: the key's account made more calls

@@ -17,7 +17,7 @@ use std::time::Duration;
 /// from the answer by `created` instead.
 const STARTDATE_ZONE_SLACK: Duration = Duration::from_secs(12 * 3600);
 
-const LIST_ASYNC_JOBS: ListSpec = ListSpec {
+pub(crate) const LIST_ASYNC_JOBS: ListSpec = ListSpec {
     command: "listAsyncJobs",
     field: "asyncjobs",
 };

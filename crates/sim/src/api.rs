@@ -164,11 +164,13 @@ impl Cmd<'_> {
         Reply::ok(&outer)
     }
 
+    /// cserrorcode 9999 on 4.21 (running_20, running_21, errors_06…11): `ApiServer` answers a
+    /// parameter error as a `ServerApiException` of its own.
     pub(crate) fn invalid(&self, name: &str, value: &str) -> Reply {
         Reply::error(
             &self.response(),
             431,
-            4350,
+            9999,
             &format!(
                 "Unable to execute API command {} due to invalid value. Invalid parameter {name} value={value} due to incorrect long value format, or entity does not exist or due to incorrect parameter annotation for the field in api cmd class.",
                 self.lower
@@ -260,13 +262,14 @@ impl Cmd<'_> {
     /// One page of `items`, as `BaseListCmd.getStartIndex`/`getPageSizeVal` cut it, and the
     /// number of items before paging. Without `pagesize` a list holds at most `max_page`
     /// (`default.page.size`); a `pagesize` above it is refused (`BaseListCmd.getPageSize`:
-    /// `InvalidParameterValueException`, so 431 with cserrorcode 4350), as is `page` with
+    /// `InvalidParameterValueException`, so 431 with cserrorcode 9999 as every 431 of 4.21,
+    /// running_20…23), as is `page` with
     /// `pagesize=-1`. These checks run when the command executes, after its parameters were
     /// processed.
     fn page<T>(&self, items: Vec<T>, max_page: u64) -> Result<(Vec<T>, usize), Reply> {
         let page = self.long("page")?;
         let size = self.long("pagesize")?;
-        let invalid_value = |text: String| Reply::error(&self.response(), 431, 4350, &text);
+        let invalid_value = |text: String| Reply::error(&self.response(), 431, 9999, &text);
         if let Some(s) = size
             && s > 0
             && s as u64 > max_page
@@ -296,7 +299,8 @@ impl Cmd<'_> {
     }
 }
 
-/// `{"<cmd>response": {}}` for an empty list, `{count, <key>: [...]}` otherwise. `count` is
+/// `{"<cmd>response": {}}` when nothing matches (errors_15, running_30), `{count}` alone for a
+/// page past the end (running_04), `{count, <key>: [...]}` otherwise. `count` is
 /// the number of items matched before paging: every list served is built with `searchAndCount`
 /// and `ListResponse.setResponses(list, count)` (`KubernetesClusterManagerImpl
 /// .listKubernetesClusters` too in current releases; older ones called `setResponses(list)`
@@ -308,11 +312,13 @@ fn list_reply<T: Serialize>(cmd: &Cmd<'_>, key: &str, items: &[T], count: usize)
         #[serde(flatten)]
         items: BTreeMap<&'a str, &'a [T]>,
     }
-    if items.is_empty() {
+    if count == 0 {
         return cmd.ok(json!({}));
     }
     let mut map = BTreeMap::new();
-    map.insert(key, items);
+    if !items.is_empty() {
+        map.insert(key, items);
+    }
     let mut outer = BTreeMap::new();
     let name = cmd.response();
     outer.insert(name.as_str(), Inner { count, items: map });
@@ -354,13 +360,14 @@ pub fn dispatch(
     result.unwrap_or_else(|r| (r, None))
 }
 
-/// CloudStack's answer to a command it does not have.
-pub fn unknown_command(name: &str) -> Reply {
+/// CloudStack 4.21's answer to a command it does not have: the one 401 of every
+/// authentication failure, under `errorresponse`, without cserrorcode (errors_12).
+pub fn unknown_command(_name: &str) -> Reply {
     Reply::error(
-        &format!("{}response", name.to_ascii_lowercase()),
-        432,
-        9999,
-        "The given command does not exist or it is not available for user",
+        "errorresponse",
+        401,
+        0,
+        "unable to verify user credentials and/or request signature",
     )
 }
 
@@ -390,10 +397,10 @@ pub fn unavailable_command(name: &str, account: &str) -> Reply {
 /// - the project's UUID: yes;
 /// - another UUID, or anything that is neither a UUID nor a number: refused before the
 ///   command runs (`translateUuidToInternalId`: no entity with that UUID), 431 with
-///   cserrorcode 4350, as every unknown entity id ([`Cmd::invalid`]);
+///   cserrorcode 9999, as every unknown entity id ([`Cmd::invalid`]; errors_24);
 /// - a whole number: `projectid` predates 3.x (its `@Parameter` has no `since`), so it is taken
 ///   as an internal id, and `buildACLSearchParameters` refuses it with
-///   `InvalidParameterValueException("Unable to find project by id N")` (431, 4350: the
+///   `InvalidParameterValueException("Unable to find project by id N")` (431, 9999: the
 ///   simulated project's internal id is never exposed, so no number names it).
 ///
 /// Not modelled: a project that exists but the caller is not a member of
@@ -439,7 +446,7 @@ fn no_such_project(cmd: &Cmd<'_>, asked: &str) -> Reply {
         return Reply::error(
             &cmd.response(),
             431,
-            4350,
+            9999,
             &format!("Unable to find project by id {asked}"),
         );
     }

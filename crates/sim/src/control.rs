@@ -50,7 +50,7 @@ pub fn dispatch_sim(w: &mut World, name: &str, p: &Params, now_ms: u64) -> (Repl
                 }
             }
             match error {
-                Some(e) => Reply::error(&cmd.response(), 431, 4350, &e),
+                Some(e) => Reply::error(&cmd.response(), 431, 9999, &e),
                 None => {
                     settings_changed = next != w.settings;
                     w.settings = next;

@@ -146,14 +146,38 @@ impl Fault {
     }
 }
 
+/// An answer as 4.21's Jetty sends it (`recorded/*.response.http`): `Content-Type:
+/// application/json;charset=utf-8` on every answer; on an error other than 401 the errortext
+/// again in `X-Description` (running_20, errors_14, throttle_01; a 401 has none, errors_01);
+/// CloudStack's own codes with their number as reason phrase (`432 432`, errors_14; `531 531`,
+/// errors_18), where hyper would write `<none>`.
 fn json_response(reply: Reply) -> Response {
     let status = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let description = (status.as_u16() >= 400 && status != StatusCode::UNAUTHORIZED)
+        .then(|| error_text(&reply.body))
+        .flatten()
+        .and_then(|text| HeaderValue::from_str(&text).ok());
     let mut resp = (status, reply.body).into_response();
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json; charset=UTF-8"),
+        HeaderValue::from_static("application/json;charset=utf-8"),
     );
+    if let Some(text) = description {
+        resp.headers_mut().insert("x-description", text);
+    }
+    if status.canonical_reason().is_none()
+        && let Ok(reason) = hyper::ext::ReasonPhrase::try_from(status.as_str().to_string())
+    {
+        resp.extensions_mut().insert(reason);
+    }
     resp
+}
+
+/// The `errortext` of an error envelope (`{"<x>response": {..., "errortext": …}}`).
+fn error_text(body: &[u8]) -> Option<String> {
+    let value: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let inner = value.as_object()?.values().next()?;
+    inner.get("errortext")?.as_str().map(str::to_string)
 }
 
 fn proxy_error(status: u16) -> Response {
@@ -272,7 +296,8 @@ fn authenticated_reply(sh: &Arc<Shared>, command: Option<&str>, params: &Params)
         return Reply::error("errorresponse", 401, 0, UNAUTHORIZED);
     };
     let response_name = format!("{}response", name.to_ascii_lowercase());
-    // CloudStack checks that the command exists before it checks the signature.
+    // 4.21 answers an unknown command as it answers a bad signature (errors_12), so which it
+    // checks first cannot be seen from outside.
     if !COMMANDS.contains(&name) {
         return api::unknown_command(name);
     }
@@ -315,7 +340,7 @@ fn authenticated_reply(sh: &Arc<Shared>, command: Option<&str>, params: &Params)
         return Reply::error(
             &response_name,
             431,
-            4350,
+            9999,
             "This simulator only serves response=json (CloudStack itself would answer in XML)",
         );
     }

@@ -4,7 +4,9 @@
 
 use serde::Serialize;
 
-use super::model::{Cluster, Job, JobResult, JobStatus, Offering, Vm, VmRole, World, Zone};
+use super::model::{
+    Cluster, Job, JobResult, JobStatus, Offering, Vm, VmRole, VmState, World, Zone,
+};
 
 #[derive(Serialize)]
 pub struct NicView<'a> {
@@ -14,8 +16,11 @@ pub struct NicView<'a> {
     netmask: &'static str,
     gateway: &'static str,
     ipaddress: &'a str,
-    isolationuri: &'static str,
-    broadcasturi: &'static str,
+    /// Gone once the VM is stopped (alert_05, alert_07): CloudStack releases the nic's VLAN.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    isolationuri: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    broadcasturi: Option<&'static str>,
     traffictype: &'static str,
     #[serde(rename = "type")]
     kind: &'static str,
@@ -43,9 +48,35 @@ pub struct VmView<'a> {
     zoneid: &'a str,
     zonename: &'a str,
     hypervisor: &'a str,
+    guestosid: &'a str,
     nic: [NicView<'a>; 1],
     cks: Option<CksFlags<'a>>,
     full: Option<FullVm<'a>>,
+}
+
+/// A VM's `details` as 4.21 shows a CKS node's: its root disk size in GB, as a string
+/// (running_01), and once stopped whether its reserved capacity was freed (alert_05).
+struct Details {
+    stopped: bool,
+}
+
+impl Serialize for Details {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(None)?;
+        if self.stopped {
+            m.serialize_entry("Message.ReservedCapacityFreed.Flag", "false")?;
+        }
+        m.serialize_entry("rootdisksize", "8")?;
+        m.end()
+    }
+}
+
+/// The hypervisor's name of a VM, in CloudStack's `i-<account>-<id>-<suffix>` form (`i-2-4-QA`
+/// in running_01), from the VM's own id since the simulator has no numeric ids.
+fn instance_name(id: &str) -> String {
+    let short: String = id.chars().filter(char::is_ascii_hexdigit).take(6).collect();
+    format!("i-2-{short}-VM")
 }
 
 struct CksFlags<'a> {
@@ -61,7 +92,7 @@ struct FullVm<'a> {
     cpuspeed: u64,
     memory: u64,
     templateid: &'a str,
-    guestosid: &'a str,
+    ipaddress: &'a str,
 }
 
 impl Serialize for VmView<'_> {
@@ -89,6 +120,12 @@ impl Serialize for VmView<'_> {
         m.serialize_entry("zonename", self.zonename)?;
         m.serialize_entry("hypervisor", self.hypervisor)?;
         if let Some(f) = &self.full {
+            // Only `listVirtualMachines` has these (running_07); a cluster's VM entries do not
+            // (running_01).
+            m.serialize_entry("domainpath", "/")?;
+            m.serialize_entry("templatetype", "USER")?;
+            m.serialize_entry("templateformat", "QCOW2")?;
+            m.serialize_entry("ipaddress", f.ipaddress)?;
             m.serialize_entry("serviceofferingid", f.serviceofferingid)?;
             m.serialize_entry("serviceofferingname", f.serviceofferingname)?;
             m.serialize_entry("cpunumber", &f.cpunumber)?;
@@ -98,20 +135,36 @@ impl Serialize for VmView<'_> {
             m.serialize_entry("templatename", "cks-template")?;
             m.serialize_entry("templatedisplaytext", "CKS node template")?;
             m.serialize_entry("passwordenabled", &false)?;
-            m.serialize_entry("guestosid", f.guestosid)?;
-            m.serialize_entry("ostypeid", f.guestosid)?;
-            m.serialize_entry("osdisplayname", "Ubuntu 22.04 LTS")?;
             m.serialize_entry("rootdeviceid", &0)?;
             m.serialize_entry("rootdevicetype", "ROOT")?;
-            m.serialize_entry("pooltype", "NetworkFilesystem")?;
-            m.serialize_entry("securitygroup", &[(); 0])?;
-            m.serialize_entry("affinitygroup", &[(); 0])?;
-            m.serialize_entry("tags", &[(); 0])?;
         }
+        // Both views carry these on 4.21: a cluster's VM entries (running_01) as much as
+        // `listVirtualMachines` (running_07).
+        m.serialize_entry("guestosid", self.guestosid)?;
+        m.serialize_entry("ostypeid", self.guestosid)?;
+        m.serialize_entry("osdisplayname", "Ubuntu 22.04 LTS")?;
+        m.serialize_entry("pooltype", "NetworkFilesystem")?;
+        m.serialize_entry("securitygroup", &[(); 0])?;
+        m.serialize_entry("affinitygroup", &[(); 0])?;
+        m.serialize_entry("tags", &[(); 0])?;
+        m.serialize_entry("instancename", &instance_name(self.id))?;
+        m.serialize_entry(
+            "details",
+            &Details {
+                stopped: self.state == VmState::Stopped.as_str(),
+            },
+        )?;
+        m.serialize_entry("deleteprotection", &false)?;
+        m.serialize_entry("vmtype", "cksnode")?;
+        m.serialize_entry("arch", "x86_64")?;
         m.serialize_entry("nic", &self.nic)?;
         m.serialize_entry("displayvm", &true)?;
         m.serialize_entry("isdynamicallyscalable", &false)?;
-        m.serialize_entry("hasannotations", &false)?;
+        if self.full.is_some() {
+            // Not in a cluster's VM entries (running_01), only in `listVirtualMachines`
+            // (running_07).
+            m.serialize_entry("hasannotations", &false)?;
+        }
         if let Some(k) = &self.cks {
             m.serialize_entry("isexternalnode", &k.isexternalnode)?;
             m.serialize_entry("isetcdnode", &k.isetcdnode)?;
@@ -145,6 +198,7 @@ fn owner(w: &World) -> OwnerView<'_> {
 }
 
 fn nic<'a>(c: &'a Cluster, vm: &'a Vm) -> NicView<'a> {
+    let vlan = (vm.state != VmState::Stopped).then_some("vlan://1001");
     NicView {
         id: &vm.nic_id,
         networkid: &c.network_id,
@@ -152,8 +206,8 @@ fn nic<'a>(c: &'a Cluster, vm: &'a Vm) -> NicView<'a> {
         netmask: "255.255.0.0",
         gateway: "10.1.0.1",
         ipaddress: &vm.ip,
-        isolationuri: "vlan://1001",
-        broadcasturi: "vlan://1001",
+        isolationuri: vlan,
+        broadcasturi: vlan,
         traffictype: "Guest",
         kind: "Isolated",
         isdefault: true,
@@ -178,6 +232,7 @@ fn vm_base<'a>(w: &'a World, c: &'a Cluster, zone: &'a Zone, vm: &'a Vm) -> VmVi
         zoneid: &zone.id,
         zonename: &zone.name,
         hypervisor: &w.hypervisor,
+        guestosid: &w.template_id,
         nic: [nic(c, vm)],
         cks: None,
         full: None,
@@ -207,7 +262,7 @@ pub fn vm<'a>(w: &'a World, c: &'a Cluster, zone: &'a Zone, vm: &'a Vm) -> VmVie
             cpuspeed: o.map(|o| o.speed).unwrap_or(0),
             memory: o.map(|o| o.memory).unwrap_or(0),
             templateid: &c.template_id,
-            guestosid: &w.template_id,
+            ipaddress: &vm.ip,
         }),
         ..vm_base(w, c, zone, vm)
     }
@@ -251,8 +306,8 @@ pub struct ClusterView<'a> {
     domainpath: &'static str,
     masternodes: u64,
     controlnodes: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    etcdnodes: Option<u64>,
+    /// 0 without etcd nodes, as 4.21 lists it (running_01).
+    etcdnodes: u64,
     size: u64,
     state: &'static str,
     cpunumber: String,
@@ -260,6 +315,8 @@ pub struct ClusterView<'a> {
     endpoint: String,
     ipaddress: &'a str,
     ipaddressid: &'a str,
+    /// `{}` without etcd nodes (running_01); what it holds with some is not recorded.
+    etcdips: serde_json::Map<String, serde_json::Value>,
     autoscalingenabled: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     minsize: Option<u64>,
@@ -309,7 +366,7 @@ pub fn cluster<'a>(w: &'a World, c: &'a Cluster, fallback_zone: &'a Zone) -> Clu
         domainpath: "/",
         masternodes: c.control_count,
         controlnodes: c.control_count,
-        etcdnodes: (c.etcd_count > 0).then_some(c.etcd_count),
+        etcdnodes: c.etcd_count,
         size: c.size,
         state: c.state.as_str(),
         cpunumber: c.cores.to_string(),
@@ -317,9 +374,11 @@ pub fn cluster<'a>(w: &'a World, c: &'a Cluster, fallback_zone: &'a Zone) -> Clu
         endpoint: format!("https://{}:6443/", c.ip),
         ipaddress: &c.ip,
         ipaddressid: &c.ip_id,
+        etcdips: serde_json::Map::new(),
         autoscalingenabled: c.autoscaling,
-        minsize: c.min_size,
-        maxsize: c.max_size,
+        // Only with autoscaling on: 4.21 leaves both out otherwise (running_01).
+        minsize: c.min_size.filter(|_| c.autoscaling),
+        maxsize: c.max_size.filter(|_| c.autoscaling),
         clustertype: if c.externally_managed {
             "ExternalManaged"
         } else {
@@ -348,6 +407,16 @@ pub fn offering(o: &Offering) -> serde_json::Value {
         "issystem": false,
         "defaultuse": false,
         "iscustomized": o.customized,
+        // The rest as 4.21 lists an offering (running_11).
+        "state": "Active",
+        "rootdisksize": 0,
+        "dynamicscalingenabled": true,
+        "diskofferingstrictness": false,
+        "diskofferingid": o.id,
+        "diskofferingname": o.name,
+        "diskofferingdisplaytext": o.name,
+        "encryptroot": false,
+        "gpudisplay": false,
         "hasannotations": false,
     })
 }

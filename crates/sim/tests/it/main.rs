@@ -8,6 +8,7 @@ mod sim_kubelet;
 mod sim_perf;
 mod sim_pickup;
 mod sim_project;
+mod sim_replay_4_21;
 mod sim_scaling;
 mod sim_scenario;
 mod sim_throttling;

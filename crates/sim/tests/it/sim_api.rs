@@ -83,16 +83,18 @@ async fn bad_missing_and_wrong_key_signatures_get_401() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn unknown_command_is_432_and_malformed_parameters_431() {
+async fn unknown_command_is_401_and_malformed_parameters_431() {
     let sim = start_sim(sim_config()).await;
     let c = Client::new(&sim);
+    // 4.21 answers an unknown command as any authentication failure (errors_12).
     let a = c.get("deployVirtualMachine", &[]).await;
-    assert_eq!(a.status, 432);
-    let e = &a.json()["deployvirtualmachineresponse"];
-    assert_eq!(e["errorcode"], 432);
+    assert_eq!(a.status, 401);
+    let e = &a.json()["errorresponse"];
+    assert_eq!(e["errorcode"], 401);
+    assert_eq!(e.get("cserrorcode"), None);
     assert_eq!(
         e["errortext"],
-        "The given command does not exist or it is not available for user"
+        "unable to verify user credentials and/or request signature"
     );
 
     let a = c
@@ -104,7 +106,7 @@ async fn unknown_command_is_432_and_malformed_parameters_431() {
     assert_eq!(a.status, 431, "{}", a.text);
     let e = &a.json()["scalekubernetesclusterresponse"];
     assert_eq!(e["errorcode"], 431);
-    assert_eq!(e["cserrorcode"], 4350);
+    assert_eq!(e["cserrorcode"], 9999);
     assert!(
         e["errortext"]
             .as_str()
@@ -167,7 +169,9 @@ async fn cluster_listing_has_cloudstack_shapes() {
     assert_eq!(cl["cpunumber"], "8");
     assert_eq!(cl["memory"], "16384");
     assert_eq!(cl["serviceofferingname"], "cks-medium");
-    assert!(cl.get("etcdnodes").is_none());
+    // 0 without etcd nodes, as 4.21 lists it (running_01).
+    assert_eq!(cl["etcdnodes"], 0);
+    assert_eq!(cl["etcdips"], serde_json::json!({}));
     let vms = cl["virtualmachines"].as_array().unwrap();
     assert_eq!(vms.len(), 4);
     for (i, vm) in vms.iter().enumerate() {
@@ -196,6 +200,27 @@ async fn cluster_listing_has_cloudstack_shapes() {
         c.ok("listKubernetesClusters", &[("name", "nope")]).await,
         serde_json::json!({})
     );
+}
+
+/// 4.21 shows the bounds only with autoscaling on (running_01 has neither).
+#[tokio::test(start_paused = true)]
+async fn minsize_and_maxsize_show_only_with_autoscaling_on() {
+    for autoscaling in [false, true] {
+        let mut spec = ClusterSpec::new("bounded", 1, 2);
+        spec.min_size = Some(1);
+        spec.max_size = Some(5);
+        spec.autoscaling = autoscaling;
+        let sim = start_sim(SimConfig {
+            scenario: Scenario::with_cluster(spec),
+            ..SimConfig::for_tests(API_KEY, SECRET_KEY)
+        })
+        .await;
+        let cl = Client::new(&sim).cluster(&sim.cluster_ids()[0]).await;
+        let bounds = (cl.get("minsize").cloned(), cl.get("maxsize").cloned());
+        let want = autoscaling.then(|| (Some(1.into()), Some(5.into())));
+        assert_eq!(bounds, want.unwrap_or((None, None)), "{cl}");
+        sim.shutdown().await;
+    }
 }
 
 #[tokio::test(start_paused = true)]
@@ -483,7 +508,7 @@ async fn pagesize_above_the_default_page_size_is_refused_and_unpaged_lists_are_c
         assert_eq!(a.status, 431, "{command}: {}", a.text);
         let e = &a.json()[format!("{}response", command.to_lowercase())];
         assert_eq!(e["errorcode"], 431);
-        assert_eq!(e["cserrorcode"], 4350);
+        assert_eq!(e["cserrorcode"], 9999);
         assert_eq!(
             e["errortext"],
             "Page size can't exceed max allowed page size value: 5"
