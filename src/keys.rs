@@ -498,7 +498,7 @@ mod tests {
 
     #[test]
     fn the_cloud_configs_keys_are_taken_anew_and_a_change_of_the_rest_is_said_to_need_a_restart() {
-        logs::capture();
+        let log = logs::Scoped::start();
         let mut volume = SecretVolume::new(
             "keys-cloud-config",
             &[("cloud-config", &cloud_config("old-api", "old-secret"))],
@@ -513,7 +513,8 @@ mod tests {
         volume.update(&[("cloud-config", &cloud_config("new-api", "new-secret"))]);
         assert_eq!(pair(&keys), owned("new-api", "new-secret"));
         let dir = volume.dir().display().to_string();
-        let taken = logs::lines_mentioning(&dir)
+        let taken = log
+            .lines_mentioning(&dir)
             .into_iter()
             .filter(|l| l.contains("requests are signed with the new key"))
             .collect::<Vec<_>>();
@@ -525,7 +526,8 @@ mod tests {
         volume.update(&[("cloud-config", moved)]);
         assert_eq!(keys.check_now(), KeyReload::Unchanged, "the same keys");
         assert_eq!(pair(&keys), owned("new-api", "new-secret"));
-        let said = logs::lines_mentioning(&dir)
+        let said = log
+            .lines_mentioning(&dir)
             .into_iter()
             .filter(|l| l.contains("restart it to use the rest"))
             .count();
@@ -534,7 +536,7 @@ mod tests {
 
     #[test]
     fn a_missing_empty_or_half_written_file_keeps_the_old_pair_and_is_said_once() {
-        logs::capture();
+        let log = logs::Scoped::start();
         let mut volume = SecretVolume::new(
             "keys-broken",
             &[
@@ -550,7 +552,7 @@ mod tests {
         let keys = ReloadingKeys::new(files).expect("the first pair");
         let dir = volume.dir().display().to_string();
         let warnings = |what: &str| {
-            logs::lines_mentioning(&dir)
+            log.lines_mentioning(&dir)
                 .into_iter()
                 .filter(|l| l.contains("WARN") && l.contains(what))
                 .count()

@@ -52,3 +52,58 @@ pub fn lines_mentioning(needle: &str) -> Vec<String> {
         .map(str::to_owned)
         .collect()
 }
+
+/// A capture of one test thread's lines only, at every level: a subscriber of its own for the
+/// thread while it lives. For a synchronous test that must not depend on the process's global
+/// subscriber, which other tests of the binary (scoped subscribers of their own among them) may
+/// race with when it is installed.
+pub struct Scoped {
+    lines: std::sync::Arc<Mutex<Vec<u8>>>,
+    _guard: tracing::subscriber::DefaultGuard,
+}
+
+#[derive(Clone)]
+struct ScopedWriter(std::sync::Arc<Mutex<Vec<u8>>>);
+
+impl Write for ScopedWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Scoped {
+    /// Captures this thread's lines until the value is dropped.
+    pub fn start() -> Scoped {
+        let lines = std::sync::Arc::new(Mutex::new(Vec::new()));
+        let writer = ScopedWriter(lines.clone());
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::TRACE)
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        Scoped {
+            lines,
+            _guard: tracing::subscriber::set_default(subscriber),
+        }
+    }
+
+    /// The captured lines that contain `needle`.
+    pub fn lines_mentioning(&self, needle: &str) -> Vec<String> {
+        let text = self
+            .lines
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        String::from_utf8_lossy(&text)
+            .lines()
+            .filter(|line| line.contains(needle))
+            .map(str::to_owned)
+            .collect()
+    }
+}
