@@ -29,6 +29,7 @@ mod refresh_coalescing;
 mod scale_down_merging;
 mod scenario_concurrency;
 mod scenario_failures;
+mod scenario_no_alert_scaling;
 mod scenario_project_key;
 mod scenario_refusals;
 mod scenario_removal_promises;
