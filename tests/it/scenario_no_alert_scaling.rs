@@ -51,7 +51,11 @@ async fn with_alert_scaling_off_a_stopped_workers_removal_is_refused_before_any_
 
     let e = stack.delete(vec![worker_node(&w)]).await.unwrap_err();
     assert_eq!(e.code(), Code::FailedPrecondition, "{}", e.message());
-    assert!(e.message().contains(&w.1), "the VM is named: {}", e.message());
+    assert!(
+        e.message().contains(&w.1),
+        "the VM is named: {}",
+        e.message()
+    );
     assert!(
         e.message().contains("start the VM"),
         "the fix is named: {}",

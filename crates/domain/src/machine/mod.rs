@@ -284,6 +284,14 @@ pub enum Effect {
     /// with the VM if an operator removes it in CloudStack. Said once per removal, loudly,
     /// instead of retrying it for half an hour.
     RemovalBlocked { vms: Vec<String>, reason: String },
+    /// A size job ended successfully but CloudStack lists a smaller size than it asked for
+    /// (see `ScaleMachine::job_finished`): the VMs not listed are failed creations now. Tell
+    /// the operator: CloudStack said it scaled and did not.
+    SizeNotReached {
+        job: String,
+        asked: u32,
+        listed: u32,
+    },
 }
 
 /// An instance of a failed scale-up, reported as Creating with an error until the autoscaler
