@@ -35,6 +35,7 @@ mod scenario_refusals;
 mod scenario_removal_promises;
 mod scenario_scale_from_zero;
 mod scenario_scaling;
+mod scenario_size_jobs;
 mod scenario_stranded;
 mod scenario_wire_generations;
 mod secrets_in_logs;
