@@ -2551,3 +2551,71 @@ fn a_successful_scale_up_job_that_left_the_size_alone_is_reported_failed() {
     assert!(settled.effects.is_empty(), "{:?}", settled.effects);
     assert!(m.failed.is_empty());
 }
+
+/// apache/cloudstack#11994: a size job failing on the offering map makes every later size
+/// request of the cluster a refusal before any promise (IncreaseSize is never answered OK to
+/// fail the same way), until a listing shows the cluster's offerings changed. Removals by node
+/// are not affected.
+#[test]
+fn a_size_job_failing_on_running_kvm_offerings_refuses_size_requests_until_offerings_change() {
+    let t0 = Instant::now();
+    let mut m = machine_in("running", t0);
+    let text = "Scaling Kubernetes cluster : k failed, scaling Kubernetes cluster with running \
+                VMs on hypervisor KVM is not supported!";
+    m.job_finished(
+        "job-1",
+        &JobEnd::Failed {
+            code: 530,
+            text: text.into(),
+        },
+        true,
+        true,
+        &ALERT,
+        t0,
+    )
+    .expect("our job");
+    let refused = |m: &mut ScaleMachine| match m.admit_increase(1, MAX, &ALERT) {
+        Err(ScaleError::Refused(Refusal::SizeScalingBroken {
+            cloudstack_error, ..
+        })) => {
+            assert_eq!(cloudstack_error, text);
+            true
+        }
+        _ => false,
+    };
+    assert!(refused(&mut m));
+    assert!(matches!(
+        m.start_increase(1, MAX, &ALERT, t0),
+        Err(ScaleError::Refused(Refusal::SizeScalingBroken { .. }))
+    ));
+    assert!(
+        m.accept_removal(&[node("w1")], 1, &ALERT, &no_reports(), t0)
+            .is_ok()
+    );
+    // The same listing again: still refused.
+    m.snapshot_installed(running3(t0), &ALERT, t0);
+    assert!(refused(&mut m));
+    // The operator changed the offerings: asked again.
+    let snap = running3(t0);
+    let mut changed = snap.snap.clone();
+    changed.service_offering = Some(crate::cluster::OfferingRef {
+        id: "o-2".into(),
+        name: "cks-large".into(),
+    });
+    m.snapshot_installed(Arc::new(IndexedSnapshot::new(changed, t0)), &ALERT, t0);
+    assert!(!refused(&mut m));
+    // Any other failure of a size job teaches nothing of the kind.
+    let mut m = machine_in("running", t0);
+    m.job_finished(
+        "job-1",
+        &JobEnd::Failed {
+            code: 530,
+            text: "insufficient capacity".into(),
+        },
+        true,
+        true,
+        &ALERT,
+        t0,
+    );
+    assert!(!refused(&mut m));
+}
