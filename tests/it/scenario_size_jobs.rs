@@ -20,6 +20,20 @@ fn failed_creations(instances: &[cks_proto::Instance]) -> Vec<String> {
         .collect()
 }
 
+/// The failed creations the provider reports, refreshing until it reports some (a bounded
+/// wait: 10 s of paused time).
+async fn failed_creations_seen(stack: &mut Stack) -> Vec<String> {
+    for _ in 0..200 {
+        stack.refresh().await.expect("refresh");
+        let f = failed_creations(&stack.instances().await);
+        if !f.is_empty() {
+            return f;
+        }
+        elapse(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("no failed creation reported: {:?}", stack.instances().await);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_size_request_failing_on_kvm_offerings_is_refused_before_any_promise_after_the_first() {
     let mut cfg: SimConfig = sim_config();
@@ -68,14 +82,7 @@ async fn a_size_job_that_succeeds_without_changing_the_size_is_reported_as_faile
     cfg.settings.size_job_returns_early = true;
     let mut stack = Stack::refreshed(cfg, "demo", |_| {}).await;
     stack.increase(2).await.expect("promised");
-    let failed = loop {
-        stack.refresh().await.expect("refresh");
-        let f = failed_creations(&stack.instances().await);
-        if !f.is_empty() {
-            break f;
-        }
-        elapse(std::time::Duration::from_millis(50)).await;
-    };
+    let failed = failed_creations_seen(&mut stack).await;
     assert_eq!(failed.len(), 2, "{failed:?}");
     for f in &failed {
         assert!(f.contains("lists size 3, not 5"), "{f}");
