@@ -44,6 +44,10 @@ impl Provider {
                     tracing::error!(group = %self.group_label(gi), vms = %vms.join(","),
                         "accepted removals of down VMs cannot be carried out by this CloudStack: the autoscaler counts these nodes as gone; start the VMs (they are then removed) or remove them in CloudStack: {reason}");
                 }
+                Effect::SizeNotReached { job, asked, listed } => {
+                    tracing::error!(group = %self.group_label(gi), %job, asked, listed,
+                        "CloudStack ended the scale-up job successfully but lists size {listed}, not {asked}: the missing VMs are reported as failed creations. Check the cluster's node offerings (apache/cloudstack#11994) and the management server's log for this job");
+                }
             }
         }
         self.send_stops(gi);

@@ -112,6 +112,13 @@ pub enum Refusal {
         vms: Vec<String>,
         cloudstack_error: String,
     },
+    /// A size job of this cluster failed on CloudStack's offering map for size-only requests
+    /// (apache/cloudstack#11994, `machine::offerings`): every size request fails the same way
+    /// until the cluster's node types run its own offering.
+    SizeScalingBroken {
+        cluster: String,
+        cloudstack_error: String,
+    },
 }
 
 impl Refusal {
@@ -136,6 +143,7 @@ impl Refusal {
             Refusal::SizeBehindWorkers { .. } => "size_behind_workers",
             Refusal::ExternallyManaged { .. } => "externally_managed",
             Refusal::DownWorkerNotRemovable { .. } => "down_worker_not_removable",
+            Refusal::SizeScalingBroken { .. } => "size_scaling_broken_offerings",
         }
     }
 }
@@ -192,6 +200,20 @@ impl fmt::Display for Refusal {
                  CloudStack said: \"{cloudstack_error}\"; start the VM (the autoscaler then \
                  removes it if it is still unneeded) or remove it in CloudStack",
                 vms.join(", ")
+            ),
+            Refusal::SizeScalingBroken {
+                cluster,
+                cloudstack_error,
+            } => write!(
+                f,
+                "cluster {cluster:?}: CloudStack failed this cluster's last size change and would \
+                 fail every one: CloudStack 4.21 and later give a request that names only a size \
+                 the cluster's own offering for every node type, and a node type running another \
+                 offering is then changed to it, which KVM refuses while its VMs run \
+                 (apache/cloudstack#11994); CloudStack said: \"{cloudstack_error}\"; make every \
+                 node type run the cluster's service offering (change the offerings with the \
+                 cluster stopped) or upgrade CloudStack to a release with the fix; the provider \
+                 tries again once the cluster's listed offerings change, or after a restart"
             ),
             Refusal::NoChange { cluster, size } => write!(
                 f,

@@ -152,6 +152,19 @@ pub fn scale_up_failure(job_id: &str, error_code: i64, error_text: &str) -> Inst
     }
 }
 
+/// The error of the VMs a size job that ended successfully did not ask for (CloudStack lists
+/// `listed`, not `asked`): a scale-up that failed, though CloudStack called it a success.
+pub fn size_not_reached(job_id: &str, asked: u32, listed: u32) -> InstanceError {
+    InstanceError {
+        code: "scale-up-failed".to_string(),
+        message: format!(
+            "scale-up job {job_id} ended successfully but CloudStack lists size {listed}, not \
+             {asked}: the VMs were never asked for"
+        ),
+        class: ErrorClass::Other,
+    }
+}
+
 /// The status of a placeholder: a VM requested by a scale-up that CloudStack has not shown yet
 /// (Creating, no error) or that a failed job will never create (Creating with `failure`).
 pub fn placeholder_status(

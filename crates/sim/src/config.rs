@@ -225,6 +225,20 @@ pub struct SimSettings {
     /// `kubectl drain` failing over SSH would), one per drain, whatever the node's state. Each
     /// failure fails its job. Drains of down VMs (not drained) do not count.
     pub fail_drains: u32,
+    /// A size-only request is given the cluster's own offering for every node type
+    /// (`KubernetesClusterManagerImpl.createNodeTypeToServiceOfferingMap` puts it under
+    /// DEFAULT when the request names none; apache/cloudstack#11994), so a node type whose VMs
+    /// run another offering is "scaled" to it, and on KVM with running VMs the job fails
+    /// "scaling Kubernetes cluster with running VMs on hypervisor KVM is not supported!"
+    /// (`KubernetesClusterScaleWorker.validateKubernetesClusterScaleOfferingParameters`). Off
+    /// by default: scenarios with per-type offerings on the default KVM scale as before.
+    pub size_default_offering: bool,
+    /// A stored version of `KubernetesClusterScaleWorker.scaleCluster` returns `true` from its
+    /// node-type loop at the first type that needs neither an offering nor a size change: with
+    /// DEFAULT in the offering map (above) that is CONTROL, before WORKER is reached, so a
+    /// size-only job ends successfully with nothing changed, the cluster not even moved to
+    /// Scaling. Off by default.
+    pub size_job_returns_early: bool,
     /// The role of the API key's account (see [`KeyRole`]).
     pub key_role: KeyRole,
     /// The project owning every cluster and VM (see [`Project`]). `None`: they are the key's
@@ -264,6 +278,8 @@ impl Default for SimSettings {
             pickup_delay: Duration::ZERO,
             removal_per_node: Duration::ZERO,
             fail_drains: 0,
+            size_default_offering: false,
+            size_job_returns_early: false,
             key_role: KeyRole::User,
             project: None,
             default_page_size: 500,
@@ -318,6 +334,14 @@ impl SimSettings {
                     parse_switch(value).map_err(|e| format!("alertscaling: {e}"))?
             }
             "kubeletdelayms" => self.kubelet_delay = ms(value)?,
+            "sizedefaultoffering" => {
+                self.size_default_offering =
+                    parse_switch(value).map_err(|e| format!("sizedefaultoffering: {e}"))?
+            }
+            "sizejobreturnsearly" => {
+                self.size_job_returns_early =
+                    parse_switch(value).map_err(|e| format!("sizejobreturnsearly: {e}"))?
+            }
             "scannerintervalms" => {
                 let d = ms(value)?;
                 if d.is_zero() {
@@ -418,6 +442,8 @@ impl SimSettings {
             "jobfailure": self.job_failure.as_str(),
             "alertscaling": if self.alert_scaling { "on" } else { "off" },
             "kubeletdelayms": ms(self.kubelet_delay),
+            "sizedefaultoffering": if self.size_default_offering { "on" } else { "off" },
+            "sizejobreturnsearly": if self.size_job_returns_early { "on" } else { "off" },
             "scannerintervalms": ms(self.scanner_interval),
             "vmopms": ms(self.vm_op_duration),
             "readypollms": ms(self.ready_poll),

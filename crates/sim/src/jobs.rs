@@ -226,6 +226,12 @@ pub fn start_scale(
             return None;
         }
     };
+    if w.settings.size_job_returns_early && req.is_size_only() && plan.offerings.is_empty() {
+        // The stored worker's loop returns at CONTROL (see `size_job_returns_early`).
+        let result = cluster_result(w, cluster_id);
+        succeed(w, job_id, result);
+        return None;
+    }
     if let SizePlan::Record { new_size } = plan.size
         && let Some(c) = w.cluster_mut(cluster_id)
     {

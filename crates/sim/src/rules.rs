@@ -29,6 +29,17 @@ pub struct ScaleRequest {
     pub max_size: Option<i64>,
 }
 
+impl ScaleRequest {
+    /// Only `size`: no offering, no nodeids, no autoscaling setting.
+    pub fn is_size_only(&self) -> bool {
+        self.size.is_some()
+            && self.node_ids.is_none()
+            && self.service_offering_id.is_none()
+            && self.node_offerings.iter().all(|(_, o)| o.is_none())
+            && self.autoscaling.is_none()
+    }
+}
+
 /// The size part of a scale job.
 #[derive(Debug, Clone, PartialEq)]
 pub enum SizePlan {
@@ -205,6 +216,19 @@ pub fn validate(w: &World, c: &Cluster, r: &ScaleRequest) -> Result<ScalePlan, S
         }
         if new_id != c.existing_offering_for(role) {
             offerings.push((role, new_id));
+        }
+    }
+
+    if w.settings.size_default_offering && r.is_size_only() && c.state != ClusterState::Alert {
+        // 4.21's offering map for a request naming no offering: the cluster's own, compared
+        // by the worker with the offering the first VM of each type runs
+        // (`getExistingOfferingIdForNodeType`); a type that differs is "scaled" to it.
+        for role in [VmRole::Control, VmRole::Etcd, VmRole::Worker] {
+            if c.vms.iter().any(|v| v.role == role)
+                && c.existing_offering_for(role) != c.offering_id
+            {
+                offerings.push((role, c.offering_id.clone()));
+            }
         }
     }
 

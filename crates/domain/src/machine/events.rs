@@ -6,9 +6,9 @@
 use super::error::{is_alert_refusal, is_down_vm_drain_failure, is_drain_failure, refused_error};
 use super::queue::QueuedRemoval;
 use super::{Effect, FailedInstance, JobKind, Op, OpKind, Origin, Phase, ScaleMachine};
-use crate::cluster::{ClusterState, IndexedSnapshot};
+use crate::cluster::{ClusterSnapshot, ClusterState, IndexedSnapshot};
 use crate::rules::{AlertScaling, check_scale};
-use crate::status::{InstanceError, scale_up_failure};
+use crate::status::{InstanceError, scale_up_failure, size_not_reached};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -77,6 +77,7 @@ impl ScaleMachine {
     ) -> Vec<Effect> {
         let scaling = snap.snap.state == ClusterState::Scaling;
         self.cluster_id = Some(snap.snap.id.clone());
+        self.recheck_size_scaling(&snap.snap);
         let ttl = self.timings.failed_ttl;
         self.failed.retain(|f| {
             let vm_alive = f.vm_id.as_ref().is_none_or(|id| {
@@ -428,6 +429,7 @@ impl ScaleMachine {
         let kind = JobKind::of(op.as_ref().map(|o| &o.kind));
         let mut alert_refusal = false;
         if let Some((code, text)) = end.failure() {
+            self.learn_size_scaling_broken(op.as_ref().map(|o| &o.kind), text);
             // "This CloudStack cannot scale in Alert" only when the provider's own rules, on a
             // snapshot taken after the job, still allow the request: a refusal the rules
             // explain (a worker HA restarted between the check and the job: rule 7) says
@@ -487,6 +489,12 @@ impl ScaleMachine {
             }
         }
         let mut effects = Vec::new();
+        if end.failure().is_none()
+            && fetched
+            && let (Some(op), Some(s)) = (&op, &snap)
+        {
+            effects.extend(self.size_not_reached(job, op, &s.snap, now));
+        }
         let mut owed = false;
         match (op.as_ref().map(|o| &o.kind), end.failure()) {
             // Drained and removed: no cordon left behind.
@@ -580,6 +588,43 @@ impl ScaleMachine {
             self.phase = Phase::Idle;
         }
         self.queue.remove.clear();
+    }
+
+    /// A size job that ended successfully is not trusted: a stored version of CloudStack's
+    /// `KubernetesClusterScaleWorker.scaleCluster` returns success from its node-type loop
+    /// before it reaches the workers (a size request whose offering map holds the control
+    /// node's own offering), and a Created cluster's size job never writes the size. Only the
+    /// size CloudStack lists after the job says whether the VMs were asked for; the ones it
+    /// does not show are reported as a failed scale-up's are (failed creations, so the
+    /// autoscaler backs the group off instead of waiting for nodes that never come).
+    fn size_not_reached(
+        &mut self,
+        job: &str,
+        op: &Op,
+        snap: &ClusterSnapshot,
+        now: Instant,
+    ) -> Option<Effect> {
+        let OpKind::Increase {
+            from,
+            to,
+            placeholders,
+            ..
+        } = &op.kind
+        else {
+            return None;
+        };
+        if snap.size >= *to {
+            return None;
+        }
+        let missing = to.saturating_sub(snap.size.max(*from)) as usize;
+        let err = size_not_reached(job, *to, snap.size);
+        let ph = placeholders.iter().rev().take(missing).cloned().collect();
+        self.record_failed(&err, Vec::new(), ph, now);
+        Some(Effect::SizeNotReached {
+            job: job.to_string(),
+            asked: *to,
+            listed: snap.size,
+        })
     }
 
     /// Records the instances of a failed scale-up so the autoscaler sees them as failed

@@ -49,6 +49,7 @@ impl ScaleMachine {
         let target = self.target().ok_or(ScaleError::NoSnapshot)?;
         check_max(target, delta, max)?;
         self.refuse_in_alert(alert)?;
+        self.refuse_broken_size_scaling()?;
         match &self.phase {
             Phase::Idle if !self.queue.remove.is_empty() => {
                 self.enqueue(delta);
@@ -80,6 +81,7 @@ impl ScaleMachine {
         let target = self.target().ok_or(ScaleError::NoSnapshot)?;
         check_max(target, delta, max)?;
         self.refuse_in_alert(alert)?;
+        self.refuse_broken_size_scaling()?;
         match &self.phase {
             Phase::Idle if self.queue.remove.is_empty() => {}
             _ => {

@@ -44,6 +44,7 @@ mod events;
 mod increase;
 mod ledger;
 mod nodes;
+mod offerings;
 mod queue;
 mod stranded;
 mod target;
@@ -284,6 +285,14 @@ pub enum Effect {
     /// with the VM if an operator removes it in CloudStack. Said once per removal, loudly,
     /// instead of retrying it for half an hour.
     RemovalBlocked { vms: Vec<String>, reason: String },
+    /// A size job ended successfully but CloudStack lists a smaller size than it asked for
+    /// (see `ScaleMachine::job_finished`): the VMs not listed are failed creations now. Tell
+    /// the operator: CloudStack said it scaled and did not.
+    SizeNotReached {
+        job: String,
+        asked: u32,
+        listed: u32,
+    },
 }
 
 /// An instance of a failed scale-up, reported as Creating with an error until the autoscaler
@@ -334,6 +343,9 @@ pub struct ScaleMachine {
     /// this. One asked earlier may show the cluster before the removal's job was picked up
     /// and failed on its drain, or the Running a job's success sets whatever the cordons.
     pub(crate) drain_fresh_after: Option<Instant>,
+    /// A size job failed on CloudStack's offering map (apache/cloudstack#11994): size
+    /// requests are refused until the cluster's listed offerings change.
+    pub(crate) size_broken: Option<offerings::SizeScalingBroken>,
 }
 
 impl ScaleMachine {
@@ -356,6 +368,7 @@ impl ScaleMachine {
             max_size: None,
             drain_sent: HashSet::new(),
             drain_fresh_after: None,
+            size_broken: None,
         }
     }
 

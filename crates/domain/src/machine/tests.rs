@@ -74,6 +74,24 @@ fn running3(now: Instant) -> Arc<IndexedSnapshot> {
 }
 
 const ALERT: AlertScaling = AlertScaling::Supported;
+
+/// What a successful scale-up leaves behind: CloudStack lists the size it asked for (the
+/// machine checks it: `job_finished` reports a size not reached as failed creations).
+fn listed_as_asked(m: &mut ScaleMachine) {
+    let Phase::Running { op, .. } = &m.phase else {
+        return;
+    };
+    let OpKind::Increase { to, .. } = op.kind else {
+        return;
+    };
+    let Some(s) = &m.snap else {
+        return;
+    };
+    let mut snap = s.snap.clone();
+    snap.size = snap.size.max(to);
+    let at = s.fetched_at;
+    m.snap = Some(Arc::new(IndexedSnapshot::new(snap, at)));
+}
 const MAX: u32 = 10;
 /// The autoscaler's max-node-provision-time, as the deploy manifests set it.
 const PROVISION: Duration = Duration::from_secs(25 * 60);
@@ -178,6 +196,9 @@ fn apply(m: &mut ScaleMachine, ev: Ev, t0: Instant) -> String {
                     format!("abandoned:{}", vms.join("+"))
                 }
                 Effect::RemovalBlocked { vms, .. } => format!("blocked:{}", vms.join("+")),
+                Effect::SizeNotReached { asked, listed, .. } => {
+                    format!("not-reached:{listed}<{asked}")
+                }
             })
             .collect::<Vec<_>>()
             .join(",")
@@ -205,6 +226,7 @@ fn apply(m: &mut ScaleMachine, ev: Ev, t0: Instant) -> String {
         }
         Ev::Found => fx(m.job_found("job-7".into(), t0)),
         Ev::JobSucceeded => {
+            listed_as_asked(m);
             match m.job_finished(&job, &JobEnd::Succeeded, true, false, &ALERT, t0) {
                 Some(s) => fx(s.effects),
                 None => "ignored".into(),
@@ -418,8 +440,10 @@ fn increases_queued_behind_a_forgotten_lost_submission_are_sent() {
 fn queued_increase_sent(t0: Instant) -> ScaleMachine {
     let mut m = machine_in("running", t0);
     assert_eq!(m.admit_increase(2, MAX, &ALERT), Ok(Admission::Queued));
+    // Not read again after the job: its size is not checked, the next request is computed
+    // on the size listed before.
     let settled = m
-        .job_finished("job-1", &JobEnd::Succeeded, true, false, &ALERT, t0)
+        .job_finished("job-1", &JobEnd::Succeeded, false, false, &ALERT, t0)
         .expect("our job");
     assert_eq!(
         settled.effects,
@@ -459,6 +483,7 @@ fn a_queued_request_the_rules_refuse_becomes_failed_instances_without_a_request(
         &ALERT,
         t0,
     );
+    listed_as_asked(&mut m);
     let settled = m
         .job_finished("job-1", &JobEnd::Succeeded, true, false, &ALERT, t0)
         .expect("our job");
@@ -811,6 +836,7 @@ fn concurrent_per_node_removals_go_one_drain_at_a_time() {
         t0,
     );
     m.snapshot_installed(after, &ALERT, t0);
+    listed_as_asked(&mut m);
     let settled = m
         .job_finished("job-1", &JobEnd::Succeeded, true, false, &ALERT, t0)
         .expect("ours");
@@ -824,6 +850,7 @@ fn concurrent_per_node_removals_go_one_drain_at_a_time() {
         t0,
     );
     m.snapshot_installed(after, &ALERT, t0);
+    listed_as_asked(&mut m);
     let settled = m
         .job_finished("job-2", &JobEnd::Succeeded, true, false, &ALERT, t0)
         .expect("ours");
@@ -860,6 +887,7 @@ fn a_queued_node_that_disappears_is_left_out_and_one_that_comes_back_is_sent() {
         t0,
     );
     m.snapshot_installed(back, &ALERT, t0);
+    listed_as_asked(&mut m);
     let settled = m
         .job_finished("job-1", &JobEnd::Succeeded, true, false, &ALERT, t0)
         .expect("ours");
@@ -877,6 +905,7 @@ fn a_queued_node_that_disappears_is_left_out_and_one_that_comes_back_is_sent() {
         &ALERT,
         t0,
     );
+    listed_as_asked(&mut m);
     let settled = m
         .job_finished("job-1", &JobEnd::Succeeded, true, false, &ALERT, t0)
         .expect("ours");
@@ -893,6 +922,7 @@ fn removals_go_before_increases_and_neither_is_lost() {
     assert_eq!(m.admit_increase(2, MAX, &ALERT), Ok(Admission::Queued));
     assert_eq!(m.target(), Some(5 - 1 + 2));
     m.snapshot_installed(running(5, t0), &ALERT, t0);
+    listed_as_asked(&mut m);
     let settled = m
         .job_finished("job-1", &JobEnd::Succeeded, true, false, &ALERT, t0)
         .expect("ours");
@@ -905,6 +935,7 @@ fn removals_go_before_increases_and_neither_is_lost() {
         .map(|i| (i.as_str(), VmState::Running))
         .collect();
     m.snapshot_installed(snapshot("Running", &vms, t0), &ALERT, t0);
+    listed_as_asked(&mut m);
     let settled = m
         .job_finished("job-2", &JobEnd::Succeeded, true, false, &ALERT, t0)
         .expect("ours");
@@ -959,6 +990,7 @@ fn a_merged_request_the_rules_refuse_is_refused_at_rest_and_owed_behind_a_job() 
         &ALERT,
         t0,
     );
+    listed_as_asked(&mut m);
     let settled = m
         .job_finished("job-1", &JobEnd::Succeeded, true, false, &ALERT, t0)
         .expect("ours");
@@ -1836,6 +1868,7 @@ fn no_vm_is_stopped_while_a_scale_up_runs() {
         Ok(Accepted::Behind)
     );
     assert!(m.take_stops(t0).is_empty(), "stopped during the scale-up");
+    listed_as_asked(&mut m);
     m.job_finished("job-1", &JobEnd::Succeeded, true, false, &ALERT, t0)
         .expect("our job");
     assert_eq!(m.take_stops(t0), ["w3"]);
@@ -1877,6 +1910,7 @@ fn queued_increases_wait_rather_than_pass_the_maximum_over_blocked_removals() {
         t2,
     );
     m.snapshot_installed(two, &ALERT, t2);
+    listed_as_asked(&mut m);
     let settled = m
         .job_finished("job-2", &JobEnd::Succeeded, true, false, &ALERT, t2)
         .expect("our job");
@@ -1936,6 +1970,7 @@ fn an_owed_removal_the_rules_keep_refusing_is_abandoned_loudly() {
         )
     };
     m.snapshot_installed(alert_all_running(t0), &ALERT, t0);
+    listed_as_asked(&mut m);
     m.job_finished("job-1", &JobEnd::Succeeded, true, false, &ALERT, t0);
     let mut t = t0;
     let mut abandoned = false;
@@ -1975,7 +2010,8 @@ fn an_owed_removal_refused_for_alert_without_a_down_worker_stops_its_vm_then_rem
         )
     };
     m.snapshot_installed(alert(VmState::Running, t0), &ALERT, t0);
-    m.job_finished("job-1", &JobEnd::Succeeded, true, false, &ALERT, t0);
+    // The listing above was taken before the job ended: its size is not checked.
+    m.job_finished("job-1", &JobEnd::Succeeded, false, false, &ALERT, t0);
     assert_eq!(m.take_stops(t0), ["w1"], "the promised VM is stopped");
     assert!(m.stop_answered("w1", None, t0).is_empty());
     let t1 = t0 + Duration::from_secs(5);
@@ -2003,6 +2039,7 @@ fn queued_increases_that_no_longer_fit_under_the_maximum_are_failed_not_sent() {
         .collect();
     let six: Vec<(&str, VmState)> = six.iter().map(|(n, s)| (n.as_str(), s.clone())).collect();
     m.snapshot_installed(snapshot("Running", &six, t0), &ALERT, t0);
+    listed_as_asked(&mut m);
     let settled = m
         .job_finished("job-1", &JobEnd::Succeeded, true, false, &ALERT, t0)
         .expect("ours");
@@ -2348,6 +2385,7 @@ fn an_owed_removal_of_a_down_vm_without_alert_scaling_waits_for_an_operator_loud
     let mut m = machine_in("running", t0);
     m.accept_removal(&[node("w1")], 1, &ALERT, &no_reports(), t0)
         .expect("owed behind the job");
+    listed_as_asked(&mut m);
     let settled = m
         .job_finished("job-1", &JobEnd::Succeeded, true, false, &ALERT, t0)
         .expect("ours");
@@ -2448,4 +2486,136 @@ fn a_lost_removal_whose_job_ended_unseen_stays_owed_and_suspected() {
     assert_eq!(m.cordon_suspects(), ["k-node-w1"]);
     assert_eq!(m.target(), Some(2), "still owed");
     assert!(m.queue().remove.iter().any(|r| r.vm_id == "w1") || m.phase().name() == "submitting");
+}
+
+/// A scale-up job that ends successfully while CloudStack still lists the old size (a stored
+/// version of `KubernetesClusterScaleWorker.scaleCluster` returns from its node-type loop before
+/// the workers) is not trusted: the VMs asked for become failed creations, said once.
+#[test]
+fn a_successful_scale_up_job_that_left_the_size_alone_is_reported_failed() {
+    let t0 = Instant::now();
+    let mut m = machine_in("running", t0);
+    assert_eq!(m.target(), Some(5));
+    // Read after the job: still size 3, no new VM.
+    m.snapshot_installed(running3(t0), &ALERT, t0);
+    let settled = m
+        .job_finished("job-1", &JobEnd::Succeeded, true, false, &ALERT, t0)
+        .expect("our job");
+    assert_eq!(
+        settled.effects,
+        vec![Effect::SizeNotReached {
+            job: "job-1".into(),
+            asked: 5,
+            listed: 3
+        }]
+    );
+    assert_eq!(m.phase().name(), "idle");
+    let failed: Vec<&FailedInstance> = m.failed.iter().collect();
+    assert_eq!(failed.len(), 2, "{failed:?}");
+    for f in failed {
+        assert_eq!(f.vm_id, None);
+        assert_eq!(f.error.code, "scale-up-failed");
+        assert!(f.error.message.contains("lists size 3, not 5"), "{f:?}");
+    }
+    // Placeholders stay in the target as failed creations, for the autoscaler to delete.
+    assert_eq!(m.target(), Some(5));
+
+    // Half done (one VM listed, size 4): only the missing one is failed.
+    let mut m = machine_in("running", t0);
+    let four = snapshot(
+        "Running",
+        &[
+            ("w1", VmState::Running),
+            ("w2", VmState::Running),
+            ("w3", VmState::Running),
+            ("w4", VmState::Running),
+        ],
+        t0,
+    );
+    m.snapshot_installed(four, &ALERT, t0);
+    let settled = m
+        .job_finished("job-1", &JobEnd::Succeeded, true, false, &ALERT, t0)
+        .expect("our job");
+    assert!(matches!(
+        &settled.effects[..],
+        [Effect::SizeNotReached { listed: 4, .. }]
+    ));
+    assert_eq!(m.failed.len(), 1);
+
+    // The size asked for is listed: nothing to report.
+    let mut m = machine_in("running", t0);
+    listed_as_asked(&mut m);
+    let settled = m
+        .job_finished("job-1", &JobEnd::Succeeded, true, false, &ALERT, t0)
+        .expect("our job");
+    assert!(settled.effects.is_empty(), "{:?}", settled.effects);
+    assert!(m.failed.is_empty());
+}
+
+/// apache/cloudstack#11994: a size job failing on the offering map makes every later size
+/// request of the cluster a refusal before any promise (IncreaseSize is never answered OK to
+/// fail the same way), until a listing shows the cluster's offerings changed. Removals by node
+/// are not affected.
+#[test]
+fn a_size_job_failing_on_running_kvm_offerings_refuses_size_requests_until_offerings_change() {
+    let t0 = Instant::now();
+    let mut m = machine_in("running", t0);
+    let text = "Scaling Kubernetes cluster : k failed, scaling Kubernetes cluster with running \
+                VMs on hypervisor KVM is not supported!";
+    m.job_finished(
+        "job-1",
+        &JobEnd::Failed {
+            code: 530,
+            text: text.into(),
+        },
+        true,
+        true,
+        &ALERT,
+        t0,
+    )
+    .expect("our job");
+    let refused = |m: &mut ScaleMachine| match m.admit_increase(1, MAX, &ALERT) {
+        Err(ScaleError::Refused(Refusal::SizeScalingBroken {
+            cloudstack_error, ..
+        })) => {
+            assert_eq!(cloudstack_error, text);
+            true
+        }
+        _ => false,
+    };
+    assert!(refused(&mut m));
+    assert!(matches!(
+        m.start_increase(1, MAX, &ALERT, t0),
+        Err(ScaleError::Refused(Refusal::SizeScalingBroken { .. }))
+    ));
+    assert!(
+        m.accept_removal(&[node("w1")], 1, &ALERT, &no_reports(), t0)
+            .is_ok()
+    );
+    // The same listing again: still refused.
+    m.snapshot_installed(running3(t0), &ALERT, t0);
+    assert!(refused(&mut m));
+    // The operator changed the offerings: asked again.
+    let snap = running3(t0);
+    let mut changed = snap.snap.clone();
+    changed.service_offering = Some(crate::cluster::OfferingRef {
+        id: "o-2".into(),
+        name: "cks-large".into(),
+    });
+    m.snapshot_installed(Arc::new(IndexedSnapshot::new(changed, t0)), &ALERT, t0);
+    assert!(!refused(&mut m));
+    // Any other failure of a size job teaches nothing of the kind.
+    let mut m = machine_in("running", t0);
+    m.job_finished(
+        "job-1",
+        &JobEnd::Failed {
+            code: 530,
+            text: "insufficient capacity".into(),
+        },
+        true,
+        true,
+        &ALERT,
+        t0,
+    );
+    assert!(!refused(&mut m));
 }

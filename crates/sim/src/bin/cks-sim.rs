@@ -159,6 +159,9 @@ impl Cli {
             pickup_delay: ms(self.pickup_delay_ms),
             removal_per_node: ms(self.removal_per_node_ms),
             fail_drains: self.fail_drains,
+            // Set at run time through `simConfigure` (`sizedefaultoffering`, `sizejobreturnsearly`).
+            size_default_offering: false,
+            size_job_returns_early: false,
             key_role: self.key_role,
             project: match &self.project_id {
                 Some(id) => Some(Project::new(id, &self.project_name).map_err(anyhow::Error::msg)?),
