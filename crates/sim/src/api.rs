@@ -35,6 +35,7 @@ pub const SIM_COMMANDS: &[&str] = &[
     "simListNodes",
     "simConfigure",
     "simRequests",
+    "simJobs",
     "simResetRequests",
     "simSetVmState",
     "simSetNode",

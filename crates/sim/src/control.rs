@@ -67,6 +67,17 @@ pub fn dispatch_sim(w: &mut World, name: &str, p: &Params, now_ms: u64) -> (Repl
                 .collect();
             cmd.ok(json!({ "count": list.len(), "request": list }))
         }
+        // Every job, ended ones included, in creation order: what a test counts jobs by, since
+        // `listAsyncJobs` lists only running ones, as a real 4.21 does.
+        "simJobs" => {
+            let jobs: Vec<_> = w
+                .job_order
+                .iter()
+                .filter_map(|id| w.jobs.get(id))
+                .map(|j| super::render::job(w, j))
+                .collect();
+            cmd.ok(json!({ "count": jobs.len(), "asyncjobs": jobs }))
+        }
         "simResetRequests" => {
             let n = w.requests.len();
             w.requests.clear();

@@ -45,13 +45,14 @@ func (e *Env) vmStops() []string {
 	return ids
 }
 
-// failedScaleJobs counts cks-sim's scale jobs that ended failed (jobstatus 2).
+// failedScaleJobs counts cks-sim's scale jobs that ended failed (jobstatus 2), from its own
+// record of every job (simJobs): listAsyncJobs lists running jobs only, as CloudStack 4.21 does.
 func (e *Env) failedScaleJobs() int {
-	out, err := e.Sim.Call("listAsyncJobs")
+	out, err := e.Sim.Call("simJobs")
 	if err != nil {
 		return -1
 	}
-	raw, _ := json.Marshal(out["listasyncjobsresponse"])
+	raw, _ := json.Marshal(out["simjobsresponse"])
 	var r struct {
 		Jobs []struct {
 			Cmd    string `json:"cmd"`

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"syscall"
@@ -547,22 +546,7 @@ func removalFailsOnce(e *Env) error {
 	e.Steps(3)
 	// The injected failure did happen: the first removal job failed (530) and the provider
 	// stopped the VM before removing it again.
-	var failedJobs int
-	if out, err := e.Sim.Call("listAsyncJobs"); err == nil {
-		raw, _ := json.Marshal(out["listasyncjobsresponse"])
-		var r struct {
-			Jobs []struct {
-				Cmd    string `json:"cmd"`
-				Status int    `json:"jobstatus"`
-			} `json:"asyncjobs"`
-		}
-		_ = json.Unmarshal(raw, &r)
-		for _, j := range r.Jobs {
-			if strings.Contains(j.Cmd, "ScaleKubernetesCluster") && j.Status == 2 {
-				failedJobs++
-			}
-		}
-	}
+	failedJobs := e.failedScaleJobs()
 	e.Check(failedJobs == 1, "cks-sim shows %d failed scale jobs, want 1 (the removal whose drain failed)", failedJobs)
 	stops, _ := e.Sim.Requests("stopVirtualMachine")
 	e.Check(len(stops) == 1, "cks-sim received %d stopVirtualMachine, want 1 (the VM whose drain failed)", len(stops))
