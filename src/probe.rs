@@ -99,22 +99,47 @@ fn state_name(s: Option<&pb::InstanceStatus>) -> &'static str {
 
 /// Runs the probe and prints the report on stdout. A reader that goes away before the end
 /// (`probe | head`) ends it quietly, with success: the rest of the report has nowhere to go.
+/// Only a failed write to stdout counts as that: a broken pipe under an RPC (the provider
+/// closing a connection whose client certificate it refused) is the probe's failure.
 pub async fn run(args: ProbeArgs) -> anyhow::Result<()> {
     // `Stdout` takes its lock for each line; unlike `println!`, a failed write is an error
     // returned here, not a panic.
-    match report(&args, &mut std::io::stdout()).await {
-        Err(e) if is_broken_pipe(&e) => Ok(()),
+    let mut out = ReportOut {
+        inner: std::io::stdout(),
+        reader_gone: false,
+    };
+    match report(&args, &mut out).await {
+        Err(_) if out.reader_gone => Ok(()),
         other => other,
     }
 }
 
-/// Whether an error is the reader of the report having gone away.
-fn is_broken_pipe(e: &anyhow::Error) -> bool {
-    e.chain().any(|cause| {
-        cause
-            .downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-    })
+/// Where the report goes, noting when its reader went away.
+struct ReportOut<W: Write> {
+    inner: W,
+    reader_gone: bool,
+}
+
+impl<W: Write> ReportOut<W> {
+    fn note<T>(&mut self, r: std::io::Result<T>) -> std::io::Result<T> {
+        if r.as_ref()
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+        {
+            self.reader_gone = true;
+        }
+        r
+    }
+}
+
+impl<W: Write> Write for ReportOut<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let r = self.inner.write(buf);
+        self.note(r)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        let r = self.inner.flush();
+        self.note(r)
+    }
 }
 
 /// With TLS, one handshake of its own before the RPCs, to show the certificate the provider
@@ -286,15 +311,36 @@ mod tests {
     }
 
     #[test]
-    fn only_a_broken_pipe_counts_as_the_reader_gone() {
+    fn only_a_broken_pipe_on_the_report_counts_as_the_reader_gone() {
         use std::io::{Error, ErrorKind};
-        let gone = anyhow::Error::from(Error::from(ErrorKind::BrokenPipe));
-        assert!(is_broken_pipe(&gone));
-        assert!(is_broken_pipe(&gone.context("writing the report")));
-        let full = anyhow::Error::from(Error::from(ErrorKind::StorageFull));
-        assert!(!is_broken_pipe(&full));
-        assert!(!is_broken_pipe(&anyhow::anyhow!(
-            "connecting to 127.0.0.1:1"
-        )));
+        struct Fails(ErrorKind);
+        impl Write for Fails {
+            fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+                Err(Error::from(self.0))
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut gone = ReportOut {
+            inner: Fails(ErrorKind::BrokenPipe),
+            reader_gone: false,
+        };
+        assert!(writeln!(gone, "line").is_err());
+        assert!(gone.reader_gone);
+        let mut full = ReportOut {
+            inner: Fails(ErrorKind::StorageFull),
+            reader_gone: false,
+        };
+        assert!(writeln!(full, "line").is_err());
+        assert!(!full.reader_gone);
+        // A broken pipe under an RPC never passes through the report's writer: the probe's
+        // own failure, whatever its cause chain holds.
+        let mut fine = ReportOut {
+            inner: Vec::new(),
+            reader_gone: false,
+        };
+        assert!(writeln!(fine, "line").is_ok());
+        assert!(!fine.reader_gone);
     }
 }
