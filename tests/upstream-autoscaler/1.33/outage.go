@@ -483,6 +483,15 @@ func apiServerOutage(e *Env) error {
 	}
 	errorsOutage := Gather().Value("cluster_autoscaler_errors_total") - errorsBefore
 	e.Steps(3)
+	// Upstream's own pod lister comes back from the outage by a re-list whose back-off the
+	// harness does not shorten (client-go's reflector, up to about a minute): until it has, its
+	// cache may still hold a pod pending that the API server shows bound, and upstream counts it
+	// unschedulable. Its view settling is client-go's timing, not the provider's.
+	if err := e.Until("upstream's pod cache to show no unschedulable pod", 120*time.Second, func() bool {
+		return Gather().Value("cluster_autoscaler_unschedulable_pods_count", "type", "unschedulable") == 0
+	}); err != nil {
+		return err
+	}
 	reqs, _ := e.Sim.Requests("scaleKubernetesCluster")
 	e.Check(len(reqs) == 1, "cks-sim received %d scaleKubernetesCluster, want 1 (the scale-up, sent once)", len(reqs))
 	_, total := e.simWorkers()
