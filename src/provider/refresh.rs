@@ -255,24 +255,23 @@ impl Provider {
             r.asking_since = Some(now());
         }
         self.learn_stop_permission().await;
+        // Read before the fetch: a snapshot it installs ends the run of failures at once
+        // (`snapshot_arrived`), and what follows needs to know there was one.
+        let failed_before = lock(&self.inner.groups[gi].refresh).failures;
         let fetched = self.fetch_and_act(gi).await;
-        let failed_before = {
+        let failures = {
             let mut s = lock(&self.inner.groups[gi].refresh);
-            let before = s.failures;
             s.last_end = Some(now());
-            match &fetched {
-                Ok(_) => s.failures = 0,
-                Err(_) => {
-                    s.failures = s.failures.saturating_add(1);
-                    s.jitter = jitter(self.inner.jitter_seed, gi, s.failures);
-                }
+            if fetched.is_err() {
+                s.failures = s.failures.saturating_add(1);
+                s.jitter = jitter(self.inner.jitter_seed, gi, s.failures);
             }
-            before
+            s.failures
         };
         let name = self.group_label(gi);
         match fetched {
             Err(e) => {
-                tracing::warn!(group = %name, error = %e, failures = failed_before + 1,
+                tracing::warn!(group = %name, error = %e, failures,
                     "refresh from CloudStack failed; the provider tries again on its own");
                 let mut st = self.inner.groups[gi].lock();
                 st.last_error = Some(e.to_string());
