@@ -182,13 +182,18 @@ impl Provider {
 
     /// What the keeper knows of group `gi`: its snapshot's time and its refresh slot.
     pub(crate) fn group_clock(&self, gi: usize) -> GroupClock {
-        let fetched = self.inner.groups[gi]
+        let fetched = self.fetched_at(gi);
+        let s = lock(&self.inner.groups[gi].refresh);
+        slot_clock(&s, fetched)
+    }
+
+    /// When group `gi`'s snapshot was taken (none yet: `None`).
+    fn fetched_at(&self, gi: usize) -> Option<Instant> {
+        self.inner.groups[gi]
             .read()
             .scale
             .snapshot()
-            .map(|s| s.fetched_at);
-        let s = lock(&self.inner.groups[gi].refresh);
-        slot_clock(&s, fetched)
+            .map(|s| s.fetched_at)
     }
 
     /// A Refresh's step for group `gi`, the demand noted: the end signal of the round it waits
@@ -200,11 +205,7 @@ impl Provider {
         policy: &Policy,
         asked: Instant,
     ) -> Option<watch::Receiver<bool>> {
-        let fetched = self.inner.groups[gi]
-            .read()
-            .scale
-            .snapshot()
-            .map(|s| s.fetched_at);
+        let fetched = self.fetched_at(gi);
         let mut s = lock(&self.inner.groups[gi].refresh);
         s.demanded = Some(asked);
         let step = policy.on_refresh(&slot_clock(&s, fetched), asked);
