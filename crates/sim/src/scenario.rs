@@ -25,7 +25,7 @@ use super::clock::now_stamp;
 use super::config::SimSettings;
 use super::ids::IdGen;
 use super::model::{
-    Cluster, ClusterState, Offering, Owner, VmRole, VmState, World, Zone, name_prefix,
+    Cluster, ClusterState, NetworkKind, Offering, Owner, VmRole, VmState, World, Zone, name_prefix,
 };
 
 /// A whole scenario.
@@ -149,6 +149,9 @@ pub struct ClusterSpec {
     /// `clustertype` ExternalManaged instead of CloudManaged.
     #[serde(default)]
     pub externally_managed: bool,
+    /// `isolated` (the default: the network CKS creates) or `shared`.
+    #[serde(default)]
+    pub network: NetworkKind,
     #[serde(default = "default_version")]
     pub kubernetes_version: String,
     /// Whether the nodes of the VMs Running at start are registered (and Ready) from the start.
@@ -200,6 +203,7 @@ impl ClusterSpec {
             max_size: None,
             autoscaling: false,
             externally_managed: false,
+            network: NetworkKind::Isolated,
             kubernetes_version: default_version(),
             nodes_registered: true,
         }
@@ -438,6 +442,7 @@ fn add_cluster(world: &mut World, spec: &ClusterSpec, zone_id: &str) -> anyhow::
         max_size: spec.max_size,
         autoscaling: spec.autoscaling,
         externally_managed: spec.externally_managed,
+        network: spec.network,
         cores: 0,
         memory: 0,
         version_id: world.ids.uuid(),

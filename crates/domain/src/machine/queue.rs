@@ -602,6 +602,12 @@ impl ScaleMachine {
         }
         let to = from.saturating_add(placeholders.len() as u32);
         let request = ScaleRequest::Resize { new_size: to };
+        // Accepted before the cluster listed an external node (or before a failure taught
+        // that CloudStack fails them): reported failed, never sent to strand the cluster.
+        if let Err(ScaleError::Refused(r)) = self.refuse_external_scale_up() {
+            self.record_failed(&refused_error(r.to_string()), Vec::new(), placeholders, now);
+            return effects;
+        }
         if let Err(r) = check_scale(&snap.snap, &request, alert) {
             self.record_failed(&refused_error(r.to_string()), Vec::new(), placeholders, now);
             return effects;
