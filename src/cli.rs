@@ -116,8 +116,9 @@ pub struct ServeArgs {
     /// listCapabilities drops it at once).
     #[arg(long, env = "CKS_PROVIDER_ALERT_RECHECK", default_value = "10m", value_parser = parse_duration)]
     pub alert_recheck: Duration,
-    /// How long DeleteNodes calls arriving together (the autoscaler sends one per node, in
-    /// parallel) are collected into one scaleKubernetesCluster nodeids request.
+    /// The longest DeleteNodes calls arriving together (the autoscaler sends one per node, in
+    /// parallel) are collected into one scaleKubernetesCluster nodeids request; the
+    /// collection ends sooner, 100 ms after the last call.
     #[arg(long, env = "CKS_PROVIDER_REMOVAL_WINDOW", default_value = "500ms", value_parser = parse_duration)]
     pub removal_window: Duration,
     /// How long a scale job is polled every --job-poll-interval; a job still running after

@@ -332,8 +332,18 @@ impl Provider {
     /// the queue.
     async fn close_window(&self, gi: usize, tx: WindowSender, deadline: Instant) {
         let g = &self.inner.groups[gi];
-        let window_end = Instant::now() + self.inner.settings.removal_window;
-        tokio::time::sleep_until(window_end.min(before(deadline))).await;
+        // When it closes is the machine's: it moves with each arrival.
+        let cap = self.inner.settings.removal_window;
+        loop {
+            let Some(at) = g.read().scale.window_closes_at(cap) else {
+                break;
+            };
+            let at = Instant::from_std(at).min(before(deadline));
+            if Instant::now() >= at {
+                break;
+            }
+            tokio::time::sleep_until(at).await;
+        }
         let outcome = match self.fresh_snapshot(gi, deadline).await {
             Err(e) => {
                 let mut st = g.lock();
