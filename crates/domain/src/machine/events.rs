@@ -416,6 +416,7 @@ impl ScaleMachine {
         if self.phase.job() != Some(job) {
             return None;
         }
+        self.learn_job_length(job, end);
         // Any job may have drained nodes (an adopted one may be a removal of ours).
         self.drain_fresh_after = Some(now);
         let op = match std::mem::replace(&mut self.phase, Phase::Idle) {

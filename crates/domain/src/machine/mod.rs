@@ -46,6 +46,7 @@ mod increase;
 mod ledger;
 mod nodes;
 mod offerings;
+mod pace;
 mod queue;
 mod stranded;
 mod target;
@@ -350,6 +351,8 @@ pub struct ScaleMachine {
     pub(crate) size_broken: Option<offerings::SizeScalingBroken>,
     /// Scale-ups of a cluster listing an external node (apache/cloudstack#12633).
     pub(crate) external_scale_up: ExternalScaleUp,
+    /// How long this cluster's jobs take, for when to poll them (`pace`).
+    pub(crate) pace: pace::JobPace,
 }
 
 impl ScaleMachine {
@@ -374,6 +377,7 @@ impl ScaleMachine {
             drain_fresh_after: None,
             size_broken: None,
             external_scale_up: ExternalScaleUp::Refuse,
+            pace: pace::JobPace::default(),
         }
     }
 

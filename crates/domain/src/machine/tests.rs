@@ -61,7 +61,7 @@ pub(super) fn snapshot_sized(
     Arc::new(IndexedSnapshot::new(snap, now))
 }
 
-fn running3(now: Instant) -> Arc<IndexedSnapshot> {
+pub(super) fn running3(now: Instant) -> Arc<IndexedSnapshot> {
     snapshot(
         "Running",
         &[
