@@ -158,7 +158,7 @@ none. */ -}}
 {{- if eq (len $problems) 1 -}}
 {{- fail (printf "%s%s" (first $problems) $flags) -}}
 {{- else -}}
-{{- fail (printf "%d values refused at once, each as upstream's cluster-autoscaler chart takes it, with where this chart takes it:\n- %s%s" (len $problems) (join "\n- " $problems) $flags) -}}
+{{- fail (printf "%d values refused at once (written as for upstream's cluster-autoscaler chart), each with where this chart takes it:\n- %s%s" (len $problems) (join "\n- " $problems) $flags) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
