@@ -170,3 +170,4 @@ async fn the_check_pod_of_the_guide_is_admitted_by_a_real_api_server() {
     );
     assert_eq!(pod["spec"]["restartPolicy"], "Never", "{pod}");
 }
+
