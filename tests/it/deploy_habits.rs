@@ -274,7 +274,11 @@ fn refused_cases() -> Vec<(&'static str, Value, Vec<&'static str>)> {
         (
             "a Kubernetes minor that is no version",
             json!({"autoscaler": {"kubernetesMinor": "latest"}}),
-            vec!["autoscaler.kubernetesMinor \"latest\"", "write the minor", "\"1.31\""],
+            vec![
+                "autoscaler.kubernetesMinor \"latest\"",
+                "write the minor",
+                "\"1.31\"",
+            ],
         ),
         (
             "upstream's extraEnv in neither form",
@@ -393,8 +397,11 @@ fn layered_cases() -> Vec<(String, Vec<PathBuf>)> {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("deploy-habits");
     fs::create_dir_all(&dir).expect("create the render directory");
     let own = dir.join("my-values.yaml");
-    fs::write(&own, serde_json::to_string_pretty(&operators_values()).expect("values"))
-        .expect("write the operator's values");
+    fs::write(
+        &own,
+        serde_json::to_string_pretty(&operators_values()).expect("values"),
+    )
+    .expect("write the operator's values");
     overlays()
         .into_iter()
         .map(|(overlay, _)| {
@@ -417,7 +424,9 @@ fn overlays() -> Vec<(PathBuf, PathBuf)> {
         .filter_map(|p| {
             let text = fs::read_to_string(&p).ok()?;
             let line = text.lines().find(|l| l.starts_with("# render:"))?;
-            let on = line.split_whitespace().find_map(|w| w.strip_prefix("on="))?;
+            let on = line
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix("on="))?;
             Some((p.clone(), dir.join(on)))
         })
         .collect();
@@ -865,7 +874,8 @@ fn an_overlay_example_keeps_the_operators_image_nodes_and_minor() {
     let mut failures = Vec::new();
     for (name, _) in &cases {
         let o = rendered(name);
-        let provider = &find(o, "Deployment", PROVIDER)["spec"]["template"]["spec"]["containers"][0];
+        let provider =
+            &find(o, "Deployment", PROVIDER)["spec"]["template"]["spec"]["containers"][0];
         let image = provider["image"].as_str().unwrap_or_default();
         let want_image = format!(
             "{}:{}",
@@ -873,7 +883,9 @@ fn an_overlay_example_keeps_the_operators_image_nodes_and_minor() {
             own["image"]["tag"].as_str().unwrap_or_default()
         );
         if image != want_image {
-            failures.push(format!("{name}: the provider runs {image}, not the operator's {want_image}"));
+            failures.push(format!(
+                "{name}: the provider runs {image}, not the operator's {want_image}"
+            ));
         }
         let nodes: Vec<&str> = provider["args"]
             .as_array()
@@ -883,7 +895,9 @@ fn an_overlay_example_keeps_the_operators_image_nodes_and_minor() {
             .filter(|a| a.starts_with("--nodes"))
             .collect();
         if nodes != ["--nodes=2:7:prod-a"] {
-            failures.push(format!("{name}: the provider serves {nodes:?}, not the operator's --nodes=2:7:prod-a"));
+            failures.push(format!(
+                "{name}: the provider serves {nodes:?}, not the operator's --nodes=2:7:prod-a"
+            ));
         }
         let autoscaler = autoscaler_image(o);
         let want = listed_release("1.31");
@@ -901,7 +915,11 @@ fn leaves(v: &Value, path: &str, out: &mut BTreeSet<String>) {
     match v.as_object() {
         Some(map) if !map.is_empty() => {
             for (k, x) in map {
-                let p = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
+                let p = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
                 leaves(x, &p, out);
             }
         }
@@ -918,8 +936,10 @@ fn an_overlay_example_sets_nothing_its_base_file_sets() {
     let mut failures = Vec::new();
     for (overlay, base) in overlays() {
         let read = |p: &PathBuf| -> Value {
-            serde_saphyr::from_str(&fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
-                .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+            serde_saphyr::from_str(
+                &fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())),
+            )
+            .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
         };
         let (mut over, mut under) = (BTreeSet::new(), BTreeSet::new());
         leaves(&read(&overlay), "", &mut over);
@@ -927,7 +947,11 @@ fn an_overlay_example_sets_nothing_its_base_file_sets() {
         // A value the base sets, or a key that holds one of its values (a list or a scalar put
         // over a mapping replaces the mapping whole).
         for leaf in &over {
-            if under.iter().any(|u| u == leaf || u.starts_with(&format!("{leaf}.")) || leaf.starts_with(&format!("{u}."))) {
+            if under.iter().any(|u| {
+                u == leaf
+                    || u.starts_with(&format!("{leaf}."))
+                    || leaf.starts_with(&format!("{u}."))
+            }) {
                 failures.push(format!(
                     "{} sets {leaf}, which its base {} sets: layered on the operator's file it would replace the operator's value",
                     overlay.display(),
