@@ -489,7 +489,7 @@ impl Kubectl {
             if w == "--" {
                 break;
             }
-            if let Some(flag) = w.strip_prefix('-').filter(|_| w.len() > 1) {
+            if w.starts_with('-') && w.len() > 1 {
                 let (name, value) = match w.split_once('=') {
                     Some((n, v)) => (n.to_string(), v.to_string()),
                     None if VALUED.contains(&w.as_str()) => {
@@ -497,7 +497,6 @@ impl Kubectl {
                     }
                     None => (w.clone(), String::new()),
                 };
-                let _ = flag;
                 if matches!(name.as_str(), "-n" | "--namespace") {
                     k.namespace = Some(value.clone());
                 }
