@@ -586,17 +586,15 @@ impl Cluster {
                 .await
                 .expect("create a namespace");
             for o in &r.objects {
-                let (collection, namespaced) = match kind_of(o) {
-                    "ServiceAccount" => ("/api/v1/namespaces/{ns}/serviceaccounts", true),
-                    "Service" => ("/api/v1/namespaces/{ns}/services", true),
-                    "Deployment" => ("/apis/apps/v1/namespaces/{ns}/deployments", true),
+                let collection = match kind_of(o) {
+                    "ServiceAccount" => format!("/api/v1/namespaces/{ns}/serviceaccounts"),
+                    "Service" => format!("/api/v1/namespaces/{ns}/services"),
+                    "Deployment" => format!("/apis/apps/v1/namespaces/{ns}/deployments"),
                     _ => continue,
                 };
                 let mut o = o.clone();
-                if namespaced {
-                    o["metadata"]["namespace"] = json!(ns);
-                }
-                kube.create(&collection.replace("{ns}", &ns), &o)
+                o["metadata"]["namespace"] = json!(ns);
+                kube.create(&collection, &o)
                     .await
                     .unwrap_or_else(|e| panic!("{}: {e}", r.name));
             }
@@ -676,7 +674,9 @@ impl Cluster {
                 pods.insert(rest.split('/').next().unwrap_or(rest).to_string());
             }
         }
-        for line in stdout.lines() {
+        // What `get` printed: `pod/NAME`, or a table whose first column is the name.
+        let get = words.iter().skip(1).any(|w| w == "get");
+        for line in stdout.lines().filter(|_| get) {
             let first = line.split_whitespace().next().unwrap_or_default();
             let name = first.strip_prefix("pod/").unwrap_or(first);
             if name != "NAME" && !name.is_empty() {
