@@ -74,6 +74,13 @@ pub enum KeyRole {
     /// scale job fails 530 "Caller does not have permission to operate with provided
     /// resource."; `stopVirtualMachine` is answered 432 at once.
     ListOnly,
+    /// The Root Admin role (the `admin` account a CloudStack is installed with: the recorded
+    /// server's `admin`): every command; exempt from the API rate limit
+    /// (`ApiRateLimitServiceImpl.checkAccess` returns before counting a root admin's call;
+    /// recorded: `throttle_03_throttle_admin_exempt`); sees and changes every account's and
+    /// every project's resources (`AccountManagerImpl.buildACLSearchParameters` and
+    /// `checkAccess`, see `accounts`).
+    Admin,
 }
 
 impl KeyRole {
@@ -82,13 +89,19 @@ impl KeyRole {
             Self::User => "user",
             Self::ProjectKubernetes => "project-kubernetes",
             Self::ListOnly => "list-only",
+            Self::Admin => "admin",
         }
+    }
+
+    /// Whether the role is the Root Admin's (see [`KeyRole::Admin`]).
+    pub fn is_root_admin(self) -> bool {
+        self == Self::Admin
     }
 
     /// Whether a key of this role may call `command`.
     pub fn allows(self, command: &str) -> bool {
         match self {
-            Self::User => true,
+            Self::User | Self::Admin => true,
             Self::ProjectKubernetes => PROJECT_KUBERNETES_ROLE_COMMANDS.contains(&command),
             Self::ListOnly => {
                 command.starts_with("list")
@@ -127,8 +140,9 @@ impl FromStr for KeyRole {
             "user" => Ok(Self::User),
             "project-kubernetes" | "projectkubernetes" => Ok(Self::ProjectKubernetes),
             "list-only" | "listonly" => Ok(Self::ListOnly),
+            "admin" | "root-admin" => Ok(Self::Admin),
             _ => Err(format!(
-                "unknown key role {s:?}: expected user or project-kubernetes"
+                "unknown key role {s:?}: expected user, project-kubernetes, list-only or admin"
             )),
         }
     }
@@ -508,7 +522,9 @@ mod tests {
         assert_eq!(s.fail_drains, 2);
         assert_eq!(s.apply("keyrole", "project-kubernetes"), Ok(true));
         assert_eq!(s.key_role, KeyRole::ProjectKubernetes);
-        assert!(s.apply("keyrole", "admin").is_err());
+        assert_eq!(s.apply("keyrole", "admin"), Ok(true));
+        assert!(s.key_role.is_root_admin());
+        assert!(s.apply("keyrole", "superuser").is_err());
         assert_eq!(SimSettings::default().project, None);
         assert!(s.apply("projectname", "p").is_err(), "no project yet");
         let id = "0f3c5a2e-1b7d-4c8e-9a6f-2d4b8e1c7a90";

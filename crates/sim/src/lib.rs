@@ -37,6 +37,7 @@
 //! # Ok(()) }
 //! ```
 
+mod accounts;
 mod api;
 mod clock;
 pub mod config;
@@ -61,7 +62,7 @@ use tokio::task::JoinHandle;
 
 pub use config::{JobFailure, KeyRole, Project, SimSettings};
 pub use model::{ClusterState, RecordedRequest, SimNode, VmState};
-pub use scenario::{ClusterSpec, NodesSpec, OfferingSpec, Scenario};
+pub use scenario::{AccountSpec, ClusterSpec, NodesSpec, OfferingSpec, ProjectSpec, Scenario};
 
 /// Everything a simulator run starts from. The listen address is not part of it: [`spawn`]
 /// binds `127.0.0.1:0`, [`serve`] takes a bound listener.
@@ -202,6 +203,20 @@ pub fn resolve_keys(config: &SimConfig) -> (String, String) {
         config.secret_key.clone()
     };
     (api_key, secret_key)
+}
+
+/// Gives every account of the config's scenario that has no keys fresh random ones (as
+/// [`resolve_keys`] does for the simulator's own key), so that a caller can print them.
+pub fn resolve_account_keys(config: &mut SimConfig) {
+    let mut ids = IdGen::new(rand::random());
+    for a in &mut config.scenario.accounts {
+        if a.api_key.is_none() {
+            a.api_key = Some(ids.key());
+        }
+        if a.secret_key.is_none() {
+            a.secret_key = Some(ids.key());
+        }
+    }
 }
 
 /// Builds the shared state from a config: world from the scenario, keys generated when empty.
@@ -438,12 +453,14 @@ impl SimHandle {
         let p = api::Params::from_pairs(pairs);
         let (reply, spawn) = {
             let mut w = self.shared.lock();
+            let caller = w.key_caller();
             api::dispatch(
                 &mut w,
                 "scaleKubernetesCluster",
                 &p,
                 self.shared.clock.now_ms(),
                 &self.shared.version(),
+                &caller,
             )
         };
         if let Some(spawn) = spawn {
@@ -566,6 +583,36 @@ impl SimHandle {
     /// The API key and secret key accepted now.
     pub fn keys(&self) -> (String, String) {
         self.shared.keys()
+    }
+
+    /// The API key and secret key of the scenario's account `name` (`Scenario::accounts`;
+    /// generated when the scenario gives none), or `None` for no such account.
+    pub fn account_keys(&self, name: &str) -> Option<(String, String)> {
+        self.shared
+            .lock()
+            .accounts
+            .iter()
+            .find(|a| a.name == name)
+            .map(|a| (a.api_key.clone(), a.secret_key.clone()))
+    }
+
+    /// The ids of the scenario's project `name`, or of the account `name` (the key's own is
+    /// [`scenario::KEY_ACCOUNT`]): what answers show as `projectid` / `accountid`.
+    pub fn owner_id(&self, name: &str) -> Option<String> {
+        let w = self.shared.lock();
+        if name == scenario::KEY_ACCOUNT {
+            return Some(w.owner.account_id.clone());
+        }
+        w.projects
+            .iter()
+            .find(|p| p.name == name)
+            .map(|p| p.id.clone())
+            .or_else(|| {
+                w.accounts
+                    .iter()
+                    .find(|a| a.name == name)
+                    .map(|a| a.id.clone())
+            })
     }
 
     /// Runs one status-scanner pass now, whatever the interval.

@@ -8,6 +8,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+use super::accounts::{Account, Caller, ClusterOwner, ProjectEntry};
 use super::config::SimSettings;
 use super::ids::IdGen;
 
@@ -239,6 +240,8 @@ pub struct Cluster {
     pub prefix: String,
     /// In VM-map order, which is creation order.
     pub vms: Vec<Vm>,
+    /// Its account or project (see `accounts`).
+    pub owner: ClusterOwner,
     pub next_ip: u32,
     pub next_etcd_index: u32,
 }
@@ -327,6 +330,9 @@ pub struct Job {
     pub id: String,
     pub kind: JobKind,
     pub instance_id: String,
+    /// Who submitted it: the job's `account`, `accountid` and `userid`, the account whose
+    /// `listAsyncJobs` lists it, and whose right a scale job checks.
+    pub submitter: Caller,
     pub created: String,
     pub completed: Option<String>,
     pub status: JobStatus,
@@ -405,7 +411,8 @@ fn kubelet_allocatable(offering: &Offering) -> BTreeMap<String, String> {
     ])
 }
 
-/// The account every simulated resource belongs to.
+/// The account of the simulator's own key (`SimConfig::api_key`): every resource the scenario
+/// gives no other owner belongs to it.
 #[derive(Debug, Clone)]
 pub struct Owner {
     pub account: String,
@@ -429,6 +436,13 @@ pub struct World {
     /// Expunged VMs: CloudStack still resolves their ids (lists just come back empty).
     pub removed_vms: HashSet<String>,
     pub owner: Owner,
+    /// The scenario's other accounts, each with its own keys (see `accounts`).
+    pub accounts: Vec<Account>,
+    /// The scenario's projects.
+    pub projects: Vec<ProjectEntry>,
+    /// The VM jobs in progress, by VM id: CloudStack's `user_vm_view` joins a VM's pending
+    /// job, and every VM answer shows it (`jobid`, `jobstatus`; see `render`).
+    pub pending_vm_jobs: HashMap<String, String>,
     pub template_id: String,
     pub requests: Vec<RecordedRequest>,
     pub ids: IdGen,
