@@ -74,6 +74,11 @@ pub enum KeyRole {
     /// scale job fails 530 "Caller does not have permission to operate with provided
     /// resource."; `stopVirtualMachine` is answered 432 at once.
     ListOnly,
+    /// A role allowing `list*` and denying every other command by an explicit rule (`*`
+    /// deny; recorded: `errors_13b_perm_bob_listonly_plus_deny_star_scale`, `errors_13c`): an
+    /// explicit deny refuses a command at once, `scaleKubernetesCluster` included (432), so
+    /// no job is ever queued; `queryAsyncJobResult` is refused too.
+    ListOnlyDenyRest,
     /// The Root Admin role (the `admin` account a CloudStack is installed with: the recorded
     /// server's `admin`): every command; exempt from the API rate limit
     /// (`ApiRateLimitServiceImpl.checkAccess` returns before counting a root admin's call;
@@ -89,6 +94,7 @@ impl KeyRole {
             Self::User => "user",
             Self::ProjectKubernetes => "project-kubernetes",
             Self::ListOnly => "list-only",
+            Self::ListOnlyDenyRest => "list-only-deny",
             Self::Admin => "admin",
         }
     }
@@ -108,12 +114,13 @@ impl KeyRole {
                     || command == "queryAsyncJobResult"
                     || command == "scaleKubernetesCluster"
             }
+            Self::ListOnlyDenyRest => command.starts_with("list"),
         }
     }
 
     /// Whether a scale job of this key may operate on the cluster (checked inside the job).
     pub fn may_scale(self) -> bool {
-        self != Self::ListOnly
+        !matches!(self, Self::ListOnly | Self::ListOnlyDenyRest)
     }
 }
 
@@ -140,9 +147,10 @@ impl FromStr for KeyRole {
             "user" => Ok(Self::User),
             "project-kubernetes" | "projectkubernetes" => Ok(Self::ProjectKubernetes),
             "list-only" | "listonly" => Ok(Self::ListOnly),
+            "list-only-deny" | "listonlydeny" => Ok(Self::ListOnlyDenyRest),
             "admin" | "root-admin" => Ok(Self::Admin),
             _ => Err(format!(
-                "unknown key role {s:?}: expected user, project-kubernetes, list-only or admin"
+                "unknown key role {s:?}: expected user, project-kubernetes, list-only, list-only-deny or admin"
             )),
         }
     }

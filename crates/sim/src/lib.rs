@@ -596,6 +596,24 @@ impl SimHandle {
             .map(|a| (a.api_key.clone(), a.secret_key.clone()))
     }
 
+    /// Gives the scenario's account `name` another role (an operator editing the account's
+    /// role); `false` for no such account.
+    pub fn set_account_role(&self, name: &str, role: KeyRole) -> bool {
+        match self
+            .shared
+            .lock()
+            .accounts
+            .iter_mut()
+            .find(|a| a.name == name)
+        {
+            Some(a) => {
+                a.role = role;
+                true
+            }
+            None => false,
+        }
+    }
+
     /// The ids of the scenario's project `name`, or of the account `name` (the key's own is
     /// [`scenario::KEY_ACCOUNT`]): what answers show as `projectid` / `accountid`.
     pub fn owner_id(&self, name: &str) -> Option<String> {
