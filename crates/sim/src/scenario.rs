@@ -703,6 +703,35 @@ mod tests {
     }
 
     #[test]
+    fn accounts_and_projects_must_resolve() {
+        for (yaml, named) in [
+            ("clusters:\n  - name: a\n    account: bob\n", "bob"),
+            ("clusters:\n  - name: a\n    project: p\n", "p"),
+            ("projects:\n  - name: p\n    members: [carol]\n", "carol"),
+            ("accounts:\n  - name: admin\n", "admin"),
+            ("accounts:\n  - name: a\n    role: boss\n", "boss"),
+            ("projects:\n  - name: p\n    id: p-1\n", "p-1"),
+        ] {
+            let e = Scenario::from_yaml(yaml).unwrap_err();
+            assert!(e.to_string().contains(named), "{yaml}: {e}");
+        }
+        let both = "accounts:\n  - name: bob\nprojects:\n  - name: p\nclusters:\n  - name: a\n    account: bob\n    project: p\n";
+        assert!(Scenario::from_yaml(both).is_err());
+        let fine = "accounts:\n  - { name: bob, role: list-only }\nprojects:\n  - { name: p, members: [admin, bob] }\nclusters:\n  - { name: a, account: bob }\n  - { name: b, project: p }\n  - { name: c, account: admin }\n";
+        let w = Scenario::from_yaml(fine)
+            .unwrap()
+            .build(SimSettings::default(), IdGen::new(1), IdGen::new(2))
+            .unwrap();
+        let bob = &w.accounts[0];
+        assert_eq!((bob.name.as_str(), bob.role), ("bob", KeyRole::ListOnly));
+        assert!(!bob.api_key.is_empty() && !bob.secret_key.is_empty());
+        assert_eq!(w.projects[0].members, [w.owner.account_id.clone(), bob.id.clone()]);
+        assert_eq!(w.clusters[0].owner, ClusterOwner::Account(bob.id.clone()));
+        assert_eq!(w.clusters[1].owner, ClusterOwner::Project(w.projects[0].id.clone()));
+        assert_eq!(w.clusters[2].owner, ClusterOwner::Key);
+    }
+
+    #[test]
     fn absurd_sizes_are_refused() {
         let e =
             Scenario::from_yaml("clusters:\n  - name: a\n    workers: 99999999999\n").unwrap_err();
