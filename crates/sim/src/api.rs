@@ -8,13 +8,15 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::accounts::{self, Caller, ListScope, ProjectParam};
+use super::access;
+use super::accounts::{Caller, ListScope, ProjectParam};
 use super::clock::{parse_date, parse_stamp};
 use super::config::SimSettings;
 use super::ids::is_uuid;
 use super::jobs::{self, INTERNAL_ERROR};
 use super::model::{JobKind, JobStatus, VmState, World};
 use super::render;
+use super::reply::Reply;
 use super::rules::{ScalePlan, ScaleRequest};
 
 /// The CloudStack commands served (exact, case-sensitive names as CloudStack matches them).
@@ -42,40 +44,6 @@ pub const SIM_COMMANDS: &[&str] = &[
     "simSetVmState",
     "simSetNode",
 ];
-
-/// An HTTP answer: status and JSON bytes.
-#[derive(Debug)]
-pub struct Reply {
-    pub status: u16,
-    pub body: Vec<u8>,
-}
-
-impl Reply {
-    pub fn ok<T: Serialize + ?Sized>(value: &T) -> Self {
-        match serde_json::to_vec(value) {
-            Ok(body) => Self { status: 200, body },
-            Err(e) => Self::error(
-                "errorresponse",
-                530,
-                9999,
-                &format!("serialization failed: {e}"),
-            ),
-        }
-    }
-
-    /// CloudStack's error envelope; the HTTP status is the error code.
-    pub fn error(response_name: &str, code: u16, cs_code: u32, text: &str) -> Self {
-        let mut inner = serde_json::Map::new();
-        inner.insert("uuidList".into(), json!([]));
-        inner.insert("errorcode".into(), json!(code));
-        if cs_code != 0 {
-            inner.insert("cserrorcode".into(), json!(cs_code));
-        }
-        inner.insert("errortext".into(), json!(text));
-        let body = serde_json::to_vec(&json!({ response_name: inner })).unwrap_or_default();
-        Self { status: code, body }
-    }
-}
 
 /// A job task to start after the lock is released.
 #[derive(Debug)]
@@ -554,7 +522,7 @@ fn query_job(w: &World, cmd: &Cmd<'_>, caller: &Caller) -> Result<Reply, Reply> 
             .iter()
             .position(|j| j == id)
             .map_or(0, |n| n + 1);
-        return Err(accounts::permission_denied(
+        return Err(access::permission_denied(
             &cmd.response(),
             &format!(
                 "Account {} is not authorized to see job id={number}",
@@ -669,9 +637,9 @@ fn vm_op(
     if let Some((ci, _)) = w.find_vm(&vm_id)
         && !w.can_operate(caller, &w.ownership(&w.clusters[ci]))
     {
-        return Err(accounts::permission_denied(
+        return Err(access::permission_denied(
             &cmd.response(),
-            accounts::NO_PERMISSION,
+            access::NO_PERMISSION,
         ));
     }
     let kind = if start {

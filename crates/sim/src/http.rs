@@ -20,9 +20,11 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 
 use super::Shared;
-use super::accounts::{self, Caller};
-use super::api::{self, COMMANDS, Params, Reply, SIM_COMMANDS};
+use super::access;
+use super::accounts::Caller;
+use super::api::{self, COMMANDS, Params, SIM_COMMANDS};
 use super::model::RecordedRequest;
+use super::reply::Reply;
 use super::{signing, throttle};
 
 /// A TCP listener whose connections carry a kill switch.
@@ -319,7 +321,7 @@ fn authenticated_reply(sh: &Arc<Shared>, command: Option<&str>, params: &Params)
     let refusal = std::cell::RefCell::new(None);
     let verified = signing::verify_with_access(&params.pairs, lookup, |caller: &Caller| {
         if !caller.role.allows(name) {
-            *refusal.borrow_mut() = Some(accounts::unavailable_command(name, caller));
+            *refusal.borrow_mut() = Some(access::unavailable_command(name, caller));
             return Err(signing::AuthFailure::CommandUnavailable);
         }
         if let Some(refused) = sh
@@ -370,7 +372,7 @@ fn authenticated_reply(sh: &Arc<Shared>, command: Option<&str>, params: &Params)
         let window = sh
             .throttle()
             .window(&caller.account_id, &settings, sh.clock.now_ms());
-        return accounts::api_limit(
+        return access::api_limit(
             &caller,
             settings.throttling,
             settings.throttling_max,

@@ -7,7 +7,8 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::Shared;
-use super::accounts::{Caller, NO_PERMISSION};
+use super::access::NO_PERMISSION;
+use super::accounts::Caller;
 use super::clock::{format_stamp, now_stamp};
 use super::config::{JobFailure, SimSettings};
 use super::model::{ClusterState, Job, JobKind, JobResult, JobStatus, VmRole, VmState, World};

@@ -6,11 +6,14 @@
 //! `POST|GET /client/api` with `response=json`, signed like CloudStack requests (HMAC-SHA1 over
 //! the sorted, lower-cased, URL-encoded query): `listKubernetesClusters`, `scaleKubernetesCluster`, `queryAsyncJobResult`,
 //! `listAsyncJobs`, `listVirtualMachines`, `startVirtualMachine`, `stopVirtualMachine`,
-//! `listServiceOfferings`, `listZones`, `listCapabilities`. Errors use CloudStack's envelope
-//! (`{"<cmd>response":{"uuidList":[],"errorcode":..,"cserrorcode":..,"errortext":..}}`, HTTP status
-//! = errorcode): 401 for authentication, 431 for malformed parameters, 432 for unknown commands,
-//! 429 for an account over its API limit (`throttle`, off unless `throttling` is set).
-//! Scale refusals are failed jobs (`jobstatus` 2, `jobresultcode` 530), as on CloudStack.
+//! `listServiceOfferings`, `listZones`, `listCapabilities`, `getApiLimit`, each for the account
+//! its key belongs to (the key's own, or one of the scenario's: `accounts`). Errors use
+//! CloudStack's envelope (`{"<cmd>response":{"uuidList":[],"errorcode":..,"cserrorcode":..,
+//! "errortext":..}}`, HTTP status = errorcode): 401 for authentication and unknown commands,
+//! 431 for malformed parameters, 432 for a command the key's role or project does not allow,
+//! 429 for an account over its API limit (`throttle`, off unless `throttling` is set), 531 for
+//! another account's VM or job. Scale refusals are failed jobs (`jobstatus` 2,
+//! `jobresultcode` 530), as on CloudStack.
 //!
 //! Simulator-only commands, unsigned and never subject to faults: `simListNodes[&clusterid=]`
 //! (the emulated kubelet's nodes), `simConfigure` (timings and faults, see
@@ -21,7 +24,9 @@
 //! - `model`: clusters, VMs, jobs, the kubelet view, the status scanner pass.
 //! - `rules`: scale validation (CloudStack's checks and the seven Alert rules).
 //! - `jobs`: the async job tasks (scale up/down, VM start/stop).
-//! - `api`: parameter checking and the commands; `render`: CloudStack's JSON shapes.
+//! - `api`: parameter checking and the commands; `render`: CloudStack's JSON shapes; `reply`:
+//!   an answer and CloudStack's error envelope.
+//! - `accounts`: accounts, projects and owners; `access`: who may see and change what.
 //! - `http`: the axum server, faults, request recording; `signing`: signature checks;
 //!   `throttle`: CloudStack's API rate limit (`api.throttling.*`).
 //! - [`scenario`]: scenario files and the demo cluster; [`config`]: settings.
@@ -37,6 +42,7 @@
 //! # Ok(()) }
 //! ```
 
+mod access;
 mod accounts;
 mod api;
 mod clock;
@@ -47,6 +53,7 @@ mod ids;
 mod jobs;
 mod model;
 mod render;
+mod reply;
 mod rules;
 pub mod scenario;
 mod signing;

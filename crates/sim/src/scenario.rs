@@ -725,9 +725,15 @@ mod tests {
         let bob = &w.accounts[0];
         assert_eq!((bob.name.as_str(), bob.role), ("bob", KeyRole::ListOnly));
         assert!(!bob.api_key.is_empty() && !bob.secret_key.is_empty());
-        assert_eq!(w.projects[0].members, [w.owner.account_id.clone(), bob.id.clone()]);
+        assert_eq!(
+            w.projects[0].members,
+            [w.owner.account_id.clone(), bob.id.clone()]
+        );
         assert_eq!(w.clusters[0].owner, ClusterOwner::Account(bob.id.clone()));
-        assert_eq!(w.clusters[1].owner, ClusterOwner::Project(w.projects[0].id.clone()));
+        assert_eq!(
+            w.clusters[1].owner,
+            ClusterOwner::Project(w.projects[0].id.clone())
+        );
         assert_eq!(w.clusters[2].owner, ClusterOwner::Key);
     }
 

@@ -46,8 +46,8 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use super::api::Reply;
 use super::config::SimSettings;
+use super::reply::Reply;
 
 /// The call counters, per account id.
 #[derive(Debug, Default)]

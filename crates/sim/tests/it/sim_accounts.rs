@@ -75,7 +75,10 @@ async fn each_account_lists_only_its_own_clusters_and_vms() {
         assert_eq!(names(&r), ["alices"], "{listall:?}: {r}");
         // VMs: 3 of `mine`, 3 of `alices`; the project's are not listed without projectid.
         assert_eq!(vm_count(&key.ok("listVirtualMachines", &listall).await), 3);
-        assert_eq!(vm_count(&alice.ok("listVirtualMachines", &listall).await), 3);
+        assert_eq!(
+            vm_count(&alice.ok("listVirtualMachines", &listall).await),
+            3
+        );
     }
     // Another account's cluster or VM by its id: an empty list, not an error.
     let r = alice.ok("listKubernetesClusters", &[("id", &mine)]).await;
@@ -141,10 +144,17 @@ async fn a_project_is_listed_for_its_members_and_refused_to_others() {
         .await;
     assert_eq!(names(&r), ["teams"], "{r}");
     let c = &r["kubernetescluster"][0];
-    assert_eq!((c["projectid"].as_str(), c["project"].as_str()), (Some(TEAM), Some("team")));
+    assert_eq!(
+        (c["projectid"].as_str(), c["project"].as_str()),
+        (Some(TEAM), Some("team"))
+    );
     assert!(c.get("account").is_none(), "{c}");
     assert_eq!(
-        vm_count(&alice.ok("listVirtualMachines", &[("projectid", TEAM)]).await),
+        vm_count(
+            &alice
+                .ok("listVirtualMachines", &[("projectid", TEAM)])
+                .await
+        ),
         2
     );
     let r = alice
@@ -202,13 +212,18 @@ async fn another_accounts_resources_are_refused_where_cloudstack_refuses_them() 
         let a = key.get(command, &[("id", &vm)]).await;
         assert_eq!(a.status, 531, "{command}: {}", a.text);
         let e = &a.json()[format!("{}response", command.to_ascii_lowercase())];
-        assert_eq!((e["errorcode"].as_u64(), e["cserrorcode"].as_u64()), (Some(531), Some(4365)));
+        assert_eq!(
+            (e["errorcode"].as_u64(), e["cserrorcode"].as_u64()),
+            (Some(531), Some(4365))
+        );
         assert_eq!(e["errortext"], NO_PERMISSION);
     }
     // Jobs: each account lists and reads its own.
     let mine = sim.cluster_id("mine").unwrap();
     sim.configure(|s| s.job_failure = cks_sim::JobFailure::Never);
-    let job = key.submit("scaleKubernetesCluster", &[("id", &mine), ("size", "3")]).await;
+    let job = key
+        .submit("scaleKubernetesCluster", &[("id", &mine), ("size", "3")])
+        .await;
     let listed = key.ok("listAsyncJobs", &[]).await;
     assert_eq!(listed["asyncjobs"][0]["jobid"], job.as_str(), "{listed}");
     assert_eq!(alice.ok("listAsyncJobs", &[]).await, json!({}));
@@ -289,7 +304,11 @@ async fn a_vm_shows_its_job_while_the_job_runs() {
     let job = c.submit("stopVirtualMachine", &[("id", &worker)]).await;
     let listed = c.ok("listVirtualMachines", &[("id", &worker)]).await;
     let vm = &listed["virtualmachine"][0];
-    assert_eq!((vm["jobid"].as_str(), vm["jobstatus"].as_u64()), (Some(job.as_str()), Some(0)), "{vm}");
+    assert_eq!(
+        (vm["jobid"].as_str(), vm["jobstatus"].as_u64()),
+        (Some(job.as_str()), Some(0)),
+        "{vm}"
+    );
     let in_cluster = c.cluster(&id).await;
     let entry = in_cluster["virtualmachines"]
         .as_array()
@@ -303,8 +322,15 @@ async fn a_vm_shows_its_job_while_the_job_runs() {
     // ended the VM shows no job.
     let ended = c.wait_job(&job).await;
     let result = &ended["jobresult"]["virtualmachine"];
-    assert_eq!((result["jobid"].as_str(), result["jobstatus"].as_u64()), (Some(job.as_str()), Some(0)), "{ended}");
+    assert_eq!(
+        (result["jobid"].as_str(), result["jobstatus"].as_u64()),
+        (Some(job.as_str()), Some(0)),
+        "{ended}"
+    );
     assert_eq!(result["state"], "Stopped");
     let vm = &c.ok("listVirtualMachines", &[("id", &worker)]).await["virtualmachine"][0];
-    assert!(vm.get("jobid").is_none() && vm.get("jobstatus").is_none(), "{vm}");
+    assert!(
+        vm.get("jobid").is_none() && vm.get("jobstatus").is_none(),
+        "{vm}"
+    );
 }
