@@ -212,6 +212,13 @@ fn expected(ex: &Exchange) -> Result<Read, (&'static str, i64, i64)> {
         200 => {}
         401 => return Err(("unauthorized", 401, 0)),
         429 => return Err(("throttled", 429, code("cserrorcode"))),
+        // The project role's 432 refuses the projectid sent, not the command (errors_25).
+        432 if inner["errortext"]
+            .as_str()
+            .is_some_and(|t| t.contains("for this account/user in project")) =>
+        {
+            return Err(("api", 432, code("cserrorcode")));
+        }
         432 => return Err(("not permitted", 432, code("cserrorcode"))),
         status => return Err(("api", i64::from(status), code("cserrorcode"))),
     }
@@ -334,6 +341,13 @@ async fn the_recorded_refusals_mean_what_the_provider_acts_on() {
             ..
         }
     ));
+    // A projectid naming a project the key's account is not a member of: a bad project, not a
+    // command the key may not call (errors_25).
+    let not_member = refusal("errors_25_project_alice_not_member").await;
+    assert!(
+        not_member.is_bad_project() && !not_member.is_not_permitted(),
+        "{not_member}"
+    );
     // An unknown projectid is a bad project (errors_24), an unknown cluster id is not
     // (errors_06).
     assert!(
