@@ -49,7 +49,7 @@ pub use cks_domain::machine::NodeRef;
 pub use cks_domain::verdict::AlertVerdictView;
 pub use error::{Error, Result, bad_project_hint, not_listed_hint};
 pub use groups::Scoped;
-pub use settings::{AlertScalingMode, Settings};
+pub use settings::{AlertScalingMode, ExternalNodeScaleUp, Settings};
 pub use store::StateError;
 pub use view::NodeGroupView;
 
@@ -207,6 +207,9 @@ impl Provider {
                             // Known from the start, so that queued increases a restart takes
                             // over are never sent past it.
                             m.set_max_size(spec.max);
+                            m.set_external_scale_up_allowed(
+                                settings.external_node_scale_up == ExternalNodeScaleUp::Allow,
+                            );
                             m
                         },
                         last_error: None,

@@ -6,7 +6,7 @@
 //! groups ([`Scoped`]): another client's group is not found, and nothing is sent for it.
 
 use super::{Error, Provider, Result, Scoped, before, now};
-use cks_cloudstack::CsError;
+use cks_cloudstack::Class;
 use cks_cloudstack::types::JobOutcome;
 use cks_domain::cluster::{ClusterState, IndexedSnapshot};
 use cks_domain::machine::{
@@ -161,10 +161,10 @@ impl Provider {
                     detail: "CloudStack did not answer scaleKubernetesCluster within the request's deadline".into(),
                 });
             }
-            Ok(Err(e @ (CsError::Unreachable { .. } | CsError::Malformed { .. }))) => {
+            Ok(Err(e)) if e.class() == Class::Unknown => {
                 // The request may have reached CloudStack (a dropped connection, a garbled
-                // answer): nothing more is sent until a snapshot shows whether it became a
-                // job. (An HTTP error page means a proxy answered instead of CloudStack.)
+                // answer, a proxy's page sent after CloudStack took the request): nothing more
+                // is sent until a snapshot shows whether it became a job.
                 tracing::warn!(group = %label, error = %e, "scaleKubernetesCluster answer lost; the next refresh tells whether CloudStack accepted it");
                 g.lock().scale.submission_lost();
                 self.spawn_state_follower(gi);
@@ -173,7 +173,7 @@ impl Provider {
                     detail: e.to_string(),
                 });
             }
-            Ok(Err(e @ CsError::Throttled { .. })) => {
+            Ok(Err(e)) if e.class() == Class::Throttled => {
                 // Refused before it ran: nothing changed, nothing failed. Queued work waits
                 // its turn again; callers waiting hear UNAVAILABLE.
                 tracing::warn!(group = %label, error = %e, "scaleKubernetesCluster throttled by CloudStack; nothing changed, it is sent again later");
@@ -332,8 +332,18 @@ impl Provider {
     /// the queue.
     async fn close_window(&self, gi: usize, tx: WindowSender, deadline: Instant) {
         let g = &self.inner.groups[gi];
-        let window_end = Instant::now() + self.inner.settings.removal_window;
-        tokio::time::sleep_until(window_end.min(before(deadline))).await;
+        // When it closes is the machine's: it moves with each arrival.
+        let cap = self.inner.settings.removal_window;
+        loop {
+            let Some(at) = g.read().scale.window_closes_at(cap) else {
+                break;
+            };
+            let at = Instant::from_std(at).min(before(deadline));
+            if Instant::now() >= at {
+                break;
+            }
+            tokio::time::sleep_until(at).await;
+        }
         let outcome = match self.fresh_snapshot(gi, deadline).await {
             Err(e) => {
                 let mut st = g.lock();

@@ -66,19 +66,49 @@ pub enum CsError {
     Config(String),
 }
 
+/// What a failed call tells about the request: the one classification of CloudStack's
+/// answers that the provider's decisions start from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    /// CloudStack answered with its own error envelope: it refused the request, which did
+    /// not run (`ApiServer` answers validation and entity errors before queueing a job).
+    Refused,
+    /// CloudStack's API rate limit refused it before it ran: nothing happened.
+    Throttled,
+    /// The key or the signature was refused: nothing ran, and nothing will until the key is
+    /// fixed.
+    Unauthorized,
+    /// The key may not call this command: nothing ran, and asking again gives the same answer.
+    NotPermitted,
+    /// Whether the request ran is unknown: no answer (connection refused or dropped, a
+    /// timeout), an answer cut or garbled, or an answer that is not CloudStack's (a proxy's
+    /// 502/503/504 page, which a proxy also sends when CloudStack took longer than its read
+    /// timeout to answer a request it carried out). Settled by reading CloudStack, never
+    /// taken as a refusal.
+    Unknown,
+    /// Nothing was sent (the client's own configuration).
+    NotSent,
+}
+
 impl CsError {
-    /// Worth retrying later (network, 5xx, garbage that may be a proxy hiccup).
-    pub fn is_transient(&self) -> bool {
+    /// What this failure says of the request (see [`Class`]).
+    pub fn class(&self) -> Class {
         match self {
-            CsError::Unreachable { .. } | CsError::Malformed { .. } | CsError::Throttled { .. } => {
-                true
+            CsError::Api { errorcode: 429, .. } | CsError::Throttled { .. } => Class::Throttled,
+            CsError::Api { .. } => Class::Refused,
+            CsError::Unauthorized { .. } => Class::Unauthorized,
+            CsError::NotPermitted { .. } => Class::NotPermitted,
+            CsError::Unreachable { .. } | CsError::Malformed { .. } | CsError::Http { .. } => {
+                Class::Unknown
             }
-            CsError::Http { http_status, .. } => *http_status >= 500 || *http_status == 429,
-            CsError::Api { errorcode, .. } => *errorcode == 429,
-            CsError::Unauthorized { .. } | CsError::NotPermitted { .. } | CsError::Config(_) => {
-                false
-            }
+            CsError::Config(_) => Class::NotSent,
         }
+    }
+
+    /// Worth asking again later: nothing says the same answer would come back (no answer,
+    /// a proxy's page, garbage, the rate limit).
+    pub fn is_transient(&self) -> bool {
+        matches!(self.class(), Class::Unknown | Class::Throttled)
     }
 
     /// The key may not call this command (see [`CsError::NotPermitted`]).
@@ -106,6 +136,85 @@ impl CsError {
                     || crate::envelope::is_project_refusal_text(&t)
             }
             _ => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api(errorcode: i64) -> CsError {
+        CsError::Api {
+            command: "scaleKubernetesCluster".into(),
+            http_status: errorcode as u16,
+            errorcode,
+            cserrorcode: 9999,
+            errortext: "x".into(),
+        }
+    }
+
+    /// Only CloudStack's own envelope is a refusal; any answer that is not CloudStack's, or
+    /// none, leaves the outcome unknown.
+    #[test]
+    fn every_answer_has_one_class() {
+        let http = |http_status| CsError::Http {
+            command: "c".into(),
+            http_status,
+            snippet: "<html>".into(),
+        };
+        let cases = [
+            (api(431), Class::Refused),
+            (api(530), Class::Refused),
+            (api(429), Class::Throttled),
+            (http(502), Class::Unknown),
+            (http(504), Class::Unknown),
+            (http(404), Class::Unknown),
+            (
+                CsError::Unreachable {
+                    command: "c".into(),
+                    detail: "reset".into(),
+                },
+                Class::Unknown,
+            ),
+            (
+                CsError::Malformed {
+                    command: "c".into(),
+                    detail: "cut".into(),
+                },
+                Class::Unknown,
+            ),
+            (
+                CsError::Throttled {
+                    command: "c".into(),
+                    detail: "retry after".into(),
+                },
+                Class::Throttled,
+            ),
+            (
+                CsError::Unauthorized {
+                    command: "c".into(),
+                    http_status: 401,
+                    detail: "sig".into(),
+                },
+                Class::Unauthorized,
+            ),
+            (
+                CsError::NotPermitted {
+                    command: "c".into(),
+                    detail: "role".into(),
+                },
+                Class::NotPermitted,
+            ),
+            (CsError::Config("url".into()), Class::NotSent),
+        ];
+        for (e, class) in cases {
+            assert_eq!(e.class(), class, "{e}");
+            assert_eq!(
+                e.is_transient(),
+                matches!(class, Class::Unknown | Class::Throttled),
+                "{e}"
+            );
         }
     }
 }

@@ -69,7 +69,7 @@ impl World {
 
     /// Who owns cluster `c`.
     pub fn ownership<'a>(&'a self, c: &'a Cluster) -> Ownership<'a> {
-        let key = |o: &'a super::model::Owner| Ownership::Account {
+        let key = |o: &'a super::accounts::Owner| Ownership::Account {
             name: &o.account,
             id: &o.account_id,
             user_id: &o.user_id,

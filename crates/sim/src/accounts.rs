@@ -21,6 +21,18 @@
 
 use super::config::KeyRole;
 
+/// The account of the simulator's own key (`SimConfig::api_key`), and the domain every account
+/// is in: every resource the scenario gives no other owner belongs to it.
+#[derive(Debug, Clone)]
+pub struct Owner {
+    pub account: String,
+    pub account_id: String,
+    pub user_id: String,
+    pub username: String,
+    pub domain: String,
+    pub domain_id: String,
+}
+
 /// An account of the simulated CloudStack besides the key's own: one user, its keys, its role.
 #[derive(Debug, Clone)]
 pub struct Account {

@@ -208,6 +208,10 @@ pub struct SimSettings {
     pub drop_rate: f64,
     /// Share (0..=1) of requests executed whose JSON answer is cut in half.
     pub malformed_rate: f64,
+    /// Share (0..=1) of requests executed and then answered with a proxy's HTML 504 page, as
+    /// a proxy whose read timeout ran out while CloudStack carried the command out answers
+    /// (*unverified* for any given proxy; nginx's `proxy_read_timeout` behaves so).
+    pub late_error_rate: f64,
     /// How long a scale job takes (provisioning or removal), before waiting for nodes.
     pub job_duration: Duration,
     /// Forced failure of scale-up jobs.
@@ -288,6 +292,7 @@ impl Default for SimSettings {
             error_rate: 0.0,
             drop_rate: 0.0,
             malformed_rate: 0.0,
+            late_error_rate: 0.0,
             job_duration: Duration::from_secs(3),
             job_failure: JobFailure::None,
             alert_scaling: true,
@@ -349,6 +354,7 @@ impl SimSettings {
             "errorrate" => self.error_rate = rate(value)?,
             "droprate" => self.drop_rate = rate(value)?,
             "malformedrate" => self.malformed_rate = rate(value)?,
+            "lateerrorrate" => self.late_error_rate = rate(value)?,
             "jobdurationms" => self.job_duration = ms(value)?,
             "jobfailure" => self.job_failure = value.parse()?,
             "alertscaling" => {
@@ -460,6 +466,7 @@ impl SimSettings {
             "errorrate": self.error_rate,
             "droprate": self.drop_rate,
             "malformedrate": self.malformed_rate,
+            "lateerrorrate": self.late_error_rate,
             "jobdurationms": ms(self.job_duration),
             "jobfailure": self.job_failure.as_str(),
             "alertscaling": if self.alert_scaling { "on" } else { "off" },

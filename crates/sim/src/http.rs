@@ -137,6 +137,8 @@ enum Fault {
     Error(u16),
     Drop,
     Malformed,
+    /// Executed, then a proxy's 504.
+    LateError,
 }
 
 impl Fault {
@@ -145,6 +147,7 @@ impl Fault {
             Self::Error(_) => "error",
             Self::Drop => "drop",
             Self::Malformed => "malformed",
+            Self::LateError => "late-error",
         }
     }
 }
@@ -238,6 +241,8 @@ async fn handle(
             Some(Fault::Drop)
         } else if s.malformed_rate > 0.0 && w.fault_rng.unit() < s.malformed_rate {
             Some(Fault::Malformed)
+        } else if s.late_error_rate > 0.0 && w.fault_rng.unit() < s.late_error_rate {
+            Some(Fault::LateError)
         } else {
             None
         };
@@ -288,6 +293,7 @@ async fn handle(
             reply.body.truncate(keep);
             json_response(reply)
         }
+        Some(Fault::LateError) => proxy_error(504),
         _ => json_response(reply),
     }
 }

@@ -11,7 +11,9 @@ use super::access::NO_PERMISSION;
 use super::accounts::Caller;
 use super::clock::{format_stamp, now_stamp};
 use super::config::{JobFailure, SimSettings};
-use super::model::{ClusterState, Job, JobKind, JobResult, JobStatus, VmRole, VmState, World};
+use super::model::{
+    ClusterState, Job, JobKind, JobResult, JobStatus, NetworkKind, VmRole, VmState, World,
+};
 use super::render;
 use super::rules::{self, ScalePlan, ScaleRequest, SizePlan};
 
@@ -420,6 +422,20 @@ async fn provision(
         if partial {
             return Some(Err(format!(
                 "Scaling failed for Kubernetes cluster : {name}, unable to provision node VM in the cluster"
+            )));
+        }
+        // apache/cloudstack#12633 (open; reported on 4.22, the code path is 4.21's too): once
+        // the new VMs run, `scaleUpKubernetesClusterSize` rewrites the SSH firewall range and
+        // port forwards for the cluster's VMs with the external nodes among them, which fails
+        // on an isolated network; the job fails "unable to update network rules" (the caller
+        // moves the cluster to Alert), the new VMs stay, the size is not raised
+        // (`setNodeCount` comes after).
+        let external = w.cluster(cid).is_some_and(|c| {
+            c.network == NetworkKind::Isolated && c.vms.iter().any(|v| v.role == VmRole::External)
+        });
+        if external {
+            return Some(Err(format!(
+                "Scaling failed for Kubernetes cluster : {name}, unable to update network rules"
             )));
         }
     }

@@ -68,7 +68,7 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
 pub use config::{JobFailure, KeyRole, Project, SimSettings};
-pub use model::{ClusterState, RecordedRequest, SimNode, VmState};
+pub use model::{ClusterState, NetworkKind, RecordedRequest, SimNode, VmState};
 pub use scenario::{AccountSpec, ClusterSpec, NodesSpec, OfferingSpec, ProjectSpec, Scenario};
 
 /// Everything a simulator run starts from. The listen address is not part of it: [`spawn`]

@@ -8,7 +8,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use super::accounts::{Account, Caller, ClusterOwner, ProjectEntry};
+use super::accounts::{Account, Caller, ClusterOwner, Owner, ProjectEntry};
 use super::config::SimSettings;
 use super::ids::IdGen;
 
@@ -125,6 +125,20 @@ impl FromStr for VmState {
     }
 }
 
+/// The kind of guest network a cluster runs on. CKS creates an isolated network for a cluster
+/// given none; an operator may give it a shared (or routed) one. CloudStack rewrites the SSH
+/// firewall and port-forwarding rules of an isolated or VPC network on every scale
+/// (`KubernetesClusterScaleWorker.scaleKubernetesClusterNetworkRules`: nothing to do when
+/// `manager.isDirectAccess(network)`), which is where a scale-up of a cluster with an external
+/// node fails (apache/cloudstack#12633).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NetworkKind {
+    #[default]
+    Isolated,
+    Shared,
+}
+
 /// What a VM is to its cluster. CloudStack keeps this in its VM map and does not serialize the
 /// control flag; only `isetcdnode`/`isexternalnode` reach the API.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -225,6 +239,7 @@ pub struct Cluster {
     pub autoscaling: bool,
     /// `clustertype` ExternalManaged (CloudStack scales no such cluster).
     pub externally_managed: bool,
+    pub network: NetworkKind,
     /// Recorded totals, updated the way CloudStack updates them (see `jobs`).
     pub cores: u64,
     pub memory: u64,
@@ -409,18 +424,6 @@ fn kubelet_allocatable(offering: &Offering) -> BTreeMap<String, String> {
         ),
         ("pods".to_string(), KUBELET_MAX_PODS.to_string()),
     ])
-}
-
-/// The account of the simulator's own key (`SimConfig::api_key`): every resource the scenario
-/// gives no other owner belongs to it.
-#[derive(Debug, Clone)]
-pub struct Owner {
-    pub account: String,
-    pub account_id: String,
-    pub user_id: String,
-    pub username: String,
-    pub domain: String,
-    pub domain_id: String,
 }
 
 /// All simulated state. One `Mutex<World>` guards it; no lock is held across an `.await`.

@@ -25,12 +25,12 @@ use std::path::Path;
 use anyhow::{Context, bail};
 use serde::Deserialize;
 
-use super::accounts::{Account, ClusterOwner, ProjectEntry};
+use super::accounts::{Account, ClusterOwner, Owner, ProjectEntry};
 use super::clock::now_stamp;
 use super::config::{KeyRole, SimSettings};
 use super::ids::IdGen;
 use super::model::{
-    Cluster, ClusterState, Offering, Owner, VmRole, VmState, World, Zone, name_prefix,
+    Cluster, ClusterState, NetworkKind, Offering, VmRole, VmState, World, Zone, name_prefix,
 };
 
 /// A whole scenario.
@@ -203,6 +203,9 @@ pub struct ClusterSpec {
     /// `clustertype` ExternalManaged instead of CloudManaged.
     #[serde(default)]
     pub externally_managed: bool,
+    /// `isolated` (the default: the network CKS creates) or `shared`.
+    #[serde(default)]
+    pub network: NetworkKind,
     #[serde(default = "default_version")]
     pub kubernetes_version: String,
     /// Whether the nodes of the VMs Running at start are registered (and Ready) from the start.
@@ -260,6 +263,7 @@ impl ClusterSpec {
             max_size: None,
             autoscaling: false,
             externally_managed: false,
+            network: NetworkKind::Isolated,
             kubernetes_version: default_version(),
             nodes_registered: true,
             account: None,
@@ -615,6 +619,7 @@ fn add_cluster(
         max_size: spec.max_size,
         autoscaling: spec.autoscaling,
         externally_managed: spec.externally_managed,
+        network: spec.network,
         cores: 0,
         memory: 0,
         version_id: world.ids.uuid(),

@@ -152,6 +152,8 @@ impl Cli {
             error_rate: self.error_rate,
             drop_rate: self.drop_rate,
             malformed_rate: self.malformed_rate,
+            // Set at run time through `simConfigure` (`lateerrorrate`).
+            late_error_rate: 0.0,
             job_duration: ms(self.job_duration_ms),
             job_failure: self.job_failure,
             alert_scaling: self.alert_scaling,
