@@ -1,5 +1,5 @@
 //! Every exchange recorded with a real CloudStack 4.21.0.0 (`shared/cloudstack-4.21/`, beside
-//! the repository), replayed through the client: each recorded answer (status line, headers
+//! the repository, read in place through `cks_testkit::recorded`), replayed through the client: each recorded answer (status line, headers
 //! and body, byte for byte) is served from a loopback socket to the client's real path
 //! (transport, envelope, error mapping, typed parsing), and each recorded request's signature
 //! is recomputed with the recorded server's throwaway keys. The recordings are the authority:
