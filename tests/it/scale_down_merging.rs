@@ -247,3 +247,51 @@ async fn increase_size_answers_once_the_job_is_past_validation() {
     assert_eq!(env.target().await, 4);
     env.shutdown().await;
 }
+
+/// Removals at CloudStack's own pace: each Running VM goes in a request of its own, and each
+/// request waits for the job before it to be seen ending. The first job, of a length not known
+/// yet, is polled every quarter of the poll interval (work waits behind it); from then on the
+/// machine knows how long such a job runs and polls often from when the next is due, so each
+/// next request leaves within an eighth of a poll interval of the job before it ending
+/// (machine/pace.rs).
+#[tokio::test(start_paused = true)]
+async fn each_next_removal_leaves_soon_after_the_job_before_it_ends() {
+    let mut cfg = pool(6);
+    cfg.settings.job_duration = Duration::from_millis(3300);
+    let mut env = Stack::refreshed(cfg, "pool", |s| {
+        s.groups[0].min = 1;
+        s.job_poll_interval = Duration::from_secs(2);
+    })
+    .await;
+    let victims: Vec<_> = env.workers().into_iter().take(4).collect();
+    let nodes: Vec<_> = victims.iter().map(worker_node).collect();
+    assert_eq!(delete_each(&env, &nodes).await, vec![Ok(()); 4]);
+    let want: BTreeSet<String> = victims.iter().map(|v| v.0.clone()).collect();
+    wait_until("the four VMs to be gone", async || {
+        let left: BTreeSet<String> = env.workers().into_iter().map(|w| w.0).collect();
+        left.is_disjoint(&want) && env.sim.running_jobs(&env.cluster_id) == 0
+    })
+    .await;
+    let sent: Vec<u64> = env
+        .sim
+        .requests()
+        .into_iter()
+        .filter(|r| r.command == "scaleKubernetesCluster")
+        .map(|r| r.atms)
+        .collect();
+    assert_eq!(sent.len(), 4, "one request per Running VM");
+    let gaps: Vec<u64> = sent.windows(2).map(|w| w[1] - w[0]).collect();
+    // A job runs 3.3 s; the first is seen at a quarter-interval poll (0.5 s), the others
+    // within an eighth (0.25 s), plus the cluster read after each job.
+    assert!(
+        (3300..=3300 + 500 + 100).contains(&gaps[0]),
+        "the first job is seen within a quarter of the poll interval: {gaps:?}"
+    );
+    for g in &gaps[1..] {
+        assert!(
+            (3300..=3300 + 250 + 100).contains(g),
+            "a later job is seen within an eighth of the poll interval: {gaps:?}"
+        );
+    }
+    env.shutdown().await;
+}

@@ -55,7 +55,8 @@ impl ScaleMachine {
     /// ([`poll_delay`]: every `poll`, backing off after failed polls, rarely past
     /// `max_follow`), except around the time a job of this shape is due to end, learned from
     /// the last one: it wakes when the job is due, then polls every eighth of `poll` for two
-    /// poll intervals.
+    /// poll intervals; a job of a shape not learned yet with work queued behind it is polled
+    /// every quarter of `poll`.
     pub fn next_job_poll(
         &self,
         job: &str,
@@ -84,7 +85,12 @@ impl ScaleMachine {
             return regular;
         }
         let Some(length) = self.pace.learned.get(&Shape::of(&op.kind)) else {
-            return regular;
+            // Work waits behind a job whose length is not known yet: every moment it is seen
+            // late, that work waits too, so it is looked at four times as often.
+            if self.queue.remove.is_empty() && self.queue.increase.is_empty() {
+                return regular;
+            }
+            return (poll / 4).max(fine(poll)).min(regular);
         };
         let due = since + *length;
         if now < due {
@@ -149,8 +155,16 @@ mod tests {
         let ms = Duration::from_millis;
         let mut m = ScaleMachine::new(Some("cid".into()), Timings::default());
         removing(&mut m, "j1", t0);
-        // Nothing learned: the regular pace.
+        // Nothing learned: the regular pace; a quarter of it while work waits behind.
         assert_eq!(m.next_job_poll("j1", t0, POLL, 0, MAX), POLL);
+        m.queue.remove.push(super::super::QueuedRemoval::new(
+            "w2".into(),
+            "w2".into(),
+            t0,
+            false,
+        ));
+        assert_eq!(m.next_job_poll("j1", t0, POLL, 0, MAX), ms(500));
+        m.queue.remove.clear();
         m.job_pending("j1", t0 + s(4));
         m.learn_job_length("j1", &JobEnd::Succeeded);
         // The next one-VM removal: wakes when it is due (4 s after its request), then every
