@@ -36,10 +36,9 @@ pub enum Error {
         #[source]
         source: ScaleError,
     },
-    /// The configured cluster is not listed (deleted, or not visible to the API key).
-    #[error(
-        "cluster {cluster} is not listed by CloudStack (deleted, or not visible to this API key): {hint}"
-    )]
+    /// The configured cluster is not listed (a typo, deleted, or not visible to the API key):
+    /// the hint says which, naming what the key lists instead (`crate::suggest`).
+    #[error("cluster {cluster} is not listed by CloudStack: {hint}")]
     ClusterNotFound { cluster: String, hint: String },
     /// `--nodes` names, by name, a cluster another group serves (by id, or by another name).
     #[error(

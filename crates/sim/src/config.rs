@@ -59,9 +59,11 @@ impl FromStr for JobFailure {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum KeyRole {
     /// A User-role account's key (an account cluster's `cloudstack-secret`): every command the
-    /// simulator serves.
+    /// simulator serves but the administrators' ([`ADMIN_COMMANDS`]).
     #[default]
     User,
+    /// A root administrator's key: every command the simulator serves.
+    Admin,
     /// The Project Kubernetes Service Role CKS gives a project cluster's key from 4.19.3 /
     /// 4.20.1 on (`KubernetesClusterManagerImpl.PROJECT_KUBERNETES_ACCOUNT_ROLE_ALLOWED_APIS`):
     /// of the commands served, only `listKubernetesClusters`, `scaleKubernetesCluster`,
@@ -80,6 +82,7 @@ impl KeyRole {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::User => "user",
+            Self::Admin => "admin",
             Self::ProjectKubernetes => "project-kubernetes",
             Self::ListOnly => "list-only",
         }
@@ -88,7 +91,8 @@ impl KeyRole {
     /// Whether a key of this role may call `command`.
     pub fn allows(self, command: &str) -> bool {
         match self {
-            Self::User => true,
+            Self::User => !ADMIN_COMMANDS.contains(&command),
+            Self::Admin => true,
             Self::ProjectKubernetes => PROJECT_KUBERNETES_ROLE_COMMANDS.contains(&command),
             Self::ListOnly => {
                 command.starts_with("list")
@@ -103,6 +107,12 @@ impl KeyRole {
         self != Self::ListOnly
     }
 }
+
+/// The served commands of the API's admin package, which the User role's rules do not allow
+/// (answered 432). A role whose own rules allow `list*` ([`KeyRole::ListOnly`]) matches
+/// `listConfigurations` too, and is let through (*unverified* what a real non-admin caller
+/// is then shown).
+pub const ADMIN_COMMANDS: &[&str] = &["listConfigurations"];
 
 /// The served commands in `KubernetesClusterManagerImpl.PROJECT_KUBERNETES_ACCOUNT_ROLE_ALLOWED_APIS`
 /// (`QueryAsyncJobResultCmd`, `ListVMsCmd`, `ListKubernetesClustersCmd`,
@@ -125,10 +135,11 @@ impl FromStr for KeyRole {
     fn from_str(s: &str) -> Result<Self, String> {
         match s.to_ascii_lowercase().as_str() {
             "user" => Ok(Self::User),
+            "admin" | "root-admin" => Ok(Self::Admin),
             "project-kubernetes" | "projectkubernetes" => Ok(Self::ProjectKubernetes),
             "list-only" | "listonly" => Ok(Self::ListOnly),
             _ => Err(format!(
-                "unknown key role {s:?}: expected user or project-kubernetes"
+                "unknown key role {s:?}: expected user, admin, project-kubernetes or list-only"
             )),
         }
     }

@@ -76,11 +76,15 @@ struct Cli {
     /// failure); each such failure fails its job and puts the cluster in Alert.
     #[arg(long, default_value_t = 0)]
     fail_drains: u32,
-    /// The role of the API key's account: user (every command served) or project-kubernetes
-    /// (CKS's Project Kubernetes Service Role: only listKubernetesClusters,
-    /// scaleKubernetesCluster, queryAsyncJobResult and listVirtualMachines; any other command
-    /// is answered 432).
-    #[arg(long, default_value = "user", value_name = "user|project-kubernetes")]
+    /// The role of the API key's account: user (every command served but the administrators'
+    /// listConfigurations), admin (every command), project-kubernetes (CKS's Project Kubernetes
+    /// Service Role: only listKubernetesClusters, scaleKubernetesCluster, queryAsyncJobResult
+    /// and listVirtualMachines; any other command is answered 432) or list-only.
+    #[arg(
+        long,
+        default_value = "user",
+        value_name = "user|admin|project-kubernetes|list-only"
+    )]
     key_role: KeyRole,
     /// Put every cluster (and its VMs) in the CloudStack project with this id (a UUID), as a
     /// CKS cluster created in a project is: listKubernetesClusters and listVirtualMachines then
