@@ -73,11 +73,11 @@ pub enum Error {
     /// CloudStack failed the job while validating it (nothing changed).
     #[error("node group {group}: CloudStack refused the scale request (job {job}, code {code}): {text}{}",
         if *key_not_permitted {
-            KEY_NOT_PERMITTED_TO_SCALE
+            KEY_NOT_PERMITTED_TO_SCALE.to_string()
         } else if *alert_unsupported {
             ". This CloudStack does not scale clusters in Alert (it predates the Alert-scaling change): \
-             start the down VM so the cluster returns to Running, or upgrade CloudStack"
-        } else { "" })]
+             start the down VM so the cluster returns to Running, or upgrade CloudStack".to_string()
+        } else { cks_domain::status::cluster_max_size_note(text) })]
     JobRefused {
         group: String,
         job: String,
