@@ -270,7 +270,9 @@ pub fn size_limit_line(max: u64, from: MaxFrom, control: u64, limit: &SizeLimit)
     );
     let lower = match from {
         MaxFrom::Nodes => "lower MAX in --nodes",
-        MaxFrom::Cks => "lower the cluster's maxsize in CKS (or turn CKS's autoscaling off and lower MAX in --nodes)",
+        MaxFrom::Cks => {
+            "lower the cluster's maxsize in CKS (or turn CKS's autoscaling off and lower MAX in --nodes)"
+        }
     };
     let refusal = |n: u64| {
         format!(
@@ -600,7 +602,10 @@ mod tests {
             ),
             (
                 UrlProblem::Unreachable(Transport::Certificate),
-                unreachable(Transport::Certificate, "invalid peer certificate: UnknownIssuer"),
+                unreachable(
+                    Transport::Certificate,
+                    "invalid peer certificate: UnknownIssuer",
+                ),
                 "CloudStack's TLS certificate is not trusted (CloudStack unreachable (listKubernetesClusters): invalid peer certificate: UnknownIssuer). Give the CA that signed it (--cloudstack-ca",
             ),
             (
@@ -628,7 +633,10 @@ mod tests {
         ];
         for (problem, error, want) in cases {
             let line = url_problem_line(url, problem, &error, timeout);
-            assert!(line.starts_with(&format!("api-url {url}: {want}")), "{line}");
+            assert!(
+                line.starts_with(&format!("api-url {url}: {want}")),
+                "{line}"
+            );
             // A certificate's fix is its CA, not the URL's shape.
             let certificate = problem == UrlProblem::Unreachable(Transport::Certificate);
             assert_eq!(line.ends_with(API_URL_SHAPE), !certificate, "{line}");
@@ -655,8 +663,9 @@ mod tests {
         }
         let (line, _) = size_limit_line(8, MaxFrom::Nodes, 3, &read);
         assert!(
-            line.contains("MAX 8 + 3 control nodes = 11 nodes > cloud.kubernetes.cluster.max.size 10")
-                && line.contains("past 7 workers")
+            line.contains(
+                "MAX 8 + 3 control nodes = 11 nodes > cloud.kubernetes.cluster.max.size 10"
+            ) && line.contains("past 7 workers")
                 && line.contains("lower MAX in --nodes to 7"),
             "{line}"
         );

@@ -254,7 +254,11 @@ mod tests {
     #[test]
     fn the_message_names_the_close_cluster_and_blames_the_key_only_without_one() {
         let listed = seen(&[("demo", "c-1"), ("prod", "c-2")]);
-        let demo_typo = not_listed(&ClusterRef::Name("dmeo".into()), Some(&listed), &blame(None));
+        let demo_typo = not_listed(
+            &ClusterRef::Name("dmeo".into()),
+            Some(&listed),
+            &blame(None),
+        );
         assert_eq!(
             demo_typo,
             "did you mean \"demo\" (id c-1)? This API key lists 2 clusters: \"demo\", \"prod\". \

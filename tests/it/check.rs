@@ -270,7 +270,10 @@ async fn a_typo_in_the_cluster_name_names_the_cluster_meant_and_blames_no_projec
             "{line}"
         );
         assert!(line.contains("write MIN:MAX:demo"), "{line}");
-        assert!(!line.contains("project"), "the project is not blamed: {line}");
+        assert!(
+            !line.contains("project"),
+            "the project is not blamed: {line}"
+        );
     }
     // A name nothing listed is close to: the clusters are named, and then the project.
     let out = run_check(&sim, "1:10:payments", "", "far").await;
@@ -303,7 +306,9 @@ fn url_line(out: &Output) -> String {
 
 /// A server on loopback answering every request with `response` (raw HTTP/1.1), or, with
 /// `None`, closing each connection once it has read the request; it stops with the test.
-async fn raw_server(response: Option<String>) -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
+async fn raw_server(
+    response: Option<String>,
+) -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -343,7 +348,8 @@ async fn a_wrong_api_url_is_one_line_naming_the_cause_and_the_urls_shape() {
     let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let free = closed.local_addr().expect("addr");
     drop(closed);
-    let line = url_line(&run_check_at(&format!("http://{free}/client/api"), "1:10:demo", "refused").await);
+    let line =
+        url_line(&run_check_at(&format!("http://{free}/client/api"), "1:10:demo", "refused").await);
     assert!(
         line.contains(&format!("connection refused: nothing listens on {free}")),
         "{line}"
@@ -361,9 +367,12 @@ async fn a_wrong_api_url_is_one_line_naming_the_cause_and_the_urls_shape() {
 
     // A port that is no HTTP server.
     let (tcp, tcp_task) = raw_server(None).await;
-    let line = url_line(&run_check_at(&format!("http://{tcp}/client/api"), "1:10:demo", "tcp").await);
+    let line =
+        url_line(&run_check_at(&format!("http://{tcp}/client/api"), "1:10:demo", "tcp").await);
     assert!(
-        line.contains(&format!("{tcp} closed the connection without an HTTP answer")),
+        line.contains(&format!(
+            "{tcp} closed the connection without an HTTP answer"
+        )),
         "{line}"
     );
 
@@ -385,9 +394,11 @@ async fn a_wrong_api_url_is_one_line_naming_the_cause_and_the_urls_shape() {
         "<html><head><title>502 Bad Gateway</title></head><body><center><h1>502 Bad Gateway</h1></center></body></html>",
     )))
     .await;
-    let line = url_line(&run_check_at(&format!("http://{proxy}/client/api"), "1:10:demo", "proxy").await);
+    let line =
+        url_line(&run_check_at(&format!("http://{proxy}/client/api"), "1:10:demo", "proxy").await);
     assert!(
-        line.contains("answers HTTP 502 with an HTML page") && line.contains("proxy forwards /client/api"),
+        line.contains("answers HTTP 502 with an HTML page")
+            && line.contains("proxy forwards /client/api"),
         "{line}"
     );
 
@@ -416,7 +427,9 @@ async fn max_plus_the_control_nodes_is_compared_with_cloudstacks_cluster_size_li
     let t = text(&out);
     assert!(out.status.success(), "a warning, not a failure: {t}");
     assert!(
-        t.contains("size limit: MAX 10 + 1 control node = 11 nodes > cloud.kubernetes.cluster.max.size 10"),
+        t.contains(
+            "size limit: MAX 10 + 1 control node = 11 nodes > cloud.kubernetes.cluster.max.size 10"
+        ),
         "{t}"
     );
     assert!(
@@ -505,7 +518,17 @@ async fn serve_names_the_cluster_meant_in_the_groups_error() {
     let looked_up = lists(&sim, true);
     tokio::time::advance(std::time::Duration::from_secs(60)).await;
     let again = provider.refresh().await.expect_err("still not listed");
-    assert!(again.to_string().contains("did you mean \"demo\""), "{again}");
-    assert!(lists(&sim, true) > looked_up, "the name was looked up again");
-    assert_eq!(lists(&sim, false), 1, "the listing of every cluster is reused");
+    assert!(
+        again.to_string().contains("did you mean \"demo\""),
+        "{again}"
+    );
+    assert!(
+        lists(&sim, true) > looked_up,
+        "the name was looked up again"
+    );
+    assert_eq!(
+        lists(&sim, false),
+        1,
+        "the listing of every cluster is reused"
+    );
 }

@@ -330,6 +330,10 @@ async fn a_size_past_cloudstacks_cluster_size_limit_names_the_limit_and_its_fix(
     ] {
         assert!(said.contains(part), "{part}: {said}");
     }
-    assert_eq!(env.sim.cluster_json(&env.cluster_id)["size"], 3, "nothing ran");
+    assert_eq!(
+        env.sim.cluster_json(&env.cluster_id)["size"],
+        3,
+        "nothing ran"
+    );
     env.shutdown().await;
 }

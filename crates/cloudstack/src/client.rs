@@ -9,9 +9,9 @@ use crate::envelope::{
     Answer, NOT_JSON, envelope, is_auth_text, is_unavailable_command_text, looks_like_json,
     malformed, raw_number, throttle_retry_after,
 };
+use crate::error::Transport;
 use crate::keys::{FixedKeys, KeyPair, KeySource};
 use crate::pace::{Backoff, RateLimit};
-use crate::error::Transport;
 use crate::{CsError, LOG_TARGET, sign, types};
 use serde_json::value::RawValue;
 use std::collections::HashMap;

@@ -177,5 +177,10 @@ impl CsError {
 /// Whether a body (or its excerpt) is an HTML page.
 fn is_html(body: &str) -> bool {
     let t = body.trim_start().to_ascii_lowercase();
-    t.starts_with("<!doctype html") || t.starts_with("<html") || t.starts_with("<?xml") || t.starts_with("<head") || t.starts_with("<body") || (t.starts_with('<') && t.contains("</"))
+    t.starts_with("<!doctype html")
+        || t.starts_with("<html")
+        || t.starts_with("<?xml")
+        || t.starts_with("<head")
+        || t.starts_with("<body")
+        || (t.starts_with('<') && t.contains("</"))
 }

@@ -70,7 +70,10 @@ async fn a_host_that_does_not_resolve_is_dns() {
         fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
             let name = name.as_str().to_string();
             Box::pin(async move {
-                Err(format!("failed to lookup address information: {name}: Name or service not known").into())
+                Err(format!(
+                    "failed to lookup address information: {name}: Name or service not known"
+                )
+                .into())
             })
         }
     }
@@ -239,9 +242,8 @@ async fn every_cluster_is_listed_and_the_size_limit_read_where_the_key_may() {
     let listed = cs.requests();
     assert!(listed.iter().all(|r| r.signature_ok));
     assert!(
-        listed
-            .iter()
-            .all(|r| r.params.get("listall").is_some() == (r.params["command"] == "listKubernetesClusters")),
+        listed.iter().all(|r| r.params.get("listall").is_some()
+            == (r.params["command"] == "listKubernetesClusters")),
         "{listed:?}"
     );
 }
