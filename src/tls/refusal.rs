@@ -332,10 +332,7 @@ mod tests {
                 Refusal::Incompatible,
             ),
             (
-                io::Error::new(
-                    io::ErrorKind::Other,
-                    tls(rustls::Error::NoCertificatesPresented),
-                ),
+                io::Error::other(tls(rustls::Error::NoCertificatesPresented)),
                 Refusal::NoClientCertificate,
             ),
             (

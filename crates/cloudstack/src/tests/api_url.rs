@@ -242,7 +242,7 @@ async fn every_cluster_is_listed_and_the_size_limit_read_where_the_key_may() {
     let listed = cs.requests();
     assert!(listed.iter().all(|r| r.signature_ok));
     assert!(
-        listed.iter().all(|r| r.params.get("listall").is_some()
+        listed.iter().all(|r| r.params.contains_key("listall")
             == (r.params["command"] == "listKubernetesClusters")),
         "{listed:?}"
     );
