@@ -605,6 +605,7 @@ fn settings(args: &ServeArgs, groups: Vec<BoundNodeGroup>) -> Settings {
     s.failed_instance_ttl = args.failed_instance_ttl;
     s.job_max_follow = args.job_max_follow;
     s.alert_scaling = args.alert_scaling;
+    s.external_node_scale_up = args.external_node_scale_up;
     s.gpu_label = args.gpu_label.clone();
     s.gpu_types = args.gpu_types.clone();
     s.denied_clients = args.deny_clients.clone();

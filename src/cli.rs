@@ -4,7 +4,7 @@
 //! flags: they come from the cloud-config file, a file path, or an environment variable.
 
 use crate::grammar::parse_duration;
-use crate::provider::AlertScalingMode;
+use crate::provider::{AlertScalingMode, ExternalNodeScaleUp};
 use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::net::SocketAddr;
@@ -116,8 +116,9 @@ pub struct ServeArgs {
     /// listCapabilities drops it at once).
     #[arg(long, env = "CKS_PROVIDER_ALERT_RECHECK", default_value = "10m", value_parser = parse_duration)]
     pub alert_recheck: Duration,
-    /// How long DeleteNodes calls arriving together (the autoscaler sends one per node, in
-    /// parallel) are collected into one scaleKubernetesCluster nodeids request.
+    /// The longest DeleteNodes calls arriving together (the autoscaler sends one per node, in
+    /// parallel) are collected into one scaleKubernetesCluster nodeids request; the
+    /// collection ends sooner, 100 ms after the last call.
     #[arg(long, env = "CKS_PROVIDER_REMOVAL_WINDOW", default_value = "500ms", value_parser = parse_duration)]
     pub removal_window: Duration,
     /// How long a scale job is polled every --job-poll-interval; a job still running after
@@ -138,6 +139,15 @@ pub struct ServeArgs {
     /// first refusal).
     #[arg(long, env = "CKS_PROVIDER_ALERT_SCALING", default_value = "auto")]
     pub alert_scaling: AlertScalingMode,
+    /// Scale-ups of a cluster with external nodes: `refuse` (CloudStack fails them on an
+    /// isolated or VPC network, apache/cloudstack#12633) or `allow` (the cluster's network is
+    /// shared, or CloudStack has the fix).
+    #[arg(
+        long,
+        env = "CKS_PROVIDER_EXTERNAL_NODE_SCALE_UP",
+        default_value = "refuse"
+    )]
+    pub external_node_scale_up: ExternalNodeScaleUp,
     /// GPULabel answer (empty: no GPU label).
     #[arg(long, env = "CKS_PROVIDER_GPU_LABEL", default_value = "")]
     pub gpu_label: String,

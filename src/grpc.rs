@@ -7,7 +7,7 @@
 
 use crate::optional_rpcs::ProviderExtras;
 use crate::provider::{Caller, Error, InstanceView, NodeGroupView, NodeRef, Provider};
-use cks_cloudstack::CsError;
+use cks_cloudstack::Class;
 use cks_domain::machine::ScaleError;
 use cks_domain::status::{InstanceError, InstanceState};
 use cks_proto as pb;
@@ -70,16 +70,13 @@ pub fn status(e: &Error) -> Status {
         | Error::JobRefused { .. }
         | Error::JobFailed { .. } => Code::FailedPrecondition,
         Error::JobCancelled { .. } => Code::Aborted,
-        Error::CloudStack(cs) => match cs {
+        Error::CloudStack(cs) => match cs.class() {
             // A throttled call did nothing (CloudStack refuses it before the command runs):
             // try again later, as for no answer at all; never a refused key or request.
-            CsError::Unreachable { .. }
-            | CsError::Http { .. }
-            | CsError::Malformed { .. }
-            | CsError::Throttled { .. } => Code::Unavailable,
-            CsError::Unauthorized { .. } | CsError::NotPermitted { .. } => Code::PermissionDenied,
-            CsError::Api { .. } => Code::FailedPrecondition,
-            CsError::Config(_) => Code::Internal,
+            Class::Unknown | Class::Throttled => Code::Unavailable,
+            Class::Unauthorized | Class::NotPermitted => Code::PermissionDenied,
+            Class::Refused => Code::FailedPrecondition,
+            Class::NotSent => Code::Internal,
         },
         Error::NoTemplate { .. } | Error::NoOptions(_) => Code::Unimplemented,
         Error::Internal(_) => Code::Internal,

@@ -8,7 +8,8 @@
   each values file in deploy/helm/cks-autoscaler-provider/ci/, deploy/helm/examples/ and
   deploy/examples/ (the operator's examples, one per common case). Each render also goes through `kubectl kustomize`, as a Helm post-renderer would take it. A values
   file's line `# render: release=R namespace=N` names the release and namespace it is rendered
-  as (default: cks-autoscaler-provider in kube-system). Values
+  as (default: cks-autoscaler-provider in kube-system); `on=FILE` there makes it an overlay,
+  rendered on top of FILE of the same directory as `helm -f FILE -f OVERLAY` merges them. Values
   the chart must refuse are rendered too, and must fail with the reason.
 - The objects of deploy/kustomize/examples are validated as written.
 - Every rendered YAML stream is read with a loader that refuses duplicate mapping keys.
@@ -18,8 +19,8 @@
   which have no Kubernetes schema, against the models generated from those projects' CRDs
   (cloudcoil), refusing fields the CRDs do not define.
 
-The rendered streams are written to --out (one file per kustomization or values file, and
-index.json listing them and the refusals, with the values refused and Helm's message) for
+The rendered streams are written to --out (one file per kustomization or values file, the
+NOTES.txt of each Helm render beside it, and index.json listing them and the refusals, with the values refused and Helm's message) for
 tests/it/deploy_manifests.rs, which checks what no tool checks: that
 the files agree with each other (ports, Secret keys, certificate names and DNS names, the
 cloud-config the autoscaler reads).
@@ -315,7 +316,21 @@ class Checker:
     def render_header(text: str) -> dict[str, str]:
         match = re.search(r"^# render:(.*)$", text, re.MULTILINE)
         pairs = dict(p.split("=", 1) for p in match.group(1).split()) if match else {}
-        return {"release": pairs.get("release", DEFAULT_RELEASE), "namespace": pairs.get("namespace", DEFAULT_NAMESPACE)}
+        return {
+            "release": pairs.get("release", DEFAULT_RELEASE),
+            "namespace": pairs.get("namespace", DEFAULT_NAMESPACE),
+            "on": pairs.get("on", ""),
+        }
+
+    def values_of(self, path: Path) -> dict[str, Any]:
+        """A values file's values; an overlay's (`on=FILE` in its render line) merged on top of
+        FILE's, as `helm -f FILE -f OVERLAY` merges them."""
+        text = path.read_text()
+        values = self.yaml.load(text, Loader=self.loader) or {}
+        under = self.render_header(text)["on"]
+        if under:
+            values = helm_merge(self.values_of(path.parent / under), values)
+        return values
 
     def lint(self, values: dict[str, Any], namespace: str, where: str) -> None:
         if self.render_only:
@@ -336,7 +351,10 @@ class Checker:
                     where = str(path.relative_to(REPO))
                     text = path.read_text()
                     header = self.render_header(text)
-                    values = self.yaml.load(text, Loader=self.loader) or {}
+                    values = self.values_of(path)
+                    origin = where
+                    if header["on"]:
+                        where = f"{path.parent.relative_to(REPO) / header['on']} -f {where}"
                     self.lint(values, header["namespace"], where)
                     try:
                         rendered = chart.render(values=values, name=header["release"], namespace=header["namespace"], is_install=True)
@@ -353,7 +371,14 @@ class Checker:
                     stream = "---\n".join(parts)
                     name = f"helm-{word}-{path.stem.removesuffix('-values')}"
                     self.post_render(stream, where)
-                    self.check_and_write(name, "helm", stream, f"helm template -f {where}", where, header["namespace"], header["release"])
+                    self.check_and_write(name, "helm", stream, f"helm template -f {where}", origin, header["namespace"], header["release"])
+                    if self.index and self.index[-1]["name"] == name:
+                        # The values rendered (an overlay's merged on its base file's), and what
+                        # `helm install` prints after it (tests/it/guide_commands.rs runs its commands).
+                        self.index[-1]["values"] = values
+                        notes = "".join(m for t, m in rendered.items() if t.endswith("NOTES.txt"))
+                        (self.out / f"{name}.notes.txt").write_text(notes)
+                        self.index[-1]["notes"] = f"{name}.notes.txt"
             for what, values, phrase in [] if self.render_only else MUST_FAIL:
                 refusal = {"what": what, "values": values, "refused": False, "message": ""}
                 self.refusals.append(refusal)
@@ -443,11 +468,26 @@ class Checker:
         return EXIT_PROBLEMS if self.problems else 0
 
 
+def helm_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """Two values files as `helm -f base -f over` merges them (Helm's pkg/cli/values,
+    `mergeMaps`): a mapping in both is merged key by key, anything else (a list, a scalar, a
+    mapping over a non-mapping) is replaced whole by the later file's."""
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = helm_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
 def render_cases(checker: Checker, spec: Path, out: Path) -> int:
     """Renders the chart once per case of `spec` (a JSON list of {name, values, and optionally
-    release and namespace}) and writes, for each, whether Helm refused it (and its message) or
-    the rendered stream and the problems validation found in it, to `out` (JSON). For
-    tests/it/deploy_habits.rs, which gives values of its own rather than files."""
+    files, release and namespace}) and writes, for each, whether Helm refused it (and its
+    message) or the rendered stream, NOTES.txt and the problems validation found in it, to
+    `out` (JSON). `files` are values files merged in order before `values`, as `helm -f a -f b
+    --set ...` merges them. For tests/it/deploy_habits.rs, which gives values of its own rather
+    than files."""
     cases = json.loads(spec.read_text())
     chart = checker.helm.Chart.load(CHART)
     results = []
@@ -456,9 +496,13 @@ def render_cases(checker: Checker, spec: Path, out: Path) -> int:
             result: dict[str, Any] = {"name": case["name"], "refused": False, "message": "", "stream": "", "problems": []}
             results.append(result)
             how = f"helm template ({case['name']})"
+            values: dict[str, Any] = {}
+            for file in case.get("files", []):
+                values = helm_merge(values, checker.yaml.load(Path(file).read_text(), Loader=checker.loader) or {})
+            values = helm_merge(values, case.get("values", {}))
             try:
                 rendered = chart.render(
-                    values=case["values"],
+                    values=values,
                     name=case.get("release", DEFAULT_RELEASE),
                     namespace=case.get("namespace", DEFAULT_NAMESPACE),
                     is_install=True,
@@ -472,10 +516,11 @@ def render_cases(checker: Checker, spec: Path, out: Path) -> int:
                 if not template.endswith("NOTES.txt") and manifest.strip()
             ]
             stream = "---\n".join(parts)
+            notes = "".join(m for t, m in rendered.items() if t.endswith("NOTES.txt"))
             before = len(checker.problems)
             for doc in checker.load_all(stream, how) or []:
                 checker.validate(doc, how)
-            result.update(stream=stream, problems=checker.problems[before:])
+            result.update(stream=stream, notes=notes, problems=checker.problems[before:])
     finally:
         chart.close()
     out.write_text(json.dumps(results, indent=1))
@@ -512,7 +557,7 @@ def main() -> int:
         return EXIT_TOOLS_MISSING
     args.out.mkdir(parents=True, exist_ok=True)
     # --render writes only its JSON: the renders another run left in --out stay.
-    for old in [] if args.render else args.out.glob("*.yaml"):
+    for old in [] if args.render else [*args.out.glob("*.yaml"), *args.out.glob("*.notes.txt")]:
         old.unlink()
     try:
         checker = Checker(tools, kubectl, args.out, args.render_only)

@@ -7,7 +7,7 @@
 use super::{Provider, now};
 use cks_cloudstack::types::{JobOutcome, cloudstack_date};
 use cks_domain::jobs::{self, JobQuery, JobScan, JobSearch, ListedJob};
-use cks_domain::machine::{Effect, JobEnd, JobKind, Phase, Settled, poll_delay};
+use cks_domain::machine::{Effect, JobEnd, JobKind, Phase, Settled};
 use std::collections::HashSet;
 use tokio::time::Instant;
 
@@ -68,9 +68,19 @@ impl Provider {
 
     async fn follow(&self, gi: usize, job_id: String) {
         let poll = self.inner.settings.job_poll_interval;
-        let started = Instant::now();
+        let max_follow = self.inner.settings.job_max_follow;
         let mut stop = self.inner.shutdown.subscribe();
-        let mut delay = poll;
+        // When to look again is the machine's: it knows when a job of this shape is due.
+        let next = |failures: u32| {
+            self.inner.groups[gi].read().scale.next_job_poll(
+                &job_id,
+                now(),
+                poll,
+                failures,
+                max_follow,
+            )
+        };
+        let mut delay = next(0);
         let mut failures = 0u32;
         let mut overdue = false;
         loop {
@@ -86,20 +96,23 @@ impl Provider {
             if !self.still_following(gi, &job_id) {
                 return;
             }
-            let max_follow = self.inner.settings.job_max_follow;
             let end = match self.inner.cs.query_job(&job_id).await {
                 Err(e) => {
                     failures += 1;
-                    delay = poll_delay(poll, failures, started.elapsed(), max_follow);
+                    delay = next(failures);
                     tracing::warn!(job = %job_id, error = %e, "polling the scale job failed; retrying");
                     continue;
                 }
                 Ok(job) => job.outcome(),
             };
             failures = 0;
-            delay = poll_delay(poll, 0, started.elapsed(), max_follow);
             let end = match end {
                 JobOutcome::Pending => {
+                    self.inner.groups[gi]
+                        .lock()
+                        .scale
+                        .job_pending(&job_id, now());
+                    delay = next(0);
                     if delay > poll && !overdue {
                         overdue = true;
                         tracing::error!(job = %job_id, limit = ?max_follow,

@@ -49,7 +49,7 @@ pub use cks_domain::machine::NodeRef;
 pub use cks_domain::verdict::AlertVerdictView;
 pub use error::{Error, Result, bad_project_hint, not_listed_hint};
 pub use groups::Scoped;
-pub use settings::{AlertScalingMode, Settings};
+pub use settings::{AlertScalingMode, ExternalNodeScaleUp, Settings};
 pub use store::StateError;
 pub use view::NodeGroupView;
 
@@ -100,8 +100,7 @@ pub(crate) struct Inner {
     pub jitter_seed: u64,
 }
 
-/// Time kept back from the caller's deadline for the answer to travel back.
-const DEADLINE_MARGIN: Duration = Duration::from_millis(300);
+use cks_domain::timing::DEADLINE_MARGIN;
 
 /// `deadline` less the margin the answer needs to travel back (never in the past).
 pub(crate) fn before(deadline: tokio::time::Instant) -> tokio::time::Instant {
@@ -178,11 +177,10 @@ impl Provider {
         };
         let timings = Timings {
             failed_ttl: settings.failed_instance_ttl,
-            // A request given up on may still be on its way to CloudStack (or queued there):
-            // only once it is older than the longest a request may take, plus a moment for the
-            // job to start, does a cluster not Scaling mean it never came.
-            lost_settle: cs.request_timeout()
-                + settings.job_poll_interval.max(Duration::from_secs(1)),
+            lost_settle: cks_domain::timing::lost_settle(
+                cs.request_timeout(),
+                settings.job_poll_interval,
+            ),
         };
         let store = Arc::new(store::Store::new(
             settings.state_file.clone(),
@@ -209,6 +207,9 @@ impl Provider {
                             // Known from the start, so that queued increases a restart takes
                             // over are never sent past it.
                             m.set_max_size(spec.max);
+                            m.set_external_scale_up_allowed(
+                                settings.external_node_scale_up == ExternalNodeScaleUp::Allow,
+                            );
                             m
                         },
                         last_error: None,

@@ -6,7 +6,7 @@
 //! groups ([`Scoped`]): another client's group is not found, and nothing is sent for it.
 
 use super::{Error, Provider, Result, Scoped, before, now};
-use cks_cloudstack::CsError;
+use cks_cloudstack::Class;
 use cks_cloudstack::types::JobOutcome;
 use cks_domain::cluster::{ClusterState, IndexedSnapshot};
 use cks_domain::machine::{
@@ -14,13 +14,10 @@ use cks_domain::machine::{
 };
 use cks_domain::rules::ScaleRequest;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::{Instant, timeout_at};
 
-/// How long queued removals wait after CloudStack throttled their request (its window is a
-/// second by default; the client already waited within its request timeout).
-const THROTTLED_RETRY: Duration = Duration::from_secs(10);
+use cks_domain::timing::{THROTTLED_RETRY, watch_step};
 
 impl Provider {
     fn scale_error(&self, gi: usize, source: ScaleError) -> Error {
@@ -161,10 +158,10 @@ impl Provider {
                     detail: "CloudStack did not answer scaleKubernetesCluster within the request's deadline".into(),
                 });
             }
-            Ok(Err(e @ (CsError::Unreachable { .. } | CsError::Malformed { .. }))) => {
+            Ok(Err(e)) if e.class() == Class::Unknown => {
                 // The request may have reached CloudStack (a dropped connection, a garbled
-                // answer): nothing more is sent until a snapshot shows whether it became a
-                // job. (An HTTP error page means a proxy answered instead of CloudStack.)
+                // answer, a proxy's page sent after CloudStack took the request): nothing more
+                // is sent until a snapshot shows whether it became a job.
                 tracing::warn!(group = %label, error = %e, "scaleKubernetesCluster answer lost; the next refresh tells whether CloudStack accepted it");
                 g.lock().scale.submission_lost();
                 self.spawn_state_follower(gi);
@@ -173,7 +170,7 @@ impl Provider {
                     detail: e.to_string(),
                 });
             }
-            Ok(Err(e @ CsError::Throttled { .. })) => {
+            Ok(Err(e)) if e.class() == Class::Throttled => {
                 // Refused before it ran: nothing changed, nothing failed. Queued work waits
                 // its turn again; callers waiting hear UNAVAILABLE.
                 tracing::warn!(group = %label, error = %e, "scaleKubernetesCluster throttled by CloudStack; nothing changed, it is sent again later");
@@ -227,14 +224,14 @@ impl Provider {
     /// ran out.
     async fn watch(&self, gi: usize, job_id: &str, deadline: Instant) -> Option<JobEnd> {
         let until = (Instant::now() + self.inner.settings.scale_watch).min(before(deadline));
-        // Validation usually takes a moment: look soon, then at a steady pace.
-        let mut step = Duration::from_millis(50);
+        let mut looks = 0u32;
         loop {
+            let step = watch_step(looks);
+            looks = looks.saturating_add(1);
             if Instant::now() + step >= until {
                 return None;
             }
             tokio::time::sleep(step).await;
-            step = Duration::from_millis(100);
             let Ok(Ok(job)) = timeout_at(until, self.inner.cs.query_job(job_id)).await else {
                 return None;
             };
@@ -332,8 +329,18 @@ impl Provider {
     /// the queue.
     async fn close_window(&self, gi: usize, tx: WindowSender, deadline: Instant) {
         let g = &self.inner.groups[gi];
-        let window_end = Instant::now() + self.inner.settings.removal_window;
-        tokio::time::sleep_until(window_end.min(before(deadline))).await;
+        // When it closes is the machine's: it moves with each arrival.
+        let cap = self.inner.settings.removal_window;
+        loop {
+            let Some(at) = g.read().scale.window_closes_at(cap) else {
+                break;
+            };
+            let at = Instant::from_std(at).min(before(deadline));
+            if Instant::now() >= at {
+                break;
+            }
+            tokio::time::sleep_until(at).await;
+        }
         let outcome = match self.fresh_snapshot(gi, deadline).await {
             Err(e) => {
                 let mut st = g.lock();

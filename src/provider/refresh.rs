@@ -15,11 +15,13 @@
 //! across an `.await`), reads or starts the round, and waits on the round's end signal, which
 //! a drop guard sends even when the round's task ends abnormally.
 //!
-//! Readiness: a group is **stale** when its snapshot is older than the staleness bound while
+//! Freshness: a group is **stale** when its snapshot is older than the staleness bound while
 //! the provider could not refresh it: the last attempt failed, or an autoscaler asked for a
 //! newer one and none came. A group nobody asks about is not stale however old its snapshot
-//! is (its autoscaler may be stopped). `/readyz` and gRPC health are NOT_SERVING while any
-//! group is stale or has no snapshot yet.
+//! is (its autoscaler may be stopped). The CloudProvider service's gRPC health is NOT_SERVING
+//! while any group is stale or has no snapshot yet; `/readyz` and the server's own health
+//! (`""`) never are for CloudStack's sake: they say whether this replica can serve its role
+//! (ARCHITECTURE.md, "Readiness, liveness and the keeper").
 
 use super::{Error, Provider, Result, Scoped, before, now};
 use cks_cloudstack::CsError;
@@ -63,8 +65,7 @@ pub(crate) struct OfferingCache {
     failed: HashMap<String, Instant>,
 }
 
-/// How long after a failed read of an offering it is read again.
-const OFFERING_RETRY: Duration = Duration::from_secs(60);
+use cks_domain::timing::OFFERING_RETRY;
 
 /// A VM id no VM has: asking to stop it tells whether the key may stop VMs, and stops nothing.
 const NO_SUCH_VM: &str = "00000000-0000-4000-8000-000000000000";

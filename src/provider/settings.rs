@@ -17,6 +17,17 @@ pub enum AlertScalingMode {
     Off,
 }
 
+/// Whether a scale-up of a cluster with external nodes is sent (`machine::external`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExternalNodeScaleUp {
+    /// Refused before any promise: CloudStack fails it on an isolated or VPC network
+    /// (apache/cloudstack#12633) after creating the VMs, and strands the cluster.
+    Refuse,
+    /// Sent: the cluster's network is shared (CloudStack writes no rules) or CloudStack has
+    /// the fix. A failure on the network rules is remembered for the cluster.
+    Allow,
+}
+
 /// Provider behaviour settings (the `serve` flags).
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -45,6 +56,7 @@ pub struct Settings {
     /// default is 5 s).
     pub default_rpc_deadline: Duration,
     pub alert_scaling: AlertScalingMode,
+    pub external_node_scale_up: ExternalNodeScaleUp,
     /// How long instances of a failed scale-up are reported (so the autoscaler deletes them
     /// and backs off) before they are forgotten.
     pub failed_instance_ttl: Duration,
@@ -104,6 +116,7 @@ impl Settings {
             scale_watch: Duration::from_millis(1500),
             default_rpc_deadline: Duration::from_secs(5),
             alert_scaling: AlertScalingMode::Auto,
+            external_node_scale_up: ExternalNodeScaleUp::Refuse,
             failed_instance_ttl: Duration::from_secs(30 * 60),
             job_max_follow: Duration::from_secs(2 * 3600),
             removal_window: Duration::from_millis(500),

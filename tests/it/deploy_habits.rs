@@ -245,6 +245,42 @@ fn refused_cases() -> Vec<(&'static str, Value, Vec<&'static str>)> {
             vec!["podDisruptionBudget.maxUnavailable 50%", "whole number"],
         ),
         (
+            "a values file written for upstream's chart: every habit in one refusal",
+            json!({
+                "autoscalingGroups": [{"name": "workers", "minSize": 1, "maxSize": 5}],
+                "cloudProvider": "externalgrpc",
+                "kubeTargetVersionOverride": "1.33.0",
+                "customArgs": ["--balance-similar-node-groups"],
+                "rbac": {"serviceAccount": {"name": "cluster-autoscaler"}},
+                "extraArgs": {"expander": "least-waste", "v": 4},
+                "image": {"repository": "registry.k8s.io/autoscaling/cluster-autoscaler", "tag": "v1.33.6"},
+                "securityContext": {"fsGroup": 65534}
+            }),
+            vec![
+                "10 values refused at once",
+                "\n- autoscalingGroups",
+                "nodes[]",
+                "\n- cloudProvider",
+                "\n- kubeTargetVersionOverride",
+                "\n- customArgs",
+                "\n- rbac",
+                "\n- extraArgs.expander",
+                "\n- extraArgs.v",
+                "\n- image.tag \"v1.33.6\"",
+                "\n- image.repository",
+                "\n- securityContext.fsGroup",
+            ],
+        ),
+        (
+            "a Kubernetes minor that is no version",
+            json!({"autoscaler": {"kubernetesMinor": "latest"}}),
+            vec![
+                "autoscaler.kubernetesMinor \"latest\"",
+                "write the minor",
+                "\"1.31\"",
+            ],
+        ),
+        (
             "upstream's extraEnv in neither form",
             json!({"extraEnv": "HTTP_PROXY=x"}),
             vec!["extraEnv must be a list", "map NAME: value"],
@@ -283,6 +319,14 @@ fn accepted_cases() -> Vec<(&'static str, Value)> {
         (
             "a budget of one with one replica",
             json!({"replicaCount": 1, "podDisruptionBudget": {"maxUnavailable": 1}}),
+        ),
+        (
+            "the server version kubectl version prints as the Kubernetes minor",
+            json!({"autoscaler": {"kubernetesMinor": "v1.31.4"}}),
+        ),
+        (
+            "a patch version and a distribution's suffix as the Kubernetes minor",
+            json!({"autoscaler": {"kubernetesMinor": "1.31.4+k3s1"}}),
         ),
     ]
 }
@@ -336,6 +380,60 @@ enum Run {
     Ran(std::collections::BTreeMap<String, Outcome>),
 }
 
+/// An operator's own values file, unlike the examples' in every value an overlay could undo:
+/// its image, its cluster and bounds, its Kubernetes minor.
+fn operators_values() -> Value {
+    json!({
+        "image": {"repository": "registry.corp.example/ops/cks-autoscaler-provider", "tag": "0.1.0"},
+        "nodes": [{"cluster": "prod-a", "min": 2, "max": 7}],
+        "autoscaler": {"kubernetesMinor": "1.31"}
+    })
+}
+
+/// Cases rendered from values files merged in order, as `helm -f a -f b` merges them, with no
+/// values added: the operator's file under each overlay of `deploy/examples` (a file whose
+/// render line names the file it goes on).
+fn layered_cases() -> Vec<(String, Vec<PathBuf>)> {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("deploy-habits");
+    fs::create_dir_all(&dir).expect("create the render directory");
+    let own = dir.join("my-values.yaml");
+    fs::write(
+        &own,
+        serde_json::to_string_pretty(&operators_values()).expect("values"),
+    )
+    .expect("write the operator's values");
+    overlays()
+        .into_iter()
+        .map(|(overlay, _)| {
+            (
+                format!("my-values.yaml under {}", overlay.display()),
+                vec![own.clone(), overlay],
+            )
+        })
+        .collect()
+}
+
+/// The overlays of `deploy/examples`: each file whose `# render:` line says `on=FILE`, with
+/// that FILE.
+fn overlays() -> Vec<(PathBuf, PathBuf)> {
+    let dir = repo().join("deploy/examples");
+    let mut out: Vec<(PathBuf, PathBuf)> = fs::read_dir(&dir)
+        .expect("deploy/examples")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .filter_map(|p| {
+            let text = fs::read_to_string(&p).ok()?;
+            let line = text.lines().find(|l| l.starts_with("# render:"))?;
+            let on = line
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix("on="))?;
+            Some((p.clone(), dir.join(on)))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
 fn all_cases() -> Vec<(String, Value)> {
     let mut cases: Vec<(String, Value)> = refused_cases()
         .into_iter()
@@ -369,6 +467,9 @@ fn run() -> &'static Run {
             .map(|(name, values)| {
                 json!({"name": name, "values": with_basics(values), "release": RELEASE, "namespace": NAMESPACE})
             })
+            .chain(layered_cases().into_iter().map(|(name, files)| {
+                json!({"name": name, "files": files, "values": {}, "release": RELEASE, "namespace": NAMESPACE})
+            }))
             .collect();
         let spec_path = dir.join("spec.json");
         let out_path = dir.join("results.json");
@@ -726,4 +827,138 @@ fn the_readme_maps_every_upstream_value_the_brief_names() {
             "the migration table has no row for upstream's {key}"
         );
     }
+}
+
+/// The release the chart lists for a Kubernetes minor (values.yaml).
+fn listed_release(minor: &str) -> String {
+    let values: Value = serde_saphyr::from_str(&chart_file("values.yaml")).expect("values.yaml");
+    values["autoscaler"]["image"]["tagByKubernetesMinor"][minor]
+        .as_str()
+        .unwrap_or_else(|| panic!("values.yaml lists no release for {minor}"))
+        .to_string()
+}
+
+fn autoscaler_image(o: &Outcome) -> String {
+    find(o, "Deployment", AUTOSCALER)["spec"]["template"]["spec"]["containers"][0]["image"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[test]
+fn a_kubernetes_version_is_taken_for_its_minor() {
+    let want = format!(
+        "registry.k8s.io/autoscaling/cluster-autoscaler:{}",
+        listed_release("1.31")
+    );
+    for case in [
+        "the server version kubectl version prints as the Kubernetes minor",
+        "a patch version and a distribution's suffix as the Kubernetes minor",
+    ] {
+        assert_eq!(autoscaler_image(rendered(case)), want, "{case}");
+    }
+}
+
+/// Each overlay of `deploy/examples` goes on top of the operator's own file (`helm -f
+/// my-values.yaml -f OVERLAY`): what that file sets must survive it. Helm merges mappings key by
+/// key and replaces anything else whole, so an overlay that repeats the example's `nodes`, image
+/// or minor puts the example's back in place of the operator's.
+#[test]
+fn an_overlay_example_keeps_the_operators_image_nodes_and_minor() {
+    let cases = layered_cases();
+    assert!(
+        !cases.is_empty(),
+        "deploy/examples has no overlay (a file whose render line says on=FILE)"
+    );
+    let own = operators_values();
+    let mut failures = Vec::new();
+    for (name, _) in &cases {
+        let o = rendered(name);
+        let provider =
+            &find(o, "Deployment", PROVIDER)["spec"]["template"]["spec"]["containers"][0];
+        let image = provider["image"].as_str().unwrap_or_default();
+        let want_image = format!(
+            "{}:{}",
+            own["image"]["repository"].as_str().unwrap_or_default(),
+            own["image"]["tag"].as_str().unwrap_or_default()
+        );
+        if image != want_image {
+            failures.push(format!(
+                "{name}: the provider runs {image}, not the operator's {want_image}"
+            ));
+        }
+        let nodes: Vec<&str> = provider["args"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .filter(|a| a.starts_with("--nodes"))
+            .collect();
+        if nodes != ["--nodes=2:7:prod-a"] {
+            failures.push(format!(
+                "{name}: the provider serves {nodes:?}, not the operator's --nodes=2:7:prod-a"
+            ));
+        }
+        let autoscaler = autoscaler_image(o);
+        let want = listed_release("1.31");
+        if !autoscaler.ends_with(&format!(":{want}")) {
+            failures.push(format!(
+                "{name}: the autoscaler runs {autoscaler}, not {want}, the release of the operator's minor 1.31"
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Every leaf (a scalar or a list, which Helm replaces whole) of a values tree, by its path.
+fn leaves(v: &Value, path: &str, out: &mut BTreeSet<String>) {
+    match v.as_object() {
+        Some(map) if !map.is_empty() => {
+            for (k, x) in map {
+                let p = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
+                leaves(x, &p, out);
+            }
+        }
+        _ => {
+            out.insert(path.to_string());
+        }
+    }
+}
+
+/// An overlay carries only what it changes: no value its base file sets (nothing of the
+/// operator's own file an overlay could put back to the example's).
+#[test]
+fn an_overlay_example_sets_nothing_its_base_file_sets() {
+    let mut failures = Vec::new();
+    for (overlay, base) in overlays() {
+        let read = |p: &PathBuf| -> Value {
+            serde_saphyr::from_str(
+                &fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())),
+            )
+            .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+        };
+        let (mut over, mut under) = (BTreeSet::new(), BTreeSet::new());
+        leaves(&read(&overlay), "", &mut over);
+        leaves(&read(&base), "", &mut under);
+        // A value the base sets, or a key that holds one of its values (a list or a scalar put
+        // over a mapping replaces the mapping whole).
+        for leaf in &over {
+            if under.iter().any(|u| {
+                u == leaf
+                    || u.starts_with(&format!("{leaf}."))
+                    || leaf.starts_with(&format!("{u}."))
+            }) {
+                failures.push(format!(
+                    "{} sets {leaf}, which its base {} sets: layered on the operator's file it would replace the operator's value",
+                    overlay.display(),
+                    base.display()
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

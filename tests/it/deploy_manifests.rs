@@ -179,7 +179,11 @@ fn load_rendered(dir: &Path) -> Result<Rendered, String> {
             })
             .collect();
         let source = field("source");
-        let values = if source == "helm" {
+        // The values rendered: the index's (an overlay's merged on the file it names), else
+        // the values file's.
+        let values = if let Some(values) = entry.pointer("/values") {
+            values.clone()
+        } else if source == "helm" {
             load_yaml(&repo().join(field("origin")))?
                 .into_iter()
                 .next()

@@ -58,6 +58,8 @@ enum Op {
     Refresh,
     Errors,
     Drops,
+    /// A proxy's 504 after CloudStack ran the request.
+    LateErrors,
     Slow,
     FailDrain,
     PartialScaleUp,
@@ -68,7 +70,7 @@ enum Op {
     Calm,
 }
 
-const WEIGHTS: [(Op, u32); 16] = [
+const WEIGHTS: [(Op, u32); 17] = [
     (Op::Increase, 10),
     (Op::DeleteReady, 10),
     (Op::DeleteFailed, 4),
@@ -77,6 +79,7 @@ const WEIGHTS: [(Op, u32); 16] = [
     (Op::Refresh, 10),
     (Op::Errors, 2),
     (Op::Drops, 2),
+    (Op::LateErrors, 2),
     (Op::Slow, 2),
     (Op::FailDrain, 2),
     (Op::PartialScaleUp, 1),
@@ -413,6 +416,7 @@ impl Campaign {
             }
             Op::Errors => self.sim.configure(|s| s.error_rate = 0.3),
             Op::Drops => self.sim.configure(|s| s.drop_rate = 0.2),
+            Op::LateErrors => self.sim.configure(|s| s.late_error_rate = 0.3),
             Op::Slow => self.sim.configure(|s| s.latency = Duration::from_secs(6)),
             Op::FailDrain => self.sim.configure(|s| s.fail_drains += 1),
             // Rarer than the other faults: each strands its cluster for good (CloudStack leaves
@@ -494,6 +498,7 @@ impl Campaign {
         self.sim.configure(|s| {
             s.error_rate = 0.0;
             s.drop_rate = 0.0;
+            s.late_error_rate = 0.0;
             s.latency = Duration::ZERO;
             s.job_failure = JobFailure::None;
         });

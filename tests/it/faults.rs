@@ -304,7 +304,6 @@ async fn cloudstack_slower_than_the_deadline_keeps_reads_fast_and_sends_nothing_
 #[tokio::test(start_paused = true)]
 async fn http_5xx_pages_are_unavailable_and_a_retried_scale_up_runs_once() {
     let mut s = Stack::start(SimConfig::for_tests(API_KEY, SECRET_KEY), |_| {}).await;
-    let (wid, wname, _) = s.sim.vms(&s.cluster)[1].clone();
     s.sim.configure(|c| c.error_rate = 1.0);
 
     // A recent snapshot is served; the autoscaler's loop goes on.
@@ -316,22 +315,29 @@ async fn http_5xx_pages_are_unavailable_and_a_retried_scale_up_runs_once() {
     assert_eq!(e.code(), Code::Unavailable, "{}", e.message());
     assert!(e.message().contains("HTTP 50"), "{}", e.message());
     assert!(!e.message().contains(SECRET_KEY), "{}", e.message());
-    let mut d = tonic::Request::new(pb::NodeGroupDeleteNodesRequest {
-        nodes: vec![node(&format!("external-cloudstack://{wid}"), &wname)],
-        id: s.cluster.clone(),
-    });
-    d.set_timeout(Duration::from_secs(5));
-    let e = s.client.node_group_delete_nodes(d).await.unwrap_err();
-    assert_eq!(e.code(), Code::Unavailable, "{}", e.message());
-    // Nothing ran: a 5xx page from a proxy means CloudStack never saw the request.
+    // Nothing ran (this proxy answered instead of passing the request on), but a 504 can also
+    // come after CloudStack ran it: the answer counts as lost, settled by reading CloudStack.
     assert!(executed(&s.scale_requests()).is_empty());
-    assert_eq!(s.target().await.unwrap(), 3);
+    assert_eq!(
+        s.target().await.unwrap(),
+        4,
+        "an unknown outcome shows in the target until CloudStack is read"
+    );
+    // CloudStack answers again and shows no job: the request never ran, and the target and
+    // instances say so; nothing was sent again meanwhile.
+    s.sim.configure(|c| c.error_rate = 0.0);
+    wait_until("the lost answer to be settled", async || {
+        let _ = s.refresh().await;
+        s.target().await.ok() == Some(3)
+    })
+    .await;
     assert!(
         s.instances()
             .await
             .iter()
             .all(|i| state_of(i) == InstanceState::InstanceRunning)
     );
+    assert_eq!(s.scale_requests().len(), 1);
 
     // Half the requests fail: the autoscaler retries until one is accepted.
     s.sim.configure(|c| c.error_rate = 0.5);
@@ -389,6 +395,65 @@ async fn a_dropped_answer_to_a_scale_up_is_adopted_not_repeated() {
         .map(|r| r.params["size"].clone())
         .collect();
     assert_eq!(sizes, vec!["4", "5"]);
+    assert_eq!(s.jobs.max(), 1);
+}
+
+/// A proxy's 504 may come after CloudStack carried the request out (the proxy's read timeout
+/// ran out first): the outcome is unknown, settled by reading CloudStack, never taken for a
+/// refusal. Taken for one, the scale-up would be reported as a failed creation while
+/// CloudStack adds the node, and a removal's caller would hear an error while CloudStack
+/// removes the node.
+#[tokio::test(start_paused = true)]
+async fn a_proxy_504_after_cloudstack_ran_the_request_is_settled_by_reading_cloudstack() {
+    let mut cfg = SimConfig::for_tests(API_KEY, SECRET_KEY);
+    cfg.settings.job_duration = Duration::from_millis(800);
+    let mut s = Stack::start(cfg, |_| {}).await;
+    s.sim.configure(|c| c.late_error_rate = 1.0);
+
+    let e = s.increase(1, Duration::from_secs(5)).await.unwrap_err();
+    assert_eq!(e.code(), Code::Unavailable, "{}", e.message());
+    assert!(e.message().contains("HTTP 504"), "{}", e.message());
+    let sim = s.sim.clone();
+    let cluster = s.cluster.clone();
+    wait_until("the job CloudStack started", async || {
+        sim.running_jobs(&cluster) == 1
+    })
+    .await;
+    s.sim.configure(|c| c.late_error_rate = 0.0);
+    s.refresh().await.unwrap();
+    assert_eq!(s.target().await.unwrap(), 4, "the job is adopted");
+    s.settle_at(4).await;
+    assert_eq!(s.scale_requests().len(), 1, "nothing sent twice");
+    let failed: Vec<_> = s
+        .instances()
+        .await
+        .into_iter()
+        .filter(|i| {
+            i.status
+                .as_ref()
+                .and_then(|st| st.error_info.as_ref())
+                .is_some()
+        })
+        .collect();
+    assert!(failed.is_empty(), "no failed creation: {failed:?}");
+
+    // A removal: its caller is promised the node's removal, which CloudStack carries out;
+    // an error would have the autoscaler untaint a node CloudStack is removing.
+    let (wid, wname, _) = s.sim.vms(&s.cluster)[1].clone();
+    s.sim.configure(|c| c.late_error_rate = 1.0);
+    let mut d = tonic::Request::new(pb::NodeGroupDeleteNodesRequest {
+        nodes: vec![node(&format!("external-cloudstack://{wid}"), &wname)],
+        id: s.cluster.clone(),
+    });
+    d.set_timeout(Duration::from_secs(5));
+    s.client
+        .node_group_delete_nodes(d)
+        .await
+        .expect("an unknown outcome is not a refusal: the removal is promised");
+    s.sim.configure(|c| c.late_error_rate = 0.0);
+    s.settle_at(3).await;
+    assert!(s.sim.vms(&s.cluster).iter().all(|v| v.0 != wid));
+    assert_eq!(s.scale_requests().len(), 2, "nothing sent twice");
     assert_eq!(s.jobs.max(), 1);
 }
 

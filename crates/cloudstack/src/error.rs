@@ -106,6 +106,30 @@ pub enum UrlProblem {
     NotFound,
 }
 
+/// What a failed call tells about the request: the one classification of CloudStack's
+/// answers that the provider's decisions start from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    /// CloudStack answered with its own error envelope: it refused the request, which did
+    /// not run (`ApiServer` answers validation and entity errors before queueing a job).
+    Refused,
+    /// CloudStack's API rate limit refused it before it ran: nothing happened.
+    Throttled,
+    /// The key or the signature was refused: nothing ran, and nothing will until the key is
+    /// fixed.
+    Unauthorized,
+    /// The key may not call this command: nothing ran, and asking again gives the same answer.
+    NotPermitted,
+    /// Whether the request ran is unknown: no answer (connection refused or dropped, a
+    /// timeout), an answer cut or garbled, or an answer that is not CloudStack's (a proxy's
+    /// 502/503/504 page, which a proxy also sends when CloudStack took longer than its read
+    /// timeout to answer a request it carried out). Settled by reading CloudStack, never
+    /// taken as a refusal.
+    Unknown,
+    /// Nothing was sent (the client's own configuration).
+    NotSent,
+}
+
 impl CsError {
     /// Whether the failure shows that the API URL does not reach CloudStack's API (no answer,
     /// or an answer that is not CloudStack's), and how; `None` when CloudStack answered
@@ -134,18 +158,24 @@ impl CsError {
         }
     }
 
-    /// Worth retrying later (network, 5xx, garbage that may be a proxy hiccup).
-    pub fn is_transient(&self) -> bool {
+    /// What this failure says of the request (see [`Class`]).
+    pub fn class(&self) -> Class {
         match self {
-            CsError::Unreachable { .. } | CsError::Malformed { .. } | CsError::Throttled { .. } => {
-                true
+            CsError::Api { errorcode: 429, .. } | CsError::Throttled { .. } => Class::Throttled,
+            CsError::Api { .. } => Class::Refused,
+            CsError::Unauthorized { .. } => Class::Unauthorized,
+            CsError::NotPermitted { .. } => Class::NotPermitted,
+            CsError::Unreachable { .. } | CsError::Malformed { .. } | CsError::Http { .. } => {
+                Class::Unknown
             }
-            CsError::Http { http_status, .. } => *http_status >= 500 || *http_status == 429,
-            CsError::Api { errorcode, .. } => *errorcode == 429,
-            CsError::Unauthorized { .. } | CsError::NotPermitted { .. } | CsError::Config(_) => {
-                false
-            }
+            CsError::Config(_) => Class::NotSent,
         }
+    }
+
+    /// Worth asking again later: nothing says the same answer would come back (no answer,
+    /// a proxy's page, garbage, the rate limit).
+    pub fn is_transient(&self) -> bool {
+        matches!(self.class(), Class::Unknown | Class::Throttled)
     }
 
     /// The key may not call this command (see [`CsError::NotPermitted`]).
@@ -154,13 +184,15 @@ impl CsError {
     }
 
     /// CloudStack refused the `projectid` the client sent: it names no project (431: the UUID
-    /// names no entity, or "Unable to find project by id"), or one the key may not use (531,
-    /// "can't access project"); `AccountManagerImpl.buildACLSearchParameters` and
-    /// `ParamProcessWorker` word them so.
+    /// names no entity, or "Unable to find project by id"), or one the key's account is not a
+    /// member of (432 "… not available for this account/user in project [<uuid>]." from the
+    /// project role check, as 4.21 answers it: `errors_25`; 531 "can't access project" from
+    /// `AccountManagerImpl.buildACLSearchParameters`, where that check lets a call through);
+    /// `ParamProcessWorker` and those checks word them so.
     pub fn is_bad_project(&self) -> bool {
         match self {
             CsError::Api {
-                errorcode: 431 | 531,
+                errorcode: 431 | 432 | 531,
                 errortext,
                 ..
             } => {
@@ -168,6 +200,7 @@ impl CsError {
                 t.contains("parameter projectid")
                     || t.contains("project by id")
                     || t.contains("access project")
+                    || crate::envelope::is_project_refusal_text(&t)
             }
             _ => false,
         }
@@ -183,4 +216,84 @@ fn is_html(body: &str) -> bool {
         || t.starts_with("<head")
         || t.starts_with("<body")
         || (t.starts_with('<') && t.contains("</"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api(errorcode: i64) -> CsError {
+        CsError::Api {
+            command: "scaleKubernetesCluster".into(),
+            http_status: errorcode as u16,
+            errorcode,
+            cserrorcode: 9999,
+            errortext: "x".into(),
+        }
+    }
+
+    /// Only CloudStack's own envelope is a refusal; any answer that is not CloudStack's, or
+    /// none, leaves the outcome unknown.
+    #[test]
+    fn every_answer_has_one_class() {
+        let http = |http_status| CsError::Http {
+            command: "c".into(),
+            http_status,
+            snippet: "<html>".into(),
+        };
+        let cases = [
+            (api(431), Class::Refused),
+            (api(530), Class::Refused),
+            (api(429), Class::Throttled),
+            (http(502), Class::Unknown),
+            (http(504), Class::Unknown),
+            (http(404), Class::Unknown),
+            (
+                CsError::Unreachable {
+                    command: "c".into(),
+                    detail: "reset".into(),
+                    cause: Transport::Closed,
+                },
+                Class::Unknown,
+            ),
+            (
+                CsError::Malformed {
+                    command: "c".into(),
+                    detail: "cut".into(),
+                },
+                Class::Unknown,
+            ),
+            (
+                CsError::Throttled {
+                    command: "c".into(),
+                    detail: "retry after".into(),
+                },
+                Class::Throttled,
+            ),
+            (
+                CsError::Unauthorized {
+                    command: "c".into(),
+                    http_status: 401,
+                    detail: "sig".into(),
+                },
+                Class::Unauthorized,
+            ),
+            (
+                CsError::NotPermitted {
+                    command: "c".into(),
+                    detail: "role".into(),
+                },
+                Class::NotPermitted,
+            ),
+            (CsError::Config("url".into()), Class::NotSent),
+        ];
+        for (e, class) in cases {
+            assert_eq!(e.class(), class, "{e}");
+            assert_eq!(
+                e.is_transient(),
+                matches!(class, Class::Unknown | Class::Throttled),
+                "{e}"
+            );
+        }
+    }
 }

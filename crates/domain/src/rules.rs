@@ -119,6 +119,14 @@ pub enum Refusal {
         cluster: String,
         cloudstack_error: String,
     },
+    /// A scale-up of a cluster listing external nodes (their names), which CloudStack fails on
+    /// an isolated or VPC network (apache/cloudstack#12633, `machine::external`); with
+    /// CloudStack's text once it failed one.
+    ExternalNodeScaleUp {
+        cluster: String,
+        external: Vec<String>,
+        cloudstack_error: Option<String>,
+    },
 }
 
 impl Refusal {
@@ -144,6 +152,7 @@ impl Refusal {
             Refusal::ExternallyManaged { .. } => "externally_managed",
             Refusal::DownWorkerNotRemovable { .. } => "down_worker_not_removable",
             Refusal::SizeScalingBroken { .. } => "size_scaling_broken_offerings",
+            Refusal::ExternalNodeScaleUp { .. } => "external_node_scale_up",
         }
     }
 }
@@ -214,6 +223,34 @@ impl fmt::Display for Refusal {
                  node type run the cluster's service offering (change the offerings with the \
                  cluster stopped) or upgrade CloudStack to a release with the fix; the provider \
                  tries again once the cluster's listed offerings change, or after a restart"
+            ),
+            Refusal::ExternalNodeScaleUp {
+                cluster,
+                external,
+                cloudstack_error: None,
+            } => write!(
+                f,
+                "cluster {cluster:?} has external node(s) {}: CloudStack fails a scale-up of such \
+                 a cluster on an isolated or VPC network after creating the new VMs (\"unable \
+                 to update network rules\", apache/cloudstack#12633, not fixed in any release), \
+                 leaving them behind and the cluster in Alert; remove the external nodes from \
+                 the CKS cluster, or, if its network is shared (CloudStack then writes no \
+                 rules), start the provider with --external-node-scale-up=allow",
+                external.join(", ")
+            ),
+            Refusal::ExternalNodeScaleUp {
+                cluster,
+                external,
+                cloudstack_error: Some(text),
+            } => write!(
+                f,
+                "cluster {cluster:?} has external node(s) {} and CloudStack failed its last \
+                 scale-up on the network rules (apache/cloudstack#12633); CloudStack said: \
+                 \"{text}\"; clean up the VMs that scale-up left (docs/operations.md, \
+                 stranded clusters) and remove the external nodes from the CKS cluster; the \
+                 provider sends scale-ups again once the cluster lists no external node, or \
+                 after a restart",
+                external.join(", ")
             ),
             Refusal::NoChange { cluster, size } => write!(
                 f,

@@ -62,8 +62,6 @@ pub enum KeyRole {
     /// simulator serves but the administrators' ([`ADMIN_COMMANDS`]).
     #[default]
     User,
-    /// A root administrator's key: every command the simulator serves.
-    Admin,
     /// The Project Kubernetes Service Role CKS gives a project cluster's key from 4.19.3 /
     /// 4.20.1 on (`KubernetesClusterManagerImpl.PROJECT_KUBERNETES_ACCOUNT_ROLE_ALLOWED_APIS`):
     /// of the commands served, only `listKubernetesClusters`, `scaleKubernetesCluster`,
@@ -76,16 +74,34 @@ pub enum KeyRole {
     /// scale job fails 530 "Caller does not have permission to operate with provided
     /// resource."; `stopVirtualMachine` is answered 432 at once.
     ListOnly,
+    /// A role allowing `list*` and denying every other command by an explicit rule (`*`
+    /// deny; recorded: `errors_13b_perm_bob_listonly_plus_deny_star_scale`, `errors_13c`): an
+    /// explicit deny refuses a command at once, `scaleKubernetesCluster` included (432), so
+    /// no job is ever queued; `queryAsyncJobResult` is refused too.
+    ListOnlyDenyRest,
+    /// The Root Admin role (the `admin` account a CloudStack is installed with: the recorded
+    /// server's `admin`): every command; exempt from the API rate limit
+    /// (`ApiRateLimitServiceImpl.checkAccess` returns before counting a root admin's call;
+    /// recorded: `throttle_03_throttle_admin_exempt`); sees and changes every account's and
+    /// every project's resources (`AccountManagerImpl.buildACLSearchParameters` and
+    /// `checkAccess`, see `accounts`).
+    Admin,
 }
 
 impl KeyRole {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::User => "user",
-            Self::Admin => "admin",
             Self::ProjectKubernetes => "project-kubernetes",
             Self::ListOnly => "list-only",
+            Self::ListOnlyDenyRest => "list-only-deny",
+            Self::Admin => "admin",
         }
+    }
+
+    /// Whether the role is the Root Admin's (see [`KeyRole::Admin`]).
+    pub fn is_root_admin(self) -> bool {
+        self == Self::Admin
     }
 
     /// Whether a key of this role may call `command`.
@@ -99,19 +115,20 @@ impl KeyRole {
                     || command == "queryAsyncJobResult"
                     || command == "scaleKubernetesCluster"
             }
+            Self::ListOnlyDenyRest => command.starts_with("list"),
         }
     }
 
     /// Whether a scale job of this key may operate on the cluster (checked inside the job).
     pub fn may_scale(self) -> bool {
-        self != Self::ListOnly
+        !matches!(self, Self::ListOnly | Self::ListOnlyDenyRest)
     }
 }
 
 /// The served commands of the API's admin package, which the User role's rules do not allow
-/// (answered 432). A role whose own rules allow `list*` ([`KeyRole::ListOnly`]) matches
-/// `listConfigurations` too, and is let through (*unverified* what a real non-admin caller
-/// is then shown).
+/// (answered 432). A role whose own rules allow `list*` ([`KeyRole::ListOnly`],
+/// [`KeyRole::ListOnlyDenyRest`]) matches `listConfigurations` too, and is let through
+/// (*unverified* what a real non-admin caller is then shown).
 pub const ADMIN_COMMANDS: &[&str] = &["listConfigurations"];
 
 /// The served commands in `KubernetesClusterManagerImpl.PROJECT_KUBERNETES_ACCOUNT_ROLE_ALLOWED_APIS`
@@ -135,11 +152,12 @@ impl FromStr for KeyRole {
     fn from_str(s: &str) -> Result<Self, String> {
         match s.to_ascii_lowercase().as_str() {
             "user" => Ok(Self::User),
-            "admin" | "root-admin" => Ok(Self::Admin),
             "project-kubernetes" | "projectkubernetes" => Ok(Self::ProjectKubernetes),
             "list-only" | "listonly" => Ok(Self::ListOnly),
+            "list-only-deny" | "listonlydeny" => Ok(Self::ListOnlyDenyRest),
+            "admin" | "root-admin" => Ok(Self::Admin),
             _ => Err(format!(
-                "unknown key role {s:?}: expected user, admin, project-kubernetes or list-only"
+                "unknown key role {s:?}: expected user, project-kubernetes, list-only, list-only-deny or admin"
             )),
         }
     }
@@ -197,6 +215,10 @@ pub struct SimSettings {
     pub drop_rate: f64,
     /// Share (0..=1) of requests executed whose JSON answer is cut in half.
     pub malformed_rate: f64,
+    /// Share (0..=1) of requests executed and then answered with a proxy's HTML 504 page, as
+    /// a proxy whose read timeout ran out while CloudStack carried the command out answers
+    /// (*unverified* for any given proxy; nginx's `proxy_read_timeout` behaves so).
+    pub late_error_rate: f64,
     /// How long a scale job takes (provisioning or removal), before waiting for nodes.
     pub job_duration: Duration,
     /// Forced failure of scale-up jobs.
@@ -277,6 +299,7 @@ impl Default for SimSettings {
             error_rate: 0.0,
             drop_rate: 0.0,
             malformed_rate: 0.0,
+            late_error_rate: 0.0,
             job_duration: Duration::from_secs(3),
             job_failure: JobFailure::None,
             alert_scaling: true,
@@ -338,6 +361,7 @@ impl SimSettings {
             "errorrate" => self.error_rate = rate(value)?,
             "droprate" => self.drop_rate = rate(value)?,
             "malformedrate" => self.malformed_rate = rate(value)?,
+            "lateerrorrate" => self.late_error_rate = rate(value)?,
             "jobdurationms" => self.job_duration = ms(value)?,
             "jobfailure" => self.job_failure = value.parse()?,
             "alertscaling" => {
@@ -449,6 +473,7 @@ impl SimSettings {
             "errorrate": self.error_rate,
             "droprate": self.drop_rate,
             "malformedrate": self.malformed_rate,
+            "lateerrorrate": self.late_error_rate,
             "jobdurationms": ms(self.job_duration),
             "jobfailure": self.job_failure.as_str(),
             "alertscaling": if self.alert_scaling { "on" } else { "off" },
@@ -519,7 +544,9 @@ mod tests {
         assert_eq!(s.fail_drains, 2);
         assert_eq!(s.apply("keyrole", "project-kubernetes"), Ok(true));
         assert_eq!(s.key_role, KeyRole::ProjectKubernetes);
-        assert!(s.apply("keyrole", "admin").is_err());
+        assert_eq!(s.apply("keyrole", "admin"), Ok(true));
+        assert!(s.key_role.is_root_admin());
+        assert!(s.apply("keyrole", "superuser").is_err());
         assert_eq!(SimSettings::default().project, None);
         assert!(s.apply("projectname", "p").is_err(), "no project yet");
         let id = "0f3c5a2e-1b7d-4c8e-9a6f-2d4b8e1c7a90";

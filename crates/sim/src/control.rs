@@ -4,9 +4,10 @@
 
 use serde_json::json;
 
-use super::api::{Cmd, Params, Reply, unknown_command};
+use super::api::{Cmd, Params, unknown_command};
 use super::jobs;
 use super::model::{RecordedRequest, VmState, World};
+use super::reply::Reply;
 
 /// Answers a simulator-only command.
 pub fn dispatch_sim(w: &mut World, name: &str, p: &Params, now_ms: u64) -> (Reply, bool) {
@@ -39,7 +40,7 @@ pub fn dispatch_sim(w: &mut World, name: &str, p: &Params, now_ms: u64) -> (Repl
                     Ok(true) => {}
                     Ok(false) => {
                         error = Some(format!(
-                            "unknown simConfigure parameter {k:?}; known: latencyms, errorrate, droprate, malformedrate, jobdurationms, jobfailure, alertscaling, sizedefaultoffering, sizejobreturnsearly, kubeletdelayms, scannerintervalms, vmopms, readypollms, scaletimeoutms, maxclustersize, pickupdelayms, removalpernodems, faildrains, keyrole, projectid, projectname, defaultpagesize, throttling, throttlingmax, throttlingintervalms"
+                            "unknown simConfigure parameter {k:?}; known: latencyms, errorrate, droprate, malformedrate, lateerrorrate, jobdurationms, jobfailure, alertscaling, sizedefaultoffering, sizejobreturnsearly, kubeletdelayms, scannerintervalms, vmopms, readypollms, scaletimeoutms, maxclustersize, pickupdelayms, removalpernodems, faildrains, keyrole, projectid, projectname, defaultpagesize, throttling, throttlingmax, throttlingintervalms"
                         ));
                         break;
                     }

@@ -7,27 +7,36 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::Shared;
+use super::access::NO_PERMISSION;
+use super::accounts::Caller;
 use super::clock::{format_stamp, now_stamp};
 use super::config::{JobFailure, SimSettings};
-use super::model::{ClusterState, Job, JobKind, JobResult, JobStatus, VmRole, VmState, World};
+use super::model::{
+    ClusterState, Job, JobKind, JobResult, JobStatus, NetworkKind, VmRole, VmState, World,
+};
 use super::render;
 use super::rules::{self, ScalePlan, ScaleRequest, SizePlan};
 
 /// CloudStack's INTERNAL_ERROR, the code of every failed scale job.
 pub const INTERNAL_ERROR: u32 = 530;
 
-/// Registers a new in-progress job and returns its id.
-pub fn new_job(w: &mut World, kind: JobKind, instance_id: &str) -> String {
+/// Registers a new in-progress job of `submitter` and returns its id.
+pub fn new_job(w: &mut World, kind: JobKind, instance_id: &str, submitter: &Caller) -> String {
     if kind == JobKind::StopVm {
         w.note_stop(instance_id);
     }
     let id = w.ids.uuid();
+    if kind.instance_type().is_some() {
+        w.pending_vm_jobs
+            .insert(instance_id.to_string(), id.clone());
+    }
     w.jobs.insert(
         id.clone(),
         Job {
             id: id.clone(),
             kind,
             instance_id: instance_id.to_string(),
+            submitter: submitter.clone(),
             created: now_stamp(),
             completed: None,
             status: JobStatus::InProgress,
@@ -51,6 +60,7 @@ pub fn add_past_jobs(
 ) {
     let created = format_stamp(created_unix);
     let result = cluster_result(w, cluster_id);
+    let submitter = w.key_caller();
     let (status, completed, result) = if running {
         (JobStatus::InProgress, None, None)
     } else {
@@ -65,6 +75,7 @@ pub fn add_past_jobs(
                 id: id.clone(),
                 kind: JobKind::ScaleCluster,
                 instance_id: cluster_id.to_string(),
+                submitter: submitter.clone(),
                 created: created.clone(),
                 completed: completed.clone(),
                 status,
@@ -77,8 +88,19 @@ pub fn add_past_jobs(
     w.job_order.splice(0..0, ids);
 }
 
+/// A VM job has ended: the VM no longer shows it.
+fn vm_job_ended(w: &mut World, job_id: &str) {
+    if let Some(j) = w.jobs.get(job_id)
+        && w.pending_vm_jobs.get(&j.instance_id) == Some(&j.id)
+    {
+        let vm = j.instance_id.clone();
+        w.pending_vm_jobs.remove(&vm);
+    }
+}
+
 /// Marks a job succeeded with `result` as its `jobresult`.
 pub fn succeed(w: &mut World, job_id: &str, result: JobResult) {
+    vm_job_ended(w, job_id);
     if let Some(j) = w.jobs.get_mut(job_id) {
         j.status = JobStatus::Succeeded;
         j.result_code = 0;
@@ -90,6 +112,7 @@ pub fn succeed(w: &mut World, job_id: &str, result: JobResult) {
 /// Marks a job failed with CloudStack's `{errorcode, errortext}` result.
 pub fn fail(w: &mut World, job_id: &str, code: u32, text: &str) {
     tracing::debug!(job = job_id, code, text, "job failed");
+    vm_job_ended(w, job_id);
     if let Some(j) = w.jobs.get_mut(job_id) {
         j.status = JobStatus::Failed;
         j.result_code = code;
@@ -206,14 +229,14 @@ pub fn start_scale(
         return None;
     };
     // The caller's right to operate on the cluster is checked inside the job, before the
-    // request's own validation (recorded: `errors_13_perm_bob_listonly_scale_job_final`).
-    if !w.settings.key_role.may_scale() {
-        fail(
-            w,
-            job_id,
-            INTERNAL_ERROR,
-            "Caller does not have permission to operate with provided resource.",
-        );
+    // request's own validation: a role allowing only `list*`
+    // (`errors_13_perm_bob_listonly_scale_job_final`), another account's cluster
+    // (`errors_17_perm_alice_scale_other_account_cluster_job_final`).
+    let allowed = w.jobs.get(job_id).is_none_or(|j| {
+        j.submitter.role.may_scale() && w.can_operate(&j.submitter, &w.ownership(c))
+    });
+    if !allowed {
+        fail(w, job_id, INTERNAL_ERROR, NO_PERMISSION);
         return None;
     }
     let checked = rules::validate(w, c, req).and_then(|plan| {
@@ -399,6 +422,20 @@ async fn provision(
         if partial {
             return Some(Err(format!(
                 "Scaling failed for Kubernetes cluster : {name}, unable to provision node VM in the cluster"
+            )));
+        }
+        // apache/cloudstack#12633 (open; reported on 4.22, the code path is 4.21's too): once
+        // the new VMs run, `scaleUpKubernetesClusterSize` rewrites the SSH firewall range and
+        // port forwards for the cluster's VMs with the external nodes among them, which fails
+        // on an isolated network; the job fails "unable to update network rules" (the caller
+        // moves the cluster to Alert), the new VMs stay, the size is not raised
+        // (`setNodeCount` comes after).
+        let external = w.cluster(cid).is_some_and(|c| {
+            c.network == NetworkKind::Isolated && c.vms.iter().any(|v| v.role == VmRole::External)
+        });
+        if external {
+            return Some(Err(format!(
+                "Scaling failed for Kubernetes cluster : {name}, unable to update network rules"
             )));
         }
     }

@@ -8,6 +8,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+use super::accounts::{Account, Caller, ClusterOwner, Owner, ProjectEntry};
 use super::config::SimSettings;
 use super::ids::IdGen;
 
@@ -124,6 +125,20 @@ impl FromStr for VmState {
     }
 }
 
+/// The kind of guest network a cluster runs on. CKS creates an isolated network for a cluster
+/// given none; an operator may give it a shared (or routed) one. CloudStack rewrites the SSH
+/// firewall and port-forwarding rules of an isolated or VPC network on every scale
+/// (`KubernetesClusterScaleWorker.scaleKubernetesClusterNetworkRules`: nothing to do when
+/// `manager.isDirectAccess(network)`), which is where a scale-up of a cluster with an external
+/// node fails (apache/cloudstack#12633).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NetworkKind {
+    #[default]
+    Isolated,
+    Shared,
+}
+
 /// What a VM is to its cluster. CloudStack keeps this in its VM map and does not serialize the
 /// control flag; only `isetcdnode`/`isexternalnode` reach the API.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -224,6 +239,7 @@ pub struct Cluster {
     pub autoscaling: bool,
     /// `clustertype` ExternalManaged (CloudStack scales no such cluster).
     pub externally_managed: bool,
+    pub network: NetworkKind,
     /// Recorded totals, updated the way CloudStack updates them (see `jobs`).
     pub cores: u64,
     pub memory: u64,
@@ -239,6 +255,8 @@ pub struct Cluster {
     pub prefix: String,
     /// In VM-map order, which is creation order.
     pub vms: Vec<Vm>,
+    /// Its account or project (see `accounts`).
+    pub owner: ClusterOwner,
     pub next_ip: u32,
     pub next_etcd_index: u32,
 }
@@ -327,6 +345,9 @@ pub struct Job {
     pub id: String,
     pub kind: JobKind,
     pub instance_id: String,
+    /// Who submitted it: the job's `account`, `accountid` and `userid`, the account whose
+    /// `listAsyncJobs` lists it, and whose right a scale job checks.
+    pub submitter: Caller,
     pub created: String,
     pub completed: Option<String>,
     pub status: JobStatus,
@@ -405,17 +426,6 @@ fn kubelet_allocatable(offering: &Offering) -> BTreeMap<String, String> {
     ])
 }
 
-/// The account every simulated resource belongs to.
-#[derive(Debug, Clone)]
-pub struct Owner {
-    pub account: String,
-    pub account_id: String,
-    pub user_id: String,
-    pub username: String,
-    pub domain: String,
-    pub domain_id: String,
-}
-
 /// All simulated state. One `Mutex<World>` guards it; no lock is held across an `.await`.
 #[derive(Debug)]
 pub struct World {
@@ -429,6 +439,13 @@ pub struct World {
     /// Expunged VMs: CloudStack still resolves their ids (lists just come back empty).
     pub removed_vms: HashSet<String>,
     pub owner: Owner,
+    /// The scenario's other accounts, each with its own keys (see `accounts`).
+    pub accounts: Vec<Account>,
+    /// The scenario's projects.
+    pub projects: Vec<ProjectEntry>,
+    /// The VM jobs in progress, by VM id: CloudStack's `user_vm_view` joins a VM's pending
+    /// job, and every VM answer shows it (`jobid`, `jobstatus`; see `render`).
+    pub pending_vm_jobs: HashMap<String, String>,
     pub template_id: String,
     pub requests: Vec<RecordedRequest>,
     pub ids: IdGen,

@@ -78,6 +78,7 @@ impl ScaleMachine {
         let scaling = snap.snap.state == ClusterState::Scaling;
         self.cluster_id = Some(snap.snap.id.clone());
         self.recheck_size_scaling(&snap.snap);
+        self.recheck_external_scale_up(&snap.snap);
         let ttl = self.timings.failed_ttl;
         self.failed.retain(|f| {
             let vm_alive = f.vm_id.as_ref().is_none_or(|id| {
@@ -415,6 +416,7 @@ impl ScaleMachine {
         if self.phase.job() != Some(job) {
             return None;
         }
+        self.learn_job_length(job, end);
         // Any job may have drained nodes (an adopted one may be a removal of ours).
         self.drain_fresh_after = Some(now);
         let op = match std::mem::replace(&mut self.phase, Phase::Idle) {
@@ -430,6 +432,7 @@ impl ScaleMachine {
         let mut alert_refusal = false;
         if let Some((code, text)) = end.failure() {
             self.learn_size_scaling_broken(op.as_ref().map(|o| &o.kind), text);
+            self.learn_external_scale_up_failed(op.as_ref().map(|o| &o.kind), text);
             // "This CloudStack cannot scale in Alert" only when the provider's own rules, on a
             // snapshot taken after the job, still allow the request: a refusal the rules
             // explain (a worker HA restarted between the check and the job: rule 7) says

@@ -50,6 +50,7 @@ impl ScaleMachine {
         check_max(target, delta, max)?;
         self.refuse_in_alert(alert)?;
         self.refuse_broken_size_scaling()?;
+        self.refuse_external_scale_up()?;
         match &self.phase {
             Phase::Idle if !self.queue.remove.is_empty() => {
                 self.enqueue(delta);
@@ -82,6 +83,7 @@ impl ScaleMachine {
         check_max(target, delta, max)?;
         self.refuse_in_alert(alert)?;
         self.refuse_broken_size_scaling()?;
+        self.refuse_external_scale_up()?;
         match &self.phase {
             Phase::Idle if self.queue.remove.is_empty() => {}
             _ => {

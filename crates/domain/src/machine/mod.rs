@@ -41,10 +41,12 @@ mod cordon;
 mod delete;
 mod error;
 mod events;
+mod external;
 mod increase;
 mod ledger;
 mod nodes;
 mod offerings;
+mod pace;
 mod queue;
 mod stranded;
 mod target;
@@ -53,10 +55,11 @@ mod withdraw;
 pub use delete::{Acceptance, Accepted, DeletePlan, LocalDrops, NodeRef};
 pub use error::{ScaleError, is_alert_refusal, is_drain_failure, refused_error};
 pub use events::{JobEnd, OVERDUE_POLL_FACTOR, Settled, op_changed_cluster, poll_delay};
+pub use external::{ExternalScaleUp, is_network_rules_failure};
 pub use increase::{Admission, Started};
 pub use ledger::{Ledger, OwedRemoval};
 pub use nodes::{Hit, LearnedNode};
-pub use queue::{Queue, QueuedRemoval};
+pub use queue::{Queue, QueuedRemoval, WINDOW_QUIET};
 pub use stranded::StrandNews;
 pub use target::Decreased;
 
@@ -346,6 +349,10 @@ pub struct ScaleMachine {
     /// A size job failed on CloudStack's offering map (apache/cloudstack#11994): size
     /// requests are refused until the cluster's listed offerings change.
     pub(crate) size_broken: Option<offerings::SizeScalingBroken>,
+    /// Scale-ups of a cluster listing an external node (apache/cloudstack#12633).
+    pub(crate) external_scale_up: ExternalScaleUp,
+    /// How long this cluster's jobs take, for when to poll them (`pace`).
+    pub(crate) pace: pace::JobPace,
 }
 
 impl ScaleMachine {
@@ -369,6 +376,8 @@ impl ScaleMachine {
             drain_sent: HashSet::new(),
             drain_fresh_after: None,
             size_broken: None,
+            external_scale_up: ExternalScaleUp::Refuse,
+            pace: pace::JobPace::default(),
         }
     }
 

@@ -9,7 +9,7 @@ use crate::cluster::ClusterState;
 use crate::removal::{Candidate, MAX_REMOVAL_ATTEMPTS, StopStage, pick_batch, retry_delay};
 use crate::rules::{AlertScaling, Refusal, ScaleRequest, check_scale};
 use std::collections::HashSet;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Work accepted but not sent yet, sent when the phase returns to idle.
 ///
@@ -88,7 +88,36 @@ impl QueuedRemoval {
     }
 }
 
+/// How long the collection window waits after its last arrival. The autoscaler sends the
+/// DeleteNodes calls of one batch from parallel goroutines at once
+/// (`core/scaledown/actuation/group_deletion_scheduler.go`, with the default
+/// `--node-deletion-batcher-interval` of 0): they arrive within milliseconds of each other,
+/// and a node it drained first arrives when its own drain ends, seconds apart, which no window
+/// worth its wait would catch. So the window closes once the calls stop coming for this long,
+/// rather than always waiting out `--removal-window`, which stays its cap: a lone removal waits
+/// 0.1 s, not 0.5 s, before CloudStack starts on it.
+pub const WINDOW_QUIET: Duration = Duration::from_millis(100);
+
 impl ScaleMachine {
+    /// When the open collection window closes: [`WINDOW_QUIET`] after its last arrival, at
+    /// most `cap` (`--removal-window`) after its first. `None` when no caller waits in it
+    /// (close it at once).
+    pub fn window_closes_at(&self, cap: Duration) -> Option<Instant> {
+        let arrivals = self
+            .queue
+            .remove
+            .iter()
+            .filter(|r| r.in_window)
+            .map(|r| r.since);
+        let (first, last) = arrivals.fold((None::<Instant>, None::<Instant>), |(f, l), t| {
+            (
+                Some(f.map_or(t, |f| f.min(t))),
+                Some(l.map_or(t, |l| l.max(t))),
+            )
+        });
+        Some((last? + WINDOW_QUIET.min(cap)).min(first? + cap))
+    }
+
     /// The collection window ends: the queued removals go out as one request, or wait behind
     /// an operation that started meanwhile. `Err`: the rules refuse the merged request now;
     /// its removals are dropped (the target comes back) and the error says why.
@@ -602,6 +631,12 @@ impl ScaleMachine {
         }
         let to = from.saturating_add(placeholders.len() as u32);
         let request = ScaleRequest::Resize { new_size: to };
+        // Accepted before the cluster listed an external node (or before a failure taught
+        // that CloudStack fails them): reported failed, never sent to strand the cluster.
+        if let Err(ScaleError::Refused(r)) = self.refuse_external_scale_up() {
+            self.record_failed(&refused_error(r.to_string()), Vec::new(), placeholders, now);
+            return effects;
+        }
         if let Err(r) = check_scale(&snap.snap, &request, alert) {
             self.record_failed(&refused_error(r.to_string()), Vec::new(), placeholders, now);
             return effects;

@@ -61,7 +61,7 @@ pub(super) fn snapshot_sized(
     Arc::new(IndexedSnapshot::new(snap, now))
 }
 
-fn running3(now: Instant) -> Arc<IndexedSnapshot> {
+pub(super) fn running3(now: Instant) -> Arc<IndexedSnapshot> {
     snapshot(
         "Running",
         &[
@@ -2618,4 +2618,50 @@ fn a_size_job_failing_on_running_kvm_offerings_refuses_size_requests_until_offer
         t0,
     );
     assert!(!refused(&mut m));
+}
+
+/// The collection window closes [`WINDOW_QUIET`] after its last arrival, at most the cap after
+/// its first; with no caller in it, at once.
+#[test]
+fn the_window_closes_once_calls_stop_coming_within_its_cap() {
+    let t0 = Instant::now();
+    let ms = Duration::from_millis;
+    let cap = ms(500);
+    let mut m = ScaleMachine::new(Some("cid".into()), Timings::default());
+    m.queue.window_open = true;
+    assert_eq!(m.window_closes_at(cap), None);
+    m.queue
+        .remove
+        .push(QueuedRemoval::new("w1".into(), "w1".into(), t0, true));
+    assert_eq!(m.window_closes_at(cap), Some(t0 + WINDOW_QUIET));
+    m.queue.remove.push(QueuedRemoval::new(
+        "w2".into(),
+        "w2".into(),
+        t0 + ms(60),
+        true,
+    ));
+    assert_eq!(m.window_closes_at(cap), Some(t0 + ms(60) + WINDOW_QUIET));
+    // Arrivals that keep coming do not hold it open past the cap.
+    for (i, at) in [150, 240, 330, 420].into_iter().enumerate() {
+        let vm = format!("w{}", i + 3);
+        m.queue
+            .remove
+            .push(QueuedRemoval::new(vm.clone(), vm, t0 + ms(at), true));
+    }
+    assert_eq!(m.window_closes_at(cap), Some(t0 + cap));
+    // Removals owed from before (answered already) do not count as arrivals.
+    let mut m = ScaleMachine::new(Some("cid".into()), Timings::default());
+    m.queue.window_open = true;
+    m.queue.remove.push(QueuedRemoval::new(
+        "old".into(),
+        "old".into(),
+        t0 + ms(400),
+        false,
+    ));
+    m.queue
+        .remove
+        .push(QueuedRemoval::new("w1".into(), "w1".into(), t0, true));
+    assert_eq!(m.window_closes_at(cap), Some(t0 + WINDOW_QUIET));
+    // A cap below the quiet time wins.
+    assert_eq!(m.window_closes_at(ms(30)), Some(t0 + ms(30)));
 }

@@ -358,6 +358,44 @@ async fn partial_failure_leaves_an_error_vm_alert_and_the_old_size() {
     assert!(text.contains("6 VMs for 4 nodes"), "{text}");
 }
 
+/// apache/cloudstack#12633: a scale-up of a cluster with an external node, on the isolated
+/// network CKS creates, fails on the network rules once the new VMs run; on a shared network
+/// CloudStack writes no rules and the scale-up succeeds.
+#[tokio::test(start_paused = true)]
+async fn a_scale_up_with_an_external_node_fails_on_an_isolated_network_only() {
+    for network in [cks_sim::NetworkKind::Isolated, cks_sim::NetworkKind::Shared] {
+        let mut spec = ClusterSpec::new("mixed", 1, 2);
+        spec.external = NodesSpec::Count(1);
+        spec.network = network;
+        let sim = start_sim(sim_config_with(|c| {
+            c.settings.scanner_interval = ms(60_000);
+            c.scenario = Scenario::with_cluster(spec);
+        }))
+        .await;
+        let c = Client::new(&sim);
+        let id = sim.cluster_ids()[0].clone();
+        let done = c.scale(&[("id", &id), ("size", "4")]).await;
+        let cl = c.cluster(&id).await;
+        let vms = cl["virtualmachines"].as_array().map_or(0, Vec::len);
+        if network == cks_sim::NetworkKind::Shared {
+            assert_eq!(done["jobstatus"], 1, "{done}");
+            assert_eq!(
+                (cl["state"].clone(), cl["size"].clone()),
+                ("Running".into(), 4.into())
+            );
+            assert_eq!(vms, 5);
+            continue;
+        }
+        assert_eq!(
+            failure_text(&done),
+            "Scaling failed for Kubernetes cluster : mixed, unable to update network rules"
+        );
+        assert_eq!(cl["state"], "Alert");
+        assert_eq!(cl["size"], 3, "the size is written only on success");
+        assert_eq!(vms, 5, "the new VM stays: {cl}");
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_never_ending_job_keeps_the_cluster_scaling() {
     let sim = start_sim(sim_config()).await;

@@ -5,7 +5,8 @@ of that chart for cluster-autoscaler 1.33). There the chart deploys the autoscal
 top-level values are the autoscaler's; here the top-level values are the provider's and the
 autoscaler's are under `autoscaler.`. A value upstream's chart takes that this chart would
 ignore, or give to the wrong container, is refused with a message saying where this chart takes
-it. The README's migration table lists every mapping.
+it, every such value of one values file in one message. The README's migration table lists every
+mapping.
 */}}
 
 {{/* The non-comment lines of a file under files/: `path` and the chart root `root`. */}}
@@ -39,6 +40,10 @@ that are no flag (the value of `--name value`) are skipped. */}}
 {{- if not $serveFlags -}}
 {{- fail "files/serve-flags.txt is missing from the chart: it lists the flags top-level extraArgs may name" -}}
 {{- end -}}
+{{- /* Every refusal is collected and reported at once: an upstream values file carries several
+habits, and one render per habit would take as many rounds. */ -}}
+{{- $problems := list -}}
+{{- $unknownFlags := false -}}
 {{- $why := "Top-level extraArgs take the flags of cks-autoscaler-provider serve (upstream's chart puts the autoscaler's there), and the provider would stop at start on a flag it does not know" -}}
 
 {{- /* Upstream top-level values this chart has no such value for (upstream values.yaml, chart
@@ -73,11 +78,11 @@ that are no flag (the value of `--name value`) are skipped. */}}
 {{- end -}}
 {{- range $key := (keys $upstream | sortAlpha) -}}
 {{- if hasKey $v $key -}}
-{{- fail (printf "%s is a value of upstream's cluster-autoscaler chart that this chart does not take: %s (the README's table \"Coming from upstream's cluster-autoscaler chart\")" $key (get $upstream $key)) -}}
+{{- $problems = append $problems (printf "%s is a value of upstream's cluster-autoscaler chart that this chart does not take: %s (the README's table \"Coming from upstream's cluster-autoscaler chart\")" $key (get $upstream $key)) -}}
 {{- end -}}
 {{- end -}}
 {{- if hasKey $v.autoscaler "containerSecurityContext" -}}
-{{- fail "autoscaler.containerSecurityContext: the cluster-autoscaler container's security context is autoscaler.securityContext here (upstream's containerSecurityContext), its pod's autoscaler.podSecurityContext (upstream's securityContext)" -}}
+{{- $problems = append $problems "autoscaler.containerSecurityContext: the cluster-autoscaler container's security context is autoscaler.securityContext here (upstream's containerSecurityContext), its pod's autoscaler.podSecurityContext (upstream's securityContext)" -}}
 {{- end -}}
 
 {{- /* securityContext: upstream's is the pod's, this chart's the provider container's
@@ -87,14 +92,14 @@ that are no flag (the value of `--name value`) are skipped. */}}
 {{- range $where, $context := dict "securityContext" $v.securityContext "autoscaler.securityContext" $v.autoscaler.securityContext -}}
 {{- range $podOnly -}}
 {{- if hasKey ($context | default dict) . -}}
-{{- fail (printf "%s.%s: %s is a container's security context in this chart (upstream's containerSecurityContext), and %s is a pod's field. Upstream's securityContext is the pod's: set it as %s" $where . $where . (ternary "podSecurityContext (the provider's pod; autoscaler.podSecurityContext for the cluster-autoscaler's)" "autoscaler.podSecurityContext" (eq $where "securityContext"))) -}}
+{{- $problems = append $problems (printf "%s.%s: %s is a container's security context in this chart (upstream's containerSecurityContext), and %s is a pod's field. Upstream's securityContext is the pod's: set it as %s" $where . $where . (ternary "podSecurityContext (the provider's pod; autoscaler.podSecurityContext for the cluster-autoscaler's)" "autoscaler.podSecurityContext" (eq $where "securityContext"))) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
 {{- range $where, $context := dict "podSecurityContext" $v.podSecurityContext "autoscaler.podSecurityContext" $v.autoscaler.podSecurityContext -}}
 {{- range $containerOnly -}}
 {{- if hasKey ($context | default dict) . -}}
-{{- fail (printf "%s.%s: %s is a container's field, and %s the pod's security context: set it in %s" $where . . $where (ternary "securityContext (the provider's container)" "autoscaler.securityContext" (eq $where "podSecurityContext"))) -}}
+{{- $problems = append $problems (printf "%s.%s: %s is a container's field, and %s the pod's security context: set it in %s" $where . . $where (ternary "securityContext (the provider's container)" "autoscaler.securityContext" (eq $where "podSecurityContext"))) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
@@ -102,10 +107,10 @@ that are no flag (the value of `--name value`) are skipped. */}}
 {{- /* image: upstream's is the cluster-autoscaler's, this chart's the provider's. */ -}}
 {{- $tag := toString ($v.image.tag | default "") -}}
 {{- if regexMatch `^v1\.[23][0-9]\.[0-9]+` $tag -}}
-{{- fail (printf "image.tag %q looks like a cluster-autoscaler release (upstream's chart sets the autoscaler's image there): here image is the cks-autoscaler-provider image, whose tag defaults to the chart's appVersion %s. Set the autoscaler's release as autoscaler.image.tag, or leave it empty and set autoscaler.kubernetesMinor: the release autoscaler.image.tagByKubernetesMinor lists for that minor" $tag .Chart.AppVersion) -}}
+{{- $problems = append $problems (printf "image.tag %q looks like a cluster-autoscaler release (upstream's chart sets the autoscaler's image there): here image is the cks-autoscaler-provider image, whose tag defaults to the chart's appVersion %s. Set the autoscaler's release as autoscaler.image.tag, or leave it empty and set autoscaler.kubernetesMinor: the release autoscaler.image.tagByKubernetesMinor lists for that minor" $tag .Chart.AppVersion) -}}
 {{- end -}}
 {{- if regexMatch `(^|/)cluster-autoscaler$` (toString ($v.image.repository | default "")) -}}
-{{- fail (printf "image.repository %q is the cluster-autoscaler's image (upstream's chart sets it there): here image is the cks-autoscaler-provider image, and the autoscaler's is autoscaler.image.repository" (toString $v.image.repository)) -}}
+{{- $problems = append $problems (printf "image.repository %q is the cluster-autoscaler's image (upstream's chart sets it there): here image is the cks-autoscaler-provider image, and the autoscaler's is autoscaler.image.repository" (toString $v.image.repository)) -}}
 {{- end -}}
 
 {{- /* Nested values upstream's chart takes under names this chart gives other meanings or
@@ -122,7 +127,7 @@ none. */ -}}
 {{- $map := get $nested $parent -}}
 {{- range $key := (keys $map | sortAlpha) -}}
 {{- if hasKey $given $key -}}
-{{- fail (printf "%s.%s is a value of upstream's cluster-autoscaler chart; this chart's equivalent: %s%s" $parent $key (get $map $key) (ternary (printf " (%s)" $serviceWhy) "" (eq $parent "service"))) -}}
+{{- $problems = append $problems (printf "%s.%s is a value of upstream's cluster-autoscaler chart; this chart's equivalent: %s%s" $parent $key (get $map $key) (ternary (printf " (%s)" $serviceWhy) "" (eq $parent "service"))) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
@@ -131,20 +136,29 @@ none. */ -}}
 {{- range (include "cks-autoscaler-provider.argNames" (include "cks-autoscaler-provider.extraArgs" $v.extraArgs) | fromJsonArray) -}}
 {{- if not (has . $serveFlags) -}}
 {{- if eq . "v" -}}
-{{- fail (printf "extraArgs.v: --v is the cluster-autoscaler's log verbosity. %s. Set the autoscaler's as autoscaler.verbosity; the provider's log level is log.filter (a RUST_LOG filter such as info or debug)" $why) -}}
+{{- $problems = append $problems (printf "extraArgs.v: --v is the cluster-autoscaler's log verbosity. %s. Set the autoscaler's as autoscaler.verbosity; the provider's log level is log.filter (a RUST_LOG filter such as info or debug)" $why) -}}
 {{- else if has . (list "cloud-provider" "namespace" "address") -}}
-{{- fail (printf "extraArgs.%s: --%s is a cluster-autoscaler flag that this chart sets itself (%s). %s" . . (get (dict "cloud-provider" "always externalgrpc" "namespace" "the release namespace" "address" "autoscaler.metricsPort") .) $why) -}}
+{{- $problems = append $problems (printf "extraArgs.%s: --%s is a cluster-autoscaler flag that this chart sets itself (%s). %s" . . (get (dict "cloud-provider" "always externalgrpc" "namespace" "the release namespace" "address" "autoscaler.metricsPort") .) $why) -}}
 {{- else if has . $autoscalerFlags -}}
-{{- fail (printf "extraArgs.%s: --%s is a cluster-autoscaler flag. %s. Set it in autoscaler.extraArgs" . . $why) -}}
+{{- $problems = append $problems (printf "extraArgs.%s: --%s is a cluster-autoscaler flag. %s. Set it in autoscaler.extraArgs" . . $why) -}}
 {{- else -}}
-{{- fail (printf "extraArgs.%s: --%s is not a flag of cks-autoscaler-provider serve. %s. serve's flags: %s. The cluster-autoscaler's flags go in autoscaler.extraArgs" . . $why (join ", " $serveFlags)) -}}
+{{- $problems = append $problems (printf "extraArgs.%s: --%s is not a flag of cks-autoscaler-provider serve. %s. The cluster-autoscaler's flags go in autoscaler.extraArgs" . . $why) -}}
+{{- $unknownFlags = true -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
 {{- /* autoscaler.extraArgs: a serve flag the autoscaler does not have is the reverse mix-up. */ -}}
 {{- range (include "cks-autoscaler-provider.argNames" (include "cks-autoscaler-provider.extraArgs" $v.autoscaler.extraArgs) | fromJsonArray) -}}
 {{- if and (has . $serveFlags) (not (has . $autoscalerFlags)) -}}
-{{- fail (printf "autoscaler.extraArgs.%s: --%s is a flag of cks-autoscaler-provider serve, not of the cluster-autoscaler (which would stop at start on it): set it in top-level extraArgs" . .) -}}
+{{- $problems = append $problems (printf "autoscaler.extraArgs.%s: --%s is a flag of cks-autoscaler-provider serve, not of the cluster-autoscaler (which would stop at start on it): set it in top-level extraArgs" . .) -}}
+{{- end -}}
+{{- end -}}
+{{- if $problems -}}
+{{- $flags := ternary (printf "\nserve's flags: %s" (join ", " $serveFlags)) "" $unknownFlags -}}
+{{- if eq (len $problems) 1 -}}
+{{- fail (printf "%s%s" (first $problems) $flags) -}}
+{{- else -}}
+{{- fail (printf "%d values refused at once (written as for upstream's cluster-autoscaler chart), each with where this chart takes it:\n- %s%s" (len $problems) (join "\n- " $problems) $flags) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}

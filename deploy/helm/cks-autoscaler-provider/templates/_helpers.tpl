@@ -156,7 +156,15 @@ the cluster Helm talks to (some distributions report "28+").
 {{- if kindIs "float64" $minor -}}
 {{- fail (printf "autoscaler.kubernetesMinor must be a quoted string such as \"1.30\", not the number %v" $minor) -}}
 {{- end -}}
-{{- if not $minor -}}
+{{- if $minor -}}
+{{- /* What `kubectl version` prints (v1.31.4, 1.31.4+k3s1) names its minor without doubt: take
+it, rather than refuse a value whose meaning is plain. */ -}}
+{{- $minor = toString $minor -}}
+{{- if not (regexMatch `^v?[0-9]+\.[0-9]+(\.[0-9]+)?([-+].*)?$` $minor) -}}
+{{- fail (printf "autoscaler.kubernetesMinor %q is no Kubernetes version: write the minor, quoted, such as \"1.31\" (the Server Version of kubectl version, v1.31.4, is minor 1.31)" $minor) -}}
+{{- end -}}
+{{- $minor = regexFind `^[0-9]+\.[0-9]+` (trimPrefix "v" $minor) -}}
+{{- else -}}
 {{- $minor = printf "%s.%s" .Capabilities.KubeVersion.Major (trimSuffix "+" .Capabilities.KubeVersion.Minor) -}}
 {{- end -}}
 {{- $tag = index $image.tagByKubernetesMinor $minor -}}
