@@ -268,11 +268,11 @@ pub fn size_limit_line(max: u64, from: MaxFrom, control: u64, limit: &SizeLimit)
         },
         if control == 1 { "" } else { "s" }
     );
-    let lower = match from {
-        MaxFrom::Nodes => "lower MAX in --nodes",
-        MaxFrom::Cks => {
-            "lower the cluster's maxsize in CKS (or turn CKS's autoscaling off and lower MAX in --nodes)"
-        }
+    let lower = |to: u64| match from {
+        MaxFrom::Nodes => format!("lower MAX in --nodes to {to}"),
+        MaxFrom::Cks => format!(
+            "lower the cluster's maxsize in CKS to {to} (or turn CKS's autoscaling off and set MAX in --nodes to {to})"
+        ),
     };
     let refusal = |n: u64| {
         format!(
@@ -282,8 +282,8 @@ pub fn size_limit_line(max: u64, from: MaxFrom, control: u64, limit: &SizeLimit)
     };
     let raise = |n: u64| {
         format!(
-            "{lower} to {}, or have a CloudStack administrator set cloud.kubernetes.cluster.max.size to {nodes} or more for the cluster's account (an account setting: Accounts > the account > Settings)",
-            n.saturating_sub(control)
+            "{}, or have a CloudStack administrator set cloud.kubernetes.cluster.max.size to {nodes} or more for the cluster's account (an account setting: Accounts > the account > Settings)",
+            lower(n.saturating_sub(control))
         )
     };
     match limit {
@@ -400,7 +400,9 @@ pub async fn check(
                     let (line, warn) = size_limit_line(max, from, c.controlnodes, limit);
                     let _ = writeln!(out, "  {line}");
                     if warn {
-                        warnings.push(format!("cluster {name}: {line}"));
+                        warnings.push(format!(
+                            "cluster {name}: CloudStack's cloud.kubernetes.cluster.max.size refuses, or may refuse, its largest size (its size limit line above says what to change)"
+                        ));
                     }
                 }
             }
