@@ -166,6 +166,31 @@ pub fn caller<T>(req: &Request<T>) -> Caller {
     }
 }
 
+/// The response header NodeGroups carries when the caller sees no node group: `unbound` (no
+/// group is bound to a name it presented) or `denied` (`--deny-client`). Without it, an empty
+/// answer means the caller's groups have no CloudStack snapshot yet. `probe` reads it.
+pub const CALLER_GROUPS_HEADER: &str = "cks-caller-groups";
+
+/// The response header (binary, UTF-8) that goes with [`CALLER_GROUPS_HEADER`]: the names the
+/// provider read from the caller's verified certificate, one per line (absent: none presented).
+pub const CALLER_NAMES_HEADER: &str = "cks-caller-names-bin";
+
+/// Tells a caller that sees no node group why, in NodeGroups' response headers (an autoscaler
+/// ignores them; `probe` says it).
+fn unbound_caller(headers: &mut tonic::metadata::MetadataMap, caller: &Caller, denied: bool) {
+    let why = if denied { "denied" } else { "unbound" };
+    headers.insert(
+        CALLER_GROUPS_HEADER,
+        tonic::metadata::MetadataValue::from_static(why),
+    );
+    if !caller.identities().is_empty() {
+        headers.insert_bin(
+            CALLER_NAMES_HEADER,
+            tonic::metadata::MetadataValue::from_bytes(caller.identities().join("\n").as_bytes()),
+        );
+    }
+}
+
 /// Parses a `grpc-timeout` header value (`<digits><H|M|S|m|u|n>`).
 pub fn parse_grpc_timeout(v: &str) -> Option<Duration> {
     if v.len() < 2 || v.len() > 9 {
@@ -264,18 +289,17 @@ impl CloudProvider for CloudProviderService {
         request: Request<pb::NodeGroupsRequest>,
     ) -> Result<Response<pb::NodeGroupsResponse>, Status> {
         let caller = self.caller(&request);
-        observed("NodeGroups", async {
+        let scoped = self.provider.seen_by(&caller);
+        let mut response = observed("NodeGroups", async {
             Ok(pb::NodeGroupsResponse {
-                node_groups: self
-                    .provider
-                    .seen_by(&caller)
-                    .node_groups()
-                    .into_iter()
-                    .map(group_pb)
-                    .collect(),
+                node_groups: scoped.node_groups().into_iter().map(group_pb).collect(),
             })
         })
-        .await
+        .await?;
+        if !scoped.sees_any() {
+            unbound_caller(response.metadata_mut(), &caller, scoped.denied);
+        }
+        Ok(response)
     }
 
     async fn node_group_for_node(

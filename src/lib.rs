@@ -18,6 +18,7 @@ pub mod options;
 pub mod probe;
 pub mod provider;
 pub mod server;
+pub mod suggest;
 pub mod template;
 pub mod tls;
 pub mod x509;

@@ -186,6 +186,14 @@ fn describe() {
          fleet of replicas sums to 1; 0 for a minute means nobody scales."
     );
     describe_counter!(
+        "cks_provider_tls_handshakes_refused_total",
+        "TLS handshakes the gRPC listener refused, by reason: a client certificate missing, \
+         from an unknown CA, signed by another key of a CA's name, expired or not valid yet, \
+         the client refusing the provider's certificate, plain text on the TLS port, no \
+         protocol in common, closed or timed out. Each client's mistake is also logged, at \
+         most once a minute per peer address and reason."
+    );
+    describe_counter!(
         "cks_provider_leader_transitions_total",
         "Times this replica started or stopped leading (--leader-elect)."
     );
@@ -314,6 +322,11 @@ pub fn record_removals_retried(count: usize) {
 /// Records accepted node removals given up after repeated failures.
 pub fn record_removals_abandoned(count: usize) {
     metrics::counter!("cks_provider_removals_abandoned_total").increment(count as u64);
+}
+
+/// Records a TLS handshake the gRPC listener refused, by reason (`crate::tls::Refusal`).
+pub fn record_tls_handshake_refused(reason: &'static str) {
+    metrics::counter!("cks_provider_tls_handshakes_refused_total", "reason" => reason).increment(1);
 }
 
 /// Records accepted node removals the autoscaler withdrew (their node lost its mark).

@@ -210,6 +210,54 @@ fn describe_certificate(der: &[u8], name: &str, now: time::OffsetDateTime) -> Ve
     lines
 }
 
+/// What the probe says when NodeGroups answers no group: why, from the response's headers
+/// (`crate::grpc::CALLER_GROUPS_HEADER`): a client bound to no node group (and the names the
+/// provider read from its certificate), a client shut out, or groups with no snapshot yet.
+fn no_groups_line(headers: &tonic::metadata::MetadataMap, args: &ProbeArgs) -> String {
+    let names: Vec<String> = headers
+        .get_bin(crate::grpc::CALLER_NAMES_HEADER)
+        .and_then(|v| v.to_bytes().ok())
+        .map(|b| {
+            String::from_utf8_lossy(&b)
+                .lines()
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
+    let presented = if names.is_empty() {
+        "presented no client certificate".to_string()
+    } else {
+        format!(
+            "presented a certificate naming {} (its DNS names, or its CN when it has none)",
+            names.join(", ")
+        )
+    };
+    let admin = "or run probe inside the provider's pod on its admin address, which sees every node group (kubectl exec … -- cks-autoscaler-provider probe --address 127.0.0.1:8087 --cacert …)";
+    match headers
+        .get(crate::grpc::CALLER_GROUPS_HEADER)
+        .and_then(|v| v.to_str().ok())
+    {
+        Some("unbound") if names.is_empty() => format!(
+            "No node groups for this client: it {presented}, and every node group is bound to a client (--nodes MIN:MAX:CLUSTER@CLIENT). Give probe the certificate of the autoscaler a group is bound to (--cert, --key), {admin}."
+        ),
+        Some("unbound") => format!(
+            "No node groups for this client: it {presented}, and no node group is bound to any of these names. Bind its group with --nodes MIN:MAX:CLUSTER@{} (the chart's nodes[].client), or give probe the certificate of the autoscaler a group is bound to (--cert, --key), {admin}.",
+            names[0]
+        ),
+        Some("denied") => format!(
+            "No node groups for this client: it {presented}, and --deny-client shuts one of these names out. Remove the name from --deny-client, or use another client's certificate."
+        ),
+        _ => format!(
+            "No node groups yet: the provider has no CloudStack snapshot of {} clusters (Refresh above and the provider's log say why).",
+            if args.cert.is_some() {
+                "this client's"
+            } else {
+                "its"
+            }
+        ),
+    }
+}
+
 /// Writes the report to `out`.
 async fn report(args: &ProbeArgs, out: &mut impl Write) -> anyhow::Result<()> {
     server_certificate(args, out).await?;
@@ -220,17 +268,14 @@ async fn report(args: &ProbeArgs, out: &mut impl Write) -> anyhow::Result<()> {
             Err(e) => writeln!(out, "Refresh: {:?}: {}", e.code(), e.message())?,
         }
     }
-    let groups = c
+    let answer = c
         .node_groups(pb::NodeGroupsRequest {})
         .await
-        .context("NodeGroups")?
-        .into_inner()
-        .node_groups;
+        .context("NodeGroups")?;
+    let why_none = no_groups_line(answer.metadata(), args);
+    let groups = answer.into_inner().node_groups;
     if groups.is_empty() {
-        writeln!(
-            out,
-            "No node groups (no CloudStack snapshot yet, or no cluster resolved)."
-        )?;
+        writeln!(out, "{why_none}")?;
     }
     for g in groups {
         writeln!(
@@ -307,6 +352,47 @@ mod tests {
         assert_eq!(
             garbage,
             ["Server certificate (checked as x): not readable as X.509"]
+        );
+    }
+
+    #[test]
+    fn no_group_is_explained_by_the_providers_headers() {
+        use tonic::metadata::{MetadataMap, MetadataValue};
+        let args = |cert: bool| ProbeArgs {
+            address: "localhost:8086".into(),
+            cacert: None,
+            cert: cert.then(|| "c.pem".into()),
+            key: cert.then(|| "k.pem".into()),
+            server_name: None,
+            no_refresh: false,
+            timeout: Duration::from_secs(5),
+        };
+        let mut anonymous = MetadataMap::new();
+        anonymous.insert(
+            crate::grpc::CALLER_GROUPS_HEADER,
+            MetadataValue::from_static("unbound"),
+        );
+        let line = no_groups_line(&anonymous, &args(false));
+        assert!(
+            line.starts_with("No node groups for this client: it presented no client certificate, and every node group is bound to a client"),
+            "{line}"
+        );
+        assert!(line.contains("--address 127.0.0.1:8087"), "{line}");
+        let mut named = anonymous.clone();
+        named.insert_bin(
+            crate::grpc::CALLER_NAMES_HEADER,
+            MetadataValue::from_bytes("autoscaler.x\nalias.x".as_bytes()),
+        );
+        let line = no_groups_line(&named, &args(true));
+        assert!(
+            line.contains("naming autoscaler.x, alias.x")
+                && line.contains("--nodes MIN:MAX:CLUSTER@autoscaler.x"),
+            "{line}"
+        );
+        let line = no_groups_line(&MetadataMap::new(), &args(true));
+        assert!(
+            line.starts_with("No node groups yet: the provider has no CloudStack snapshot of this client's clusters"),
+            "{line}"
         );
     }
 

@@ -22,6 +22,11 @@
 //! aws-lc-rs, the one tonic's `tls-aws-lc` feature uses; server configurations name it
 //! explicitly so they never depend on the process-wide default.
 
+mod refusal;
+
+use refusal::note_refusal;
+pub use refusal::{REFUSAL_LOG_PAIRS, REFUSAL_LOG_WINDOW, Refusal, RefusalLog};
+
 use rustls::RootCertStore;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::{self, PemObject};
@@ -30,6 +35,7 @@ use rustls::server::{ServerConfig, WebPkiClientVerifier};
 use rustls::sign::{CertifiedKey, SingleCertAndKey};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::io;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
@@ -514,8 +520,9 @@ impl ReloadingTls {
 }
 
 /// Turns a listener into the stream of TLS connections tonic's `serve_with_incoming_shutdown`
-/// takes. Handshakes run concurrently, each bounded by [`HANDSHAKE_TIMEOUT`]; a failed or timed
-/// out handshake is logged at debug and skipped, never ending the stream. The files are
+/// takes. Handshakes run concurrently, each bounded by [`HANDSHAKE_TIMEOUT`]; a refused or
+/// timed out handshake is counted and logged ([`Refusal`], at most once a minute per peer and
+/// reason: [`RefusalLog`]) and skipped, never ending the stream. The files are
 /// checked every check interval and before each handshake when a check is due.
 ///
 /// Must be called inside a Tokio runtime: the accept loop runs on a task of its own, which
@@ -545,14 +552,20 @@ async fn accept_loop(
     handshake_timeout: Duration,
     tx: mpsc::Sender<Result<TlsStream<TcpStream>, io::Error>>,
 ) {
-    let mut handshakes = JoinSet::new();
+    let mut handshakes: JoinSet<Option<(SocketAddr, Refusal, String)>> = JoinSet::new();
+    let mut refusals = RefusalLog::default();
+    let local = listener.local_addr().ok();
     let mut ticker = tokio::time::interval(tls.check_interval().max(Duration::from_millis(1)));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = tx.closed() => break,
             _ = ticker.tick() => tls.check_if_due(),
-            Some(_) = handshakes.join_next(), if !handshakes.is_empty() => {}
+            Some(done) = handshakes.join_next(), if !handshakes.is_empty() => {
+                if let Ok(Some((peer, refusal, error))) = done {
+                    note_refusal(&mut refusals, local, peer, refusal, &error, Instant::now());
+                }
+            }
             accepted = listener.accept(), if handshakes.len() < MAX_PENDING_HANDSHAKES => {
                 match accepted {
                     Ok((tcp, peer)) => {
@@ -568,13 +581,14 @@ async fn accept_loop(
                                     // Fails only when the server stopped; the connection is
                                     // then dropped with it.
                                     let _ = tx.send(Ok(stream)).await;
+                                    None
                                 }
-                                Ok(Err(e)) => {
-                                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                                }
-                                Err(_) => {
-                                    tracing::debug!(%peer, timeout = ?handshake_timeout, "TLS handshake timed out");
-                                }
+                                Ok(Err(e)) => Some((peer, Refusal::of(&e), e.to_string())),
+                                Err(_) => Some((
+                                    peer,
+                                    Refusal::Timeout,
+                                    format!("no handshake within {handshake_timeout:?}"),
+                                )),
                             }
                         });
                     }

@@ -36,10 +36,9 @@ pub enum Error {
         #[source]
         source: ScaleError,
     },
-    /// The configured cluster is not listed (deleted, or not visible to the API key).
-    #[error(
-        "cluster {cluster} is not listed by CloudStack (deleted, or not visible to this API key): {hint}"
-    )]
+    /// The configured cluster is not listed (a typo, deleted, or not visible to the API key):
+    /// the hint says which, naming what the key lists instead (`crate::suggest`).
+    #[error("cluster {cluster} is not listed by CloudStack: {hint}")]
     ClusterNotFound { cluster: String, hint: String },
     /// `--nodes` names, by name, a cluster another group serves (by id, or by another name).
     #[error(
@@ -74,11 +73,11 @@ pub enum Error {
     /// CloudStack failed the job while validating it (nothing changed).
     #[error("node group {group}: CloudStack refused the scale request (job {job}, code {code}): {text}{}",
         if *key_not_permitted {
-            KEY_NOT_PERMITTED_TO_SCALE
+            KEY_NOT_PERMITTED_TO_SCALE.to_string()
         } else if *alert_unsupported {
             ". This CloudStack does not scale clusters in Alert (it predates the Alert-scaling change): \
-             start the down VM so the cluster returns to Running, or upgrade CloudStack"
-        } else { "" })]
+             start the down VM so the cluster returns to Running, or upgrade CloudStack".to_string()
+        } else { cks_domain::status::cluster_max_size_note(text) })]
     JobRefused {
         group: String,
         job: String,

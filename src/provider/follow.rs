@@ -198,7 +198,8 @@ impl Provider {
                 crate::metrics::record_job(&group_id, settled.kind, "failed");
             }
             Some((code, text)) => {
-                tracing::warn!(group = %label, job = job_id, code, "scale job failed: {text}");
+                tracing::warn!(group = %label, job = job_id, code, "scale job failed: {text}{}",
+                    cks_domain::status::cluster_max_size_note(text));
                 crate::metrics::record_job(&group_id, settled.kind, "failed");
                 if settled.alert_refusal {
                     self.set_alert_unsupported(text);

@@ -83,6 +83,8 @@ pub(crate) struct Inner {
     pub store: Arc<store::Store>,
     /// Callers already logged as matching no group.
     pub unmatched: caller::Unmatched,
+    /// The clusters the key lists, for the message of a cluster it does not list (`snapshot`).
+    pub seen: crate::suggest::SeenCache,
     pub shutdown: watch::Sender<bool>,
     pub ready: watch::Sender<bool>,
     /// The optional commands the key may call, each learned once from CloudStack's 432.
@@ -243,6 +245,7 @@ impl Provider {
                 version_check: AtomicBool::new(false),
                 store,
                 unmatched: caller::Unmatched::default(),
+                seen: crate::suggest::SeenCache::default(),
                 shutdown,
                 ready,
                 optional: OptionalCommands::default(),

@@ -84,10 +84,8 @@ impl Provider {
                 // Not visible to the key, or (431: CloudStack's lookup of the id parameter
                 // found no such entity) deleted: not something a retry fixes.
                 Ok(None) | Err(CsError::Api { errorcode: 431, .. }) => {
-                    return Err(Error::ClusterNotFound {
-                        cluster: id,
-                        hint: super::not_listed_hint(self.inner.cs.project_id()),
-                    });
+                    let hint = self.not_listed(&ClusterRef::Id(id.clone())).await;
+                    return Err(Error::ClusterNotFound { cluster: id, hint });
                 }
                 Err(e) => return Err(e.into()),
             },
@@ -121,7 +119,7 @@ impl Provider {
                     0 => {
                         return Err(Error::ClusterNotFound {
                             cluster: format!("named {name:?}"),
-                            hint: super::not_listed_hint(self.inner.cs.project_id()),
+                            hint: self.not_listed(&g.spec.cluster).await,
                         });
                     }
                     count => {
@@ -142,6 +140,17 @@ impl Provider {
         self.lift_disproved_cordons(gi).await;
         let (snapshot, effects) = self.install_snapshot(gi, cluster, asked);
         Ok(Fetched { snapshot, effects })
+    }
+
+    /// What the key lists instead of a cluster it does not list, the closest first
+    /// (`crate::suggest`; the listing is reused for a while, not asked on every retry).
+    async fn not_listed(&self, wanted: &ClusterRef) -> String {
+        let seen = self.inner.seen.get(&self.inner.cs, now()).await;
+        crate::suggest::not_listed(
+            wanted,
+            seen.as_deref().map(Vec::as_slice),
+            &super::not_listed_hint(self.inner.cs.project_id()),
+        )
     }
 
     /// Where the cluster's Nodes can be read (`--confirm-node-marks`): owed removals whose

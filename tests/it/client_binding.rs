@@ -737,6 +737,78 @@ async fn a_denied_client_sees_no_group() {
     fleet.shutdown().await;
 }
 
+/// The real `probe`, presenting `leaf`, against the fleet's provider: its report.
+async fn probe_as(fleet: &Fleet, leaf: &Leaf, tag: &str) -> String {
+    let ca = fleet
+        .dir
+        .write(&format!("probe-{tag}-ca.pem"), &fleet.server_ca.pem);
+    let cert = fleet.dir.write(&format!("probe-{tag}.pem"), &leaf.cert);
+    let key = fleet.dir.write(&format!("probe-{tag}-key.pem"), &leaf.key);
+    let out =
+        crate::deploy_certs::probe_localhost(fleet.server.addr.port(), &ca, Some((&cert, &key)))
+            .await;
+    let report = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{report}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    report
+}
+
+/// `probe` with a client certificate no group is bound to says so, with the names the
+/// provider read from it and how to bind it, instead of "no CloudStack snapshot yet"; a
+/// denied client hears it is denied; a bound client sees its group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probe_says_when_its_client_is_bound_to_no_group_and_which_names_it_presented() {
+    let fleet = Fleet::start(
+        "probe-unbound",
+        &[
+            ("alpha", Some("autoscaler.alpha")),
+            ("beta", Some("autoscaler.denied-beta")),
+        ],
+        |s| s.denied_clients = vec!["autoscaler.denied-beta".into()],
+    )
+    .await;
+    let unbound = probe_as(
+        &fleet,
+        &fleet.client_ca.client("gamma", &["autoscaler.gamma"]),
+        "gamma",
+    )
+    .await;
+    assert!(
+        unbound.contains(
+            "No node groups for this client: it presented a certificate naming autoscaler.gamma \
+             (its DNS names, or its CN when it has none), and no node group is bound to any of \
+             these names. Bind its group with --nodes MIN:MAX:CLUSTER@autoscaler.gamma"
+        ),
+        "{unbound}"
+    );
+    assert!(!unbound.contains("snapshot"), "{unbound}");
+    let denied = probe_as(
+        &fleet,
+        &fleet.client_ca.client("beta", &["autoscaler.denied-beta"]),
+        "denied",
+    )
+    .await;
+    assert!(
+        denied.contains("--deny-client shuts one of these names out"),
+        "{denied}"
+    );
+    let bound = probe_as(
+        &fleet,
+        &fleet.client_ca.client("alpha", &["autoscaler.alpha"]),
+        "alpha",
+    )
+    .await;
+    assert!(
+        bound.contains(&format!("node group {}", fleet.id("alpha")))
+            && !bound.contains("No node groups"),
+        "{bound}"
+    );
+    fleet.shutdown().await;
+}
+
 // ---------------------------------------------------------------------------------------------
 // The start.
 

@@ -281,6 +281,7 @@ async fn the_example_alerts_and_the_guide_name_exported_metrics() {
     metrics::record_removals_abandoned(1);
     metrics::record_standby_start();
     metrics::record_standby_ledger(true);
+    metrics::record_tls_handshake_refused("unknown_ca");
     let page = cks_testkit::scrape_metrics(Arc::new(OneGroup)).await;
     let exported: BTreeSet<&str> = page
         .lines()

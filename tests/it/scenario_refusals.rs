@@ -309,3 +309,31 @@ async fn without_alert_scaling_a_stopped_worker_gets_clear_refusals_and_no_retry
     assert_eq!(stack.cluster_size(), 4);
     stack.shutdown().await;
 }
+
+/// A size past CloudStack's `cloud.kubernetes.cluster.max.size` (it counts the control nodes)
+/// is refused inside the scale job ("Maximum cluster size can not exceed N. Please contact
+/// your administrator", as a CloudStack 4.21.0.0 answers it): the autoscaler hears the limit
+/// named, and what to change, and nothing changed.
+#[tokio::test(start_paused = true)]
+async fn a_size_past_cloudstacks_cluster_size_limit_names_the_limit_and_its_fix() {
+    let mut cfg = SimConfig::for_tests(API_KEY, SECRET_KEY);
+    // The demo: 1 control node and 3 workers; CKS's maxsize 10 is the group's.
+    cfg.settings.max_cluster_size = 5;
+    let mut env = Stack::refreshed(cfg, "demo", |_| {}).await;
+    let e = env.increase(2).await.expect_err("6 nodes > 5");
+    assert_eq!(e.code(), Code::FailedPrecondition, "{}", e.message());
+    let said = e.message();
+    for part in [
+        "Maximum cluster size can not exceed 5. Please contact your administrator",
+        "cloud.kubernetes.cluster.max.size is 5 for the cluster's account and counts the control nodes with the workers",
+        "Lower the node group's MAX (--nodes MIN:MAX:CLUSTER)",
+    ] {
+        assert!(said.contains(part), "{part}: {said}");
+    }
+    assert_eq!(
+        env.sim.cluster_json(&env.cluster_id)["size"],
+        3,
+        "nothing ran"
+    );
+    env.shutdown().await;
+}

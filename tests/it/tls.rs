@@ -541,3 +541,154 @@ fn check_now_reports_what_it_did_and_only_swaps_on_success() {
         "a lasting failure counts once"
     );
 }
+
+/// The value of one counter series on a metrics page (0 when absent).
+fn counter(page: &str, series: &str) -> f64 {
+    page.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// The provider's lines about refused handshakes on `server`'s listener for `reason`.
+fn refusal_lines(server: &TestServer, reason: &str) -> Vec<String> {
+    cks_testkit::logs::lines_mentioning(&format!("listener=127.0.0.1:{}", server.addr.port()))
+        .into_iter()
+        .filter(|l| {
+            l.contains("refused a TLS handshake") && l.contains(&format!("reason=\"{reason}\""))
+        })
+        .collect()
+}
+
+/// Each TLS mistake a client can make is refused by the handshake and, on the provider's
+/// side, counted and logged with its reason and fix (the client's side shows the error the
+/// guide's troubleshooting table lists); a client retrying the same mistake leaves at most one
+/// line a minute, the metric counting every try.
+#[tokio::test]
+async fn refused_handshakes_are_logged_with_the_reason_at_most_once_a_minute_and_counted() {
+    let metrics = cks_autoscaler_provider::metrics::install();
+    let dir = TempDir::new("refusals");
+    let server_ca = Ca::new("server CA");
+    let client_ca = Ca::new("client CA");
+    let files = server_files(&dir, &server_ca.server(), Some(&client_ca));
+    let server =
+        TestServer::start(ReloadingTls::new(files, Duration::from_secs(60)).unwrap()).await;
+    let series =
+        |reason: &str| format!("cks_provider_tls_handshakes_refused_total{{reason=\"{reason}\"}}");
+    let before = metrics.render();
+
+    // (client's TLS, what the client's error holds, the provider's reason)
+    let cases = [
+        (
+            client_tls(&dir, "anonymous", &server_ca, None),
+            "CertificateRequired",
+            "no_client_certificate",
+        ),
+        (
+            client_tls(
+                &dir,
+                "stranger",
+                &server_ca,
+                Some(&Ca::new("some other CA").client("cluster-autoscaler", &[])),
+            ),
+            "UnknownCA",
+            "unknown_ca",
+        ),
+        (
+            // A CA created again under the client CA's name: the issuer is found by name, the
+            // signature does not verify.
+            client_tls(
+                &dir,
+                "same-name",
+                &server_ca,
+                Some(&Ca::new("client CA").client("cluster-autoscaler", &[])),
+            ),
+            "DecryptError",
+            "bad_signature",
+        ),
+        (
+            client_tls(
+                &dir,
+                "expired",
+                &server_ca,
+                Some(&client_ca.client_expiring("cluster-autoscaler", 2021, 1, 1)),
+            ),
+            "CertificateExpired",
+            "expired",
+        ),
+        (
+            // The client does not trust the provider's certificate.
+            client_tls(
+                &dir,
+                "distrustful",
+                &Ca::new("another server CA"),
+                Some(&client_ca.client("cluster-autoscaler", &[])),
+            ),
+            "UnknownIssuer",
+            "client_refused_server_certificate",
+        ),
+    ];
+    for (tls, client_sees, reason) in cases {
+        let refused = server.check(tls).await.unwrap_err();
+        assert!(
+            refused.contains(client_sees),
+            "{reason}: the client sees {refused}"
+        );
+        wait_until(&format!("a line for {reason}"), async || {
+            !refusal_lines(&server, reason).is_empty()
+        })
+        .await;
+        let line = refusal_lines(&server, reason).remove(0);
+        assert!(
+            line.contains("WARN") && line.contains("peer=127.0.0.1"),
+            "{line}"
+        );
+    }
+    assert!(
+        refusal_lines(&server, "unknown_ca")[0]
+            .contains("issue it from that CA, or add its CA to the --tls-client-ca file")
+    );
+
+    // A client speaking plain text on the TLS port.
+    let plaintext = Endpoint::from_shared(format!("http://127.0.0.1:{}", server.addr.port()))
+        .unwrap()
+        .connect_timeout(PATIENCE)
+        .timeout(PATIENCE);
+    if let Ok(channel) = plaintext.connect().await {
+        assert!(check_on(channel).await.is_err(), "plaintext is not served");
+    }
+    wait_until("a line for plain text", async || {
+        !refusal_lines(&server, "plain_text").is_empty()
+    })
+    .await;
+
+    // The same mistake again and again: counted every time, logged at most once a minute.
+    let tries = 4;
+    for i in 0..tries {
+        let stranger = client_tls(
+            &dir,
+            &format!("stranger-{i}"),
+            &server_ca,
+            Some(&Ca::new("some other CA").client("cluster-autoscaler", &[])),
+        );
+        assert!(server.check(stranger).await.is_err());
+    }
+    wait_until("every refusal counted", async || {
+        counter(&metrics.render(), &series("unknown_ca"))
+            >= counter(&before, &series("unknown_ca")) + f64::from(tries + 1)
+    })
+    .await;
+    let lines = refusal_lines(&server, "unknown_ca");
+    assert!(
+        !lines.is_empty() && lines.len() < usize::try_from(tries + 1).unwrap(),
+        "at most one line a minute: {lines:#?}"
+    );
+    // The listener still serves.
+    let good = client_tls(
+        &dir,
+        "good",
+        &server_ca,
+        Some(&client_ca.client("cluster-autoscaler", &[])),
+    );
+    assert_eq!(server.check(good).await, serving());
+    server.stop().await;
+}

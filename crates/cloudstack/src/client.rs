@@ -6,9 +6,10 @@
 //! throttles is sent again (`pace`).
 
 use crate::envelope::{
-    Answer, envelope, is_auth_text, is_project_refusal_text, is_unavailable_command_text,
+    Answer, NOT_JSON, envelope, is_auth_text, is_project_refusal_text, is_unavailable_command_text,
     looks_like_json, malformed, raw_number, throttle_retry_after,
 };
+use crate::error::Transport;
 use crate::keys::{FixedKeys, KeyPair, KeySource};
 use crate::pace::{Backoff, RateLimit};
 use crate::{CsError, LOG_TARGET, sign, types};
@@ -166,6 +167,15 @@ impl Client {
 
     /// Builds the client; fails on a bad URL or an unreadable CA bundle.
     pub fn new(config: ClientConfig) -> Result<Self, CsError> {
+        Self::new_with(config, |b| b)
+    }
+
+    /// [`Client::new`], the HTTP client's builder changed by `adjust` last (tests: a resolver
+    /// of their own, so a DNS failure needs no DNS server).
+    pub(crate) fn new_with(
+        config: ClientConfig,
+        adjust: impl FnOnce(reqwest::ClientBuilder) -> reqwest::ClientBuilder,
+    ) -> Result<Self, CsError> {
         let url = url::Url::parse(config.api_url.trim()).map_err(|e| {
             CsError::Config(format!(
                 "api URL {:?} is not a valid URL: {e}",
@@ -225,7 +235,7 @@ impl Client {
             tracing::warn!(target: LOG_TARGET, api_url = %config.api_url, "TLS certificate verification disabled (ssl-no-verify)");
             builder = builder.tls_danger_accept_invalid_certs(true);
         }
-        let http = builder.build().map_err(|e| {
+        let http = adjust(builder).build().map_err(|e| {
             CsError::Config(format!("HTTP client: {}", error_chain(&e.without_url())))
         })?;
         Ok(Client {
@@ -452,6 +462,7 @@ impl Client {
     fn transport_error(&self, command: &str, err: reqwest::Error) -> CsError {
         let is_timeout = err.is_timeout();
         let is_connect = err.is_connect();
+        let cause = transport_cause(&err);
         let chain = error_chain(&err.without_url());
         let detail = if is_timeout {
             format!(
@@ -466,6 +477,7 @@ impl Client {
         CsError::Unreachable {
             command: command.to_string(),
             detail: self.redact(&detail),
+            cause,
         }
     }
 
@@ -502,7 +514,7 @@ impl Client {
                 } else if looks_like_json(&String::from_utf8_lossy(body)) {
                     malformed(command, format!("invalid JSON ({e})"))
                 } else {
-                    malformed(command, format!("expected JSON, got: {}", snippet()))
+                    malformed(command, format!("{NOT_JSON}{}", snippet()))
                 });
             }
         };
@@ -640,6 +652,56 @@ pub(crate) fn warn_plain_http(host: &str) -> bool {
         "the CloudStack API URL is http://: the API key and signed requests travel in clear text; use https://"
     );
     true
+}
+
+/// What the transport ran into, read from the error and its causes: reqwest's own kinds
+/// (timeout, DNS), the I/O error's kind, and the rustls error a TLS handshake ended with
+/// (tokio-rustls carries it inside an I/O error).
+fn transport_cause(err: &reqwest::Error) -> Transport {
+    if err.is_timeout() {
+        return Transport::Timeout;
+    }
+    if err.is_dns() {
+        return Transport::Dns;
+    }
+    let mut found = Transport::Other;
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = source {
+        let tls = rustls_error(e);
+        match tls {
+            Some(rustls::Error::InvalidMessage(_)) => return Transport::TlsToPlainPort,
+            Some(rustls::Error::InvalidCertificate(_)) => return Transport::Certificate,
+            _ => {}
+        }
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            match io.kind() {
+                std::io::ErrorKind::ConnectionRefused => return Transport::Refused,
+                std::io::ErrorKind::TimedOut => return Transport::Timeout,
+                std::io::ErrorKind::ConnectionReset
+                | std::io::ErrorKind::ConnectionAborted
+                | std::io::ErrorKind::UnexpectedEof
+                | std::io::ErrorKind::BrokenPipe => found = Transport::Closed,
+                _ => {}
+            }
+        }
+        if let Some(h) = e.downcast_ref::<hyper::Error>()
+            && h.is_incomplete_message()
+        {
+            found = Transport::Closed;
+        }
+        source = e.source();
+    }
+    found
+}
+
+/// The rustls error `e` is, or carries inside an I/O error (tokio-rustls wraps it so, and an
+/// I/O error's `source` skips what it wraps).
+fn rustls_error<'e>(e: &'e (dyn std::error::Error + 'static)) -> Option<&'e rustls::Error> {
+    if let Some(tls) = e.downcast_ref::<rustls::Error>() {
+        return Some(tls);
+    }
+    let inner = e.downcast_ref::<std::io::Error>()?.get_ref()?;
+    rustls_error(inner)
 }
 
 fn error_chain(err: &dyn std::error::Error) -> String {

@@ -6,7 +6,7 @@
 use crate::CsError;
 use crate::client::Client;
 use crate::envelope::malformed;
-use crate::paging::ListSpec;
+use crate::paging::{ListSpec, parse_list};
 use crate::types::{KubernetesCluster, ServiceOffering, VirtualMachine};
 
 /// At most this many ids go in one `listVirtualMachines ids=…` request, so the URL stays well
@@ -34,6 +34,15 @@ const LIST_VMS: ListSpec = ListSpec {
     field: "virtualmachine",
 };
 
+const LIST_CONFIGURATIONS: ListSpec = ListSpec {
+    command: "listConfigurations",
+    field: "configuration",
+};
+
+/// CloudStack's limit on a Kubernetes cluster's node count, control nodes included
+/// (`KubernetesClusterService.KubernetesMaxClusterSize`, account scope, default 10).
+pub const CLUSTER_MAX_SIZE_SETTING: &str = "cloud.kubernetes.cluster.max.size";
+
 const SCALE_CLUSTER: &str = "scaleKubernetesCluster";
 
 const STOP_VM: &str = "stopVirtualMachine";
@@ -59,6 +68,38 @@ impl Client {
             .await?;
         // Documented as a substring match in some versions; keep exact matches only.
         Ok(clusters.into_iter().filter(|c| c.name == name).collect())
+    }
+
+    /// `listKubernetesClusters` with no filter: every cluster the key lists (with `projectid`
+    /// when configured), all pages. What an operator is shown when the cluster `--nodes` names
+    /// is not among them; never called while serving a listed cluster.
+    pub async fn list_clusters(&self) -> Result<Vec<KubernetesCluster>, CsError> {
+        self.list_all_pages(&LIST_CLUSTERS, vec![listall()]).await
+    }
+
+    /// `listConfigurations name=cloud.kubernetes.cluster.max.size`: its value where the key
+    /// may read it (an administrator's command: other keys are refused, 432). The global value:
+    /// CloudStack checks the cluster owner's account value, which may override it. `Ok(None)`
+    /// when CloudStack lists no such setting or its value is not a number.
+    pub async fn cluster_max_size(&self) -> Result<Option<u32>, CsError> {
+        #[derive(serde::Deserialize)]
+        struct Configuration {
+            name: String,
+            #[serde(default)]
+            value: Option<String>,
+        }
+        // No `projectid`: `listConfigurations` has no such parameter.
+        let params = [("name", CLUSTER_MAX_SIZE_SETTING.to_string())];
+        let (listed, _): (Vec<Configuration>, _) = self
+            .call_with(LIST_CONFIGURATIONS.command, &params, |inner| {
+                parse_list(&LIST_CONFIGURATIONS, inner)
+            })
+            .await?;
+        Ok(listed
+            .into_iter()
+            .find(|c| c.name == CLUSTER_MAX_SIZE_SETTING)
+            .and_then(|c| c.value)
+            .and_then(|v| v.trim().parse().ok()))
     }
 
     /// `scaleKubernetesCluster id=… size=…` and nothing else. Returns the job id.

@@ -49,6 +49,10 @@ pub(crate) fn raw_number<T>(
         .flatten()
 }
 
+/// How a [`CsError::Malformed`] detail starts when the body is no JSON at all (a page, not an
+/// answer of CloudStack's API), the body's excerpt following.
+pub(crate) const NOT_JSON: &str = "expected JSON, got: ";
+
 pub(crate) fn malformed(command: &str, detail: String) -> CsError {
     CsError::Malformed {
         command: command.to_string(),

@@ -6,7 +6,12 @@ pub enum CsError {
     /// No answer: connect refused, DNS, TLS handshake, timeout, connection dropped. Retry later;
     /// the autoscaler sees UNAVAILABLE.
     #[error("CloudStack unreachable ({command}): {detail}")]
-    Unreachable { command: String, detail: String },
+    Unreachable {
+        command: String,
+        detail: String,
+        /// What the transport ran into, read from the error's causes (not from its text).
+        cause: Transport,
+    },
     /// CloudStack answered with its error envelope (`errorcode`, `cserrorcode`, `errortext`).
     #[error(
         "CloudStack refused {command}: {errortext} (errorcode {errorcode}, cserrorcode {cserrorcode})"
@@ -66,6 +71,41 @@ pub enum CsError {
     Config(String),
 }
 
+/// Why a request got no answer at all: the part of [`CsError::Unreachable`] that tells an
+/// operator which part of the API URL (or the path to it) to look at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// Nothing listens at the URL's host and port: the connection was refused.
+    Refused,
+    /// The URL's host name does not resolve.
+    Dns,
+    /// A TLS handshake with a peer that answered in plain text (rustls: "received corrupt
+    /// message of type InvalidContentType"): an `https://` URL naming a plain-HTTP port.
+    TlsToPlainPort,
+    /// The server's TLS certificate was not accepted (an unknown issuer, another name, expired).
+    Certificate,
+    /// No answer within the request timeout (packets dropped, or a server that never answers).
+    Timeout,
+    /// The peer closed or reset the connection without an HTTP answer: a port that serves
+    /// something else than HTTP(S), or a connection cut part-way.
+    Closed,
+    /// Anything else.
+    Other,
+}
+
+/// What a failed call says about the API URL itself, when the answer did not come from
+/// CloudStack's API at all ([`CsError::api_url_problem`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UrlProblem {
+    /// No answer: the transport's reason.
+    Unreachable(Transport),
+    /// An answer that is a page, not CloudStack's JSON: the UI's address, a login page, or a
+    /// proxy's own page (an HTML body when `html`).
+    Page { http_status: u16, html: bool },
+    /// HTTP 404: the host answers, but not at this path.
+    NotFound,
+}
+
 /// What a failed call tells about the request: the one classification of CloudStack's
 /// answers that the provider's decisions start from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,6 +131,33 @@ pub enum Class {
 }
 
 impl CsError {
+    /// Whether the failure shows that the API URL does not reach CloudStack's API (no answer,
+    /// or an answer that is not CloudStack's), and how; `None` when CloudStack answered
+    /// (its error envelope, a refused key, throttling) or the client was never built.
+    pub fn api_url_problem(&self) -> Option<UrlProblem> {
+        match self {
+            CsError::Unreachable { cause, .. } => Some(UrlProblem::Unreachable(*cause)),
+            CsError::Http {
+                http_status: 404, ..
+            } => Some(UrlProblem::NotFound),
+            CsError::Http {
+                http_status,
+                snippet,
+                ..
+            } => Some(UrlProblem::Page {
+                http_status: *http_status,
+                html: is_html(snippet),
+            }),
+            CsError::Malformed { detail, .. } => detail
+                .strip_prefix(crate::envelope::NOT_JSON)
+                .map(|body| UrlProblem::Page {
+                    http_status: 200,
+                    html: is_html(body),
+                }),
+            _ => None,
+        }
+    }
+
     /// What this failure says of the request (see [`Class`]).
     pub fn class(&self) -> Class {
         match self {
@@ -140,6 +207,17 @@ impl CsError {
     }
 }
 
+/// Whether a body (or its excerpt) is an HTML page.
+fn is_html(body: &str) -> bool {
+    let t = body.trim_start().to_ascii_lowercase();
+    t.starts_with("<!doctype html")
+        || t.starts_with("<html")
+        || t.starts_with("<?xml")
+        || t.starts_with("<head")
+        || t.starts_with("<body")
+        || (t.starts_with('<') && t.contains("</"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -174,6 +252,7 @@ mod tests {
                 CsError::Unreachable {
                     command: "c".into(),
                     detail: "reset".into(),
+                    cause: Transport::Closed,
                 },
                 Class::Unknown,
             ),

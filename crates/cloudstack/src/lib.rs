@@ -23,7 +23,7 @@ mod pace;
 mod paging;
 
 pub use client::{Client, ClientConfig, DEFAULT_SIGNATURE_EXPIRY, record_request_metrics};
-pub use error::{Class, CsError};
+pub use error::{Class, CsError, Transport, UrlProblem};
 pub use keys::{KeyPair, KeySource};
 
 /// The target of this crate's log events: the crate's name, whichever of its files logs, so

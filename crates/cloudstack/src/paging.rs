@@ -146,7 +146,7 @@ impl Client {
 /// The items and `count` of a list response; `{}` is an empty list. The items are read straight
 /// from the raw JSON into `T`; only when that fails is the list walked item by item, to name
 /// the item that is wrong.
-fn parse_list<T: DeserializeOwned>(
+pub(crate) fn parse_list<T: DeserializeOwned>(
     spec: &ListSpec,
     inner: &Answer<'_>,
 ) -> Result<(Vec<T>, Option<u64>), CsError> {

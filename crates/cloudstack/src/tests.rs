@@ -17,6 +17,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+mod api_url;
 mod replay_4_21;
 mod throttling;
 
@@ -613,7 +614,9 @@ async fn connection_refused_is_unreachable() {
     let client = Client::new(test_config(&format!("http://{addr}/client/api"))).unwrap();
     let err = client.get_cluster(CLUSTER_ID).await.unwrap_err();
     match &err {
-        CsError::Unreachable { command, detail } => {
+        CsError::Unreachable {
+            command, detail, ..
+        } => {
             assert_eq!(command, "listKubernetesClusters");
             assert!(
                 !detail.contains("apiKey") && !detail.contains("signature"),
@@ -1142,7 +1145,9 @@ async fn https_verifies_certificates_unless_told_otherwise() {
         .await
         .unwrap_err();
     match &err {
-        CsError::Unreachable { command, detail } => {
+        CsError::Unreachable {
+            command, detail, ..
+        } => {
             assert_eq!(command, "listServiceOfferings");
             assert!(detail.to_lowercase().contains("certificate"), "{detail}");
         }

@@ -145,11 +145,42 @@ pub fn scale_up_failure(job_id: &str, error_code: i64, error_text: &str) -> Inst
         InstanceError {
             code: "scale-up-failed".to_string(),
             message: format!(
-                "scale-up job {job_id} failed (CloudStack error {error_code}): {error_text}"
+                "scale-up job {job_id} failed (CloudStack error {error_code}): {error_text}{}",
+                cluster_max_size_note(error_text)
             ),
             class: ErrorClass::Other,
         }
     }
+}
+
+/// CloudStack's refusal of a size past `cloud.kubernetes.cluster.max.size`, the limit it names:
+/// "Maximum cluster size can not exceed N. Please contact your administrator", where N is the
+/// setting's value for the cluster's account and counts the control nodes with the workers
+/// (`KubernetesClusterManagerImpl.validateKubernetesClusterScaleParameters`; the scale job's
+/// failure text recorded from a CloudStack 4.21.0.0, `running_15_scale_err_size_over_max`).
+pub fn cluster_max_size_refusal(text: &str) -> Option<u32> {
+    const REFUSAL: &str = "maximum cluster size can not exceed ";
+    let lower = text.to_ascii_lowercase();
+    let at = lower.find(REFUSAL)? + REFUSAL.len();
+    let digits: String = lower[at..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok()
+}
+
+/// What an operator reads after CloudStack's text when it refused a size past
+/// `cloud.kubernetes.cluster.max.size` ([`cluster_max_size_refusal`]): empty for any other text.
+pub fn cluster_max_size_note(text: &str) -> String {
+    cluster_max_size_refusal(text).map_or_else(String::new, |limit| {
+        format!(
+            ". CloudStack's cloud.kubernetes.cluster.max.size is {limit} for the cluster's account \
+             and counts the control nodes with the workers: no size past {limit} minus the \
+             control nodes is accepted. Lower the node group's MAX (--nodes MIN:MAX:CLUSTER) to \
+             fit, or have a CloudStack administrator raise cloud.kubernetes.cluster.max.size for \
+             the cluster's account"
+        )
+    })
 }
 
 /// The error of the VMs a size job that ended successfully did not ask for (CloudStack lists
@@ -193,6 +224,29 @@ mod tests {
     const DEL: Expect = (InstanceState::Deleting, None);
     const FAIL: Expect = (InstanceState::Creating, Some("out-of-resources"));
     const OFF: Expect = (InstanceState::Deleting, Some("creation-written-off"));
+
+    #[test]
+    fn a_size_past_cloudstacks_cluster_limit_is_named_with_its_fix() {
+        // CloudStack 4.21.0.0's text, `running_15_scale_err_size_over_max_job_final`.
+        let text = "Maximum cluster size can not exceed 10. Please contact your administrator";
+        assert_eq!(cluster_max_size_refusal(text), Some(10));
+        assert_eq!(cluster_max_size_refusal("insufficient capacity"), None);
+        assert_eq!(
+            cluster_max_size_refusal("maximum cluster size can not exceed x"),
+            None
+        );
+        let failure = scale_up_failure("job-9", 530, text);
+        assert_eq!(failure.code, "scale-up-failed");
+        assert!(
+            failure.message.starts_with(
+                "scale-up job job-9 failed (CloudStack error 530): Maximum cluster size can not exceed 10. Please contact your administrator. CloudStack's cloud.kubernetes.cluster.max.size is 10 for the cluster's account and counts the control nodes with the workers"
+            ),
+            "{}",
+            failure.message
+        );
+        assert!(failure.message.contains("Lower the node group's MAX"));
+        assert!(cluster_max_size_note("Insufficient capacity").is_empty());
+    }
 
     #[test]
     fn every_vm_state_and_activity_maps_to_an_instance_status() {

@@ -32,6 +32,7 @@ pub const COMMANDS: &[&str] = &[
     "listZones",
     "listCapabilities",
     "getApiLimit",
+    "listConfigurations",
 ];
 
 /// The simulator-only commands (no signature, no faults, not recorded).
@@ -327,6 +328,7 @@ pub fn dispatch(
         "listServiceOfferings" => list_offerings(w, &cmd).map(|r| (r, None)),
         "listZones" => list_zones(w, &cmd).map(|r| (r, None)),
         "listCapabilities" => Ok((capabilities(&cmd, version), None)),
+        "listConfigurations" => list_configurations(w, &cmd).map(|r| (r, None)),
         _ => Ok((unknown_command(name), None)),
     };
     result.unwrap_or_else(|r| (r, None))
@@ -732,28 +734,19 @@ fn list_zones(w: &World, cmd: &Cmd<'_>) -> Result<Reply, Reply> {
     Ok(list_reply(cmd, "zone", &list, total))
 }
 
+/// `listConfigurations`, an administrator's command (`ListCfgsByCmd`, in the API's admin
+/// package: other roles are refused before it runs); `name` filters by exact name.
+fn list_configurations(w: &World, cmd: &Cmd<'_>) -> Result<Reply, Reply> {
+    let list: Vec<Value> = render::configurations(&w.settings)
+        .into_iter()
+        .filter(|c| cmd.p.get("name").is_none_or(|n| c["name"] == n))
+        .collect();
+    let (list, total) = cmd.page(list, w.settings.default_page_size)?;
+    Ok(list_reply(cmd, "configuration", &list, total))
+}
+
 fn capabilities(cmd: &Cmd<'_>, version: &str) -> Reply {
-    cmd.ok(json!({
-        "capability": {
-            "cloudstackversion": version,
-            "securitygroupsenabled": false,
-            "userpublictemplateenabled": true,
-            "supportELB": "false",
-            "projectinviterequired": false,
-            "allowusercreateprojects": true,
-            "customdiskofferingminsize": 1,
-            "customdiskofferingmaxsize": 1024,
-            "regionsecondaryenabled": false,
-            "kvmsnapshotenabled": true,
-            "allowuserviewdestroyedvm": false,
-            "allowuserexpungerecovervm": false,
-            "dynamicrolesenabled": true,
-            "kubernetesserviceenabled": true,
-            "kubernetesclusterexperimentalfeaturesenabled": false,
-            "apilimitinterval": 1,
-            "apilimitmax": 0,
-        }
-    }))
+    cmd.ok(render::capabilities(version))
 }
 
 /// Counts in-progress scale jobs of a cluster.

@@ -59,7 +59,7 @@ impl FromStr for JobFailure {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum KeyRole {
     /// A User-role account's key (an account cluster's `cloudstack-secret`): every command the
-    /// simulator serves.
+    /// simulator serves but the administrators' ([`ADMIN_COMMANDS`]).
     #[default]
     User,
     /// The Project Kubernetes Service Role CKS gives a project cluster's key from 4.19.3 /
@@ -107,7 +107,8 @@ impl KeyRole {
     /// Whether a key of this role may call `command`.
     pub fn allows(self, command: &str) -> bool {
         match self {
-            Self::User | Self::Admin => true,
+            Self::User => !ADMIN_COMMANDS.contains(&command),
+            Self::Admin => true,
             Self::ProjectKubernetes => PROJECT_KUBERNETES_ROLE_COMMANDS.contains(&command),
             Self::ListOnly => {
                 command.starts_with("list")
@@ -123,6 +124,12 @@ impl KeyRole {
         !matches!(self, Self::ListOnly | Self::ListOnlyDenyRest)
     }
 }
+
+/// The served commands of the API's admin package, which the User role's rules do not allow
+/// (answered 432). A role whose own rules allow `list*` ([`KeyRole::ListOnly`],
+/// [`KeyRole::ListOnlyDenyRest`]) matches `listConfigurations` too, and is let through
+/// (*unverified* what a real non-admin caller is then shown).
+pub const ADMIN_COMMANDS: &[&str] = &["listConfigurations"];
 
 /// The served commands in `KubernetesClusterManagerImpl.PROJECT_KUBERNETES_ACCOUNT_ROLE_ALLOWED_APIS`
 /// (`QueryAsyncJobResultCmd`, `ListVMsCmd`, `ListKubernetesClustersCmd`,

@@ -431,6 +431,50 @@ pub fn offering(o: &Offering) -> serde_json::Value {
     })
 }
 
+/// The simulator's one CloudStack setting, `cloud.kubernetes.cluster.max.size`
+/// (`SimSettings::max_cluster_size`), as a 4.21 `ConfigurationResponse` writes it.
+pub fn configurations(settings: &super::config::SimSettings) -> Vec<serde_json::Value> {
+    vec![serde_json::json!({
+        "category": "Advanced",
+        "name": "cloud.kubernetes.cluster.max.size",
+        "value": settings.max_cluster_size.to_string(),
+        "defaultvalue": "10",
+        "description": "Maximum size of the kubernetes cluster.",
+        "isdynamic": true,
+        "component": "KubernetesClusterService",
+        "group": "Miscellaneous",
+        "subgroup": "Others",
+        "parent": "cloud.kubernetes.service.enabled",
+        "displaytext": "Cloud kubernetes cluster max size",
+        "type": "Number",
+    })]
+}
+
+/// `listCapabilities`' answer, reporting CloudStack `version`.
+pub fn capabilities(version: &str) -> serde_json::Value {
+    serde_json::json!({
+        "capability": {
+            "cloudstackversion": version,
+            "securitygroupsenabled": false,
+            "userpublictemplateenabled": true,
+            "supportELB": "false",
+            "projectinviterequired": false,
+            "allowusercreateprojects": true,
+            "customdiskofferingminsize": 1,
+            "customdiskofferingmaxsize": 1024,
+            "regionsecondaryenabled": false,
+            "kvmsnapshotenabled": true,
+            "allowuserviewdestroyedvm": false,
+            "allowuserexpungerecovervm": false,
+            "dynamicrolesenabled": true,
+            "kubernetesserviceenabled": true,
+            "kubernetesclusterexperimentalfeaturesenabled": false,
+            "apilimitinterval": 1,
+            "apilimitmax": 0,
+        }
+    })
+}
+
 pub fn zone(z: &Zone) -> serde_json::Value {
     serde_json::json!({
         "id": z.id,

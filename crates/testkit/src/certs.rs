@@ -99,6 +99,20 @@ impl Ca {
     pub fn client(&self, common_name: &str, sans: &[&str]) -> Leaf {
         self.leaf(common_name, sans, ExtendedKeyUsagePurpose::ClientAuth)
     }
+
+    /// A client certificate with common name `common_name`, valid until midnight UTC starting
+    /// the day `year`-`month`-`day` (a date past: an expired certificate).
+    pub fn client_expiring(&self, common_name: &str, year: i32, month: u8, day: u8) -> Leaf {
+        self.leaf_with(
+            common_name,
+            &[],
+            ExtendedKeyUsagePurpose::ClientAuth,
+            |params| {
+                params.not_before = rcgen::date_time_ymd(year - 1, month, day);
+                params.not_after = rcgen::date_time_ymd(year, month, day);
+            },
+        )
+    }
 }
 
 /// A CA, a `localhost` server certificate and a client certificate with DNS name `client`: what

@@ -76,11 +76,12 @@ struct Cli {
     /// failure); each such failure fails its job and puts the cluster in Alert.
     #[arg(long, default_value_t = 0)]
     fail_drains: u32,
-    /// The role of the API key's account: user (every command served), project-kubernetes
-    /// (CKS's Project Kubernetes Service Role: only listKubernetesClusters,
-    /// scaleKubernetesCluster, queryAsyncJobResult and listVirtualMachines; any other command
-    /// is answered 432), list-only (list* only; scale jobs fail on the caller's right) or
-    /// admin (the Root Admin: every command, never throttled, every account's resources).
+    /// The role of the API key's account: user (every command served but the administrators'
+    /// listConfigurations), project-kubernetes (CKS's Project Kubernetes Service Role: only
+    /// listKubernetesClusters, scaleKubernetesCluster, queryAsyncJobResult and
+    /// listVirtualMachines; any other command is answered 432), list-only (list* only; scale
+    /// jobs fail on the caller's right) or admin (the Root Admin: every command, never
+    /// throttled, every account's resources).
     #[arg(
         long,
         default_value = "user",

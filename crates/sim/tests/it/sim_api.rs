@@ -570,6 +570,38 @@ async fn pagesize_above_the_default_page_size_is_refused_and_unpaged_lists_are_c
 }
 
 #[tokio::test(start_paused = true)]
+async fn the_cluster_size_limit_is_listed_to_an_admin_key_only() {
+    let sim = start_sim(sim_config_with(|c| {
+        c.settings.key_role = cks_sim::KeyRole::Admin;
+        c.settings.max_cluster_size = 12;
+    }))
+    .await;
+    let c = Client::new(&sim);
+    let listed = c
+        .ok(
+            "listConfigurations",
+            &[("name", "cloud.kubernetes.cluster.max.size")],
+        )
+        .await;
+    assert_eq!(listed["count"], 1, "{listed}");
+    assert_eq!(listed["configuration"][0]["value"], "12");
+    assert_eq!(listed["configuration"][0]["defaultvalue"], "10");
+    let other = c
+        .ok("listConfigurations", &[("name", "no.such.setting")])
+        .await;
+    assert!(other.get("configuration").is_none(), "{other}");
+
+    c.sim("simConfigure", &[("keyrole", "user")]).await;
+    let refused = c
+        .get(
+            "listConfigurations",
+            &[("name", "cloud.kubernetes.cluster.max.size")],
+        )
+        .await;
+    assert_eq!(refused.status, 432, "{}", refused.text);
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_project_kubernetes_key_may_call_only_the_roles_commands() {
     let sim = start_sim(sim_config_with(|c| {
         c.settings.key_role = cks_sim::KeyRole::ProjectKubernetes;
