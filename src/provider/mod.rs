@@ -43,7 +43,7 @@ mod view;
 #[cfg(test)]
 mod tests;
 
-pub use caller::Caller;
+pub use caller::{Caller, SIGHTING_WINDOW};
 pub use cks_domain::instances::InstanceView;
 pub use cks_domain::machine::NodeRef;
 pub use cks_domain::verdict::AlertVerdictView;
@@ -83,6 +83,8 @@ pub(crate) struct Inner {
     pub store: Arc<store::Store>,
     /// Callers already logged as matching no group.
     pub unmatched: caller::Unmatched,
+    /// Where each bound caller runs, as its node reports show (`caller`).
+    pub whereabouts: caller::Whereabouts,
     pub shutdown: watch::Sender<bool>,
     pub ready: watch::Sender<bool>,
     /// The optional commands the key may call, each learned once from CloudStack's 432.
@@ -245,6 +247,7 @@ impl Provider {
                 version_check: AtomicBool::new(false),
                 store,
                 unmatched: caller::Unmatched::default(),
+                whereabouts: caller::Whereabouts::default(),
                 shutdown,
                 ready,
                 optional: OptionalCommands::default(),
