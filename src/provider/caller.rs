@@ -222,17 +222,14 @@ impl Scoped<'_> {
         let change = {
             let mut by = lock(&self.p.inner.whereabouts.by_caller);
             if !by.contains_key(caller.identities.as_slice()) {
-                if own && !self.p.inner.groups.iter().enumerate().any(|(i, _)| !self.sees(i)) {
+                if own && (0..self.p.inner.groups.len()).all(|i| self.sees(i)) {
                     // Every cluster is its own: there is nowhere else for it to be.
                     return;
                 }
                 if !self.sees_any() {
                     return;
                 }
-                by.insert(
-                    caller.identities.clone(),
-                    Sightings::new(SIGHTING_WINDOW),
-                );
+                by.insert(caller.identities.clone(), Sightings::new(SIGHTING_WINDOW));
             }
             let Some(s) = by.get_mut(caller.identities.as_slice()) else {
                 return;
@@ -321,12 +318,12 @@ impl Provider {
     /// whose reports aged out ends here even when its caller no longer calls.
     pub fn client_cluster_mismatches(&self) -> Vec<ClientMismatch> {
         let at = now();
-        let settled: Vec<(Vec<String>, Option<Change<usize>>, Option<usize>)> = {
+        let settled = {
             let mut by = lock(&self.inner.whereabouts.by_caller);
             by.iter_mut()
                 .map(|(names, s)| (names.clone(), s.settle(at), s.judged().copied()))
                 .filter(|(_, change, judged)| change.is_some() || judged.is_some())
-                .collect()
+                .collect::<Vec<_>>()
         };
         let mut now_judged = Vec::new();
         for (names, change, judged) in settled {

@@ -138,7 +138,8 @@ impl Scoped<'_> {
     /// another client's groups. Real nodes teach the provider which providerID each VM's node
     /// carries (the caller's groups only: what another client reports never changes what a
     /// group's own autoscaler is told) and are recorded as registered, whoever reports them
-    /// (see `cks_domain::registry`).
+    /// (see `cks_domain::registry`). Real nodes of any configured cluster's VMs, control VMs
+    /// included, also tell where the caller runs (`caller`, `cks_domain::binding`).
     pub fn node_group_for_node(
         &self,
         provider_id: &str,

@@ -3,8 +3,10 @@
 //! certificate, over mutual TLS on loopback. Each client's view; another client's group not
 //! found by any RPC, with nothing sent to CloudStack; Refresh and Cleanup limited to the
 //! caller's groups; a rotated client CA; a node one autoscaler reports protecting its VM from
-//! another's "unregistered" deletion; and the start refused when the setup would let one
-//! autoscaler see another's group.
+//! another's "unregistered" deletion; an autoscaler holding another cluster's certificate told
+//! by the nodes it reports and refused its writes, and what a right autoscaler reports never
+//! refusing its own; and the start refused when the setup would let one autoscaler see
+//! another's group.
 
 use cks_autoscaler_provider::app::App;
 use cks_autoscaler_provider::cli::{Command, parse_args};
@@ -753,7 +755,10 @@ fn real_nodes(fleet: &Fleet, cluster: &str) -> Vec<pb::ExternalGrpcNode> {
 
 /// The fake "unregistered" nodes an autoscaler makes of the instances of group `id` that it
 /// sees no node for (name = providerID = instance id).
-async fn fake_nodes_of(c: &mut CloudProviderClient<Channel>, id: &str) -> Vec<pb::ExternalGrpcNode> {
+async fn fake_nodes_of(
+    c: &mut CloudProviderClient<Channel>,
+    id: &str,
+) -> Vec<pb::ExternalGrpcNode> {
     c.node_group_nodes(pb::NodeGroupNodesRequest { id: id.into() })
         .await
         .expect("NodeGroupNodes")
@@ -765,7 +770,10 @@ async fn fake_nodes_of(c: &mut CloudProviderClient<Channel>, id: &str) -> Vec<pb
 }
 
 /// NodeGroupForNode of each node, as one autoscaler loop asks it: the group ids answered.
-async fn ask_about(c: &mut CloudProviderClient<Channel>, nodes: Vec<pb::ExternalGrpcNode>) -> Vec<String> {
+async fn ask_about(
+    c: &mut CloudProviderClient<Channel>,
+    nodes: Vec<pb::ExternalGrpcNode>,
+) -> Vec<String> {
     let mut answers = Vec::new();
     for n in nodes {
         answers.push(group_for(c, n).await);
@@ -859,16 +867,31 @@ async fn an_autoscaler_holding_another_clusters_certificate_is_refused_its_write
     let (w, w_name) = fleet.workers("south")[0].clone();
     let instance = format!("external-cloudstack://{w}");
     let answers = [
-        ("NodeGroupIncreaseSize", increase(&mut crossed, &south, 2).await),
+        (
+            "NodeGroupIncreaseSize",
+            increase(&mut crossed, &south, 2).await,
+        ),
         (
             "NodeGroupDeleteNodes (fake unregistered node)",
-            delete(&mut crossed, &south, vec![fake_node(&instance, "unregistered")]).await,
+            delete(
+                &mut crossed,
+                &south,
+                vec![fake_node(&instance, "unregistered")],
+            )
+            .await,
         ),
         (
             "NodeGroupDeleteNodes (real node)",
             delete(&mut crossed, &south, vec![node(&instance, &w_name)]).await,
         ),
-        ("NodeGroupDecreaseTargetSize", decrease(&mut crossed, &south).await),
+        (
+            "NodeGroupDecreaseTargetSize",
+            decrease(&mut crossed, &south).await,
+        ),
+        (
+            "Cleanup",
+            crossed.cleanup(pb::CleanupRequest {}).await.map(|_| ()),
+        ),
     ];
     for (rpc, answer) in answers {
         let refused = answer.expect_err(rpc);
@@ -880,20 +903,30 @@ async fn an_autoscaler_holding_another_clusters_certificate_is_refused_its_write
             "Give the autoscaler of north the client certificate of north",
             "--nodes MIN:MAX:north@autoscaler.south",
         ] {
-            assert!(refused.message().contains(says), "{rpc}: {says:?} in {}", refused.message());
+            assert!(
+                refused.message().contains(says),
+                "{rpc}: {says:?} in {}",
+                refused.message()
+            );
         }
     }
-    assert!(writes(&fleet).is_empty(), "nothing sent: {:?}", writes(&fleet));
+    assert!(
+        writes(&fleet).is_empty(),
+        "nothing sent: {:?}",
+        writes(&fleet)
+    );
     // Its reads still answer, from a group that did not change.
-    assert_eq!(target(&mut crossed, &south).await.map_err(|s| s.code()), Ok(3));
+    assert_eq!(
+        target(&mut crossed, &south).await.map_err(|s| s.code()),
+        Ok(3)
+    );
     assert_eq!(group_ids(&mut crossed).await, vec![south.clone()]);
     // Said once, naming both clusters.
-    let said: Vec<String> = cks_testkit::logs::lines_mentioning(
-        "client autoscaler.south is bound to cluster south",
-    )
-    .into_iter()
-    .filter(|l| l.contains("ERROR"))
-    .collect();
+    let said: Vec<String> =
+        cks_testkit::logs::lines_mentioning("client autoscaler.south is bound to cluster south")
+            .into_iter()
+            .filter(|l| l.contains("ERROR"))
+            .collect();
     assert_eq!(said.len(), 1, "{said:#?}");
     assert!(said[0].contains("seen_cluster=north"), "{}", said[0]);
     let provider = fleet.server.provider.clone();
@@ -909,11 +942,16 @@ async fn an_autoscaler_holding_another_clusters_certificate_is_refused_its_write
     ))
     .await;
     let series = r#"cks_provider_client_cluster_mismatch{client="autoscaler.south",bound_cluster="south",seen_cluster="north"}"#;
-    assert!(page.lines().any(|l| l == format!("{series} 1")), "{series} 1 in:\n{page}");
+    assert!(
+        page.lines().any(|l| l == format!("{series} 1")),
+        "{series} 1 in:\n{page}"
+    );
 
     // North's own autoscaler is unaffected.
     ask_about(&mut north_own, real_nodes(&fleet, "north")).await;
-    increase(&mut north_own, &north, 1).await.expect("north's own scale-up");
+    increase(&mut north_own, &north, 1)
+        .await
+        .expect("north's own scale-up");
     let sent = fleet.scale_requests();
     assert_eq!(sent.len(), 1, "{sent:?}");
     assert_eq!(sent[0].get("id"), Some(&north));
@@ -924,7 +962,10 @@ async fn an_autoscaler_holding_another_clusters_certificate_is_refused_its_write
     elapse(cks_autoscaler_provider::provider::SIGHTING_WINDOW).await;
     assert_eq!(
         provider.client_cluster_mismatches(),
-        vec![cks_autoscaler_provider::metrics::ClientMismatch { active: false, ..judged }]
+        vec![cks_autoscaler_provider::metrics::ClientMismatch {
+            active: false,
+            ..judged
+        }]
     );
     let ended = cks_testkit::logs::lines_mentioning(
         "client autoscaler.south is no longer taken for an autoscaler running in cluster north",
@@ -934,7 +975,9 @@ async fn an_autoscaler_holding_another_clusters_certificate_is_refused_its_write
     let mut south_own = fleet.client(&south_leaf).await;
     ask_about(&mut south_own, real_nodes(&fleet, "south")).await;
     fleet.forget_requests();
-    increase(&mut south_own, &south, 1).await.expect("south's own scale-up");
+    increase(&mut south_own, &south, 1)
+        .await
+        .expect("south's own scale-up");
     let sent = fleet.scale_requests();
     assert_eq!(sent.len(), 1, "{sent:?}");
     assert_eq!(sent[0].get("id"), Some(&south));
@@ -970,7 +1013,9 @@ async fn a_node_of_its_own_cluster_ends_the_judgment_at_once() {
     assert_eq!(refused.code(), Code::PermissionDenied, "{refused:?}");
     ask_about(&mut crossed, real_nodes(&fleet, "lower")[..1].to_vec()).await;
     fleet.forget_requests();
-    increase(&mut crossed, &lower, 1).await.expect("no longer judged");
+    increase(&mut crossed, &lower, 1)
+        .await
+        .expect("no longer judged");
     assert_eq!(fleet.scale_requests().len(), 1);
     assert_eq!(
         cks_testkit::logs::lines_mentioning(
@@ -1014,7 +1059,10 @@ async fn what_a_right_autoscaler_reports_never_refuses_its_writes() {
     refresh(&mut e).await.expect("Refresh");
     refresh(&mut w).await.expect("Refresh");
     let others = [
-        node("external-cloudstack://00000000-0000-4000-8000-00000000e0e0", "edge-1"),
+        node(
+            "external-cloudstack://00000000-0000-4000-8000-00000000e0e0",
+            "edge-1",
+        ),
         node("aws:///eu-west-1a/i-0123", "ip-10-0-0-1"),
         node("", "laptop"),
     ];
@@ -1023,11 +1071,23 @@ async fn what_a_right_autoscaler_reports_never_refuses_its_writes() {
     ask_about(&mut e, others.to_vec()).await;
     let fakes = fake_nodes_of(&mut e, &east).await;
     ask_about(&mut e, fakes).await;
-    scales(&fleet, &mut e, &east, "only nodes of no served cluster and fake ones").await;
+    scales(
+        &fleet,
+        &mut e,
+        &east,
+        "only nodes of no served cluster and fake ones",
+    )
+    .await;
     // Its own nodes, control VM first, then two of west's VMs joined to it by mistake.
     ask_about(&mut e, real_nodes(&fleet, "east")).await;
     ask_about(&mut e, real_nodes(&fleet, "west")[..2].to_vec()).await;
-    scales(&fleet, &mut e, &east, "its own nodes beside two of another cluster's").await;
+    scales(
+        &fleet,
+        &mut e,
+        &east,
+        "its own nodes beside two of another cluster's",
+    )
+    .await;
     // An identity bound to two clusters, reporting nodes of both.
     ask_about(&mut w, real_nodes(&fleet, "west")).await;
     ask_about(&mut w, real_nodes(&fleet, "wide")).await;
@@ -1035,7 +1095,8 @@ async fn what_a_right_autoscaler_reports_never_refuses_its_writes() {
     scales(&fleet, &mut w, &wide, "bound to both").await;
     assert_eq!(fleet.server.provider.client_cluster_mismatches(), vec![]);
     assert!(
-        cks_testkit::logs::lines_mentioning("client autoscaler.east is bound to cluster").is_empty()
+        cks_testkit::logs::lines_mentioning("client autoscaler.east is bound to cluster")
+            .is_empty()
     );
     fleet.shutdown().await;
 
@@ -1056,7 +1117,9 @@ async fn what_a_right_autoscaler_reports_never_refuses_its_writes() {
     refresh(&mut c).await.expect("Refresh");
     ask_about(&mut c, real_nodes(&solo, "aside")).await;
     solo.forget_requests();
-    increase(&mut c, &alone, 1).await.expect("one cluster served");
+    increase(&mut c, &alone, 1)
+        .await
+        .expect("one cluster served");
     assert_eq!(solo.scale_requests().len(), 1);
     assert_eq!(solo.server.provider.client_cluster_mismatches(), vec![]);
     solo.shutdown().await;

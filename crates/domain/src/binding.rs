@@ -98,7 +98,7 @@ impl<K: Ord + Clone> Sightings<K> {
             }
             None => seen.push((vm.to_string(), at)),
         }
-        seen.sort_by(|a, b| b.1.cmp(&a.1));
+        seen.sort_by_key(|(_, at)| std::cmp::Reverse(*at));
         seen.truncate(FOREIGN_VMS_NEEDED);
     }
 
@@ -229,7 +229,11 @@ mod tests {
         assert_eq!(s.judged(), Some(&A));
         let last = 2990;
         assert_eq!(s.runs_in(t(last + 599)), Some(&A));
-        assert_eq!(s.runs_in(t(last + 600)), None, "a window after the last report");
+        assert_eq!(
+            s.runs_in(t(last + 600)),
+            None,
+            "a window after the last report"
+        );
         assert_eq!(
             s.settle(t(last + 600)),
             Some(Change {
