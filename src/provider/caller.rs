@@ -25,16 +25,10 @@
 
 use super::{Error, Provider, Result, Scoped, now};
 use crate::metrics::ClientMismatch;
+pub use cks_domain::binding::SIGHTING_WINDOW;
 use cks_domain::binding::{Change, Sightings};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
-use std::time::Duration;
-
-/// How long a caller's report of a node counts towards where it runs: many autoscaler loops
-/// (each asks about every node of its cluster), so the judgment of a wrong autoscaler never
-/// lapses while it runs, and it ends this long after that autoscaler stopped calling under
-/// the identity (it was given its own certificate).
-pub const SIGHTING_WINDOW: Duration = Duration::from_secs(10 * 60);
 
 /// The names a caller was verified to hold (its client certificate's DNS SANs, or its CN);
 /// none for a caller without a client certificate.

@@ -42,6 +42,12 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+/// How long a caller's report of a node counts: many autoscaler loops (each asks about every
+/// node of its cluster, every 10 s by default), so the judgment of a wrong autoscaler never
+/// lapses while it runs, and it ends this long after that autoscaler stopped calling under the
+/// identity (it was given its own certificate).
+pub const SIGHTING_WINDOW: Duration = Duration::from_secs(10 * 60);
+
 /// Distinct VMs of one other cluster a caller must have reported (with none of its own) to
 /// be judged to run there: the fewest VMs a CKS cluster has (one control VM, one worker).
 pub const FOREIGN_VMS_NEEDED: usize = 2;
@@ -140,7 +146,7 @@ impl<K: Ord + Clone> Sightings<K> {
 mod tests {
     use super::*;
 
-    const WINDOW: Duration = Duration::from_secs(600);
+    const WINDOW: Duration = SIGHTING_WINDOW;
     const A: &str = "alpha";
     const C: &str = "gamma";
 
