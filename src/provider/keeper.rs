@@ -8,7 +8,6 @@
 
 use super::{Provider, now};
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 impl Provider {
     /// Starts the keeper (once per process; a second call does nothing): the first snapshot of
@@ -50,7 +49,7 @@ impl Provider {
                 // Looked at again when a round ends, when the next group is due, and at least
                 // every refresh interval (an autoscaler that starts asking shortens a group's
                 // keep age).
-                let look_again = policy.min_interval.max(Duration::from_secs(1));
+                let look_again = cks_domain::timing::keeper_look_again(policy.min_interval);
                 let wake = plan
                     .wake
                     .map_or(look_again, |w| w.saturating_duration_since(at))

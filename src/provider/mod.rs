@@ -100,8 +100,7 @@ pub(crate) struct Inner {
     pub jitter_seed: u64,
 }
 
-/// Time kept back from the caller's deadline for the answer to travel back.
-const DEADLINE_MARGIN: Duration = Duration::from_millis(300);
+use cks_domain::timing::DEADLINE_MARGIN;
 
 /// `deadline` less the margin the answer needs to travel back (never in the past).
 pub(crate) fn before(deadline: tokio::time::Instant) -> tokio::time::Instant {
@@ -178,11 +177,10 @@ impl Provider {
         };
         let timings = Timings {
             failed_ttl: settings.failed_instance_ttl,
-            // A request given up on may still be on its way to CloudStack (or queued there):
-            // only once it is older than the longest a request may take, plus a moment for the
-            // job to start, does a cluster not Scaling mean it never came.
-            lost_settle: cs.request_timeout()
-                + settings.job_poll_interval.max(Duration::from_secs(1)),
+            lost_settle: cks_domain::timing::lost_settle(
+                cs.request_timeout(),
+                settings.job_poll_interval,
+            ),
         };
         let store = Arc::new(store::Store::new(
             settings.state_file.clone(),

@@ -14,13 +14,10 @@ use cks_domain::machine::{
 };
 use cks_domain::rules::ScaleRequest;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::{Instant, timeout_at};
 
-/// How long queued removals wait after CloudStack throttled their request (its window is a
-/// second by default; the client already waited within its request timeout).
-const THROTTLED_RETRY: Duration = Duration::from_secs(10);
+use cks_domain::timing::{THROTTLED_RETRY, watch_step};
 
 impl Provider {
     fn scale_error(&self, gi: usize, source: ScaleError) -> Error {
@@ -227,14 +224,14 @@ impl Provider {
     /// ran out.
     async fn watch(&self, gi: usize, job_id: &str, deadline: Instant) -> Option<JobEnd> {
         let until = (Instant::now() + self.inner.settings.scale_watch).min(before(deadline));
-        // Validation usually takes a moment: look soon, then at a steady pace.
-        let mut step = Duration::from_millis(50);
+        let mut looks = 0u32;
         loop {
+            let step = watch_step(looks);
+            looks = looks.saturating_add(1);
             if Instant::now() + step >= until {
                 return None;
             }
             tokio::time::sleep(step).await;
-            step = Duration::from_millis(100);
             let Ok(Ok(job)) = timeout_at(until, self.inner.cs.query_job(job_id)).await else {
                 return None;
             };

@@ -65,8 +65,7 @@ pub(crate) struct OfferingCache {
     failed: HashMap<String, Instant>,
 }
 
-/// How long after a failed read of an offering it is read again.
-const OFFERING_RETRY: Duration = Duration::from_secs(60);
+use cks_domain::timing::OFFERING_RETRY;
 
 /// A VM id no VM has: asking to stop it tells whether the key may stop VMs, and stops nothing.
 const NO_SUCH_VM: &str = "00000000-0000-4000-8000-000000000000";

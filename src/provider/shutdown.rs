@@ -38,7 +38,7 @@ impl Provider {
                 );
                 return false;
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            tokio::time::sleep(cks_domain::timing::IDLE_CHECK).await;
         }
     }
 }

@@ -33,12 +33,8 @@ use tokio::sync::{Notify, watch};
 /// The file's format version; a file of another version is refused, never half-read.
 const VERSION: u32 = 1;
 
-/// The first wait before a failed write is tried again; it doubles up to [`RETRY_MAX`].
-const RETRY_MIN: Duration = Duration::from_millis(250);
-/// The longest wait between two tries of a failed write.
-const RETRY_MAX: Duration = Duration::from_secs(5);
-/// How long the last write at shutdown is tried before the process ends without it.
-pub const FINAL_WRITE_BOUND: Duration = Duration::from_secs(10);
+pub use cks_domain::timing::FINAL_WRITE_BOUND;
+use cks_domain::timing::store_retry;
 
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -379,10 +375,10 @@ impl Provider {
         Some(tokio::spawn(async move {
             loop {
                 p.inner.store.wake.notified().await;
-                let mut wait = RETRY_MIN;
+                let mut failures = 0;
                 while !p.write_state().await {
-                    tokio::time::sleep(wait).await;
-                    wait = (wait * 2).min(RETRY_MAX);
+                    failures += 1;
+                    tokio::time::sleep(store_retry(failures)).await;
                 }
             }
         }))
@@ -523,11 +519,11 @@ impl Provider {
         match &self.inner.store.backend {
             Some(backend) => {
                 let give_up = tokio::time::Instant::now() + FINAL_WRITE_BOUND;
-                let mut wait = RETRY_MIN;
+                let mut failures = 1;
                 let mut written = self.write_state().await;
-                while !written && tokio::time::Instant::now() + wait < give_up {
-                    tokio::time::sleep(wait).await;
-                    wait = (wait * 2).min(RETRY_MAX);
+                while !written && tokio::time::Instant::now() + store_retry(failures) < give_up {
+                    tokio::time::sleep(store_retry(failures)).await;
+                    failures += 1;
                     written = self.write_state().await;
                 }
                 self.inner.store.closed.store(true, Ordering::Release);

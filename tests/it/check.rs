@@ -229,3 +229,52 @@ async fn a_project_cluster_is_not_listed_without_project_id_and_passes_with_it()
         }
     }
 }
+
+/// A key of another account than the cluster's: the cluster is not listed (CloudStack answers
+/// an empty list, recorded: `errors_16`); with the project-id of a project the key's account is
+/// not a member of, CloudStack refuses the project before the command (432, `errors_25`), and
+/// check names the project-id, not a command the key may not call.
+#[tokio::test]
+async fn a_key_of_another_account_or_outside_the_project_is_named_as_such() {
+    let project = "2b9f6d1c-4e7a-4c35-9d08-a1f3e5b7c962";
+    let mut cfg = SimConfig::for_tests(API_KEY, SECRET_KEY);
+    let mut teams = sim::ClusterSpec::new("teams", 1, 2);
+    teams.project = Some("team".into());
+    let mut alices = sim::ClusterSpec::new("alices", 1, 2);
+    alices.account = Some("alice".into());
+    cfg.scenario.clusters.extend([teams, alices]);
+    cfg.scenario.accounts = vec![sim::AccountSpec::new("alice")];
+    cfg.scenario.projects = vec![sim::ProjectSpec {
+        id: Some(project.into()),
+        name: "team".into(),
+        members: vec!["alice".into()],
+    }];
+    let sim = sim::spawn(cfg).await.expect("the simulator");
+    let out = run_check(&sim, "1:10:alices", "", "other-account").await;
+    let t = text(&out);
+    assert!(!out.status.success(), "{t}");
+    assert!(
+        t.contains("cluster name=alices: NOT LISTED for this key"),
+        "{t}"
+    );
+    let out = run_check(
+        &sim,
+        "1:10:teams",
+        &format!("project-id = {project}\n"),
+        "not-member",
+    )
+    .await;
+    let t = text(&out);
+    assert!(!out.status.success(), "{t}");
+    assert!(
+        t.contains(&format!(
+            "cluster name=teams: NOT LISTED: CloudStack refuses project-id {project}: it names no project this key is a member of"
+        )),
+        "{t}"
+    );
+    assert_eq!(answer_of(&t, "listKubernetesClusters"), "allowed", "{t}");
+    assert!(
+        !t.contains("listKubernetesClusters (required) is refused"),
+        "not a command the key may not call:\n{t}"
+    );
+}

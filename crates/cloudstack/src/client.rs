@@ -6,8 +6,8 @@
 //! throttles is sent again (`pace`).
 
 use crate::envelope::{
-    Answer, envelope, is_auth_text, is_unavailable_command_text, looks_like_json, malformed,
-    raw_number, throttle_retry_after,
+    Answer, envelope, is_auth_text, is_project_refusal_text, is_unavailable_command_text,
+    looks_like_json, malformed, raw_number, throttle_retry_after,
 };
 use crate::keys::{FixedKeys, KeyPair, KeySource};
 use crate::pace::{Backoff, RateLimit};
@@ -546,9 +546,14 @@ impl Client {
                     ),
                 });
             }
-            // A refused key or signature can also come as a 432; its text tells it apart.
+            // A refused key or signature can also come as a 432; its text tells it apart. So
+            // does the project role's 432: the `projectid` sent is refused, not the command
+            // (a refusal of the request, `CsError::is_bad_project`).
             let auth_text = is_auth_text(&errortext);
-            if !auth_text && (errorcode == 432 || is_unavailable_command_text(&errortext)) {
+            if !auth_text
+                && !is_project_refusal_text(&errortext)
+                && (errorcode == 432 || is_unavailable_command_text(&errortext))
+            {
                 return Err(CsError::NotPermitted {
                     command: command.into(),
                     detail: format!(

@@ -70,6 +70,16 @@ pub(crate) fn is_unavailable_command_text(text: &str) -> bool {
     lower.contains("does not exist") && lower.contains("not available for")
 }
 
+/// The 432 of CloudStack's project role check (`ProjectRoleBasedApiAccessChecker`): a call
+/// whose `projectid` names a project the key's account is not a member of, "The API
+/// [listKubernetesClusters] does not exist or is not available for this account/user in project
+/// [<uuid>]." (`errors_25` of the 4.21 recordings). It refuses the project, not the command: a
+/// member's key may call it.
+pub(crate) fn is_project_refusal_text(text: &str) -> bool {
+    text.to_lowercase()
+        .contains("not available for this account/user in project")
+}
+
 /// Error texts CloudStack uses when the key or signature is refused.
 pub(crate) fn is_auth_text(text: &str) -> bool {
     let lower = text.to_lowercase();

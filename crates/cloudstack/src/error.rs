@@ -117,13 +117,15 @@ impl CsError {
     }
 
     /// CloudStack refused the `projectid` the client sent: it names no project (431: the UUID
-    /// names no entity, or "Unable to find project by id"), or one the key may not use (531,
-    /// "can't access project"); `AccountManagerImpl.buildACLSearchParameters` and
-    /// `ParamProcessWorker` word them so.
+    /// names no entity, or "Unable to find project by id"), or one the key's account is not a
+    /// member of (432 "… not available for this account/user in project [<uuid>]." from the
+    /// project role check, as 4.21 answers it: `errors_25`; 531 "can't access project" from
+    /// `AccountManagerImpl.buildACLSearchParameters`, where that check lets a call through);
+    /// `ParamProcessWorker` and those checks word them so.
     pub fn is_bad_project(&self) -> bool {
         match self {
             CsError::Api {
-                errorcode: 431 | 531,
+                errorcode: 431 | 432 | 531,
                 errortext,
                 ..
             } => {
@@ -131,6 +133,7 @@ impl CsError {
                 t.contains("parameter projectid")
                     || t.contains("project by id")
                     || t.contains("access project")
+                    || crate::envelope::is_project_refusal_text(&t)
             }
             _ => false,
         }

@@ -1658,6 +1658,16 @@ fn a_refused_projectid_is_told_from_other_parameter_errors() {
         (431, "Unable to find project by id 42", true),
         (531, "Account Acct[x] can't access project id=42", true),
         (
+            432,
+            "The API [listKubernetesClusters] does not exist or is not available for this account/user in project [cf4bc2ef-d062-427f-8a2e-45f73d41d6a6].",
+            true,
+        ),
+        (
+            432,
+            "The API [stopVirtualMachine] does not exist or is not available for the account for user id [dba16e42-49e7-4abe-af92-8142a19d64fe].",
+            false,
+        ),
+        (
             431,
             "Unable to execute API command listkubernetesclusters due to invalid value. Invalid parameter id value=x due to incorrect long value format, or entity does not exist or due to incorrect parameter annotation for the field in api cmd class.",
             false,

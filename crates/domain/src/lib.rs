@@ -31,6 +31,8 @@
 //!   answered, and when the provider is stuck in itself.
 //! - [`lease`]: leader election on a Kubernetes Lease: which replica may act, and the fence
 //!   that stops a leader before another can take over.
+//! - [`timing`]: the shell's waits and retries that belong to no machine (deadline margin,
+//!   throttled work, the scale watch, the store's write retries, offerings, shutdown).
 //!
 //! Nothing here touches the network, the clock or a lock; callers pass in what they observed
 //! and the time they observed it.
@@ -48,4 +50,5 @@ pub mod removal;
 pub mod rules;
 pub mod status;
 pub mod stranded;
+pub mod timing;
 pub mod verdict;

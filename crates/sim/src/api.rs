@@ -8,12 +8,15 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use super::access;
+use super::accounts::{Caller, ListScope, ProjectParam};
 use super::clock::{parse_date, parse_stamp};
 use super::config::SimSettings;
 use super::ids::is_uuid;
 use super::jobs::{self, INTERNAL_ERROR};
 use super::model::{JobKind, JobStatus, VmState, World};
 use super::render;
+use super::reply::Reply;
 use super::rules::{ScalePlan, ScaleRequest};
 
 /// The CloudStack commands served (exact, case-sensitive names as CloudStack matches them).
@@ -28,6 +31,7 @@ pub const COMMANDS: &[&str] = &[
     "listServiceOfferings",
     "listZones",
     "listCapabilities",
+    "getApiLimit",
 ];
 
 /// The simulator-only commands (no signature, no faults, not recorded).
@@ -40,40 +44,6 @@ pub const SIM_COMMANDS: &[&str] = &[
     "simSetVmState",
     "simSetNode",
 ];
-
-/// An HTTP answer: status and JSON bytes.
-#[derive(Debug)]
-pub struct Reply {
-    pub status: u16,
-    pub body: Vec<u8>,
-}
-
-impl Reply {
-    pub fn ok<T: Serialize + ?Sized>(value: &T) -> Self {
-        match serde_json::to_vec(value) {
-            Ok(body) => Self { status: 200, body },
-            Err(e) => Self::error(
-                "errorresponse",
-                530,
-                9999,
-                &format!("serialization failed: {e}"),
-            ),
-        }
-    }
-
-    /// CloudStack's error envelope; the HTTP status is the error code.
-    pub fn error(response_name: &str, code: u16, cs_code: u32, text: &str) -> Self {
-        let mut inner = serde_json::Map::new();
-        inner.insert("uuidList".into(), json!([]));
-        inner.insert("errorcode".into(), json!(code));
-        if cs_code != 0 {
-            inner.insert("cserrorcode".into(), json!(cs_code));
-        }
-        inner.insert("errortext".into(), json!(text));
-        let body = serde_json::to_vec(&json!({ response_name: inner })).unwrap_or_default();
-        Self { status: code, body }
-    }
-}
 
 /// A job task to start after the lock is released.
 #[derive(Debug)]
@@ -333,6 +303,7 @@ pub fn dispatch(
     p: &Params,
     now_ms: u64,
     version: &str,
+    caller: &Caller,
 ) -> (Reply, Option<Spawn>) {
     let cmd = Cmd {
         lower: name.to_ascii_lowercase(),
@@ -346,13 +317,13 @@ pub fn dispatch(
         return (r, None);
     }
     let result = match name {
-        "listKubernetesClusters" => list_clusters(w, &cmd).map(|r| (r, None)),
-        "scaleKubernetesCluster" => scale(w, &cmd),
-        "queryAsyncJobResult" => query_job(w, &cmd).map(|r| (r, None)),
-        "listAsyncJobs" => list_jobs(w, &cmd).map(|r| (r, None)),
-        "listVirtualMachines" => list_vms(w, &cmd).map(|r| (r, None)),
-        "startVirtualMachine" => vm_op(w, &cmd, true, now_ms),
-        "stopVirtualMachine" => vm_op(w, &cmd, false, now_ms),
+        "listKubernetesClusters" => list_clusters(w, &cmd, caller).map(|r| (r, None)),
+        "scaleKubernetesCluster" => scale(w, &cmd, caller),
+        "queryAsyncJobResult" => query_job(w, &cmd, caller).map(|r| (r, None)),
+        "listAsyncJobs" => list_jobs(w, &cmd, caller).map(|r| (r, None)),
+        "listVirtualMachines" => list_vms(w, &cmd, caller).map(|r| (r, None)),
+        "startVirtualMachine" => vm_op(w, &cmd, true, now_ms, caller),
+        "stopVirtualMachine" => vm_op(w, &cmd, false, now_ms, caller),
         "listServiceOfferings" => list_offerings(w, &cmd).map(|r| (r, None)),
         "listZones" => list_zones(w, &cmd).map(|r| (r, None)),
         "listCapabilities" => Ok((capabilities(&cmd, version), None)),
@@ -372,71 +343,43 @@ pub fn unknown_command(_name: &str) -> Reply {
     )
 }
 
-/// CloudStack's answer to a command the key's role does not allow (`SimSettings::key_role`).
-/// `DynamicRoleBasedAPIAccessChecker.checkAccess` throws `UnavailableCommandException` ("The
-/// API [X] does not exist or is not available for the account A."), which
-/// `ApiServer.commandAvailable` turns into `ServerApiException(UNSUPPORTED_ACTION_ERROR)`: HTTP
-/// 432, cserrorcode 9999 (a `ServerApiException`'s own), and, as for every
-/// UNSUPPORTED_ACTION_ERROR, under `errorresponse` (`ApiServer.getSerializedApiError`). The
-/// account is written by name as in the current source; older releases print the account
-/// object (`Account [...]`) there.
-pub fn unavailable_command(name: &str, account: &str) -> Reply {
-    Reply::error(
-        "errorresponse",
-        432,
-        9999,
-        &format!("The API [{name}] does not exist or is not available for the account {account}."),
-    )
-}
-
-/// Whether a list call sees the project's resources (every cluster and VM, when a project is
-/// set), following `AccountManagerImpl.buildACLSearchParameters` for a caller that is a member
-/// of the project and owns nothing outside it:
-/// - no `projectid`: no (`SkipProjectResources`; with an `id`, the caller's own account only);
-/// - `projectid=-1`: yes (`ListProjectResourcesOnly`, over every project the caller is in;
-///   `ParamProcessWorker.translateUuidToInternalId` passes `-1` through untouched);
-/// - the project's UUID: yes;
+/// The scope of a list call (`AccountManagerImpl.buildACLSearchParameters`; what each scope
+/// shows: [`World::may_list`]), once its `projectid` is resolved:
+/// - absent: [`ProjectParam::Absent`];
+/// - `-1`: every project the caller may see (`ListProjectResourcesOnly`;
+///   `ParamProcessWorker.translateUuidToInternalId` passes `-1` through untouched; errors_22);
+/// - a project's UUID, in any case: that project (errors_21, project_03); a project the caller
+///   is not a member of was refused before the command (`World::project_refusal`, errors_25);
 /// - another UUID, or anything that is neither a UUID nor a number: refused before the
 ///   command runs (`translateUuidToInternalId`: no entity with that UUID), 431 with
 ///   cserrorcode 9999, as every unknown entity id ([`Cmd::invalid`]; errors_24);
 /// - a whole number: `projectid` predates 3.x (its `@Parameter` has no `since`), so it is taken
 ///   as an internal id, and `buildACLSearchParameters` refuses it with
-///   `InvalidParameterValueException("Unable to find project by id N")` (431, 9999: the
-///   simulated project's internal id is never exposed, so no number names it).
-///
-/// Not modelled: a project that exists but the caller is not a member of
-/// (`PermissionDeniedException("Account … can't access project id=N")`, which `ApiServer`
-/// answers 531 `ACCOUNT_ERROR` with cserrorcode 4365): the simulator has one project and its
-/// key is a member. Without a project set, `projectid` is ignored (the historical behaviour
-/// every other test relies on; CloudStack would refuse an id naming nothing).
+///   `InvalidParameterValueException("Unable to find project by id N")` (431, 9999: no
+///   simulated project's internal id is ever exposed, so no number names one).
 ///
 /// Only the list calls are scoped. A command on one entity checks access on that entity's
-/// owner, the project, of which the key is a member: `scaleKubernetesCluster`
+/// owner (`World::can_operate`): `scaleKubernetesCluster` in its job
 /// (`KubernetesClusterManagerImpl.validateKubernetesClusterScaleParameters`:
-/// `checkAccess(caller, OperateEntry, false, cluster)`), `queryAsyncJobResult`
-/// (`ApiResponseHelper.queryJobResult`: the job's submitter, the caller itself);
-/// `startVirtualMachine` / `stopVirtualMachine` likewise, *unverified*. `listAsyncJobs` takes no
+/// `checkAccess(caller, OperateEntry, false, cluster)`; errors_17), `stopVirtualMachine` at
+/// the call (errors_18; `startVirtualMachine` likewise, *unverified*), `queryAsyncJobResult`
+/// on the job's submitter (`ApiResponseHelper.queryJobResult`). `listAsyncJobs` takes no
 /// `projectid` (`ListAsyncJobsCmd` extends `BaseListAccountResourcesCmd`) and lists the
 /// caller's own jobs, which a project's scale jobs are (their submitter is the caller).
-fn project_scope(w: &World, cmd: &Cmd<'_>) -> Result<bool, Reply> {
-    let asked = cmd.p.get("projectid").map(str::trim);
-    let Some(project) = &w.settings.project else {
-        // No project: the clusters are the account's. `-1` lists project resources only
-        // (ListProjectResourcesOnly), so none; any other id names no project and is refused
-        // as below (`buildACLSearchParameters`).
-        return match asked {
-            None => Ok(true),
-            Some("-1") => Ok(false),
-            Some(asked) => Err(no_such_project(cmd, asked)),
-        };
+fn list_scope(w: &World, cmd: &Cmd<'_>) -> Result<ListScope, Reply> {
+    let project = match cmd.p.get("projectid").map(str::trim) {
+        None => ProjectParam::Absent,
+        Some("-1") => ProjectParam::AllProjects,
+        Some(asked) => match w.project_named(asked) {
+            Some((id, _)) => ProjectParam::One(id.to_string()),
+            None => return Err(no_such_project(cmd, asked)),
+        },
     };
-    let Some(asked) = asked else {
-        return Ok(false);
-    };
-    if asked == "-1" || asked.eq_ignore_ascii_case(&project.id) {
-        return Ok(true);
-    }
-    Err(no_such_project(cmd, asked))
+    Ok(ListScope {
+        project,
+        by_id: cmd.p.get("id").is_some(),
+        listall: cmd.boolean("listall") == Some(true),
+    })
 }
 
 /// CloudStack's refusal of a `projectid` naming no project: a number is looked up as an
@@ -454,14 +397,12 @@ fn no_such_project(cmd: &Cmd<'_>, asked: &str) -> Reply {
     cmd.invalid("projectid", asked)
 }
 
-fn list_clusters(w: &World, cmd: &Cmd<'_>) -> Result<Reply, Reply> {
+fn list_clusters(w: &World, cmd: &Cmd<'_>, caller: &Caller) -> Result<Reply, Reply> {
     let id = cmd.entity("id", |v| w.cluster(v).is_some())?;
     // After the id check: `ParamProcessWorker` resolves `id` before the command runs, whoever
-    // owns the cluster; the project's clusters are then left out of the search.
-    if !project_scope(w, cmd)? {
-        cmd.page(Vec::<()>::new(), w.settings.default_page_size)?;
-        return Ok(cmd.ok(json!({})));
-    }
+    // owns the cluster; the clusters the caller may not see are then left out of the search
+    // (errors_16: another account's cluster by its id is an empty list).
+    let scope = list_scope(w, cmd)?;
     let name = cmd.p.get("name");
     let keyword = cmd.p.get("keyword").map(str::to_ascii_lowercase);
     let state = cmd.p.get("state");
@@ -479,6 +420,7 @@ fn list_clusters(w: &World, cmd: &Cmd<'_>) -> Result<Reply, Reply> {
                 .is_none_or(|k| c.name.to_ascii_lowercase().contains(k))
         })
         .filter(|c| state.is_none_or(|s| c.state.as_str().eq_ignore_ascii_case(s)))
+        .filter(|c| w.may_list(caller, &w.ownership(c), &scope))
         .collect();
     let (page, total) = cmd.page(selected, w.settings.default_page_size)?;
     let views: Vec<_> = page
@@ -488,7 +430,7 @@ fn list_clusters(w: &World, cmd: &Cmd<'_>) -> Result<Reply, Reply> {
     Ok(list_reply(cmd, "kubernetescluster", &views, total))
 }
 
-fn scale(w: &mut World, cmd: &Cmd<'_>) -> Result<(Reply, Option<Spawn>), Reply> {
+fn scale(w: &mut World, cmd: &Cmd<'_>, caller: &Caller) -> Result<(Reply, Option<Spawn>), Reply> {
     let cluster_id = match cmd.entity("id", |v| w.cluster(v).is_some())? {
         Some(id) => id,
         None => return Err(cmd.missing("id")),
@@ -517,7 +459,7 @@ fn scale(w: &mut World, cmd: &Cmd<'_>) -> Result<(Reply, Option<Spawn>), Reply> 
     // `KubernetesClusterScaleWorker.scaleCluster`, whose state transition moves the cluster
     // to Scaling. `ScaleKubernetesClusterCmd` overrides no sync object, so two such jobs on one
     // cluster are queued side by side.
-    let job_id = jobs::new_job(w, JobKind::ScaleCluster, &cluster_id);
+    let job_id = jobs::new_job(w, JobKind::ScaleCluster, &cluster_id, caller);
     let reply = cmd.ok(json!({ "jobid": job_id }));
     let delay = w.settings.pickup_delay;
     if !delay.is_zero() {
@@ -565,11 +507,29 @@ fn node_offerings(p: &Params) -> Vec<(String, Option<String>)> {
         .collect()
 }
 
-fn query_job(w: &World, cmd: &Cmd<'_>) -> Result<Reply, Reply> {
+/// `ApiResponseHelper.queryJobResult`: a User account sees only its own account's jobs; any
+/// other is a `PermissionDeniedException` (531, 4365) "Account … is not authorized to see job
+/// id=N" (from source; its `Account` rendering and the job's internal number are
+/// *unverified*); a root admin sees every job.
+fn query_job(w: &World, cmd: &Cmd<'_>, caller: &Caller) -> Result<Reply, Reply> {
     let id = cmd.required("jobid")?;
     let Some(job) = w.jobs.get(id) else {
         return Err(cmd.invalid("jobid", id));
     };
+    if !caller.is_root_admin() && job.submitter.account_id != caller.account_id {
+        let number = w
+            .job_order
+            .iter()
+            .position(|j| j == id)
+            .map_or(0, |n| n + 1);
+        return Err(access::permission_denied(
+            &cmd.response(),
+            &format!(
+                "Account {} is not authorized to see job id={number}",
+                caller.account
+            ),
+        ));
+    }
     Ok(cmd.ok_with(&render::job(w, job)))
 }
 
@@ -583,7 +543,10 @@ fn query_job(w: &World, cmd: &Cmd<'_>) -> Result<Reply, Reply> {
 /// still answers for it.
 /// `ListAsyncJobsCmd.startDate` is a DATE parameter: only its day counts (see
 /// [`parse_date`]), so a `startdate` of today keeps every job of today.
-fn list_jobs(w: &World, cmd: &Cmd<'_>) -> Result<Reply, Reply> {
+fn list_jobs(w: &World, cmd: &Cmd<'_>, caller: &Caller) -> Result<Reply, Reply> {
+    // The caller's account's jobs; a root admin's `listall` lists every account's
+    // (`BaseListAccountResourcesCmd`, scoped as any list: *unverified* for jobs).
+    let every_account = caller.is_root_admin() && cmd.boolean("listall") == Some(true);
     let keyword = cmd.p.get("keyword").map(str::to_ascii_lowercase);
     let since = match cmd.p.get("startdate") {
         None => None,
@@ -604,6 +567,7 @@ fn list_jobs(w: &World, cmd: &Cmd<'_>) -> Result<Reply, Reply> {
         .iter()
         .filter_map(|id| w.jobs.get(id))
         .filter(|j| j.status == JobStatus::InProgress)
+        .filter(|j| every_account || j.submitter.account_id == caller.account_id)
         .filter(|j| {
             keyword
                 .as_deref()
@@ -616,15 +580,13 @@ fn list_jobs(w: &World, cmd: &Cmd<'_>) -> Result<Reply, Reply> {
     Ok(list_reply(cmd, "asyncjobs", &jobs, total))
 }
 
-fn list_vms(w: &World, cmd: &Cmd<'_>) -> Result<Reply, Reply> {
+fn list_vms(w: &World, cmd: &Cmd<'_>, caller: &Caller) -> Result<Reply, Reply> {
     let id = cmd.entity("id", |v| w.vm_known(v))?;
     let ids = cmd.uuid_list("ids", |v| w.vm_known(v))?;
     // `QueryManagerImpl.searchForUserVMIdsAndCount` builds its search with
-    // `buildACLSearchParameters` as `listKubernetesClusters` does.
-    if !project_scope(w, cmd)? {
-        cmd.page(Vec::<()>::new(), w.settings.default_page_size)?;
-        return Ok(cmd.ok(json!({})));
-    }
+    // `buildACLSearchParameters` as `listKubernetesClusters` does (errors_19: another
+    // account's VM by its id is an empty list; errors_20: so is `listall` of a User account).
+    let scope = list_scope(w, cmd)?;
     let state = cmd.p.get("state");
     let name = cmd.p.get("name");
     let keyword = cmd.p.get("keyword").map(str::to_ascii_lowercase);
@@ -632,7 +594,11 @@ fn list_vms(w: &World, cmd: &Cmd<'_>) -> Result<Reply, Reply> {
         return Ok(cmd.ok(json!({})));
     };
     let mut views = Vec::new();
-    for c in &w.clusters {
+    for c in w
+        .clusters
+        .iter()
+        .filter(|c| w.may_list(caller, &w.ownership(c), &scope))
+    {
         let zone = w.zone(&c.zone_id).unwrap_or(fallback_zone);
         for vm in &c.vms {
             let wanted = id.as_deref().is_none_or(|i| vm.id == i)
@@ -660,17 +626,28 @@ fn vm_op(
     cmd: &Cmd<'_>,
     start: bool,
     now: u64,
+    caller: &Caller,
 ) -> Result<(Reply, Option<Spawn>), Reply> {
     let vm_id = match cmd.entity("id", |v| w.vm_known(v))? {
         Some(id) => id,
         None => return Err(cmd.missing("id")),
     };
+    // `StopVMCmd`'s `id` is checked for access while the parameters are processed, so
+    // another account's VM is refused at the call, before any job (errors_18).
+    if let Some((ci, _)) = w.find_vm(&vm_id)
+        && !w.can_operate(caller, &w.ownership(&w.clusters[ci]))
+    {
+        return Err(access::permission_denied(
+            &cmd.response(),
+            access::NO_PERMISSION,
+        ));
+    }
     let kind = if start {
         JobKind::StartVm
     } else {
         JobKind::StopVm
     };
-    let job_id = jobs::new_job(w, kind, &vm_id);
+    let job_id = jobs::new_job(w, kind, &vm_id, caller);
     let reply = cmd.ok(json!({ "jobid": job_id }));
     let Some((_, vm)) = w.find_vm(&vm_id) else {
         jobs::fail(
@@ -816,12 +793,14 @@ mod tests {
     #[test]
     fn lists_a_5000_vm_cluster() {
         let mut w = big_world();
+        let caller = w.key_caller();
         let (reply, _) = dispatch(
             &mut w,
             "listKubernetesClusters",
             &params(&[]),
             0,
             "4.22.0.0",
+            &caller,
         );
         assert_eq!(reply.status, 200);
         let v: Value = serde_json::from_slice(&reply.body).unwrap();
@@ -837,6 +816,7 @@ mod tests {
     #[ignore = "measurement, run by hand in release mode"]
     fn measure_server_side_listing() {
         let mut w = big_world();
+        let caller = w.key_caller();
         for (command, p) in [
             ("listKubernetesClusters", params(&[])),
             ("listVirtualMachines", params(&[("pagesize", "-1")])),
@@ -845,7 +825,7 @@ mod tests {
             let mut bytes = 0;
             for _ in 0..100 {
                 let t = std::time::Instant::now();
-                let (reply, _) = dispatch(&mut w, command, &p, 0, "4.22.0.0");
+                let (reply, _) = dispatch(&mut w, command, &p, 0, "4.22.0.0", &caller);
                 times.push(t.elapsed());
                 bytes = reply.body.len();
             }

@@ -74,6 +74,18 @@ pub enum KeyRole {
     /// scale job fails 530 "Caller does not have permission to operate with provided
     /// resource."; `stopVirtualMachine` is answered 432 at once.
     ListOnly,
+    /// A role allowing `list*` and denying every other command by an explicit rule (`*`
+    /// deny; recorded: `errors_13b_perm_bob_listonly_plus_deny_star_scale`, `errors_13c`): an
+    /// explicit deny refuses a command at once, `scaleKubernetesCluster` included (432), so
+    /// no job is ever queued; `queryAsyncJobResult` is refused too.
+    ListOnlyDenyRest,
+    /// The Root Admin role (the `admin` account a CloudStack is installed with: the recorded
+    /// server's `admin`): every command; exempt from the API rate limit
+    /// (`ApiRateLimitServiceImpl.checkAccess` returns before counting a root admin's call;
+    /// recorded: `throttle_03_throttle_admin_exempt`); sees and changes every account's and
+    /// every project's resources (`AccountManagerImpl.buildACLSearchParameters` and
+    /// `checkAccess`, see `accounts`).
+    Admin,
 }
 
 impl KeyRole {
@@ -82,25 +94,33 @@ impl KeyRole {
             Self::User => "user",
             Self::ProjectKubernetes => "project-kubernetes",
             Self::ListOnly => "list-only",
+            Self::ListOnlyDenyRest => "list-only-deny",
+            Self::Admin => "admin",
         }
+    }
+
+    /// Whether the role is the Root Admin's (see [`KeyRole::Admin`]).
+    pub fn is_root_admin(self) -> bool {
+        self == Self::Admin
     }
 
     /// Whether a key of this role may call `command`.
     pub fn allows(self, command: &str) -> bool {
         match self {
-            Self::User => true,
+            Self::User | Self::Admin => true,
             Self::ProjectKubernetes => PROJECT_KUBERNETES_ROLE_COMMANDS.contains(&command),
             Self::ListOnly => {
                 command.starts_with("list")
                     || command == "queryAsyncJobResult"
                     || command == "scaleKubernetesCluster"
             }
+            Self::ListOnlyDenyRest => command.starts_with("list"),
         }
     }
 
     /// Whether a scale job of this key may operate on the cluster (checked inside the job).
     pub fn may_scale(self) -> bool {
-        self != Self::ListOnly
+        !matches!(self, Self::ListOnly | Self::ListOnlyDenyRest)
     }
 }
 
@@ -127,8 +147,10 @@ impl FromStr for KeyRole {
             "user" => Ok(Self::User),
             "project-kubernetes" | "projectkubernetes" => Ok(Self::ProjectKubernetes),
             "list-only" | "listonly" => Ok(Self::ListOnly),
+            "list-only-deny" | "listonlydeny" => Ok(Self::ListOnlyDenyRest),
+            "admin" | "root-admin" => Ok(Self::Admin),
             _ => Err(format!(
-                "unknown key role {s:?}: expected user or project-kubernetes"
+                "unknown key role {s:?}: expected user, project-kubernetes, list-only, list-only-deny or admin"
             )),
         }
     }
@@ -515,7 +537,9 @@ mod tests {
         assert_eq!(s.fail_drains, 2);
         assert_eq!(s.apply("keyrole", "project-kubernetes"), Ok(true));
         assert_eq!(s.key_role, KeyRole::ProjectKubernetes);
-        assert!(s.apply("keyrole", "admin").is_err());
+        assert_eq!(s.apply("keyrole", "admin"), Ok(true));
+        assert!(s.key_role.is_root_admin());
+        assert!(s.apply("keyrole", "superuser").is_err());
         assert_eq!(SimSettings::default().project, None);
         assert!(s.apply("projectname", "p").is_err(), "no project yet");
         let id = "0f3c5a2e-1b7d-4c8e-9a6f-2d4b8e1c7a90";

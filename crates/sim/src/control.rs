@@ -4,9 +4,10 @@
 
 use serde_json::json;
 
-use super::api::{Cmd, Params, Reply, unknown_command};
+use super::api::{Cmd, Params, unknown_command};
 use super::jobs;
 use super::model::{RecordedRequest, VmState, World};
+use super::reply::Reply;
 
 /// Answers a simulator-only command.
 pub fn dispatch_sim(w: &mut World, name: &str, p: &Params, now_ms: u64) -> (Reply, bool) {

@@ -20,8 +20,11 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 
 use super::Shared;
-use super::api::{self, COMMANDS, Params, Reply, SIM_COMMANDS};
+use super::access;
+use super::accounts::Caller;
+use super::api::{self, COMMANDS, Params, SIM_COMMANDS};
 use super::model::RecordedRequest;
+use super::reply::Reply;
 use super::{signing, throttle};
 
 /// A TCP listener whose connections carry a kill switch.
@@ -307,28 +310,49 @@ fn authenticated_reply(sh: &Arc<Shared>, command: Option<&str>, params: &Params)
     if !COMMANDS.contains(&name) {
         return api::unknown_command(name);
     }
-    let (settings, account_id) = {
+    let settings = sh.lock().settings.clone();
+    let (key_api, key_secret) = sh.keys();
+    // The key's user: the simulator's own key, or one of the scenario's other accounts.
+    let lookup = |key: &str| {
         let w = sh.lock();
-        (w.settings.clone(), w.owner.account_id.clone())
+        if signing::constant_time_eq(key.as_bytes(), key_api.as_bytes()) {
+            Some((key_secret.clone(), w.key_caller()))
+        } else {
+            w.account_by_key(key)
+        }
     };
-    let role = settings.key_role;
-    // `checkCommandAvailable`'s checkers: the role, then the API rate limit (their order is
-    // *unverified*; see `throttle`).
-    let (api_key, secret_key) = sh.keys();
-    let verified = signing::verify_with_role(&params.pairs, &api_key, &secret_key, || {
-        if !role.allows(name) {
+    // `checkCommandAvailable`'s checkers: the role, the project role, then the API rate limit
+    // (their order is *unverified*; see `throttle`). Root admins are never counted
+    // (`ApiRateLimitServiceImpl.checkAccess`; throttle_03).
+    let refusal = std::cell::RefCell::new(None);
+    let verified = signing::verify_with_access(&params.pairs, lookup, |caller: &Caller| {
+        if !caller.role.allows(name) {
+            *refusal.borrow_mut() = Some(access::unavailable_command(name, caller));
             return Err(signing::AuthFailure::CommandUnavailable);
         }
+        if let Some(refused) = sh
+            .lock()
+            .project_refusal(caller, name, params.get("projectid"))
+        {
+            *refusal.borrow_mut() = Some(refused);
+            return Err(signing::AuthFailure::NotInProject);
+        }
+        if caller.is_root_admin() {
+            return Ok(());
+        }
         sh.throttle()
-            .check(&account_id, name, &settings, sh.clock.now_ms())
+            .check(&caller.account_id, name, &settings, sh.clock.now_ms())
             .map_err(|retry_after_ms| signing::AuthFailure::Throttled { retry_after_ms })
     });
-    match verified {
-        Ok(()) => {}
-        Err(signing::AuthFailure::CommandUnavailable) => {
-            tracing::debug!(command = name, %role, "command outside the key's role");
-            let account = sh.lock().owner.account.clone();
-            return api::unavailable_command(name, &account);
+    let caller = match verified {
+        Ok(caller) => caller,
+        Err(
+            why @ (signing::AuthFailure::CommandUnavailable | signing::AuthFailure::NotInProject),
+        ) => {
+            tracing::debug!(command = name, ?why, "refused by an access checker");
+            return refusal
+                .into_inner()
+                .unwrap_or_else(|| Reply::error(&response_name, 401, 0, UNAUTHORIZED));
         }
         Err(signing::AuthFailure::Throttled { retry_after_ms }) => {
             tracing::debug!(command = name, retry_after_ms, "account over its API limit");
@@ -338,7 +362,7 @@ fn authenticated_reply(sh: &Arc<Shared>, command: Option<&str>, params: &Params)
             tracing::debug!(command = name, ?why, "request not authenticated");
             return Reply::error(&response_name, 401, 0, UNAUTHORIZED);
         }
-    }
+    };
     if !params
         .get("response")
         .is_some_and(|r| r.eq_ignore_ascii_case("json"))
@@ -350,9 +374,28 @@ fn authenticated_reply(sh: &Arc<Shared>, command: Option<&str>, params: &Params)
             "This simulator only serves response=json (CloudStack itself would answer in XML)",
         );
     }
+    if name == "getApiLimit" {
+        let window = sh
+            .throttle()
+            .window(&caller.account_id, &settings, sh.clock.now_ms());
+        return access::api_limit(
+            &caller,
+            settings.throttling,
+            settings.throttling_max,
+            settings.throttling_interval.as_secs(),
+            window,
+        );
+    }
     let (reply, spawn) = {
         let mut w = sh.lock();
-        api::dispatch(&mut w, name, params, sh.clock.now_ms(), &sh.version())
+        api::dispatch(
+            &mut w,
+            name,
+            params,
+            sh.clock.now_ms(),
+            &sh.version(),
+            &caller,
+        )
     };
     if let Some(spawn) = spawn {
         sh.spawn_job(spawn);

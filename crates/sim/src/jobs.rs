@@ -7,6 +7,8 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::Shared;
+use super::access::NO_PERMISSION;
+use super::accounts::Caller;
 use super::clock::{format_stamp, now_stamp};
 use super::config::{JobFailure, SimSettings};
 use super::model::{
@@ -18,18 +20,23 @@ use super::rules::{self, ScalePlan, ScaleRequest, SizePlan};
 /// CloudStack's INTERNAL_ERROR, the code of every failed scale job.
 pub const INTERNAL_ERROR: u32 = 530;
 
-/// Registers a new in-progress job and returns its id.
-pub fn new_job(w: &mut World, kind: JobKind, instance_id: &str) -> String {
+/// Registers a new in-progress job of `submitter` and returns its id.
+pub fn new_job(w: &mut World, kind: JobKind, instance_id: &str, submitter: &Caller) -> String {
     if kind == JobKind::StopVm {
         w.note_stop(instance_id);
     }
     let id = w.ids.uuid();
+    if kind.instance_type().is_some() {
+        w.pending_vm_jobs
+            .insert(instance_id.to_string(), id.clone());
+    }
     w.jobs.insert(
         id.clone(),
         Job {
             id: id.clone(),
             kind,
             instance_id: instance_id.to_string(),
+            submitter: submitter.clone(),
             created: now_stamp(),
             completed: None,
             status: JobStatus::InProgress,
@@ -53,6 +60,7 @@ pub fn add_past_jobs(
 ) {
     let created = format_stamp(created_unix);
     let result = cluster_result(w, cluster_id);
+    let submitter = w.key_caller();
     let (status, completed, result) = if running {
         (JobStatus::InProgress, None, None)
     } else {
@@ -67,6 +75,7 @@ pub fn add_past_jobs(
                 id: id.clone(),
                 kind: JobKind::ScaleCluster,
                 instance_id: cluster_id.to_string(),
+                submitter: submitter.clone(),
                 created: created.clone(),
                 completed: completed.clone(),
                 status,
@@ -79,8 +88,19 @@ pub fn add_past_jobs(
     w.job_order.splice(0..0, ids);
 }
 
+/// A VM job has ended: the VM no longer shows it.
+fn vm_job_ended(w: &mut World, job_id: &str) {
+    if let Some(j) = w.jobs.get(job_id)
+        && w.pending_vm_jobs.get(&j.instance_id) == Some(&j.id)
+    {
+        let vm = j.instance_id.clone();
+        w.pending_vm_jobs.remove(&vm);
+    }
+}
+
 /// Marks a job succeeded with `result` as its `jobresult`.
 pub fn succeed(w: &mut World, job_id: &str, result: JobResult) {
+    vm_job_ended(w, job_id);
     if let Some(j) = w.jobs.get_mut(job_id) {
         j.status = JobStatus::Succeeded;
         j.result_code = 0;
@@ -92,6 +112,7 @@ pub fn succeed(w: &mut World, job_id: &str, result: JobResult) {
 /// Marks a job failed with CloudStack's `{errorcode, errortext}` result.
 pub fn fail(w: &mut World, job_id: &str, code: u32, text: &str) {
     tracing::debug!(job = job_id, code, text, "job failed");
+    vm_job_ended(w, job_id);
     if let Some(j) = w.jobs.get_mut(job_id) {
         j.status = JobStatus::Failed;
         j.result_code = code;
@@ -208,14 +229,14 @@ pub fn start_scale(
         return None;
     };
     // The caller's right to operate on the cluster is checked inside the job, before the
-    // request's own validation (recorded: `errors_13_perm_bob_listonly_scale_job_final`).
-    if !w.settings.key_role.may_scale() {
-        fail(
-            w,
-            job_id,
-            INTERNAL_ERROR,
-            "Caller does not have permission to operate with provided resource.",
-        );
+    // request's own validation: a role allowing only `list*`
+    // (`errors_13_perm_bob_listonly_scale_job_final`), another account's cluster
+    // (`errors_17_perm_alice_scale_other_account_cluster_job_final`).
+    let allowed = w.jobs.get(job_id).is_none_or(|j| {
+        j.submitter.role.may_scale() && w.can_operate(&j.submitter, &w.ownership(c))
+    });
+    if !allowed {
+        fail(w, job_id, INTERNAL_ERROR, NO_PERMISSION);
         return None;
     }
     let checked = rules::validate(w, c, req).and_then(|plan| {

@@ -6,11 +6,14 @@
 //! `POST|GET /client/api` with `response=json`, signed like CloudStack requests (HMAC-SHA1 over
 //! the sorted, lower-cased, URL-encoded query): `listKubernetesClusters`, `scaleKubernetesCluster`, `queryAsyncJobResult`,
 //! `listAsyncJobs`, `listVirtualMachines`, `startVirtualMachine`, `stopVirtualMachine`,
-//! `listServiceOfferings`, `listZones`, `listCapabilities`. Errors use CloudStack's envelope
-//! (`{"<cmd>response":{"uuidList":[],"errorcode":..,"cserrorcode":..,"errortext":..}}`, HTTP status
-//! = errorcode): 401 for authentication, 431 for malformed parameters, 432 for unknown commands,
-//! 429 for an account over its API limit (`throttle`, off unless `throttling` is set).
-//! Scale refusals are failed jobs (`jobstatus` 2, `jobresultcode` 530), as on CloudStack.
+//! `listServiceOfferings`, `listZones`, `listCapabilities`, `getApiLimit`, each for the account
+//! its key belongs to (the key's own, or one of the scenario's: `accounts`). Errors use
+//! CloudStack's envelope (`{"<cmd>response":{"uuidList":[],"errorcode":..,"cserrorcode":..,
+//! "errortext":..}}`, HTTP status = errorcode): 401 for authentication and unknown commands,
+//! 431 for malformed parameters, 432 for a command the key's role or project does not allow,
+//! 429 for an account over its API limit (`throttle`, off unless `throttling` is set), 531 for
+//! another account's VM or job. Scale refusals are failed jobs (`jobstatus` 2,
+//! `jobresultcode` 530), as on CloudStack.
 //!
 //! Simulator-only commands, unsigned and never subject to faults: `simListNodes[&clusterid=]`
 //! (the emulated kubelet's nodes), `simConfigure` (timings and faults, see
@@ -21,7 +24,9 @@
 //! - `model`: clusters, VMs, jobs, the kubelet view, the status scanner pass.
 //! - `rules`: scale validation (CloudStack's checks and the seven Alert rules).
 //! - `jobs`: the async job tasks (scale up/down, VM start/stop).
-//! - `api`: parameter checking and the commands; `render`: CloudStack's JSON shapes.
+//! - `api`: parameter checking and the commands; `render`: CloudStack's JSON shapes; `reply`:
+//!   an answer and CloudStack's error envelope.
+//! - `accounts`: accounts, projects and owners; `access`: who may see and change what.
 //! - `http`: the axum server, faults, request recording; `signing`: signature checks;
 //!   `throttle`: CloudStack's API rate limit (`api.throttling.*`).
 //! - [`scenario`]: scenario files and the demo cluster; [`config`]: settings.
@@ -37,6 +42,8 @@
 //! # Ok(()) }
 //! ```
 
+mod access;
+mod accounts;
 mod api;
 mod clock;
 pub mod config;
@@ -46,6 +53,7 @@ mod ids;
 mod jobs;
 mod model;
 mod render;
+mod reply;
 mod rules;
 pub mod scenario;
 mod signing;
@@ -61,7 +69,7 @@ use tokio::task::JoinHandle;
 
 pub use config::{JobFailure, KeyRole, Project, SimSettings};
 pub use model::{ClusterState, NetworkKind, RecordedRequest, SimNode, VmState};
-pub use scenario::{ClusterSpec, NodesSpec, OfferingSpec, Scenario};
+pub use scenario::{AccountSpec, ClusterSpec, NodesSpec, OfferingSpec, ProjectSpec, Scenario};
 
 /// Everything a simulator run starts from. The listen address is not part of it: [`spawn`]
 /// binds `127.0.0.1:0`, [`serve`] takes a bound listener.
@@ -202,6 +210,20 @@ pub fn resolve_keys(config: &SimConfig) -> (String, String) {
         config.secret_key.clone()
     };
     (api_key, secret_key)
+}
+
+/// Gives every account of the config's scenario that has no keys fresh random ones (as
+/// [`resolve_keys`] does for the simulator's own key), so that a caller can print them.
+pub fn resolve_account_keys(config: &mut SimConfig) {
+    let mut ids = IdGen::new(rand::random());
+    for a in &mut config.scenario.accounts {
+        if a.api_key.is_none() {
+            a.api_key = Some(ids.key());
+        }
+        if a.secret_key.is_none() {
+            a.secret_key = Some(ids.key());
+        }
+    }
 }
 
 /// Builds the shared state from a config: world from the scenario, keys generated when empty.
@@ -438,12 +460,14 @@ impl SimHandle {
         let p = api::Params::from_pairs(pairs);
         let (reply, spawn) = {
             let mut w = self.shared.lock();
+            let caller = w.key_caller();
             api::dispatch(
                 &mut w,
                 "scaleKubernetesCluster",
                 &p,
                 self.shared.clock.now_ms(),
                 &self.shared.version(),
+                &caller,
             )
         };
         if let Some(spawn) = spawn {
@@ -566,6 +590,54 @@ impl SimHandle {
     /// The API key and secret key accepted now.
     pub fn keys(&self) -> (String, String) {
         self.shared.keys()
+    }
+
+    /// The API key and secret key of the scenario's account `name` (`Scenario::accounts`;
+    /// generated when the scenario gives none), or `None` for no such account.
+    pub fn account_keys(&self, name: &str) -> Option<(String, String)> {
+        self.shared
+            .lock()
+            .accounts
+            .iter()
+            .find(|a| a.name == name)
+            .map(|a| (a.api_key.clone(), a.secret_key.clone()))
+    }
+
+    /// Gives the scenario's account `name` another role (an operator editing the account's
+    /// role); `false` for no such account.
+    pub fn set_account_role(&self, name: &str, role: KeyRole) -> bool {
+        match self
+            .shared
+            .lock()
+            .accounts
+            .iter_mut()
+            .find(|a| a.name == name)
+        {
+            Some(a) => {
+                a.role = role;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The ids of the scenario's project `name`, or of the account `name` (the key's own is
+    /// [`scenario::KEY_ACCOUNT`]): what answers show as `projectid` / `accountid`.
+    pub fn owner_id(&self, name: &str) -> Option<String> {
+        let w = self.shared.lock();
+        if name == scenario::KEY_ACCOUNT {
+            return Some(w.owner.account_id.clone());
+        }
+        w.projects
+            .iter()
+            .find(|p| p.name == name)
+            .map(|p| p.id.clone())
+            .or_else(|| {
+                w.accounts
+                    .iter()
+                    .find(|a| a.name == name)
+                    .map(|a| a.id.clone())
+            })
     }
 
     /// Runs one status-scanner pass now, whatever the interval.

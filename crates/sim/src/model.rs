@@ -8,6 +8,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+use super::accounts::{Account, Caller, ClusterOwner, Owner, ProjectEntry};
 use super::config::SimSettings;
 use super::ids::IdGen;
 
@@ -254,6 +255,8 @@ pub struct Cluster {
     pub prefix: String,
     /// In VM-map order, which is creation order.
     pub vms: Vec<Vm>,
+    /// Its account or project (see `accounts`).
+    pub owner: ClusterOwner,
     pub next_ip: u32,
     pub next_etcd_index: u32,
 }
@@ -342,6 +345,9 @@ pub struct Job {
     pub id: String,
     pub kind: JobKind,
     pub instance_id: String,
+    /// Who submitted it: the job's `account`, `accountid` and `userid`, the account whose
+    /// `listAsyncJobs` lists it, and whose right a scale job checks.
+    pub submitter: Caller,
     pub created: String,
     pub completed: Option<String>,
     pub status: JobStatus,
@@ -420,17 +426,6 @@ fn kubelet_allocatable(offering: &Offering) -> BTreeMap<String, String> {
     ])
 }
 
-/// The account every simulated resource belongs to.
-#[derive(Debug, Clone)]
-pub struct Owner {
-    pub account: String,
-    pub account_id: String,
-    pub user_id: String,
-    pub username: String,
-    pub domain: String,
-    pub domain_id: String,
-}
-
 /// All simulated state. One `Mutex<World>` guards it; no lock is held across an `.await`.
 #[derive(Debug)]
 pub struct World {
@@ -444,6 +439,13 @@ pub struct World {
     /// Expunged VMs: CloudStack still resolves their ids (lists just come back empty).
     pub removed_vms: HashSet<String>,
     pub owner: Owner,
+    /// The scenario's other accounts, each with its own keys (see `accounts`).
+    pub accounts: Vec<Account>,
+    /// The scenario's projects.
+    pub projects: Vec<ProjectEntry>,
+    /// The VM jobs in progress, by VM id: CloudStack's `user_vm_view` joins a VM's pending
+    /// job, and every VM answer shows it (`jobid`, `jobstatus`; see `render`).
+    pub pending_vm_jobs: HashMap<String, String>,
     pub template_id: String,
     pub requests: Vec<RecordedRequest>,
     pub ids: IdGen,

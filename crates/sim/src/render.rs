@@ -4,6 +4,7 @@
 
 use serde::Serialize;
 
+use super::accounts::Ownership;
 use super::model::{
     Cluster, Job, JobResult, JobStatus, Offering, Vm, VmRole, VmState, World, Zone,
 };
@@ -52,6 +53,8 @@ pub struct VmView<'a> {
     nic: [NicView<'a>; 1],
     cks: Option<CksFlags<'a>>,
     full: Option<FullVm<'a>>,
+    /// The VM's job in progress, if any.
+    job: Option<&'a str>,
 }
 
 /// A VM's `details` as 4.21 shows a CKS node's: its root disk size in GB, as a string
@@ -172,6 +175,13 @@ impl Serialize for VmView<'_> {
                 m.serialize_entry("kubernetesnodeversion", v)?;
             }
         }
+        // `UserVmJoinDaoImpl.newUserVmResponse`: `user_vm_view` joins the VM's pending job,
+        // and a VM answer built while one runs carries its id and status 0. So does the stop
+        // job's own result, built before the job ends (alert_04, alert_10).
+        if let Some(job) = self.job {
+            m.serialize_entry("jobid", job)?;
+            m.serialize_entry("jobstatus", &(JobStatus::InProgress as u8))?;
+        }
         m.end()
     }
 }
@@ -187,13 +197,10 @@ pub enum OwnerView<'a> {
     Project { id: &'a str, name: &'a str },
 }
 
-fn owner(w: &World) -> OwnerView<'_> {
-    match &w.settings.project {
-        Some(p) => OwnerView::Project {
-            id: &p.id,
-            name: &p.name,
-        },
-        None => OwnerView::Account(&w.owner.account),
+fn owner<'a>(o: &Ownership<'a>) -> OwnerView<'a> {
+    match *o {
+        Ownership::Project { id, name, .. } => OwnerView::Project { id, name },
+        Ownership::Account { name, .. } => OwnerView::Account(name),
     }
 }
 
@@ -219,12 +226,14 @@ fn nic<'a>(c: &'a Cluster, vm: &'a Vm) -> NicView<'a> {
 }
 
 fn vm_base<'a>(w: &'a World, c: &'a Cluster, zone: &'a Zone, vm: &'a Vm) -> VmView<'a> {
+    let ownership = w.ownership(c);
+    let (userid, username) = ownership.user();
     VmView {
         id: &vm.id,
         name: &vm.name,
-        owner: owner(w),
-        userid: &w.owner.user_id,
-        username: &w.owner.username,
+        owner: owner(&ownership),
+        userid,
+        username,
         domainid: &w.owner.domain_id,
         domain: &w.owner.domain,
         created: &vm.created,
@@ -236,6 +245,7 @@ fn vm_base<'a>(w: &'a World, c: &'a Cluster, zone: &'a Zone, vm: &'a Vm) -> VmVi
         nic: [nic(c, vm)],
         cks: None,
         full: None,
+        job: w.pending_vm_jobs.get(&vm.id).map(String::as_str),
     }
 }
 
@@ -330,7 +340,7 @@ pub struct ClusterView<'a> {
 
 pub fn cluster<'a>(w: &'a World, c: &'a Cluster, fallback_zone: &'a Zone) -> ClusterView<'a> {
     let zone = w.zone(&c.zone_id).unwrap_or(fallback_zone);
-    let (account, projectid, project) = match owner(w) {
+    let (account, projectid, project) = match owner(&w.ownership(c)) {
         OwnerView::Account(a) => (Some(a), None, None),
         OwnerView::Project { id, name } => (None, Some(id), Some(name)),
     };
@@ -481,13 +491,13 @@ impl Serialize for JobView<'_> {
             m.serialize_entry("jobinstanceid", &j.instance_id)?;
         }
         m.serialize_entry("created", &j.created)?;
-        m.serialize_entry("userid", &w.owner.user_id)?;
-        m.serialize_entry("accountid", &w.owner.account_id)?;
+        m.serialize_entry("userid", &j.submitter.user_id)?;
+        m.serialize_entry("accountid", &j.submitter.account_id)?;
         if let Some(done) = &j.completed {
             m.serialize_entry("completed", done)?;
         }
         m.serialize_entry("jobid", &j.id)?;
-        m.serialize_entry("account", &w.owner.account)?;
+        m.serialize_entry("account", &j.submitter.account)?;
         m.serialize_entry("domainid", &w.owner.domain_id)?;
         m.serialize_entry("domainpath", "/")?;
         m.end()

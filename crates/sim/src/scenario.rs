@@ -14,6 +14,10 @@
 //!     min_size: 1
 //!     max_size: 10
 //!     autoscaling: true
+//! accounts:                                   # besides the key's own, `admin`
+//!   - { name: alice, api_key: K, secret_key: S }
+//! projects:
+//!   - { name: p1, members: [admin] }
 //! ```
 
 use std::path::Path;
@@ -21,11 +25,12 @@ use std::path::Path;
 use anyhow::{Context, bail};
 use serde::Deserialize;
 
+use super::accounts::{Account, ClusterOwner, Owner, ProjectEntry};
 use super::clock::now_stamp;
-use super::config::SimSettings;
+use super::config::{KeyRole, SimSettings};
 use super::ids::IdGen;
 use super::model::{
-    Cluster, ClusterState, NetworkKind, Offering, Owner, VmRole, VmState, World, Zone, name_prefix,
+    Cluster, ClusterState, NetworkKind, Offering, VmRole, VmState, World, Zone, name_prefix,
 };
 
 /// A whole scenario.
@@ -44,6 +49,55 @@ pub struct Scenario {
     pub offerings: Vec<OfferingSpec>,
     #[serde(default)]
     pub clusters: Vec<ClusterSpec>,
+    /// Accounts besides the key's own (named [`KEY_ACCOUNT`]), each with its own keys.
+    #[serde(default)]
+    pub accounts: Vec<AccountSpec>,
+    /// CloudStack projects, owning the clusters that name them.
+    #[serde(default)]
+    pub projects: Vec<ProjectSpec>,
+}
+
+/// The name of the account the simulator's own key (`SimConfig::api_key`) belongs to, as a
+/// scenario's `members` and `account` name it.
+pub const KEY_ACCOUNT: &str = "admin";
+
+/// Another account: a User account unless `role` says otherwise, with one user (named as
+/// the account) and its keys. Keys not given are generated at random when the simulator
+/// starts (`SimHandle::account_keys` tells them).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AccountSpec {
+    pub name: String,
+    /// `user` (the default), `list-only`, `project-kubernetes` or `admin`.
+    #[serde(default)]
+    pub role: Option<String>,
+    #[serde(default)]
+    pub api_key: Option<String>,
+    #[serde(default)]
+    pub secret_key: Option<String>,
+}
+
+impl AccountSpec {
+    /// A User account called `name`, its keys generated.
+    pub fn new(name: &str) -> Self {
+        Self {
+            name: name.into(),
+            role: None,
+            api_key: None,
+            secret_key: None,
+        }
+    }
+}
+
+/// A project and the accounts that are its members (by name; [`KEY_ACCOUNT`] is the key's).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProjectSpec {
+    #[serde(default)]
+    pub id: Option<String>,
+    pub name: String,
+    #[serde(default)]
+    pub members: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -157,6 +211,12 @@ pub struct ClusterSpec {
     /// Whether the nodes of the VMs Running at start are registered (and Ready) from the start.
     #[serde(default = "yes")]
     pub nodes_registered: bool,
+    /// The account owning it, by name. Default: the key's own (or `SimSettings::project`).
+    #[serde(default)]
+    pub account: Option<String>,
+    /// The project owning it, by name or id (not with `account`).
+    #[serde(default)]
+    pub project: Option<String>,
 }
 
 fn default_hypervisor() -> String {
@@ -206,6 +266,8 @@ impl ClusterSpec {
             network: NetworkKind::Isolated,
             kubernetes_version: default_version(),
             nodes_registered: true,
+            account: None,
+            project: None,
         }
     }
 }
@@ -224,6 +286,8 @@ impl Scenario {
             hypervisor: default_hypervisor(),
             offerings: Vec::new(),
             clusters: Vec::new(),
+            accounts: Vec::new(),
+            projects: Vec::new(),
         }
     }
 
@@ -303,11 +367,61 @@ impl Scenario {
         ]
     }
 
-    /// Checks what serde cannot: names unique, offerings resolvable, at least one control node.
+    /// Checks what serde cannot: names unique, offerings, accounts and projects resolvable, at
+    /// least one control node.
     pub fn check(&self) -> anyhow::Result<()> {
         let offerings = self.offering_specs();
+        let mut accounts = std::collections::HashSet::from([KEY_ACCOUNT]);
+        for a in &self.accounts {
+            if a.name.trim().is_empty() || !accounts.insert(a.name.as_str()) {
+                bail!(
+                    "account name {:?} is empty or used twice (the key's own is {KEY_ACCOUNT:?})",
+                    a.name
+                );
+            }
+            if let Some(role) = &a.role {
+                role.parse::<KeyRole>()
+                    .map_err(|e| anyhow::anyhow!("account {:?}: {e}", a.name))?;
+            }
+        }
+        let mut projects = std::collections::HashSet::new();
+        for p in &self.projects {
+            if p.name.trim().is_empty() || !projects.insert(p.name.as_str()) {
+                bail!("project name {:?} is empty or used twice", p.name);
+            }
+            if let Some(id) = &p.id
+                && !super::ids::is_uuid(id)
+            {
+                bail!("project {:?}: id {id:?} is not a UUID", p.name);
+            }
+            if let Some(m) = p.members.iter().find(|m| !accounts.contains(m.as_str())) {
+                bail!(
+                    "project {:?} names member {m:?}, which is no account of the scenario",
+                    p.name
+                );
+            }
+        }
         let mut names = std::collections::HashSet::new();
         for c in &self.clusters {
+            if let Some(a) = c.account.as_deref().filter(|a| !accounts.contains(a)) {
+                bail!(
+                    "cluster {:?} names account {a:?}, which the scenario does not define",
+                    c.name
+                );
+            }
+            if let Some(p) = &c.project {
+                if c.account.is_some() {
+                    bail!("cluster {:?} names both an account and a project", c.name);
+                }
+                if !self.projects.iter().any(|s| {
+                    &s.name == p || s.id.as_ref().is_some_and(|id| id.eq_ignore_ascii_case(p))
+                }) {
+                    bail!(
+                        "cluster {:?} names project {p:?}, which the scenario does not define",
+                        c.name
+                    );
+                }
+            }
             if c.name.trim().is_empty() {
                 bail!("a cluster has an empty name");
             }
@@ -383,6 +497,61 @@ impl Scenario {
             domain_id: ids.uuid(),
         };
         let template_id = ids.uuid();
+        let mut keys = IdGen::new(rand::random());
+        let accounts: Vec<Account> = self
+            .accounts
+            .iter()
+            .map(|a| Account {
+                id: ids.uuid(),
+                user_id: ids.uuid(),
+                username: a.name.clone(),
+                role: a
+                    .role
+                    .as_deref()
+                    .and_then(|r| r.parse().ok())
+                    .unwrap_or_default(),
+                api_key: a.api_key.clone().unwrap_or_else(|| keys.key()),
+                secret_key: a.secret_key.clone().unwrap_or_else(|| keys.key()),
+                name: a.name.clone(),
+            })
+            .collect();
+        let account_id = |name: &str| {
+            accounts
+                .iter()
+                .find(|a| a.name == name)
+                .map_or(owner.account_id.clone(), |a| a.id.clone())
+        };
+        let projects: Vec<ProjectEntry> = self
+            .projects
+            .iter()
+            .map(|p| ProjectEntry {
+                id: p
+                    .id
+                    .as_ref()
+                    .map(|id| id.to_ascii_lowercase())
+                    .unwrap_or_else(|| ids.uuid()),
+                name: p.name.clone(),
+                members: p.members.iter().map(|m| account_id(m)).collect(),
+            })
+            .collect();
+        let owners: Vec<ClusterOwner> = self
+            .clusters
+            .iter()
+            .map(|c| match (&c.account, &c.project) {
+                (Some(a), _) if a != KEY_ACCOUNT => ClusterOwner::Account(account_id(a)),
+                (_, Some(p)) => self
+                    .projects
+                    .iter()
+                    .zip(&projects)
+                    .find(|(s, _)| {
+                        &s.name == p || s.id.as_ref().is_some_and(|id| id.eq_ignore_ascii_case(p))
+                    })
+                    .map_or(ClusterOwner::Key, |(_, e)| {
+                        ClusterOwner::Project(e.id.clone())
+                    }),
+                _ => ClusterOwner::Key,
+            })
+            .collect();
         let mut world = World {
             settings,
             zones: vec![zone.clone()],
@@ -393,6 +562,9 @@ impl Scenario {
             job_order: Vec::new(),
             removed_vms: Default::default(),
             owner,
+            accounts,
+            projects,
+            pending_vm_jobs: Default::default(),
             template_id,
             requests: Vec::new(),
             provisioning: Default::default(),
@@ -400,8 +572,8 @@ impl Scenario {
             ids,
             fault_rng,
         };
-        for spec in &self.clusters {
-            add_cluster(&mut world, spec, &zone.id)?;
+        for (spec, owner) in self.clusters.iter().zip(owners) {
+            add_cluster(&mut world, spec, &zone.id, owner)?;
         }
         Ok(world)
     }
@@ -416,7 +588,12 @@ fn resolve_offering(world: &World, key: &Option<String>) -> Option<String> {
         .map(|o| o.id.clone())
 }
 
-fn add_cluster(world: &mut World, spec: &ClusterSpec, zone_id: &str) -> anyhow::Result<()> {
+fn add_cluster(
+    world: &mut World,
+    spec: &ClusterSpec,
+    zone_id: &str,
+    owner: ClusterOwner,
+) -> anyhow::Result<()> {
     let offering_id = resolve_offering(world, &spec.offering)
         .or_else(|| world.offerings.first().map(|o| o.id.clone()))
         .context("the scenario defines no service offering")?;
@@ -454,6 +631,7 @@ fn add_cluster(world: &mut World, spec: &ClusterSpec, zone_id: &str) -> anyhow::
         ip_id: world.ids.uuid(),
         created: now_stamp(),
         vms: Vec::new(),
+        owner,
         next_ip: 0,
         next_etcd_index: 0,
     };
@@ -527,6 +705,41 @@ mod tests {
         assert!(e.to_string().contains("nope"), "{e}");
         let e = Scenario::from_yaml("clusters:\n  - name: a\n    colour: red\n").unwrap_err();
         assert!(e.to_string().contains("colour"), "{e}");
+    }
+
+    #[test]
+    fn accounts_and_projects_must_resolve() {
+        for (yaml, named) in [
+            ("clusters:\n  - name: a\n    account: bob\n", "bob"),
+            ("clusters:\n  - name: a\n    project: p\n", "p"),
+            ("projects:\n  - name: p\n    members: [carol]\n", "carol"),
+            ("accounts:\n  - name: admin\n", "admin"),
+            ("accounts:\n  - name: a\n    role: boss\n", "boss"),
+            ("projects:\n  - name: p\n    id: p-1\n", "p-1"),
+        ] {
+            let e = Scenario::from_yaml(yaml).unwrap_err();
+            assert!(e.to_string().contains(named), "{yaml}: {e}");
+        }
+        let both = "accounts:\n  - name: bob\nprojects:\n  - name: p\nclusters:\n  - name: a\n    account: bob\n    project: p\n";
+        assert!(Scenario::from_yaml(both).is_err());
+        let fine = "accounts:\n  - { name: bob, role: list-only }\nprojects:\n  - { name: p, members: [admin, bob] }\nclusters:\n  - { name: a, account: bob }\n  - { name: b, project: p }\n  - { name: c, account: admin }\n";
+        let w = Scenario::from_yaml(fine)
+            .unwrap()
+            .build(SimSettings::default(), IdGen::new(1), IdGen::new(2))
+            .unwrap();
+        let bob = &w.accounts[0];
+        assert_eq!((bob.name.as_str(), bob.role), ("bob", KeyRole::ListOnly));
+        assert!(!bob.api_key.is_empty() && !bob.secret_key.is_empty());
+        assert_eq!(
+            w.projects[0].members,
+            [w.owner.account_id.clone(), bob.id.clone()]
+        );
+        assert_eq!(w.clusters[0].owner, ClusterOwner::Account(bob.id.clone()));
+        assert_eq!(
+            w.clusters[1].owner,
+            ClusterOwner::Project(w.projects[0].id.clone())
+        );
+        assert_eq!(w.clusters[2].owner, ClusterOwner::Key);
     }
 
     #[test]

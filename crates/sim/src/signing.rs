@@ -59,6 +59,10 @@ pub enum AuthFailure {
     /// `commandAvailable` after finding the key's user and before checking the signature, and
     /// the role checker's `UnavailableCommandException` becomes a 432 (not a 401).
     CommandUnavailable,
+    /// The call names a project (`projectid`) the key's account is not a member of: the
+    /// project role checker, in the same step, refuses it with a 432 of its own (see
+    /// `accounts`).
+    NotInProject,
     /// The key's account is over its API limit (`api.throttling.*`): the rate-limit checker,
     /// in the same `commandAvailable` step, throws `RequestLimitException`, answered 429
     /// (see `throttle`). The window ends in `retry_after_ms`.
@@ -74,18 +78,25 @@ pub fn verify(
     api_key: &str,
     secret_key: &str,
 ) -> Result<(), AuthFailure> {
-    verify_with_role(params, api_key, secret_key, || Ok(()))
+    verify_with_access(
+        params,
+        |key| {
+            constant_time_eq(key.as_bytes(), api_key.as_bytes())
+                .then(|| (secret_key.to_string(), ()))
+        },
+        |_| Ok(()),
+    )
 }
 
-/// [`verify`], with `ApiServer`'s access checkers (`command_available`: the role check, then
-/// the API rate limit) where CloudStack runs them: once the key is known, before the
-/// signature.
-pub fn verify_with_role(
+/// [`verify`] against every key `lookup` knows (it gives a key's secret and its user), with
+/// `ApiServer`'s access checkers (`command_available` on that user: the role check, the
+/// project role check, then the API rate limit) where CloudStack runs them: once the key is
+/// known, before the signature. Returns the key's user.
+pub fn verify_with_access<T>(
     params: &[(String, String)],
-    api_key: &str,
-    secret_key: &str,
-    command_available: impl FnOnce() -> Result<(), AuthFailure>,
-) -> Result<(), AuthFailure> {
+    lookup: impl FnOnce(&str) -> Option<(String, T)>,
+    command_available: impl FnOnce(&T) -> Result<(), AuthFailure>,
+) -> Result<T, AuthFailure> {
     let get = |name: &str| {
         params
             .iter()
@@ -103,13 +114,11 @@ pub fn verify_with_role(
             return Err(AuthFailure::Expired);
         }
     }
-    if !constant_time_eq(key.as_bytes(), api_key.as_bytes()) {
-        return Err(AuthFailure::UnknownApiKey);
-    }
-    command_available()?;
-    let expected = compute_signature(params, secret_key);
+    let (secret_key, user) = lookup(key).ok_or(AuthFailure::UnknownApiKey)?;
+    command_available(&user)?;
+    let expected = compute_signature(params, &secret_key);
     if constant_time_eq(signature.as_bytes(), expected.as_bytes()) {
-        Ok(())
+        Ok(user)
     } else {
         Err(AuthFailure::BadSignature)
     }
@@ -126,7 +135,7 @@ fn legacy_stamp(s: &str) -> Option<String> {
         .then(|| format!("{date_time}{offset}"))
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 

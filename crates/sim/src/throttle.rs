@@ -17,7 +17,7 @@
 //!   `api.throttling.max`. The entry lives `timeToLive` seconds from its creation (the Ehcache
 //!   element's time to live; `StoreEntryImpl.isExpired` is `now > expiry`), so a window is
 //!   fixed, opened by the call that finds none, not sliding. Root admins are exempt
-//!   (`checkAccess(Account, …)`: `isRootAdmin`); the simulator's key is never one.
+//!   (`checkAccess(Account, …)`: `isRootAdmin`; `KeyRole::Admin`, recorded: throttle_03).
 //! - Where: the plugin is one of `ApiServer`'s `apiAccessCheckers`. `ApiServlet` calls
 //!   `ApiServer.verifyRequest` before `handleRequest`; `verifyRequest` checks
 //!   `signatureVersion`/`expires`, finds the key's user and account (both enabled), then
@@ -34,18 +34,20 @@
 //!   `CSExceptionErrorCode`: 9999), `errortext` from `throwExceptionDueToApiRateLimitReached`:
 //!   "The given user has reached his/her account api limit, please retry after [N] ms.", N the
 //!   window's remaining milliseconds (`StoreEntry.getExpireDuration`). Older releases write the
-//!   number without brackets. `ApiServlet` also sets an `X-Description` header to the text; the
-//!   simulator does not.
+//!   number without brackets. `ApiServlet` also sets an `X-Description` header to the text, as
+//!   the simulator does for every error (`http`).
 //! - *Unverified*: the order of the checkers (the role checker first here, so a command the
 //!   role forbids is a 432 whatever the count) and Ehcache's exact expiry instant. Not modelled:
 //!   `api.throttling.cachesize` (Ehcache evicts an account's entry when full, restarting its
-//!   count; the simulator has one account), `getApiLimit` / `resetApiLimit`.
+//!   count), `resetApiLimit`. `getApiLimit` reads a window ([`Limiter::window`],
+//!   `accounts::api_limit`), its own call counted first (project_10: `apiIssued` 1), and is
+//!   throttled like any call (throttle_02).
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use super::api::Reply;
 use super::config::SimSettings;
+use super::reply::Reply;
 
 /// The call counters, per account id.
 #[derive(Debug, Default)]
@@ -96,6 +98,23 @@ impl Limiter {
         let retry_after = window.expires_ms.saturating_sub(now_ms);
         self.throttled.push(command.to_string());
         Err(retry_after)
+    }
+
+    /// `account`'s window now, as `getApiLimit` reads it: the calls counted in it and the
+    /// milliseconds left; `None` when it has none (never counted, or its window is over).
+    pub(crate) fn window(
+        &self,
+        account: &str,
+        settings: &SimSettings,
+        now_ms: u64,
+    ) -> Option<(u64, u64)> {
+        if !settings.throttling {
+            return None;
+        }
+        self.windows
+            .get(account)
+            .filter(|w| now_ms <= w.expires_ms)
+            .map(|w| (w.counter, w.expires_ms - now_ms))
     }
 
     /// The commands answered 429 so far, in order.

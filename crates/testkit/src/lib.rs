@@ -2,7 +2,8 @@
 //! loopback with shrunk timings, a gRPC client, node helpers, a CloudStack client with its own
 //! signer ([`cs`]), a central provider's fleet of clusters ([`fleet`]), the end-to-end harness with mock autoscalers ([`stack`]), the provider as a
 //! process ([`process`]), a real Kubernetes API server ([`kube`]), a Secret volume updated the
-//! kubelet's way ([`secret_volume`]), the programs no crate provides, set up on first use
+//! kubelet's way ([`secret_volume`]), the exchanges recorded with a real CloudStack 4.21, read in
+//! place ([`recorded`]), the programs no crate provides, set up on first use
 //! ([`tools`]), and the one way a test waits: [`wait_until`].
 //!
 //! # Time
@@ -21,6 +22,7 @@ pub mod fleet;
 pub mod kube;
 pub mod logs;
 pub mod process;
+pub mod recorded;
 pub mod secret_volume;
 pub mod stack;
 pub mod tools;

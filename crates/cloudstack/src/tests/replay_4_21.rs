@@ -1,5 +1,5 @@
 //! Every exchange recorded with a real CloudStack 4.21.0.0 (`shared/cloudstack-4.21/`, beside
-//! the repository), replayed through the client: each recorded answer (status line, headers
+//! the repository, read in place through `cks_testkit::recorded`), replayed through the client: each recorded answer (status line, headers
 //! and body, byte for byte) is served from a loopback socket to the client's real path
 //! (transport, envelope, error mapping, typed parsing), and each recorded request's signature
 //! is recomputed with the recorded server's throwaway keys. The recordings are the authority:
@@ -9,86 +9,22 @@ use super::*;
 use crate::jobs::LIST_ASYNC_JOBS;
 use crate::paging::ListSpec;
 use crate::types::{KubernetesCluster, ListedJob, ServiceOffering, VirtualMachine};
+use cks_testkit::recorded::{self, Exchange};
 use std::collections::HashMap;
-use std::path::PathBuf;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// `shared/cloudstack-4.21/` beside the repository (CI puts `shared/` beside the clone).
-/// Missing, the test fails naming it: a replay over nothing would prove nothing.
-fn recordings() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/cloudstack-4.21");
-    assert!(
-        dir.join("recorded/INDEX.txt").is_file(),
-        "the CloudStack 4.21 recordings are missing: expected {} (shared/cloudstack-4.21 \
-         beside the repository's clone)",
-        dir.display()
-    );
-    dir
+/// The recorded request's parameters, decoded by the client's own parser (a servlet
+/// container's rules), and what the call sends besides what the client adds itself.
+trait Sent {
+    fn decoded(&self) -> Vec<(String, String)>;
+    fn call_params(&self) -> Vec<(String, String)>;
 }
 
-/// One recorded exchange.
-struct Exchange {
-    name: String,
-    request: Vec<u8>,
-    response: Vec<u8>,
-}
-
-impl Exchange {
-    /// The request's parameters, from the query (GET) or the form body (POST).
-    fn params(&self) -> Vec<(String, String)> {
-        let text = String::from_utf8_lossy(&self.request);
-        let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-        let target = head
-            .lines()
-            .next()
-            .and_then(|line| line.split(' ').nth(1))
-            .unwrap_or_default();
-        let raw = match target.split_once('?') {
-            Some((_, query)) => query.to_string(),
-            None => body.trim().to_string(),
-        };
-        sign::parse_query(&raw)
+impl Sent for Exchange {
+    fn decoded(&self) -> Vec<(String, String)> {
+        sign::parse_query(&self.raw_params())
     }
 
-    fn param(&self, name: &str) -> Option<String> {
-        self.params()
-            .into_iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v)
-    }
-
-    fn command(&self) -> String {
-        self.param("command").unwrap_or_default()
-    }
-
-    /// The status code of the recorded status line.
-    fn status(&self) -> u16 {
-        String::from_utf8_lossy(&self.response)
-            .lines()
-            .next()
-            .and_then(|line| line.split(' ').nth(1))
-            .and_then(|code| code.parse().ok())
-            .unwrap_or_else(|| panic!("{}: no status line", self.name))
-    }
-
-    /// The recorded body as JSON.
-    fn body(&self) -> serde_json::Value {
-        let text = String::from_utf8_lossy(&self.response);
-        let (_, body) = text
-            .split_once("\r\n\r\n")
-            .unwrap_or_else(|| panic!("{}: no body", self.name));
-        serde_json::from_str(body).unwrap_or_else(|e| panic!("{}: body: {e}", self.name))
-    }
-
-    /// The object under the answer's only key.
-    fn inner(&self) -> serde_json::Value {
-        let body = self.body();
-        let obj = body.as_object().expect("an object");
-        assert_eq!(obj.len(), 1, "{}: one top-level key", self.name);
-        obj.values().next().cloned().unwrap_or_default()
-    }
-
-    /// What the call sends besides what the client adds itself.
     fn call_params(&self) -> Vec<(String, String)> {
         const ADDED: [&str; 6] = [
             "command",
@@ -98,52 +34,18 @@ impl Exchange {
             "signatureversion",
             "expires",
         ];
-        self.params()
+        self.decoded()
             .into_iter()
             .filter(|(k, _)| !ADDED.contains(&k.to_ascii_lowercase().as_str()))
             .collect()
     }
 }
 
-fn exchanges() -> Vec<Exchange> {
-    let dir = recordings().join("recorded");
-    let mut names: Vec<String> = std::fs::read_dir(&dir)
-        .unwrap()
-        .filter_map(|e| {
-            let name = e.ok()?.file_name().into_string().ok()?;
-            name.strip_suffix(".request.http").map(str::to_string)
-        })
-        .collect();
-    names.sort();
-    let all: Vec<Exchange> = names
-        .into_iter()
-        .map(|name| Exchange {
-            request: std::fs::read(dir.join(format!("{name}.request.http"))).unwrap(),
-            response: std::fs::read(dir.join(format!("{name}.response.http")))
-                .unwrap_or_else(|e| panic!("{name}: response: {e}")),
-            name,
-        })
-        .collect();
-    // 103 exchanges of three files each are recorded; fewer means some went missing and the
-    // replay would silently cover less.
-    assert!(all.len() >= 103, "only {} recorded exchanges", all.len());
-    all
-}
-
 /// The recorded server's keys by API key: (user, secret).
 fn recorded_keys() -> HashMap<String, (String, String)> {
-    let text = std::fs::read_to_string(recordings().join("keys.json")).unwrap();
-    let keys: serde_json::Value = serde_json::from_str(&text).unwrap();
-    keys["users"]
-        .as_object()
-        .unwrap()
-        .iter()
-        .map(|(user, k)| {
-            (
-                k["apikey"].as_str().unwrap().to_string(),
-                (user.clone(), k["secretkey"].as_str().unwrap().to_string()),
-            )
-        })
+    recorded::users()
+        .into_values()
+        .map(|u| (u.api_key, (u.name, u.secret_key)))
         .collect()
 }
 
@@ -153,8 +55,8 @@ fn every_recorded_signature_is_recomputed_with_the_recorded_keys() {
     // The one request signed wrongly on purpose (its answer is the 401 of a bad signature).
     const TAMPERED: &str = "errors_01_err_bad_signature";
     let (mut v2, mut v3) = (0, 0);
-    for ex in exchanges() {
-        let params = ex.params();
+    for ex in recorded::exchanges() {
+        let params = ex.decoded();
         let api_key = ex.param("apiKey").expect("apiKey");
         let (user, secret) = keys
             .get(&api_key)
@@ -310,6 +212,13 @@ fn expected(ex: &Exchange) -> Result<Read, (&'static str, i64, i64)> {
         200 => {}
         401 => return Err(("unauthorized", 401, 0)),
         429 => return Err(("throttled", 429, code("cserrorcode"))),
+        // The project role's 432 refuses the projectid sent, not the command (errors_25).
+        432 if inner["errortext"]
+            .as_str()
+            .is_some_and(|t| t.contains("for this account/user in project")) =>
+        {
+            return Err(("api", 432, code("cserrorcode")));
+        }
         432 => return Err(("not permitted", 432, code("cserrorcode"))),
         status => return Err(("api", i64::from(status), code("cserrorcode"))),
     }
@@ -386,7 +295,7 @@ fn class(err: &CsError) -> (&'static str, i64, i64) {
 #[tokio::test(start_paused = true)]
 async fn every_recorded_answer_reads_as_its_result_or_error_class() {
     let mut checked = 0;
-    for ex in exchanges() {
+    for ex in recorded::exchanges() {
         let got = replay(&ex, &client_for(&ex).await).await;
         match (expected(&ex), got) {
             (Ok(want), Ok(read)) => assert_eq!(read, want, "{}", ex.name),
@@ -399,17 +308,14 @@ async fn every_recorded_answer_reads_as_its_result_or_error_class() {
         }
         checked += 1;
     }
-    assert!(checked >= 103);
+    assert!(checked >= recorded::RECORDED);
 }
 
 /// The classes the recordings show, named one by one, so that a change of the mapping of one
 /// of them reads as what it means to a user and not only as a table mismatch.
 #[tokio::test(start_paused = true)]
 async fn the_recorded_refusals_mean_what_the_provider_acts_on() {
-    let by_name: HashMap<String, Exchange> = exchanges()
-        .into_iter()
-        .map(|e| (e.name.clone(), e))
-        .collect();
+    let by_name = recorded::by_name();
     let refusal = async |name: &str| {
         let ex = &by_name[name];
         replay(ex, &client_for(ex).await).await.expect_err(name)
@@ -435,6 +341,13 @@ async fn the_recorded_refusals_mean_what_the_provider_acts_on() {
             ..
         }
     ));
+    // A projectid naming a project the key's account is not a member of: a bad project, not a
+    // command the key may not call (errors_25).
+    let not_member = refusal("errors_25_project_alice_not_member").await;
+    assert!(
+        not_member.is_bad_project() && !not_member.is_not_permitted(),
+        "{not_member}"
+    );
     // An unknown projectid is a bad project (errors_24), an unknown cluster id is not
     // (errors_06).
     assert!(
@@ -453,10 +366,7 @@ async fn the_recorded_refusals_mean_what_the_provider_acts_on() {
 /// provider shows the autoscaler; and the stop job's end (alert_04): the stopped VM.
 #[tokio::test(start_paused = true)]
 async fn recorded_job_results_parse_into_their_typed_values() {
-    let by_name: HashMap<String, Exchange> = exchanges()
-        .into_iter()
-        .map(|e| (e.name.clone(), e))
-        .collect();
+    let by_name = recorded::by_name();
     let job = async |name: &str| {
         let ex = &by_name[name];
         let client = client_for(ex).await;
@@ -507,10 +417,7 @@ async fn recorded_job_results_parse_into_their_typed_values() {
 /// reads the answer that follows.
 #[tokio::test(start_paused = true)]
 async fn a_recorded_429_is_sent_again_once_its_window_has_passed() {
-    let by_name: HashMap<String, Exchange> = exchanges()
-        .into_iter()
-        .map(|e| (e.name.clone(), e))
-        .collect();
+    let by_name = recorded::by_name();
     let throttled = &by_name["throttle_01_throttle_alice_over_limit"];
     let listed = &by_name["running_01_listKubernetesClusters_running_byid"];
     let (url, arrivals) =

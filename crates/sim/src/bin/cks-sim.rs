@@ -76,11 +76,16 @@ struct Cli {
     /// failure); each such failure fails its job and puts the cluster in Alert.
     #[arg(long, default_value_t = 0)]
     fail_drains: u32,
-    /// The role of the API key's account: user (every command served) or project-kubernetes
+    /// The role of the API key's account: user (every command served), project-kubernetes
     /// (CKS's Project Kubernetes Service Role: only listKubernetesClusters,
     /// scaleKubernetesCluster, queryAsyncJobResult and listVirtualMachines; any other command
-    /// is answered 432).
-    #[arg(long, default_value = "user", value_name = "user|project-kubernetes")]
+    /// is answered 432), list-only (list* only; scale jobs fail on the caller's right) or
+    /// admin (the Root Admin: every command, never throttled, every account's resources).
+    #[arg(
+        long,
+        default_value = "user",
+        value_name = "user|project-kubernetes|list-only|admin"
+    )]
     key_role: KeyRole,
     /// Put every cluster (and its VMs) in the CloudStack project with this id (a UUID), as a
     /// CKS cluster created in a project is: listKubernetesClusters and listVirtualMachines then
@@ -196,11 +201,12 @@ async fn main() -> anyhow::Result<()> {
         .init();
     let (listen, config) = Cli::parse().config()?;
     let (api_key, secret_key) = sim::resolve_keys(&config);
-    let config = SimConfig {
+    let mut config = SimConfig {
         api_key: api_key.clone(),
         secret_key: secret_key.clone(),
         ..config
     };
+    sim::resolve_account_keys(&mut config);
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("binding {listen}"))?;
@@ -210,6 +216,15 @@ async fn main() -> anyhow::Result<()> {
     let _ = writeln!(out, "cks-sim listening on http://{addr}/client/api");
     let _ = writeln!(out, "api-key:    {api_key}");
     let _ = writeln!(out, "secret-key: {secret_key}");
+    for a in &config.scenario.accounts {
+        let _ = writeln!(
+            out,
+            "account {}: api-key {} secret-key {}",
+            a.name,
+            a.api_key.as_deref().unwrap_or_default(),
+            a.secret_key.as_deref().unwrap_or_default()
+        );
+    }
     let _ = out.flush();
     sim::serve(listener, config, async {
         let _ = tokio::signal::ctrl_c().await;

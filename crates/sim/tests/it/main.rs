@@ -1,6 +1,7 @@
 //! The simulator's integration tests, one binary: each module is one subject, named by its
 //! file.
 
+mod sim_accounts;
 mod sim_alert;
 mod sim_api;
 mod sim_faults;

@@ -1,0 +1,88 @@
+//! The provider's waits and retries that belong to no one machine: how long the shell waits
+//! before it tries something again, each with the reason for its length. The shell sleeps
+//! for these; it chooses none of them.
+
+use std::time::Duration;
+
+/// Time kept back from a caller's deadline for the answer to travel back.
+pub const DEADLINE_MARGIN: Duration = Duration::from_millis(300);
+
+/// How long after a submission whose answer was lost a cluster not in Scaling means the
+/// request never became a job: a request given up on may still be on its way to CloudStack
+/// (or queued there), so the longest a request may take (`request_timeout`) plus a moment for
+/// the job to start (a poll interval, at least a second).
+pub fn lost_settle(request_timeout: Duration, poll: Duration) -> Duration {
+    request_timeout + poll.max(Duration::from_secs(1))
+}
+
+/// How long queued work waits after CloudStack throttled its request: its window is a second
+/// by default and the client already waited within its request timeout, so the account is
+/// over its limit for longer than that; ten seconds lets the other calls through.
+pub const THROTTLED_RETRY: Duration = Duration::from_secs(10);
+
+/// How long a scale RPC's watch of its new job waits before its `looks`-th look (from 0):
+/// CloudStack's validation usually takes a moment, so the first look is soon (50 ms), then
+/// every 100 ms until the watch's end.
+pub fn watch_step(looks: u32) -> Duration {
+    if looks == 0 {
+        Duration::from_millis(50)
+    } else {
+        Duration::from_millis(100)
+    }
+}
+
+/// How long after a failed read of an offering it is read again: the template node it serves
+/// is only needed to scale from zero, and the offering rarely changes.
+pub const OFFERING_RETRY: Duration = Duration::from_secs(60);
+
+/// How long a failed write of the durable store waits before it is tried again after
+/// `failures` failures: 250 ms, doubling, at most 5 s (an OK waits for the write, so the
+/// first tries come soon; a store down for minutes is not hammered).
+pub fn store_retry(failures: u32) -> Duration {
+    let min = Duration::from_millis(250);
+    (min * 2u32.saturating_pow(failures.saturating_sub(1).min(5))).min(Duration::from_secs(5))
+}
+
+/// How long the last write of the store at shutdown is tried before the process ends
+/// without it (within the pod's termination grace period).
+pub const FINAL_WRITE_BOUND: Duration = Duration::from_secs(10);
+
+/// How often the shutdown grace looks whether a scale job still runs.
+pub const IDLE_CHECK: Duration = Duration::from_millis(100);
+
+/// The longest the keeper sleeps between two looks at the groups: a refresh interval, at
+/// least a second (an autoscaler that starts asking shortens a group's keep age).
+pub fn keeper_look_again(min_interval: Duration) -> Duration {
+    min_interval.max(Duration::from_secs(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_retries_double_from_a_quarter_second_to_five() {
+        let ms = Duration::from_millis;
+        let got: Vec<Duration> = (1..=7).map(store_retry).collect();
+        assert_eq!(
+            got,
+            [
+                ms(250),
+                ms(500),
+                ms(1000),
+                ms(2000),
+                ms(4000),
+                ms(5000),
+                ms(5000)
+            ]
+        );
+        assert_eq!(store_retry(u32::MAX), ms(5000));
+    }
+
+    #[test]
+    fn a_lost_answer_settles_after_the_longest_request_and_a_poll() {
+        let s = Duration::from_secs;
+        assert_eq!(lost_settle(s(30), s(2)), s(32));
+        assert_eq!(lost_settle(s(30), Duration::from_millis(20)), s(31));
+    }
+}
