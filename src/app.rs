@@ -10,7 +10,7 @@
 use crate::cli::{LogFormat, ServeArgs};
 use crate::config::{self, BoundNodeGroup, CloudConfig};
 use crate::keys::{KeyFiles, KeyOrigin, ReloadingKeys};
-use crate::metrics::{GroupGauges, MetricsSource, Told, Worker};
+use crate::metrics::{ClientMismatch, GroupGauges, MetricsSource, Told, Worker};
 use crate::provider::{Provider, Settings};
 use crate::server::{ServeOptions, serve};
 use anyhow::{Context, bail};
@@ -550,6 +550,10 @@ impl MetricsSource for ProviderMetrics {
     fn alert_verdict(&self) -> Option<(&'static str, Option<Duration>)> {
         let v = self.0.alert_verdict();
         Some((v.verdict.as_str(), v.age))
+    }
+
+    fn client_mismatches(&self) -> Vec<ClientMismatch> {
+        self.0.client_cluster_mismatches()
     }
 
     fn group_gauges(&self) -> Vec<GroupGauges> {

@@ -43,6 +43,8 @@ pub fn status(e: &Error) -> Status {
         Error::InvalidArgument(_) => Code::InvalidArgument,
         Error::UnknownGroup { .. } | Error::ClusterNotFound { .. } => Code::NotFound,
         Error::ReadOnly => Code::PermissionDenied,
+        // The caller is another cluster's autoscaler: its identity's, not the request's, fault.
+        Error::ClientInAnotherCluster { .. } => Code::PermissionDenied,
         Error::NoSnapshot { .. }
         | Error::Deadline { .. }
         | Error::AnswerLost { .. }

@@ -272,6 +272,15 @@ fn describe() {
          did)."
     );
     describe_gauge!(
+        "cks_provider_client_cluster_mismatch",
+        "1 while the autoscaler of client (the name its --nodes binding gives) is judged to \
+         run in seen_cluster, not in bound_cluster, the cluster it is bound to: the nodes it \
+         reports through NodeGroupForNode are VMs of seen_cluster and none of its own (another \
+         cluster's autoscaler holding its client certificate). Its scale requests are refused \
+         meanwhile. 0 once that ends (it reported a node of its own cluster, or none of the \
+         other's for 10 minutes)."
+    );
+    describe_gauge!(
         "cks_provider_build_info",
         "Always 1; the version label is the provider's version."
     );
@@ -412,6 +421,20 @@ pub struct GroupGauges {
     pub refresh_failures: u32,
 }
 
+/// A client judged to run in another cluster than the one it is bound to, as the gauge
+/// `cks_provider_client_cluster_mismatch` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientMismatch {
+    /// The name its groups are bound to (`--nodes …@CLIENT`).
+    pub client: String,
+    /// The clusters it is bound to.
+    pub bound_cluster: String,
+    /// The cluster its nodes are VMs of.
+    pub seen_cluster: String,
+    /// Judged now (1); `false` for a judgment that ended (0).
+    pub active: bool,
+}
+
 /// What the operations endpoints read from the running service.
 pub trait MetricsSource: Send + Sync + 'static {
     /// `/readyz` answers 200: the replica can take the autoscaler's calls in its role. Not a
@@ -428,6 +451,24 @@ pub trait MetricsSource: Send + Sync + 'static {
     /// `unsupported`, and how long ago CloudStack's refusal taught it (when it did).
     fn alert_verdict(&self) -> Option<(&'static str, Option<Duration>)> {
         None
+    }
+    /// Every client ever judged to run in another cluster than its own, and whether it is now.
+    fn client_mismatches(&self) -> Vec<ClientMismatch> {
+        Vec::new()
+    }
+}
+
+/// Sets `cks_provider_client_cluster_mismatch`: 1 for a judgment in force, 0 for one that
+/// ended (its series stays, so an alert on it sees it end).
+fn set_client_mismatches(mismatches: &[ClientMismatch]) {
+    for m in mismatches {
+        metrics::gauge!(
+            "cks_provider_client_cluster_mismatch",
+            "client" => m.client.clone(),
+            "bound_cluster" => m.bound_cluster.clone(),
+            "seen_cluster" => m.seen_cluster.clone()
+        )
+        .set(if m.active { 1.0 } else { 0.0 });
     }
 }
 
@@ -532,6 +573,7 @@ async fn metrics_page(State(s): State<HttpState>) -> String {
     set_stalled(s.source.stalled().is_some());
     set_group_gauges(&s.source.group_gauges(), SystemTime::now());
     set_alert_verdict(s.source.alert_verdict());
+    set_client_mismatches(&s.source.client_mismatches());
     process_collector().collect();
     s.handle.render()
 }

@@ -11,9 +11,23 @@
 //! (`serve --admin-listen`, loopback only, reached through `kubectl exec`). It may read and
 //! refresh but change nothing: [`Scoped::may_change`] refuses its every write, and its
 //! NodeGroupForNode reports teach the provider nothing.
+//!
+//! A certificate proves a name, not where its holder runs: the autoscaler of cluster A given
+//! B's client certificate (same CA) sees B's group and would scale B for A's pods and delete
+//! B's VMs as "unregistered". The nodes it reports give it away: [`Whereabouts`] keeps, per
+//! caller, which configured clusters its real nodes are VMs of, and `cks_domain::binding`
+//! judges when it clearly runs in another cluster than its own. From then on
+//! [`Scoped::may_change`] refuses its writes ([`Error::ClientInAnotherCluster`],
+//! PERMISSION_DENIED) before anything is queued or sent, one ERROR line says so, and
+//! `cks_provider_client_cluster_mismatch` is 1; its reads keep answering. The judgment ends
+//! when it reports a node of its own cluster, or reports none of the other's for
+//! [`SIGHTING_WINDOW`].
 
-use super::{Error, Provider, Result, Scoped};
-use std::collections::HashSet;
+use super::{Error, Provider, Result, Scoped, now};
+use crate::metrics::ClientMismatch;
+pub use cks_domain::binding::SIGHTING_WINDOW;
+use cks_domain::binding::{Change, Sightings};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
 
 /// The names a caller was verified to hold (its client certificate's DNS SANs, or its CN);
@@ -134,16 +148,218 @@ impl Provider {
     }
 }
 
+/// Where each bound caller runs, as the nodes it reports show (`cks_domain::binding`), and the
+/// series of `cks_provider_client_cluster_mismatch` set so far. Its locks are never held while
+/// a group's is taken: names are read after they are released.
+#[derive(Debug, Default)]
+pub(crate) struct Whereabouts {
+    /// By the caller's names; group indices name the clusters.
+    by_caller: Mutex<HashMap<Vec<String>, Sightings<usize>>>,
+    /// Each (client, bound cluster, seen cluster) series ever set, and whether it is 1.
+    series: Mutex<BTreeMap<(String, String, String), bool>>,
+}
+
 impl Scoped<'_> {
-    /// Whether the caller may change anything: every caller but the admin address's may. A
-    /// write asked there is refused before it is looked at, so nothing is queued, promised or
-    /// sent to CloudStack.
+    /// Whether the caller may change anything: every caller but the admin address's, and but
+    /// one judged to be another cluster's autoscaler. A write asked by either is refused
+    /// before it is looked at, so nothing is queued, promised or sent to CloudStack.
     pub(crate) fn may_change(&self) -> Result<()> {
         match self.caller {
             Some(c) if c.admin => Err(Error::ReadOnly),
-            _ => Ok(()),
+            Some(c) => self.runs_where_bound(c),
+            None => Ok(()),
         }
     }
+
+    /// Whether this is the admin address's read-only caller.
+    pub(crate) fn read_only(&self) -> bool {
+        self.caller.is_some_and(Caller::is_admin)
+    }
+
+    /// Refuses the caller when its node reports show, now, that it runs in another cluster.
+    fn runs_where_bound(&self, caller: &Caller) -> Result<()> {
+        let (change, judged) = {
+            let mut by = lock(&self.p.inner.whereabouts.by_caller);
+            let Some(s) = by.get_mut(caller.identities.as_slice()) else {
+                return Ok(());
+            };
+            (s.settle(now()), s.judged().copied())
+        };
+        if let Some(change) = change {
+            self.say(change);
+        }
+        match judged {
+            None => Ok(()),
+            Some(seen) => Err(self.in_another_cluster(seen)),
+        }
+    }
+
+    /// Records that the caller reported a node of VM `vm_id`, listed in group `gi`'s cluster,
+    /// at NodeGroupForNode; `real`: a node of its Kubernetes cluster, not a fake one the
+    /// autoscaler built from an instance without a node (which says nothing of where it
+    /// runs). Only callers that may change a group and could be in another cluster are
+    /// watched: not the admin address, not a denied or unmatched caller, not with one group.
+    pub(crate) fn sighted(&self, gi: usize, vm_id: &str, real: bool) {
+        let Some(caller) = self.caller else {
+            return;
+        };
+        if !real
+            || caller.admin
+            || self.denied
+            || caller.identities.is_empty()
+            || self.p.inner.groups.len() < 2
+        {
+            return;
+        }
+        let own = self.sees(gi);
+        let at = now();
+        let change = {
+            let mut by = lock(&self.p.inner.whereabouts.by_caller);
+            if !by.contains_key(caller.identities.as_slice()) {
+                if own && (0..self.p.inner.groups.len()).all(|i| self.sees(i)) {
+                    // Every cluster is its own: there is nowhere else for it to be.
+                    return;
+                }
+                if !self.sees_any() {
+                    return;
+                }
+                by.insert(caller.identities.clone(), Sightings::new(SIGHTING_WINDOW));
+            }
+            let Some(s) = by.get_mut(caller.identities.as_slice()) else {
+                return;
+            };
+            if own {
+                s.own_node(at);
+            } else {
+                s.foreign_node(gi, vm_id, at);
+            }
+            s.settle(at)
+        };
+        if let Some(change) = change {
+            self.say(change);
+        }
+    }
+
+    /// The names the caller's groups are bound to, or its own names when none is.
+    fn binding_names(&self) -> String {
+        let mut names: Vec<&str> = Vec::new();
+        for gi in self.visible() {
+            if let Some(c) = self.p.inner.groups[gi].client.as_deref()
+                && !names.iter().any(|n| n.eq_ignore_ascii_case(c))
+            {
+                names.push(c);
+            }
+        }
+        if names.is_empty() {
+            return self
+                .caller
+                .map(|c| c.identities.join(", "))
+                .unwrap_or_default();
+        }
+        names.join(", ")
+    }
+
+    /// The clusters the caller is bound to, by name.
+    fn bound_clusters(&self) -> String {
+        self.visible()
+            .into_iter()
+            .map(|gi| self.p.group_label(gi))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    fn in_another_cluster(&self, seen: usize) -> Error {
+        Error::ClientInAnotherCluster {
+            client: self.binding_names(),
+            bound: self.bound_clusters(),
+            seen: self.p.group_label(seen),
+        }
+    }
+
+    /// Says a change of the judgment of the caller: ERROR when it is judged to run in
+    /// another cluster (once per judgment), INFO when that ends.
+    fn say(&self, change: Change<usize>) {
+        match (change.before, change.after) {
+            (_, Some(seen)) => {
+                let e = self.in_another_cluster(seen);
+                tracing::error!(
+                    client = %self.binding_names(),
+                    bound_cluster = %self.bound_clusters(),
+                    seen_cluster = %self.p.group_label(seen),
+                    "{e}. Refused until it reports a node of its own cluster, or none of {}'s for {} minutes",
+                    self.p.group_label(seen),
+                    SIGHTING_WINDOW.as_secs() / 60
+                );
+            }
+            (Some(seen), None) => tracing::info!(
+                client = %self.binding_names(),
+                bound_cluster = %self.bound_clusters(),
+                seen_cluster = %self.p.group_label(seen),
+                "client {} is no longer taken for an autoscaler running in cluster {} (it reported a node of its own cluster, or none of {}'s for {} minutes): its scale requests are accepted again",
+                self.binding_names(),
+                self.p.group_label(seen),
+                self.p.group_label(seen),
+                SIGHTING_WINDOW.as_secs() / 60
+            ),
+            (None, None) => {}
+        }
+    }
+}
+
+impl Provider {
+    /// Every client ever judged to run in another cluster than its own, and whether it is now
+    /// (`cks_provider_client_cluster_mismatch`). Judgments are settled at this moment, so one
+    /// whose reports aged out ends here even when its caller no longer calls.
+    pub fn client_cluster_mismatches(&self) -> Vec<ClientMismatch> {
+        let at = now();
+        let settled = {
+            let mut by = lock(&self.inner.whereabouts.by_caller);
+            by.iter_mut()
+                .map(|(names, s)| (names.clone(), s.settle(at), s.judged().copied()))
+                .filter(|(_, change, judged)| change.is_some() || judged.is_some())
+                .collect::<Vec<_>>()
+        };
+        let mut now_judged = Vec::new();
+        for (names, change, judged) in settled {
+            let caller = Caller::with_identities(names);
+            let scoped = Scoped {
+                p: self,
+                caller: Some(&caller),
+                denied: caller.is_denied(&self.inner.settings.denied_clients),
+            };
+            if let Some(change) = change {
+                scoped.say(change);
+            }
+            if let Some(seen) = judged {
+                now_judged.push((
+                    scoped.binding_names(),
+                    scoped.bound_clusters(),
+                    self.group_label(seen),
+                ));
+            }
+        }
+        let mut series = lock(&self.inner.whereabouts.series);
+        for active in series.values_mut() {
+            *active = false;
+        }
+        for key in now_judged {
+            series.insert(key, true);
+        }
+        series
+            .iter()
+            .map(|((client, bound, seen), active)| ClientMismatch {
+                client: client.clone(),
+                bound_cluster: bound.clone(),
+                seen_cluster: seen.clone(),
+                active: *active,
+            })
+            .collect()
+    }
+}
+
+/// A lock whose holder never panics while holding it with the data inconsistent.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 #[cfg(test)]

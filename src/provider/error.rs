@@ -126,6 +126,24 @@ pub enum Error {
          deletes, cancels and cleans up nothing; the autoscaler changes them on the main address"
     )]
     ReadOnly,
+    /// A write of a caller bound to one cluster whose node reports show it runs in another
+    /// (`cks_domain::binding`): another cluster's autoscaler holding this cluster's client
+    /// certificate.
+    #[error(
+        "client {client} is bound to cluster {bound}, but the nodes it reports (NodeGroupForNode) \
+         are VMs of cluster {seen}: it is an autoscaler running in {seen} with {bound}'s client \
+         certificate. Its scale requests are refused and nothing was sent to CloudStack; reads \
+         still answer. Give the autoscaler of {seen} the client certificate of {seen}, or, if \
+         this identity is meant for {seen}, bind it there (--nodes MIN:MAX:{seen}@{client})"
+    )]
+    ClientInAnotherCluster {
+        /// The names the caller's groups are bound to (`--nodes …@CLIENT`).
+        client: String,
+        /// The clusters it is bound to.
+        bound: String,
+        /// The cluster its nodes are VMs of.
+        seen: String,
+    },
     /// NodeGroupTemplateNodeInfo cannot build a template for the group.
     #[error("no template node for node group {group}: {reason}")]
     NoTemplate { group: String, reason: String },

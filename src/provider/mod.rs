@@ -43,7 +43,7 @@ mod view;
 #[cfg(test)]
 mod tests;
 
-pub use caller::Caller;
+pub use caller::{Caller, SIGHTING_WINDOW};
 pub use cks_domain::instances::InstanceView;
 pub use cks_domain::machine::NodeRef;
 pub use cks_domain::verdict::AlertVerdictView;
@@ -85,6 +85,8 @@ pub(crate) struct Inner {
     pub unmatched: caller::Unmatched,
     /// The clusters the key lists, for the message of a cluster it does not list (`snapshot`).
     pub seen: crate::suggest::SeenCache,
+    /// Where each bound caller runs, as its node reports show (`caller`).
+    pub whereabouts: caller::Whereabouts,
     pub shutdown: watch::Sender<bool>,
     pub ready: watch::Sender<bool>,
     /// The optional commands the key may call, each learned once from CloudStack's 432.
@@ -246,6 +248,7 @@ impl Provider {
                 store,
                 unmatched: caller::Unmatched::default(),
                 seen: crate::suggest::SeenCache::default(),
+                whereabouts: caller::Whereabouts::default(),
                 shutdown,
                 ready,
                 optional: OptionalCommands::default(),

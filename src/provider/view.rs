@@ -138,7 +138,8 @@ impl Scoped<'_> {
     /// another client's groups. Real nodes teach the provider which providerID each VM's node
     /// carries (the caller's groups only: what another client reports never changes what a
     /// group's own autoscaler is told) and are recorded as registered, whoever reports them
-    /// (see `cks_domain::registry`).
+    /// (see `cks_domain::registry`). Real nodes of any configured cluster's VMs, control VMs
+    /// included, also tell where the caller runs (`caller`, `cks_domain::binding`).
     pub fn node_group_for_node(
         &self,
         provider_id: &str,
@@ -154,17 +155,22 @@ impl Scoped<'_> {
             };
             let mine = self.sees(gi);
             if let Hit::Vm(i) = hit {
-                if !st.scale.is_worker(i) {
-                    return None;
-                }
                 let Some(vm_id) = st.scale.snapshot().map(|s| s.snap.vms[i].id.clone()) else {
                     continue;
                 };
+                // A real node tells where the caller runs, a control VM's too (`caller`); a
+                // fake one (name = providerID = instance id) was built from our own answer.
+                let real = !fake && name != provider_id;
+                if !st.scale.is_worker(i) {
+                    drop(st);
+                    self.sighted(gi, &vm_id, real);
+                    return None;
+                }
                 // Only the caller's own groups learn from its reports: another client's report
                 // of a VM must not veto that cluster's own autoscaler (a registered VM is not
                 // deleted as "unregistered"). The admin address's reports teach nothing: it
                 // only reads.
-                let teach = mine && !fake && !name.is_empty() && self.may_change().is_ok();
+                let teach = mine && !fake && !name.is_empty() && !self.read_only();
                 let learn = teach && st.scale.would_learn(&vm_id, provider_id, name);
                 let sample = teach && !labels.is_empty() && st.sample_labels.is_none();
                 // A VM a failed scale-up left whose node registered is a node, not a failed
@@ -176,6 +182,7 @@ impl Scoped<'_> {
                         .snapshot()
                         .is_some_and(|s| !s.snap.vms[i].state.is_down());
                 drop(st);
+                self.sighted(gi, &vm_id, real);
                 if teach {
                     g.registered
                         .lock()

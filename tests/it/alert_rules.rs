@@ -1,11 +1,12 @@
 //! The example alerts (`docs/prometheus-rules.yaml`, which the chart renders as its
 //! PrometheusRule) run by Prometheus's own `promtool` (`tools/promtool/build.sh`): `check rules`
 //! parses every expression as Prometheus does, and `test rules` evaluates the alerts of
-//! leader election and readiness over series written here, `for:` durations included, with
-//! the annotations the rules give (labels expanded as Prometheus expands them). A failover
-//! within the minute raises nothing; no leader for a minute does; a provider without
-//! `--leader-elect` never does; a standby that cannot read the ledger (NotReady) does after ten
-//! minutes.
+//! leader election, readiness and a client in another cluster over series written here,
+//! `for:` durations included, with the annotations the rules give (labels expanded as
+//! Prometheus expands them). A failover within the minute raises nothing; no leader for a
+//! minute does; a provider without `--leader-elect` never does; a standby that cannot read the
+//! ledger (NotReady) does after ten minutes; a client judged to run in another cluster does a
+//! minute on, naming it and both clusters, until the judgment ends.
 //!
 //! Needs `promtool`: `CKS_PROMTOOL` when given (CI), else built on first use by
 //! `cks_testkit::tools`; the test fails naming what is missing when it cannot be had.
@@ -141,6 +142,20 @@ fn prometheus_evaluates_the_leader_and_readiness_alerts_as_the_guide_says() {
         "CksProviderStuck",
         &[("namespace", "kube-system"), ("pod", "provider-a")],
     );
+    let mismatch_labels = [
+        ("namespace", "kube-system"),
+        ("pod", "provider-a"),
+        ("client", "autoscaler.south"),
+        ("bound_cluster", "south"),
+        ("seen_cluster", "north"),
+    ];
+    let mismatch = expected(&groups, "CksClientClusterMismatch", &mismatch_labels);
+    let mismatch_series = |values: &str| {
+        json!({
+            "series": format!("cks_provider_client_cluster_mismatch{{job=\"{JOB}\",namespace=\"kube-system\",pod=\"provider-a\",client=\"autoscaler.south\",bound_cluster=\"south\",seen_cluster=\"north\"}}"),
+            "values": values,
+        })
+    };
     let failures = |values: &str| {
         json!({
             "series": format!("cks_provider_node_group_refresh_failures{{job=\"{JOB}\",namespace=\"kube-system\",pod=\"provider-a\",node_group=\"c1\"}}"),
@@ -177,6 +192,17 @@ fn prometheus_evaluates_the_leader_and_readiness_alerts_as_the_guide_says() {
                 ("30s", "CksProviderStuck", vec![]),
                 ("5m", "CksProviderStuck", vec![stuck.clone()]),
                 ("18m", "CksProviderStuck", vec![]),
+            ],
+        ),
+        // North's autoscaler judged to hold south's certificate from 1m to 6m: firing a minute
+        // on, naming the client and both clusters, and no more once the judgment ended.
+        case(
+            "an autoscaler holding another cluster's client certificate",
+            vec![mismatch_series("0 0 1x10 0x10")],
+            vec![
+                ("1m30s", "CksClientClusterMismatch", vec![]),
+                ("2m30s", "CksClientClusterMismatch", vec![mismatch]),
+                ("7m", "CksClientClusterMismatch", vec![]),
             ],
         ),
         // The leader killed at 2m30s (its target gone: a staleness marker), the standby

@@ -3,8 +3,10 @@
 //! certificate, over mutual TLS on loopback. Each client's view; another client's group not
 //! found by any RPC, with nothing sent to CloudStack; Refresh and Cleanup limited to the
 //! caller's groups; a rotated client CA; a node one autoscaler reports protecting its VM from
-//! another's "unregistered" deletion; and the start refused when the setup would let one
-//! autoscaler see another's group.
+//! another's "unregistered" deletion; an autoscaler holding another cluster's certificate told
+//! by the nodes it reports and refused its writes, and what a right autoscaler reports never
+//! refusing its own; and the start refused when the setup would let one autoscaler see
+//! another's group.
 
 use cks_autoscaler_provider::app::App;
 use cks_autoscaler_provider::cli::{Command, parse_args};
@@ -807,6 +809,392 @@ async fn probe_says_when_its_client_is_bound_to_no_group_and_which_names_it_pres
         "{bound}"
     );
     fleet.shutdown().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// An autoscaler holding another cluster's certificate.
+
+/// Every VM of a cluster (its control VM included) as the real node its autoscaler reports:
+/// CloudStack's CCM providerID and the VM's name.
+fn real_nodes(fleet: &Fleet, cluster: &str) -> Vec<pb::ExternalGrpcNode> {
+    fleet
+        .sim
+        .vms(&fleet.id(cluster))
+        .into_iter()
+        .map(|(id, name, _)| node(&format!("external-cloudstack://{id}"), &name))
+        .collect()
+}
+
+/// The fake "unregistered" nodes an autoscaler makes of the instances of group `id` that it
+/// sees no node for (name = providerID = instance id).
+async fn fake_nodes_of(
+    c: &mut CloudProviderClient<Channel>,
+    id: &str,
+) -> Vec<pb::ExternalGrpcNode> {
+    c.node_group_nodes(pb::NodeGroupNodesRequest { id: id.into() })
+        .await
+        .expect("NodeGroupNodes")
+        .into_inner()
+        .instances
+        .into_iter()
+        .map(|i| fake_node(&i.id, "unregistered"))
+        .collect()
+}
+
+/// NodeGroupForNode of each node, as one autoscaler loop asks it: the group ids answered.
+async fn ask_about(
+    c: &mut CloudProviderClient<Channel>,
+    nodes: Vec<pb::ExternalGrpcNode>,
+) -> Vec<String> {
+    let mut answers = Vec::new();
+    for n in nodes {
+        answers.push(group_for(c, n).await);
+    }
+    answers
+}
+
+async fn decrease(c: &mut CloudProviderClient<Channel>, id: &str) -> Result<(), Status> {
+    c.node_group_decrease_target_size(pb::NodeGroupDecreaseTargetSizeRequest {
+        delta: -1,
+        id: id.into(),
+    })
+    .await
+    .map(|_| ())
+}
+
+/// The requests that change anything in CloudStack since the last `forget_requests`.
+fn writes(fleet: &Fleet) -> Vec<RecordedRequest> {
+    fleet
+        .requests()
+        .into_iter()
+        .filter(|r| r.command == "scaleKubernetesCluster" || r.command == "stopVirtualMachine")
+        .collect()
+}
+
+/// IncreaseSize of group `id` by one is accepted and sent; returns once the job has ended.
+async fn scales(fleet: &Fleet, c: &mut CloudProviderClient<Channel>, id: &str, why: &str) {
+    let before = target(c, id).await.expect("target size");
+    fleet.forget_requests();
+    increase(c, id, 1)
+        .await
+        .unwrap_or_else(|s| panic!("{why}: {s:?}"));
+    assert_eq!(fleet.scale_requests().len(), 1, "{why}");
+    let provider = fleet.server.provider.clone();
+    let after = usize::try_from(before + 1).expect("a size");
+    wait_until("the scale-up done", async || {
+        provider
+            .snapshot(id)
+            .is_some_and(|s| s.state.as_str() == "Running" && s.workers().count() == after)
+    })
+    .await;
+}
+
+/// The autoscaler of cluster north given south's client certificate by mistake (one CA
+/// issues both): it sees south's group, and the nodes it asks about are north's VMs, none of
+/// south's. Once that is clear, its writes are refused naming both clusters and the fix
+/// before anything is sent, one ERROR line and the gauge say so, and its reads still answer.
+/// North's own autoscaler is unaffected. Once nothing has called under south's name for the
+/// window (the autoscaler was given north's certificate), south's own autoscaler scales again.
+#[tokio::test(start_paused = true)]
+async fn an_autoscaler_holding_another_clusters_certificate_is_refused_its_writes() {
+    let fleet = Fleet::start(
+        "crossed",
+        &[
+            ("north", Some("autoscaler.north")),
+            ("south", Some("autoscaler.south")),
+        ],
+        |_| {},
+    )
+    .await;
+    let (north, south) = (fleet.id("north"), fleet.id("south"));
+    let south_leaf = fleet.client_ca.client("s", &["autoscaler.south"]);
+    let mut crossed = fleet.client(&south_leaf).await;
+    let mut north_own = fleet
+        .client(&fleet.client_ca.client("n", &["autoscaler.north"]))
+        .await;
+    refresh(&mut crossed).await.expect("Refresh");
+    refresh(&mut north_own).await.expect("Refresh");
+    assert_eq!(group_ids(&mut crossed).await, vec![south.clone()]);
+
+    // Its first loop: its nodes (north's control VM and workers) are in no group of its; one
+    // alone is not enough to tell.
+    let north_nodes = real_nodes(&fleet, "north");
+    assert_eq!(north_nodes.len(), 4);
+    ask_about(&mut crossed, north_nodes[..1].to_vec()).await;
+    fleet.forget_requests();
+    assert_eq!(
+        decrease(&mut crossed, &south).await.map_err(|s| s.code()),
+        Err(Code::FailedPrecondition),
+        "not judged on one VM: the request is looked at (nothing to cancel)"
+    );
+    let answers = ask_about(&mut crossed, north_nodes.clone()).await;
+    assert!(answers.iter().all(String::is_empty), "{answers:?}");
+    // Then the fake nodes it makes of south's instances, which it sees no node for: they are
+    // south's, and say nothing of where it runs.
+    let fakes = fake_nodes_of(&mut crossed, &south).await;
+    assert_eq!(fakes.len(), 3);
+    assert_eq!(ask_about(&mut crossed, fakes).await, vec![south.clone(); 3]);
+
+    fleet.forget_requests();
+    let (w, w_name) = fleet.workers("south")[0].clone();
+    let instance = format!("external-cloudstack://{w}");
+    let answers = [
+        (
+            "NodeGroupIncreaseSize",
+            increase(&mut crossed, &south, 2).await,
+        ),
+        (
+            "NodeGroupDeleteNodes (fake unregistered node)",
+            delete(
+                &mut crossed,
+                &south,
+                vec![fake_node(&instance, "unregistered")],
+            )
+            .await,
+        ),
+        (
+            "NodeGroupDeleteNodes (real node)",
+            delete(&mut crossed, &south, vec![node(&instance, &w_name)]).await,
+        ),
+        (
+            "NodeGroupDecreaseTargetSize",
+            decrease(&mut crossed, &south).await,
+        ),
+        (
+            "Cleanup",
+            crossed.cleanup(pb::CleanupRequest {}).await.map(|_| ()),
+        ),
+    ];
+    for (rpc, answer) in answers {
+        let refused = answer.expect_err(rpc);
+        assert_eq!(refused.code(), Code::PermissionDenied, "{rpc}: {refused:?}");
+        for says in [
+            "client autoscaler.south is bound to cluster south",
+            "are VMs of cluster north",
+            "nothing was sent to CloudStack",
+            "Give the autoscaler of north the client certificate of north",
+            "--nodes MIN:MAX:north@autoscaler.south",
+        ] {
+            assert!(
+                refused.message().contains(says),
+                "{rpc}: {says:?} in {}",
+                refused.message()
+            );
+        }
+    }
+    assert!(
+        writes(&fleet).is_empty(),
+        "nothing sent: {:?}",
+        writes(&fleet)
+    );
+    // Its reads still answer, from a group that did not change.
+    assert_eq!(
+        target(&mut crossed, &south).await.map_err(|s| s.code()),
+        Ok(3)
+    );
+    assert_eq!(group_ids(&mut crossed).await, vec![south.clone()]);
+    // Said once, naming both clusters.
+    let said: Vec<String> =
+        cks_testkit::logs::lines_mentioning("client autoscaler.south is bound to cluster south")
+            .into_iter()
+            .filter(|l| l.contains("ERROR"))
+            .collect();
+    assert_eq!(said.len(), 1, "{said:#?}");
+    assert!(said[0].contains("seen_cluster=north"), "{}", said[0]);
+    let provider = fleet.server.provider.clone();
+    let judged = cks_autoscaler_provider::metrics::ClientMismatch {
+        client: "autoscaler.south".into(),
+        bound_cluster: "south".into(),
+        seen_cluster: "north".into(),
+        active: true,
+    };
+    assert_eq!(provider.client_cluster_mismatches(), vec![judged.clone()]);
+    let page = cks_testkit::scrape_metrics(std::sync::Arc::new(
+        cks_autoscaler_provider::app::ProviderMetrics(provider.clone()),
+    ))
+    .await;
+    let series = r#"cks_provider_client_cluster_mismatch{client="autoscaler.south",bound_cluster="south",seen_cluster="north"}"#;
+    assert!(
+        page.lines().any(|l| l == format!("{series} 1")),
+        "{series} 1 in:\n{page}"
+    );
+
+    // North's own autoscaler is unaffected.
+    ask_about(&mut north_own, real_nodes(&fleet, "north")).await;
+    increase(&mut north_own, &north, 1)
+        .await
+        .expect("north's own scale-up");
+    let sent = fleet.scale_requests();
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert_eq!(sent[0].get("id"), Some(&north));
+
+    // The autoscaler of north is given north's certificate: nothing reports under south's name
+    // any more, and after the window the judgment ends, said once.
+    drop(crossed);
+    elapse(cks_autoscaler_provider::provider::SIGHTING_WINDOW).await;
+    assert_eq!(
+        provider.client_cluster_mismatches(),
+        vec![cks_autoscaler_provider::metrics::ClientMismatch {
+            active: false,
+            ..judged
+        }]
+    );
+    let ended = cks_testkit::logs::lines_mentioning(
+        "client autoscaler.south is no longer taken for an autoscaler running in cluster north",
+    );
+    assert_eq!(ended.len(), 1, "{ended:#?}");
+    // South's own autoscaler, with the same certificate, scales south.
+    let mut south_own = fleet.client(&south_leaf).await;
+    ask_about(&mut south_own, real_nodes(&fleet, "south")).await;
+    fleet.forget_requests();
+    increase(&mut south_own, &south, 1)
+        .await
+        .expect("south's own scale-up");
+    let sent = fleet.scale_requests();
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert_eq!(sent[0].get("id"), Some(&south));
+    fleet.shutdown().await;
+}
+
+/// A judged identity that reports a node of its own cluster is no longer judged, at once:
+/// south's own autoscaler, under the same name as the crossed one.
+#[tokio::test(start_paused = true)]
+async fn a_node_of_its_own_cluster_ends_the_judgment_at_once() {
+    let fleet = Fleet::start(
+        "crossed-back",
+        &[
+            ("upper", Some("autoscaler.upper")),
+            ("lower", Some("autoscaler.lower")),
+        ],
+        |_| {},
+    )
+    .await;
+    let lower = fleet.id("lower");
+    let mut crossed = fleet
+        .client(&fleet.client_ca.client("l", &["autoscaler.lower"]))
+        .await;
+    refresh(&mut crossed).await.expect("Refresh");
+    // Upper's VMs are known once upper's group has a snapshot (its own autoscaler's Refresh,
+    // or the provider's own round).
+    let mut upper_own = fleet
+        .client(&fleet.client_ca.client("u", &["autoscaler.upper"]))
+        .await;
+    refresh(&mut upper_own).await.expect("Refresh");
+    ask_about(&mut crossed, real_nodes(&fleet, "upper")).await;
+    let refused = increase(&mut crossed, &lower, 1).await.expect_err("judged");
+    assert_eq!(refused.code(), Code::PermissionDenied, "{refused:?}");
+    ask_about(&mut crossed, real_nodes(&fleet, "lower")[..1].to_vec()).await;
+    fleet.forget_requests();
+    increase(&mut crossed, &lower, 1)
+        .await
+        .expect("no longer judged");
+    assert_eq!(fleet.scale_requests().len(), 1);
+    assert_eq!(
+        cks_testkit::logs::lines_mentioning(
+            "client autoscaler.lower is no longer taken for an autoscaler running in cluster upper"
+        )
+        .len(),
+        1
+    );
+    fleet.shutdown().await;
+}
+
+/// What a right autoscaler reports never has its writes refused: its control node (no
+/// group), nodes of a cluster the provider does not serve and of no cluster, the fake nodes it
+/// makes of its instances, two VMs of another cluster joined to it by mistake beside its own;
+/// an identity bound to two clusters reporting nodes of both; and, on a provider serving one
+/// cluster, whatever it reports.
+#[tokio::test(start_paused = true)]
+async fn what_a_right_autoscaler_reports_never_refuses_its_writes() {
+    // "outside" is in CloudStack, not served by this provider.
+    let fleet = Fleet::start(
+        "rightful",
+        &[
+            ("east", Some("autoscaler.east")),
+            ("west", Some("autoscaler.west")),
+            ("wide", Some("autoscaler.west")),
+            ("outside", None),
+        ],
+        |s| {
+            s.groups.truncate(3);
+            s.clients.truncate(3);
+        },
+    )
+    .await;
+    let (east, west, wide) = (fleet.id("east"), fleet.id("west"), fleet.id("wide"));
+    let mut e = fleet
+        .client(&fleet.client_ca.client("e", &["autoscaler.east"]))
+        .await;
+    let mut w = fleet
+        .client(&fleet.client_ca.client("w", &["autoscaler.west"]))
+        .await;
+    refresh(&mut e).await.expect("Refresh");
+    refresh(&mut w).await.expect("Refresh");
+    let others = [
+        node(
+            "external-cloudstack://00000000-0000-4000-8000-00000000e0e0",
+            "edge-1",
+        ),
+        node("aws:///eu-west-1a/i-0123", "ip-10-0-0-1"),
+        node("", "laptop"),
+    ];
+    // Before any node of its own: the nodes of no served cluster, and fake nodes.
+    ask_about(&mut e, real_nodes(&fleet, "outside")).await;
+    ask_about(&mut e, others.to_vec()).await;
+    let fakes = fake_nodes_of(&mut e, &east).await;
+    ask_about(&mut e, fakes).await;
+    scales(
+        &fleet,
+        &mut e,
+        &east,
+        "only nodes of no served cluster and fake ones",
+    )
+    .await;
+    // Its own nodes, control VM first, then two of west's VMs joined to it by mistake.
+    ask_about(&mut e, real_nodes(&fleet, "east")).await;
+    ask_about(&mut e, real_nodes(&fleet, "west")[..2].to_vec()).await;
+    scales(
+        &fleet,
+        &mut e,
+        &east,
+        "its own nodes beside two of another cluster's",
+    )
+    .await;
+    // An identity bound to two clusters, reporting nodes of both.
+    ask_about(&mut w, real_nodes(&fleet, "west")).await;
+    ask_about(&mut w, real_nodes(&fleet, "wide")).await;
+    scales(&fleet, &mut w, &west, "bound to both").await;
+    scales(&fleet, &mut w, &wide, "bound to both").await;
+    assert_eq!(fleet.server.provider.client_cluster_mismatches(), vec![]);
+    assert!(
+        cks_testkit::logs::lines_mentioning("client autoscaler.east is bound to cluster")
+            .is_empty()
+    );
+    fleet.shutdown().await;
+
+    // One cluster served: there is no other cluster to be seen in.
+    let solo = Fleet::start(
+        "rightful-solo",
+        &[("alone", Some("autoscaler.alone")), ("aside", None)],
+        |s| {
+            s.groups.truncate(1);
+            s.clients.truncate(1);
+        },
+    )
+    .await;
+    let alone = solo.id("alone");
+    let mut c = solo
+        .client(&solo.client_ca.client("a", &["autoscaler.alone"]))
+        .await;
+    refresh(&mut c).await.expect("Refresh");
+    ask_about(&mut c, real_nodes(&solo, "aside")).await;
+    solo.forget_requests();
+    increase(&mut c, &alone, 1)
+        .await
+        .expect("one cluster served");
+    assert_eq!(solo.scale_requests().len(), 1);
+    assert_eq!(solo.server.provider.client_cluster_mismatches(), vec![]);
+    solo.shutdown().await;
 }
 
 // ---------------------------------------------------------------------------------------------

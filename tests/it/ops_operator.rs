@@ -7,7 +7,9 @@
 //! Time: the binary's tests run it as a child process, whose clock is its own, so they keep the
 //! wall clock and wait on the child's exit (bounded).
 
-use cks_autoscaler_provider::metrics::{self, GroupGauges, MetricsSource, Told, Worker};
+use cks_autoscaler_provider::metrics::{
+    self, ClientMismatch, GroupGauges, MetricsSource, Told, Worker,
+};
 use cks_domain::machine::JobKind;
 use cks_proto as pb;
 use cks_sim::{self as sim, ClusterState, JobFailure, SimConfig};
@@ -213,7 +215,8 @@ async fn errors_at_start_are_json_with_log_format_json() {
     assert!(text(&out.stdout).contains("--shutdown-grace"), "{out:?}");
 }
 
-/// A provider as the metrics endpoint sees it: one group in Alert with a down worker.
+/// A provider as the metrics endpoint sees it: one group in Alert with a down worker, and a
+/// client judged to run in another cluster.
 struct OneGroup;
 
 impl MetricsSource for OneGroup {
@@ -247,6 +250,15 @@ impl MetricsSource for OneGroup {
 
     fn alert_verdict(&self) -> Option<(&'static str, Option<Duration>)> {
         Some(("unsupported", Some(Duration::from_secs(30))))
+    }
+
+    fn client_mismatches(&self) -> Vec<ClientMismatch> {
+        vec![ClientMismatch {
+            client: "ops-rules-client".into(),
+            bound_cluster: "ops-rules-bound".into(),
+            seen_cluster: "ops-rules-seen".into(),
+            active: true,
+        }]
     }
 }
 

@@ -258,7 +258,7 @@ async fn increase_size_answers_once_the_job_is_past_validation() {
 async fn each_next_removal_leaves_soon_after_the_job_before_it_ends() {
     let mut cfg = pool(6);
     cfg.settings.job_duration = Duration::from_millis(3300);
-    let mut env = Stack::refreshed(cfg, "pool", |s| {
+    let env = Stack::refreshed(cfg, "pool", |s| {
         s.groups[0].min = 1;
         s.job_poll_interval = Duration::from_secs(2);
     })

@@ -14,6 +14,9 @@
 //!   instances and their status, node resolution, bounds, the debug line.
 //! - [`registry`]: the VMs whose nodes the autoscalers reported as registered, and when: what
 //!   keeps a registered VM from being deleted as "unregistered".
+//! - [`binding`]: whether a caller bound to some clusters (`--nodes …@CLIENT`) is clearly an
+//!   autoscaler running in another cluster, from the nodes it reports (a client certificate
+//!   given to the wrong cluster's autoscaler).
 //! - [`jobs`]: which of the account's scale jobs is a cluster's (adoption, lost answers).
 //! - [`verdict`]: whether this CloudStack scales clusters in Alert, as learned from its
 //!   refusals, and when that stops being believed.
@@ -33,6 +36,7 @@
 //!
 //! Nothing here touches the network, the clock or a lock; callers pass in what they observed
 //! and the time they observed it.
+pub mod binding;
 pub mod cluster;
 pub mod freshness;
 pub mod instances;
