@@ -8,7 +8,7 @@
 use crate::optional_rpcs::ProviderExtras;
 use crate::provider::{Caller, Error, InstanceView, NodeGroupView, NodeRef, Provider};
 use cks_cloudstack::Class;
-use cks_domain::machine::ScaleError;
+use cks_domain::machine::Ask;
 use cks_domain::status::{InstanceError, InstanceState};
 use cks_proto as pb;
 use cks_proto::cloud_provider_server::CloudProvider;
@@ -51,21 +51,11 @@ pub fn status(e: &Error) -> Status {
         | Error::Stale { .. }
         | Error::StoreUnavailable { .. }
         | Error::NotLeader { .. } => Code::Unavailable,
-        Error::Scale { source, .. } => match source {
-            ScaleError::NoSnapshot => Code::Unavailable,
-            ScaleError::OutOfRange { .. } => Code::OutOfRange,
-            ScaleError::UnknownNode { .. } => Code::NotFound,
-            ScaleError::Refused(_)
-            | ScaleError::SizeAboveMax { .. }
-            | ScaleError::CordonSuspected { .. }
-            | ScaleError::PreviousAnswerLost
-            | ScaleError::NotWorker { .. }
-            | ScaleError::RegisteredElsewhere { .. }
-            | ScaleError::RecentlyRegistered { .. }
-            | ScaleError::BeingCreated { .. }
-            | ScaleError::BelowMin { .. }
-            | ScaleError::DrainWouldFail { .. }
-            | ScaleError::CannotDecrease { .. } => Code::FailedPrecondition,
+        Error::Scale { source, .. } => match source.ask() {
+            Ask::Later => Code::Unavailable,
+            Ask::Less => Code::OutOfRange,
+            Ask::Existing => Code::NotFound,
+            Ask::Operator => Code::FailedPrecondition,
         },
         Error::AmbiguousName { .. }
         | Error::DuplicateCluster { .. }

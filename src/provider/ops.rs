@@ -10,7 +10,7 @@ use cks_cloudstack::Class;
 use cks_cloudstack::types::JobOutcome;
 use cks_domain::cluster::{ClusterState, IndexedSnapshot};
 use cks_domain::machine::{
-    Accepted, Admission, Effect, JobEnd, JobKind, NodeRef, ScaleError, Started,
+    Accepted, Admission, Effect, JobEnd, JobKind, NodeRef, ScaleError, Started, WatchedAnswer,
 };
 use cks_domain::rules::ScaleRequest;
 use std::sync::Arc;
@@ -257,20 +257,8 @@ impl Provider {
         }
     }
 
-    /// A job that failed while its scale RPC still watched it. A failure that changed nothing
-    /// is CloudStack's refusal: the RPC fails with CloudStack's text and the group is as it
-    /// was. A job that already changed the cluster (VMs created, then one failed) is settled
-    /// as the follower settles it: its VMs, and the ones it never created, become failed
-    /// instances that count in the target.
-    ///
-    /// Such a scale-up answers OK. The autoscaler then records the scale-up request, sees the
-    /// failed instances (Creating with an error) as failed creations of that request, backs
-    /// the group off with their error class and code, and deletes them. An error instead
-    /// would back the group off as a generic `cloudProviderError` with no scale-up request,
-    /// so the failed instances would count against nothing, the VMs CloudStack left behind
-    /// would look like unrequested nodes, and the autoscaler could ask for more on top of
-    /// them once the backoff ends. A removal that failed part-way still fails the RPC: the
-    /// autoscaler keeps the nodes CloudStack did not remove.
+    /// A job that failed while its scale RPC still watched it: settled as the follower
+    /// settles it, then answered as the machine says (`Settled::watched_answer`).
     async fn failed_in_watch(
         &self,
         gi: usize,
@@ -286,39 +274,40 @@ impl Provider {
             return Ok(());
         };
         let (code, text) = end.failure().unwrap_or((0, ""));
-        if settled.owed {
-            tracing::warn!(group = %label, job = job_id, code,
-                "the removal failed while DeleteNodes watched it ({text}); it is carried through: the VM is stopped if it can be, then removed as a down VM");
-            return Ok(());
-        }
-        if !settled.changed {
-            if end == JobEnd::Cancelled {
-                return Err(Error::JobCancelled {
-                    group: label,
-                    job: job_id.to_string(),
-                });
+        let job = job_id.to_string();
+        match settled.watched_answer(&end) {
+            WatchedAnswer::CarriedThrough => {
+                tracing::warn!(group = %label, job = job_id, code,
+                    "the removal failed while DeleteNodes watched it ({text}); it is carried through: the VM is stopped if it can be, then removed as a down VM");
+                Ok(())
             }
-            tracing::info!(group = %label, job = job_id, code, "CloudStack refused the scale request: {text}");
-            return Err(Error::JobRefused {
-                group: label,
-                job: job_id.to_string(),
-                code,
-                text: text.to_string(),
-                alert_unsupported: settled.alert_refusal,
-                key_not_permitted: end.key_not_permitted(),
-            });
-        }
-        match settled.kind {
-            JobKind::ScaleUp => {
+            WatchedAnswer::FailedCreations => {
                 tracing::warn!(group = %label, job = job_id,
                     "the scale-up failed part-way while IncreaseSize watched it; its instances are reported as failed creations");
                 Ok(())
             }
-            _ => Err(Error::JobFailed {
-                group: label,
-                job: job_id.to_string(),
+            WatchedAnswer::Cancelled => Err(Error::JobCancelled { group: label, job }),
+            WatchedAnswer::Refused {
                 code,
-                text: text.to_string(),
+                text,
+                alert_unsupported,
+                key_not_permitted,
+            } => {
+                tracing::info!(group = %label, job = job_id, code, "CloudStack refused the scale request: {text}");
+                Err(Error::JobRefused {
+                    group: label,
+                    job,
+                    code,
+                    text,
+                    alert_unsupported,
+                    key_not_permitted,
+                })
+            }
+            WatchedAnswer::Failed { code, text } => Err(Error::JobFailed {
+                group: label,
+                job,
+                code,
+                text,
             }),
         }
     }

@@ -199,6 +199,42 @@ impl fmt::Display for ScaleError {
 
 impl std::error::Error for ScaleError {}
 
+/// What a refusal asks of its caller, for the gRPC layer to pick the code from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ask {
+    /// Ask again later: nothing is known yet (no snapshot).
+    Later,
+    /// Ask for less: past the group's maximum.
+    Less,
+    /// Name something that exists: the node is no worker of the group.
+    Existing,
+    /// An operator must change something first: the request cannot be carried out as things
+    /// are (a rule of CloudStack's, the minimum, a node that is not a worker, ...).
+    Operator,
+}
+
+impl ScaleError {
+    /// What this refusal asks of its caller.
+    pub fn ask(&self) -> Ask {
+        match self {
+            ScaleError::NoSnapshot => Ask::Later,
+            ScaleError::OutOfRange { .. } => Ask::Less,
+            ScaleError::UnknownNode { .. } => Ask::Existing,
+            ScaleError::Refused(_)
+            | ScaleError::SizeAboveMax { .. }
+            | ScaleError::CordonSuspected { .. }
+            | ScaleError::PreviousAnswerLost
+            | ScaleError::NotWorker { .. }
+            | ScaleError::RegisteredElsewhere { .. }
+            | ScaleError::RecentlyRegistered { .. }
+            | ScaleError::BeingCreated { .. }
+            | ScaleError::BelowMin { .. }
+            | ScaleError::DrainWouldFail { .. }
+            | ScaleError::CannotDecrease { .. } => Ask::Operator,
+        }
+    }
+}
+
 /// CloudStack's refusal of a request because the cluster is in Alert (a CloudStack without
 /// the Alert-scaling change, cloudstack-api.md §4 rule 7).
 pub fn is_alert_refusal(text: &str) -> bool {

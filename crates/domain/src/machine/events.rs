@@ -65,6 +65,62 @@ pub struct Settled {
     pub owed: bool,
 }
 
+/// What the caller of a scale RPC hears when the job it watched (`--scale-watch`) failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WatchedAnswer {
+    /// OK: a removal that failed (a drain) is carried through, its VMs still owed.
+    CarriedThrough,
+    /// OK: a scale-up that failed part-way; its instances are reported as failed creations.
+    /// The autoscaler then records the scale-up request, sees those instances (Creating with
+    /// an error) as its failed creations, backs the group off with their error class and
+    /// deletes them; an error instead would back it off as a generic cloud-provider error
+    /// with no request, so the VMs CloudStack left behind would look unrequested and more
+    /// could be asked for on top of them once the backoff ends.
+    FailedCreations,
+    /// The job was cancelled before it changed anything.
+    Cancelled,
+    /// CloudStack refused the request while validating it (nothing changed).
+    Refused {
+        code: i64,
+        text: String,
+        /// Because the cluster is in Alert and this CloudStack does not scale in Alert.
+        alert_unsupported: bool,
+        /// Because the key may not scale the cluster (the key's, not the request's).
+        key_not_permitted: bool,
+    },
+    /// A removal that failed part-way: the autoscaler keeps the nodes CloudStack did not
+    /// remove.
+    Failed { code: i64, text: String },
+}
+
+impl Settled {
+    /// What the caller who watched the job hears, its end being `end` (a failure).
+    pub fn watched_answer(&self, end: &JobEnd) -> WatchedAnswer {
+        let (code, text) = end.failure().unwrap_or((0, ""));
+        if self.owed {
+            return WatchedAnswer::CarriedThrough;
+        }
+        if !self.changed {
+            if *end == JobEnd::Cancelled {
+                return WatchedAnswer::Cancelled;
+            }
+            return WatchedAnswer::Refused {
+                code,
+                text: text.to_string(),
+                alert_unsupported: self.alert_refusal,
+                key_not_permitted: end.key_not_permitted(),
+            };
+        }
+        match self.kind {
+            JobKind::ScaleUp => WatchedAnswer::FailedCreations,
+            _ => WatchedAnswer::Failed {
+                code,
+                text: text.to_string(),
+            },
+        }
+    }
+}
+
 impl ScaleMachine {
     /// A new snapshot from CloudStack. Forgets expired failed instances and a lost submission
     /// that did not become a job, and says whether to look for a running job or poll the

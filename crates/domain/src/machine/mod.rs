@@ -53,8 +53,10 @@ mod target;
 mod withdraw;
 
 pub use delete::{Acceptance, Accepted, DeletePlan, LocalDrops, NodeRef};
-pub use error::{ScaleError, is_alert_refusal, is_drain_failure, refused_error};
-pub use events::{JobEnd, OVERDUE_POLL_FACTOR, Settled, op_changed_cluster, poll_delay};
+pub use error::{Ask, ScaleError, is_alert_refusal, is_drain_failure, refused_error};
+pub use events::{
+    JobEnd, OVERDUE_POLL_FACTOR, Settled, WatchedAnswer, op_changed_cluster, poll_delay,
+};
 pub use external::{ExternalScaleUp, is_network_rules_failure};
 pub use increase::{Admission, Started};
 pub use ledger::{Ledger, OwedRemoval};

@@ -2665,3 +2665,55 @@ fn the_window_closes_once_calls_stop_coming_within_its_cap() {
     // A cap below the quiet time wins.
     assert_eq!(m.window_closes_at(ms(30)), Some(t0 + ms(30)));
 }
+
+/// What the caller who watched a failed job hears: OK when its removal is carried through or a
+/// scale-up failed part-way (failed creations), CloudStack's refusal when nothing changed (the
+/// key's when the job says so), a removal's failure otherwise.
+#[test]
+fn a_watched_failure_is_answered_by_what_the_job_did() {
+    let settled = |kind, changed, owed| Settled {
+        kind,
+        op: None,
+        changed,
+        alert_refusal: false,
+        effects: Vec::new(),
+        owed,
+    };
+    let failed = |code, text: &str| JobEnd::Failed {
+        code,
+        text: text.into(),
+    };
+    let drain = failed(530, "failed to remove Kubernetes node");
+    assert_eq!(
+        settled(JobKind::RemoveNodes, true, true).watched_answer(&drain),
+        WatchedAnswer::CarriedThrough
+    );
+    assert_eq!(
+        settled(JobKind::RemoveNodes, true, false).watched_answer(&drain),
+        WatchedAnswer::Failed {
+            code: 530,
+            text: "failed to remove Kubernetes node".into()
+        }
+    );
+    assert_eq!(
+        settled(JobKind::ScaleUp, true, false).watched_answer(&failed(530, "provision")),
+        WatchedAnswer::FailedCreations
+    );
+    assert_eq!(
+        settled(JobKind::ScaleUp, false, false).watched_answer(&JobEnd::Cancelled),
+        WatchedAnswer::Cancelled
+    );
+    let perm = failed(
+        530,
+        "Caller does not have permission to operate with provided resource.",
+    );
+    assert!(matches!(
+        settled(JobKind::ScaleUp, false, false).watched_answer(&perm),
+        WatchedAnswer::Refused {
+            code: 530,
+            key_not_permitted: true,
+            alert_unsupported: false,
+            ..
+        }
+    ));
+}
