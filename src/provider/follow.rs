@@ -23,12 +23,7 @@ impl Provider {
     /// the autoscaler's next Refresh. One task per group at a time.
     pub(crate) fn spawn_state_follower(&self, gi: usize) {
         use std::sync::atomic::Ordering;
-        let waits = move |p: &Provider| {
-            matches!(
-                p.inner.groups[gi].read().scale.phase(),
-                Phase::AnswerLost { .. } | Phase::Adopted { job: None, .. }
-            )
-        };
+        let waits = move |p: &Provider| p.inner.groups[gi].read().scale.follows_state();
         if !waits(self)
             || self.inner.groups[gi]
                 .state_follower
@@ -137,24 +132,26 @@ impl Provider {
     }
 
     /// Fetches the cluster after a job ended, so its outcome is judged on what CloudStack
-    /// shows now: up to three tries, or until `deadline`. Returns whether it worked.
+    /// shows now: tried again as `timing::post_job_read_wait` says, or until `deadline`.
+    /// Returns whether it worked.
     pub(crate) async fn fetch_after_job(&self, gi: usize, deadline: Option<Instant>) -> bool {
         let label = self.group_label(gi);
         let tries = async {
-            for attempt in 0..3u32 {
+            let mut failures = 0u32;
+            loop {
                 match self.fetch_and_act(gi).await {
                     Ok(_) => return true,
                     Err(e) => {
                         tracing::warn!(group = %label, error = %e, "fetching the cluster after the job failed");
-                        if deadline.is_some() {
-                            return false;
+                        failures += 1;
+                        let poll = self.inner.settings.job_poll_interval;
+                        match cks_domain::timing::post_job_read_wait(failures, poll) {
+                            Some(wait) if deadline.is_none() => tokio::time::sleep(wait).await,
+                            _ => return false,
                         }
-                        tokio::time::sleep(self.inner.settings.job_poll_interval * (attempt + 1))
-                            .await;
                     }
                 }
             }
-            false
         };
         match deadline {
             Some(d) => tokio::time::timeout_at(super::before(d), tries)

@@ -43,6 +43,14 @@ pub fn store_retry(failures: u32) -> Duration {
     (min * 2u32.saturating_pow(failures.saturating_sub(1).min(5))).min(Duration::from_secs(5))
 }
 
+/// How long the read of the cluster after a job's end waits before its next try, after
+/// `failures` failed tries: a poll interval more each time, three tries in all (`None`: no
+/// more; the next refresh reads it). The job's outcome is judged on that read, so it is worth a
+/// few seconds, not a retry loop of its own.
+pub fn post_job_read_wait(failures: u32, poll: Duration) -> Option<Duration> {
+    (failures < 3).then(|| poll * failures)
+}
+
 /// How long the last write of the store at shutdown is tried before the process ends
 /// without it (within the pod's termination grace period).
 pub const FINAL_WRITE_BOUND: Duration = Duration::from_secs(10);
@@ -77,6 +85,13 @@ mod tests {
             ]
         );
         assert_eq!(store_retry(u32::MAX), ms(5000));
+    }
+
+    #[test]
+    fn the_cluster_is_read_three_times_after_a_job_at_most() {
+        let s = Duration::from_secs;
+        let waits: Vec<_> = (1..=4).map(|f| post_job_read_wait(f, s(2))).collect();
+        assert_eq!(waits, [Some(s(2)), Some(s(4)), None, None]);
     }
 
     #[test]

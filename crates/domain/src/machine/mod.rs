@@ -402,6 +402,17 @@ impl ScaleMachine {
         &self.phase
     }
 
+    /// Whether the phase waits on something no job id can tell: a lost answer (settled by a
+    /// snapshot) or a job adopted without its id (a scale job names no cluster, so its end is
+    /// the cluster leaving Scaling). Then the cluster itself is read every poll interval, so
+    /// its end is seen, and queued work sent, without waiting for an autoscaler's Refresh.
+    pub fn follows_state(&self) -> bool {
+        matches!(
+            self.phase,
+            Phase::AnswerLost { .. } | Phase::Adopted { job: None, .. }
+        )
+    }
+
     pub fn queue(&self) -> &Queue {
         &self.queue
     }
