@@ -4,8 +4,9 @@
 //! one place that turns its effects into tasks and CloudStack calls, so none is forgotten.
 
 use super::{Provider, now};
+use cks_cloudstack::Class;
 use cks_cloudstack::types::JobOutcome;
-use cks_domain::machine::Effect;
+use cks_domain::machine::{Effect, StopAnswer};
 
 impl Provider {
     /// Carries out what the machine asked for. `FindJob` is awaited (so a Refresh answers
@@ -71,7 +72,7 @@ impl Provider {
             tracing::warn!(group = %label, vm = %vm, "stopVirtualMachine not sent: this replica does not hold the leader lease");
             let told = self.inner.groups[gi].lock().scale.stop_answered(
                 &vm,
-                Some(("this replica does not lead", false)),
+                StopAnswer::Failed("this replica does not lead"),
                 now(),
             );
             self.run_effects(gi, told).await;
@@ -83,6 +84,7 @@ impl Provider {
             Ok(_) => None,
             Err(e) => {
                 let not_permitted = e.is_not_permitted();
+                let unknown = e.class() == Class::Unknown;
                 if not_permitted {
                     // One key for every group: each machine learns it now, so none asks
                     // again or promises a stop it cannot make.
@@ -90,15 +92,22 @@ impl Provider {
                         g.lock().scale.set_can_stop_vms(false);
                     }
                     tracing::warn!(group = %label, "this CloudStack key may not call stopVirtualMachine: VMs whose drain would fail are no longer stopped by the provider, and their removal is refused until an operator stops them: {e}");
+                } else if unknown {
+                    tracing::warn!(group = %label, vm = %vm, error = %e, "stopVirtualMachine not answered; the next snapshot tells whether the VM stops, else it is asked again");
                 } else {
                     tracing::warn!(group = %label, vm = %vm, error = %e, "stopping the VM failed; retrying later");
                 }
-                Some((e.to_string(), not_permitted))
+                Some((e.to_string(), not_permitted, unknown))
             }
         };
         let told = self.inner.groups[gi].lock().scale.stop_answered(
             &vm,
-            failure.as_ref().map(|(t, n)| (t.as_str(), *n)),
+            match &failure {
+                None => StopAnswer::Stopping,
+                Some((t, true, _)) => StopAnswer::NotPermitted(t),
+                Some((t, _, true)) => StopAnswer::Unknown(t),
+                Some((t, _, _)) => StopAnswer::Failed(t),
+            },
             now(),
         );
         self.run_effects(gi, told).await;
@@ -111,7 +120,7 @@ impl Provider {
                 let failed = format!("stopVirtualMachine job {job} failed: {text}");
                 let told = self.inner.groups[gi].lock().scale.stop_answered(
                     &vm,
-                    Some((&failed, false)),
+                    StopAnswer::Failed(&failed),
                     now(),
                 );
                 self.run_effects(gi, told).await;

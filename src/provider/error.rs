@@ -229,7 +229,10 @@ pub fn bad_project_hint(project_id: Option<&str>, said: &str) -> String {
 /// What an operator reads when a cluster is not listed for the key.
 pub fn not_listed_hint(project_id: Option<&str>) -> String {
     match project_id {
-        None => "a cluster in a CloudStack project is listed only with the project's id: set project-id in the cloud-config (CKS 4.19.3 and later write it into the cluster's cloudstack-secret; the project's id is in the UI's project view, or `cmk list projects`)".into(),
-        Some(p) => format!("project-id is {p}: is the cluster in that project, and is this key a member of it?"),
+        // A user's key lists only its own account's clusters: another account's is not
+        // refused, just absent (recorded from a CloudStack 4.21.0.0:
+        // `errors_16_perm_alice_listKubernetesClusters_other_account_id`).
+        None => "a cluster in a CloudStack project is listed only with the project's id: set project-id in the cloud-config (CKS 4.19.3 and later write it into the cluster's cloudstack-secret; the project's id is in the UI's project view, or `cmk list projects`); a cluster of another account is never listed to this key: use the key of the cluster's own account (or of its project)".into(),
+        Some(p) => format!("project-id is {p}: is the cluster in that project, and is this key a member of it (a key of another account lists none of its clusters)?"),
     }
 }

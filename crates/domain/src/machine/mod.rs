@@ -61,7 +61,7 @@ pub use external::{ExternalScaleUp, is_network_rules_failure};
 pub use increase::{Admission, Started};
 pub use ledger::{Ledger, OwedRemoval};
 pub use nodes::{Hit, LearnedNode};
-pub use queue::{Queue, QueuedRemoval, WINDOW_QUIET};
+pub use queue::{Queue, QueuedRemoval, StopAnswer, WINDOW_QUIET};
 pub use stranded::StrandNews;
 pub use target::Decreased;
 

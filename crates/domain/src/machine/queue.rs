@@ -480,32 +480,41 @@ impl ScaleMachine {
         out
     }
 
-    /// The answer to `stopVirtualMachine` for `vm_id`: `Ok` (the VM shows down in a later
-    /// snapshot, and is then removed), a transient failure (tried again after a pause, up to
-    /// [`MAX_REMOVAL_ATTEMPTS`] failures), or `not_permitted` (the key lacks the command).
-    /// A removal that can no longer be carried out without an operator is abandoned, loudly
-    /// (the returned effect): its VM is still removed once an operator stops it.
+    /// The answer to `stopVirtualMachine` for `vm_id` (see [`StopAnswer`]). A removal that can
+    /// no longer be carried out without an operator is abandoned, loudly (the returned
+    /// effect): its VM is still removed once an operator stops it.
     pub fn stop_answered(
         &mut self,
         vm_id: &str,
-        failure: Option<(&str, bool)>,
+        answer: StopAnswer<'_>,
         now: Instant,
     ) -> Vec<Effect> {
-        if let Some((_, true)) = failure {
+        if let StopAnswer::NotPermitted(_) = answer {
             self.can_stop_vms = false;
         }
         let mut abandoned = Vec::new();
         let mut reason = String::new();
         for r in self.queue.remove.iter_mut().filter(|r| r.vm_id == vm_id) {
-            match failure {
-                None => {
+            match answer {
+                StopAnswer::Unknown(text) => {
+                    // Whether the VM is stopping is read from CloudStack, never guessed: a
+                    // snapshot showing it down sends its removal; otherwise it is asked again,
+                    // and the unknown answer counts as no failure.
+                    r.stop = StopStage::Wanted;
+                    r.stop_not_before = Some(now + retry_delay(r.attempts.max(1)));
+                    r.trouble = Some(format!(
+                        "stopping VM {vm_id}: CloudStack's answer was lost, asked again unless \
+                         it shows the VM down: {text}"
+                    ));
+                }
+                StopAnswer::Stopping => {
                     // Removed as soon as a snapshot shows it down.
                     r.not_before = None;
                     r.trouble = Some(format!(
                         "stopping VM {vm_id} before its removal (its drain would fail)"
                     ));
                 }
-                Some((text, true)) => {
+                StopAnswer::NotPermitted(text) => {
                     r.stop = StopStage::Impossible;
                     reason = format!(
                         "its drain would fail and this provider may not stop it ({text}): stop \
@@ -513,7 +522,7 @@ impl ScaleMachine {
                          a down VM"
                     );
                 }
-                Some((text, false)) => {
+                StopAnswer::Failed(text) => {
                     r.attempts += 1;
                     if r.attempts < MAX_REMOVAL_ATTEMPTS {
                         r.stop = StopStage::Wanted;
@@ -662,6 +671,22 @@ impl ScaleMachine {
             .and_then(|s| s.snap.vm(vm_id))
             .map_or_else(|| vm_id.to_string(), |v| v.name.clone())
     }
+}
+
+/// What became of a `stopVirtualMachine` request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopAnswer<'a> {
+    /// Accepted (its job ended well, or runs): the VM shows down in a later snapshot and is
+    /// then removed.
+    Stopping,
+    /// Refused or failed (CloudStack's text): tried again after a pause, up to
+    /// [`MAX_REMOVAL_ATTEMPTS`] failures.
+    Failed(&'a str),
+    /// The key may not call `stopVirtualMachine`.
+    NotPermitted(&'a str),
+    /// Whether it was accepted is unknown (no answer, a proxy's page): settled by the next
+    /// snapshot, and no failure.
+    Unknown(&'a str),
 }
 
 /// How the trouble of a removal [`ScaleMachine::block_down_removals`] holds begins.

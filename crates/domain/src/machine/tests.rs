@@ -1155,7 +1155,7 @@ fn a_running_vm_without_a_node_is_stopped_first_or_refused() {
     m.window_answered(true);
     assert_eq!(m.take_stops(t0), ["w3"]);
     assert!(m.take_stops(t0).is_empty(), "a stop is sent once");
-    assert!(m.stop_answered("w3", None, t0).is_empty());
+    assert!(m.stop_answered("w3", StopAnswer::Stopping, t0).is_empty());
     assert_eq!(m.target(), Some(2));
     let stopped = snapshot(
         "Alert",
@@ -1178,7 +1178,7 @@ fn a_running_vm_without_a_node_is_stopped_first_or_refused() {
     assert_eq!(m.close_window(&ALERT, t0), Ok(vec![]));
     m.window_answered(true);
     assert_eq!(m.take_stops(t0), ["w3"]);
-    let told = m.stop_answered("w3", Some(("432 not available", true)), t0);
+    let told = m.stop_answered("w3", StopAnswer::NotPermitted("432 not available"), t0);
     assert!(
         matches!(&told[..], [Effect::RemovalAbandoned { vms, .. }] if vms == &["k-node-w3".to_string()]),
         "abandoned loudly, not waited on in silence: {told:?}"
@@ -2013,7 +2013,7 @@ fn an_owed_removal_refused_for_alert_without_a_down_worker_stops_its_vm_then_rem
     // The listing above was taken before the job ended: its size is not checked.
     m.job_finished("job-1", &JobEnd::Succeeded, false, false, &ALERT, t0);
     assert_eq!(m.take_stops(t0), ["w1"], "the promised VM is stopped");
-    assert!(m.stop_answered("w1", None, t0).is_empty());
+    assert!(m.stop_answered("w1", StopAnswer::Stopping, t0).is_empty());
     let t1 = t0 + Duration::from_secs(5);
     let fx = m.snapshot_installed(alert(VmState::Stopped, t1), &ALERT, t1);
     assert!(fx.contains(&remove_of(&["w1"])), "{fx:?}");
@@ -2716,4 +2716,46 @@ fn a_watched_failure_is_answered_by_what_the_job_did() {
             ..
         }
     ));
+}
+
+/// A stop whose answer was lost (no answer, a proxy's page) is no failure: it is asked again
+/// after the pause unless a snapshot shows the VM down first, and never brings the removal
+/// nearer to being abandoned, however often it happens.
+#[test]
+fn a_stop_whose_answer_was_lost_is_asked_again_and_counts_no_failure() {
+    let t0 = Instant::now();
+    let mut m = ScaleMachine::new(Some("cid".into()), timings());
+    m.snapshot_installed(running(3, t0), &ALERT, t0);
+    m.accept_removal(&[fake("w3", "create-error")], 1, &ALERT, &no_reports(), t0)
+        .expect("accepted");
+    assert_eq!(m.close_window(&ALERT, t0), Ok(vec![]));
+    m.window_answered(true);
+    let mut t = t0;
+    for _ in 0..(2 * MAX_REMOVAL_ATTEMPTS) {
+        assert_eq!(m.take_stops(t), ["w3"]);
+        let told = m.stop_answered("w3", StopAnswer::Unknown("connection reset"), t);
+        assert!(
+            told.is_empty(),
+            "never abandoned for lost answers: {told:?}"
+        );
+        assert!(m.take_stops(t).is_empty(), "asked again only after a pause");
+        t += retry_delay(1);
+    }
+    let r = &m.queue().remove[0];
+    assert_eq!(r.attempts, 0);
+    assert!(!r.abandoned);
+    // The stop had gone through: the snapshot shows the VM down, and its removal goes.
+    let stopped = snapshot(
+        "Alert",
+        &[
+            ("w1", VmState::Running),
+            ("w2", VmState::Running),
+            ("w3", VmState::Stopped),
+        ],
+        t,
+    );
+    assert_eq!(
+        m.snapshot_installed(stopped, &ALERT, t),
+        vec![remove_of(&["w3"])]
+    );
 }
