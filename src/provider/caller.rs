@@ -233,10 +233,24 @@ impl Scoped<'_> {
             } else {
                 s.foreign_node(gi, vm_id, at);
             }
-            s.settle(at)
+            (s.settle(at), s.settle_shared(at))
         };
+        let (change, shared) = change;
         if let Some(change) = change {
             self.say(change);
+        }
+        if let Some(other) = shared {
+            tracing::warn!(
+                client = %self.binding_names(),
+                bound_cluster = %self.bound_clusters(),
+                seen_cluster = %self.p.group_label(other),
+                "client {} reports nodes of its own cluster {} and of cluster {}: one client certificate may be in use by the autoscalers of both; which calls come from where cannot be told, so none is refused, and the autoscaler of {} may scale {}. Give each autoscaler its own cluster's certificate",
+                self.binding_names(),
+                self.bound_clusters(),
+                self.p.group_label(other),
+                self.p.group_label(other),
+                self.bound_clusters()
+            );
         }
     }
 

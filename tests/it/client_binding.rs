@@ -1170,6 +1170,14 @@ async fn what_a_right_autoscaler_reports_never_refuses_its_writes() {
         cks_testkit::logs::lines_mentioning("client autoscaler.east is bound to cluster")
             .is_empty()
     );
+    // Its reports of its own cluster beside two of west's VMs are said once, as the mark of
+    // one certificate in use by both clusters' autoscalers; the identity bound to both
+    // clusters is never suspected.
+    let shared = cks_testkit::logs::lines_mentioning(
+        "client autoscaler.east reports nodes of its own cluster east and of cluster west",
+    );
+    assert_eq!(shared.len(), 1, "{shared:?}");
+    assert!(cks_testkit::logs::lines_mentioning("client autoscaler.west reports nodes").is_empty());
     fleet.shutdown().await;
 
     // One cluster served: there is no other cluster to be seen in.

@@ -29,7 +29,7 @@
 //! cluster has (a control VM and a worker), so any wrong autoscaler is judged in its first
 //! loop. An identity whose reports show both its own cluster and another (the same
 //! certificate used by the autoscalers of both) is not judged: which of its calls come from
-//! where cannot be told.
+//! where cannot be told. That is said once instead ([`Sightings::settle_shared`]).
 //!
 //! **When it clears.** The judgment is redone from the sightings at every question: it ends
 //! as soon as the caller reports a node of its own cluster, or once its last report of the
@@ -66,6 +66,9 @@ pub struct Sightings<K> {
     foreign: BTreeMap<K, Vec<(String, Instant)>>,
     /// The judgment as last settled ([`Sightings::settle`]), to say when it changes.
     judged: Option<K>,
+    /// The other cluster its reports showed beside its own, as last settled
+    /// ([`Sightings::settle_shared`]).
+    shared: Option<K>,
 }
 
 /// A change of the judgment, as [`Sightings::settle`] reports it.
@@ -85,6 +88,7 @@ impl<K: Ord + Clone> Sightings<K> {
             own: None,
             foreign: BTreeMap::new(),
             judged: None,
+            shared: None,
         }
     }
 
@@ -136,6 +140,31 @@ impl<K: Ord + Clone> Sightings<K> {
         Some(Change { before, after })
     }
 
+    /// The other cluster whose nodes the caller reported, [`FOREIGN_VMS_NEEDED`] VMs or more
+    /// within the window, beside nodes of its own: not a judgment (which calls come from
+    /// where cannot be told), but the mark of one certificate used by the autoscalers of both
+    /// clusters, whose writes for the wrong one cannot be refused.
+    pub fn shared_with(&self, now: Instant) -> Option<&K> {
+        if !self.own.is_some_and(|o| self.recent(o, now)) {
+            return None;
+        }
+        self.foreign.iter().find_map(|(cluster, seen)| {
+            let recent = seen.iter().filter(|(_, at)| self.recent(*at, now)).count();
+            (recent >= FOREIGN_VMS_NEEDED).then_some(cluster)
+        })
+    }
+
+    /// [`Sightings::shared_with`] at `now`, kept; returns the cluster when it was not seen
+    /// shared at the last settling, so that the caller says it once.
+    pub fn settle_shared(&mut self, now: Instant) -> Option<K> {
+        let now_shared = self.shared_with(now).cloned();
+        let before = std::mem::replace(&mut self.shared, now_shared.clone());
+        match (before, now_shared) {
+            (None, Some(k)) => Some(k),
+            _ => None,
+        }
+    }
+
     /// The judgment as last settled.
     pub fn judged(&self) -> Option<&K> {
         self.judged.as_ref()
@@ -175,6 +204,23 @@ mod tests {
         );
         assert_eq!(s.settle(t(11)), None, "said once");
         assert_eq!(s.judged(), Some(&A));
+    }
+
+    #[test]
+    fn reports_of_its_own_cluster_and_another_are_said_once_and_judge_nothing() {
+        let mut s = Sightings::new(WINDOW);
+        s.own_node(t(0));
+        s.foreign_node(A, "a-1", t(1));
+        assert_eq!(s.settle_shared(t(1)), None, "one VM is below the threshold");
+        s.foreign_node(A, "a-2", t(2));
+        assert_eq!(s.settle_shared(t(2)), Some(A));
+        assert_eq!(s.settle_shared(t(3)), None, "said once");
+        assert_eq!(s.runs_in(t(3)), None, "not a judgment");
+        // Its own nodes no longer reported: the other cluster's alone judge it instead.
+        s.foreign_node(A, "a-1", t(700));
+        s.foreign_node(A, "a-2", t(700));
+        assert_eq!(s.settle_shared(t(700)), None);
+        assert_eq!(s.runs_in(t(700)), Some(&A));
     }
 
     #[test]
