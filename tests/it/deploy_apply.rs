@@ -30,12 +30,9 @@ use reqwest::Method;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// `tools/check_manifests.py`'s exit status when a tool is missing.
-const TOOLS_MISSING_EXIT: i32 = 3;
 /// The field manager of every apply.
 const FIELD_MANAGER: &str = "cks-deploy-apply";
 /// The Pod Security level every target namespace enforces.
@@ -72,35 +69,8 @@ fn parse_yaml(text: &str, what: &str) -> Vec<Value> {
 /// The renders, as `tools/check_manifests.py --render-only` writes them (the manifest tools set
 /// up on first use; the test fails without them).
 fn renders() -> Vec<Render> {
-    let python = cks_testkit::tools::manifest_python().unwrap_or_else(|e| panic!("{e}"));
     let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("applied-manifests");
-    let run = Command::new(&python)
-        .arg(repo().join("tools/check_manifests.py"))
-        .arg("--render-only")
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap_or_else(|e| panic!("{}: {e}", python.display()));
-    let output = format!(
-        "{}{}",
-        String::from_utf8_lossy(&run.stdout),
-        String::from_utf8_lossy(&run.stderr)
-    );
-    assert!(
-        run.status.code() != Some(TOOLS_MISSING_EXIT),
-        "the manifest tools are missing: {}\nInstall them with tools/install-manifest-tools.sh",
-        output.trim()
-    );
-    assert!(
-        run.status.success(),
-        "tools/check_manifests.py --render-only failed:\n{output}"
-    );
-    let index_path = out.join("index.json");
-    let index: Value = serde_json::from_str(
-        &std::fs::read_to_string(&index_path)
-            .unwrap_or_else(|e| panic!("{}: {e}", index_path.display())),
-    )
-    .unwrap_or_else(|e| panic!("{}: {e}", index_path.display()));
+    let index = cks_testkit::tools::render_manifests(&out);
     let sets = index["sets"].as_array().expect("index.json lists its sets");
     let renders: Vec<Render> = sets
         .iter()
@@ -116,7 +86,7 @@ fn renders() -> Vec<Render> {
             }
         })
         .collect();
-    assert!(!renders.is_empty(), "nothing rendered:\n{output}");
+    assert!(!renders.is_empty(), "nothing rendered: {index}");
     renders
 }
 

@@ -21,7 +21,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 
-const TOOLS_MISSING_EXIT: i32 = 3;
+use cks_testkit::tools::MANIFEST_TOOLS_MISSING_EXIT as TOOLS_MISSING_EXIT;
 const RELEASE: &str = "cks-autoscaler-provider";
 const NAMESPACE: &str = "kube-system";
 

@@ -44,8 +44,7 @@ const CLIENT_ANNOTATION: &str = "cks-autoscaler-provider/client";
 const LEADER_LABEL: (&str, &str) = ("cks-autoscaler-provider/role", "leader");
 /// The Lease `--leader-elect` takes without `--leader-elect-resource-name`.
 const DEFAULT_LEASE: &str = "cks-autoscaler-provider";
-/// `tools/check_manifests.py`'s exit status when a tool is missing.
-const TOOLS_MISSING_EXIT: i32 = 3;
+use cks_testkit::tools::MANIFEST_TOOLS_MISSING_EXIT as TOOLS_MISSING_EXIT;
 
 // ---------------------------------------------------------------------------------------------
 // Running the tools

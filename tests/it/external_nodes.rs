@@ -114,12 +114,7 @@ async fn allowed_on_an_isolated_network_the_failure_is_reported_and_remembered()
         .instances()
         .await
         .into_iter()
-        .filter(|i| {
-            i.status
-                .as_ref()
-                .and_then(|s| s.error_info.as_ref())
-                .is_some()
-        })
+        .filter(|i| error_of(i).is_some())
         .collect();
     assert_eq!(failed.len(), 1, "the scale-up's VM is a failed creation");
 

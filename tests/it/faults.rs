@@ -29,8 +29,8 @@ use cks_proto::instance_status::InstanceState;
 use cks_sim::{self as sim, JobFailure, RecordedRequest, SimConfig, SimHandle};
 use cks_testkit::process::{ProviderArgs, ProviderProcess};
 use cks_testkit::{
-    API_KEY, ProviderServer, SECRET_KEY, WAIT, client_config, elapse, fast_settings, node,
-    provider_sees_down, start_provider, state_of, wait_until, with_deadline,
+    API_KEY, ProviderServer, SECRET_KEY, WAIT, client_config, elapse, error_of, fast_settings,
+    node, provider_sees_down, start_provider, state_of, wait_until, with_deadline,
 };
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -428,12 +428,7 @@ async fn a_proxy_504_after_cloudstack_ran_the_request_is_settled_by_reading_clou
         .instances()
         .await
         .into_iter()
-        .filter(|i| {
-            i.status
-                .as_ref()
-                .and_then(|st| st.error_info.as_ref())
-                .is_some()
-        })
+        .filter(|i| error_of(i).is_some())
         .collect();
     assert!(failed.is_empty(), "no failed creation: {failed:?}");
 

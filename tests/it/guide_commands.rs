@@ -201,8 +201,6 @@ async fn the_check_pod_of_the_guide_is_admitted_by_a_real_api_server() {
 // ---------------------------------------------------------------------------------------------
 // The renders
 
-/// `tools/check_manifests.py`'s exit status when a tool is missing.
-const TOOLS_MISSING_EXIT: i32 = 3;
 /// The label the provider puts on its own pod, and its two values.
 const ROLE: &str = "cks-autoscaler-provider/role";
 
@@ -232,32 +230,8 @@ fn renders() -> &'static [Render] {
 }
 
 fn render_all() -> Vec<Render> {
-    let python = cks_testkit::tools::manifest_python().unwrap_or_else(|e| panic!("{e}"));
     let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("guide-renders");
-    let run = Command::new(&python)
-        .arg(repo().join("tools/check_manifests.py"))
-        .arg("--render-only")
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap_or_else(|e| panic!("{}: {e}", python.display()));
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&run.stdout),
-        String::from_utf8_lossy(&run.stderr)
-    );
-    assert!(
-        run.status.code() != Some(TOOLS_MISSING_EXIT),
-        "the manifest tools are missing: {}\nInstall them with tools/install-manifest-tools.sh",
-        said.trim()
-    );
-    assert!(
-        run.status.success(),
-        "check_manifests.py --render-only failed:\n{said}"
-    );
-    let index: Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("index.json")).expect("index.json"))
-            .expect("index.json is JSON");
+    let index = cks_testkit::tools::render_manifests(&out);
     index["sets"]
         .as_array()
         .expect("index.json lists its sets")

@@ -397,6 +397,42 @@ pub fn manifest_python() -> Result<PathBuf, ToolError> {
     get(&MANIFEST_TOOLS, &CELL)
 }
 
+/// `tools/check_manifests.py`'s exit status when a tool is missing.
+pub const MANIFEST_TOOLS_MISSING_EXIT: i32 = 3;
+
+/// Every render of `deploy/`, as `tools/check_manifests.py --render-only` writes them into
+/// `out` (the manifest tools set up on first use), and the `index.json` it writes beside them.
+/// Panics naming what to install when a tool is missing, or with the script's output when it
+/// fails.
+pub fn render_manifests(out: &Path) -> serde_json::Value {
+    let python = manifest_python().unwrap_or_else(|e| panic!("{e}"));
+    let run = Command::new(&python)
+        .arg(repo().join("tools/check_manifests.py"))
+        .arg("--render-only")
+        .arg("--out")
+        .arg(out)
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", python.display()));
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(
+        run.status.code() != Some(MANIFEST_TOOLS_MISSING_EXIT),
+        "the manifest tools are missing: {}\nInstall them with tools/install-manifest-tools.sh",
+        said.trim()
+    );
+    assert!(
+        run.status.success(),
+        "tools/check_manifests.py --render-only failed:\n{said}"
+    );
+    let index_path = out.join("index.json");
+    let text = std::fs::read_to_string(&index_path)
+        .unwrap_or_else(|e| panic!("{}: {e}", index_path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", index_path.display()))
+}
+
 /// kubectl: the one on PATH, else the one the manifest tools brought.
 pub fn kubectl() -> Result<PathBuf, ToolError> {
     if let Some(kubectl) = on_path("kubectl") {
