@@ -120,9 +120,20 @@ impl<K: Ord + Clone> Sightings<K> {
     /// of the other clusters with at least [`FOREIGN_VMS_NEEDED`] VMs reported within the
     /// window, the first by key; `None` when it reported a node of its own within the window.
     pub fn runs_in(&self, now: Instant) -> Option<&K> {
-        if self.own.is_some_and(|o| self.recent(o, now)) {
+        if self.own_seen(now) {
             return None;
         }
+        self.foreign_seen(now)
+    }
+
+    /// Whether the caller reported a node of its own within the window.
+    fn own_seen(&self, now: Instant) -> bool {
+        self.own.is_some_and(|o| self.recent(o, now))
+    }
+
+    /// The first other cluster (by key) with at least [`FOREIGN_VMS_NEEDED`] VMs reported
+    /// within the window.
+    fn foreign_seen(&self, now: Instant) -> Option<&K> {
         self.foreign.iter().find_map(|(cluster, seen)| {
             let recent = seen.iter().filter(|(_, at)| self.recent(*at, now)).count();
             (recent >= FOREIGN_VMS_NEEDED).then_some(cluster)
@@ -145,13 +156,10 @@ impl<K: Ord + Clone> Sightings<K> {
     /// where cannot be told), but the mark of one certificate used by the autoscalers of both
     /// clusters, whose writes for the wrong one cannot be refused.
     pub fn shared_with(&self, now: Instant) -> Option<&K> {
-        if !self.own.is_some_and(|o| self.recent(o, now)) {
+        if !self.own_seen(now) {
             return None;
         }
-        self.foreign.iter().find_map(|(cluster, seen)| {
-            let recent = seen.iter().filter(|(_, at)| self.recent(*at, now)).count();
-            (recent >= FOREIGN_VMS_NEEDED).then_some(cluster)
-        })
+        self.foreign_seen(now)
     }
 
     /// [`Sightings::shared_with`] at `now`, kept; returns the cluster when it was not seen

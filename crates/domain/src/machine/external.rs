@@ -17,7 +17,7 @@ use crate::rules::Refusal;
 
 /// What the operator said of scale-ups of a cluster with external nodes, and what was seen.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub enum ExternalScaleUp {
+pub(crate) enum ExternalScaleUp {
     /// Refused while the cluster lists an external node (the default).
     #[default]
     Refuse,
@@ -29,7 +29,7 @@ pub enum ExternalScaleUp {
 }
 
 /// Whether a failed job's text is the scale worker failing on the cluster's network rules.
-pub fn is_network_rules_failure(text: &str) -> bool {
+fn is_network_rules_failure(text: &str) -> bool {
     text.to_ascii_lowercase()
         .contains("unable to update network rules")
 }

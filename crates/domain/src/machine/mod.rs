@@ -54,10 +54,8 @@ mod withdraw;
 
 pub use delete::{Acceptance, Accepted, DeletePlan, LocalDrops, NodeRef};
 pub use error::{Ask, ScaleError, is_alert_refusal, is_drain_failure, refused_error};
-pub use events::{
-    JobEnd, OVERDUE_POLL_FACTOR, Settled, WatchedAnswer, op_changed_cluster, poll_delay,
-};
-pub use external::{ExternalScaleUp, is_network_rules_failure};
+pub use events::{JobEnd, OVERDUE_POLL_FACTOR, Settled, WatchedAnswer, op_changed_cluster};
+use external::ExternalScaleUp;
 pub use increase::{Admission, Started};
 pub use ledger::{Ledger, OwedRemoval};
 pub use nodes::{Hit, LearnedNode};
