@@ -45,6 +45,12 @@ impl Provider {
                     tracing::error!(group = %self.group_label(gi), vms = %vms.join(","),
                         "accepted removals of down VMs cannot be carried out by this CloudStack: the autoscaler counts these nodes as gone; start the VMs (they are then removed) or remove them in CloudStack: {reason}");
                 }
+                Effect::KeyMayNotStop { reason } => {
+                    for g in &self.inner.groups {
+                        g.lock().scale.set_can_stop_vms(false);
+                    }
+                    tracing::warn!(group = %self.group_label(gi), "this CloudStack key may not call stopVirtualMachine: VMs whose drain would fail are no longer stopped by the provider, and their removal is refused until an operator stops them: {reason}");
+                }
                 Effect::SizeNotReached { job, asked, listed } => {
                     tracing::error!(group = %self.group_label(gi), %job, asked, listed,
                         "CloudStack ended the scale-up job successfully but lists size {listed}, not {asked}: the missing VMs are reported as failed creations. Check the cluster's node offerings (apache/cloudstack#11994) and the management server's log for this job");
@@ -85,16 +91,10 @@ impl Provider {
             Err(e) => {
                 let not_permitted = e.is_not_permitted();
                 let unknown = e.class() == Class::Unknown;
-                if not_permitted {
-                    // One key for every group: each machine learns it now, so none asks
-                    // again or promises a stop it cannot make.
-                    for g in &self.inner.groups {
-                        g.lock().scale.set_can_stop_vms(false);
-                    }
-                    tracing::warn!(group = %label, "this CloudStack key may not call stopVirtualMachine: VMs whose drain would fail are no longer stopped by the provider, and their removal is refused until an operator stops them: {e}");
-                } else if unknown {
+                // A refused command is said by the machine's effect, once for every group.
+                if unknown {
                     tracing::warn!(group = %label, vm = %vm, error = %e, "stopVirtualMachine not answered; the next snapshot tells whether the VM stops, else it is asked again");
-                } else {
+                } else if !not_permitted {
                     tracing::warn!(group = %label, vm = %vm, error = %e, "stopping the VM failed; retrying later");
                 }
                 Some((e.to_string(), not_permitted, unknown))

@@ -7,7 +7,7 @@
 use super::{Provider, now};
 use cks_cloudstack::types::{JobOutcome, cloudstack_date};
 use cks_domain::jobs::{self, JobQuery, JobScan, JobSearch, ListedJob};
-use cks_domain::machine::{Effect, JobEnd, JobKind, Phase, Settled};
+use cks_domain::machine::{Effect, JobEnd, JobKind, Phase, SearchNews, Settled};
 use std::collections::HashSet;
 use tokio::time::Instant;
 
@@ -214,14 +214,8 @@ impl Provider {
         let Some(cluster_id) = self.inner.groups[gi].read().scale.cluster_id.clone() else {
             return Vec::new();
         };
-        // Only a lost answer needs the job list (is a job created since still pending?): a
-        // cluster Scaling under a job nobody here started is followed through its state
-        // whatever the list says, since no scale job names its cluster.
-        let lost = matches!(
-            self.inner.groups[gi].read().scale.phase(),
-            Phase::AnswerLost { .. }
-        );
-        let search = if lost
+        let wants_list = self.inner.groups[gi].read().scale.search_needs_job_list();
+        let search = if wants_list
             && self
                 .inner
                 .optional
@@ -247,47 +241,28 @@ impl Provider {
             JobSearch::Nothing
         };
         let alert = self.alert_scaling();
-        let (effects, was_lost, adopted_blind) = {
-            let mut st = self.inner.groups[gi].lock();
-            let was_lost = matches!(st.scale.phase(), Phase::AnswerLost { .. });
-            let effects = match (&search, was_lost) {
-                (JobSearch::Named(job), _) => st.scale.job_found(job.clone(), now()),
-                // A job that may be the lost request's: not settled while it is pending.
-                (JobSearch::Unnamed, true) => Vec::new(),
-                _ => st.scale.no_job_found(&alert, now()),
-            };
-            let adopted_blind = matches!(st.scale.phase(), Phase::Adopted { job: None, .. });
-            (effects, was_lost, adopted_blind)
-        };
-        let found = match search {
-            JobSearch::Named(job) => Some(job),
-            _ => None,
-        };
-        match (&found, was_lost) {
-            (Some(job), true) if !effects.is_empty() => {
+        let (effects, news) =
+            self.inner.groups[gi]
+                .lock()
+                .scale
+                .job_searched(&search, &alert, now());
+        match news {
+            SearchNews::LostBecameJob { job, kind } => {
                 tracing::info!(group = %cluster_id, job = %job, "the scale request whose answer was lost became a job; following it");
-                let kind = JobKind::of(
-                    self.inner.groups[gi]
-                        .read()
-                        .scale
-                        .phase()
-                        .op()
-                        .map(|o| &o.kind),
-                );
                 crate::metrics::record_job_started(&cluster_id, kind);
             }
-            (Some(job), false) if !effects.is_empty() => {
+            SearchNews::Adopted { job } => {
                 tracing::info!(group = %cluster_id, job = %job, "adopting a running scale job this provider did not start");
                 crate::metrics::record_job_started(&cluster_id, JobKind::Adopted);
             }
-            (None, true) => {
+            SearchNews::LostForgotten => {
                 tracing::warn!(group = %cluster_id, "the scale request whose answer was lost did not become a job; forgetting it")
             }
-            (None, false) if adopted_blind => {
+            SearchNews::AdoptedBlind => {
                 tracing::info!(group = %cluster_id,
                     "the cluster is Scaling under a job CloudStack does not name; its end is seen when the cluster leaves Scaling")
             }
-            _ => {}
+            SearchNews::Nothing => {}
         }
         effects
     }

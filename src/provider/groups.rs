@@ -32,6 +32,9 @@ pub(crate) struct GroupState {
     pub views: Views,
     /// The outcome of the open removal window, for DeleteNodes calls joining it.
     pub removal_window: Option<tokio::sync::watch::Receiver<WindowOutcome>>,
+    /// What the machine asked for on taking over a recorded ledger (the recorded job to
+    /// follow), carried out once the provider runs ([`Provider::resume_followers`]).
+    pub restored: Vec<cks_domain::machine::Effect>,
 }
 
 /// Read answers derived from a group's state (instances, placeholders, the debug line),

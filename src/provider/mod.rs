@@ -220,6 +220,7 @@ impl Provider {
                         sample_labels: None,
                         views: Views::default(),
                         removal_window: None,
+                        restored: Vec::new(),
                     }),
                     poke: tokio::sync::Notify::new(),
                     refresh: Mutex::new(refresh::RefreshSlot::default()),

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use tokio::sync::watch;
 use tokio::time::{Instant, timeout_at};
 
-use cks_domain::timing::{THROTTLED_RETRY, watch_step};
+use cks_domain::timing::watch_step;
 
 impl Provider {
     fn scale_error(&self, gi: usize, source: ScaleError) -> Error {
@@ -101,7 +101,9 @@ impl Provider {
         let label = self.group_label(gi);
         let cluster_id = g.read().scale.cluster_id.clone();
         let Some(cluster_id) = cluster_id else {
-            g.lock().scale.submission_lost();
+            g.lock()
+                .scale
+                .submission_not_sent("the cluster id is not resolved yet", now());
             return Err(Error::Internal(format!(
                 "node group {label}: cluster id not resolved yet"
             )));
@@ -114,9 +116,7 @@ impl Provider {
             let until = Instant::now() + before(d).saturating_duration_since(Instant::now()) / 2;
             if let Err(e) = self.store_writable(until).await {
                 tracing::warn!(group = %label, error = %e, "scaleKubernetesCluster not sent: the promise it makes cannot be recorded");
-                g.lock()
-                    .scale
-                    .submission_not_sent(THROTTLED_RETRY, &e.to_string(), now());
+                g.lock().scale.submission_not_sent(&e.to_string(), now());
                 return Err(e);
             }
         }
@@ -124,11 +124,9 @@ impl Provider {
         // ledger holds what it owes.
         if !self.acting() {
             tracing::warn!(group = %label, "scaleKubernetesCluster not sent: this replica does not hold the leader lease");
-            g.lock().scale.submission_not_sent(
-                THROTTLED_RETRY,
-                "this replica does not lead",
-                now(),
-            );
+            g.lock()
+                .scale
+                .submission_not_sent("this replica does not lead", now());
             return Err(Error::NotLeader {
                 leader: self.leader(),
             });
@@ -151,30 +149,20 @@ impl Provider {
         let job_id = match answer {
             Err(_) => {
                 tracing::warn!(group = %label, "scaleKubernetesCluster not answered in time; the next refresh tells whether CloudStack accepted it");
-                g.lock().scale.submission_lost();
-                self.spawn_state_follower(gi);
-                return Err(Error::AnswerLost {
-                    group: label,
-                    detail: "CloudStack did not answer scaleKubernetesCluster within the request's deadline".into(),
-                });
+                return self.answer_lost(gi, "CloudStack did not answer scaleKubernetesCluster within the request's deadline".into());
             }
             Ok(Err(e)) if e.class() == Class::Unknown => {
                 // The request may have reached CloudStack (a dropped connection, a garbled
                 // answer, a proxy's page sent after CloudStack took the request): nothing more
                 // is sent until a snapshot shows whether it became a job.
                 tracing::warn!(group = %label, error = %e, "scaleKubernetesCluster answer lost; the next refresh tells whether CloudStack accepted it");
-                g.lock().scale.submission_lost();
-                self.spawn_state_follower(gi);
-                return Err(Error::AnswerLost {
-                    group: label,
-                    detail: e.to_string(),
-                });
+                return self.answer_lost(gi, e.to_string());
             }
             Ok(Err(e)) if e.class() == Class::Throttled => {
                 // Refused before it ran: nothing changed, nothing failed. Queued work waits
                 // its turn again; callers waiting hear UNAVAILABLE.
                 tracing::warn!(group = %label, error = %e, "scaleKubernetesCluster throttled by CloudStack; nothing changed, it is sent again later");
-                g.lock().scale.submission_throttled(THROTTLED_RETRY, now());
+                g.lock().scale.submission_throttled(now());
                 return Err(Error::CloudStack(e));
             }
             Ok(Err(e)) => {
@@ -203,6 +191,23 @@ impl Provider {
         }
         self.spawn_follower(gi, job_id);
         Ok(())
+    }
+
+    /// The submission's answer was lost: settled later by reading CloudStack (a follower
+    /// watches the cluster's state meanwhile). Its callers hear what the machine says: OK
+    /// when it promised what they asked (a window's removals), else the loss.
+    fn answer_lost(&self, gi: usize, detail: String) -> Result<()> {
+        let promised = self.inner.groups[gi].lock().scale.submission_lost();
+        self.spawn_state_follower(gi);
+        if promised {
+            tracing::info!(group = %self.group_label(gi), detail = %detail,
+                "scale-down: CloudStack's answer was lost; the removals are owed and carried through");
+            return Ok(());
+        }
+        Err(Error::AnswerLost {
+            group: self.group_label(gi),
+            detail,
+        })
     }
 
     /// Waits, until just before the caller's deadline, for the record of what it is about to
@@ -355,17 +360,6 @@ impl Provider {
                                 Effect::Submit(request @ ScaleRequest::RemoveNodes { .. }) => {
                                     tracing::info!(group = %self.group_label(gi), ?request, "scale-down: sending scaleKubernetesCluster nodeids");
                                     result = self.submit(gi, request, Some(deadline)).await;
-                                    if let Err(Error::AnswerLost { detail, .. }) = &result {
-                                        // CloudStack may be removing them now: an error would
-                                        // have the autoscaler untaint nodes that leave. Owed
-                                        // instead, and answered OK: the lost answer is settled
-                                        // by reading CloudStack (the job, the snapshot), and a
-                                        // request that never became a job is sent again. As at
-                                        // the callers' own deadline, which this races.
-                                        tracing::info!(group = %self.group_label(gi), detail = %detail,
-                                            "scale-down: CloudStack's answer was lost; the removals are owed and carried through");
-                                        result = Ok(());
-                                    }
                                     if result.is_ok() {
                                         // Owed from now on, before anything else is awaited:
                                         // a follower seeing the job fail must carry them on.

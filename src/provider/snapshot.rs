@@ -6,7 +6,6 @@
 
 use super::{Error, Provider, Result, now};
 use crate::config::ClusterRef;
-use cks_cloudstack::CsError;
 use cks_cloudstack::types::KubernetesCluster;
 use cks_domain::cluster::{
     ClusterInput, ClusterSnapshot, ClusterState, IndexedSnapshot, OfferingRef, VmInput, VmState,
@@ -83,10 +82,8 @@ impl Provider {
                 }
                 // Not visible to the key, or (431: CloudStack's lookup of the id parameter
                 // found no such entity) deleted: not something a retry fixes.
-                Ok(None) | Err(CsError::Api { errorcode: 431, .. }) => {
-                    let hint = self.not_listed(&ClusterRef::Id(id.clone())).await;
-                    return Err(Error::ClusterNotFound { cluster: id, hint });
-                }
+                Ok(None) => return Err(self.id_not_listed(id).await),
+                Err(e) if e.names_no_entity() => return Err(self.id_not_listed(id).await),
                 Err(e) => return Err(e.into()),
             },
             (None, ClusterRef::Name(name)) => {
@@ -140,6 +137,13 @@ impl Provider {
         self.lift_disproved_cordons(gi).await;
         let (snapshot, effects) = self.install_snapshot(gi, cluster, asked);
         Ok(Fetched { snapshot, effects })
+    }
+
+    /// A cluster configured by id that the key does not list (not visible to it, or deleted):
+    /// not something a retry fixes.
+    async fn id_not_listed(&self, id: String) -> Error {
+        let hint = self.not_listed(&ClusterRef::Id(id.clone())).await;
+        Error::ClusterNotFound { cluster: id, hint }
     }
 
     /// What the key lists instead of a cluster it does not list, the closest first

@@ -273,8 +273,9 @@ impl Provider {
             if st.scale.cluster_id.is_none() {
                 st.scale.cluster_id = record.cluster_id;
             }
-            // The job is followed once the provider runs (`resume_followers`).
-            let _ = st.scale.restore(ledger, now());
+            // Carried out once the provider runs (`resume_followers`).
+            let restored = st.scale.restore(ledger, now());
+            st.restored.extend(restored);
         }
         for (cluster, record) in groups {
             if !record.removals.is_empty() {
@@ -311,18 +312,16 @@ impl Provider {
         Ok(taken)
     }
 
-    /// Follows the jobs the ledgers recorded as running (after [`Provider::load_state`]).
+    /// Carries out what the machines asked for on taking over their ledgers (after
+    /// [`Provider::load_state`]): the jobs recorded as running are followed.
     pub fn resume_followers(&self) {
         for gi in 0..self.inner.groups.len() {
-            let job = self.inner.groups[gi]
-                .read()
-                .scale
-                .phase()
-                .job()
-                .map(str::to_string);
-            if let Some(job) = job {
-                self.spawn_follower(gi, job);
+            let restored = std::mem::take(&mut self.inner.groups[gi].lock().restored);
+            if restored.is_empty() {
+                continue;
             }
+            let p = self.clone();
+            tokio::spawn(async move { p.run_effects(gi, restored).await });
         }
     }
 

@@ -183,6 +183,26 @@ impl CsError {
         matches!(self, CsError::NotPermitted { .. })
     }
 
+    /// CloudStack refused a parameter of the request, not the command: 430 (a malformed
+    /// value) or 431 (an id that names no entity, `ParamProcessWorker`). The role's access
+    /// check runs before the parameters are read (`ApiServer.verifyRequest`), so such an
+    /// answer also says the key may call the command.
+    pub fn is_parameter_refused(&self) -> bool {
+        matches!(
+            self,
+            CsError::Api {
+                errorcode: 430 | 431,
+                ..
+            }
+        )
+    }
+
+    /// CloudStack's lookup of an id parameter found no such entity (431): what the id named
+    /// is gone, or was never there; not something a retry fixes.
+    pub fn names_no_entity(&self) -> bool {
+        matches!(self, CsError::Api { errorcode: 431, .. })
+    }
+
     /// CloudStack refused the `projectid` the client sent: it names no project (431: the UUID
     /// names no entity, or "Unable to find project by id"), or one the key's account is not a
     /// member of (432 "… not available for this account/user in project [<uuid>]." from the

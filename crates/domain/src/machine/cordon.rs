@@ -19,7 +19,7 @@ impl ScaleMachine {
     /// moved the cluster from Alert to Running (it counts every node Ready then), a
     /// scale-up of this provider succeeded, or the node was read counted Ready
     /// ([`ScaleMachine::nodes_counted_ready`]).
-    pub fn cordon_suspects(&self) -> Vec<String> {
+    pub(crate) fn cordon_suspects(&self) -> Vec<String> {
         let Some(snap) = &self.snap else {
             return Vec::new();
         };

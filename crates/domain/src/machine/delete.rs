@@ -100,7 +100,7 @@ impl ScaleMachine {
     /// changes nothing. The rules are checked again when the merged request is sent (a job
     /// running now may change the cluster).
     #[cfg(test)]
-    pub fn accept_removal(
+    pub(crate) fn accept_removal(
         &mut self,
         nodes: &[NodeRef],
         min: u32,

@@ -237,7 +237,7 @@ impl ScaleError {
 
 /// CloudStack's refusal of a request because the cluster is in Alert (a CloudStack without
 /// the Alert-scaling change, cloudstack-api.md §4 rule 7).
-pub fn is_alert_refusal(text: &str) -> bool {
+pub(crate) fn is_alert_refusal(text: &str) -> bool {
     text.to_ascii_lowercase()
         .contains("in alert state and can not be scaled")
 }
@@ -245,7 +245,7 @@ pub fn is_alert_refusal(text: &str) -> bool {
 /// CloudStack's failure of a removal at a node it could not drain or delete
 /// (`KubernetesClusterScaleWorker.removeNodesFromCluster`: "failed to remove Kubernetes node"),
 /// as opposed to a refusal while it validated the request.
-pub fn is_drain_failure(text: &str) -> bool {
+pub(crate) fn is_drain_failure(text: &str) -> bool {
     text.to_ascii_lowercase()
         .contains("failed to remove kubernetes node")
 }
@@ -254,7 +254,7 @@ pub fn is_drain_failure(text: &str) -> bool {
 /// `recorded/running_35_scale_down_nodeids_query_final`): only a CloudStack without the
 /// Alert-scaling change drains a down node, so this teaches the same verdict as an Alert
 /// refusal.
-pub fn is_down_vm_drain_failure(text: &str) -> bool {
+pub(crate) fn is_down_vm_drain_failure(text: &str) -> bool {
     if !is_drain_failure(text) {
         return false;
     }
@@ -269,7 +269,7 @@ pub fn is_down_vm_drain_failure(text: &str) -> bool {
 }
 
 /// The error of queued requests CloudStack (or a rule) refused when their turn came.
-pub fn refused_error(text: String) -> InstanceError {
+pub(crate) fn refused_error(text: String) -> InstanceError {
     InstanceError {
         code: "scale-up-refused".into(),
         message: text,

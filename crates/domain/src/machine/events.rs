@@ -9,6 +9,7 @@ use super::{Effect, FailedInstance, JobKind, Op, OpKind, Origin, Phase, ScaleMac
 use crate::cluster::{ClusterSnapshot, ClusterState, IndexedSnapshot};
 use crate::rules::{AlertScaling, check_scale};
 use crate::status::{InstanceError, scale_up_failure, size_not_reached};
+use crate::timing::THROTTLED_RETRY;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -258,18 +259,19 @@ impl ScaleMachine {
     /// sent again after `retry_in`, increases are queued again (never failed instances). A
     /// request of callers waiting for its answer (a window, an IncreaseSize) is theirs to
     /// send again: they hear UNAVAILABLE, and removals not promised are dropped.
-    pub fn submission_throttled(&mut self, retry_in: Duration, now: Instant) {
+    pub fn submission_throttled(&mut self, now: Instant) {
         self.submission_not_sent(
-            retry_in,
             "CloudStack throttles this API key (api.throttling): sent again shortly",
             now,
         )
     }
 
-    /// The submission was not sent (CloudStack throttled it, or the promise it would make
-    /// could not be recorded first): as [`ScaleMachine::submission_throttled`], with `why`
-    /// as the owed removals' trouble.
-    pub fn submission_not_sent(&mut self, retry_in: Duration, why: &str, now: Instant) {
+    /// The submission was not sent (CloudStack throttled it, the promise it would make could
+    /// not be recorded first, or this replica does not lead): as
+    /// [`ScaleMachine::submission_throttled`], with `why` as the owed removals' trouble. The
+    /// owed removals go again after [`THROTTLED_RETRY`]: nothing failed, so no backoff grows.
+    pub fn submission_not_sent(&mut self, why: &str, now: Instant) {
+        let retry_in = THROTTLED_RETRY;
         let Some((op, _)) = self.take_submission() else {
             return;
         };
@@ -293,12 +295,23 @@ impl ScaleMachine {
         }
     }
 
-    /// The submission's answer was lost (timeout, dropped connection, garbled answer):
-    /// CloudStack may have accepted it, so nothing more is sent until a snapshot tells.
-    pub fn submission_lost(&mut self) {
-        if let Some((op, since)) = self.take_submission() {
-            self.phase = Phase::AnswerLost { op, since };
+    /// The submission's answer was lost (timeout, dropped connection, garbled answer, a
+    /// proxy's page): CloudStack may have accepted it, so nothing more is sent until a snapshot
+    /// or the job list tells. Returns whether callers waiting for it hear OK: a window's
+    /// removals are then owed from now on (CloudStack may be removing the nodes, and an error
+    /// would have the autoscaler untaint nodes that leave; a request that never became a job
+    /// is sent again once the loss is settled). An IncreaseSize's caller hears the loss
+    /// instead: nothing is owed to it, and the autoscaler asks again if it still needs nodes.
+    pub fn submission_lost(&mut self) -> bool {
+        let Some((op, since)) = self.take_submission() else {
+            return false;
+        };
+        let window = op.origin == Origin::Rpc && matches!(op.kind, OpKind::Remove { .. });
+        self.phase = Phase::AnswerLost { op, since };
+        if window {
+            self.window_answered(true);
         }
+        window
     }
 
     /// `op` never ran in CloudStack: the VMs it would have drained are not suspected of a
@@ -325,7 +338,7 @@ impl ScaleMachine {
 
     /// A running scale job found for the cluster: the lost submission's job, or one started
     /// elsewhere (adopted). Returns `Follow` when it is news.
-    pub fn job_found(&mut self, job: String, now: Instant) -> Vec<Effect> {
+    pub(crate) fn job_found(&mut self, job: String, now: Instant) -> Vec<Effect> {
         match std::mem::replace(&mut self.phase, Phase::Idle) {
             Phase::AnswerLost { op, since } => {
                 self.phase = Phase::Running {
@@ -360,7 +373,7 @@ impl ScaleMachine {
     /// submission older than `lost_settle`, with the cluster not Scaling, never became a job:
     /// forgotten, and the queue goes out. A cluster Scaling with no job this provider knows
     /// is adopted without a job id (its end is seen in the snapshots).
-    pub fn no_job_found(&mut self, alert: &AlertScaling, now: Instant) -> Vec<Effect> {
+    pub(crate) fn no_job_found(&mut self, alert: &AlertScaling, now: Instant) -> Vec<Effect> {
         let scaling = self
             .snap
             .as_ref()
@@ -723,7 +736,7 @@ pub const OVERDUE_POLL_FACTOR: u32 = 30;
 /// following a job that still runs, `OVERDUE_POLL_FACTOR` times `poll`. The job stays the
 /// cluster's operation past the limit: dropping it would let the target fall to CloudStack's
 /// size until a Refresh adopted it again, and so on every limit.
-pub fn poll_delay(
+pub(crate) fn poll_delay(
     poll: Duration,
     failed_polls: u32,
     following_for: Duration,
@@ -741,7 +754,7 @@ pub fn poll_delay(
 /// Whether an operation changed the cluster: a scale-up that created worker VMs (or moved
 /// `size`), a removal that took VMs. A job CloudStack refused while validating it changed
 /// nothing.
-pub fn op_changed_cluster(kind: &OpKind, s: &IndexedSnapshot) -> bool {
+pub(crate) fn op_changed_cluster(kind: &OpKind, s: &IndexedSnapshot) -> bool {
     let snap = &s.snap;
     match kind {
         OpKind::Increase {

@@ -34,6 +34,7 @@
 //!   phase returns to `Idle`, and the retries and stops of removals still owed.
 //! - `target`: the target size, and DecreaseTargetSize.
 //! - `nodes`: what a node or instance id names in the group; node↔VM pairings learned.
+//! - `search`: what the job list said about the job a group waits for.
 //! - `error`: why the machine refuses a request.
 //! - `tests`: the phase × event table (`every_phase_against_every_event`) and the rest.
 
@@ -48,18 +49,24 @@ mod nodes;
 mod offerings;
 mod pace;
 mod queue;
+mod search;
 mod stranded;
 mod target;
 mod withdraw;
 
-pub use delete::{Acceptance, Accepted, DeletePlan, LocalDrops, NodeRef};
-pub use error::{Ask, ScaleError, is_alert_refusal, is_drain_failure, refused_error};
-pub use events::{JobEnd, OVERDUE_POLL_FACTOR, Settled, WatchedAnswer, op_changed_cluster};
+pub use delete::{Acceptance, Accepted, NodeRef};
+pub use error::{Ask, ScaleError};
+pub use events::{JobEnd, Settled, WatchedAnswer};
 use external::ExternalScaleUp;
 pub use increase::{Admission, Started};
 pub use ledger::{Ledger, OwedRemoval};
-pub use nodes::{Hit, LearnedNode};
-pub use queue::{Queue, QueuedRemoval, StopAnswer, WINDOW_QUIET};
+pub use nodes::Hit;
+pub(crate) use nodes::LearnedNode;
+pub use queue::StopAnswer;
+#[cfg(test)]
+use queue::WINDOW_QUIET;
+pub(crate) use queue::{Queue, QueuedRemoval};
+pub use search::SearchNews;
 pub use stranded::StrandNews;
 pub use target::Decreased;
 
@@ -296,6 +303,10 @@ pub enum Effect {
         asked: u32,
         listed: u32,
     },
+    /// CloudStack refused `stopVirtualMachine` to the key (432): one key serves every group,
+    /// so no group's machine may promise a stop any more (`set_can_stop_vms(false)` on each),
+    /// and the operator is told once what the provider does without it.
+    KeyMayNotStop { reason: String },
 }
 
 /// An instance of a failed scale-up, reported as Creating with an error until the autoscaler
@@ -411,7 +422,8 @@ impl ScaleMachine {
         )
     }
 
-    pub fn queue(&self) -> &Queue {
+    #[cfg(test)]
+    pub(crate) fn queue(&self) -> &Queue {
         &self.queue
     }
 

@@ -15,7 +15,7 @@ pub struct LearnedNode {
 impl ScaleMachine {
     /// The instance id reported for a VM: the providerID its node really carries when the
     /// autoscaler showed us one, else CloudStack's CCM default.
-    pub fn instance_id(&self, vm_id: &str) -> String {
+    pub(crate) fn instance_id(&self, vm_id: &str) -> String {
         match self.learned.get(vm_id) {
             Some(l) if !l.provider_id.is_empty() => l.provider_id.clone(),
             _ => default_provider_id(vm_id),

@@ -23,7 +23,7 @@ pub(crate) struct SizeScalingBroken {
 
 /// Whether a failed job's text is the scale worker's refusal to change a running KVM VM's
 /// offering.
-pub fn is_running_vm_offering_failure(text: &str) -> bool {
+pub(crate) fn is_running_vm_offering_failure(text: &str) -> bool {
     text.to_ascii_lowercase()
         .contains("scaling kubernetes cluster with running vms on hypervisor")
 }

@@ -482,15 +482,21 @@ impl ScaleMachine {
 
     /// The answer to `stopVirtualMachine` for `vm_id` (see [`StopAnswer`]). A removal that can
     /// no longer be carried out without an operator is abandoned, loudly (the returned
-    /// effect): its VM is still removed once an operator stops it.
+    /// effect): its VM is still removed once an operator stops it. The first refusal of the
+    /// command itself is news for every group ([`Effect::KeyMayNotStop`]).
     pub fn stop_answered(
         &mut self,
         vm_id: &str,
         answer: StopAnswer<'_>,
         now: Instant,
     ) -> Vec<Effect> {
-        if let StopAnswer::NotPermitted(_) = answer {
-            self.can_stop_vms = false;
+        let mut effects = Vec::new();
+        if let StopAnswer::NotPermitted(text) = answer
+            && std::mem::replace(&mut self.can_stop_vms, false)
+        {
+            effects.push(Effect::KeyMayNotStop {
+                reason: text.to_string(),
+            });
         }
         let mut abandoned = Vec::new();
         let mut reason = String::new();
@@ -544,11 +550,11 @@ impl ScaleMachine {
                 abandoned.push(vm_id.to_string());
             }
         }
-        if abandoned.is_empty() {
-            return Vec::new();
+        if !abandoned.is_empty() {
+            let vms = abandoned.iter().map(|v| self.vm_label(v)).collect();
+            effects.push(Effect::RemovalAbandoned { vms, reason });
         }
-        let vms = abandoned.iter().map(|v| self.vm_label(v)).collect();
-        vec![Effect::RemovalAbandoned { vms, reason }]
+        effects
     }
 
     /// The queued work as the next request, when nothing is in flight and the cluster is at

@@ -87,7 +87,7 @@ impl ScaleMachine {
     }
 
     /// The written-off VMs CloudStack still lists, in listing order.
-    pub fn written_off(&self) -> Vec<&Vm> {
+    pub(crate) fn written_off(&self) -> Vec<&Vm> {
         self.snap.as_ref().map_or_else(Vec::new, |s| {
             s.snap
                 .workers()

@@ -41,7 +41,7 @@ impl ScaleMachine {
     /// VMs out of the target while CloudStack lists them: named by the removal in flight,
     /// queued for the next one, or written off (failed creations the autoscaler gave up on:
     /// a DeleteNodes naming one again has nothing left to do).
-    pub fn removing(&self) -> HashSet<&str> {
+    pub(crate) fn removing(&self) -> HashSet<&str> {
         let mut out: HashSet<&str> = self.queue.remove.iter().map(|r| r.vm_id.as_str()).collect();
         if let Some(OpKind::Remove { vm_ids, .. }) = self.phase.op().map(|o| &o.kind) {
             out.extend(vm_ids.iter().map(String::as_str));

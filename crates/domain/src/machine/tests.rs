@@ -126,7 +126,9 @@ fn machine_in(phase: &str, t0: Instant) -> ScaleMachine {
                 Ok(Started::Submit(ScaleRequest::Resize { new_size: 5 }))
             );
             match phase {
-                "answer-lost" => m.submission_lost(),
+                "answer-lost" => {
+                    m.submission_lost();
+                }
                 "running" => m.submission_answered("job-1".into(), t0),
                 _ => {}
             }
@@ -200,6 +202,7 @@ fn apply(m: &mut ScaleMachine, ev: Ev, t0: Instant) -> String {
                 Effect::SizeNotReached { asked, listed, .. } => {
                     format!("not-reached:{listed}<{asked}")
                 }
+                Effect::KeyMayNotStop { .. } => "key-may-not-stop".into(),
             })
             .collect::<Vec<_>>()
             .join(",")
@@ -435,6 +438,53 @@ fn increases_queued_behind_a_forgotten_lost_submission_are_sent() {
     assert_eq!(m.phase().name(), "submitting");
     assert_eq!(m.queue().increase.len(), 0);
     assert_eq!(m.target(), Some(4));
+}
+
+/// The job search is one event: what the list showed decides which job is followed, whether
+/// the lost request is settled, and what the operator is told, whatever the phase.
+#[test]
+fn a_job_search_settles_a_lost_answer_only_when_the_list_can_tell() {
+    use crate::jobs::JobSearch;
+    let t0 = Instant::now();
+    let late = at(t0, 11);
+    // A lost answer: jobs that name no cluster may be it, so nothing is settled.
+    let mut m = machine_in("answer-lost", t0);
+    assert!(m.search_needs_job_list());
+    let (fx, news) = m.job_searched(&JobSearch::Unnamed, &ALERT, late);
+    assert_eq!((fx, news), (Vec::new(), SearchNews::Nothing));
+    assert_eq!(m.phase().name(), "answer-lost");
+    // Too early to call it never a job: still nothing said.
+    let (_, news) = m.job_searched(&JobSearch::Nothing, &ALERT, at(t0, 5));
+    assert_eq!(news, SearchNews::Nothing);
+    assert_eq!(m.phase().name(), "answer-lost");
+    // Late enough and no job: forgotten, and said so.
+    m.snapshot_installed(running3(t0), &ALERT, late);
+    let (_, news) = m.job_searched(&JobSearch::Nothing, &ALERT, late);
+    assert_eq!(news, SearchNews::LostForgotten);
+    assert_eq!(m.phase().name(), "idle");
+    // The lost request's job found: followed, with its kind for the job metrics.
+    let mut m = machine_in("answer-lost", t0);
+    let (fx, news) = m.job_searched(&JobSearch::Named("job-7".into()), &ALERT, late);
+    assert_eq!(fx, vec![Effect::Follow("job-7".into())]);
+    assert_eq!(
+        news,
+        SearchNews::LostBecameJob {
+            job: "job-7".into(),
+            kind: JobKind::ScaleUp
+        }
+    );
+    assert_eq!(m.phase().job(), Some("job-7"));
+    // A cluster Scaling under a job nobody here started: no list needed, followed blind.
+    let mut m = ScaleMachine::new(Some("cid".into()), timings());
+    m.snapshot_installed(
+        snapshot("Scaling", &[("w1", VmState::Running)], t0),
+        &ALERT,
+        t0,
+    );
+    assert!(!m.search_needs_job_list());
+    let (_, news) = m.job_searched(&JobSearch::Nothing, &ALERT, t0);
+    assert_eq!(news, SearchNews::AdoptedBlind);
+    assert_eq!(m.phase().name(), "adopted");
 }
 
 /// Two nodes queued behind a running job, sent as one request when it ends.
@@ -1181,9 +1231,12 @@ fn a_running_vm_without_a_node_is_stopped_first_or_refused() {
     assert_eq!(m.take_stops(t0), ["w3"]);
     let told = m.stop_answered("w3", StopAnswer::NotPermitted("432 not available"), t0);
     assert!(
-        matches!(&told[..], [Effect::RemovalAbandoned { vms, .. }] if vms == &["k-node-w3".to_string()]),
-        "abandoned loudly, not waited on in silence: {told:?}"
+        matches!(&told[..], [Effect::KeyMayNotStop { reason }, Effect::RemovalAbandoned { vms, .. }]
+            if vms == &["k-node-w3".to_string()] && reason.contains("432")),
+        "every group told, and abandoned loudly, not waited on in silence: {told:?}"
     );
+    let again = m.stop_answered("w3", StopAnswer::NotPermitted("432 not available"), t0);
+    assert!(again.is_empty(), "said once: {again:?}");
     let shown = m.instances(&[]);
     let w3 = shown.iter().find(|i| i.id.ends_with("w3")).expect("listed");
     assert_eq!(
@@ -1538,7 +1591,9 @@ mod properties {
                     }
                     Step::Answered => m.submission_answered(format!("job-{}", now.duration_since(t0).as_secs()), now),
                     Step::Refused => effects = m.submission_refused("no", &ALERT, now),
-                    Step::Lost => m.submission_lost(),
+                    Step::Lost => {
+                        m.submission_lost();
+                    }
                     Step::Found => effects = m.job_found("job-x".into(), now),
                     Step::NoJobFound => effects = m.no_job_found(&ALERT, now),
                     Step::JobEnds { failed, watched } => {
@@ -1625,7 +1680,9 @@ fn poll_delays() {
 
 /// A removal whose caller was answered OK at its deadline, before the window's request was
 /// answered, is owed whatever the request's fate: refused, lost and never a job, or failed.
-/// One whose caller heard the error is not, and is never stopped.
+/// One whose caller heard the error (a refusal, a failure seen while DeleteNodes watched) is
+/// not, and is never stopped; a lost answer is no error: the machine promises the window's
+/// removals.
 #[test]
 fn a_removal_promised_at_the_deadline_is_owed_whatever_the_request_becomes() {
     let t0 = Instant::now();
@@ -1682,27 +1739,31 @@ fn a_removal_promised_at_the_deadline_is_owed_whatever_the_request_becomes() {
             .accept_removals(&[node("w2")], 1, &ALERT, &no_reports(), t0)
             .expect("accepted");
         m.close_window(&ALERT, t0).expect("sent");
-        if what != "refused" {
-            // The shell answered the callers with the lost answer's error.
-            if what == "lost, never a job" {
-                m.submission_lost();
-                m.window_answered(false);
+        match what {
+            "refused" => outcome(&mut m, t0),
+            "lost, never a job" => {
+                // A lost answer is no refusal: CloudStack may be removing the node now, so
+                // the machine promises the window's removals and its callers hear OK.
+                assert!(m.submission_lost(), "{what}: the callers hear OK");
+                assert!(m.promise_removals(&accepted.vm_ids), "{what}");
                 let later = t0 + Duration::from_secs(3600);
                 m.snapshot_installed(running(3, later), &ALERT, later);
                 m.no_job_found(&ALERT, later);
-            } else {
-                m.submission_lost();
-                m.window_answered(false);
-                m.job_found("job-1".into(), t0);
+                assert_eq!(queued(&m), ["w2"], "{what}: owed, sent again");
+                assert_eq!(m.target(), Some(2), "{what}: out of the target");
+                continue;
+            }
+            _ => {
+                // Failed while the DeleteNodes watched it: its callers hear the failure.
+                m.submission_answered("job-1".into(), t0);
                 let end = JobEnd::Failed {
                     code: 530,
                     text: "failed to remove the VM".into(),
                 };
                 m.snapshot_installed(running(3, t0), &ALERT, t0);
-                m.job_finished("job-1", &end, true, false, &ALERT, t0);
+                m.job_finished("job-1", &end, true, true, &ALERT, t0);
+                m.window_answered(false);
             }
-        } else {
-            outcome(&mut m, t0);
         }
         assert!(queued(&m).is_empty(), "{what}: dropped");
         assert_eq!(m.target(), Some(3), "{what}: back in the target");
@@ -1761,7 +1822,7 @@ fn an_owed_removal_in_a_refused_window_request_stays_owed() {
 fn a_throttled_queued_request_goes_back_to_the_queue_unchanged() {
     let t0 = Instant::now();
     let mut m = queued_increase_sent(t0);
-    m.submission_throttled(Duration::from_secs(10), t0);
+    m.submission_throttled(t0);
     assert_eq!(m.phase(), &Phase::Idle);
     assert!(m.failed().is_empty(), "{:?}", m.failed());
     assert_eq!(m.queue().increase.len(), 2);
@@ -1776,7 +1837,7 @@ fn a_throttled_queued_request_goes_back_to_the_queue_unchanged() {
     // An owed removal keeps its attempts and waits a moment.
     let mut m = machine_in("idle", t0);
     sent_and_owed(&mut m, "w2", t0);
-    m.submission_throttled(Duration::from_secs(10), t0);
+    m.submission_throttled(t0);
     let r = &m.queue().remove[0];
     assert_eq!((r.vm_id.as_str(), r.attempts), ("w2", 0));
     assert_eq!(r.not_before, Some(t0 + Duration::from_secs(10)));
@@ -2148,8 +2209,8 @@ fn a_running_listing_asked_for_before_the_removal_ended_keeps_the_cordon_suspici
 
 /// A queued scale-up in Alert with a node this provider had drained still Running: it waits
 /// while the provider owes that VM's removal (carrying it out ends the suspicion), and is
-/// reported failed, saying why and what the operator can do, when nobody owes it (its
-/// caller heard an error): waiting would only make the autoscaler wait a provision time for
+/// reported failed, saying why and what the operator can do, when nobody owes it (the
+/// removal was withdrawn): waiting would only make the autoscaler wait a provision time for
 /// nodes that cannot come (and a client that does not decrease the target waits for ever).
 #[test]
 fn a_queued_scale_up_held_by_a_cordon_nobody_will_lift_is_reported_failed() {
@@ -2176,19 +2237,11 @@ fn a_queued_scale_up_held_by_a_cordon_nobody_will_lift_is_reported_failed() {
     assert_eq!(m.queue().increase.len(), 1, "held");
     assert!(m.failed().is_empty(), "{:?}", m.failed());
 
-    // Not owed: the request's answer was lost and its caller heard an error; it became a
-    // job after all, whose drain failed.
-    let mut m = machine_in("idle", t0);
-    m.accept_removal(&[node("w1")], 1, &ALERT, &no_reports(), t0)
-        .expect("accepted");
-    assert_eq!(m.close_window(&ALERT, t0), Ok(vec![remove_of(&["w1"])]));
-    m.submission_lost();
-    m.window_answered(false);
-    assert_eq!(m.admit_increase(1, MAX, &ALERT), Ok(Admission::Queued));
+    // Not owed any more: the autoscaler gave the node up (its mark is gone, the removal
+    // withdrawn) after the drain failed.
     let t1 = t0 + Duration::from_secs(11);
-    m.job_found("job-2".into(), t1);
+    assert_eq!(m.removals_withdrawn(&["w1".to_string()]), ["w1"]);
     m.snapshot_installed(alert(t1), &ALERT, t1);
-    m.job_finished("job-2", &drain_failed("w1"), true, false, &ALERT, t1);
     assert_eq!(m.cordon_suspects(), ["k-node-w1"]);
     assert!(m.queue().increase.is_empty());
     let failed = m.failed();
