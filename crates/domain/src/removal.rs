@@ -12,25 +12,10 @@
 //! and only down VMs that CloudStack reaches after it (listed before it): if its drain fails,
 //! nothing was removed yet.
 //!
-//! An accepted removal is owed: the autoscaler keeps the node's `ToBeDeleted` taint and counts
-//! it as gone once NodeGroupDeleteNodes answered OK. A failed job puts the VMs it left back in
-//! the queue, still out of the target, retried after [`retry_delay`]; after
-//! [`MAX_REMOVAL_ATTEMPTS`] failed jobs the removal is abandoned (reported, still out of the
-//! target, tried again only once its VM is down).
+//! How an accepted removal is retried after CloudStack's failures is the machine's
+//! (`crate::machine`'s `retry` module).
 
 use super::cluster::ClusterSnapshot;
-use std::time::Duration;
-
-/// Failed removal jobs after which a removal is abandoned.
-pub const MAX_REMOVAL_ATTEMPTS: u32 = 6;
-
-/// How long a removal waits after its `attempts`-th failure: 30 s, doubling, at most 10 min.
-/// A failed drain moves the cluster to Alert; CloudStack's status scanner (every 30 s) moves it
-/// back once every node is Ready, so the first retry comes after that.
-pub fn retry_delay(attempts: u32) -> Duration {
-    let exp = attempts.saturating_sub(1).min(5);
-    (Duration::from_secs(30) * 2u32.pow(exp)).min(Duration::from_secs(600))
-}
 
 /// Where a removal of a VM whose node cannot be drained stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -153,11 +138,5 @@ mod tests {
                 .collect();
             assert_eq!(pick_batch(&s, &c), *want, "candidates {candidates:?}");
         }
-    }
-
-    #[test]
-    fn retries_back_off_to_ten_minutes() {
-        let secs: Vec<u64> = (1..=8).map(|a| retry_delay(a).as_secs()).collect();
-        assert_eq!(secs, [30, 60, 120, 240, 480, 600, 600, 600]);
     }
 }

@@ -9,7 +9,6 @@ use super::{Effect, FailedInstance, JobKind, Op, OpKind, Origin, Phase, ScaleMac
 use crate::cluster::{ClusterSnapshot, ClusterState, IndexedSnapshot};
 use crate::rules::{AlertScaling, check_scale};
 use crate::status::{InstanceError, scale_up_failure, size_not_reached};
-use crate::timing::THROTTLED_RETRY;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -269,9 +268,8 @@ impl ScaleMachine {
     /// The submission was not sent (CloudStack throttled it, the promise it would make could
     /// not be recorded first, or this replica does not lead): as
     /// [`ScaleMachine::submission_throttled`], with `why` as the owed removals' trouble. The
-    /// owed removals go again after [`THROTTLED_RETRY`]: nothing failed, so no backoff grows.
+    /// owed removals go again after `timing::THROTTLED_RETRY`: nothing failed, so no backoff grows.
     pub fn submission_not_sent(&mut self, why: &str, now: Instant) {
-        let retry_in = THROTTLED_RETRY;
         let Some((op, _)) = self.take_submission() else {
             return;
         };
@@ -285,12 +283,8 @@ impl ScaleMachine {
                 if op.origin == Origin::Rpc {
                     self.window_answered(false);
                 }
-                let mut owed = self.owed_only(sent);
-                for r in &mut owed {
-                    r.not_before = Some(now + retry_in);
-                    r.trouble = Some(why.into());
-                }
-                self.queue.remove.splice(0..0, owed);
+                let owed = self.owed_only(sent);
+                self.requeue_not_sent(owed, why, now);
             }
         }
     }
@@ -416,7 +410,7 @@ impl ScaleMachine {
                 } = lost
                 {
                     let owed = self.owed_only(sent);
-                    self.queue.remove.splice(0..0, owed);
+                    self.requeue_never_a_job(owed);
                 }
                 self.next_from_queue(alert, now)
             }

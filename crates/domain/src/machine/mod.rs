@@ -34,6 +34,7 @@
 //!   phase returns to `Idle`, and the retries and stops of removals still owed.
 //! - `target`: the target size, and DecreaseTargetSize.
 //! - `nodes`: what a node or instance id names in the group; node↔VM pairings learned.
+//! - `retry`: how an owed removal is retried (failed jobs, refusals, requests not sent, stops).
 //! - `search`: what the job list said about the job a group waits for.
 //! - `error`: why the machine refuses a request.
 //! - `tests`: the phase × event table (`every_phase_against_every_event`) and the rest.
@@ -49,6 +50,7 @@ mod nodes;
 mod offerings;
 mod pace;
 mod queue;
+mod retry;
 mod search;
 mod stranded;
 mod target;
@@ -62,10 +64,10 @@ pub use increase::{Admission, Started};
 pub use ledger::{Ledger, OwedRemoval};
 pub use nodes::Hit;
 pub(crate) use nodes::LearnedNode;
-pub use queue::StopAnswer;
 #[cfg(test)]
 use queue::WINDOW_QUIET;
 pub(crate) use queue::{Queue, QueuedRemoval};
+pub use retry::StopAnswer;
 pub use search::SearchNews;
 pub use stranded::StrandNews;
 pub use target::Decreased;
@@ -287,7 +289,7 @@ pub enum Effect {
     /// the target (the autoscaler counts their nodes as gone), sent again only once their VM
     /// is down. Tell the operator loudly: the VMs need a hand.
     ///
-    /// [`MAX_REMOVAL_ATTEMPTS`]: super::removal::MAX_REMOVAL_ATTEMPTS
+    /// [`MAX_REMOVAL_ATTEMPTS`]: retry::MAX_REMOVAL_ATTEMPTS
     RemovalAbandoned { vms: Vec<String>, reason: String },
     /// Accepted removals of down VMs that this CloudStack (without Alert scaling) can never
     /// carry out: it would drain them, the drain fails and the cluster goes to Alert. Still

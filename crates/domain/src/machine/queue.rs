@@ -6,7 +6,7 @@
 use super::error::{ScaleError, refused_error};
 use super::{Effect, IndexedSnapshot, OpKind, Origin, Phase, ScaleMachine};
 use crate::cluster::ClusterState;
-use crate::removal::{Candidate, MAX_REMOVAL_ATTEMPTS, StopStage, pick_batch, retry_delay};
+use crate::removal::{Candidate, StopStage, pick_batch};
 use crate::rules::{AlertScaling, Refusal, ScaleRequest, check_scale};
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
@@ -265,55 +265,8 @@ impl ScaleMachine {
             if origin == Origin::Rpc {
                 return Err(ScaleError::Refused(r));
             }
-            // Each refusal counts as a failed attempt: a removal CloudStack keeps refusing
-            // backs off further and is abandoned, loudly, like one whose jobs keep failing.
-            let mut delay = retry_delay(1);
-            let (mut retried, mut abandoned) = (Vec::new(), Vec::new());
-            // Alert with no worker down (rule 7; typically a node a failed drain left
-            // cordoned, whose outcome this provider did not see): a down worker may leave an
-            // Alert cluster, and the autoscaler drained these nodes before asking, so the
-            // remedy is to stop the promised VMs and remove them as down VMs.
-            let stop_them =
-                self.can_stop_vms && matches!(r, Refusal::AlertWithoutDownWorker { .. });
-            for q in self
-                .queue
-                .remove
-                .iter_mut()
-                .filter(|q| vm_ids.contains(&q.vm_id))
-            {
-                if stop_them && q.stop == StopStage::NotNeeded && !down(&q.vm_id) {
-                    q.stop = StopStage::Wanted;
-                }
-                q.attempts += 1;
-                delay = retry_delay(q.attempts);
-                q.not_before = Some(now + delay);
-                if q.attempts >= MAX_REMOVAL_ATTEMPTS && !q.abandoned {
-                    q.abandoned = true;
-                    q.trouble = Some(format!(
-                        "removal abandoned after CloudStack refused it {} times: {r}; the node stays cordoned; repair the cluster, then remove VM {} by hand or stop it and the provider removes it",
-                        q.attempts, q.vm_id
-                    ));
-                    abandoned.push(q.vm_id.clone());
-                } else {
-                    q.trouble = Some(format!("CloudStack would refuse its removal now: {r}"));
-                    retried.push(q.vm_id.clone());
-                }
-            }
-            let label = |v: &String| self.vm_label(v);
             let mut effects = blocked.effects;
-            if !retried.is_empty() {
-                effects.push(Effect::RemovalRetried {
-                    vms: retried.iter().map(label).collect(),
-                    reason: r.to_string(),
-                    retry_in: delay,
-                });
-            }
-            if !abandoned.is_empty() {
-                effects.push(Effect::RemovalAbandoned {
-                    vms: abandoned.iter().map(label).collect(),
-                    reason: r.to_string(),
-                });
-            }
+            effects.extend(self.refused_now(&vm_ids, &r, now));
             return Ok(effects);
         }
         // The sent VMs leave the queue; a window's others stay in it, sent one request after
@@ -377,79 +330,6 @@ impl ScaleMachine {
         out
     }
 
-    /// Failed removals back in the queue (front, they were first), each with one more attempt,
-    /// the reason, and the next try after [`retry_delay`]; abandoned after
-    /// [`MAX_REMOVAL_ATTEMPTS`]. A Running VM left by the failure could not be drained: it is
-    /// stopped first when the provider can, so its next removal needs no drain.
-    pub(super) fn requeue_failed(
-        &mut self,
-        stayed: Vec<QueuedRemoval>,
-        reason: &str,
-        now: Instant,
-    ) -> Vec<Effect> {
-        if stayed.is_empty() {
-            return Vec::new();
-        }
-        let can_stop = self.can_stop_vms;
-        let down = |id: &str| {
-            self.snap
-                .as_ref()
-                .and_then(|s| s.snap.vm(id))
-                .is_some_and(|v| v.state.is_down())
-        };
-        let mut retried = Vec::new();
-        let mut abandoned = Vec::new();
-        let mut delay = retry_delay(1);
-        let mut requeued = Vec::with_capacity(stayed.len());
-        for mut r in stayed {
-            r.attempts += 1;
-            r.in_window = false;
-            delay = retry_delay(r.attempts);
-            r.not_before = Some(now + delay);
-            let mut trouble = format!("removal attempt {} failed: {reason}", r.attempts);
-            if !down(&r.vm_id) {
-                if can_stop && r.stop == StopStage::NotNeeded {
-                    r.stop = StopStage::Wanted;
-                    trouble.push_str("; the VM is stopped, then removed as a down VM (no drain)");
-                } else if !can_stop {
-                    trouble.push_str(&format!(
-                        "; if its node is NotReady or gone the drain cannot succeed: stop the VM \
-                         (stopVirtualMachine id={}) and the provider removes it as a down VM",
-                        r.vm_id
-                    ));
-                }
-            }
-            if r.attempts >= MAX_REMOVAL_ATTEMPTS && !r.abandoned {
-                r.abandoned = true;
-                trouble = format!(
-                    "removal abandoned after {} failed jobs: {reason}; the node stays cordoned; remove VM {} by hand, or stop it and the provider removes it",
-                    r.attempts, r.vm_id
-                );
-                abandoned.push(self.vm_label(&r.vm_id));
-            } else if !r.abandoned {
-                retried.push(self.vm_label(&r.vm_id));
-            }
-            r.trouble = Some(trouble);
-            requeued.push(r);
-        }
-        self.queue.remove.splice(0..0, requeued);
-        let mut effects = Vec::new();
-        if !retried.is_empty() {
-            effects.push(Effect::RemovalRetried {
-                vms: retried,
-                reason: reason.to_string(),
-                retry_in: delay,
-            });
-        }
-        if !abandoned.is_empty() {
-            effects.push(Effect::RemovalAbandoned {
-                vms: abandoned,
-                reason: reason.to_string(),
-            });
-        }
-        effects
-    }
-
     /// The removals whose VM must be stopped first and whose stop is not sent yet, marked
     /// sent: the shell calls `stopVirtualMachine` for each and reports
     /// [`ScaleMachine::stop_answered`].
@@ -478,83 +358,6 @@ impl ScaleMachine {
             }
         }
         out
-    }
-
-    /// The answer to `stopVirtualMachine` for `vm_id` (see [`StopAnswer`]). A removal that can
-    /// no longer be carried out without an operator is abandoned, loudly (the returned
-    /// effect): its VM is still removed once an operator stops it. The first refusal of the
-    /// command itself is news for every group ([`Effect::KeyMayNotStop`]).
-    pub fn stop_answered(
-        &mut self,
-        vm_id: &str,
-        answer: StopAnswer<'_>,
-        now: Instant,
-    ) -> Vec<Effect> {
-        let mut effects = Vec::new();
-        if let StopAnswer::NotPermitted(text) = answer
-            && std::mem::replace(&mut self.can_stop_vms, false)
-        {
-            effects.push(Effect::KeyMayNotStop {
-                reason: text.to_string(),
-            });
-        }
-        let mut abandoned = Vec::new();
-        let mut reason = String::new();
-        for r in self.queue.remove.iter_mut().filter(|r| r.vm_id == vm_id) {
-            match answer {
-                StopAnswer::Unknown(text) => {
-                    // Whether the VM is stopping is read from CloudStack, never guessed: a
-                    // snapshot showing it down sends its removal; otherwise it is asked again,
-                    // and the unknown answer counts as no failure.
-                    r.stop = StopStage::Wanted;
-                    r.stop_not_before = Some(now + retry_delay(r.attempts.max(1)));
-                    r.trouble = Some(format!(
-                        "stopping VM {vm_id}: CloudStack's answer was lost, asked again unless \
-                         it shows the VM down: {text}"
-                    ));
-                }
-                StopAnswer::Stopping => {
-                    // Removed as soon as a snapshot shows it down.
-                    r.not_before = None;
-                    r.trouble = Some(format!(
-                        "stopping VM {vm_id} before its removal (its drain would fail)"
-                    ));
-                }
-                StopAnswer::NotPermitted(text) => {
-                    r.stop = StopStage::Impossible;
-                    reason = format!(
-                        "its drain would fail and this provider may not stop it ({text}): stop \
-                         the VM (stopVirtualMachine id={vm_id}) and the provider removes it as \
-                         a down VM"
-                    );
-                }
-                StopAnswer::Failed(text) => {
-                    r.attempts += 1;
-                    if r.attempts < MAX_REMOVAL_ATTEMPTS {
-                        r.stop = StopStage::Wanted;
-                        r.stop_not_before = Some(now + retry_delay(r.attempts));
-                        r.trouble = Some(format!("stopping VM {vm_id} failed, retrying: {text}"));
-                        continue;
-                    }
-                    r.stop = StopStage::Impossible;
-                    reason = format!(
-                        "stopping it failed {} times ({text}): stop the VM \
-                         (stopVirtualMachine id={vm_id}) and the provider removes it as a down VM",
-                        r.attempts
-                    );
-                }
-            }
-            if !reason.is_empty() && !r.abandoned {
-                r.abandoned = true;
-                r.trouble = Some(reason.clone());
-                abandoned.push(vm_id.to_string());
-            }
-        }
-        if !abandoned.is_empty() {
-            let vms = abandoned.iter().map(|v| self.vm_label(v)).collect();
-            effects.push(Effect::RemovalAbandoned { vms, reason });
-        }
-        effects
     }
 
     /// The queued work as the next request, when nothing is in flight and the cluster is at
@@ -671,28 +474,12 @@ impl ScaleMachine {
     }
 
     /// A VM's name as the operator knows it (its id when not listed).
-    fn vm_label(&self, vm_id: &str) -> String {
+    pub(super) fn vm_label(&self, vm_id: &str) -> String {
         self.snap
             .as_ref()
             .and_then(|s| s.snap.vm(vm_id))
             .map_or_else(|| vm_id.to_string(), |v| v.name.clone())
     }
-}
-
-/// What became of a `stopVirtualMachine` request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StopAnswer<'a> {
-    /// Accepted (its job ended well, or runs): the VM shows down in a later snapshot and is
-    /// then removed.
-    Stopping,
-    /// Refused or failed (CloudStack's text): tried again after a pause, up to
-    /// [`MAX_REMOVAL_ATTEMPTS`] failures.
-    Failed(&'a str),
-    /// The key may not call `stopVirtualMachine`.
-    NotPermitted(&'a str),
-    /// Whether it was accepted is unknown (no answer, a proxy's page): settled by the next
-    /// snapshot, and no failure.
-    Unknown(&'a str),
 }
 
 /// How the trouble of a removal [`ScaleMachine::block_down_removals`] holds begins.

@@ -2,11 +2,12 @@
 //! per rule of a scale operation's life, and a property test over random event sequences.
 
 use super::events::poll_delay;
+use super::retry::{MAX_REMOVAL_ATTEMPTS, retry_delay};
 use super::*;
 use crate::cluster::{ClusterInput, ClusterSnapshot, ClusterState, VmInput, VmState};
 use crate::nodeid::FAKE_NODE_REASON_ANNOTATION;
 use crate::registry::Registrations;
-use crate::removal::{MAX_REMOVAL_ATTEMPTS, StopStage, retry_delay};
+use crate::removal::StopStage;
 use crate::rules::{AlertScaling, Refusal};
 
 const T0_SECS: u64 = 0;
