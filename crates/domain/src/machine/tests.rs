@@ -1527,6 +1527,178 @@ mod properties {
             .count() as u32
     }
 
+    /// What happens to a group in the order the shell can produce it: the autoscaler's calls,
+    /// CloudStack's answers (late, twice, never), a caller's deadline before its window's
+    /// answer, and restarts between any two steps that replay the ledger.
+    #[derive(Debug, Clone)]
+    enum Life {
+        Step(Step),
+        /// The window's callers' deadline comes first: their removals are promised
+        /// (`promise_removals`, as DeleteNodes does at its deadline).
+        Deadline,
+        /// The window's callers hear the answer to its request (`window_answered`).
+        WindowAnswered(bool),
+        /// CloudStack throttled the request, or it could not be sent.
+        NotSent,
+        /// The process restarts: a new machine takes the last ledger over, then the last
+        /// snapshot comes again.
+        Restart,
+        /// The VMs to stop are taken and CloudStack answers each stop (0 stopping, 1
+        /// failed, 2 not permitted, 3 unknown).
+        Stops(u8),
+    }
+
+    fn life() -> impl Strategy<Value = Life> {
+        prop_oneof![
+            6 => step().prop_map(Life::Step),
+            1 => Just(Life::Deadline),
+            1 => any::<bool>().prop_map(Life::WindowAnswered),
+            1 => Just(Life::NotSent),
+            1 => Just(Life::Restart),
+            1 => (0u8..4).prop_map(Life::Stops),
+        ]
+    }
+
+    /// The VMs whose removal the machine owes (its ledger), as a set.
+    fn owed(m: &ScaleMachine, now: Instant) -> std::collections::BTreeSet<String> {
+        m.ledger(now)
+            .removals
+            .into_iter()
+            .map(|r| r.vm_id)
+            .collect()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        /// Every promise is kept: once a removal is owed (its caller heard OK, or will at its
+        /// deadline) it stays owed, across restarts replaying the ledger, until its VM is no
+        /// longer listed, a removal job carrying it succeeded, or the autoscaler's Cleanup
+        /// released it; whatever CloudStack answers and in whatever order. And no request
+        /// ever asks for more workers than the group's maximum.
+        #[test]
+        fn every_promised_removal_is_kept_across_answers_and_restarts(
+            steps in proptest::collection::vec(life(), 1..60)
+        ) {
+            let t0 = Instant::now();
+            let mut now = t0;
+            let fresh = || {
+                let mut m = ScaleMachine::new(Some("cid".into()), timings());
+                m.set_max_size(MAX);
+                m
+            };
+            let mut m = fresh();
+            m.snapshot_installed(running3(t0), &ALERT, t0);
+            let mut promised = owed(&m, now);
+            for life in steps {
+                let before = m.clone();
+                let mut effects = Vec::new();
+                let mut released = false;
+                let mut succeeded: Vec<String> = Vec::new();
+                match life {
+                    Life::Step(Step::Increase(d)) => {
+                        if let Ok(Admission::NeedsFreshSnapshot) = m.admit_increase(d, MAX, &ALERT)
+                            && let Ok(Started::Submit(r)) = m.start_increase(d, MAX, &ALERT, now)
+                        {
+                            effects.push(Effect::Submit(r));
+                        }
+                    }
+                    Life::Step(Step::Remove(n)) => {
+                        let node = NodeRef { provider_id: format!("external-cloudstack://w{n}"), ..NodeRef::default() };
+                        let _ = m.accept_removal(&[node], 1, &ALERT, &no_reports(), now);
+                    }
+                    Life::Step(Step::CloseWindow) => {
+                        // Answered later, as the shell does once CloudStack answered.
+                        if let Ok(fx) = m.close_window(&ALERT, now) {
+                            effects = fx;
+                        }
+                    }
+                    Life::Step(Step::Decrease(d)) => {
+                        let _ = m.decrease_target(d);
+                    }
+                    Life::Step(Step::Answered) => m.submission_answered(format!("job-{}", now.duration_since(t0).as_secs()), now),
+                    Life::Step(Step::Refused) => effects = m.submission_refused("no", &ALERT, now),
+                    Life::Step(Step::Lost) => {
+                        m.submission_lost();
+                    }
+                    Life::Step(Step::Found) => effects = m.job_found("job-x".into(), now),
+                    Life::Step(Step::NoJobFound) => effects = m.no_job_found(&ALERT, now),
+                    Life::Step(Step::JobEnds { failed, watched }) => {
+                        let end = if failed {
+                            JobEnd::Failed { code: 530, text: "boom".into() }
+                        } else {
+                            JobEnd::Succeeded
+                        };
+                        if !failed && let Some(OpKind::Remove { vm_ids, .. }) = m.phase().op().map(|o| &o.kind) {
+                            succeeded = vm_ids.clone();
+                        }
+                        if let Some(job) = m.phase().job().map(str::to_string)
+                            && let Some(settled) = m.job_finished(&job, &end, true, watched, &ALERT, now)
+                        {
+                            effects = settled.effects;
+                        }
+                    }
+                    Life::Step(Step::Snapshot { scaling, workers, down, gone, secs }) => {
+                        now += Duration::from_secs(secs);
+                        effects = m.snapshot_installed(workers_snapshot(scaling, workers, down, gone, now), &ALERT, now);
+                    }
+                    Life::Step(Step::Cleanup) => {
+                        m.cleanup();
+                        released = true;
+                    }
+                    Life::Deadline => {
+                        let in_window: Vec<String> = m.queue().remove.iter()
+                            .filter(|r| r.in_window)
+                            .map(|r| r.vm_id.clone())
+                            .collect();
+                        let _ = m.promise_removals(&in_window);
+                    }
+                    Life::WindowAnswered(ok) => {
+                        m.window_answered(ok);
+                        m.window_closed();
+                    }
+                    Life::NotSent => m.submission_not_sent("not sent", now),
+                    Life::Restart => {
+                        let ledger = m.ledger(now);
+                        let snap = m.snapshot().cloned();
+                        let mut next = fresh();
+                        next.restore(ledger, now);
+                        if let Some(s) = snap {
+                            effects = next.snapshot_installed(s, &ALERT, now);
+                        }
+                        m = next;
+                    }
+                    Life::Stops(answer) => {
+                        for vm in m.take_stops(now) {
+                            let told = match answer {
+                                0 => StopAnswer::Stopping,
+                                1 => StopAnswer::Failed("boom"),
+                                2 => StopAnswer::NotPermitted("432"),
+                                _ => StopAnswer::Unknown("no answer"),
+                            };
+                            effects.extend(m.stop_answered(&vm, told, now));
+                        }
+                    }
+                }
+                for e in &effects {
+                    if let Effect::Submit(ScaleRequest::Resize { new_size }) = e {
+                        prop_assert!(*new_size <= MAX, "a size request past the maximum: {new_size}");
+                    }
+                }
+                // A promise leaves the ledger only when it is kept or released.
+                let listed = |v: &str| m.snapshot().and_then(|s| s.snap.vm(v)).is_some_and(|vm| !vm.state.is_gone());
+                let now_owed = owed(&m, now);
+                for v in promised.difference(&now_owed) {
+                    prop_assert!(
+                        released || !listed(v) || succeeded.contains(v),
+                        "the removal of {v} was promised and is no longer owed after {life:?}: {before:?} then {m:?}"
+                    );
+                }
+                promised = now_owed;
+            }
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
