@@ -11,6 +11,22 @@ use cks_domain::machine::{Effect, JobEnd, JobKind, Phase, SearchNews, Settled};
 use std::collections::HashSet;
 use tokio::time::Instant;
 
+/// A polled job's outcome as the machine takes it: `None` while it runs.
+pub(crate) fn job_end(outcome: JobOutcome) -> Option<JobEnd> {
+    match outcome {
+        JobOutcome::Pending => None,
+        JobOutcome::Succeeded(_) => Some(JobEnd::Succeeded),
+        JobOutcome::Failed {
+            errorcode,
+            errortext,
+        } => Some(JobEnd::Failed {
+            code: errorcode,
+            text: errortext,
+        }),
+        JobOutcome::Cancelled => Some(JobEnd::Cancelled),
+    }
+}
+
 impl Provider {
     pub(crate) fn spawn_follower(&self, gi: usize, job_id: String) {
         let p = self.clone();
@@ -101,29 +117,18 @@ impl Provider {
                 Ok(job) => job.outcome(),
             };
             failures = 0;
-            let end = match end {
-                JobOutcome::Pending => {
-                    self.inner.groups[gi]
-                        .lock()
-                        .scale
-                        .job_pending(&job_id, now());
-                    delay = next(0);
-                    if delay > poll && !overdue {
-                        overdue = true;
-                        tracing::error!(job = %job_id, limit = ?max_follow,
-                            "scale job still running after the follow limit; it stays this cluster's operation and is polled every {delay:?}");
-                    }
-                    continue;
+            let Some(end) = job_end(end) else {
+                self.inner.groups[gi]
+                    .lock()
+                    .scale
+                    .job_pending(&job_id, now());
+                delay = next(0);
+                if delay > poll && !overdue {
+                    overdue = true;
+                    tracing::error!(job = %job_id, limit = ?max_follow,
+                        "scale job still running after the follow limit; it stays this cluster's operation and is polled every {delay:?}");
                 }
-                JobOutcome::Succeeded(_) => JobEnd::Succeeded,
-                JobOutcome::Failed {
-                    errorcode,
-                    errortext,
-                } => JobEnd::Failed {
-                    code: errorcode,
-                    text: errortext,
-                },
-                JobOutcome::Cancelled => JobEnd::Cancelled,
+                continue;
             };
             let fetched = self.fetch_after_job(gi, None).await;
             self.settle(gi, &job_id, &end, fetched, false).await;

@@ -7,10 +7,10 @@
 
 use super::{Error, Provider, Result, Scoped, before, now};
 use cks_cloudstack::Class;
-use cks_cloudstack::types::JobOutcome;
-use cks_domain::cluster::{ClusterState, IndexedSnapshot};
+use cks_domain::cluster::IndexedSnapshot;
 use cks_domain::machine::{
-    Accepted, Admission, Effect, JobEnd, JobKind, NodeRef, ScaleError, Started, WatchedAnswer,
+    Accepted, Admission, Effect, JobEnd, JobKind, NodeRef, ScaleError, Started, Watched,
+    WatchedAnswer,
 };
 use cks_domain::rules::ScaleRequest;
 use std::sync::Arc;
@@ -229,6 +229,7 @@ impl Provider {
     /// ran out.
     async fn watch(&self, gi: usize, job_id: &str, deadline: Instant) -> Option<JobEnd> {
         let until = (Instant::now() + self.inner.settings.scale_watch).min(before(deadline));
+        let g = &self.inner.groups[gi];
         let mut looks = 0u32;
         loop {
             let step = watch_step(looks);
@@ -240,24 +241,17 @@ impl Provider {
             let Ok(Ok(job)) = timeout_at(until, self.inner.cs.query_job(job_id)).await else {
                 return None;
             };
-            match job.outcome() {
-                JobOutcome::Pending => {}
-                JobOutcome::Succeeded(_) => return None,
-                JobOutcome::Failed {
-                    errortext,
-                    errorcode,
-                } => {
-                    return Some(JobEnd::Failed {
-                        code: errorcode,
-                        text: errortext,
-                    });
-                }
-                JobOutcome::Cancelled => return Some(JobEnd::Cancelled),
+            let end = super::follow::job_end(job.outcome());
+            match g.read().scale.watched(end.as_ref()) {
+                Watched::LookAgain => {}
+                Watched::PastValidation => return None,
+                Watched::Ended(end) => return Some(end),
             }
-            match timeout_at(until, self.fetch_and_act(gi)).await {
-                Ok(Ok(snap)) if snap.snap.state == ClusterState::Scaling => return None,
-                Ok(_) => {}
-                Err(_) => return None,
+            if timeout_at(until, self.fetch_and_act(gi)).await.is_err() {
+                return None;
+            }
+            if g.read().scale.watched(None) == Watched::PastValidation {
+                return None;
             }
         }
     }

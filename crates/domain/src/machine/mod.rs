@@ -64,6 +64,7 @@ pub use increase::{Admission, Started};
 pub use ledger::{Ledger, OwedRemoval};
 pub use nodes::Hit;
 pub(crate) use nodes::LearnedNode;
+pub use pace::Watched;
 #[cfg(test)]
 use queue::WINDOW_QUIET;
 pub(crate) use queue::{Queue, QueuedRemoval};

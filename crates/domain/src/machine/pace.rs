@@ -7,6 +7,7 @@
 
 use super::events::{JobEnd, poll_delay};
 use super::{OpKind, Phase, ScaleMachine};
+use crate::cluster::ClusterState;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -43,7 +44,41 @@ fn fine(poll: Duration) -> Duration {
     (poll / 8).max(Duration::from_millis(50)).min(poll)
 }
 
+/// What a scale RPC's look at the job it just started says, while its caller waits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Watched {
+    /// Not past CloudStack's validation yet: look again (`timing::watch_step`).
+    LookAgain,
+    /// Past validation: the job ended well, or the cluster shows Scaling (the job moves it
+    /// there once its checks passed). The caller hears OK; a follower takes the job on.
+    PastValidation,
+    /// The job ended without doing the work: CloudStack's refusal (or failure), which the
+    /// caller hears as the machine settles it (`Settled::watched_answer`).
+    Ended(JobEnd),
+}
+
 impl ScaleMachine {
+    /// A scale RPC's look at its new job: `end` is what the poll said (`None`: still
+    /// running). CloudStack validates a scale request inside its job
+    /// (`KubernetesClusterScaleWorker` checks the cluster's state and sizes before it moves
+    /// the cluster to Scaling), so its refusals arrive as the job's failure within moments,
+    /// and the cluster listed Scaling, in the snapshot this machine holds, means the checks
+    /// passed.
+    pub fn watched(&self, end: Option<&JobEnd>) -> Watched {
+        match end {
+            Some(JobEnd::Succeeded) => Watched::PastValidation,
+            Some(end) => Watched::Ended(end.clone()),
+            None if self
+                .snap
+                .as_ref()
+                .is_some_and(|s| s.snap.state == ClusterState::Scaling) =>
+            {
+                Watched::PastValidation
+            }
+            None => Watched::LookAgain,
+        }
+    }
+
     /// A poll saw the followed job still running.
     pub fn job_pending(&mut self, job: &str, at: Instant) {
         if self.phase.job() == Some(job) {

@@ -488,6 +488,31 @@ fn a_job_search_settles_a_lost_answer_only_when_the_list_can_tell() {
     assert_eq!(m.phase().name(), "adopted");
 }
 
+/// A scale RPC's watch of its new job: a failure is the caller's to hear, success or the
+/// cluster listed Scaling is past CloudStack's validation, anything else is looked at again.
+#[test]
+fn a_watched_job_is_past_validation_once_it_succeeded_or_the_cluster_scales() {
+    let t0 = Instant::now();
+    let mut m = machine_in("running", t0);
+    assert_eq!(m.watched(None), Watched::LookAgain);
+    assert_eq!(m.watched(Some(&JobEnd::Succeeded)), Watched::PastValidation);
+    let refused = JobEnd::Failed {
+        code: 530,
+        text: "cluster is in Alert".into(),
+    };
+    assert_eq!(m.watched(Some(&refused)), Watched::Ended(refused.clone()));
+    assert_eq!(
+        m.watched(Some(&JobEnd::Cancelled)),
+        Watched::Ended(JobEnd::Cancelled)
+    );
+    m.snapshot_installed(
+        snapshot("Scaling", &[("w1", VmState::Running)], t0),
+        &ALERT,
+        t0,
+    );
+    assert_eq!(m.watched(None), Watched::PastValidation);
+}
+
 /// Two nodes queued behind a running job, sent as one request when it ends.
 fn queued_increase_sent(t0: Instant) -> ScaleMachine {
     let mut m = machine_in("running", t0);
