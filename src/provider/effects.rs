@@ -10,17 +10,14 @@ use cks_domain::machine::{Effect, StopAnswer};
 
 impl Provider {
     /// Carries out what the machine asked for. `FindJob` is awaited (so a Refresh answers
-    /// with the adopted job counted); requests are sent by tasks of their own.
+    /// with the adopted job counted); requests are sent by the group's sender.
     pub(crate) async fn run_effects(&self, gi: usize, effects: Vec<Effect>) {
         let mut effects = std::collections::VecDeque::from(effects);
         while let Some(effect) = effects.pop_front() {
             match effect {
                 Effect::PollNow => self.inner.groups[gi].poke.notify_one(),
                 Effect::Follow(job) => self.spawn_follower(gi, job),
-                Effect::Submit(request) => {
-                    let p = self.clone();
-                    tokio::spawn(async move { p.submit_queued(gi, request).await });
-                }
+                Effect::Submit(request) => self.send_queued(gi, request),
                 Effect::FindJob => {
                     effects.extend(self.find_and_follow(gi).await);
                     self.spawn_state_follower(gi);

@@ -69,6 +69,9 @@ pub(crate) struct Group {
     pub state: Mutex<GroupState>,
     /// Told of every change of `state`, so the promises it holds are recorded.
     pub(super) store: Arc<Store>,
+    /// The group's sender of `scaleKubernetesCluster` requests and closer of its removal
+    /// windows (`ops`), started on first use.
+    pub(super) sender: OnceLock<tokio::sync::mpsc::UnboundedSender<super::ops::Work>>,
 }
 
 /// Read-only access to a group's state: derived answers may be cached through it, nothing

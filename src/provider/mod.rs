@@ -226,6 +226,7 @@ impl Provider {
                     refresh: Mutex::new(refresh::RefreshSlot::default()),
                     state_follower: std::sync::atomic::AtomicBool::new(false),
                     store: store.clone(),
+                    sender: std::sync::OnceLock::new(),
                 }
             })
             .collect();

@@ -1,7 +1,10 @@
 //! The scale RPCs: IncreaseSize, DeleteNodes, DecreaseTargetSize. Each asks the machine,
 //! fetches a fresh snapshot when the machine needs one, sends at most one
 //! `scaleKubernetesCluster` (size only, or nodeids only) when the machine says so, and returns
-//! within the request's deadline without waiting for the job. A refused request changes
+//! within the request's deadline without waiting for the job. Every request is sent by the
+//! group's sender, one task per group, never from a caller's future: a caller that hangs up
+//! (an autoscaler killed mid-call) would otherwise leave the request half way, the machine
+//! waiting for an answer nobody reads and every later scale-up queued behind it. A refused request changes
 //! nothing: the machine validates before it changes state. Each is limited to the caller's
 //! groups ([`Scoped`]): another client's group is not found, and nothing is sent for it.
 
@@ -14,7 +17,7 @@ use cks_domain::machine::{
 };
 use cks_domain::rules::ScaleRequest;
 use std::sync::Arc;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::{Instant, timeout_at};
 
 use cks_domain::timing::watch_step;
@@ -73,19 +76,85 @@ impl Provider {
     }
 
     /// A request the machine queued and now sends (no caller waits for it): its refusal is
-    /// recorded by the machine as failed instances. Boxed: sending may end in the next queued
-    /// request being sent by another such task.
-    pub(crate) fn submit_queued(
-        &self,
-        gi: usize,
-        request: ScaleRequest,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
-        Box::pin(async move {
-            tracing::info!(group = %self.group_label(gi), ?request, "sending the queued scale request");
-            if let Err(e) = self.submit(gi, request, None).await {
-                tracing::warn!(group = %self.group_label(gi), error = %e, "queued scale request not accepted");
-            }
+    /// recorded by the machine as failed instances.
+    pub(crate) fn send_queued(&self, gi: usize, request: ScaleRequest) {
+        tracing::info!(group = %self.group_label(gi), ?request, "sending the queued scale request");
+        self.sending(
+            gi,
+            Work::Send {
+                request,
+                deadline: None,
+                reply: None,
+            },
+        );
+    }
+
+    /// Sends the request the machine started for a caller that waits for its answer (until
+    /// `deadline`), from the group's sender: the caller hanging up does not stop it half way.
+    async fn send(&self, gi: usize, request: ScaleRequest, deadline: Instant) -> Result<()> {
+        let (reply, answer) = oneshot::channel();
+        self.sending(
+            gi,
+            Work::Send {
+                request,
+                deadline: Some(deadline),
+                reply: Some(reply),
+            },
+        );
+        answer.await.unwrap_or_else(|_| {
+            Err(Error::Internal(
+                "the group's sender ended without an answer".into(),
+            ))
         })
+    }
+
+    /// Hands work to the group's sender: one task per group sends every
+    /// `scaleKubernetesCluster` of its cluster and closes its removal windows, one at a time
+    /// (the machine starts a request only from `Idle`, and none while a window is open, so
+    /// nothing waits behind another), and carries each request through to its answer or its
+    /// loss, whoever asked for it and whether or not they still wait. Started on first use; it
+    /// ends with the provider (it holds it weakly).
+    pub(crate) fn sending(&self, gi: usize, work: Work) {
+        let sender = self.inner.groups[gi].sender.get_or_init(|| {
+            let (tx, mut rx) = mpsc::unbounded_channel::<Work>();
+            let provider = Arc::downgrade(&self.inner);
+            tokio::spawn(async move {
+                while let Some(work) = rx.recv().await {
+                    let Some(inner) = provider.upgrade() else {
+                        break;
+                    };
+                    Provider { inner }.carry_out(gi, work).await;
+                }
+            });
+            tx
+        });
+        if sender.send(work).is_err() {
+            tracing::error!(group = %self.group_label(gi), "the group's sender ended: the scale request is not sent");
+        }
+    }
+
+    /// One piece of the sender's work.
+    async fn carry_out(&self, gi: usize, work: Work) {
+        match work {
+            Work::CloseWindow { tx, deadline } => self.close_window(gi, tx, deadline).await,
+            Work::Send {
+                request,
+                deadline,
+                reply,
+            } => {
+                let result = self.submit(gi, request, deadline).await;
+                match reply {
+                    Some(reply) => {
+                        let _ = reply.send(result);
+                    }
+                    None => {
+                        if let Err(e) = result {
+                            tracing::warn!(group = %self.group_label(gi), error = %e, "queued scale request not accepted");
+                        }
+                    }
+                }
+            }
+        }
     }
 
     /// Sends the request the machine started (the phase is `Submitting`), reports the answer
@@ -313,7 +382,7 @@ impl Provider {
 
     /// Ends a removal window: after `removal_window` (or before the first caller's deadline),
     /// on a fresh snapshot, the queued removals go out as one request; every caller of the
-    /// window hears the outcome. Runs in a task of its own: a caller giving up never strands
+    /// window hears the outcome. Runs in the group's sender: a caller giving up never strands
     /// the queue.
     async fn close_window(&self, gi: usize, tx: WindowSender, deadline: Instant) {
         let g = &self.inner.groups[gi];
@@ -353,6 +422,7 @@ impl Provider {
                                 // The window's own request: its callers hear the answer.
                                 Effect::Submit(request @ ScaleRequest::RemoveNodes { .. }) => {
                                     tracing::info!(group = %self.group_label(gi), ?request, "scale-down: sending scaleKubernetesCluster nodeids");
+                                    // Sent from here: this runs in the group's sender.
                                     result = self.submit(gi, request, Some(deadline)).await;
                                     if result.is_ok() {
                                         // Owed from now on, before anything else is awaited:
@@ -420,7 +490,7 @@ impl Scoped<'_> {
         match started.map_err(|e| p.scale_error(gi, e))? {
             Started::Submit(request) => {
                 tracing::info!(group = %p.group_label(gi), ?request, "scale-up: sending scaleKubernetesCluster");
-                p.submit(gi, request, Some(deadline)).await?;
+                p.send(gi, request, deadline).await?;
                 p.record_promise(gi, deadline).await;
                 Ok(())
             }
@@ -492,8 +562,7 @@ impl Scoped<'_> {
             None => Ok(()),
             Some((mut rx, tx)) => {
                 if let Some(tx) = tx {
-                    let p = p.clone();
-                    tokio::spawn(async move { p.close_window(gi, tx, deadline).await });
+                    p.sending(gi, Work::CloseWindow { tx, deadline });
                 }
                 let outcome = |done: &WindowOutcome| match done {
                     Some(Err(e)) => Err(Error::Batch(e.clone())),
@@ -567,6 +636,21 @@ impl Scoped<'_> {
         tracing::info!(group = %p.group_label(gi), cancelled = d.cancelled, "target size decreased (requests cancelled)");
         Ok(())
     }
+}
+
+/// The group's sender's work ([`Provider::sending`]).
+pub(crate) enum Work {
+    /// A `scaleKubernetesCluster` the machine started (the phase is `Submitting`), and who
+    /// waits for its answer: `deadline` is the waiting caller's (its answer is awaited and the
+    /// job watched until then).
+    Send {
+        request: ScaleRequest,
+        deadline: Option<Instant>,
+        reply: Option<oneshot::Sender<Result<()>>>,
+    },
+    /// The removal window a DeleteNodes opened: closed when the machine says, its request sent
+    /// and its callers answered through `tx`.
+    CloseWindow { tx: WindowSender, deadline: Instant },
 }
 
 /// The outcome of a removal window, shared by its callers.

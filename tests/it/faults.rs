@@ -1303,3 +1303,39 @@ async fn a_frozen_provider_catches_up_after_a_time_gap() {
     assert_eq!(scale_requests(&sim).len(), 2);
     assert_eq!(jobs.max(), 1);
 }
+
+/// The autoscaler may hang up in the middle of an IncreaseSize (it was killed or restarted,
+/// or its own context ran out): the call's future is dropped with the request to CloudStack on
+/// its way. What was started must still be finished: the answer read, or the loss settled by
+/// reading CloudStack. Left half way, the group would wait for ever for a request nobody
+/// answers, and every later scale-up would only be queued behind it.
+#[tokio::test(start_paused = true)]
+async fn a_scale_up_whose_caller_hangs_up_is_still_carried_through() {
+    let mut cfg = SimConfig::for_tests(API_KEY, SECRET_KEY);
+    cfg.settings.job_duration = Duration::from_millis(800);
+    let mut s = Stack::start(cfg, |_| {}).await;
+    // Each call takes 0.6 s: the cluster is read, then scaleKubernetesCluster is on its way
+    // when the caller gives up, 1 s into a 10 s deadline (the stream is reset).
+    s.sim.configure(|c| c.latency = Duration::from_millis(600));
+    let hung_up = tokio::time::timeout(
+        Duration::from_secs(1),
+        s.increase(1, Duration::from_secs(10)),
+    )
+    .await;
+    assert!(hung_up.is_err(), "the caller hung up first: {hung_up:?}");
+    s.sim.configure(|c| c.latency = Duration::ZERO);
+    // CloudStack runs the request it received; the provider follows it, and the group takes
+    // the next scale-up.
+    s.settle_at(4).await;
+    s.increase(1, Duration::from_secs(5))
+        .await
+        .expect("the next scale-up");
+    s.settle_at(5).await;
+    let sizes: Vec<_> = s
+        .scale_requests()
+        .iter()
+        .map(|r| r.params["size"].clone())
+        .collect();
+    assert_eq!(sizes, vec!["4", "5"], "each scale-up sent once");
+    assert_eq!(s.jobs.max(), 1);
+}
