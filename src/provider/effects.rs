@@ -1,5 +1,5 @@
-//! The machine's effects carried out: followers spawned, queued requests sent, the job search
-//! awaited, retried and abandoned removals told to the operator, and the VMs whose drain would
+//! The machine's effects carried out: the group's loop woken to follow a job, queued requests
+//! handed to it, the job search awaited, retried and abandoned removals told to the operator, and the VMs whose drain would
 //! fail stopped before their removal. The machine only says what is to be done; this is the
 //! one place that turns its effects into tasks and CloudStack calls, so none is forgotten.
 
@@ -15,12 +15,12 @@ impl Provider {
         let mut effects = std::collections::VecDeque::from(effects);
         while let Some(effect) = effects.pop_front() {
             match effect {
-                Effect::PollNow => self.inner.groups[gi].poke.notify_one(),
-                Effect::Follow(job) => self.spawn_follower(gi, job),
+                // The group's loop follows what the machine waits for: woken, it looks.
+                Effect::PollNow | Effect::Follow(_) => self.wake_loop(gi),
                 Effect::Submit(request) => self.send_queued(gi, request),
                 Effect::FindJob => {
                     effects.extend(self.find_and_follow(gi).await);
-                    self.spawn_state_follower(gi);
+                    self.wake_loop(gi);
                 }
                 Effect::RemovalRetried {
                     vms,

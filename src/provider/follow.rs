@@ -1,6 +1,6 @@
-//! Following scale jobs in the background: one task per job, polling `queryAsyncJobResult`,
-//! then fetching the cluster and reporting the job's end to the machine (which settles it and
-//! may start the queued request). Also reads `listAsyncJobs` for jobs this provider did not
+//! What follows a scale job's end: the cluster fetched again and the end reported to the
+//! machine (which settles it and may start the queued request); the group's loop
+//! (`cluster_loop`) polls the job. Also reads `listAsyncJobs` for jobs this provider did not
 //! start (after a restart or a lost answer); which of them is a cluster's is the domain's
 //! decision (`cks_domain::jobs`).
 
@@ -28,114 +28,6 @@ pub(crate) fn job_end(outcome: JobOutcome) -> Option<JobEnd> {
 }
 
 impl Provider {
-    pub(crate) fn spawn_follower(&self, gi: usize, job_id: String) {
-        let p = self.clone();
-        tokio::spawn(async move { p.follow(gi, job_id).await });
-    }
-
-    /// While the group waits on something no job id can tell (a scale job that names no
-    /// cluster, adopted through the cluster's state, or a lost answer), fetches the cluster every
-    /// `job_poll_interval` so its end is seen, and the queued work sent, without waiting for
-    /// the autoscaler's next Refresh. One task per group at a time.
-    pub(crate) fn spawn_state_follower(&self, gi: usize) {
-        use std::sync::atomic::Ordering;
-        let waits = move |p: &Provider| p.inner.groups[gi].read().scale.follows_state();
-        if !waits(self)
-            || self.inner.groups[gi]
-                .state_follower
-                .swap(true, Ordering::AcqRel)
-        {
-            return;
-        }
-        let p = self.clone();
-        tokio::spawn(async move {
-            let mut stop = p.inner.shutdown.subscribe();
-            while waits(&p) {
-                tokio::select! {
-                    _ = tokio::time::sleep(p.inner.settings.job_poll_interval) => {}
-                    changed = stop.changed() => {
-                        if changed.is_err() || *stop.borrow() {
-                            break;
-                        }
-                    }
-                }
-                if let Err(e) = p.fetch_and_act(gi).await {
-                    tracing::debug!(group = %p.group_label(gi), error = %e, "following the cluster's state: fetch failed");
-                }
-            }
-            p.inner.groups[gi]
-                .state_follower
-                .store(false, Ordering::Release);
-            // A phase entered between the last check and the flag's release is followed too.
-            if waits(&p) {
-                p.spawn_state_follower(gi);
-            }
-        });
-    }
-
-    fn still_following(&self, gi: usize, job_id: &str) -> bool {
-        self.inner.groups[gi].read().scale.phase().job() == Some(job_id)
-    }
-
-    async fn follow(&self, gi: usize, job_id: String) {
-        let poll = self.inner.settings.job_poll_interval;
-        let max_follow = self.inner.settings.job_max_follow;
-        let mut stop = self.inner.shutdown.subscribe();
-        // When to look again is the machine's: it knows when a job of this shape is due.
-        let next = |failures: u32| {
-            self.inner.groups[gi].read().scale.next_job_poll(
-                &job_id,
-                now(),
-                poll,
-                failures,
-                max_follow,
-            )
-        };
-        let mut delay = next(0);
-        let mut failures = 0u32;
-        let mut overdue = false;
-        loop {
-            tokio::select! {
-                _ = tokio::time::sleep(delay) => {}
-                _ = self.inner.groups[gi].poke.notified() => {}
-                changed = stop.changed() => {
-                    if changed.is_err() || *stop.borrow() {
-                        return;
-                    }
-                }
-            }
-            if !self.still_following(gi, &job_id) {
-                return;
-            }
-            let end = match self.inner.cs.query_job(&job_id).await {
-                Err(e) => {
-                    failures += 1;
-                    delay = next(failures);
-                    tracing::warn!(job = %job_id, error = %e, "polling the scale job failed; retrying");
-                    continue;
-                }
-                Ok(job) => job.outcome(),
-            };
-            failures = 0;
-            let Some(end) = job_end(end) else {
-                self.inner.groups[gi]
-                    .lock()
-                    .scale
-                    .job_pending(&job_id, now());
-                delay = next(0);
-                if delay > poll && !overdue {
-                    overdue = true;
-                    tracing::error!(job = %job_id, limit = ?max_follow,
-                        "scale job still running after the follow limit; it stays this cluster's operation and is polled every {delay:?}");
-                }
-                continue;
-            };
-            let fetched = self.fetch_after_job(gi, None).await;
-            self.settle(gi, &job_id, &end, fetched, false).await;
-            return;
-        }
-    }
-
     /// Fetches the cluster after a job ended, so its outcome is judged on what CloudStack
     /// shows now: tried again as `timing::post_job_read_wait` says, or until `deadline`.
     /// Returns whether it worked.

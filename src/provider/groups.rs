@@ -4,7 +4,7 @@
 //! cached views and tells the state file, and the one way to find a group by id
 //! ([`Scoped::group`]), so another client's group is not found anywhere.
 
-use super::ops::WindowOutcome;
+use super::cluster_loop::WindowOutcome;
 use super::refresh::RefreshSlot;
 use super::store::Store;
 use super::{Caller, Error, Provider, Result, error};
@@ -59,19 +59,17 @@ pub(crate) struct Group {
     /// so that recording a sighting (every NodeGroupForNode) leaves the cached views alone;
     /// taken after `state` when both are held, never the other way round.
     pub registered: Mutex<Registrations>,
-    /// Wakes the job follower early (a snapshot shows the job may be over).
-    pub poke: tokio::sync::Notify,
+    /// Wakes the group's loop (`cluster_loop`): a snapshot shows the followed job may be over,
+    /// or the machine waits for something new.
+    pub poke: Arc<tokio::sync::Notify>,
     /// The group's refresh round in flight and when it was last asked for (`refresh`).
     pub refresh: Mutex<RefreshSlot>,
-    /// A task follows the cluster's state (a job it cannot name, a lost answer): at most one.
-    pub state_follower: std::sync::atomic::AtomicBool,
     /// Never held across an `.await`: every transition is one critical section.
     pub state: Mutex<GroupState>,
     /// Told of every change of `state`, so the promises it holds are recorded.
     pub(super) store: Arc<Store>,
-    /// The group's sender of `scaleKubernetesCluster` requests and closer of its removal
-    /// windows (`ops`), started on first use.
-    pub(super) sender: OnceLock<tokio::sync::mpsc::UnboundedSender<super::ops::Work>>,
+    /// The inbox of the group's loop (`cluster_loop`), started on first use.
+    pub(super) inbox: OnceLock<tokio::sync::mpsc::UnboundedSender<super::cluster_loop::Work>>,
 }
 
 /// Read-only access to a group's state: derived answers may be cached through it, nothing

@@ -1,5 +1,5 @@
 //! The shell around the domain core: one `Group` per configured CKS cluster holding its
-//! [`ScaleMachine`], the locks, the CloudStack calls, the spawned job followers and the cache
+//! [`ScaleMachine`], the locks, the CloudStack calls, each group's loop (`cluster_loop`) and the cache
 //! of read answers. Nothing here decides: every rule about a scale operation's life is in
 //! `cks_domain::machine`, which job is a cluster's in `cks_domain::jobs`, whether a snapshot
 //! may still be answered from in `cks_domain::freshness`; this module feeds them events (with
@@ -8,7 +8,7 @@
 //! (accepted, throttled, lost, refused), a clock reading into an age.
 //!
 //! Reads (NodeGroups, NodeGroupForNode, NodeGroupNodes, NodeGroupTargetSize) are answered from
-//! memory. Only Refresh, the scale RPCs and the job followers call CloudStack.
+//! memory. Only Refresh, the scale RPCs, the keeper's rounds and the groups' loops call CloudStack.
 //!
 //! Callers: the gRPC layer calls through [`Provider::seen_by`], which shows each autoscaler
 //! only the groups bound to it (`--nodes …@CLIENT`, `caller`); a caller never sees or
@@ -27,6 +27,7 @@
 mod alert;
 mod blocked;
 mod caller;
+mod cluster_loop;
 mod effects;
 mod error;
 mod follow;
@@ -222,11 +223,10 @@ impl Provider {
                         removal_window: None,
                         restored: Vec::new(),
                     }),
-                    poke: tokio::sync::Notify::new(),
+                    poke: Arc::new(tokio::sync::Notify::new()),
                     refresh: Mutex::new(refresh::RefreshSlot::default()),
-                    state_follower: std::sync::atomic::AtomicBool::new(false),
                     store: store.clone(),
-                    sender: std::sync::OnceLock::new(),
+                    inbox: std::sync::OnceLock::new(),
                 }
             })
             .collect();

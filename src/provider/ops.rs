@@ -8,6 +8,7 @@
 //! nothing: the machine validates before it changes state. Each is limited to the caller's
 //! groups ([`Scoped`]): another client's group is not found, and nothing is sent for it.
 
+use super::cluster_loop::{WindowOutcome, WindowSender, Work};
 use super::{Error, Provider, Result, Scoped, before, now};
 use cks_cloudstack::Class;
 use cks_domain::cluster::IndexedSnapshot;
@@ -17,7 +18,7 @@ use cks_domain::machine::{
 };
 use cks_domain::rules::ScaleRequest;
 use std::sync::Arc;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{oneshot, watch};
 use tokio::time::{Instant, timeout_at};
 
 use cks_domain::timing::watch_step;
@@ -108,58 +109,9 @@ impl Provider {
         })
     }
 
-    /// Hands work to the group's sender: one task per group sends every
-    /// `scaleKubernetesCluster` of its cluster and closes its removal windows, one at a time
-    /// (the machine starts a request only from `Idle`, and none while a window is open, so
-    /// nothing waits behind another), and carries each request through to its answer or its
-    /// loss, whoever asked for it and whether or not they still wait. Started on first use; it
-    /// ends with the provider (it holds it weakly).
-    pub(crate) fn sending(&self, gi: usize, work: Work) {
-        let sender = self.inner.groups[gi].sender.get_or_init(|| {
-            let (tx, mut rx) = mpsc::unbounded_channel::<Work>();
-            let provider = Arc::downgrade(&self.inner);
-            tokio::spawn(async move {
-                while let Some(work) = rx.recv().await {
-                    let Some(inner) = provider.upgrade() else {
-                        break;
-                    };
-                    Provider { inner }.carry_out(gi, work).await;
-                }
-            });
-            tx
-        });
-        if sender.send(work).is_err() {
-            tracing::error!(group = %self.group_label(gi), "the group's sender ended: the scale request is not sent");
-        }
-    }
-
-    /// One piece of the sender's work.
-    async fn carry_out(&self, gi: usize, work: Work) {
-        match work {
-            Work::CloseWindow { tx, deadline } => self.close_window(gi, tx, deadline).await,
-            Work::Send {
-                request,
-                deadline,
-                reply,
-            } => {
-                let result = self.submit(gi, request, deadline).await;
-                match reply {
-                    Some(reply) => {
-                        let _ = reply.send(result);
-                    }
-                    None => {
-                        if let Err(e) = result {
-                            tracing::warn!(group = %self.group_label(gi), error = %e, "queued scale request not accepted");
-                        }
-                    }
-                }
-            }
-        }
-    }
-
     /// Sends the request the machine started (the phase is `Submitting`), reports the answer
     /// back to the machine, watches the job for an immediate refusal while the deadline allows,
-    /// then leaves it to a follower.
+    /// then leaves it to the group's loop to follow.
     pub(crate) async fn submit(
         &self,
         gi: usize,
@@ -258,16 +210,16 @@ impl Provider {
         {
             return self.failed_in_watch(gi, &job_id, end, d).await;
         }
-        self.spawn_follower(gi, job_id);
+        // Followed by the group's loop, which runs this.
         Ok(())
     }
 
-    /// The submission's answer was lost: settled later by reading CloudStack (a follower
-    /// watches the cluster's state meanwhile). Its callers hear what the machine says: OK
+    /// The submission's answer was lost: settled later by reading CloudStack (the group's
+    /// loop watches the cluster's state meanwhile). Its callers hear what the machine says: OK
     /// when it promised what they asked (a window's removals), else the loss.
     fn answer_lost(&self, gi: usize, detail: String) -> Result<()> {
         let promised = self.inner.groups[gi].lock().scale.submission_lost();
-        self.spawn_state_follower(gi);
+        // The group's loop, which runs this, follows the cluster's state until it is settled.
         if promised {
             tracing::info!(group = %self.group_label(gi), detail = %detail,
                 "scale-down: CloudStack's answer was lost; the removals are owed and carried through");
@@ -325,8 +277,8 @@ impl Provider {
         }
     }
 
-    /// A job that failed while its scale RPC still watched it: settled as the follower
-    /// settles it, then answered as the machine says (`Settled::watched_answer`).
+    /// A job that failed while its scale RPC still watched it: settled as a followed job's end
+    /// is, then answered as the machine says (`Settled::watched_answer`).
     async fn failed_in_watch(
         &self,
         gi: usize,
@@ -384,7 +336,7 @@ impl Provider {
     /// on a fresh snapshot, the queued removals go out as one request; every caller of the
     /// window hears the outcome. Runs in the group's sender: a caller giving up never strands
     /// the queue.
-    async fn close_window(&self, gi: usize, tx: WindowSender, deadline: Instant) {
+    pub(crate) async fn close_window(&self, gi: usize, tx: WindowSender, deadline: Instant) {
         let g = &self.inner.groups[gi];
         // When it closes is the machine's: it moves with each arrival.
         let cap = self.inner.settings.removal_window;
@@ -426,7 +378,7 @@ impl Provider {
                                     result = self.submit(gi, request, Some(deadline)).await;
                                     if result.is_ok() {
                                         // Owed from now on, before anything else is awaited:
-                                        // a follower seeing the job fail must carry them on.
+                                        // the loop seeing the job fail must carry them on.
                                         g.lock().scale.window_answered(true);
                                     }
                                 }
@@ -637,22 +589,3 @@ impl Scoped<'_> {
         Ok(())
     }
 }
-
-/// The group's sender's work ([`Provider::sending`]).
-pub(crate) enum Work {
-    /// A `scaleKubernetesCluster` the machine started (the phase is `Submitting`), and who
-    /// waits for its answer: `deadline` is the waiting caller's (its answer is awaited and the
-    /// job watched until then).
-    Send {
-        request: ScaleRequest,
-        deadline: Option<Instant>,
-        reply: Option<oneshot::Sender<Result<()>>>,
-    },
-    /// The removal window a DeleteNodes opened: closed when the machine says, its request sent
-    /// and its callers answered through `tx`.
-    CloseWindow { tx: WindowSender, deadline: Instant },
-}
-
-/// The outcome of a removal window, shared by its callers.
-pub(crate) type WindowOutcome = Option<std::result::Result<(), Arc<Error>>>;
-type WindowSender = watch::Sender<WindowOutcome>;

@@ -282,9 +282,9 @@ impl Provider {
             Ok(_) if failed_before > 0 => {
                 tracing::info!(group = %name, failed_rounds = failed_before,
                     "CloudStack answers again: the snapshot is fresh, followed jobs are polled now");
-                // A follower backing off after failed polls looks at its job now, not at the
+                // A loop backing off after failed polls looks at its job now, not at the
                 // end of its backoff.
-                self.inner.groups[gi].poke.notify_one();
+                self.wake_loop(gi);
             }
             Ok(_) => {}
         }

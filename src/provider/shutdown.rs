@@ -8,7 +8,7 @@ use cks_domain::machine::Phase;
 use std::time::Duration;
 
 impl Provider {
-    /// Stops background work (job followers) of every group. Jobs keep running in CloudStack;
+    /// Stops following every group's job (each group's loop lets it go). Jobs keep running in CloudStack;
     /// a later Refresh adopts them again.
     pub fn cleanup(&self) {
         self.inner.shutdown.send_replace(true);
@@ -52,7 +52,7 @@ impl Scoped<'_> {
         for gi in self.visible() {
             let g = &self.p.inner.groups[gi];
             g.lock().scale.cleanup();
-            // Its follower wakes, finds the job no longer the group's and ends.
+            // The group's loop wakes and finds no job of the group's to follow.
             g.poke.notify_one();
         }
         Ok(())

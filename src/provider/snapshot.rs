@@ -1,5 +1,5 @@
 //! A group's cluster read from CloudStack and installed in its machine: the one
-//! `listKubernetesClusters` read behind Refresh, the scale RPCs and the followers, the
+//! `listKubernetesClusters` read behind Refresh, the scale RPCs and the groups' loops, the
 //! resolution of a cluster configured by name, and CloudStack's cluster object turned into
 //! the domain's input. Kept in one place so every snapshot the machine sees went through the
 //! same checks (a name resolving to one cluster no other group serves, a cluster gone).
