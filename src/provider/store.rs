@@ -142,6 +142,11 @@ pub(crate) struct Store {
     writing: tokio::sync::Mutex<()>,
     /// [`StateFile::writer`].
     writer: Mutex<Option<String>>,
+    /// The next pass writes even an unchanged record: a check, before a request is sent on a
+    /// caller's behalf, that its promise can be recorded ([`Provider::store_writable`]).
+    force: std::sync::atomic::AtomicBool,
+    /// Failed writes so far: who waits for a write hears of a failure at once.
+    failures: watch::Sender<u64>,
 }
 
 impl Store {
@@ -157,6 +162,8 @@ impl Store {
             failing: Mutex::new(None),
             writing: tokio::sync::Mutex::new(()),
             writer: Mutex::new(None),
+            force: std::sync::atomic::AtomicBool::new(false),
+            failures: watch::channel(0).0,
         }
     }
 
@@ -383,10 +390,12 @@ impl Provider {
         }))
     }
 
-    /// One pass of the writer: what every group owes now, written if it changed. `false`
-    /// when the write failed (logged and counted): the changes it held are not recorded.
+    /// One pass of the writer: what every group owes now, written if it changed (or a check
+    /// asked for a write), `false` when the write failed (logged and counted): the changes it
+    /// held are not recorded.
     async fn write_state(&self) -> bool {
-        self.write_state_as(false).await
+        let force = self.inner.store.force.swap(false, Ordering::AcqRel);
+        self.write_state_as(force).await
     }
 
     /// [`Provider::write_state`]; `force`: written even when unchanged (a check that the
@@ -418,6 +427,7 @@ impl Provider {
         if force || failing || !unchanged {
             if let Err(e) = backend.write(&text).await {
                 *store.failing.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+                store.failures.send_modify(|f| *f += 1);
                 crate::metrics::record_state_write_failure();
                 tracing::error!(store = %backend.describe(), error = %e,
                     "recording the promises failed: what is promised from now on is answered OK only once a write succeeds; trying again");
@@ -480,27 +490,35 @@ impl Provider {
     /// Writes the record now, unchanged or not, by `until`: the check, just before a
     /// request is sent to CloudStack on a caller's behalf, that its promise can be recorded.
     /// An error names the store: the request is then not sent, and the caller hears it
-    /// before anything is promised.
+    /// before anything is promised. The standing writer writes it (a write cut off half way
+    /// could leave the ConfigMap's version unknown to the next one), so nothing is spawned.
     pub(crate) async fn store_writable(
         &self,
         until: tokio::time::Instant,
     ) -> Result<(), super::Error> {
-        if self.inner.store.backend.is_none() {
+        let store = &self.inner.store;
+        if store.backend.is_none() {
             return Ok(());
         }
-        // In a task of its own: a write cut off half way could leave the ConfigMap's version
-        // unknown to the next one.
-        let p = self.clone();
-        let write = tokio::spawn(async move { p.write_state_as(true).await });
-        match tokio::time::timeout_at(until, write).await {
-            Ok(Ok(true)) => Ok(()),
-            Ok(_) => {
-                // The writer tries again, with its backoff, until a write succeeds.
-                self.inner.store.wake.notify_one();
-                self.check_store()
+        let mut failures = store.failures.subscribe();
+        failures.borrow_and_update();
+        let mut written = store.written.subscribe();
+        store.force.store(true, Ordering::Release);
+        let asked = store.requested.fetch_add(1, Ordering::AcqRel) + 1;
+        store.wake.notify_one();
+        let outcome = tokio::time::timeout_at(until, async {
+            tokio::select! {
+                _ = written.wait_for(|w| *w >= asked) => {}
+                _ = failures.changed() => {}
             }
+        })
+        .await;
+        match outcome {
+            // Written, or failed: the failure is named (the writer tries again, with its
+            // backoff, until a write succeeds).
+            Ok(()) => self.check_store(),
             Err(_) => Err(super::Error::StoreUnavailable {
-                store: self.inner.store.describe(),
+                store: store.describe(),
                 error: "not written in time".into(),
             }),
         }
