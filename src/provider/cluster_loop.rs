@@ -4,17 +4,20 @@
 //! follows what the machine waits for: its job, polled when the machine says
 //! (`ScaleMachine::next_job_poll`), or, when no job id can tell (a lost answer, a job no
 //! listing names), the cluster's state, read every `--job-poll-interval`
-//! (`ScaleMachine::follows_state`). What to follow is read from the machine at every turn,
-//! never remembered apart from it.
+//! (`ScaleMachine::follows_state`). It stops the VMs of owed removals whose drain would fail
+//! when the machine says (`ScaleMachine::next_stop_at`, `take_stops`) and follows each stop
+//! job to its end. What to follow is read from the machine at every turn, never remembered
+//! apart from it.
 //!
-//! Callers and other tasks hand it work ([`Provider::sending`]) or wake it
-//! ([`Provider::wake_loop`]); none runs that work in its own future, so an autoscaler that hangs
+//! Callers and other tasks hand it work ([`Provider::sending`]), wake it
+//! ([`Provider::wake_loop`]) or have it poll its job at once ([`Provider::poll_now`]); none runs that work in its own future, so an autoscaler that hangs
 //! up mid-call never leaves a request half way, and no task is spawned per call or per job.
 //! One at a time is enough: the machine starts a request only from `Idle` and none while a
 //! removal window is open, and a job is followed only while no request is being sent, so
 //! nothing waits behind another.
 
 use super::{Error, Provider, Result, now};
+use cks_domain::machine::JobEnd;
 use cks_domain::rules::ScaleRequest;
 use std::sync::{Arc, Weak};
 use tokio::sync::{Notify, mpsc, oneshot, watch};
@@ -39,6 +42,16 @@ pub(crate) enum Work {
     CloseWindow { tx: WindowSender, deadline: Instant },
 }
 
+/// A `stopVirtualMachine` job the loop follows to its end.
+struct Stopping {
+    vm: String,
+    job: String,
+    next: Instant,
+    /// Not followed past this (`--job-max-follow`): the next snapshot tells what became of
+    /// the VM.
+    until: Instant,
+}
+
 /// The job the loop follows, and how its polls went.
 struct Following {
     job: String,
@@ -57,9 +70,16 @@ impl Provider {
         }
     }
 
-    /// Wakes the group's loop (started on first use): the machine may wait for something new
-    /// (a job to follow, a state to watch), or a snapshot suggests the followed job is over.
+    /// Wakes the group's loop (started on first use) to look at what the machine waits for:
+    /// a new job to follow, a state to watch, a VM to stop.
     pub(crate) fn wake_loop(&self, gi: usize) {
+        self.group_loop(gi);
+        self.inner.groups[gi].wake.notify_one();
+    }
+
+    /// Has the group's loop poll the followed job now, not when it was due: a snapshot
+    /// suggests it is over, or CloudStack answers again after polls that failed.
+    pub(crate) fn poll_now(&self, gi: usize) {
         self.group_loop(gi);
         self.inner.groups[gi].poke.notify_one();
     }
@@ -69,8 +89,8 @@ impl Provider {
         self.inner.groups[gi].inbox.get_or_init(|| {
             let (tx, rx) = mpsc::unbounded_channel::<Work>();
             let provider = Arc::downgrade(&self.inner);
-            let poke = self.inner.groups[gi].poke.clone();
-            tokio::spawn(run(provider, gi, rx, poke));
+            let g = &self.inner.groups[gi];
+            tokio::spawn(run(provider, gi, rx, g.wake.clone(), g.poke.clone()));
             tx
         })
     }
@@ -120,6 +140,17 @@ impl Provider {
         true
     }
 
+    /// Polls a stop job once: `None` while it runs (or its poll got no answer), else how it
+    /// ended (`Some(None)` succeeded, `Some(Some(text))` failed or was cancelled).
+    async fn poll_stop(&self, s: &Stopping) -> Option<Option<String>> {
+        let outcome = self.inner.cs.query_job(&s.job).await.ok()?;
+        match super::follow::job_end(outcome.outcome())? {
+            JobEnd::Succeeded => Some(None),
+            JobEnd::Failed { text, .. } => Some(Some(text)),
+            JobEnd::Cancelled => Some(Some("the job was cancelled".into())),
+        }
+    }
+
     /// One piece of handed work.
     async fn carry_out(&self, gi: usize, work: Work) {
         match work {
@@ -151,10 +182,12 @@ async fn run(
     provider: Weak<super::Inner>,
     gi: usize,
     mut inbox: mpsc::UnboundedReceiver<Work>,
+    wake: Arc<Notify>,
     poke: Arc<Notify>,
 ) {
     let mut following: Option<Following> = None;
     let mut state_read: Option<Instant> = None;
+    let mut stopping: Vec<Stopping> = Vec::new();
     loop {
         let Some(inner) = provider.upgrade() else {
             return;
@@ -165,13 +198,29 @@ async fn run(
             continue;
         }
         // What the machine waits for now.
-        let (job, follows_state) = {
+        let (job, follows_state, stop_at) = {
             let st = p.inner.groups[gi].read();
             (
                 st.scale.phase().job().map(str::to_string),
                 st.scale.follows_state(),
+                st.scale.next_stop_at(now()),
             )
         };
+        if stop_at.is_some_and(|at| at <= now()) {
+            let vms = p.inner.groups[gi].lock().scale.take_stops(now());
+            for vm in vms {
+                if let Some(job) = p.send_stop(gi, &vm).await {
+                    let poll = p.inner.settings.job_poll_interval;
+                    stopping.push(Stopping {
+                        vm,
+                        job,
+                        next: Instant::now() + poll,
+                        until: Instant::now() + p.inner.settings.job_max_follow,
+                    });
+                }
+            }
+            continue;
+        }
         match (&job, &following) {
             (Some(j), Some(f)) if f.job == *j => {}
             (Some(j), _) => {
@@ -204,6 +253,16 @@ async fn run(
             }
             continue;
         }
+        if let Some(i) = stopping.iter().position(|s| s.next <= t) {
+            let mut s = stopping.swap_remove(i);
+            if let Some(ended) = p.poll_stop(&s).await {
+                p.stop_ended(gi, &s.vm, &s.job, ended.as_deref()).await;
+            } else if Instant::now() < s.until {
+                s.next = Instant::now() + poll;
+                stopping.push(s);
+            }
+            continue;
+        }
         if state_at.is_some_and(|at| at <= t) {
             state_read = Some(Instant::now() + poll);
             if let Err(e) = p.fetch_and_act(gi).await {
@@ -211,14 +270,16 @@ async fn run(
             }
             continue;
         }
-        let wake = [following.as_ref().map(|f| f.next), state_at]
+        let due = [following.as_ref().map(|f| f.next), state_at]
             .into_iter()
+            .chain(stopping.iter().map(|s| Some(s.next)))
+            .chain([stop_at.map(Instant::from_std)])
             .flatten()
             .min();
         // Not kept alive while asleep: the loop ends with the provider.
         drop(p);
         let sleep = async {
-            match wake {
+            match due {
                 Some(at) => tokio::time::sleep_until(at).await,
                 None => std::future::pending().await,
             }
@@ -236,6 +297,7 @@ async fn run(
                     f.next = Instant::now();
                 }
             }
+            () = wake.notified() => {}
             () = sleep => {}
         }
     }

@@ -1,11 +1,11 @@
 //! The machine's effects carried out: the group's loop woken to follow a job, queued requests
-//! handed to it, the job search awaited, retried and abandoned removals told to the operator, and the VMs whose drain would
-//! fail stopped before their removal. The machine only says what is to be done; this is the
-//! one place that turns its effects into tasks and CloudStack calls, so none is forgotten.
+//! handed to it, the job search awaited, retried and abandoned removals told to the operator;
+//! and the stops of VMs whose drain would fail, sent and ended for the group's loop. The
+//! machine only says what is to be done; this is the one place that turns its effects into
+//! CloudStack calls and work for the loop, so none is forgotten.
 
 use super::{Provider, now};
 use cks_cloudstack::Class;
-use cks_cloudstack::types::JobOutcome;
 use cks_domain::machine::{Effect, StopAnswer};
 
 impl Provider {
@@ -15,8 +15,9 @@ impl Provider {
         let mut effects = std::collections::VecDeque::from(effects);
         while let Some(effect) = effects.pop_front() {
             match effect {
+                Effect::PollNow => self.poll_now(gi),
                 // The group's loop follows what the machine waits for: woken, it looks.
-                Effect::PollNow | Effect::Follow(_) => self.wake_loop(gi),
+                Effect::Follow(_) => self.wake_loop(gi),
                 Effect::Submit(request) => self.send_queued(gi, request),
                 Effect::FindJob => {
                     effects.extend(self.find_and_follow(gi).await);
@@ -54,35 +55,27 @@ impl Provider {
                 }
             }
         }
-        self.send_stops(gi);
+        // VMs to stop are the loop's to take.
+        self.wake_loop(gi);
     }
 
-    /// Stops the VMs of owed removals that cannot be drained (each in a task of its own), and
-    /// follows each stop job to its end: then the cluster is read again, shows the VM down,
-    /// and its removal goes out without a drain, with no need to wait for the autoscaler's
-    /// next Refresh. A stop job that fails puts the stop back to be tried again later.
-    pub(crate) fn send_stops(&self, gi: usize) {
-        let vms = self.inner.groups[gi].lock().scale.take_stops(now());
-        for vm in vms {
-            let p = self.clone();
-            tokio::spawn(async move { p.stop_vm(gi, vm).await });
-        }
-    }
-
-    async fn stop_vm(&self, gi: usize, vm: String) {
+    /// Sends `stopVirtualMachine` for a VM the machine handed out (`take_stops`) and tells the
+    /// machine its answer; returns the stop job to follow (the group's loop polls it and calls
+    /// [`Provider::stop_ended`]).
+    pub(crate) async fn send_stop(&self, gi: usize, vm: &str) -> Option<String> {
         let label = self.group_label(gi);
         if !self.acting() {
             tracing::warn!(group = %label, vm = %vm, "stopVirtualMachine not sent: this replica does not hold the leader lease");
             let told = self.inner.groups[gi].lock().scale.stop_answered(
-                &vm,
+                vm,
                 StopAnswer::Failed("this replica does not lead"),
                 now(),
             );
             self.run_effects(gi, told).await;
-            return;
+            return None;
         }
         tracing::info!(group = %label, vm = %vm, "stopping the VM before its removal: a drain of it would fail");
-        let answer = self.inner.cs.stop_virtual_machine(&vm, false).await;
+        let answer = self.inner.cs.stop_virtual_machine(vm, false).await;
         let failure = match &answer {
             Ok(_) => None,
             Err(e) => {
@@ -98,7 +91,7 @@ impl Provider {
             }
         };
         let told = self.inner.groups[gi].lock().scale.stop_answered(
-            &vm,
+            vm,
             match &failure {
                 None => StopAnswer::Stopping,
                 Some((t, true, _)) => StopAnswer::NotPermitted(t),
@@ -108,15 +101,20 @@ impl Provider {
             now(),
         );
         self.run_effects(gi, told).await;
-        let Ok(job) = answer else {
-            return;
-        };
-        match self.follow_stop(&job).await {
+        answer.ok()
+    }
+
+    /// A stop job ended (`failed`: CloudStack's text). Succeeded, the cluster is read again:
+    /// it shows the VM down and its removal goes out without a drain, with no need to wait
+    /// for the autoscaler's next Refresh. Failed, the stop is tried again later.
+    pub(crate) async fn stop_ended(&self, gi: usize, vm: &str, job: &str, failed: Option<&str>) {
+        let label = self.group_label(gi);
+        match failed {
             Some(text) => {
                 tracing::warn!(group = %label, vm = %vm, job = %job, "the stop job failed; retrying later: {text}");
                 let failed = format!("stopVirtualMachine job {job} failed: {text}");
                 let told = self.inner.groups[gi].lock().scale.stop_answered(
-                    &vm,
+                    vm,
                     StopAnswer::Failed(&failed),
                     now(),
                 );
@@ -128,34 +126,5 @@ impl Provider {
                 }
             }
         }
-    }
-
-    /// Polls a `stopVirtualMachine` job until it ends (or `job_max_follow` passes, or the
-    /// provider shuts down): its failure text, or `None` once it succeeded or is no longer
-    /// followed (the next snapshot tells what became of the VM).
-    async fn follow_stop(&self, job: &str) -> Option<String> {
-        let until = tokio::time::Instant::now() + self.inner.settings.job_max_follow;
-        let mut stop = self.inner.shutdown.subscribe();
-        while tokio::time::Instant::now() < until {
-            tokio::select! {
-                _ = tokio::time::sleep(self.inner.settings.job_poll_interval) => {}
-                changed = stop.changed() => {
-                    if changed.is_err() || *stop.borrow() {
-                        return None;
-                    }
-                }
-            }
-            match self.inner.cs.query_job(job).await.map(|j| j.outcome()) {
-                Ok(JobOutcome::Pending) | Err(_) => {}
-                Ok(JobOutcome::Succeeded(_)) => return None,
-                Ok(JobOutcome::Failed { errortext, .. }) => {
-                    return Some(errortext);
-                }
-                Ok(JobOutcome::Cancelled) => {
-                    return Some("the job was cancelled".into());
-                }
-            }
-        }
-        None
     }
 }

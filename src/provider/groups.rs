@@ -59,9 +59,10 @@ pub(crate) struct Group {
     /// so that recording a sighting (every NodeGroupForNode) leaves the cached views alone;
     /// taken after `state` when both are held, never the other way round.
     pub registered: Mutex<Registrations>,
-    /// Wakes the group's loop (`cluster_loop`): a snapshot shows the followed job may be over,
-    /// or the machine waits for something new.
+    /// Has the group's loop (`cluster_loop`) poll its job now: a snapshot shows it may be over.
     pub poke: Arc<tokio::sync::Notify>,
+    /// Wakes the group's loop to look at what the machine waits for now.
+    pub wake: Arc<tokio::sync::Notify>,
     /// The group's refresh round in flight and when it was last asked for (`refresh`).
     pub refresh: Mutex<RefreshSlot>,
     /// Never held across an `.await`: every transition is one critical section.

@@ -224,6 +224,7 @@ impl Provider {
                         restored: Vec::new(),
                     }),
                     poke: Arc::new(tokio::sync::Notify::new()),
+                    wake: Arc::new(tokio::sync::Notify::new()),
                     refresh: Mutex::new(refresh::RefreshSlot::default()),
                     store: store.clone(),
                     inbox: std::sync::OnceLock::new(),

@@ -406,7 +406,7 @@ impl Provider {
             st.scale.window_closed();
             tx.send_replace(Some(outcome.map_err(Arc::new)));
         }
-        self.send_stops(gi);
+        self.wake_loop(gi);
     }
 }
 
@@ -502,7 +502,7 @@ impl Scoped<'_> {
         };
         let acceptance = accepted.map_err(|e| p.scale_error(gi, e))?;
         tracing::info!(group = %p.group_label(gi), nodes = nodes.len(), accepted = ?acceptance.accepted, "scale-down: nodes accepted for removal");
-        p.send_stops(gi);
+        p.wake_loop(gi);
         // Fake "unregistered" nodes of VMs whose node is registered were refused; the others
         // of the call go ahead, and the caller hears about the refused ones.
         let guarded = acceptance
@@ -546,7 +546,7 @@ impl Scoped<'_> {
                             Ok(true) => {
                                 tracing::info!(group = %p.group_label(gi), vms = %acceptance.vm_ids.join(","),
                                     "scale-down: the request's deadline came before CloudStack's answer; the removals are owed and carried through");
-                                p.send_stops(gi);
+                                p.wake_loop(gi);
                                 Ok(())
                             }
                             Ok(false) => match rx.wait_for(Option::is_some).await {

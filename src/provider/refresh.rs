@@ -284,7 +284,7 @@ impl Provider {
                     "CloudStack answers again: the snapshot is fresh, followed jobs are polled now");
                 // A loop backing off after failed polls looks at its job now, not at the
                 // end of its backoff.
-                self.wake_loop(gi);
+                self.poll_now(gi);
             }
             Ok(_) => {}
         }

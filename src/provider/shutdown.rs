@@ -53,7 +53,7 @@ impl Scoped<'_> {
             let g = &self.p.inner.groups[gi];
             g.lock().scale.cleanup();
             // The group's loop wakes and finds no job of the group's to follow.
-            g.poke.notify_one();
+            g.wake.notify_one();
         }
         Ok(())
     }

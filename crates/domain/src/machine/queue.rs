@@ -335,21 +335,11 @@ impl ScaleMachine {
     /// [`ScaleMachine::stop_answered`].
     pub fn take_stops(&mut self, now: Instant) -> Vec<String> {
         let mut out = Vec::new();
-        // A scale-up in flight waits for every new VM to be Ready: stopping one of them (or
-        // one CloudStack is about to count) makes CloudStack fail the scale-up and leave its
-        // VMs. Stops wait for it to end.
-        let scaling_up = matches!(
-            self.phase.op().map(|o| &o.kind),
-            Some(OpKind::Increase { .. })
-        ) || matches!(self.phase, Phase::Adopted { .. });
-        if scaling_up {
+        if self.stops_held() {
             return out;
         }
         for r in &mut self.queue.remove {
-            // A removal not promised yet may still be refused: its VM stays as it is.
-            if r.stop == StopStage::Wanted
-                && !r.abandoned
-                && !r.in_window
+            if stop_wanted(r)
                 && r.stop_not_before.is_none_or(|t| t <= now)
                 && !out.contains(&r.vm_id)
             {
@@ -358,6 +348,31 @@ impl ScaleMachine {
             }
         }
         out
+    }
+
+    /// When [`ScaleMachine::take_stops`] has a VM to stop next: `now` when one is due, the
+    /// end of the earliest backoff otherwise, `None` while none is wanted or a scale-up holds
+    /// them.
+    pub fn next_stop_at(&self, now: Instant) -> Option<Instant> {
+        if self.stops_held() {
+            return None;
+        }
+        self.queue
+            .remove
+            .iter()
+            .filter(|r| stop_wanted(r))
+            .map(|r| r.stop_not_before.map_or(now, |t| t.max(now)))
+            .min()
+    }
+
+    /// A scale-up in flight waits for every new VM to be Ready: stopping one of them (or one
+    /// CloudStack is about to count) makes CloudStack fail the scale-up and leave its VMs.
+    /// Stops wait for it to end.
+    fn stops_held(&self) -> bool {
+        matches!(
+            self.phase.op().map(|o| &o.kind),
+            Some(OpKind::Increase { .. })
+        ) || matches!(self.phase, Phase::Adopted { .. })
     }
 
     /// The queued work as the next request, when nothing is in flight and the cluster is at
@@ -490,6 +505,12 @@ const BLOCKED: &str = "removal waits for an operator";
 struct Blocked {
     held: HashSet<String>,
     effects: Vec<Effect>,
+}
+
+/// Whether this removal's VM is to be stopped (and the stop not sent yet). A removal not
+/// promised yet may still be refused: its VM stays as it is.
+fn stop_wanted(r: &QueuedRemoval) -> bool {
+    r.stop == StopStage::Wanted && !r.abandoned && !r.in_window
 }
 
 /// The removals in the request in flight, if one is.

@@ -513,6 +513,40 @@ fn a_watched_job_is_past_validation_once_it_succeeded_or_the_cluster_scales() {
     assert_eq!(m.watched(None), Watched::PastValidation);
 }
 
+/// A stop that failed is due again when its backoff ends, which is when the group's loop
+/// wakes for it; a scale-up in flight holds every stop.
+#[test]
+fn a_failed_stop_is_due_again_after_its_backoff() {
+    let t0 = Instant::now();
+    let mut m = ScaleMachine::new(Some("cid".into()), timings());
+    m.snapshot_installed(running(3, t0), &ALERT, t0);
+    m.accept_removal(&[fake("w3", "create-error")], 1, &ALERT, &no_reports(), t0)
+        .expect("accepted");
+    m.close_window(&ALERT, t0).expect("nothing to send yet");
+    m.window_answered(true);
+    assert_eq!(m.take_stops(t0), ["w3"]);
+    m.stop_answered("w3", StopAnswer::Failed("busy"), t0);
+    let again = t0 + retry_delay(1);
+    assert_eq!(m.next_stop_at(t0), Some(again));
+    assert!(m.take_stops(t0).is_empty(), "not before its backoff");
+    assert_eq!(m.next_stop_at(again), Some(again));
+    // A scale job started elsewhere (adopted): no stop until it ends.
+    let scaling = snapshot(
+        "Scaling",
+        &[
+            ("w1", VmState::Running),
+            ("w2", VmState::Running),
+            ("w3", VmState::Running),
+        ],
+        again,
+    );
+    m.snapshot_installed(scaling, &ALERT, again);
+    m.job_searched(&crate::jobs::JobSearch::Nothing, &ALERT, again);
+    assert_eq!(m.phase().name(), "adopted");
+    assert_eq!(m.next_stop_at(again), None);
+    assert!(m.take_stops(again).is_empty());
+}
+
 /// Two nodes queued behind a running job, sent as one request when it ends.
 fn queued_increase_sent(t0: Instant) -> ScaleMachine {
     let mut m = machine_in("running", t0);
@@ -1227,11 +1261,14 @@ fn a_running_vm_without_a_node_is_stopped_first_or_refused() {
     );
     // Not stopped before its caller hears OK: the window may still be refused.
     assert!(m.take_stops(t0).is_empty(), "stopped before the promise");
+    assert_eq!(m.next_stop_at(t0), None);
     // Nothing to send while it runs.
     assert_eq!(m.close_window(&ALERT, t0), Ok(vec![]));
     m.window_answered(true);
+    assert_eq!(m.next_stop_at(t0), Some(t0), "due once promised");
     assert_eq!(m.take_stops(t0), ["w3"]);
     assert!(m.take_stops(t0).is_empty(), "a stop is sent once");
+    assert_eq!(m.next_stop_at(t0), None, "nothing more to stop");
     assert!(m.stop_answered("w3", StopAnswer::Stopping, t0).is_empty());
     assert_eq!(m.target(), Some(2));
     let stopped = snapshot(
