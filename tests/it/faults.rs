@@ -144,6 +144,14 @@ impl Stack {
         scale_requests(&self.sim)
     }
 
+    /// The sizes the scale requests CloudStack received asked for, in order.
+    fn requested_sizes(&self) -> Vec<String> {
+        self.scale_requests()
+            .into_iter()
+            .map(|r| r.params["size"].clone())
+            .collect()
+    }
+
     fn cs_size(&self) -> u64 {
         self.sim.cluster_json(&self.cluster)["size"]
             .as_u64()
@@ -389,12 +397,7 @@ async fn a_dropped_answer_to_a_scale_up_is_adopted_not_repeated() {
         "nothing sent while the job runs"
     );
     s.settle_at(5).await;
-    let sizes: Vec<_> = s
-        .scale_requests()
-        .iter()
-        .map(|r| r.params["size"].clone())
-        .collect();
-    assert_eq!(sizes, vec!["4", "5"]);
+    assert_eq!(s.requested_sizes(), ["4", "5"]);
     assert_eq!(s.jobs.max(), 1);
 }
 
@@ -1331,11 +1334,6 @@ async fn a_scale_up_whose_caller_hangs_up_is_still_carried_through() {
         .await
         .expect("the next scale-up");
     s.settle_at(5).await;
-    let sizes: Vec<_> = s
-        .scale_requests()
-        .iter()
-        .map(|r| r.params["size"].clone())
-        .collect();
-    assert_eq!(sizes, vec!["4", "5"], "each scale-up sent once");
+    assert_eq!(s.requested_sizes(), ["4", "5"], "each scale-up sent once");
     assert_eq!(s.jobs.max(), 1);
 }

@@ -1621,6 +1621,45 @@ mod properties {
         ]
     }
 
+    /// What CloudStack answers, applied as both properties apply it; the effects that follow.
+    fn cloudstack_answers(
+        m: &mut ScaleMachine,
+        step: &Step,
+        now: Instant,
+        t0: Instant,
+    ) -> Vec<Effect> {
+        match step {
+            Step::Answered => {
+                m.submission_answered(format!("job-{}", now.duration_since(t0).as_secs()), now);
+                Vec::new()
+            }
+            Step::Refused => m.submission_refused("no", &ALERT, now),
+            Step::Lost => {
+                m.submission_lost();
+                Vec::new()
+            }
+            Step::Found => m.job_found("job-x".into(), now),
+            Step::NoJobFound => m.no_job_found(&ALERT, now),
+            Step::JobEnds { failed, watched } => {
+                let end = if *failed {
+                    JobEnd::Failed {
+                        code: 530,
+                        text: "boom".into(),
+                    }
+                } else {
+                    JobEnd::Succeeded
+                };
+                m.phase()
+                    .job()
+                    .map(str::to_string)
+                    .and_then(|job| m.job_finished(&job, &end, true, *watched, &ALERT, now))
+                    .map(|settled| settled.effects)
+                    .unwrap_or_default()
+            }
+            _ => Vec::new(),
+        }
+    }
+
     /// The VMs whose removal the machine owes (its ledger), as a set.
     fn owed(m: &ScaleMachine, now: Instant) -> std::collections::BTreeSet<String> {
         m.ledger(now)
@@ -1657,7 +1696,7 @@ mod properties {
                 let mut effects = Vec::new();
                 let mut released = false;
                 let mut succeeded: Vec<String> = Vec::new();
-                match life {
+                match life.clone() {
                     Life::Step(Step::Increase(d)) => {
                         if let Ok(Admission::NeedsFreshSnapshot) = m.admit_increase(d, MAX, &ALERT)
                             && let Ok(Started::Submit(r)) = m.start_increase(d, MAX, &ALERT, now)
@@ -1678,27 +1717,20 @@ mod properties {
                     Life::Step(Step::Decrease(d)) => {
                         let _ = m.decrease_target(d);
                     }
-                    Life::Step(Step::Answered) => m.submission_answered(format!("job-{}", now.duration_since(t0).as_secs()), now),
-                    Life::Step(Step::Refused) => effects = m.submission_refused("no", &ALERT, now),
-                    Life::Step(Step::Lost) => {
-                        m.submission_lost();
-                    }
-                    Life::Step(Step::Found) => effects = m.job_found("job-x".into(), now),
-                    Life::Step(Step::NoJobFound) => effects = m.no_job_found(&ALERT, now),
-                    Life::Step(Step::JobEnds { failed, watched }) => {
-                        let end = if failed {
-                            JobEnd::Failed { code: 530, text: "boom".into() }
-                        } else {
-                            JobEnd::Succeeded
-                        };
-                        if !failed && let Some(OpKind::Remove { vm_ids, .. }) = m.phase().op().map(|o| &o.kind) {
+                    Life::Step(
+                        step @ (Step::Answered
+                        | Step::Refused
+                        | Step::Lost
+                        | Step::Found
+                        | Step::NoJobFound
+                        | Step::JobEnds { .. }),
+                    ) => {
+                        if let (Step::JobEnds { failed: false, .. }, Some(OpKind::Remove { vm_ids, .. })) =
+                            (&step, m.phase().op().map(|o| &o.kind))
+                        {
                             succeeded = vm_ids.clone();
                         }
-                        if let Some(job) = m.phase().job().map(str::to_string)
-                            && let Some(settled) = m.job_finished(&job, &end, true, watched, &ALERT, now)
-                        {
-                            effects = settled.effects;
-                        }
+                        effects = cloudstack_answers(&mut m, &step, now, t0);
                     }
                     Life::Step(Step::Snapshot { scaling, workers, down, gone, secs }) => {
                         now += Duration::from_secs(secs);
@@ -1824,25 +1856,12 @@ mod properties {
                             Err(_) => prop_assert_eq!(m.target(), before.target(), "a refusal changes nothing"),
                         }
                     }
-                    Step::Answered => m.submission_answered(format!("job-{}", now.duration_since(t0).as_secs()), now),
-                    Step::Refused => effects = m.submission_refused("no", &ALERT, now),
-                    Step::Lost => {
-                        m.submission_lost();
-                    }
-                    Step::Found => effects = m.job_found("job-x".into(), now),
-                    Step::NoJobFound => effects = m.no_job_found(&ALERT, now),
-                    Step::JobEnds { failed, watched } => {
-                        let end = if failed {
-                            JobEnd::Failed { code: 530, text: "boom".into() }
-                        } else {
-                            JobEnd::Succeeded
-                        };
-                        if let Some(job) = m.phase().job().map(str::to_string)
-                            && let Some(settled) = m.job_finished(&job, &end, true, watched, &ALERT, now)
-                        {
-                            effects = settled.effects;
-                        }
-                    }
+                    Step::Answered
+                    | Step::Refused
+                    | Step::Lost
+                    | Step::Found
+                    | Step::NoJobFound
+                    | Step::JobEnds { .. } => effects = cloudstack_answers(&mut m, &s, now, t0),
                     Step::Snapshot { scaling, workers, down, gone, secs } => {
                         now += Duration::from_secs(secs);
                         effects = m.snapshot_installed(workers_snapshot(scaling, workers, down, gone, now), &ALERT, now);
