@@ -6,17 +6,35 @@ use super::{Provider, now};
 use cks_domain::rules::AlertScaling;
 use cks_domain::verdict::{AlertVerdict, AlertVerdictView, VersionSeen};
 use std::sync::atomic::Ordering;
+use std::sync::{PoisonError, RwLockReadGuard, RwLockWriteGuard};
 
 impl Provider {
-    fn verdict(&self) -> std::sync::MutexGuard<'_, AlertVerdict> {
-        self.inner.alert.lock().unwrap_or_else(|p| p.into_inner())
+    /// The verdict, to change it.
+    fn verdict(&self) -> RwLockWriteGuard<'_, AlertVerdict> {
+        self.inner
+            .alert
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The verdict, to read it: every NodeGroups and NodeGroupForNode answer reads it, and
+    /// none waits for another.
+    fn verdict_read(&self) -> RwLockReadGuard<'_, AlertVerdict> {
+        self.inner
+            .alert
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The verdict the rules apply now; a learned "unsupported" older than `alert_recheck` is
     /// dropped first (the next request in Alert goes to CloudStack, whose answer tells).
     pub(crate) fn alert_scaling(&self) -> AlertScaling {
         let recheck = self.inner.settings.alert_recheck;
-        let (scaling, expired) = self.verdict().current(now(), recheck);
+        let at = now();
+        if let Some(scaling) = self.verdict_read().standing(at, recheck) {
+            return scaling.clone();
+        }
+        let (scaling, expired) = self.verdict().current(at, recheck);
         if expired {
             tracing::info!(after = ?recheck,
                 "asking CloudStack again whether it scales clusters in Alert (the verdict learned from its refusal has expired)");
@@ -41,7 +59,7 @@ impl Provider {
     /// another `cloudstackversion` (an upgrade) drops a learned verdict at once.
     pub(crate) async fn check_cloudstack_version(&self) {
         let optional = &self.inner.optional.capabilities;
-        if !optional.load(Ordering::Relaxed) || !self.verdict().version_check_due(now()) {
+        if !optional.load(Ordering::Relaxed) || !self.verdict_read().version_check_due(now()) {
             return;
         }
         // Rounds of many clusters end at once: one of them asks, the others go on.
@@ -75,7 +93,7 @@ impl Provider {
     pub fn alert_verdict(&self) -> AlertVerdictView {
         // Expired first, and logged, through `alert_scaling`: the view only reads.
         self.alert_scaling();
-        self.verdict()
+        self.verdict_read()
             .view(now(), self.inner.settings.alert_recheck)
     }
 }

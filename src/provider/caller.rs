@@ -28,7 +28,7 @@ use crate::metrics::ClientMismatch;
 pub use cks_domain::binding::SIGHTING_WINDOW;
 use cks_domain::binding::{Change, Sightings};
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError, RwLock};
 
 /// The names a caller was verified to hold (its client certificate's DNS SANs, or its CN);
 /// none for a caller without a client certificate.
@@ -153,10 +153,24 @@ impl Provider {
 /// a group's is taken: names are read after they are released.
 #[derive(Debug, Default)]
 pub(crate) struct Whereabouts {
-    /// By the caller's names; group indices name the clusters.
-    by_caller: Mutex<HashMap<Vec<String>, Sightings<usize>>>,
+    /// By the caller's names; group indices name the clusters. Each caller's sightings have a
+    /// lock of their own, taken under the map's read lock: a NodeGroupForNode waits only for
+    /// another call of the same caller, never for another caller's; the map is locked to
+    /// write only when a caller is first seen.
+    by_caller: RwLock<HashMap<Vec<String>, Mutex<Sightings<usize>>>>,
     /// Each (client, bound cluster, seen cluster) series ever set, and whether it is 1.
     series: Mutex<BTreeMap<(String, String, String), bool>>,
+}
+
+impl Whereabouts {
+    /// Runs `f` while the sightings of the caller with these names are locked, as a call of
+    /// that caller recording one holds them; `None` when it has none.
+    #[cfg(test)]
+    pub(super) fn holding<R>(&self, names: &[String], f: impl FnOnce() -> R) -> Option<R> {
+        let by = read(&self.by_caller);
+        let _held = lock(by.get(names)?);
+        Some(f())
+    }
 }
 
 impl Scoped<'_> {
@@ -179,10 +193,11 @@ impl Scoped<'_> {
     /// Refuses the caller when its node reports show, now, that it runs in another cluster.
     fn runs_where_bound(&self, caller: &Caller) -> Result<()> {
         let (change, judged) = {
-            let mut by = lock(&self.p.inner.whereabouts.by_caller);
-            let Some(s) = by.get_mut(caller.identities.as_slice()) else {
+            let by = read(&self.p.inner.whereabouts.by_caller);
+            let Some(s) = by.get(caller.identities.as_slice()) else {
                 return Ok(());
             };
+            let mut s = lock(s);
             (s.settle(now()), s.judged().copied())
         };
         if let Some(change) = change {
@@ -213,21 +228,7 @@ impl Scoped<'_> {
         }
         let own = self.sees(gi);
         let at = now();
-        let change = {
-            let mut by = lock(&self.p.inner.whereabouts.by_caller);
-            if !by.contains_key(caller.identities.as_slice()) {
-                if own && (0..self.p.inner.groups.len()).all(|i| self.sees(i)) {
-                    // Every cluster is its own: there is nowhere else for it to be.
-                    return;
-                }
-                if !self.sees_any() {
-                    return;
-                }
-                by.insert(caller.identities.clone(), Sightings::new(SIGHTING_WINDOW));
-            }
-            let Some(s) = by.get_mut(caller.identities.as_slice()) else {
-                return;
-            };
+        let record = |s: &mut Sightings<usize>| {
             if own {
                 s.own_node(at);
             } else {
@@ -235,7 +236,31 @@ impl Scoped<'_> {
             }
             (s.settle(at), s.settle_shared(at))
         };
-        let (change, shared) = change;
+        let whereabouts = &self.p.inner.whereabouts;
+        let seen = read(&whereabouts.by_caller)
+            .get(caller.identities.as_slice())
+            .map(|s| record(&mut lock(s)));
+        let (change, shared) = match seen {
+            Some(seen) => seen,
+            None => {
+                if own && (0..self.p.inner.groups.len()).all(|i| self.sees(i)) {
+                    // Every cluster is its own: there is nowhere else for it to be.
+                    return;
+                }
+                if !self.sees_any() {
+                    return;
+                }
+                let mut by = whereabouts
+                    .by_caller
+                    .write()
+                    .unwrap_or_else(PoisonError::into_inner);
+                // Another call of the same caller may have added it since the look above.
+                let s = by
+                    .entry(caller.identities.clone())
+                    .or_insert_with(|| Mutex::new(Sightings::new(SIGHTING_WINDOW)));
+                record(s.get_mut().unwrap_or_else(PoisonError::into_inner))
+            }
+        };
         if let Some(change) = change {
             self.say(change);
         }
@@ -327,9 +352,12 @@ impl Provider {
     pub fn client_cluster_mismatches(&self) -> Vec<ClientMismatch> {
         let at = now();
         let settled = {
-            let mut by = lock(&self.inner.whereabouts.by_caller);
-            by.iter_mut()
-                .map(|(names, s)| (names.clone(), s.settle(at), s.judged().copied()))
+            let by = read(&self.inner.whereabouts.by_caller);
+            by.iter()
+                .map(|(names, s)| {
+                    let mut s = lock(s);
+                    (names.clone(), s.settle(at), s.judged().copied())
+                })
                 .filter(|(_, change, judged)| change.is_some() || judged.is_some())
                 .collect::<Vec<_>>()
         };
@@ -373,7 +401,12 @@ impl Provider {
 
 /// A lock whose holder never panics while holding it with the data inconsistent.
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// [`lock`], shared.
+fn read<T>(m: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    m.read().unwrap_or_else(PoisonError::into_inner)
 }
 
 #[cfg(test)]

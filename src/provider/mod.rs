@@ -15,10 +15,13 @@
 //! changes another client's group. The provider's own methods of the same names see every
 //! group, for the operator's tools (metrics, demo, tests).
 //!
-//! Locking: each group has a `std::sync::Mutex` over its state, never held across an `.await`;
-//! every transition of the machine is one critical section, and a submission starts only from
-//! the `Idle` phase, so at most one CloudStack scale job per cluster is started at a time
-//! without any lock held while CloudStack answers.
+//! Locking: each group has a `std::sync::Mutex` over its state, never held across an `.await`,
+//! taken by writers only (`Group::lock`); every transition of the machine is one critical
+//! section, and a submission starts only from the `Idle` phase, so at most one CloudStack
+//! scale job per cluster is started at a time without any lock held while CloudStack answers.
+//! Reads never take it: each writer that changed the state publishes an immutable view of it
+//! before it releases the lock, and reads answer from the view last published
+//! (`Group::read`), so a read waits for no writer and sees every write that returned.
 //!
 //! This file keeps the provider's life cycle (building it, readiness) and the operator's reads;
 //! each other concern has a file of its own (`groups`, `snapshot`, `effects`, `shutdown`,
@@ -54,7 +57,7 @@ pub use settings::{AlertScalingMode, ExternalNodeScaleUp, Settings};
 pub use store::StateError;
 pub use view::NodeGroupView;
 
-pub(crate) use groups::{Group, GroupState, Views};
+pub(crate) use groups::{CowArc, Group, GroupState, GroupView};
 
 use crate::config::ClusterRef;
 use cks_cloudstack::Client;
@@ -64,7 +67,7 @@ use cks_domain::machine::{ScaleMachine, Timings};
 use cks_domain::registry::Registrations;
 use cks_domain::rules::AlertScaling;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
@@ -72,7 +75,9 @@ pub(crate) struct Inner {
     pub cs: Client,
     pub settings: Settings,
     pub groups: Vec<Group>,
-    pub alert: Mutex<cks_domain::verdict::AlertVerdict>,
+    /// Read by every NodeGroups and NodeGroupForNode answer, changed only when CloudStack
+    /// teaches something (`alert`): readers share it.
+    pub alert: RwLock<cks_domain::verdict::AlertVerdict>,
     /// One permit per refresh round asking CloudStack (`refresh`); FIFO, so clusters are
     /// served in the order they asked.
     pub round_permits: tokio::sync::Semaphore,
@@ -198,13 +203,13 @@ impl Provider {
                     ClusterRef::Id(id) => Some(id.clone()),
                     ClusterRef::Name(_) => None,
                 };
-                Group {
-                    spec: spec.clone(),
-                    client: settings.clients.get(gi).cloned().flatten(),
-                    registered: Mutex::new(Registrations::new(settings.max_node_provision_time)),
-                    state: Mutex::new(GroupState {
+                Group::new(
+                    spec.clone(),
+                    settings.clients.get(gi).cloned().flatten(),
+                    Registrations::new(settings.max_node_provision_time),
+                    GroupState {
                         // No stop is promised before the key is known to allow it.
-                        scale: {
+                        scale: CowArc::new({
                             let mut m = ScaleMachine::new(cluster_id, timings);
                             m.set_can_stop_vms(false);
                             // Known from the start, so that queued increases a restart takes
@@ -214,21 +219,16 @@ impl Provider {
                                 settings.external_node_scale_up == ExternalNodeScaleUp::Allow,
                             );
                             m
-                        },
+                        }),
                         last_error: None,
                         key_refused: false,
                         worker_offering: None,
                         sample_labels: None,
-                        views: Views::default(),
                         removal_window: None,
                         restored: Vec::new(),
-                    }),
-                    poke: Arc::new(tokio::sync::Notify::new()),
-                    wake: Arc::new(tokio::sync::Notify::new()),
-                    refresh: Mutex::new(refresh::RefreshSlot::default()),
-                    store: store.clone(),
-                    inbox: std::sync::OnceLock::new(),
-                }
+                    },
+                    store.clone(),
+                )
             })
             .collect();
         let (shutdown, _) = watch::channel(false);
@@ -244,7 +244,7 @@ impl Provider {
                 cs,
                 settings,
                 groups,
-                alert: Mutex::new(cks_domain::verdict::AlertVerdict::new(alert)),
+                alert: RwLock::new(cks_domain::verdict::AlertVerdict::new(alert)),
                 round_permits,
                 offerings: tokio::sync::Mutex::new(refresh::OfferingCache::default()),
                 version_check: AtomicBool::new(false),
@@ -359,6 +359,6 @@ impl Provider {
         group_id: &str,
     ) -> Option<std::collections::BTreeMap<String, String>> {
         let (_, g) = self.group(group_id).ok()?;
-        g.read().sample_labels.clone()
+        g.read().sample_labels.as_deref().cloned()
     }
 }

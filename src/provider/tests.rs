@@ -2,11 +2,13 @@
 //! poll intervals and snapshot ages follow the clock the test controls, so a CloudStack job of
 //! many minutes is followed to its end in milliseconds of real time.
 
+use super::Caller;
 use super::{Error, Provider, Settings};
+use crate::config::BoundNodeGroup;
 use crate::config::{ClusterRef, NodeGroupSpec};
 use cks_cloudstack::Client;
 use cks_domain::machine::{Phase, ScaleError};
-use cks_sim::SimHandle;
+use cks_sim::{ClusterSpec, Scenario, SimHandle};
 use cks_testkit::{client_config, sim_config_with, start_sim};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -183,4 +185,162 @@ async fn a_cluster_named_by_id_and_by_name_is_served_once() {
         .await
         .expect("the group by id is served");
     assert_eq!(twice.all_groups().node_groups().len(), 1);
+}
+
+/// How long a read may take, in real time, before it is taken for one waiting for the lock a
+/// writer holds: a bound on a wait, reached only when the read never answers.
+const NO_WAIT: Duration = Duration::from_secs(10);
+
+/// No read takes a group's state lock: while a writer holds it (another thread), every read
+/// RPC answers, and so does each of the operator's reads the metrics make. A write waits for
+/// the lock, and the read after it sees what it wrote.
+#[tokio::test(start_paused = true)]
+async fn every_read_answers_while_a_writer_holds_the_groups_state() {
+    let (_sim, p, id) = stack(Duration::from_secs(1)).await;
+    let (_, g) = p.group(&id).expect("group");
+    let snapshot = p.snapshot(&id).expect("snapshot");
+    let worker = snapshot.workers().next().expect("a worker").clone();
+    let default_id = cks_domain::nodeid::default_provider_id(&worker.id);
+    let own_id = format!("cloudstack://{}", worker.id);
+    let runtime = tokio::runtime::Handle::current();
+    let none = std::collections::HashMap::new();
+    let (p, id, worker, none) = (&p, &id, &worker, &none);
+    let (default_id, own_id, runtime) = (&default_id, &own_id, &runtime);
+    std::thread::scope(|s| {
+        let (held, is_held) = std::sync::mpsc::channel();
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        s.spawn(move || {
+            let _writer = g.lock();
+            held.send(()).expect("test waits");
+            let _ = released.recv();
+        });
+        is_held.recv().expect("the writer holds the lock");
+
+        let (answered, answers) = std::sync::mpsc::channel();
+        s.spawn(move || {
+            // On the test's clock, as the provider's own threads are.
+            let _time = runtime.enter();
+            let all = p.all_groups();
+            let deadline = Instant::now() + Duration::from_secs(5);
+            let reads = (
+                all.node_groups().len(),
+                all.node_group_for_node(default_id, &worker.name, none, none)
+                    .map(|v| v.id),
+                all.target_size(id).ok(),
+                all.nodes(id).map(|n| n.len()).ok(),
+                all.has_group(id).is_ok(),
+                runtime.block_on(all.refresh_within(Some(deadline))).is_ok(),
+                (
+                    runtime.block_on(all.first_snapshots(deadline)),
+                    p.healthy(),
+                    p.snapshot_age(id).is_some(),
+                    p.snapshot_stale(id),
+                    p.cluster_blocked(id).is_none(),
+                    p.worker_offering(id).is_some(),
+                    p.sample_labels(id).is_none(),
+                ),
+            );
+            let _ = answered.send(reads);
+        });
+        let reads = answers.recv_timeout(NO_WAIT);
+
+        // NodeGroupForNode of a node carrying its own providerID changes the state: it waits.
+        let (learned, learning) = std::sync::mpsc::channel();
+        s.spawn(move || {
+            let _time = runtime.enter();
+            let group = p
+                .all_groups()
+                .node_group_for_node(own_id, &worker.name, none, none);
+            let _ = learned.send(group.map(|v| v.id));
+        });
+        let waited = learning.try_recv().is_err();
+        release.send(()).expect("the writer waits for it");
+        assert_eq!(
+            reads,
+            Ok((
+                1,
+                Some(id.clone()),
+                Some(3),
+                Some(3),
+                true,
+                true,
+                ((), true, true, false, true, true, true)
+            )),
+            "every read answers while the state is locked"
+        );
+        assert!(waited, "a write waits for the lock");
+        assert_eq!(learning.recv_timeout(NO_WAIT), Ok(Some(id.clone())));
+    });
+    // The write returned: the next read sees it.
+    let nodes = p.all_groups().nodes(id).expect("nodes");
+    assert!(
+        nodes.iter().any(|i| i.id == *own_id),
+        "the learned providerID is the instance's id: {nodes:?}"
+    );
+}
+
+/// Recording where a caller runs (`caller::Whereabouts`) waits only for the same caller's
+/// calls: while one autoscaler's sightings are held, another's NodeGroupForNode answers.
+#[tokio::test(start_paused = true)]
+async fn one_callers_sightings_never_hold_up_anothers_node_group_for_node() {
+    let sim = start_sim(sim_config_with(|c| {
+        c.scenario = Scenario {
+            clusters: vec![
+                ClusterSpec::new("alpha", 1, 2),
+                ClusterSpec::new("beta", 1, 2),
+            ],
+            ..Scenario::empty()
+        };
+    }))
+    .await;
+    let cluster = |name: &str| sim.cluster_id(name).expect("cluster");
+    let bound = |name: &str| BoundNodeGroup {
+        group: NodeGroupSpec {
+            min: 1,
+            max: 10,
+            cluster: ClusterRef::Id(cluster(name)),
+        },
+        client: Some(format!("autoscaler.{name}")),
+    };
+    let client = Client::new(client_config(&sim)).expect("client");
+    let p = Provider::new(
+        client,
+        Settings::with_bound_groups(vec![bound("alpha"), bound("beta")]),
+    );
+    p.refresh().await.expect("first refresh");
+    let caller = |name: &str| Caller::with_identities(vec![format!("autoscaler.{name}")]);
+    let (alpha, beta) = (caller("alpha"), caller("beta"));
+    let none = std::collections::HashMap::new();
+    let group_of_its_node = |c: &Caller, name: &str| {
+        let snapshot = p.snapshot(&cluster(name)).expect("snapshot");
+        let vm = snapshot.workers().next().expect("a worker");
+        p.seen_by(c)
+            .node_group_for_node(
+                &cks_domain::nodeid::default_provider_id(&vm.id),
+                &vm.name,
+                &none,
+                &none,
+            )
+            .map(|v| v.id)
+    };
+    // Each reported a node once, so each has its sightings.
+    assert_eq!(group_of_its_node(&alpha, "alpha"), Some(cluster("alpha")));
+    assert_eq!(group_of_its_node(&beta, "beta"), Some(cluster("beta")));
+    let runtime = tokio::runtime::Handle::current();
+    let (answered, answer) = std::sync::mpsc::channel();
+    let (runtime, beta, group_of_its_node) = (&runtime, &beta, &group_of_its_node);
+    std::thread::scope(|s| {
+        let beta_answer = p
+            .inner
+            .whereabouts
+            .holding(alpha.identities(), || {
+                s.spawn(move || {
+                    let _time = runtime.enter();
+                    let _ = answered.send(group_of_its_node(beta, "beta"));
+                });
+                answer.recv_timeout(NO_WAIT)
+            })
+            .expect("alpha has sightings");
+        assert_eq!(beta_answer, Ok(Some(cluster("beta"))));
+    });
 }

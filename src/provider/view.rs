@@ -1,9 +1,10 @@
-//! Read-side answers, from a group's state under its lock with no CloudStack call: node
-//! groups, node → group, target size, instances and their status, the debug line. The
-//! derivations are the domain's (`cks_domain::instances`); this module caches them per
-//! state change (see `Views`). Each answer is limited to the caller's groups ([`Scoped`]).
+//! Read-side answers, from each group's published view (`Group::read`: no lock of the
+//! group's state, no CloudStack call): node groups, node → group, target size, instances and
+//! their status, the debug line. The derivations are the domain's (`cks_domain::instances`);
+//! this module caches them in the view they were derived from (see `Views`). Each answer is
+//! limited to the caller's groups ([`Scoped`]).
 
-use super::{Error, GroupState, Provider, Result, Scoped, now};
+use super::{Error, Group, GroupView, Provider, Result, Scoped, now};
 use crate::config::{ClusterRef, NodeGroupSpec};
 use cks_domain::instances::{InstanceView, min_max};
 use cks_domain::machine::Hit;
@@ -21,7 +22,7 @@ pub struct NodeGroupView {
     pub debug: String,
 }
 
-impl GroupState {
+impl GroupView {
     /// The group's name for messages: the cluster's name, else what `--nodes` named it by.
     pub(crate) fn label(&self, spec: &NodeGroupSpec) -> String {
         if let Some(s) = self.scale.snapshot() {
@@ -54,6 +55,11 @@ impl GroupState {
             .clone()
     }
 
+    /// The target size, or `None` before the first snapshot (cached).
+    fn target(&self) -> Option<u32> {
+        *self.views.target.get_or_init(|| self.scale.target())
+    }
+
     /// What a node or instance id resolves to (with the cached placeholders).
     fn resolve(&self, provider_id: &str, name: &str) -> Option<Hit> {
         self.scale.resolve_with(provider_id, name, self.pending())
@@ -81,15 +87,20 @@ impl GroupState {
 impl Provider {
     fn view(&self, gi: usize) -> Option<NodeGroupView> {
         let g = &self.inner.groups[gi];
+        self.view_of(g, &g.read())
+    }
+
+    /// Group `g` as NodeGroups shows it, from its view `v`.
+    fn view_of(&self, g: &Group, v: &GroupView) -> Option<NodeGroupView> {
         let alert = self.alert_scaling();
-        let st = g.read();
-        let id = st.scale.cluster_id.clone()?;
-        let (min, max) = st.bounds(&g.spec);
-        let mut debug = st.debug(&st.label(&g.spec), &alert);
-        drop(st);
+        let id = v.scale.cluster_id.clone()?;
+        let (min, max) = v.bounds(&g.spec);
+        let mut debug = v.debug(&v.label(&g.spec), &alert);
         // The learned verdict's age changes with every call: added outside the cached line.
-        let v = self.alert_verdict();
-        if let (Some(reason), Some(age), Some(recheck)) = (&v.reason, v.age, v.recheck_in) {
+        let verdict = self.alert_verdict();
+        if let (Some(reason), Some(age), Some(recheck)) =
+            (&verdict.reason, verdict.age, verdict.recheck_in)
+        {
             debug.push_str(&format!(
                 "; Alert scaling: unsupported by this CloudStack since {}s ago (asked again in {}s): {}",
                 age.as_secs(),
@@ -114,8 +125,8 @@ impl Scoped<'_> {
     /// from 1.30). Once every group was tried, nothing waits.
     pub async fn first_snapshots(&self, deadline: tokio::time::Instant) {
         let tried = self.visible().into_iter().all(|gi| {
-            let st = self.p.inner.groups[gi].read();
-            st.scale.snapshot().is_some() || st.last_error.is_some()
+            let v = self.p.inner.groups[gi].read();
+            v.scale.snapshot().is_some() || v.last_error.is_some()
         });
         if !tried {
             // Nothing fetched yet (no Refresh came first): fetch the caller's groups now, as a
@@ -149,20 +160,22 @@ impl Scoped<'_> {
     ) -> Option<NodeGroupView> {
         let fake = annotations.contains_key(FAKE_NODE_REASON_ANNOTATION);
         for (gi, g) in self.p.inner.groups.iter().enumerate() {
-            let st = g.read();
-            let Some(hit) = st.resolve(provider_id, name) else {
+            // The hit indexes the view's snapshot: the answer comes from the same view.
+            let Some((mut v, hit)) =
+                g.look(|v| v.resolve(provider_id, name).map(|hit| (v.clone(), hit)))
+            else {
                 continue;
             };
             let mine = self.sees(gi);
             if let Hit::Vm(i) = hit {
-                let Some(vm_id) = st.scale.snapshot().map(|s| s.snap.vms[i].id.clone()) else {
+                let Some(vm) = v.scale.snapshot().map(|s| &s.snap.vms[i]) else {
                     continue;
                 };
+                let vm_id = vm.id.clone();
                 // A real node tells where the caller runs, a control VM's too (`caller`); a
                 // fake one (name = providerID = instance id) was built from our own answer.
                 let real = !fake && name != provider_id;
-                if !st.scale.is_worker(i) {
-                    drop(st);
+                if !v.scale.is_worker(i) {
                     self.sighted(gi, &vm_id, real);
                     return None;
                 }
@@ -171,17 +184,11 @@ impl Scoped<'_> {
                 // deleted as "unregistered"). The admin address's reports teach nothing: it
                 // only reads.
                 let teach = mine && !fake && !name.is_empty() && !self.read_only();
-                let learn = teach && st.scale.would_learn(&vm_id, provider_id, name);
-                let sample = teach && !labels.is_empty() && st.sample_labels.is_none();
+                let learn = teach && v.scale.would_learn(&vm_id, provider_id, name);
+                let sample = teach && !labels.is_empty() && v.sample_labels.is_none();
                 // A VM a failed scale-up left whose node registered is a node, not a failed
                 // creation (`ScaleMachine::node_registered`).
-                let joined = teach
-                    && st.scale.is_failed_vm(&vm_id)
-                    && st
-                        .scale
-                        .snapshot()
-                        .is_some_and(|s| !s.snap.vms[i].state.is_down());
-                drop(st);
+                let joined = teach && v.scale.is_failed_vm(&vm_id) && !vm.state.is_down();
                 self.sighted(gi, &vm_id, real);
                 if teach {
                     g.registered
@@ -191,7 +198,8 @@ impl Scoped<'_> {
                 }
                 if learn || sample || joined {
                     // Rare (a node with a non-default providerID, the first labelled node, the
-                    // node of a failed creation): the only case where a read changes state.
+                    // node of a failed creation): the only case where a read changes state,
+                    // and the only one that takes the state's lock.
                     let mut st = g.lock();
                     if joined && st.scale.node_registered(&vm_id) {
                         tracing::info!(
@@ -209,19 +217,21 @@ impl Scoped<'_> {
                         );
                     }
                     if sample && st.sample_labels.is_none() {
-                        st.sample_labels =
-                            Some(labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect());
+                        st.sample_labels = Some(Arc::new(
+                            labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                        ));
                     }
+                    drop(st);
+                    // The answer is the view this change published.
+                    v = g.read();
                 }
-            } else {
-                drop(st);
             }
             if !mine {
                 // Another client's node; a group of the caller's may still name the same
                 // cluster.
                 continue;
             }
-            return self.p.view(gi);
+            return self.p.view_of(g, &v);
         }
         None
     }
@@ -230,11 +240,11 @@ impl Scoped<'_> {
     /// never fetched.
     pub fn target_size(&self, id: &str) -> Result<u32> {
         let (_, g) = self.group(id)?;
-        let st = g.read();
-        st.scale.target().ok_or_else(|| Error::NoSnapshot {
-            group: st.label(&g.spec),
-            last_error: st.last_error.clone(),
-            key_refused: st.key_refused,
+        let v = g.read();
+        v.target().ok_or_else(|| Error::NoSnapshot {
+            group: v.label(&g.spec),
+            last_error: v.last_error.clone(),
+            key_refused: v.key_refused,
         })
     }
 

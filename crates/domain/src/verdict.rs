@@ -92,14 +92,24 @@ impl AlertVerdict {
     /// first (the next request in Alert goes to CloudStack, whose answer tells). Returns
     /// whether it was dropped now.
     pub fn current(&mut self, now: Instant, recheck: Duration) -> (AlertScaling, bool) {
-        let expired = self
-            .learned_at
-            .is_some_and(|at| now.saturating_duration_since(at) >= recheck);
+        let expired = self.expired(now, recheck);
         if expired {
             self.scaling = AlertScaling::Unknown;
             self.learned_at = None;
         }
         (self.scaling.clone(), expired)
+    }
+
+    /// [`AlertVerdict::current`] without changing anything, for readers that share the
+    /// verdict: `None` when a learned verdict is due to be dropped, which only `current` does.
+    pub fn standing(&self, now: Instant, recheck: Duration) -> Option<&AlertScaling> {
+        (!self.expired(now, recheck)).then_some(&self.scaling)
+    }
+
+    /// Whether a learned verdict is `recheck` old at `now`.
+    fn expired(&self, now: Instant, recheck: Duration) -> bool {
+        self.learned_at
+            .is_some_and(|at| now.saturating_duration_since(at) >= recheck)
     }
 
     /// CloudStack refused a request every rule allows because the cluster is in Alert.
@@ -264,8 +274,12 @@ mod tests {
                     }
                 }
             }
-            let (scaling, _) = v.current(t0 + secs(*at), RECHECK);
+            let standing = v.standing(t0 + secs(*at), RECHECK).cloned();
+            let (scaling, expired) = v.current(t0 + secs(*at), RECHECK);
             assert_eq!(VerdictName::of(&scaling), *want, "{name}");
+            // A reader's look agrees, or leaves the drop to `current`.
+            assert_eq!(standing.is_none(), expired, "{name}");
+            assert!(standing.is_none_or(|s| s == scaling), "{name}");
         }
     }
 

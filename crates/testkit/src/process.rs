@@ -95,18 +95,21 @@ struct TlsPaths {
     client_key: PathBuf,
 }
 
-fn write_tls(dir: &Path, tls: &TestTls) -> TlsPaths {
+/// Files named after the process's `stamp`: a provider re-reads its TLS files when they
+/// change, so a second process sharing the work dir would otherwise hand its certificates to
+/// the first, whose clients then refuse them.
+fn write_tls(dir: &Path, tls: &TestTls, stamp: &str) -> TlsPaths {
     let write = |name: &str, pem: &str| {
-        let path = dir.join(name);
+        let path = dir.join(format!("{name}-{stamp}.pem"));
         std::fs::write(&path, pem).expect("writing a test certificate");
         path
     };
     TlsPaths {
-        ca: write("tls-ca.pem", &tls.ca),
-        server_cert: write("tls-server.pem", &tls.server_cert),
-        server_key: write("tls-server-key.pem", &tls.server_key),
-        client_cert: write("tls-client.pem", &tls.client_cert),
-        client_key: write("tls-client-key.pem", &tls.client_key),
+        ca: write("tls-ca", &tls.ca),
+        server_cert: write("tls-server", &tls.server_cert),
+        server_key: write("tls-server-key", &tls.server_key),
+        client_cert: write("tls-client", &tls.client_cert),
+        client_key: write("tls-client-key", &tls.client_key),
     }
 }
 
@@ -118,6 +121,8 @@ pub struct ProviderProcess {
     /// Where the process's stderr goes (quoted when something fails).
     pub log_path: PathBuf,
     pub args: ProviderArgs,
+    /// Names this process's files in its work dir, which other processes may share.
+    stamp: String,
 }
 
 /// A free loopback port. The listener is closed before the port is used, so another process
@@ -191,7 +196,7 @@ impl ProviderProcess {
                 cmd.arg("--nodes").arg(n);
             }
             if let Some(tls) = &args.tls {
-                let files = write_tls(dir, tls);
+                let files = write_tls(dir, tls, &stamp);
                 cmd.arg("--tls-cert")
                     .arg(&files.server_cert)
                     .arg("--tls-key")
@@ -227,6 +232,7 @@ impl ProviderProcess {
                         metrics_addr,
                         log_path,
                         args,
+                        stamp,
                     };
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;
@@ -273,7 +279,7 @@ impl ProviderProcess {
             .tcp_nodelay(true);
         if let Some(tls) = &self.args.tls {
             let dir = self.log_path.parent().unwrap_or(Path::new("."));
-            let files = write_tls(dir, tls);
+            let files = write_tls(dir, tls, &self.stamp);
             let config = cks_autoscaler_provider::tls::client_tls_config(
                 &files.ca,
                 Some((&files.client_cert, &files.client_key)),
