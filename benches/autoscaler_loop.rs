@@ -124,7 +124,12 @@ async fn measure(workers: u64, loops: usize) -> Row {
     for _ in 0..loops {
         let s = ca.run_once().await;
         assert!(s.aborted.is_none(), "loop failed: {s}");
-        assert!(s.calls.iter().all(|c| c.is_ok()), "a call failed in: {s}");
+        // UNIMPLEMENTED to NodeGroupGetOptions without overrides is an answer the autoscaler
+        // takes for "use your own flags", not a failure.
+        assert!(
+            s.calls.iter().all(|c| c.is_ok() || c.is_not_implemented()),
+            "a call failed in: {s}"
+        );
         wall += s.duration;
         calls += s.calls.len();
         round_trip += s.calls.iter().map(|c| c.latency).sum::<Duration>();
