@@ -632,6 +632,11 @@ pub async fn serve_http(
 mod tests {
     use super::*;
 
+    /// The process-wide gauges (ready, stalled) that more than one test sets and reads back:
+    /// tests of one binary run in parallel on the one recorder, so each holds this while it
+    /// sets and reads them.
+    static PROCESS_GAUGES: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
     #[test]
     fn histogram_upkeep_runs_without_a_scrape() {
         let (tx, rx) = std::sync::mpsc::channel();
@@ -699,6 +704,7 @@ mod tests {
 
     #[tokio::test]
     async fn endpoints_answer_from_the_source_with_the_published_names() {
+        let _gauges = PROCESS_GAUGES.lock().await;
         install();
         record_rpc("MetricsTestRpc", Instant::now(), "FailedPrecondition");
         // Liveness fails only when the provider is stuck in itself, and says why; stuck or not
@@ -792,6 +798,7 @@ mod tests {
 
     #[test]
     fn every_family_has_a_help_line() {
+        let _gauges = PROCESS_GAUGES.blocking_lock();
         let handle = install();
         record_rpc("HelpTestRpc", Instant::now(), "Ok");
         cks_cloudstack::record_request_metrics("helpTestCommand", Duration::from_millis(3), "ok");
