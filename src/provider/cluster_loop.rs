@@ -10,8 +10,9 @@
 //! apart from it.
 //!
 //! Callers and other tasks hand it work ([`Provider::sending`]), wake it
-//! ([`Provider::wake_loop`]) or have it poll its job at once ([`Provider::poll_now`]); none runs that work in its own future, so an autoscaler that hangs
-//! up mid-call never leaves a request half way, and no task is spawned per call or per job.
+//! ([`Provider::wake_loop`]) or have it poll its job at once ([`Provider::poll_now`]); none
+//! runs that work in its own future, so an autoscaler that hangs up mid-call never leaves a
+//! request half way, and no task is spawned per call or per job.
 //! One at a time is enough: the machine starts a request only from `Idle` and none while a
 //! removal window is open, and a job is followed only while no request is being sent, so
 //! nothing waits behind another.
@@ -193,6 +194,7 @@ async fn run(
             return;
         };
         let p = Provider { inner };
+        let poll = p.inner.settings.job_poll_interval;
         if let Ok(work) = inbox.try_recv() {
             p.carry_out(gi, work).await;
             continue;
@@ -210,7 +212,6 @@ async fn run(
             let vms = p.inner.groups[gi].lock().scale.take_stops(now());
             for vm in vms {
                 if let Some(job) = p.send_stop(gi, &vm).await {
-                    let poll = p.inner.settings.job_poll_interval;
                     stopping.push(Stopping {
                         vm,
                         job,
@@ -233,19 +234,10 @@ async fn run(
             }
             (None, _) => following = None,
         }
-        let poll = p.inner.settings.job_poll_interval;
-        let state_at = match (follows_state, state_read) {
-            (false, _) => {
-                state_read = None;
-                None
-            }
-            (true, Some(t)) => Some(t),
-            (true, None) => {
-                let t = Instant::now() + poll;
-                state_read = Some(t);
-                Some(t)
-            }
-        };
+        if !follows_state {
+            state_read = None;
+        }
+        let state_at = follows_state.then(|| *state_read.get_or_insert(Instant::now() + poll));
         let t = Instant::now();
         if let Some(f) = following.as_mut().filter(|f| f.next <= t) {
             if p.poll_job(gi, f).await {

@@ -10,7 +10,7 @@ use cks_domain::machine::{Effect, StopAnswer};
 
 impl Provider {
     /// Carries out what the machine asked for. `FindJob` is awaited (so a Refresh answers
-    /// with the adopted job counted); requests are sent by the group's sender.
+    /// with the adopted job counted); requests are sent by the group's loop.
     pub(crate) async fn run_effects(&self, gi: usize, effects: Vec<Effect>) {
         let mut effects = std::collections::VecDeque::from(effects);
         while let Some(effect) = effects.pop_front() {

@@ -1,6 +1,6 @@
 //! The shell around the domain core: one `Group` per configured CKS cluster holding its
-//! [`ScaleMachine`], the locks, the CloudStack calls, each group's loop (`cluster_loop`) and the cache
-//! of read answers. Nothing here decides: every rule about a scale operation's life is in
+//! [`ScaleMachine`], the locks, the CloudStack calls, each group's loop (`cluster_loop`) and
+//! the cache of read answers. Nothing here decides: every rule about a scale operation's life is in
 //! `cks_domain::machine`, which job is a cluster's in `cks_domain::jobs`, whether a snapshot
 //! may still be answered from in `cks_domain::freshness`; this module feeds them events (with
 //! the time, on tokio's clock so tests can pause and advance it) and carries out the effects

@@ -2,11 +2,12 @@
 //! fetches a fresh snapshot when the machine needs one, sends at most one
 //! `scaleKubernetesCluster` (size only, or nodeids only) when the machine says so, and returns
 //! within the request's deadline without waiting for the job. Every request is sent by the
-//! group's sender, one task per group, never from a caller's future: a caller that hangs up
-//! (an autoscaler killed mid-call) would otherwise leave the request half way, the machine
-//! waiting for an answer nobody reads and every later scale-up queued behind it. A refused request changes
-//! nothing: the machine validates before it changes state. Each is limited to the caller's
-//! groups ([`Scoped`]): another client's group is not found, and nothing is sent for it.
+//! group's loop (`cluster_loop`), never from a caller's future: a caller that hangs up (an
+//! autoscaler killed mid-call) would otherwise leave the request half way, the machine
+//! waiting for an answer nobody reads and every later scale-up queued behind it. A refused
+//! request changes nothing: the machine validates before it changes state. Each is limited to
+//! the caller's groups ([`Scoped`]): another client's group is not found, and nothing is sent
+//! for it.
 
 use super::cluster_loop::{WindowOutcome, WindowSender, Work};
 use super::{Error, Provider, Result, Scoped, before, now};
@@ -91,7 +92,7 @@ impl Provider {
     }
 
     /// Sends the request the machine started for a caller that waits for its answer (until
-    /// `deadline`), from the group's sender: the caller hanging up does not stop it half way.
+    /// `deadline`), from the group's loop: the caller hanging up does not stop it half way.
     async fn send(&self, gi: usize, request: ScaleRequest, deadline: Instant) -> Result<()> {
         let (reply, answer) = oneshot::channel();
         self.sending(
@@ -104,7 +105,7 @@ impl Provider {
         );
         answer.await.unwrap_or_else(|_| {
             Err(Error::Internal(
-                "the group's sender ended without an answer".into(),
+                "the group's loop ended without an answer".into(),
             ))
         })
     }
@@ -334,7 +335,7 @@ impl Provider {
 
     /// Ends a removal window: after `removal_window` (or before the first caller's deadline),
     /// on a fresh snapshot, the queued removals go out as one request; every caller of the
-    /// window hears the outcome. Runs in the group's sender: a caller giving up never strands
+    /// window hears the outcome. Runs in the group's loop: a caller giving up never strands
     /// the queue.
     pub(crate) async fn close_window(&self, gi: usize, tx: WindowSender, deadline: Instant) {
         let g = &self.inner.groups[gi];
@@ -374,7 +375,7 @@ impl Provider {
                                 // The window's own request: its callers hear the answer.
                                 Effect::Submit(request @ ScaleRequest::RemoveNodes { .. }) => {
                                     tracing::info!(group = %self.group_label(gi), ?request, "scale-down: sending scaleKubernetesCluster nodeids");
-                                    // Sent from here: this runs in the group's sender.
+                                    // Sent from here: this runs in the group's loop.
                                     result = self.submit(gi, request, Some(deadline)).await;
                                     if result.is_ok() {
                                         // Owed from now on, before anything else is awaited:

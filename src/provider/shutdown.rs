@@ -8,8 +8,8 @@ use cks_domain::machine::Phase;
 use std::time::Duration;
 
 impl Provider {
-    /// Stops following every group's job (each group's loop lets it go). Jobs keep running in CloudStack;
-    /// a later Refresh adopts them again.
+    /// Stops following every group's job (each group's loop lets it go). Jobs keep running in
+    /// CloudStack; a later Refresh adopts them again.
     pub fn cleanup(&self) {
         self.inner.shutdown.send_replace(true);
         for g in &self.inner.groups {

@@ -268,7 +268,8 @@ impl ScaleMachine {
     /// The submission was not sent (CloudStack throttled it, the promise it would make could
     /// not be recorded first, or this replica does not lead): as
     /// [`ScaleMachine::submission_throttled`], with `why` as the owed removals' trouble. The
-    /// owed removals go again after `timing::THROTTLED_RETRY`: nothing failed, so no backoff grows.
+    /// owed removals go again after `timing::THROTTLED_RETRY`: nothing failed, so no backoff
+    /// grows.
     pub fn submission_not_sent(&mut self, why: &str, now: Instant) {
         let Some((op, _)) = self.take_submission() else {
             return;

@@ -50,7 +50,7 @@ pub enum Watched {
     /// Not past CloudStack's validation yet: look again (`timing::watch_step`).
     LookAgain,
     /// Past validation: the job ended well, or the cluster shows Scaling (the job moves it
-    /// there once its checks passed). The caller hears OK; a follower takes the job on.
+    /// there once its checks passed). The caller hears OK; the group's loop follows the job.
     PastValidation,
     /// The job ended without doing the work: CloudStack's refusal (or failure), which the
     /// caller hears as the machine settles it (`Settled::watched_answer`).

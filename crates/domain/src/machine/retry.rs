@@ -31,6 +31,43 @@ pub fn retry_delay(attempts: u32) -> Duration {
     (Duration::from_secs(30) * 2u32.pow(exp)).min(Duration::from_secs(600))
 }
 
+/// One more failed attempt of `r` (a failed job, or a refusal): it waits [`retry_delay`]
+/// from `now`. Returns the wait, and whether this attempt gives it up (it is abandoned now,
+/// after [`MAX_REMOVAL_ATTEMPTS`]).
+fn failed_once(r: &mut QueuedRemoval, now: Instant) -> (Duration, bool) {
+    r.attempts += 1;
+    let delay = retry_delay(r.attempts);
+    r.not_before = Some(now + delay);
+    let gives_up = r.attempts >= MAX_REMOVAL_ATTEMPTS && !r.abandoned;
+    r.abandoned |= gives_up;
+    (delay, gives_up)
+}
+
+/// What the operator is told of removals that failed once more: those tried again after
+/// `retry_in`, and those given up now, both for `reason`.
+fn told(
+    retried: Vec<String>,
+    abandoned: Vec<String>,
+    reason: &str,
+    retry_in: Duration,
+) -> Vec<Effect> {
+    let mut effects = Vec::new();
+    if !retried.is_empty() {
+        effects.push(Effect::RemovalRetried {
+            vms: retried,
+            reason: reason.to_string(),
+            retry_in,
+        });
+    }
+    if !abandoned.is_empty() {
+        effects.push(Effect::RemovalAbandoned {
+            vms: abandoned,
+            reason: reason.to_string(),
+        });
+    }
+    effects
+}
+
 impl ScaleMachine {
     /// Failed removals back in the queue (front, they were first), each with one more attempt,
     /// the reason, and the next try after [`retry_delay`]; abandoned after
@@ -57,10 +94,9 @@ impl ScaleMachine {
         let mut delay = retry_delay(1);
         let mut requeued = Vec::with_capacity(stayed.len());
         for mut r in stayed {
-            r.attempts += 1;
             r.in_window = false;
-            delay = retry_delay(r.attempts);
-            r.not_before = Some(now + delay);
+            let gives_up;
+            (delay, gives_up) = failed_once(&mut r, now);
             let mut trouble = format!("removal attempt {} failed: {reason}", r.attempts);
             if !down(&r.vm_id) {
                 if can_stop && r.stop == StopStage::NotNeeded {
@@ -74,8 +110,7 @@ impl ScaleMachine {
                     ));
                 }
             }
-            if r.attempts >= MAX_REMOVAL_ATTEMPTS && !r.abandoned {
-                r.abandoned = true;
+            if gives_up {
                 trouble = format!(
                     "removal abandoned after {} failed jobs: {reason}; the node stays cordoned; remove VM {} by hand, or stop it and the provider removes it",
                     r.attempts, r.vm_id
@@ -88,21 +123,7 @@ impl ScaleMachine {
             requeued.push(r);
         }
         self.queue.remove.splice(0..0, requeued);
-        let mut effects = Vec::new();
-        if !retried.is_empty() {
-            effects.push(Effect::RemovalRetried {
-                vms: retried,
-                reason: reason.to_string(),
-                retry_in: delay,
-            });
-        }
-        if !abandoned.is_empty() {
-            effects.push(Effect::RemovalAbandoned {
-                vms: abandoned,
-                reason: reason.to_string(),
-            });
-        }
-        effects
+        told(retried, abandoned, reason, delay)
     }
 
     /// The rules refuse the removal of `vm_ids` now (an owed request from the queue; a window's
@@ -137,11 +158,9 @@ impl ScaleMachine {
             if stop_them && q.stop == StopStage::NotNeeded && !down(&q.vm_id) {
                 q.stop = StopStage::Wanted;
             }
-            q.attempts += 1;
-            delay = retry_delay(q.attempts);
-            q.not_before = Some(now + delay);
-            if q.attempts >= MAX_REMOVAL_ATTEMPTS && !q.abandoned {
-                q.abandoned = true;
+            let gives_up;
+            (delay, gives_up) = failed_once(q, now);
+            if gives_up {
                 q.trouble = Some(format!(
                     "removal abandoned after CloudStack refused it {} times: {r}; the node stays cordoned; repair the cluster, then remove VM {} by hand or stop it and the provider removes it",
                     q.attempts, q.vm_id
@@ -152,21 +171,8 @@ impl ScaleMachine {
                 retried.push(q.vm_id.clone());
             }
         }
-        let mut effects = Vec::new();
-        if !retried.is_empty() {
-            effects.push(Effect::RemovalRetried {
-                vms: retried.iter().map(|v| self.vm_label(v)).collect(),
-                reason: r.to_string(),
-                retry_in: delay,
-            });
-        }
-        if !abandoned.is_empty() {
-            effects.push(Effect::RemovalAbandoned {
-                vms: abandoned.iter().map(|v| self.vm_label(v)).collect(),
-                reason: r.to_string(),
-            });
-        }
-        effects
+        let label = |vms: Vec<String>| vms.iter().map(|v| self.vm_label(v)).collect();
+        told(label(retried), label(abandoned), &r.to_string(), delay)
     }
 
     /// Owed removals of a request whose answer was lost and that never became a job (settled
