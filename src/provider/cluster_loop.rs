@@ -1,13 +1,13 @@
 //! Each group's loop: one task per configured cluster that carries out what the group does
 //! in the background, one thing at a time. It sends every `scaleKubernetesCluster` of its
 //! cluster (queued ones, and those a caller waits for), closes its removal windows, and
-//! follows what the machine waits for: its job, polled when the machine says
-//! (`ScaleMachine::next_job_poll`), or, when no job id can tell (a lost answer, a job no
-//! listing names), the cluster's state, read every `--job-poll-interval`
-//! (`ScaleMachine::follows_state`). It stops the VMs of owed removals whose drain would fail
-//! when the machine says (`ScaleMachine::next_stop_at`, `take_stops`) and follows each stop
-//! job to its end. What to follow is read from the machine at every turn, never remembered
-//! apart from it.
+//! carries out what its agenda (`cks_domain::machine::Agenda`) says is due for what the
+//! machine waits for: its job's polls (at the machine's pace, `ScaleMachine::next_job_poll`),
+//! the reads of the cluster's state when no job id can tell (`ScaleMachine::follows_state`),
+//! the VMs of owed removals to stop (`ScaleMachine::next_stop_at`, `take_stops`) and their
+//! stop jobs' polls. The agenda is asked again at every turn, and it decides every time and
+//! count here (backoff, follow limit, the overdue warning); the loop only reports how each
+//! look went.
 //!
 //! Callers and other tasks hand it work ([`Provider::sending`]), wake it
 //! ([`Provider::wake_loop`]) or have it poll its job at once ([`Provider::poll_now`]); none
@@ -18,7 +18,7 @@
 //! nothing waits behind another.
 
 use super::{Error, Provider, Result, now};
-use cks_domain::machine::JobEnd;
+use cks_domain::machine::{Agenda, Due, JobEnd, JobPoll, Next};
 use cks_domain::rules::ScaleRequest;
 use std::sync::{Arc, Weak};
 use tokio::sync::{Notify, mpsc, oneshot, watch};
@@ -41,26 +41,6 @@ pub(crate) enum Work {
     /// The removal window a DeleteNodes opened: closed when the machine says, its request sent
     /// and its callers answered through `tx`.
     CloseWindow { tx: WindowSender, deadline: Instant },
-}
-
-/// A `stopVirtualMachine` job the loop follows to its end.
-struct Stopping {
-    vm: String,
-    job: String,
-    next: Instant,
-    /// Not followed past this (`--job-max-follow`): the next snapshot tells what became of
-    /// the VM.
-    until: Instant,
-}
-
-/// The job the loop follows, and how its polls went.
-struct Following {
-    job: String,
-    /// Polls in a row that got no answer (the machine backs off after them).
-    failures: u32,
-    /// Said once: the job runs past the follow limit.
-    overdue: bool,
-    next: Instant,
 }
 
 impl Provider {
@@ -96,59 +76,71 @@ impl Provider {
         })
     }
 
-    /// When the followed job is to be polled next (the machine's pace).
-    fn next_poll(&self, gi: usize, job: &str, failures: u32) -> Instant {
-        let s = &self.inner.settings;
-        let wait = self.inner.groups[gi].read().scale.next_job_poll(
-            job,
-            now(),
-            s.job_poll_interval,
-            failures,
-            s.job_max_follow,
-        );
-        Instant::now() + wait
-    }
-
-    /// Polls the followed job once; at its end, reads the cluster and settles it with the
-    /// machine. Returns whether it ended.
-    async fn poll_job(&self, gi: usize, f: &mut Following) -> bool {
-        let outcome = match self.inner.cs.query_job(&f.job).await {
+    /// Polls the followed job once and reports it to the agenda; at its end, reads the
+    /// cluster and settles it with the machine.
+    async fn poll_job(&self, gi: usize, agenda: &mut Agenda, job: &str) {
+        let g = &self.inner.groups[gi];
+        let polled = match self.inner.cs.query_job(job).await {
             Err(e) => {
-                f.failures += 1;
-                f.next = self.next_poll(gi, &f.job, f.failures);
-                tracing::warn!(job = %f.job, error = %e, "polling the scale job failed; retrying");
-                return false;
+                tracing::warn!(job, error = %e, "polling the scale job failed; retrying");
+                JobPoll::NoAnswer
             }
-            Ok(job) => job.outcome(),
+            Ok(j) => match super::follow::job_end(j.outcome()) {
+                None => JobPoll::Running,
+                Some(end) => {
+                    // How long it ran at least, for the pace of the next job of its shape:
+                    // told once at its end, not at every poll (each change of the machine
+                    // publishes a new view).
+                    if let Some(seen) = agenda.job_ended(job) {
+                        g.lock().scale.job_pending(job, seen);
+                    }
+                    let fetched = self.fetch_after_job(gi, None).await;
+                    self.settle(gi, job, &end, fetched, false).await;
+                    return;
+                }
+            },
         };
-        f.failures = 0;
-        let Some(end) = super::follow::job_end(outcome) else {
-            self.inner.groups[gi]
-                .lock()
-                .scale
-                .job_pending(&f.job, now());
-            f.next = self.next_poll(gi, &f.job, 0);
-            let delay = f.next.saturating_duration_since(Instant::now());
-            if delay > self.inner.settings.job_poll_interval && !f.overdue {
-                f.overdue = true;
-                tracing::error!(job = %f.job, limit = ?self.inner.settings.job_max_follow,
-                    "scale job still running after the follow limit; it stays this cluster's operation and is polled every {delay:?}");
-            }
-            return false;
-        };
-        let fetched = self.fetch_after_job(gi, None).await;
-        self.settle(gi, &f.job, &end, fetched, false).await;
-        true
+        if let Some(wait) = agenda.job_polled(&g.read().scale, job, polled, now()) {
+            tracing::error!(job, limit = ?self.inner.settings.job_max_follow,
+                "scale job still running after the follow limit; it stays this cluster's operation and is polled every {wait:?}");
+        }
     }
 
     /// Polls a stop job once: `None` while it runs (or its poll got no answer), else how it
     /// ended (`Some(None)` succeeded, `Some(Some(text))` failed or was cancelled).
-    async fn poll_stop(&self, s: &Stopping) -> Option<Option<String>> {
-        let outcome = self.inner.cs.query_job(&s.job).await.ok()?;
+    async fn poll_stop(&self, job: &str) -> Option<Option<String>> {
+        let outcome = self.inner.cs.query_job(job).await.ok()?;
         match super::follow::job_end(outcome.outcome())? {
             JobEnd::Succeeded => Some(None),
             JobEnd::Failed { text, .. } => Some(Some(text)),
             JobEnd::Cancelled => Some(Some("the job was cancelled".into())),
+        }
+    }
+
+    /// Carries out what the agenda says is due.
+    async fn do_due(&self, gi: usize, agenda: &mut Agenda, due: Due) {
+        match due {
+            Due::StopVms => {
+                let vms = self.inner.groups[gi].lock().scale.take_stops(now());
+                for vm in vms {
+                    if let Some(job) = self.send_stop(gi, &vm).await {
+                        agenda.stop_sent(vm, job, now());
+                    }
+                }
+            }
+            Due::PollJob(job) => self.poll_job(gi, agenda, &job).await,
+            Due::PollStop { vm, job } => {
+                let ended = self.poll_stop(&job).await;
+                agenda.stop_polled(&job, ended.is_some(), now());
+                if let Some(ended) = ended {
+                    self.stop_ended(gi, &vm, &job, ended.as_deref()).await;
+                }
+            }
+            Due::ReadState => {
+                if let Err(e) = self.fetch_and_act(gi).await {
+                    tracing::debug!(group = %self.group_label(gi), error = %e, "following the cluster's state: fetch failed");
+                }
+            }
         }
     }
 
@@ -177,8 +169,9 @@ impl Provider {
     }
 }
 
-/// The loop of group `gi`: handed work first, then what is due (the job's poll, a read of the
-/// cluster's state), then it sleeps until the next is due, work arrives or it is woken.
+/// The loop of group `gi`: handed work first, then what its agenda says is due (the job's
+/// poll, VMs to stop, a read of the cluster's state), then it sleeps until the agenda's next
+/// time, work arrives or it is woken.
 async fn run(
     provider: Weak<super::Inner>,
     gi: usize,
@@ -186,93 +179,35 @@ async fn run(
     wake: Arc<Notify>,
     poke: Arc<Notify>,
 ) {
-    let mut following: Option<Following> = None;
-    let mut state_read: Option<Instant> = None;
-    let mut stopping: Vec<Stopping> = Vec::new();
+    let mut agenda = match provider.upgrade() {
+        Some(inner) => Agenda::new(
+            inner.settings.job_poll_interval,
+            inner.settings.job_max_follow,
+        ),
+        None => return,
+    };
     loop {
         let Some(inner) = provider.upgrade() else {
             return;
         };
         let p = Provider { inner };
-        let poll = p.inner.settings.job_poll_interval;
         if let Ok(work) = inbox.try_recv() {
             p.carry_out(gi, work).await;
             continue;
         }
-        // What the machine waits for now.
-        let (job, follows_state, stop_at) = {
-            let st = p.inner.groups[gi].read();
-            (
-                st.scale.phase().job().map(str::to_string),
-                st.scale.follows_state(),
-                st.scale.next_stop_at(now()),
-            )
+        let next = agenda.next(&p.inner.groups[gi].read().scale, now());
+        let wake_at = match next {
+            Next::Do(due) => {
+                p.do_due(gi, &mut agenda, due).await;
+                continue;
+            }
+            Next::Sleep(at) => at,
         };
-        if stop_at.is_some_and(|at| at <= now()) {
-            let vms = p.inner.groups[gi].lock().scale.take_stops(now());
-            for vm in vms {
-                if let Some(job) = p.send_stop(gi, &vm).await {
-                    stopping.push(Stopping {
-                        vm,
-                        job,
-                        next: Instant::now() + poll,
-                        until: Instant::now() + p.inner.settings.job_max_follow,
-                    });
-                }
-            }
-            continue;
-        }
-        match (&job, &following) {
-            (Some(j), Some(f)) if f.job == *j => {}
-            (Some(j), _) => {
-                following = Some(Following {
-                    job: j.clone(),
-                    failures: 0,
-                    overdue: false,
-                    next: p.next_poll(gi, j, 0),
-                });
-            }
-            (None, _) => following = None,
-        }
-        if !follows_state {
-            state_read = None;
-        }
-        let state_at = follows_state.then(|| *state_read.get_or_insert(Instant::now() + poll));
-        let t = Instant::now();
-        if let Some(f) = following.as_mut().filter(|f| f.next <= t) {
-            if p.poll_job(gi, f).await {
-                following = None;
-            }
-            continue;
-        }
-        if let Some(i) = stopping.iter().position(|s| s.next <= t) {
-            let mut s = stopping.swap_remove(i);
-            if let Some(ended) = p.poll_stop(&s).await {
-                p.stop_ended(gi, &s.vm, &s.job, ended.as_deref()).await;
-            } else if Instant::now() < s.until {
-                s.next = Instant::now() + poll;
-                stopping.push(s);
-            }
-            continue;
-        }
-        if state_at.is_some_and(|at| at <= t) {
-            state_read = Some(Instant::now() + poll);
-            if let Err(e) = p.fetch_and_act(gi).await {
-                tracing::debug!(group = %p.group_label(gi), error = %e, "following the cluster's state: fetch failed");
-            }
-            continue;
-        }
-        let due = [following.as_ref().map(|f| f.next), state_at]
-            .into_iter()
-            .chain(stopping.iter().map(|s| Some(s.next)))
-            .chain([stop_at.map(Instant::from_std)])
-            .flatten()
-            .min();
         // Not kept alive while asleep: the loop ends with the provider.
         drop(p);
         let sleep = async {
-            match due {
-                Some(at) => tokio::time::sleep_until(at).await,
+            match wake_at {
+                Some(at) => tokio::time::sleep_until(Instant::from_std(at)).await,
                 None => std::future::pending().await,
             }
         };
@@ -284,11 +219,7 @@ async fn run(
                 };
                 Provider { inner }.carry_out(gi, work).await;
             }
-            () = poke.notified() => {
-                if let Some(f) = following.as_mut() {
-                    f.next = Instant::now();
-                }
-            }
+            () = poke.notified() => agenda.poll_now(now()),
             () = wake.notified() => {}
             () = sleep => {}
         }

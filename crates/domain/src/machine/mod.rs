@@ -39,6 +39,7 @@
 //! - `error`: why the machine refuses a request.
 //! - `tests`: the phase × event table (`every_phase_against_every_event`) and the rest.
 
+mod agenda;
 mod cordon;
 mod delete;
 mod error;
@@ -56,6 +57,7 @@ mod stranded;
 mod target;
 mod withdraw;
 
+pub use agenda::{Agenda, Due, JobPoll, Next};
 pub use delete::{Acceptance, Accepted, NodeRef};
 pub use error::{Ask, ScaleError};
 pub use events::{JobEnd, Settled, WatchedAnswer};
