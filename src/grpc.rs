@@ -6,9 +6,7 @@
 //! ([`CloudProviderService::admin`]) every call is the read-only admin caller's instead.
 
 use crate::optional_rpcs::ProviderExtras;
-use crate::provider::{Caller, Error, InstanceView, NodeGroupView, NodeRef, Provider};
-use cks_cloudstack::Class;
-use cks_domain::machine::Ask;
+use crate::provider::{Caller, Error, InstanceView, NodeGroupView, NodeRef, Provider, Reason};
 use cks_domain::status::{InstanceError, InstanceState};
 use cks_proto as pb;
 use cks_proto::cloud_provider_server::CloudProvider;
@@ -18,60 +16,23 @@ use std::time::Duration;
 use tonic::{Code, Request, Response, Status};
 
 /// The gRPC status the autoscaler sees for a provider error. The only mapping of errors to
-/// codes in the project; the codes are chosen for what the autoscaler does with them:
-/// UNAVAILABLE for what a later call may get past (CloudStack slow or unreachable, no snapshot
-/// yet), FAILED_PRECONDITION for a refusal an operator must look at, NOT_FOUND for a group or
-/// node that is not there, OUT_OF_RANGE past the maximum, UNIMPLEMENTED for optional RPCs that
-/// have nothing to give (any other code aborts the autoscaler's loop).
+/// codes in the project: what the caller can do about the error is the provider's to say
+/// ([`Error::reason`]); the code for each [`Reason`] is chosen here, for what the autoscaler
+/// does with it: UNAVAILABLE for what a later call may get past, FAILED_PRECONDITION for a
+/// refusal an operator must look at, NOT_FOUND for a group or node that is not there,
+/// OUT_OF_RANGE past the maximum, UNIMPLEMENTED for optional RPCs that have nothing to give
+/// (any other code aborts the autoscaler's loop).
 pub fn status(e: &Error) -> Status {
-    let code = match e {
-        Error::Batch(inner) => return status(inner),
-        // The snapshots are missing or old because CloudStack refuses the key, which waiting
-        // does not mend: the key's refusal, not an outage.
-        Error::NoSnapshot {
-            key_refused: true, ..
-        }
-        | Error::Stale {
-            key_refused: true, ..
-        } => Code::PermissionDenied,
-        // The key may not scale the cluster: the operator's to fix, not a refusal of the
-        // request by CloudStack's rules.
-        Error::JobRefused {
-            key_not_permitted: true,
-            ..
-        } => Code::PermissionDenied,
-        Error::InvalidArgument(_) => Code::InvalidArgument,
-        Error::UnknownGroup { .. } | Error::ClusterNotFound { .. } => Code::NotFound,
-        Error::ReadOnly => Code::PermissionDenied,
-        // The caller is another cluster's autoscaler: its identity's, not the request's, fault.
-        Error::ClientInAnotherCluster { .. } => Code::PermissionDenied,
-        Error::NoSnapshot { .. }
-        | Error::Deadline { .. }
-        | Error::AnswerLost { .. }
-        | Error::Stale { .. }
-        | Error::StoreUnavailable { .. }
-        | Error::NotLeader { .. } => Code::Unavailable,
-        Error::Scale { source, .. } => match source.ask() {
-            Ask::Later => Code::Unavailable,
-            Ask::Less => Code::OutOfRange,
-            Ask::Existing => Code::NotFound,
-            Ask::Operator => Code::FailedPrecondition,
-        },
-        Error::AmbiguousName { .. }
-        | Error::DuplicateCluster { .. }
-        | Error::JobRefused { .. }
-        | Error::JobFailed { .. } => Code::FailedPrecondition,
-        Error::JobCancelled { .. } => Code::Aborted,
-        Error::CloudStack(cs) => match cs.class() {
-            // A throttled call did nothing (CloudStack refuses it before the command runs):
-            // try again later, as for no answer at all; never a refused key or request.
-            Class::Unknown | Class::Throttled => Code::Unavailable,
-            Class::Unauthorized | Class::NotPermitted => Code::PermissionDenied,
-            Class::Refused => Code::FailedPrecondition,
-            Class::NotSent => Code::Internal,
-        },
-        Error::NoTemplate { .. } | Error::NoOptions(_) => Code::Unimplemented,
-        Error::Internal(_) => Code::Internal,
+    let code = match e.reason() {
+        Reason::Invalid => Code::InvalidArgument,
+        Reason::NotFound => Code::NotFound,
+        Reason::Later => Code::Unavailable,
+        Reason::AskLess => Code::OutOfRange,
+        Reason::Operator => Code::FailedPrecondition,
+        Reason::Denied => Code::PermissionDenied,
+        Reason::Cancelled => Code::Aborted,
+        Reason::NothingToGive => Code::Unimplemented,
+        Reason::Internal => Code::Internal,
     };
     Status::new(code, bounded(e.to_string()))
 }
@@ -593,6 +554,390 @@ mod tests {
         };
         assert!(!stale.is_key_refused());
         assert_eq!(status(&stale).code(), Code::Unavailable);
+    }
+
+    /// One value of each [`Error`] variant (every variant's flags that change its code, every
+    /// CloudStack failure, every scale refusal) and the code the autoscaler gets for it. The
+    /// codes are what the autoscaler acts on, so none may move unnoticed: the exhaustive
+    /// matches below stop the build when a variant is added, and the counts fail the test
+    /// until it has a row here.
+    #[test]
+    fn every_error_keeps_its_code() {
+        use cks_cloudstack::{Class, Transport};
+        use cks_domain::machine::{Ask, ScaleError};
+        use cks_domain::rules::Refusal;
+        use std::collections::BTreeSet;
+        use std::sync::Arc;
+
+        let group = || "pool".to_string();
+        let cs = |e: CsError| Error::CloudStack(e);
+        let scale = |source: ScaleError| Error::Scale {
+            group: group(),
+            source,
+        };
+        let api = |errorcode: i64| CsError::Api {
+            command: "scaleKubernetesCluster".into(),
+            http_status: 530,
+            errorcode,
+            cserrorcode: 9999,
+            errortext: "refused".into(),
+        };
+        let job_refused = |alert_unsupported: bool, key_not_permitted: bool| Error::JobRefused {
+            group: group(),
+            job: "job-1".into(),
+            code: 530,
+            text: "refused".into(),
+            alert_unsupported,
+            key_not_permitted,
+        };
+        let cases = || -> Vec<(Error, Code)> {
+            vec![
+                (
+                    Error::InvalidArgument("delta".into()),
+                    Code::InvalidArgument,
+                ),
+                (
+                    Error::UnknownGroup {
+                        id: "x".into(),
+                        configured: group(),
+                    },
+                    Code::NotFound,
+                ),
+                (
+                    Error::NoSnapshot {
+                        group: group(),
+                        last_error: None,
+                        key_refused: false,
+                    },
+                    Code::Unavailable,
+                ),
+                (
+                    Error::NoSnapshot {
+                        group: group(),
+                        last_error: Some("refused".into()),
+                        key_refused: true,
+                    },
+                    Code::PermissionDenied,
+                ),
+                (scale(ScaleError::NoSnapshot), Code::Unavailable),
+                (
+                    scale(ScaleError::OutOfRange {
+                        target: 3,
+                        delta: 2,
+                        max: 4,
+                    }),
+                    Code::OutOfRange,
+                ),
+                (
+                    scale(ScaleError::SizeAboveMax {
+                        size: 4,
+                        delta: 1,
+                        max: 4,
+                    }),
+                    Code::FailedPrecondition,
+                ),
+                (
+                    scale(ScaleError::CordonSuspected {
+                        vms: vec!["vm-1".into()],
+                    }),
+                    Code::FailedPrecondition,
+                ),
+                (
+                    scale(ScaleError::Refused(Refusal::NoChange {
+                        cluster: "c".into(),
+                        size: 3,
+                    })),
+                    Code::FailedPrecondition,
+                ),
+                (
+                    scale(ScaleError::PreviousAnswerLost),
+                    Code::FailedPrecondition,
+                ),
+                (
+                    scale(ScaleError::UnknownNode {
+                        node: "n".into(),
+                        provider_id: "p".into(),
+                    }),
+                    Code::NotFound,
+                ),
+                (
+                    scale(ScaleError::NotWorker {
+                        node: "n".into(),
+                        role: "control",
+                        vm: "vm-1".into(),
+                        cluster: "c".into(),
+                    }),
+                    Code::FailedPrecondition,
+                ),
+                (
+                    scale(ScaleError::RegisteredElsewhere {
+                        vm: "vm-1".into(),
+                        node: "n".into(),
+                        provider_id: "p".into(),
+                        instance: "i".into(),
+                    }),
+                    Code::FailedPrecondition,
+                ),
+                (
+                    scale(ScaleError::RecentlyRegistered {
+                        vm: "vm-1".into(),
+                        instance: "i".into(),
+                        node: "n".into(),
+                        ago_secs: 10,
+                        window_secs: 900,
+                    }),
+                    Code::FailedPrecondition,
+                ),
+                (
+                    scale(ScaleError::BeingCreated {
+                        instance: "i".into(),
+                    }),
+                    Code::FailedPrecondition,
+                ),
+                (
+                    scale(ScaleError::BelowMin {
+                        removed: 1,
+                        target: 1,
+                        min: 1,
+                    }),
+                    Code::FailedPrecondition,
+                ),
+                (
+                    scale(ScaleError::DrainWouldFail {
+                        vm: "vm-1".into(),
+                        vm_id: "id".into(),
+                        node: "n".into(),
+                        why: "why",
+                    }),
+                    Code::FailedPrecondition,
+                ),
+                (
+                    scale(ScaleError::CannotDecrease {
+                        asked: 2,
+                        cancellable: 1,
+                        target: 3,
+                    }),
+                    Code::FailedPrecondition,
+                ),
+                (
+                    Error::ClusterNotFound {
+                        cluster: "c".into(),
+                        hint: "hint".into(),
+                    },
+                    Code::NotFound,
+                ),
+                (
+                    Error::DuplicateCluster {
+                        name: "c".into(),
+                        id: "id".into(),
+                        other: "other".into(),
+                    },
+                    Code::FailedPrecondition,
+                ),
+                (
+                    Error::AmbiguousName {
+                        name: "c".into(),
+                        count: 2,
+                    },
+                    Code::FailedPrecondition,
+                ),
+                (
+                    cs(CsError::Unreachable {
+                        command: "listKubernetesClusters".into(),
+                        detail: "refused".into(),
+                        cause: Transport::Refused,
+                    }),
+                    Code::Unavailable,
+                ),
+                (cs(api(530)), Code::FailedPrecondition),
+                (cs(api(429)), Code::Unavailable),
+                (
+                    cs(CsError::Unauthorized {
+                        command: "listKubernetesClusters".into(),
+                        http_status: 401,
+                        detail: "refused".into(),
+                    }),
+                    Code::PermissionDenied,
+                ),
+                (
+                    cs(CsError::NotPermitted {
+                        command: "listAsyncJobs".into(),
+                        detail: "refused".into(),
+                    }),
+                    Code::PermissionDenied,
+                ),
+                (
+                    cs(CsError::Throttled {
+                        command: "listKubernetesClusters".into(),
+                        detail: "limit".into(),
+                    }),
+                    Code::Unavailable,
+                ),
+                (
+                    cs(CsError::Http {
+                        command: "listKubernetesClusters".into(),
+                        http_status: 502,
+                        snippet: "bad gateway".into(),
+                    }),
+                    Code::Unavailable,
+                ),
+                (
+                    cs(CsError::Malformed {
+                        command: "listKubernetesClusters".into(),
+                        detail: "not JSON".into(),
+                    }),
+                    Code::Unavailable,
+                ),
+                (cs(CsError::Config("bad URL".into())), Code::Internal),
+                (
+                    Error::Deadline {
+                        group: group(),
+                        command: "queryAsyncJobResult",
+                    },
+                    Code::Unavailable,
+                ),
+                (
+                    Error::AnswerLost {
+                        group: group(),
+                        detail: "reset".into(),
+                    },
+                    Code::Unavailable,
+                ),
+                (job_refused(false, false), Code::FailedPrecondition),
+                (job_refused(true, false), Code::FailedPrecondition),
+                (job_refused(false, true), Code::PermissionDenied),
+                (
+                    Error::JobCancelled {
+                        group: group(),
+                        job: "job-1".into(),
+                    },
+                    Code::Aborted,
+                ),
+                (
+                    Error::JobFailed {
+                        group: group(),
+                        job: "job-1".into(),
+                        code: 530,
+                        text: "drain failed".into(),
+                    },
+                    Code::FailedPrecondition,
+                ),
+                (
+                    Error::Stale {
+                        bound: Duration::from_secs(120),
+                        failures: vec![group()],
+                        key_refused: false,
+                    },
+                    Code::Unavailable,
+                ),
+                (
+                    Error::Stale {
+                        bound: Duration::from_secs(120),
+                        failures: vec![group()],
+                        key_refused: true,
+                    },
+                    Code::PermissionDenied,
+                ),
+                (
+                    Error::StoreUnavailable {
+                        store: "state".into(),
+                        error: "conflict".into(),
+                    },
+                    Code::Unavailable,
+                ),
+                (Error::NotLeader { leader: None }, Code::Unavailable),
+                (Error::ReadOnly, Code::PermissionDenied),
+                (
+                    Error::ClientInAnotherCluster {
+                        client: "a".into(),
+                        bound: "b".into(),
+                        seen: "c".into(),
+                    },
+                    Code::PermissionDenied,
+                ),
+                (
+                    Error::NoTemplate {
+                        group: group(),
+                        reason: "none".into(),
+                    },
+                    Code::Unimplemented,
+                ),
+                (Error::NoOptions("none".into()), Code::Unimplemented),
+                (Error::Internal("bug".into()), Code::Internal),
+            ]
+        };
+        // A merged removal's callers hear its outcome as if it were their own.
+        let batched = cases()
+            .into_iter()
+            .map(|(e, code)| (Error::Batch(Arc::new(e)), code));
+
+        let (mut variants, mut classes, mut asks) =
+            (BTreeSet::new(), BTreeSet::new(), BTreeSet::new());
+        for (e, code) in cases().into_iter().chain(batched) {
+            assert_eq!(status(&e).code(), code, "{e:?}");
+            variants.insert(variant(&e));
+            match &e {
+                Error::CloudStack(c) => {
+                    classes.insert(class_index(c.class()));
+                }
+                Error::Scale { source, .. } => {
+                    asks.insert(ask_index(source.ask()));
+                }
+                _ => {}
+            }
+        }
+        assert_eq!(variants.len(), VARIANTS, "{variants:?}");
+        assert_eq!(classes.len(), CLASSES, "{classes:?}");
+        assert_eq!(asks.len(), ASKS, "{asks:?}");
+
+        /// How many variants [`variant`] names.
+        const VARIANTS: usize = 22;
+        fn variant(e: &Error) -> &'static str {
+            match e {
+                Error::InvalidArgument(_) => "InvalidArgument",
+                Error::UnknownGroup { .. } => "UnknownGroup",
+                Error::NoSnapshot { .. } => "NoSnapshot",
+                Error::Scale { .. } => "Scale",
+                Error::ClusterNotFound { .. } => "ClusterNotFound",
+                Error::DuplicateCluster { .. } => "DuplicateCluster",
+                Error::AmbiguousName { .. } => "AmbiguousName",
+                Error::CloudStack(_) => "CloudStack",
+                Error::Deadline { .. } => "Deadline",
+                Error::AnswerLost { .. } => "AnswerLost",
+                Error::JobRefused { .. } => "JobRefused",
+                Error::JobCancelled { .. } => "JobCancelled",
+                Error::JobFailed { .. } => "JobFailed",
+                Error::Stale { .. } => "Stale",
+                Error::StoreUnavailable { .. } => "StoreUnavailable",
+                Error::NotLeader { .. } => "NotLeader",
+                Error::ReadOnly => "ReadOnly",
+                Error::ClientInAnotherCluster { .. } => "ClientInAnotherCluster",
+                Error::NoTemplate { .. } => "NoTemplate",
+                Error::NoOptions(_) => "NoOptions",
+                Error::Batch(_) => "Batch",
+                Error::Internal(_) => "Internal",
+            }
+        }
+        const CLASSES: usize = 6;
+        fn class_index(c: Class) -> usize {
+            match c {
+                Class::Refused => 0,
+                Class::Throttled => 1,
+                Class::Unauthorized => 2,
+                Class::NotPermitted => 3,
+                Class::Unknown => 4,
+                Class::NotSent => 5,
+            }
+        }
+        const ASKS: usize = 4;
+        fn ask_index(a: Ask) -> usize {
+            match a {
+                Ask::Later => 0,
+                Ask::Less => 1,
+                Ask::Existing => 2,
+                Ask::Operator => 3,
+            }
+        }
     }
 
     #[test]

@@ -1,9 +1,10 @@
 //! The provider's one error type. Every failure a provider call can end in is a variant here,
-//! carrying what the message needs; which gRPC status code each becomes is decided in one
-//! place, `crate::grpc::status`, and nowhere else.
+//! carrying what the message needs, and what its caller can do about it ([`Error::reason`]),
+//! read here from CloudStack's and the machine's errors; which gRPC status code each
+//! [`Reason`] becomes is decided in one place, `crate::grpc::status`, and nowhere else.
 
-use cks_cloudstack::CsError;
-use cks_domain::machine::ScaleError;
+use cks_cloudstack::{Class, CsError};
+use cks_domain::machine::{Ask, ScaleError};
 use std::time::Duration;
 
 /// What a scale job failing its check of the caller's right says about the key.
@@ -185,7 +186,91 @@ pub const KEY_REFUSED: &str = "CloudStack refused this provider's API key: it do
      as soon as they change, without a restart: put the new key pair in the Secret they come \
      from";
 
+/// What the caller of a failed provider call can do about it, in the provider's own words:
+/// the one reading of every [`Error`] that the gRPC layer turns into a code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// The request itself is malformed: the same request gets the same answer.
+    Invalid,
+    /// The group, cluster or node it names is not there.
+    NotFound,
+    /// A later call may get past it: nothing is known yet, CloudStack was slow, out of reach
+    /// or throttling, or this replica cannot promise anything now.
+    Later,
+    /// Past the group's maximum: ask for less.
+    AskLess,
+    /// A refusal an operator must look at: the request cannot be carried out as things are.
+    Operator,
+    /// The key, or who asks (the caller's identity, a write on the read-only admin address),
+    /// is refused: not the request's fault, and not mended by waiting.
+    Denied,
+    /// CloudStack cancelled the job before it changed anything.
+    Cancelled,
+    /// An optional RPC has nothing to give: the caller's own defaults apply.
+    NothingToGive,
+    /// A bug, or the provider's own configuration: neither the request nor CloudStack.
+    Internal,
+}
+
 impl Error {
+    /// What the caller can do about this failure.
+    pub fn reason(&self) -> Reason {
+        match self {
+            // Every caller of a merged removal hears its one outcome as its own.
+            Error::Batch(inner) => inner.reason(),
+            // The snapshots are missing or old because CloudStack refuses the key, which
+            // waiting does not mend: the key's refusal, not an outage.
+            Error::NoSnapshot {
+                key_refused: true, ..
+            }
+            | Error::Stale {
+                key_refused: true, ..
+            } => Reason::Denied,
+            // The key may not scale the cluster: the operator's to fix, not a refusal of the
+            // request by CloudStack's rules.
+            Error::JobRefused {
+                key_not_permitted: true,
+                ..
+            } => Reason::Denied,
+            Error::InvalidArgument(_) => Reason::Invalid,
+            Error::UnknownGroup { .. } | Error::ClusterNotFound { .. } => Reason::NotFound,
+            Error::ReadOnly => Reason::Denied,
+            // The caller is another cluster's autoscaler: its identity's, not the request's,
+            // fault.
+            Error::ClientInAnotherCluster { .. } => Reason::Denied,
+            Error::NoSnapshot { .. }
+            | Error::Deadline { .. }
+            | Error::AnswerLost { .. }
+            | Error::Stale { .. }
+            | Error::StoreUnavailable { .. }
+            | Error::NotLeader { .. } => Reason::Later,
+            Error::Scale { source, .. } => match source.ask() {
+                Ask::Later => Reason::Later,
+                Ask::Less => Reason::AskLess,
+                Ask::Existing => Reason::NotFound,
+                Ask::Operator => Reason::Operator,
+            },
+            Error::AmbiguousName { .. }
+            | Error::DuplicateCluster { .. }
+            | Error::JobRefused { .. }
+            | Error::JobFailed { .. } => Reason::Operator,
+            Error::JobCancelled { .. } => Reason::Cancelled,
+            Error::CloudStack(cs) => match cs.class() {
+                // A throttled call did nothing (CloudStack refuses it before the command
+                // runs): try again later, as for no answer at all; never a refused key or
+                // request.
+                Class::Unknown | Class::Throttled => Reason::Later,
+                Class::Unauthorized | Class::NotPermitted => Reason::Denied,
+                Class::Refused => Reason::Operator,
+                // Nothing reached CloudStack: the client could not be built from the
+                // provider's own configuration.
+                Class::NotSent => Reason::Internal,
+            },
+            Error::NoTemplate { .. } | Error::NoOptions(_) => Reason::NothingToGive,
+            Error::Internal(_) => Reason::Internal,
+        }
+    }
+
     /// CloudStack refused the key this error came from: directly, or as the last error of a
     /// group with no snapshot, or no fresh one, to answer from.
     pub fn is_key_refused(&self) -> bool {

@@ -199,7 +199,7 @@ impl fmt::Display for ScaleError {
 
 impl std::error::Error for ScaleError {}
 
-/// What a refusal asks of its caller, for the gRPC layer to pick the code from.
+/// What a refusal asks of its caller: the status code the caller hears follows from it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ask {
     /// Ask again later: nothing is known yet (no snapshot).
