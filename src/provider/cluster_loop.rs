@@ -18,7 +18,7 @@
 //! nothing waits behind another.
 
 use super::{Error, Provider, Result, now};
-use cks_domain::machine::{Agenda, Due, JobEnd, JobPoll, Next};
+use cks_domain::machine::{Agenda, Due, Event, JobEnd, JobPoll, Next};
 use cks_domain::rules::ScaleRequest;
 use std::sync::{Arc, Weak};
 use tokio::sync::{Notify, mpsc, oneshot, watch};
@@ -92,7 +92,10 @@ impl Provider {
                     // told once at its end, not at every poll (each change of the machine
                     // publishes a new view).
                     if let Some(seen) = agenda.job_ended(job) {
-                        g.lock().scale.job_pending(job, seen);
+                        let _ = g
+                            .lock()
+                            .scale
+                            .handle(Event::JobRan { job, at: seen }, now());
                     }
                     let fetched = self.fetch_after_job(gi, None).await;
                     self.settle(gi, job, &end, fetched, false).await;

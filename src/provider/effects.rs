@@ -6,7 +6,7 @@
 
 use super::{Provider, now};
 use cks_cloudstack::Class;
-use cks_domain::machine::{Effect, StopAnswer};
+use cks_domain::machine::{Effect, Event, JobEnd, JobKind, SearchNews, StopAnswer};
 
 impl Provider {
     /// Carries out what the machine asked for. `FindJob` is awaited (so a Refresh answers
@@ -45,9 +45,23 @@ impl Provider {
                 }
                 Effect::KeyMayNotStop { reason } => {
                     for g in &self.inner.groups {
-                        g.lock().scale.set_can_stop_vms(false);
+                        let _ = g.lock().scale.handle(Event::MayStopVms(false), now());
                     }
                     tracing::warn!(group = %self.group_label(gi), "this CloudStack key may not call stopVirtualMachine: VMs whose drain would fail are no longer stopped by the provider, and their removal is refused until an operator stops them: {reason}");
+                }
+                Effect::JobEnded {
+                    job,
+                    kind,
+                    end,
+                    alert_refusal,
+                } => self.job_ended(gi, &job, kind, &end, alert_refusal),
+                Effect::Searched(news) => self.searched(gi, news),
+                Effect::RemovalsWithdrawn { vms } => {
+                    for vm in &vms {
+                        tracing::warn!(group = %self.group_label(gi), vm = %vm,
+                            "removal withdrawn: the node no longer carries the autoscaler's ToBeDeletedByClusterAutoscaler mark (the autoscaler restarted, or gave the node up)");
+                    }
+                    crate::metrics::record_removals_withdrawn(vms.len());
                 }
                 Effect::SizeNotReached { job, asked, listed } => {
                     tracing::error!(group = %self.group_label(gi), %job, asked, listed,
@@ -59,6 +73,55 @@ impl Provider {
         self.wake_loop(gi);
     }
 
+    /// A job's end told: the log, the job metrics, and the provider-wide verdict when its
+    /// failure shows this CloudStack does not scale a cluster in Alert.
+    fn job_ended(&self, gi: usize, job: &str, kind: JobKind, end: &JobEnd, alert_refusal: bool) {
+        let label = self.group_label(gi);
+        let group_id = self.group_id(gi);
+        match end.failure() {
+            None => {
+                tracing::info!(group = %label, job, "scale job succeeded");
+                crate::metrics::record_job(&group_id, kind, "succeeded");
+            }
+            Some((code, text)) if end.key_not_permitted() => {
+                tracing::error!(group = %label, job, code,
+                    "scale job failed: {text}{}", super::error::KEY_NOT_PERMITTED_TO_SCALE);
+                crate::metrics::record_job(&group_id, kind, "failed");
+            }
+            Some((code, text)) => {
+                tracing::warn!(group = %label, job, code, "scale job failed: {text}{}",
+                    cks_domain::status::cluster_max_size_note(text));
+                crate::metrics::record_job(&group_id, kind, "failed");
+                if alert_refusal {
+                    self.set_alert_unsupported(text);
+                }
+            }
+        }
+    }
+
+    /// What a job search changed, told.
+    fn searched(&self, gi: usize, news: SearchNews) {
+        let cluster_id = self.group_id(gi);
+        match news {
+            SearchNews::LostBecameJob { job, kind } => {
+                tracing::info!(group = %cluster_id, job = %job, "the scale request whose answer was lost became a job; following it");
+                crate::metrics::record_job_started(&cluster_id, kind);
+            }
+            SearchNews::Adopted { job } => {
+                tracing::info!(group = %cluster_id, job = %job, "adopting a running scale job this provider did not start");
+                crate::metrics::record_job_started(&cluster_id, JobKind::Adopted);
+            }
+            SearchNews::LostForgotten => {
+                tracing::warn!(group = %cluster_id, "the scale request whose answer was lost did not become a job; forgetting it")
+            }
+            SearchNews::AdoptedBlind => {
+                tracing::info!(group = %cluster_id,
+                    "the cluster is Scaling under a job CloudStack does not name; its end is seen when the cluster leaves Scaling")
+            }
+            SearchNews::Nothing => {}
+        }
+    }
+
     /// Sends `stopVirtualMachine` for a VM the machine handed out (`take_stops`) and tells the
     /// machine its answer; returns the stop job to follow (the group's loop polls it and calls
     /// [`Provider::stop_ended`]).
@@ -66,12 +129,14 @@ impl Provider {
         let label = self.group_label(gi);
         if !self.acting() {
             tracing::warn!(group = %label, vm = %vm, "stopVirtualMachine not sent: this replica does not hold the leader lease");
-            let told = self.inner.groups[gi].lock().scale.stop_answered(
-                vm,
-                StopAnswer::Failed("this replica does not lead"),
+            let told = self.inner.groups[gi].lock().scale.handle(
+                Event::StopAnswered {
+                    vm,
+                    answer: StopAnswer::Failed("this replica does not lead"),
+                },
                 now(),
             );
-            self.run_effects(gi, told).await;
+            self.run_effects(gi, told.effects).await;
             return None;
         }
         tracing::info!(group = %label, vm = %vm, "stopping the VM before its removal: a drain of it would fail");
@@ -90,17 +155,17 @@ impl Provider {
                 Some((e.to_string(), not_permitted, unknown))
             }
         };
-        let told = self.inner.groups[gi].lock().scale.stop_answered(
-            vm,
-            match &failure {
-                None => StopAnswer::Stopping,
-                Some((t, true, _)) => StopAnswer::NotPermitted(t),
-                Some((t, _, true)) => StopAnswer::Unknown(t),
-                Some((t, _, _)) => StopAnswer::Failed(t),
-            },
-            now(),
-        );
-        self.run_effects(gi, told).await;
+        let stop = match &failure {
+            None => StopAnswer::Stopping,
+            Some((t, true, _)) => StopAnswer::NotPermitted(t),
+            Some((t, _, true)) => StopAnswer::Unknown(t),
+            Some((t, _, _)) => StopAnswer::Failed(t),
+        };
+        let told = self.inner.groups[gi]
+            .lock()
+            .scale
+            .handle(Event::StopAnswered { vm, answer: stop }, now());
+        self.run_effects(gi, told.effects).await;
         answer.ok()
     }
 
@@ -113,12 +178,14 @@ impl Provider {
             Some(text) => {
                 tracing::warn!(group = %label, vm = %vm, job = %job, "the stop job failed; retrying later: {text}");
                 let failed = format!("stopVirtualMachine job {job} failed: {text}");
-                let told = self.inner.groups[gi].lock().scale.stop_answered(
-                    vm,
-                    StopAnswer::Failed(&failed),
+                let told = self.inner.groups[gi].lock().scale.handle(
+                    Event::StopAnswered {
+                        vm,
+                        answer: StopAnswer::Failed(&failed),
+                    },
                     now(),
                 );
-                self.run_effects(gi, told).await;
+                self.run_effects(gi, told.effects).await;
             }
             None => {
                 if let Err(e) = self.fetch_and_act(gi).await {

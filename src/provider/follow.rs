@@ -7,7 +7,7 @@
 use super::{Provider, now};
 use cks_cloudstack::types::{JobOutcome, cloudstack_date};
 use cks_domain::jobs::{self, JobQuery, JobScan, JobSearch, ListedJob};
-use cks_domain::machine::{Effect, JobEnd, JobKind, Phase, SearchNews, Settled};
+use cks_domain::machine::{Answer, Effect, Event, JobEnd, Phase};
 use std::collections::HashSet;
 use tokio::time::Instant;
 
@@ -58,9 +58,9 @@ impl Provider {
         }
     }
 
-    /// Reports a job's end to the machine and carries out what follows: metrics, the
-    /// provider-wide Alert-scaling verdict, the queued request. `None` when the job was no
-    /// longer the group's.
+    /// Reports a job's end to the machine and carries out what follows: the news, the
+    /// queued request. Returns what the RPC that watched it hears (`watched`), when the job
+    /// was still the group's.
     pub(crate) async fn settle(
         &self,
         gi: usize,
@@ -68,40 +68,24 @@ impl Provider {
         end: &JobEnd,
         fetched: bool,
         watched: bool,
-    ) -> Option<Settled> {
+    ) -> Option<Answer> {
         let alert = self.alert_scaling();
-        let settled = {
+        let step = {
             let mut st = self.inner.groups[gi].lock();
-            let settled = st
-                .scale
-                .job_finished(job_id, end, fetched, watched, &alert, now())?;
+            let event = Event::JobEnded {
+                job: job_id,
+                end,
+                fetched,
+                watched,
+                alert: &alert,
+            };
+            let step = st.scale.handle(event, now());
             // A VM of a failed scale-up whose node was reported already is a node.
             self.forget_registered_failures(gi, &mut st.scale);
-            settled
+            step
         };
-        let label = self.group_label(gi);
-        let group_id = self.group_id(gi);
-        match end.failure() {
-            None => {
-                tracing::info!(group = %label, job = job_id, "scale job succeeded");
-                crate::metrics::record_job(&group_id, settled.kind, "succeeded");
-            }
-            Some((code, text)) if end.key_not_permitted() => {
-                tracing::error!(group = %label, job = job_id, code,
-                    "scale job failed: {text}{}", super::error::KEY_NOT_PERMITTED_TO_SCALE);
-                crate::metrics::record_job(&group_id, settled.kind, "failed");
-            }
-            Some((code, text)) => {
-                tracing::warn!(group = %label, job = job_id, code, "scale job failed: {text}{}",
-                    cks_domain::status::cluster_max_size_note(text));
-                crate::metrics::record_job(&group_id, settled.kind, "failed");
-                if settled.alert_refusal {
-                    self.set_alert_unsupported(text);
-                }
-            }
-        }
-        self.run_effects(gi, settled.effects.clone()).await;
-        Some(settled)
+        self.run_effects(gi, step.effects).await;
+        step.answer
     }
 
     /// Looks for the scale job the group's phase waits for (a cluster Scaling with no job
@@ -138,30 +122,15 @@ impl Provider {
             JobSearch::Nothing
         };
         let alert = self.alert_scaling();
-        let (effects, news) =
-            self.inner.groups[gi]
-                .lock()
-                .scale
-                .job_searched(&search, &alert, now());
-        match news {
-            SearchNews::LostBecameJob { job, kind } => {
-                tracing::info!(group = %cluster_id, job = %job, "the scale request whose answer was lost became a job; following it");
-                crate::metrics::record_job_started(&cluster_id, kind);
-            }
-            SearchNews::Adopted { job } => {
-                tracing::info!(group = %cluster_id, job = %job, "adopting a running scale job this provider did not start");
-                crate::metrics::record_job_started(&cluster_id, JobKind::Adopted);
-            }
-            SearchNews::LostForgotten => {
-                tracing::warn!(group = %cluster_id, "the scale request whose answer was lost did not become a job; forgetting it")
-            }
-            SearchNews::AdoptedBlind => {
-                tracing::info!(group = %cluster_id,
-                    "the cluster is Scaling under a job CloudStack does not name; its end is seen when the cluster leaves Scaling")
-            }
-            SearchNews::Nothing => {}
-        }
-        effects
+        let event = Event::JobSearched {
+            search: &search,
+            alert: &alert,
+        };
+        self.inner.groups[gi]
+            .lock()
+            .scale
+            .handle(event, now())
+            .effects
     }
 
     /// The running `scaleKubernetesCluster` job the group waits for, read from

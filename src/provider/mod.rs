@@ -63,7 +63,7 @@ use crate::config::ClusterRef;
 use cks_cloudstack::Client;
 use cks_cloudstack::types::ServiceOffering;
 use cks_domain::cluster::ClusterSnapshot;
-use cks_domain::machine::{ScaleMachine, Timings};
+use cks_domain::machine::{Event, ScaleMachine, Timings};
 use cks_domain::registry::Registrations;
 use cks_domain::rules::AlertScaling;
 use std::sync::atomic::AtomicBool;
@@ -211,7 +211,7 @@ impl Provider {
                         // No stop is promised before the key is known to allow it.
                         scale: CowArc::new({
                             let mut m = ScaleMachine::new(cluster_id, timings);
-                            m.set_can_stop_vms(false);
+                            let _ = m.handle(Event::MayStopVms(false), now());
                             // Known from the start, so that queued increases a restart takes
                             // over are never sent past it.
                             m.set_max_size(spec.max);

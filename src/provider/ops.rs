@@ -14,8 +14,8 @@ use super::{Error, Provider, Result, Scoped, before, now};
 use cks_cloudstack::Class;
 use cks_domain::cluster::IndexedSnapshot;
 use cks_domain::machine::{
-    Accepted, Admission, Effect, JobEnd, JobKind, NodeRef, ScaleError, Started, Watched,
-    WatchedAnswer,
+    Accepted, Admission, Answer, Effect, Event, JobEnd, JobKind, NodeRef, ScaleError, Sent,
+    Started, Watched, WatchedAnswer,
 };
 use cks_domain::rules::ScaleRequest;
 use std::sync::Arc;
@@ -123,9 +123,8 @@ impl Provider {
         let label = self.group_label(gi);
         let cluster_id = g.read().scale.cluster_id.clone();
         let Some(cluster_id) = cluster_id else {
-            g.lock()
-                .scale
-                .submission_not_sent("the cluster id is not resolved yet", now());
+            let why = Sent::NotSent("the cluster id is not resolved yet");
+            let _ = g.lock().scale.handle(Event::Sent(why), now());
             return Err(Error::Internal(format!(
                 "node group {label}: cluster id not resolved yet"
             )));
@@ -138,7 +137,11 @@ impl Provider {
             let until = Instant::now() + before(d).saturating_duration_since(Instant::now()) / 2;
             if let Err(e) = self.store_writable(until).await {
                 tracing::warn!(group = %label, error = %e, "scaleKubernetesCluster not sent: the promise it makes cannot be recorded");
-                g.lock().scale.submission_not_sent(&e.to_string(), now());
+                let why = e.to_string();
+                let _ = g
+                    .lock()
+                    .scale
+                    .handle(Event::Sent(Sent::NotSent(&why)), now());
                 return Err(e);
             }
         }
@@ -146,9 +149,8 @@ impl Provider {
         // ledger holds what it owes.
         if !self.acting() {
             tracing::warn!(group = %label, "scaleKubernetesCluster not sent: this replica does not hold the leader lease");
-            g.lock()
-                .scale
-                .submission_not_sent("this replica does not lead", now());
+            let why = Sent::NotSent("this replica does not lead");
+            let _ = g.lock().scale.handle(Event::Sent(why), now());
             return Err(Error::NotLeader {
                 leader: self.leader(),
             });
@@ -184,22 +186,25 @@ impl Provider {
                 // Refused before it ran: nothing changed, nothing failed. Queued work waits
                 // its turn again; callers waiting hear UNAVAILABLE.
                 tracing::warn!(group = %label, error = %e, "scaleKubernetesCluster throttled by CloudStack; nothing changed, it is sent again later");
-                g.lock().scale.submission_throttled(now());
+                let _ = g.lock().scale.handle(Event::Sent(Sent::Throttled), now());
                 return Err(Error::CloudStack(e));
             }
             Ok(Err(e)) => {
                 tracing::warn!(group = %label, error = %e, "scaleKubernetesCluster refused");
                 let alert = self.alert_scaling();
-                let effects = g
-                    .lock()
-                    .scale
-                    .submission_refused(&e.to_string(), &alert, now());
-                self.run_effects(gi, effects).await;
+                let text = e.to_string();
+                let refused = Sent::Refused {
+                    text: &text,
+                    alert: &alert,
+                };
+                let step = g.lock().scale.handle(Event::Sent(refused), now());
+                self.run_effects(gi, step.effects).await;
                 return Err(Error::CloudStack(e));
             }
             Ok(Ok(job)) => job,
         };
-        g.lock().scale.submission_answered(job_id.clone(), now());
+        let accepted = Sent::Accepted(job_id.clone());
+        let _ = g.lock().scale.handle(Event::Sent(accepted), now());
         tracing::info!(group = %label, job = %job_id, "scale job accepted by CloudStack");
         let kind = match &request {
             ScaleRequest::Resize { .. } => JobKind::ScaleUp,
@@ -219,9 +224,12 @@ impl Provider {
     /// loop watches the cluster's state meanwhile). Its callers hear what the machine says: OK
     /// when it promised what they asked (a window's removals), else the loss.
     fn answer_lost(&self, gi: usize, detail: String) -> Result<()> {
-        let promised = self.inner.groups[gi].lock().scale.submission_lost();
+        let step = self.inner.groups[gi]
+            .lock()
+            .scale
+            .handle(Event::Sent(Sent::Lost), now());
         // The group's loop, which runs this, follows the cluster's state until it is settled.
-        if promised {
+        if step.answer == Some(Answer::Owed) {
             tracing::info!(group = %self.group_label(gi), detail = %detail,
                 "scale-down: CloudStack's answer was lost; the removals are owed and carried through");
             return Ok(());
@@ -291,12 +299,13 @@ impl Provider {
         // Unsure whether it created anything (CloudStack did not answer in time): the machine
         // treats it as a failed scale-up, which at worst reports placeholders to delete.
         let fetched = self.fetch_after_job(gi, Some(deadline)).await;
-        let Some(settled) = self.settle(gi, job_id, &end, fetched, true).await else {
+        let Some(Answer::Watched(answer)) = self.settle(gi, job_id, &end, fetched, true).await
+        else {
             return Ok(());
         };
         let (code, text) = end.failure().unwrap_or((0, ""));
         let job = job_id.to_string();
-        match settled.watched_answer(&end) {
+        match answer {
             WatchedAnswer::CarriedThrough => {
                 tracing::warn!(group = %label, job = job_id, code,
                     "the removal failed while DeleteNodes watched it ({text}); it is carried through: the VM is stopped if it can be, then removed as a down VM");
@@ -354,7 +363,7 @@ impl Provider {
         let outcome = match self.fresh_snapshot(gi, deadline).await {
             Err(e) => {
                 let mut st = g.lock();
-                st.scale.abort_window();
+                let _ = st.scale.handle(Event::WindowAborted, now());
                 st.removal_window = None;
                 Err(e)
             }
@@ -380,7 +389,8 @@ impl Provider {
                                     if result.is_ok() {
                                         // Owed from now on, before anything else is awaited:
                                         // the loop seeing the job fail must carry them on.
-                                        g.lock().scale.window_answered(true);
+                                        let ok = Event::WindowAnswered { ok: true };
+                                        let _ = g.lock().scale.handle(ok, now());
                                     }
                                 }
                                 // Increases that waited for the window (nothing was left to
@@ -403,8 +413,9 @@ impl Provider {
         // outcome or is promised before it (`promise_removals`).
         {
             let mut st = g.lock();
-            st.scale.window_answered(outcome.is_ok());
-            st.scale.window_closed();
+            let ok = outcome.is_ok();
+            let _ = st.scale.handle(Event::WindowAnswered { ok }, now());
+            let _ = st.scale.handle(Event::WindowClosed, now());
             tx.send_replace(Some(outcome.map_err(Arc::new)));
         }
         self.wake_loop(gi);

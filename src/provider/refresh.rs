@@ -27,6 +27,7 @@ use super::{Error, Provider, Result, Scoped, before, now};
 use cks_cloudstack::CsError;
 use cks_cloudstack::types::ServiceOffering;
 use cks_domain::keeper::{GroupClock, Policy, RefreshStep, RoundState, jitter};
+use cks_domain::machine::Event;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard};
@@ -317,7 +318,7 @@ impl Provider {
         };
         if let Some(allowed) = allowed {
             for g in &self.inner.groups {
-                g.lock().scale.set_can_stop_vms(allowed);
+                let _ = g.lock().scale.handle(Event::MayStopVms(allowed), now());
             }
             optional.stop_known.store(true, Ordering::Release);
             if !allowed {

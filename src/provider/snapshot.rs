@@ -10,7 +10,7 @@ use cks_cloudstack::types::KubernetesCluster;
 use cks_domain::cluster::{
     ClusterInput, ClusterSnapshot, ClusterState, IndexedSnapshot, OfferingRef, VmInput, VmState,
 };
-use cks_domain::machine::Effect;
+use cks_domain::machine::{Effect, Event};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -178,12 +178,8 @@ impl Provider {
         if unmarked.is_empty() {
             return;
         }
-        let withdrawn = g.lock().scale.removals_withdrawn(&unmarked);
-        for vm in &withdrawn {
-            tracing::warn!(group = %self.group_label(gi), vm = %vm,
-                "removal withdrawn: the node no longer carries the autoscaler's ToBeDeletedByClusterAutoscaler mark (the autoscaler restarted, or gave the node up)");
-        }
-        crate::metrics::record_removals_withdrawn(withdrawn.len());
+        let step = g.lock().scale.handle(Event::MarksGone(&unmarked), now());
+        self.run_effects(gi, step.effects).await;
     }
 
     /// Where the cluster's Nodes can be read: nodes suspected of a cordon a failed drain left
@@ -208,7 +204,13 @@ impl Provider {
         }
         tracing::info!(group = %self.group_label(gi), vms = ?ready,
             "nodes a failed drain may have cordoned are Ready and schedulable: scale-ups are no longer held for them");
-        g.lock().scale.nodes_counted_ready(&ready, asked);
+        let _ = g.lock().scale.handle(
+            Event::NodesReady {
+                vm_ids: &ready,
+                asked,
+            },
+            now(),
+        );
     }
 
     /// [`Provider::fetch_group`], then what the machine asked for on seeing the snapshot.
@@ -248,7 +250,15 @@ impl Provider {
                      this provider lists its workers but refuses every scale request for it",
                     indexed.snap.name);
             }
-            st.scale.snapshot_installed(indexed.clone(), &alert, now())
+            st.scale
+                .handle(
+                    Event::Listed {
+                        snap: indexed.clone(),
+                        alert: &alert,
+                    },
+                    now(),
+                )
+                .effects
         };
         super::refresh::snapshot_arrived(&g.refresh);
         self.note_blocked(gi);

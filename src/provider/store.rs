@@ -21,7 +21,7 @@ mod backend;
 
 use super::{Provider, now};
 use backend::{Backend, ReadError};
-use cks_domain::machine::{Ledger, OwedRemoval};
+use cks_domain::machine::{Event, Ledger, OwedRemoval};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -281,8 +281,8 @@ impl Provider {
                 st.scale.cluster_id = record.cluster_id;
             }
             // Carried out once the provider runs (`resume_followers`).
-            let restored = st.scale.restore(ledger, now());
-            st.restored.extend(restored);
+            let restored = st.scale.handle(Event::Restored(ledger), now());
+            st.restored.extend(restored.effects);
         }
         for (cluster, record) in groups {
             if !record.removals.is_empty() {
@@ -292,7 +292,7 @@ impl Provider {
         }
         if file.can_stop_vms == Some(false) {
             for g in &self.inner.groups {
-                g.lock().scale.set_can_stop_vms(false);
+                let _ = g.lock().scale.handle(Event::MayStopVms(false), now());
             }
         }
         Ok(taken)

@@ -56,7 +56,7 @@ impl ScaleMachine {
     /// The Nodes of `vm_ids`, read after `asked`, are counted Ready by CloudStack (Ready, not
     /// cordoned): no longer suspected. Ignored when a job began or ended since `asked` (a
     /// removal may have drained the node after it was read) or one is in flight.
-    pub fn nodes_counted_ready(&mut self, vm_ids: &[String], asked: Instant) {
+    pub(crate) fn nodes_counted_ready(&mut self, vm_ids: &[String], asked: Instant) {
         if !matches!(self.phase, Phase::Idle) || self.drain_fresh_after.is_some_and(|t| asked <= t)
         {
             return;

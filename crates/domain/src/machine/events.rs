@@ -125,7 +125,7 @@ impl ScaleMachine {
     /// A new snapshot from CloudStack. Forgets expired failed instances and a lost submission
     /// that did not become a job, and says whether to look for a running job or poll the
     /// followed one now.
-    pub fn snapshot_installed(
+    pub(crate) fn snapshot_installed(
         &mut self,
         snap: Arc<IndexedSnapshot>,
         alert: &AlertScaling,
@@ -200,7 +200,7 @@ impl ScaleMachine {
     /// as failed creations now, and its VMs are remembered as removed: CloudStack destroys them one by one while the job runs,
     /// so a DeleteNodes naming one that already left the listing is a no-op, not NotFound (a
     /// VM still listed resolves as a VM first).
-    pub fn submission_answered(&mut self, job: String, now: Instant) {
+    pub(crate) fn submission_answered(&mut self, job: String, now: Instant) {
         let Some((op, since)) = self.take_submission() else {
             return;
         };
@@ -216,7 +216,7 @@ impl ScaleMachine {
 
     /// CloudStack refused the submission outright. A queued request's refusal becomes failed
     /// instances; then the queue goes out.
-    pub fn submission_refused(
+    pub(crate) fn submission_refused(
         &mut self,
         text: &str,
         alert: &AlertScaling,
@@ -258,7 +258,7 @@ impl ScaleMachine {
     /// sent again after `retry_in`, increases are queued again (never failed instances). A
     /// request of callers waiting for its answer (a window, an IncreaseSize) is theirs to
     /// send again: they hear UNAVAILABLE, and removals not promised are dropped.
-    pub fn submission_throttled(&mut self, now: Instant) {
+    pub(crate) fn submission_throttled(&mut self, now: Instant) {
         self.submission_not_sent(
             "CloudStack throttles this API key (api.throttling): sent again shortly",
             now,
@@ -270,7 +270,7 @@ impl ScaleMachine {
     /// [`ScaleMachine::submission_throttled`], with `why` as the owed removals' trouble. The
     /// owed removals go again after `timing::THROTTLED_RETRY`: nothing failed, so no backoff
     /// grows.
-    pub fn submission_not_sent(&mut self, why: &str, now: Instant) {
+    pub(crate) fn submission_not_sent(&mut self, why: &str, now: Instant) {
         let Some((op, _)) = self.take_submission() else {
             return;
         };
@@ -297,7 +297,7 @@ impl ScaleMachine {
     /// would have the autoscaler untaint nodes that leave; a request that never became a job
     /// is sent again once the loss is settled). An IncreaseSize's caller hears the loss
     /// instead: nothing is owed to it, and the autoscaler asks again if it still needs nodes.
-    pub fn submission_lost(&mut self) -> bool {
+    pub(crate) fn submission_lost(&mut self) -> bool {
         let Some((op, since)) = self.take_submission() else {
             return false;
         };
@@ -468,7 +468,7 @@ impl ScaleMachine {
     /// installed (otherwise the outcome is judged conservatively). `watched`: the scale RPC
     /// that submitted it is still waiting and reports a pure refusal itself, so such a
     /// failure leaves nothing behind. Returns `None` when `job` is not the followed job.
-    pub fn job_finished(
+    pub(crate) fn job_finished(
         &mut self,
         job: &str,
         end: &JobEnd,

@@ -102,7 +102,7 @@ impl ScaleMachine {
     /// removals are owed again (the next snapshot leaves out those whose VM is gone), queued
     /// increases are queued again, and a job recorded as running is adopted and followed
     /// (the returned `Follow`), so nothing is sent while it runs and nothing twice.
-    pub fn restore(&mut self, ledger: Ledger, now: Instant) -> Vec<Effect> {
+    pub(crate) fn restore(&mut self, ledger: Ledger, now: Instant) -> Vec<Effect> {
         for o in ledger.removals {
             if self.queue.remove.iter().any(|r| r.vm_id == o.vm_id) {
                 continue;

@@ -45,6 +45,7 @@ mod delete;
 mod error;
 mod events;
 mod external;
+mod handle;
 mod increase;
 mod ledger;
 mod nodes;
@@ -62,6 +63,7 @@ pub use delete::{Acceptance, Accepted, NodeRef};
 pub use error::{Ask, ScaleError};
 pub use events::{JobEnd, Settled, WatchedAnswer};
 use external::ExternalScaleUp;
+pub use handle::{Answer, Event, Sent, Step};
 pub use increase::{Admission, Started};
 pub use ledger::{Ledger, OwedRemoval};
 pub use nodes::Hit;
@@ -312,6 +314,20 @@ pub enum Effect {
     /// so no group's machine may promise a stop any more (`set_can_stop_vms(false)` on each),
     /// and the operator is told once what the provider does without it.
     KeyMayNotStop { reason: String },
+    /// The followed job ended (news for the operator and the job metrics). `alert_refusal`:
+    /// its failure shows this CloudStack does not scale a cluster in Alert, which holds for
+    /// every group.
+    JobEnded {
+        job: String,
+        kind: JobKind,
+        end: JobEnd,
+        alert_refusal: bool,
+    },
+    /// What a job search changed (news for the operator and the job metrics).
+    Searched(SearchNews),
+    /// Accepted removals withdrawn: their nodes lost the autoscaler's deletion mark (it
+    /// restarted, or gave them up), so their VMs count in the target again. Tell the operator.
+    RemovalsWithdrawn { vms: Vec<String> },
 }
 
 /// An instance of a failed scale-up, reported as Creating with an error until the autoscaler
@@ -403,7 +419,7 @@ impl ScaleMachine {
     }
 
     /// What the shell knows of the key: whether `stopVirtualMachine` may be called.
-    pub fn set_can_stop_vms(&mut self, yes: bool) {
+    pub(crate) fn set_can_stop_vms(&mut self, yes: bool) {
         self.can_stop_vms = yes;
     }
 
@@ -420,7 +436,7 @@ impl ScaleMachine {
     /// snapshot) or a job adopted without its id (a scale job names no cluster, so its end is
     /// the cluster leaving Scaling). Then the cluster itself is read every poll interval, so
     /// its end is seen, and queued work sent, without waiting for an autoscaler's Refresh.
-    pub fn follows_state(&self) -> bool {
+    pub(crate) fn follows_state(&self) -> bool {
         matches!(
             self.phase,
             Phase::AnswerLost { .. } | Phase::Adopted { job: None, .. }

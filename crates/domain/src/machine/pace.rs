@@ -80,7 +80,7 @@ impl ScaleMachine {
     }
 
     /// A poll saw the followed job still running.
-    pub fn job_pending(&mut self, job: &str, at: Instant) {
+    pub(crate) fn job_pending(&mut self, job: &str, at: Instant) {
         if self.phase.job() == Some(job) {
             self.pace.pending = Some((job.to_string(), at));
         }
@@ -92,7 +92,7 @@ impl ScaleMachine {
     /// the last one: it wakes when the job is due, then polls every eighth of `poll` for two
     /// poll intervals; a job of a shape not learned yet with work queued behind it is polled
     /// every quarter of `poll`.
-    pub fn next_job_poll(
+    pub(crate) fn next_job_poll(
         &self,
         job: &str,
         now: Instant,

@@ -155,7 +155,7 @@ impl ScaleMachine {
     /// not answered OK are dropped, so the callers' error is the whole truth. Removals already
     /// promised (accepted behind an operation, or a caller answered at its deadline) stay
     /// queued, owed.
-    pub fn abort_window(&mut self) {
+    pub(crate) fn abort_window(&mut self) {
         if std::mem::take(&mut self.queue.window_open) {
             self.drop_unpromised_queued();
         }
@@ -165,7 +165,7 @@ impl ScaleMachine {
     /// in the request in flight (the autoscaler keeps their nodes tainted and counts them as
     /// gone); with an error those not promised already are dropped (the autoscaler untaints
     /// the nodes and may delete them again later).
-    pub fn window_answered(&mut self, ok: bool) {
+    pub(crate) fn window_answered(&mut self, ok: bool) {
         if ok {
             for r in self.queue.remove.iter_mut().chain(sent_in(&mut self.phase)) {
                 r.in_window = false;
@@ -177,7 +177,7 @@ impl ScaleMachine {
 
     /// The shell has told the window's outcome to every caller waiting for it: the record of
     /// what a failure dropped is no longer needed.
-    pub fn window_closed(&mut self) {
+    pub(crate) fn window_closed(&mut self) {
         self.queue.dropped.clear();
     }
 
@@ -353,7 +353,7 @@ impl ScaleMachine {
     /// When [`ScaleMachine::take_stops`] has a VM to stop next: `now` when one is due, the
     /// end of the earliest backoff otherwise, `None` while none is wanted or a scale-up holds
     /// them.
-    pub fn next_stop_at(&self, now: Instant) -> Option<Instant> {
+    pub(crate) fn next_stop_at(&self, now: Instant) -> Option<Instant> {
         if self.stops_held() {
             return None;
         }

@@ -204,7 +204,7 @@ impl ScaleMachine {
     /// no longer be carried out without an operator is abandoned, loudly (the returned
     /// effect): its VM is still removed once an operator stops it. The first refusal of the
     /// command itself is news for every group ([`Effect::KeyMayNotStop`]).
-    pub fn stop_answered(
+    pub(crate) fn stop_answered(
         &mut self,
         vm_id: &str,
         answer: StopAnswer<'_>,

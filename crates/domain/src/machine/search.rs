@@ -33,7 +33,7 @@ impl ScaleMachine {
     /// The job search's result (`search`: what `listAsyncJobs` showed, or
     /// [`JobSearch::Nothing`] without it). A job that may be the lost request's
     /// ([`JobSearch::Unnamed`]) settles nothing while it is pending.
-    pub fn job_searched(
+    pub(crate) fn job_searched(
         &mut self,
         search: &JobSearch,
         alert: &AlertScaling,

@@ -204,6 +204,9 @@ fn apply(m: &mut ScaleMachine, ev: Ev, t0: Instant) -> String {
                     format!("not-reached:{listed}<{asked}")
                 }
                 Effect::KeyMayNotStop { .. } => "key-may-not-stop".into(),
+                Effect::JobEnded { job, .. } => format!("ended:{job}"),
+                Effect::Searched(news) => format!("searched:{news:?}"),
+                Effect::RemovalsWithdrawn { vms } => format!("withdrawn:{}", vms.join("+")),
             })
             .collect::<Vec<_>>()
             .join(",")
@@ -1621,40 +1624,71 @@ mod properties {
         ]
     }
 
-    /// What CloudStack answers, applied as both properties apply it; the effects that follow.
+    /// What CloudStack answers, applied as both properties apply it, through the machine's
+    /// one way in for what happened (`handle`); the effects that follow.
     fn cloudstack_answers(
         m: &mut ScaleMachine,
         step: &Step,
         now: Instant,
         t0: Instant,
     ) -> Vec<Effect> {
+        let job = m.phase().job().map(str::to_string);
+        let end = |failed: bool| {
+            if failed {
+                JobEnd::Failed {
+                    code: 530,
+                    text: "boom".into(),
+                }
+            } else {
+                JobEnd::Succeeded
+            }
+        };
+        let event = |m: &mut ScaleMachine, e: Event<'_>| m.handle(e, now).effects;
         match step {
             Step::Answered => {
-                m.submission_answered(format!("job-{}", now.duration_since(t0).as_secs()), now);
-                Vec::new()
+                let job = format!("job-{}", now.duration_since(t0).as_secs());
+                event(m, Event::Sent(Sent::Accepted(job)))
             }
-            Step::Refused => m.submission_refused("no", &ALERT, now),
-            Step::Lost => {
-                m.submission_lost();
-                Vec::new()
+            Step::Refused => event(
+                m,
+                Event::Sent(Sent::Refused {
+                    text: "no",
+                    alert: &ALERT,
+                }),
+            ),
+            Step::Lost => event(m, Event::Sent(Sent::Lost)),
+            Step::Found => {
+                let search = crate::jobs::JobSearch::Named("job-x".into());
+                event(
+                    m,
+                    Event::JobSearched {
+                        search: &search,
+                        alert: &ALERT,
+                    },
+                )
             }
-            Step::Found => m.job_found("job-x".into(), now),
-            Step::NoJobFound => m.no_job_found(&ALERT, now),
+            Step::NoJobFound => event(
+                m,
+                Event::JobSearched {
+                    search: &crate::jobs::JobSearch::Nothing,
+                    alert: &ALERT,
+                },
+            ),
             Step::JobEnds { failed, watched } => {
-                let end = if *failed {
-                    JobEnd::Failed {
-                        code: 530,
-                        text: "boom".into(),
-                    }
-                } else {
-                    JobEnd::Succeeded
-                };
-                m.phase()
-                    .job()
-                    .map(str::to_string)
-                    .and_then(|job| m.job_finished(&job, &end, true, *watched, &ALERT, now))
-                    .map(|settled| settled.effects)
-                    .unwrap_or_default()
+                let end = end(*failed);
+                match &job {
+                    Some(job) => event(
+                        m,
+                        Event::JobEnded {
+                            job,
+                            end: &end,
+                            fetched: true,
+                            watched: *watched,
+                            alert: &ALERT,
+                        },
+                    ),
+                    None => Vec::new(),
+                }
             }
             _ => Vec::new(),
         }
@@ -1734,7 +1768,8 @@ mod properties {
                     }
                     Life::Step(Step::Snapshot { scaling, workers, down, gone, secs }) => {
                         now += Duration::from_secs(secs);
-                        effects = m.snapshot_installed(workers_snapshot(scaling, workers, down, gone, now), &ALERT, now);
+                        let snap = workers_snapshot(scaling, workers, down, gone, now);
+                        effects = m.handle(Event::Listed { snap, alert: &ALERT }, now).effects;
                     }
                     Life::Step(Step::Cleanup) => {
                         m.cleanup();
@@ -1748,17 +1783,19 @@ mod properties {
                         let _ = m.promise_removals(&in_window);
                     }
                     Life::WindowAnswered(ok) => {
-                        m.window_answered(ok);
-                        m.window_closed();
+                        effects = m.handle(Event::WindowAnswered { ok }, now).effects;
+                        effects.extend(m.handle(Event::WindowClosed, now).effects);
                     }
-                    Life::NotSent => m.submission_not_sent("not sent", now),
+                    Life::NotSent => {
+                        effects = m.handle(Event::Sent(Sent::NotSent("not sent")), now).effects;
+                    }
                     Life::Restart => {
                         let ledger = m.ledger(now);
                         let snap = m.snapshot().cloned();
                         let mut next = fresh();
-                        next.restore(ledger, now);
-                        if let Some(s) = snap {
-                            effects = next.snapshot_installed(s, &ALERT, now);
+                        effects = next.handle(Event::Restored(ledger), now).effects;
+                        if let Some(snap) = snap {
+                            effects.extend(next.handle(Event::Listed { snap, alert: &ALERT }, now).effects);
                         }
                         m = next;
                     }
@@ -1770,7 +1807,7 @@ mod properties {
                                 2 => StopAnswer::NotPermitted("432"),
                                 _ => StopAnswer::Unknown("no answer"),
                             };
-                            effects.extend(m.stop_answered(&vm, told, now));
+                            effects.extend(m.handle(Event::StopAnswered { vm: &vm, answer: told }, now).effects);
                         }
                     }
                 }

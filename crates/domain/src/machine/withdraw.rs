@@ -27,7 +27,7 @@ impl ScaleMachine {
     /// The nodes of `vm_ids` exist without the autoscaler's mark: their removals, among
     /// [`ScaleMachine::removals_to_confirm`]'s, leave the queue, and their VMs count in the
     /// target again. Returns the VM ids withdrawn.
-    pub fn removals_withdrawn(&mut self, vm_ids: &[String]) -> Vec<String> {
+    pub(crate) fn removals_withdrawn(&mut self, vm_ids: &[String]) -> Vec<String> {
         let mut withdrawn = Vec::new();
         self.queue.remove.retain(|r| {
             let unwanted = vm_ids.contains(&r.vm_id)
