@@ -34,6 +34,8 @@
 //!   phase returns to `Idle`, and the retries and stops of removals still owed.
 //! - `target`: the target size, and DecreaseTargetSize.
 //! - `nodes`: what a node or instance id names in the group; node↔VM pairings learned.
+//! - `sharded`: the map those pairings are kept in, so that a change of the machine, which a
+//!   published view shares, does not copy all of them.
 //! - `retry`: how an owed removal is retried (failed jobs, refusals, requests not sent, stops).
 //! - `search`: what the job list said about the job a group waits for.
 //! - `error`: why the machine refuses a request.
@@ -54,6 +56,7 @@ mod pace;
 mod queue;
 mod retry;
 mod search;
+mod sharded;
 mod stranded;
 mod target;
 mod withdraw;
@@ -74,6 +77,7 @@ use queue::WINDOW_QUIET;
 pub(crate) use queue::{Queue, QueuedRemoval};
 pub use retry::StopAnswer;
 pub use search::SearchNews;
+use sharded::ShardedMap;
 pub use stranded::StrandNews;
 pub use target::Decreased;
 
@@ -351,9 +355,11 @@ pub struct ScaleMachine {
     pub(crate) phase: Phase,
     pub(crate) queue: Queue,
     pub(crate) failed: Vec<FailedInstance>,
-    pub(crate) learned: HashMap<String, LearnedNode>,
+    /// VM id → the node learned for it. Sharded: the shell copies the machine on each change
+    /// after a publication, and one learn per node of a large cluster must not copy them all.
+    pub(crate) learned: ShardedMap<LearnedNode>,
     /// Learned providerID → VM id, for fake nodes carrying an id we reported.
-    pub(crate) learned_by_provider_id: HashMap<String, String>,
+    pub(crate) learned_by_provider_id: ShardedMap<String>,
     /// VMs this provider removed (id and lower-cased name → when).
     pub(crate) recently_removed: HashMap<String, Instant>,
     /// Failed creations written off by DecreaseTargetSize: VMs a failed scale-up left that the
@@ -396,8 +402,8 @@ impl ScaleMachine {
             phase: Phase::Idle,
             queue: Queue::default(),
             failed: Vec::new(),
-            learned: HashMap::new(),
-            learned_by_provider_id: HashMap::new(),
+            learned: ShardedMap::default(),
+            learned_by_provider_id: ShardedMap::default(),
             recently_removed: HashMap::new(),
             written_off: HashSet::new(),
             stranded_noted: None,

@@ -3104,3 +3104,44 @@ fn a_stop_whose_answer_was_lost_is_asked_again_and_counts_no_failure() {
         vec![remove_of(&["w3"])]
     );
 }
+
+/// The shell publishes the machine as a view and the next change copies it: a learn after the
+/// copy (a new node, a node under another providerID, a node back on the default one) must
+/// leave the view answering as before, while the machine answers what it learned.
+#[test]
+fn a_learn_after_a_copy_leaves_the_copy_as_it_was() {
+    let t0 = Instant::now();
+    let mut m = machine_in("idle", t0);
+    let at = |vm: &str| Hit::Vm(m.snapshot().expect("a snapshot").by_id[vm]);
+    let (w1, w2, w3) = (at("w1"), at("w2"), at("w3"));
+    assert!(m.learn("w1", "k3s://node-a", "node-a"));
+    assert!(m.learn("w3", "k3s://node-c", "node-c"));
+    let view = m.clone();
+
+    assert!(m.learn("w2", "k3s://node-b", "node-b"));
+    assert!(m.learn("w1", "k3s://node-a2", "node-a"));
+    assert!(!m.learn("w3", &crate::nodeid::default_provider_id("w3"), "node-c"));
+
+    // The view: what was learned before the copy, and nothing after it.
+    assert_eq!(view.resolve("k3s://node-a", "node-a"), Some(w1.clone()));
+    assert_eq!(view.resolve("k3s://node-a2", ""), None);
+    assert_eq!(view.resolve("k3s://node-b", ""), None);
+    assert_eq!(view.resolve("k3s://node-c", ""), Some(w3.clone()));
+    assert_eq!(view.instance_id("w1"), "k3s://node-a");
+    assert_eq!(view.instance_id("w2"), "external-cloudstack://w2");
+    assert_eq!(view.instance_id("w3"), "k3s://node-c");
+    assert!(view.would_learn("w2", "k3s://node-b", "node-b"));
+    assert!(!view.would_learn("w3", "k3s://node-c", "node-c"));
+
+    // The machine: every learn, the replaced and forgotten providerIDs no longer its own.
+    assert_eq!(m.resolve("k3s://node-a", ""), None);
+    assert_eq!(m.resolve("k3s://node-a2", ""), Some(w1));
+    assert_eq!(m.resolve("k3s://node-b", ""), Some(w2));
+    assert_eq!(m.resolve("k3s://node-c", ""), None);
+    assert_eq!(m.resolve("external-cloudstack://w3", ""), Some(w3));
+    assert_eq!(m.instance_id("w1"), "k3s://node-a2");
+    assert_eq!(m.instance_id("w2"), "k3s://node-b");
+    assert_eq!(m.instance_id("w3"), "external-cloudstack://w3");
+    assert!(!m.would_learn("w2", "k3s://node-b", "node-b"));
+    assert!(m.would_learn("w3", "k3s://node-c", "node-c"));
+}
