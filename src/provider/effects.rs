@@ -6,9 +6,17 @@
 
 use super::{Provider, now};
 use cks_cloudstack::Class;
-use cks_domain::machine::{Effect, Event, JobEnd, JobKind, SearchNews, StopAnswer};
+use cks_domain::machine::{Answer, Effect, Event, JobEnd, JobKind, SearchNews, StopAnswer};
 
 impl Provider {
+    /// Tells group `gi`'s machine what happened and carries out what it asks for; returns
+    /// what a caller waiting on the event hears.
+    pub(crate) async fn tell(&self, gi: usize, event: Event<'_>) -> Option<Answer> {
+        let step = self.inner.groups[gi].lock().scale.handle(event, now());
+        self.run_effects(gi, step.effects).await;
+        step.answer
+    }
+
     /// Carries out what the machine asked for. `FindJob` is awaited (so a Refresh answers
     /// with the adopted job counted); requests are sent by the group's loop.
     pub(crate) async fn run_effects(&self, gi: usize, effects: Vec<Effect>) {
@@ -129,14 +137,8 @@ impl Provider {
         let label = self.group_label(gi);
         if !self.acting() {
             tracing::warn!(group = %label, vm = %vm, "stopVirtualMachine not sent: this replica does not hold the leader lease");
-            let told = self.inner.groups[gi].lock().scale.handle(
-                Event::StopAnswered {
-                    vm,
-                    answer: StopAnswer::Failed("this replica does not lead"),
-                },
-                now(),
-            );
-            self.run_effects(gi, told.effects).await;
+            let answer = StopAnswer::Failed("this replica does not lead");
+            self.tell(gi, Event::StopAnswered { vm, answer }).await;
             return None;
         }
         tracing::info!(group = %label, vm = %vm, "stopping the VM before its removal: a drain of it would fail");
@@ -161,11 +163,8 @@ impl Provider {
             Some((t, _, true)) => StopAnswer::Unknown(t),
             Some((t, _, _)) => StopAnswer::Failed(t),
         };
-        let told = self.inner.groups[gi]
-            .lock()
-            .scale
-            .handle(Event::StopAnswered { vm, answer: stop }, now());
-        self.run_effects(gi, told.effects).await;
+        self.tell(gi, Event::StopAnswered { vm, answer: stop })
+            .await;
         answer.ok()
     }
 
@@ -178,14 +177,8 @@ impl Provider {
             Some(text) => {
                 tracing::warn!(group = %label, vm = %vm, job = %job, "the stop job failed; retrying later: {text}");
                 let failed = format!("stopVirtualMachine job {job} failed: {text}");
-                let told = self.inner.groups[gi].lock().scale.handle(
-                    Event::StopAnswered {
-                        vm,
-                        answer: StopAnswer::Failed(&failed),
-                    },
-                    now(),
-                );
-                self.run_effects(gi, told.effects).await;
+                let answer = StopAnswer::Failed(&failed);
+                self.tell(gi, Event::StopAnswered { vm, answer }).await;
             }
             None => {
                 if let Err(e) = self.fetch_and_act(gi).await {

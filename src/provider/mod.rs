@@ -108,15 +108,9 @@ pub(crate) struct Inner {
     pub jitter_seed: u64,
 }
 
-use cks_domain::timing::DEADLINE_MARGIN;
-
-/// `deadline` less the margin the answer needs to travel back (never in the past).
+/// When a caller with `deadline` must be answered (`timing::answer_by`), on tokio's clock.
 pub(crate) fn before(deadline: tokio::time::Instant) -> tokio::time::Instant {
-    let now = tokio::time::Instant::now();
-    deadline
-        .checked_sub(DEADLINE_MARGIN)
-        .unwrap_or(now)
-        .max(now)
+    tokio::time::Instant::from_std(cks_domain::timing::answer_by(deadline.into_std(), now()))
 }
 
 /// Now, on tokio's clock (which tests can pause and advance), as the `std` instant the domain

@@ -124,24 +124,20 @@ impl Provider {
         let cluster_id = g.read().scale.cluster_id.clone();
         let Some(cluster_id) = cluster_id else {
             let why = Sent::NotSent("the cluster id is not resolved yet");
-            let _ = g.lock().scale.handle(Event::Sent(why), now());
+            self.tell(gi, Event::Sent(why)).await;
             return Err(Error::Internal(format!(
                 "node group {label}: cluster id not resolved yet"
             )));
         };
         // A caller waits for this request's answer, and an OK is a promise: the store is
         // written first, so that a store that cannot be written is an error the caller hears
-        // before anything is sent or promised. Half the time left at most: the request
-        // needs the rest.
+        // before anything is sent or promised.
         if let Some(d) = deadline {
-            let until = Instant::now() + before(d).saturating_duration_since(Instant::now()) / 2;
-            if let Err(e) = self.store_writable(until).await {
+            let until = cks_domain::timing::store_check_by(d.into_std(), now());
+            if let Err(e) = self.store_writable(Instant::from_std(until)).await {
                 tracing::warn!(group = %label, error = %e, "scaleKubernetesCluster not sent: the promise it makes cannot be recorded");
                 let why = e.to_string();
-                let _ = g
-                    .lock()
-                    .scale
-                    .handle(Event::Sent(Sent::NotSent(&why)), now());
+                self.tell(gi, Event::Sent(Sent::NotSent(&why))).await;
                 return Err(e);
             }
         }
@@ -150,7 +146,7 @@ impl Provider {
         if !self.acting() {
             tracing::warn!(group = %label, "scaleKubernetesCluster not sent: this replica does not hold the leader lease");
             let why = Sent::NotSent("this replica does not lead");
-            let _ = g.lock().scale.handle(Event::Sent(why), now());
+            self.tell(gi, Event::Sent(why)).await;
             return Err(Error::NotLeader {
                 leader: self.leader(),
             });
@@ -173,20 +169,20 @@ impl Provider {
         let job_id = match answer {
             Err(_) => {
                 tracing::warn!(group = %label, "scaleKubernetesCluster not answered in time; the next refresh tells whether CloudStack accepted it");
-                return self.answer_lost(gi, "CloudStack did not answer scaleKubernetesCluster within the request's deadline".into());
+                return self.answer_lost(gi, "CloudStack did not answer scaleKubernetesCluster within the request's deadline".into()).await;
             }
             Ok(Err(e)) if e.class() == Class::Unknown => {
                 // The request may have reached CloudStack (a dropped connection, a garbled
                 // answer, a proxy's page sent after CloudStack took the request): nothing more
                 // is sent until a snapshot shows whether it became a job.
                 tracing::warn!(group = %label, error = %e, "scaleKubernetesCluster answer lost; the next refresh tells whether CloudStack accepted it");
-                return self.answer_lost(gi, e.to_string());
+                return self.answer_lost(gi, e.to_string()).await;
             }
             Ok(Err(e)) if e.class() == Class::Throttled => {
                 // Refused before it ran: nothing changed, nothing failed. Queued work waits
                 // its turn again; callers waiting hear UNAVAILABLE.
                 tracing::warn!(group = %label, error = %e, "scaleKubernetesCluster throttled by CloudStack; nothing changed, it is sent again later");
-                let _ = g.lock().scale.handle(Event::Sent(Sent::Throttled), now());
+                self.tell(gi, Event::Sent(Sent::Throttled)).await;
                 return Err(Error::CloudStack(e));
             }
             Ok(Err(e)) => {
@@ -197,14 +193,13 @@ impl Provider {
                     text: &text,
                     alert: &alert,
                 };
-                let step = g.lock().scale.handle(Event::Sent(refused), now());
-                self.run_effects(gi, step.effects).await;
+                self.tell(gi, Event::Sent(refused)).await;
                 return Err(Error::CloudStack(e));
             }
             Ok(Ok(job)) => job,
         };
         let accepted = Sent::Accepted(job_id.clone());
-        let _ = g.lock().scale.handle(Event::Sent(accepted), now());
+        self.tell(gi, Event::Sent(accepted)).await;
         tracing::info!(group = %label, job = %job_id, "scale job accepted by CloudStack");
         let kind = match &request {
             ScaleRequest::Resize { .. } => JobKind::ScaleUp,
@@ -223,13 +218,10 @@ impl Provider {
     /// The submission's answer was lost: settled later by reading CloudStack (the group's
     /// loop watches the cluster's state meanwhile). Its callers hear what the machine says: OK
     /// when it promised what they asked (a window's removals), else the loss.
-    fn answer_lost(&self, gi: usize, detail: String) -> Result<()> {
-        let step = self.inner.groups[gi]
-            .lock()
-            .scale
-            .handle(Event::Sent(Sent::Lost), now());
+    async fn answer_lost(&self, gi: usize, detail: String) -> Result<()> {
+        let answer = self.tell(gi, Event::Sent(Sent::Lost)).await;
         // The group's loop, which runs this, follows the cluster's state until it is settled.
-        if step.answer == Some(Answer::Owed) {
+        if answer == Some(Answer::Owed) {
             tracing::info!(group = %self.group_label(gi), detail = %detail,
                 "scale-down: CloudStack's answer was lost; the removals are owed and carried through");
             return Ok(());
@@ -258,7 +250,9 @@ impl Provider {
     /// the failure, or `None` when the job runs past validation, succeeded, or the watch
     /// ran out.
     async fn watch(&self, gi: usize, job_id: &str, deadline: Instant) -> Option<JobEnd> {
-        let until = (Instant::now() + self.inner.settings.scale_watch).min(before(deadline));
+        let watch = self.inner.settings.scale_watch;
+        let until = cks_domain::timing::watch_until(watch, deadline.into_std(), now());
+        let until = Instant::from_std(until);
         let g = &self.inner.groups[gi];
         let mut looks = 0u32;
         loop {
@@ -362,9 +356,12 @@ impl Provider {
         }
         let outcome = match self.fresh_snapshot(gi, deadline).await {
             Err(e) => {
-                let mut st = g.lock();
-                let _ = st.scale.handle(Event::WindowAborted, now());
-                st.removal_window = None;
+                let step = {
+                    let mut st = g.lock();
+                    st.removal_window = None;
+                    st.scale.handle(Event::WindowAborted, now())
+                };
+                self.run_effects(gi, step.effects).await;
                 Err(e)
             }
             Ok(_) => {
@@ -390,7 +387,7 @@ impl Provider {
                                         // Owed from now on, before anything else is awaited:
                                         // the loop seeing the job fail must carry them on.
                                         let ok = Event::WindowAnswered { ok: true };
-                                        let _ = g.lock().scale.handle(ok, now());
+                                        self.tell(gi, ok).await;
                                     }
                                 }
                                 // Increases that waited for the window (nothing was left to
@@ -411,13 +408,15 @@ impl Provider {
         // those not promised already (the autoscaler untaints those nodes). Answered in the
         // same critical section, so a caller whose deadline comes now either reads this
         // outcome or is promised before it (`promise_removals`).
-        {
+        let effects = {
             let mut st = g.lock();
             let ok = outcome.is_ok();
-            let _ = st.scale.handle(Event::WindowAnswered { ok }, now());
-            let _ = st.scale.handle(Event::WindowClosed, now());
+            let mut effects = st.scale.handle(Event::WindowAnswered { ok }, now()).effects;
+            effects.extend(st.scale.handle(Event::WindowClosed, now()).effects);
             tx.send_replace(Some(outcome.map_err(Arc::new)));
-        }
+            effects
+        };
+        self.run_effects(gi, effects).await;
         self.wake_loop(gi);
     }
 }

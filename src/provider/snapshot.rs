@@ -178,8 +178,7 @@ impl Provider {
         if unmarked.is_empty() {
             return;
         }
-        let step = g.lock().scale.handle(Event::MarksGone(&unmarked), now());
-        self.run_effects(gi, step.effects).await;
+        self.tell(gi, Event::MarksGone(&unmarked)).await;
     }
 
     /// Where the cluster's Nodes can be read: nodes suspected of a cordon a failed drain left
@@ -204,13 +203,14 @@ impl Provider {
         }
         tracing::info!(group = %self.group_label(gi), vms = ?ready,
             "nodes a failed drain may have cordoned are Ready and schedulable: scale-ups are no longer held for them");
-        let _ = g.lock().scale.handle(
+        self.tell(
+            gi,
             Event::NodesReady {
                 vm_ids: &ready,
                 asked,
             },
-            now(),
-        );
+        )
+        .await;
     }
 
     /// [`Provider::fetch_group`], then what the machine asked for on seeing the snapshot.

@@ -2,10 +2,34 @@
 //! before it tries something again, each with the reason for its length. The shell sleeps
 //! for these; it chooses none of them.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Time kept back from a caller's deadline for the answer to travel back.
 pub const DEADLINE_MARGIN: Duration = Duration::from_millis(300);
+
+/// When a caller with `deadline` must be answered: [`DEADLINE_MARGIN`] before it, never
+/// before `now`.
+pub fn answer_by(deadline: Instant, now: Instant) -> Instant {
+    deadline
+        .checked_sub(DEADLINE_MARGIN)
+        .unwrap_or(now)
+        .max(now)
+}
+
+/// How long the check that a caller's promise can be recorded (a write of the store, just
+/// before its request is sent) may take: half the time left to answer, since the request
+/// needs the rest. A store that takes longer is as good as down for this caller: it hears
+/// so, and nothing is sent.
+pub fn store_check_by(deadline: Instant, now: Instant) -> Instant {
+    now + answer_by(deadline, now).saturating_duration_since(now) / 2
+}
+
+/// Until when a scale RPC watches the job it just started for CloudStack's refusal, which
+/// arrives as the job's failure within moments (`--scale-watch`), and never past when its
+/// caller must be answered.
+pub fn watch_until(scale_watch: Duration, deadline: Instant, now: Instant) -> Instant {
+    (now + scale_watch).min(answer_by(deadline, now))
+}
 
 /// How long after a submission whose answer was lost a cluster not in Scaling means the
 /// request never became a job: a request given up on may still be on its way to CloudStack
@@ -67,6 +91,20 @@ pub fn keeper_look_again(min_interval: Duration) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_caller_is_answered_a_margin_before_its_deadline_and_never_in_the_past() {
+        let t = Instant::now();
+        let ms = Duration::from_millis;
+        assert_eq!(answer_by(t + ms(5000), t), t + ms(4700));
+        assert_eq!(answer_by(t + ms(100), t), t);
+        // Half the time left checks the store; the request has the rest.
+        assert_eq!(store_check_by(t + ms(5000), t), t + ms(2350));
+        assert_eq!(store_check_by(t + ms(100), t), t);
+        // The watch ends at `--scale-watch`, or when the caller must be answered.
+        assert_eq!(watch_until(ms(1500), t + ms(5000), t), t + ms(1500));
+        assert_eq!(watch_until(ms(1500), t + ms(1000), t), t + ms(700));
+    }
 
     #[test]
     fn store_retries_double_from_a_quarter_second_to_five() {
