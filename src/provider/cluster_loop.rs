@@ -1,25 +1,27 @@
 //! Each group's loop: one task per configured cluster that carries out what the group does
-//! in the background, one thing at a time. It sends every `scaleKubernetesCluster` of its
-//! cluster (queued ones, and those a caller waits for), closes its removal windows, and
-//! carries out what its agenda (`cks_domain::machine::Agenda`) says is due for what the
-//! machine waits for: its job's polls (at the machine's pace, `ScaleMachine::next_job_poll`),
-//! the reads of the cluster's state when no job id can tell (`ScaleMachine::follows_state`),
-//! the VMs of owed removals to stop (`ScaleMachine::next_stop_at`, `take_stops`) and their
-//! stop jobs' polls. The agenda is asked again at every turn, and it decides every time and
-//! count here (backoff, follow limit, the overdue warning); the loop only reports how each
-//! look went.
+//! in the background. It sends every `scaleKubernetesCluster` of its cluster (queued ones,
+//! and those a caller waits for), closes its removal windows, and carries out what its agenda
+//! (`cks_domain::machine::Agenda`) says is due for what the machine waits for: its job's polls
+//! (at the machine's pace, `ScaleMachine::next_job_poll`), the reads of the cluster's state
+//! when no job id can tell (`ScaleMachine::follows_state`), the VMs of owed removals to stop
+//! (`ScaleMachine::next_stop_at`, `take_stops`) and their stop jobs' polls. The agenda is
+//! asked again at every turn, and it decides every time and count here (backoff, follow
+//! limit, the overdue warning); the loop only reports how each look went.
 //!
 //! Callers and other tasks hand it work ([`Provider::sending`]), wake it
 //! ([`Provider::wake_loop`]) or have it poll its job at once ([`Provider::poll_now`]); none
 //! runs that work in its own future, so an autoscaler that hangs up mid-call never leaves a
-//! request half way, and no task is spawned per call or per job.
-//! One at a time is enough: the machine starts a request only from `Idle` and none while a
-//! removal window is open, and a job is followed only while no request is being sent, so
-//! nothing waits behind another.
+//! request half way, and no task is spawned per call or per job. The loop polls what it has
+//! under way itself: one piece of handed work at a time (the machine starts a request only
+//! from `Idle` and none while a removal window is open, so work does not wait behind work),
+//! beside one item of its agenda, so a window's request never waits for a slow poll, stop or
+//! read to end.
 
 use super::{Error, Provider, Result, now};
 use cks_domain::machine::{Agenda, Due, Event, JobEnd, JobPoll, Next};
 use cks_domain::rules::ScaleRequest;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Weak};
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio::time::Instant;
@@ -41,13 +43,16 @@ pub(crate) enum Work {
     /// The removal window a DeleteNodes opened: closed when the machine says, its request sent
     /// and its callers answered through `tx`.
     CloseWindow { tx: WindowSender, deadline: Instant },
+    /// What a machine asked for that nothing carried out yet: on taking over its recorded
+    /// ledger, the job to follow.
+    Effects(Vec<cks_domain::machine::Effect>),
 }
 
 impl Provider {
     /// Hands work to the group's loop (started on first use).
     pub(crate) fn sending(&self, gi: usize, work: Work) {
         if self.group_loop(gi).send(work).is_err() {
-            tracing::error!(group = %self.group_label(gi), "the group's loop ended: the scale request is not sent");
+            tracing::error!(group = %self.group_label(gi), "the group's loop ended: the work handed to it is not done");
         }
     }
 
@@ -76,11 +81,10 @@ impl Provider {
         })
     }
 
-    /// Polls the followed job once and reports it to the agenda; at its end, reads the
-    /// cluster and settles it with the machine.
-    async fn poll_job(&self, gi: usize, agenda: &mut Agenda, job: &str) {
-        let g = &self.inner.groups[gi];
-        let polled = match self.inner.cs.query_job(job).await {
+    /// Polls the followed job once; at its end, reads the cluster and settles it with the
+    /// machine (`seen`: when a poll last saw it running, told to the machine at its end).
+    async fn poll_job(&self, gi: usize, job: String, seen: Option<std::time::Instant>) -> Report {
+        let poll = match self.inner.cs.query_job(&job).await {
             Err(e) => {
                 tracing::warn!(job, error = %e, "polling the scale job failed; retrying");
                 JobPoll::NoAnswer
@@ -91,22 +95,16 @@ impl Provider {
                     // How long it ran at least, for the pace of the next job of its shape:
                     // told once at its end, not at every poll (each change of the machine
                     // publishes a new view).
-                    if let Some(seen) = agenda.job_ended(job) {
-                        let _ = g
-                            .lock()
-                            .scale
-                            .handle(Event::JobRan { job, at: seen }, now());
+                    if let Some(at) = seen {
+                        self.tell(gi, Event::JobRan { job: &job, at }).await;
                     }
                     let fetched = self.fetch_after_job(gi, None).await;
-                    self.settle(gi, job, &end, fetched, false).await;
-                    return;
+                    self.settle(gi, &job, &end, fetched, false).await;
+                    return Report::JobEnded(job);
                 }
             },
         };
-        if let Some(wait) = agenda.job_polled(&g.read().scale, job, polled, now()) {
-            tracing::error!(job, limit = ?self.inner.settings.job_max_follow,
-                "scale job still running after the follow limit; it stays this cluster's operation and is polled every {wait:?}");
-        }
+        Report::JobPolled { job, poll }
     }
 
     /// Polls a stop job once: `None` while it runs (or its poll got no answer), else how it
@@ -120,37 +118,44 @@ impl Provider {
         }
     }
 
-    /// Carries out what the agenda says is due.
-    async fn do_due(&self, gi: usize, agenda: &mut Agenda, due: Due) {
+    /// Carries out what the agenda says is due; what it came to, for the agenda.
+    async fn do_due(self, gi: usize, due: Due, seen: Option<std::time::Instant>) -> Report {
         match due {
             Due::StopVms => {
                 let vms = self.inner.groups[gi].lock().scale.take_stops(now());
+                let mut sent = Vec::new();
                 for vm in vms {
                     if let Some(job) = self.send_stop(gi, &vm).await {
-                        agenda.stop_sent(vm, job, now());
+                        sent.push((vm, job));
                     }
                 }
+                Report::StopsSent(sent)
             }
-            Due::PollJob(job) => self.poll_job(gi, agenda, &job).await,
+            Due::PollJob(job) => self.poll_job(gi, job, seen).await,
             Due::PollStop { vm, job } => {
                 let ended = self.poll_stop(&job).await;
-                agenda.stop_polled(&job, ended.is_some(), now());
-                if let Some(ended) = ended {
+                if let Some(ended) = &ended {
                     self.stop_ended(gi, &vm, &job, ended.as_deref()).await;
+                }
+                Report::StopPolled {
+                    job,
+                    ended: ended.is_some(),
                 }
             }
             Due::ReadState => {
                 if let Err(e) = self.fetch_and_act(gi).await {
                     tracing::debug!(group = %self.group_label(gi), error = %e, "following the cluster's state: fetch failed");
                 }
+                Report::StateRead
             }
         }
     }
 
     /// One piece of handed work.
-    async fn carry_out(&self, gi: usize, work: Work) {
+    async fn carry_out(self, gi: usize, work: Work) {
         match work {
             Work::CloseWindow { tx, deadline } => self.close_window(gi, tx, deadline).await,
+            Work::Effects(effects) => self.run_effects(gi, effects).await,
             Work::Send {
                 request,
                 deadline,
@@ -172,9 +177,40 @@ impl Provider {
     }
 }
 
-/// The loop of group `gi`: handed work first, then what its agenda says is due (the job's
-/// poll, VMs to stop, a read of the cluster's state), then it sleeps until the agenda's next
-/// time, work arrives or it is woken.
+/// What a due item came to, for the agenda.
+enum Report {
+    /// Stops sent: each VM and its stop job.
+    StopsSent(Vec<(String, String)>),
+    JobPolled {
+        job: String,
+        poll: JobPoll,
+    },
+    JobEnded(String),
+    StopPolled {
+        job: String,
+        ended: bool,
+    },
+    StateRead,
+}
+
+/// A piece of the loop's work under way: polled by the loop itself, no task of its own.
+type Flight<T> = Option<Pin<Box<dyn Future<Output = T> + Send>>>;
+
+/// The end of `flight` (never, while there is none).
+async fn landing<T>(flight: &mut Flight<T>) -> T {
+    match flight {
+        Some(f) => f.await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The loop of group `gi`. Two things may be under way at once: one piece of handed work
+/// (a request sent, a window closed) and one item of the agenda (a poll, stops, a read of
+/// the cluster), so a caller's work never waits behind a slow poll or stop. The agenda is
+/// asked only while no work is under way: a request's own watch follows its new job until
+/// its caller is answered, and a poll beside it would settle the job before the watch hears
+/// CloudStack's refusal. Otherwise it sleeps until the agenda's next time, work arrives, or
+/// it is woken.
 async fn run(
     provider: Weak<super::Inner>,
     gi: usize,
@@ -189,42 +225,89 @@ async fn run(
         ),
         None => return,
     };
+    let mut work: Flight<()> = None;
+    let mut due: Flight<Report> = None;
+    let mut round: Flight<()> = None;
     loop {
         let Some(inner) = provider.upgrade() else {
             return;
         };
         let p = Provider { inner };
-        if let Ok(work) = inbox.try_recv() {
-            p.carry_out(gi, work).await;
-            continue;
+        if round.is_none()
+            && let Some(r) = p.take_round(gi)
+        {
+            round = Some(Box::pin(r));
         }
-        let next = agenda.next(&p.inner.groups[gi].read().scale, now());
-        let wake_at = match next {
-            Next::Do(due) => {
-                p.do_due(gi, &mut agenda, due).await;
-                continue;
+        if work.is_none()
+            && let Ok(w) = inbox.try_recv()
+        {
+            work = Some(Box::pin(p.clone().carry_out(gi, w)));
+        }
+        let mut wake_at = None;
+        if work.is_none() && due.is_none() {
+            match agenda.next(&p.inner.groups[gi].read().scale, now()) {
+                Next::Do(d) => {
+                    let seen = match &d {
+                        Due::PollJob(job) => agenda.seen_running(job),
+                        _ => None,
+                    };
+                    due = Some(Box::pin(p.clone().do_due(gi, d, seen)));
+                }
+                Next::Sleep(at) => wake_at = at,
             }
-            Next::Sleep(at) => at,
-        };
+        }
         // Not kept alive while asleep: the loop ends with the provider.
         drop(p);
+        let idle = work.is_none() && due.is_none();
         let sleep = async {
             match wake_at {
-                Some(at) => tokio::time::sleep_until(Instant::from_std(at)).await,
-                None => std::future::pending().await,
+                Some(at) if idle => tokio::time::sleep_until(Instant::from_std(at)).await,
+                _ => std::future::pending().await,
             }
         };
         tokio::select! {
             biased;
-            work = inbox.recv() => {
-                let (Some(work), Some(inner)) = (work, provider.upgrade()) else {
+            () = landing(&mut work), if work.is_some() => work = None,
+            () = landing(&mut round), if round.is_some() => round = None,
+            report = landing(&mut due), if due.is_some() => {
+                due = None;
+                let Some(inner) = provider.upgrade() else {
                     return;
                 };
-                Provider { inner }.carry_out(gi, work).await;
+                heard(&Provider { inner }, gi, &mut agenda, report);
+            }
+            w = inbox.recv(), if work.is_none() => {
+                let (Some(w), Some(inner)) = (w, provider.upgrade()) else {
+                    return;
+                };
+                work = Some(Box::pin(Provider { inner }.carry_out(gi, w)));
             }
             () = poke.notified() => agenda.poll_now(now()),
             () = wake.notified() => {}
             () = sleep => {}
         }
+    }
+}
+
+/// What a due item came to, told to the agenda.
+fn heard(p: &Provider, gi: usize, agenda: &mut Agenda, report: Report) {
+    match report {
+        Report::StopsSent(sent) => {
+            for (vm, job) in sent {
+                agenda.stop_sent(vm, job, now());
+            }
+        }
+        Report::JobPolled { job, poll } => {
+            let view = p.inner.groups[gi].read();
+            if let Some(wait) = agenda.job_polled(&view.scale, &job, poll, now()) {
+                tracing::error!(job, limit = ?p.inner.settings.job_max_follow,
+                    "scale job still running after the follow limit; it stays this cluster's operation and is polled every {wait:?}");
+            }
+        }
+        Report::JobEnded(job) => {
+            agenda.job_ended(&job);
+        }
+        Report::StopPolled { job, ended } => agenda.stop_polled(&job, ended, now()),
+        Report::StateRead => {}
     }
 }

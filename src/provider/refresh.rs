@@ -6,14 +6,15 @@
 //! is not known yet, and the provider-wide CloudStack version check when it is due. A Refresh
 //! joins the group's round in flight, or starts one when the snapshot is older than
 //! `--refresh-min-interval`; it never waits for anything but rounds of its own groups, and no
-//! round waits for another group's. Rounds run in tasks of their own (a caller that gives up
-//! cannot interrupt one half-way), each under one of `refresh_concurrency` permits of a FIFO
+//! round waits for another group's. Each group's loop (`cluster_loop`) runs its rounds, beside
+//! its other work and without a task per round (a caller that gives up cannot interrupt one
+//! half-way), each under one of `refresh_concurrency` permits of a FIFO
 //! semaphore: CloudStack is asked at most that many clusters at once, and clusters are served
 //! in the order they asked, so none starves another.
 //!
 //! Nothing here loops on a lock: a caller takes the group's slot (a `std` mutex, never held
 //! across an `.await`), reads or starts the round, and waits on the round's end signal, which
-//! a drop guard sends even when the round's task ends abnormally.
+//! a drop guard sends even when the round ends abnormally.
 //!
 //! Freshness: a group is **stale** when its snapshot is older than the staleness bound while
 //! the provider could not refresh it: the last attempt failed, or an autoscaler asked for a
@@ -39,6 +40,9 @@ use tokio::sync::watch;
 #[derive(Debug, Default)]
 pub(crate) struct RefreshSlot {
     round: Option<Round>,
+    /// The end signal of the round asked for, until the group's loop starts it
+    /// ([`Provider::take_round`]).
+    start: Option<watch::Sender<bool>>,
     /// When a Refresh last asked for this group (on tokio's clock).
     demanded: Option<Instant>,
     /// Rounds that failed in a row.
@@ -234,9 +238,23 @@ impl Provider {
             done: rx.clone(),
             asking_since: None,
         });
+        s.start = Some(tx);
         drop(s);
+        // The group's loop runs it: no task per round.
+        self.wake_loop(gi);
+        rx
+    }
+
+    /// The round asked for group `gi` and not started yet, for its loop to run. Its end is
+    /// signalled when it ends, and also when it is dropped half way (the loop ended with the
+    /// provider), so no Refresh waits for a round that will never end.
+    pub(crate) fn take_round(
+        &self,
+        gi: usize,
+    ) -> Option<impl Future<Output = ()> + Send + 'static> {
+        let tx = lock(&self.inner.groups[gi].refresh).start.take()?;
         let p = self.clone();
-        tokio::spawn(async move {
+        Some(async move {
             let inner = &p.inner;
             let _end = RoundEnd {
                 slot: &inner.groups[gi].refresh,
@@ -244,8 +262,7 @@ impl Provider {
                 keeper: &inner.keeper_wake,
             };
             p.run_round(gi).await;
-        });
-        rx
+        })
     }
 
     /// One round of group `gi`, under a permit: the cluster, what the machine asks for on

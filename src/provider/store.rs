@@ -327,8 +327,7 @@ impl Provider {
             if restored.is_empty() {
                 continue;
             }
-            let p = self.clone();
-            tokio::spawn(async move { p.run_effects(gi, restored).await });
+            self.sending(gi, super::cluster_loop::Work::Effects(restored));
         }
     }
 

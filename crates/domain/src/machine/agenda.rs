@@ -174,6 +174,14 @@ impl Agenda {
         None
     }
 
+    /// When a poll last saw `job` running (what [`Agenda::job_ended`] will return).
+    pub fn seen_running(&self, job: &str) -> Option<Instant> {
+        self.follow
+            .as_ref()
+            .filter(|f| f.job == job)
+            .and_then(|f| f.seen_running)
+    }
+
     /// A poll saw `job` end: it is no longer followed. Returns when a poll last saw it
     /// running, for the machine to learn the job's length from ([`ScaleMachine::job_pending`]).
     pub fn job_ended(&mut self, job: &str) -> Option<Instant> {

@@ -633,6 +633,19 @@ impl ScaleMachine {
             };
             effects.extend(self.requeue_failed(requeued, &reason, now));
         }
+        // A failure that shows this CloudStack does not scale in Alert holds from now on:
+        // what is owed is judged by it at once (a down VM's removal held and said so), not
+        // once the provider-wide verdict it also sets reaches this machine with a later event.
+        let learned;
+        let alert = match end.failure() {
+            Some((_, text)) if alert_refusal => {
+                learned = AlertScaling::Unsupported {
+                    cloudstack_error: text.to_string(),
+                };
+                &learned
+            }
+            _ => alert,
+        };
         effects.extend(self.next_from_queue(alert, now));
         Some(Settled {
             kind,
