@@ -20,7 +20,9 @@
 use super::{Error, Provider, Result, now};
 use cks_domain::machine::{Agenda, Due, Event, JobEnd, JobPoll, Next};
 use cks_domain::rules::ScaleRequest;
+use futures_util::FutureExt;
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::{Arc, Weak};
 use tokio::sync::{Notify, mpsc, oneshot, watch};
@@ -193,14 +195,31 @@ enum Report {
     StateRead,
 }
 
-/// A piece of the loop's work under way: polled by the loop itself, no task of its own.
-type Flight<T> = Option<Pin<Box<dyn Future<Output = T> + Send>>>;
+/// A piece of the loop's work under way: polled by the loop itself, no task of its own. Its
+/// panic ends it, not the loop (the group's only actor: without it nothing of the group would
+/// move again).
+type Flight<T> = Option<Pin<Box<dyn Future<Output = std::thread::Result<T>> + Send>>>;
 
-/// The end of `flight` (never, while there is none).
-async fn landing<T>(flight: &mut Flight<T>) -> T {
-    match flight {
+fn flight<T>(f: impl Future<Output = T> + Send + 'static) -> Flight<T> {
+    Some(Box::pin(AssertUnwindSafe(f).catch_unwind()))
+}
+
+/// The end of `flight` (never, while there is none); `None` when it panicked, said here.
+async fn landing<T>(flight: &mut Flight<T>, gi: usize, what: &str) -> Option<T> {
+    let ended = match flight {
         Some(f) => f.await,
         None => std::future::pending().await,
+    };
+    *flight = None;
+    match ended {
+        Ok(t) => Some(t),
+        Err(_) => {
+            tracing::error!(
+                group_index = gi,
+                "a bug: the group's loop's {what} panicked; the loop goes on without it"
+            );
+            None
+        }
     }
 }
 
@@ -228,6 +247,8 @@ async fn run(
     let mut work: Flight<()> = None;
     let mut due: Flight<Report> = None;
     let mut round: Flight<()> = None;
+    // After a look that panicked, the agenda is not asked again before this.
+    let mut pause: Option<std::time::Instant> = None;
     loop {
         let Some(inner) = provider.upgrade() else {
             return;
@@ -236,22 +257,27 @@ async fn run(
         if round.is_none()
             && let Some(r) = p.take_round(gi)
         {
-            round = Some(Box::pin(r));
+            round = flight(r);
         }
         if work.is_none()
             && let Ok(w) = inbox.try_recv()
         {
-            work = Some(Box::pin(p.clone().carry_out(gi, w)));
+            work = flight(p.clone().carry_out(gi, w));
         }
         let mut wake_at = None;
-        if work.is_none() && due.is_none() {
+        if pause.is_some_and(|until| until <= now()) {
+            pause = None;
+        }
+        if let Some(until) = pause {
+            wake_at = Some(until);
+        } else if work.is_none() && due.is_none() {
             match agenda.next(&p.inner.groups[gi].read().scale, now()) {
                 Next::Do(d) => {
                     let seen = match &d {
                         Due::PollJob(job) => agenda.seen_running(job),
                         _ => None,
                     };
-                    due = Some(Box::pin(p.clone().do_due(gi, d, seen)));
+                    due = flight(p.clone().do_due(gi, d, seen));
                 }
                 Next::Sleep(at) => wake_at = at,
             }
@@ -267,20 +293,23 @@ async fn run(
         };
         tokio::select! {
             biased;
-            () = landing(&mut work), if work.is_some() => work = None,
-            () = landing(&mut round), if round.is_some() => round = None,
-            report = landing(&mut due), if due.is_some() => {
-                due = None;
+            _ = landing(&mut work, gi, "work"), if work.is_some() => {}
+            _ = landing(&mut round, gi, "refresh round"), if round.is_some() => {}
+            report = landing(&mut due, gi, "look at what the machine waits for"), if due.is_some() => {
                 let Some(inner) = provider.upgrade() else {
                     return;
                 };
-                heard(&Provider { inner }, gi, &mut agenda, report);
+                match report {
+                    Some(report) => heard(&Provider { inner }, gi, &mut agenda, report),
+                    // Not asked again at once: the same look would panic again.
+                    None => pause = Some(now() + inner.settings.job_poll_interval),
+                }
             }
             w = inbox.recv(), if work.is_none() => {
                 let (Some(w), Some(inner)) = (w, provider.upgrade()) else {
                     return;
                 };
-                work = Some(Box::pin(Provider { inner }.carry_out(gi, w)));
+                work = flight(Provider { inner }.carry_out(gi, w));
             }
             () = poke.notified() => agenda.poll_now(now()),
             () = wake.notified() => {}
