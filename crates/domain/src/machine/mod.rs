@@ -65,7 +65,6 @@ pub use agenda::{Agenda, Due, JobPoll, Next};
 pub use delete::{Acceptance, Accepted, NodeRef};
 pub use error::{Ask, ScaleError};
 pub use events::{JobEnd, WatchedAnswer};
-pub(crate) use events::Settled;
 use external::ExternalScaleUp;
 pub use handle::{Answer, Event, Sent, Step};
 pub use increase::{Admission, Started};
