@@ -1,7 +1,7 @@
 //! The machine's tests: the phase × event table (`every_phase_against_every_event`), one test
 //! per rule of a scale operation's life, and a property test over random event sequences.
 
-use super::events::poll_delay;
+use super::events::{Settled, poll_delay};
 use super::retry::{MAX_REMOVAL_ATTEMPTS, retry_delay};
 use super::*;
 use crate::cluster::{ClusterInput, ClusterSnapshot, ClusterState, VmInput, VmState};
