@@ -21,6 +21,7 @@ use super::{Error, Provider, Result, now};
 use cks_domain::machine::{Agenda, Due, Event, JobEnd, JobPoll, Next};
 use cks_domain::rules::ScaleRequest;
 use futures_util::FutureExt;
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
@@ -50,10 +51,68 @@ pub(crate) enum Work {
     Effects(Vec<cks_domain::machine::Effect>),
 }
 
+/// A scale RPC, checked (the caller may change the group, the arguments hold), for the
+/// group's loop to carry out and answer: the machine's commands are given from the loop only.
+pub(crate) enum Call {
+    Increase {
+        delta: u32,
+        deadline: Instant,
+    },
+    Delete {
+        nodes: Vec<cks_domain::machine::NodeRef>,
+        deadline: Instant,
+    },
+    Decrease {
+        delta: u32,
+    },
+}
+
+/// A call and where its answer goes.
+type Asked = (Call, oneshot::Sender<Result<()>>);
+
+/// The ways into a group's loop.
+pub(crate) struct Inbox {
+    work: mpsc::UnboundedSender<Work>,
+    calls: mpsc::UnboundedSender<Asked>,
+}
+
 impl Provider {
+    /// Hands a scale RPC to the group's loop and waits for its answer.
+    pub(crate) async fn call(&self, gi: usize, call: Call) -> Result<()> {
+        let (reply, answer) = oneshot::channel();
+        if self.group_loop(gi).calls.send((call, reply)).is_err() {
+            return Err(Error::Internal("the group's loop ended".into()));
+        }
+        answer.await.unwrap_or_else(|_| {
+            Err(Error::Internal(
+                "the group's loop ended without an answer".into(),
+            ))
+        })
+    }
+
+    /// Carries out a call in the group's loop and answers it. A caller that hangs up is not
+    /// answered, and what it asked goes no further than it had when it hung up, as when the
+    /// call ran in the caller's own future: a request already handed over is carried through
+    /// (`Work::Send`), and removals already queued stay with their window.
+    async fn answer(self, gi: usize, call: Call, mut reply: oneshot::Sender<Result<()>>) {
+        let carried = async {
+            match call {
+                Call::Increase { delta, deadline } => self.increase_here(gi, delta, deadline).await,
+                Call::Delete { nodes, deadline } => self.delete_here(gi, nodes, deadline).await,
+                Call::Decrease { delta } => self.decrease_here(gi, delta),
+            }
+        };
+        tokio::select! {
+            result = carried => {
+                let _ = reply.send(result);
+            }
+            () = reply.closed() => {}
+        }
+    }
+
     /// Hands work to the group's loop (started on first use).
     pub(crate) fn sending(&self, gi: usize, work: Work) {
-        if self.group_loop(gi).send(work).is_err() {
+        if self.group_loop(gi).work.send(work).is_err() {
             tracing::error!(group = %self.group_label(gi), "the group's loop ended: the work handed to it is not done");
         }
     }
@@ -73,13 +132,20 @@ impl Provider {
     }
 
     /// The group's loop's inbox. The loop holds the provider weakly: it ends with it.
-    fn group_loop(&self, gi: usize) -> &mpsc::UnboundedSender<Work> {
+    fn group_loop(&self, gi: usize) -> &Inbox {
         self.inner.groups[gi].inbox.get_or_init(|| {
-            let (tx, rx) = mpsc::unbounded_channel::<Work>();
+            let (work, work_rx) = mpsc::unbounded_channel::<Work>();
+            let (calls, calls_rx) = mpsc::unbounded_channel::<Asked>();
             let provider = Arc::downgrade(&self.inner);
             let g = &self.inner.groups[gi];
-            tokio::spawn(run(provider, gi, rx, g.wake.clone(), g.poke.clone()));
-            tx
+            let ways = Ways {
+                work: work_rx,
+                calls: calls_rx,
+                wake: g.wake.clone(),
+                poke: g.poke.clone(),
+            };
+            tokio::spawn(run(provider, gi, ways));
+            Inbox { work, calls }
         })
     }
 
@@ -230,13 +296,21 @@ async fn landing<T>(flight: &mut Flight<T>, gi: usize, what: &str) -> Option<T> 
 /// its caller is answered, and a poll beside it would settle the job before the watch hears
 /// CloudStack's refusal. Otherwise it sleeps until the agenda's next time, work arrives, or
 /// it is woken.
-async fn run(
-    provider: Weak<super::Inner>,
-    gi: usize,
-    mut inbox: mpsc::UnboundedReceiver<Work>,
+/// What reaches a group's loop.
+struct Ways {
+    work: mpsc::UnboundedReceiver<Work>,
+    calls: mpsc::UnboundedReceiver<Asked>,
     wake: Arc<Notify>,
     poke: Arc<Notify>,
-) {
+}
+
+async fn run(provider: Weak<super::Inner>, gi: usize, ways: Ways) {
+    let Ways {
+        work: mut inbox,
+        mut calls,
+        wake,
+        poke,
+    } = ways;
     let mut agenda = match provider.upgrade() {
         Some(inner) => Agenda::new(
             inner.settings.job_poll_interval,
@@ -247,6 +321,9 @@ async fn run(
     let mut work: Flight<()> = None;
     let mut due: Flight<Report> = None;
     let mut round: Flight<()> = None;
+    // The calls being answered: any number at once (the autoscaler calls DeleteNodes once
+    // per node, concurrently, and each waits for its window).
+    let mut answering = FuturesUnordered::new();
     // After a look that panicked, the agenda is not asked again before this.
     let mut pause: Option<std::time::Instant> = None;
     loop {
@@ -304,6 +381,19 @@ async fn run(
                     // Not asked again at once: the same look would panic again.
                     None => pause = Some(now() + inner.settings.job_poll_interval),
                 }
+            }
+            Some(answered) = answering.next(), if !answering.is_empty() => {
+                let answered: std::thread::Result<()> = answered;
+                if answered.is_err() {
+                    tracing::error!(group_index = gi, "a bug: answering a scale call in the group's loop panicked; the caller hears the loop ended without an answer");
+                }
+            }
+            asked = calls.recv() => {
+                let (Some((call, reply)), Some(inner)) = (asked, provider.upgrade()) else {
+                    return;
+                };
+                let answer = Provider { inner }.answer(gi, call, reply);
+                answering.push(AssertUnwindSafe(answer).catch_unwind());
             }
             w = inbox.recv(), if work.is_none() => {
                 let (Some(w), Some(inner)) = (w, provider.upgrade()) else {

@@ -167,7 +167,7 @@ pub(crate) struct Group {
     /// Told of every change of `state`, so the promises it holds are recorded.
     store: Arc<Store>,
     /// The inbox of the group's loop (`cluster_loop`), started on first use.
-    pub(super) inbox: OnceLock<tokio::sync::mpsc::UnboundedSender<super::cluster_loop::Work>>,
+    pub(super) inbox: OnceLock<super::cluster_loop::Inbox>,
 }
 
 /// A group's state locked to change it ([`Group::lock`]). Its drop publishes what the holder

@@ -1,15 +1,16 @@
-//! The scale RPCs: IncreaseSize, DeleteNodes, DecreaseTargetSize. Each asks the machine,
-//! fetches a fresh snapshot when the machine needs one, sends at most one
+//! The scale RPCs: IncreaseSize, DeleteNodes, DecreaseTargetSize. Each is checked in the
+//! caller's future ([`Scoped`]: limited to the caller's groups, another client's group is not
+//! found and nothing is sent for it) and carried out in the group's loop (`cluster_loop`,
+//! `Call`), which answers it: the machine's commands are given from the loop only. Each asks
+//! the machine, fetches a fresh snapshot when the machine needs one, sends at most one
 //! `scaleKubernetesCluster` (size only, or nodeids only) when the machine says so, and returns
-//! within the request's deadline without waiting for the job. Every request is sent by the
-//! group's loop (`cluster_loop`), never from a caller's future: a caller that hangs up (an
-//! autoscaler killed mid-call) would otherwise leave the request half way, the machine
-//! waiting for an answer nobody reads and every later scale-up queued behind it. A refused
-//! request changes nothing: the machine validates before it changes state. Each is limited to
-//! the caller's groups ([`Scoped`]): another client's group is not found, and nothing is sent
-//! for it.
+//! within the request's deadline without waiting for the job. A caller that hangs up (an
+//! autoscaler killed mid-call) is not answered, but the request it started is carried through
+//! (`Work::Send`): left half way, the machine would wait for an answer nobody reads and every
+//! later scale-up would queue behind it. A refused request changes nothing: the machine
+//! validates before it changes state.
 
-use super::cluster_loop::{WindowOutcome, WindowSender, Work};
+use super::cluster_loop::{Call, WindowOutcome, WindowSender, Work};
 use super::{Error, Provider, Result, Scoped, before, now};
 use cks_cloudstack::Class;
 use cks_domain::cluster::IndexedSnapshot;
@@ -422,18 +423,65 @@ impl Provider {
 }
 
 impl Scoped<'_> {
-    /// NodeGroupIncreaseSize of one of the caller's groups.
+    /// NodeGroupIncreaseSize of one of the caller's groups: checked here, carried out and
+    /// answered by the group's loop ([`Provider::increase_here`]).
     pub async fn increase_size(&self, id: &str, delta: i32, deadline: Instant) -> Result<()> {
-        let p = self.p;
         self.may_change()?;
         if delta <= 0 {
             return Err(Error::InvalidArgument(format!(
                 "delta must be positive, got {delta}"
             )));
         }
-        let (gi, g) = self.group(id)?;
-        p.check_store()?;
+        let (gi, _) = self.group(id)?;
+        self.p.check_store()?;
         let delta = delta.unsigned_abs();
+        self.p.call(gi, Call::Increase { delta, deadline }).await
+    }
+
+    /// NodeGroupDeleteNodes of one of the caller's groups: checked here, carried out and
+    /// answered by the group's loop ([`Provider::delete_here`]).
+    pub async fn delete_nodes(
+        &self,
+        id: &str,
+        nodes: Vec<NodeRef>,
+        deadline: Instant,
+    ) -> Result<()> {
+        self.may_change()?;
+        if nodes.is_empty() {
+            return Err(Error::InvalidArgument(
+                "no nodes to delete were given".into(),
+            ));
+        }
+        let (gi, _) = self.group(id)?;
+        self.p.check_store()?;
+        self.p.call(gi, Call::Delete { nodes, deadline }).await
+    }
+
+    /// NodeGroupDecreaseTargetSize of one of the caller's groups: checked here, carried out
+    /// and answered by the group's loop ([`Provider::decrease_here`]).
+    pub async fn decrease_target_size(&self, id: &str, delta: i32) -> Result<()> {
+        self.may_change()?;
+        if delta >= 0 {
+            return Err(Error::InvalidArgument(format!(
+                "delta must be negative, got {delta}"
+            )));
+        }
+        let (gi, _) = self.group(id)?;
+        let delta = delta.unsigned_abs();
+        self.p.call(gi, Call::Decrease { delta }).await
+    }
+}
+
+impl Provider {
+    /// NodeGroupIncreaseSize of group `gi`, in its loop (`Call::Increase`).
+    pub(crate) async fn increase_here(
+        &self,
+        gi: usize,
+        delta: u32,
+        deadline: Instant,
+    ) -> Result<()> {
+        let p = self;
+        let g = &self.inner.groups[gi];
         let (_, max) = p.bounds(gi);
         let alert = p.alert_scaling();
         let admitted = g.lock().scale.admit_increase(delta, max, &alert);
@@ -464,29 +512,22 @@ impl Scoped<'_> {
         }
     }
 
-    /// NodeGroupDeleteNodes of one of the caller's groups. The real autoscaler sends one call
-    /// per node, several at once (`core/scaledown/actuation/actuator.go` `deleteNodesAsync`):
-    /// each call is validated and queued by the machine, and answered OK once queued. Calls
-    /// at rest are collected for `removal_window` and sent as one `nodeids` request; each such
-    /// call waits for that request's answer within its deadline, so CloudStack's refusal
-    /// reaches every caller. Calls arriving while a job runs are answered at once and go out
-    /// together when it ends. A fake "unregistered" node of a VM whose node any client
-    /// reported within the max-node-provision-time is refused.
-    pub async fn delete_nodes(
+    /// NodeGroupDeleteNodes of group `gi`, in its loop (`Call::Delete`). The real autoscaler
+    /// sends one call per node, several at once (`core/scaledown/actuation/actuator.go`
+    /// `deleteNodesAsync`): each call is validated and queued by the machine, and answered OK
+    /// once queued. Calls at rest are collected for `removal_window` and sent as one `nodeids`
+    /// request; each such call waits for that request's answer within its deadline, so
+    /// CloudStack's refusal reaches every caller. Calls arriving while a job runs are answered
+    /// at once and go out together when it ends. A fake "unregistered" node of a VM whose node
+    /// any client reported within the max-node-provision-time is refused.
+    pub(crate) async fn delete_here(
         &self,
-        id: &str,
+        gi: usize,
         nodes: Vec<NodeRef>,
         deadline: Instant,
     ) -> Result<()> {
-        self.may_change()?;
-        let p = self.p;
-        if nodes.is_empty() {
-            return Err(Error::InvalidArgument(
-                "no nodes to delete were given".into(),
-            ));
-        }
-        let (gi, g) = self.group(id)?;
-        p.check_store()?;
+        let p = self;
+        let g = &self.inner.groups[gi];
         let (min, _) = p.bounds(gi);
         let alert = p.alert_scaling();
         // Decided under the lock, with the window's channel made or joined in the same
@@ -580,21 +621,15 @@ impl Scoped<'_> {
         }
     }
 
-    /// NodeGroupDecreaseTargetSize of one of the caller's groups: cancels as many requested
-    /// nodes that do not exist and will not be created (queued requests, failed scale-up
-    /// placeholders) as asked, or, when there are fewer, answers FAILED_PRECONDITION saying
-    /// so and changes nothing: after an OK the target has dropped by the delta
-    /// (docs/decrease-target-size.md).
-    pub async fn decrease_target_size(&self, id: &str, delta: i32) -> Result<()> {
-        let p = self.p;
-        self.may_change()?;
-        if delta >= 0 {
-            return Err(Error::InvalidArgument(format!(
-                "delta must be negative, got {delta}"
-            )));
-        }
-        let (gi, g) = self.group(id)?;
-        let decreased = g.lock().scale.decrease_target(delta.unsigned_abs());
+    /// NodeGroupDecreaseTargetSize of group `gi`, in its loop (`Call::Decrease`): cancels as
+    /// many requested nodes that do not exist and will not be created (queued requests,
+    /// failed scale-up placeholders) as asked, or, when there are fewer, answers
+    /// FAILED_PRECONDITION saying so and changes nothing: after an OK the target has dropped
+    /// by the delta (docs/decrease-target-size.md).
+    pub(crate) fn decrease_here(&self, gi: usize, delta: u32) -> Result<()> {
+        let p = self;
+        let g = &self.inner.groups[gi];
+        let decreased = g.lock().scale.decrease_target(delta);
         let d = decreased.map_err(|e| p.scale_error(gi, e))?;
         tracing::info!(group = %p.group_label(gi), cancelled = d.cancelled, "target size decreased (requests cancelled)");
         Ok(())
