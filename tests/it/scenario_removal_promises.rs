@@ -10,6 +10,7 @@ use cks_proto::instance_status::InstanceState;
 use cks_sim::{ClusterSpec, KeyRole, Scenario};
 use cks_testkit::stack::*;
 use cks_testkit::*;
+use std::time::Duration;
 use tonic::Code;
 
 /// The fake node the autoscaler builds for an instance without a node.
@@ -44,6 +45,51 @@ fn removals(env: &Stack) -> Vec<String> {
         .iter()
         .filter_map(|r| r.get("nodeids").cloned())
         .collect()
+}
+
+/// A removal window's request does not wait for a stop the group's loop has under way. A fake
+/// node of a Running VM is promised with a stop first (its drain would fail); CloudStack takes
+/// half a minute to answer that `stopVirtualMachine` (the provider's client gives up before,
+/// after its request timeout). Meanwhile another node's DeleteNodes opens a window: its
+/// request goes out within moments (the window's quiet time and a listing), not once the stop
+/// call ends (the loop once did one thing at a time: the window waited for the stop, 3 s here).
+#[tokio::test(start_paused = true)]
+async fn a_windows_request_does_not_wait_for_a_slow_stop() {
+    let mut env = Stack::refreshed(pool(4), "pool", |s| s.groups[0].min = 1).await;
+    let workers = env.workers();
+    let slow = Duration::from_secs(30);
+    env.sim.configure(|s| {
+        s.command_latency = Some(("stopVirtualMachine".into(), slow));
+    });
+    env.delete(vec![fake_node(&workers[0].0, "unregistered")])
+        .await
+        .expect("promised, its VM to be stopped first");
+    wait_until("the stop sent", async || vm_stops(&env) == 1).await;
+    let stop_at = env
+        .sim
+        .requests()
+        .iter()
+        .rfind(|r| r.command == "stopVirtualMachine")
+        .map(|r| r.atms)
+        .expect("recorded");
+    env.delete(vec![worker_node(&workers[1])])
+        .await
+        .expect("accepted");
+    let sent_at = env
+        .sim
+        .requests()
+        .iter()
+        .find(|r| {
+            r.command == "scaleKubernetesCluster" && r.params.get("nodeids") == Some(&workers[1].0)
+        })
+        .map(|r| r.atms);
+    let sent_at = sent_at.expect("the other node's removal sent while the stop is unanswered");
+    let waited = Duration::from_millis(sent_at.saturating_sub(stop_at));
+    assert!(
+        waited < Duration::from_secs(1),
+        "sent {waited:?} after the stop, which CloudStack answers after {slow:?}"
+    );
+    env.shutdown().await;
 }
 
 /// The drain of a removed node fails once (CloudStack's job fails, the cluster goes to Alert

@@ -40,7 +40,7 @@ pub fn dispatch_sim(w: &mut World, name: &str, p: &Params, now_ms: u64) -> (Repl
                     Ok(true) => {}
                     Ok(false) => {
                         error = Some(format!(
-                            "unknown simConfigure parameter {k:?}; known: latencyms, errorrate, droprate, malformedrate, lateerrorrate, jobdurationms, jobfailure, alertscaling, sizedefaultoffering, sizejobreturnsearly, kubeletdelayms, scannerintervalms, vmopms, readypollms, scaletimeoutms, maxclustersize, pickupdelayms, removalpernodems, faildrains, keyrole, projectid, projectname, defaultpagesize, throttling, throttlingmax, throttlingintervalms"
+                            "unknown simConfigure parameter {k:?}; known: latencyms, commandlatency, errorrate, droprate, malformedrate, lateerrorrate, jobdurationms, jobfailure, alertscaling, sizedefaultoffering, sizejobreturnsearly, kubeletdelayms, scannerintervalms, vmopms, readypollms, scaletimeoutms, maxclustersize, pickupdelayms, removalpernodems, faildrains, keyrole, projectid, projectname, defaultpagesize, throttling, throttlingmax, throttlingintervalms"
                         ));
                         break;
                     }

@@ -253,7 +253,16 @@ async fn handle(
             atms,
             fault: fault.map(|f| f.label().to_string()),
         });
-        (fault, s.latency)
+        let slower = s
+            .command_latency
+            .as_ref()
+            .filter(|(c, _)| {
+                command
+                    .as_deref()
+                    .is_some_and(|n| n.eq_ignore_ascii_case(c))
+            })
+            .map_or(std::time::Duration::ZERO, |(_, d)| *d);
+        (fault, s.latency + slower)
     };
     if let Some(Fault::Error(status)) = fault {
         if !latency.is_zero() {

@@ -150,6 +150,8 @@ impl Cli {
         let ms = Duration::from_millis;
         let settings = SimSettings {
             latency: ms(self.latency_ms),
+            // Set at run time through `simConfigure` (`commandlatency`).
+            command_latency: None,
             error_rate: self.error_rate,
             drop_rate: self.drop_rate,
             malformed_rate: self.malformed_rate,
