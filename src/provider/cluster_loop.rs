@@ -1,21 +1,23 @@
-//! Each group's loop: one task per configured cluster that carries out what the group does
-//! in the background. It sends every `scaleKubernetesCluster` of its cluster (queued ones,
-//! and those a caller waits for), closes its removal windows, and carries out what its agenda
-//! (`cks_domain::machine::Agenda`) says is due for what the machine waits for: its job's polls
-//! (at the machine's pace, `ScaleMachine::next_job_poll`), the reads of the cluster's state
-//! when no job id can tell (`ScaleMachine::follows_state`), the VMs of owed removals to stop
-//! (`ScaleMachine::next_stop_at`, `take_stops`) and their stop jobs' polls. The agenda is
-//! asked again at every turn, and it decides every time and count here (backoff, follow
-//! limit, the overdue warning); the loop only reports how each look went.
+//! Each group's loop: one task per configured cluster that carries out what the group does.
+//! It answers the group's scale RPCs (`Call`: the machine's commands are given from here
+//! only), sends every `scaleKubernetesCluster` of its cluster (queued ones, and those a caller
+//! waits for), closes its removal windows, runs its refresh rounds, and carries out what its
+//! agenda (`cks_domain::machine::Agenda`) says is due for what the machine waits for: its
+//! job's polls (at the machine's pace, `ScaleMachine::next_job_poll`), the reads of the
+//! cluster's state when no job id can tell (`ScaleMachine::follows_state`), the VMs of owed
+//! removals to stop (`ScaleMachine::next_stop_at`, `take_stops`) and their stop jobs' polls.
+//! The agenda is asked again at every turn, and it decides every time and count here
+//! (backoff, follow limit, the overdue warning); the loop only reports how each look went.
 //!
-//! Callers and other tasks hand it work ([`Provider::sending`]), wake it
+//! Callers and other tasks hand it calls ([`Provider::call`]) and work
+//! ([`Provider::sending`]), ask it for a round (`start_round`), wake it
 //! ([`Provider::wake_loop`]) or have it poll its job at once ([`Provider::poll_now`]); none
 //! runs that work in its own future, so an autoscaler that hangs up mid-call never leaves a
-//! request half way, and no task is spawned per call or per job. The loop polls what it has
-//! under way itself: one piece of handed work at a time (the machine starts a request only
-//! from `Idle` and none while a removal window is open, so work does not wait behind work),
-//! beside one item of its agenda, so a window's request never waits for a slow poll, stop or
-//! read to end.
+//! request half way, and no task is spawned per call, per job or per round. The loop polls
+//! what it has under way itself, each piece beside the others ([`run`]): one piece of handed
+//! work at a time (the machine starts a request only from `Idle` and none while a removal
+//! window is open, so work does not wait behind work), so a window's request never waits for
+//! a slow poll, stop or round to end.
 
 use super::{Error, Provider, Result, now};
 use cks_domain::machine::{Agenda, Due, Event, JobEnd, JobPoll, Next};
@@ -289,13 +291,6 @@ async fn landing<T>(flight: &mut Flight<T>, gi: usize, what: &str) -> Option<T> 
     }
 }
 
-/// The loop of group `gi`. Two things may be under way at once: one piece of handed work
-/// (a request sent, a window closed) and one item of the agenda (a poll, stops, a read of
-/// the cluster), so a caller's work never waits behind a slow poll or stop. The agenda is
-/// asked only while no work is under way: a request's own watch follows its new job until
-/// its caller is answered, and a poll beside it would settle the job before the watch hears
-/// CloudStack's refusal. Otherwise it sleeps until the agenda's next time, work arrives, or
-/// it is woken.
 /// What reaches a group's loop.
 struct Ways {
     work: mpsc::UnboundedReceiver<Work>,
@@ -304,6 +299,13 @@ struct Ways {
     poke: Arc<Notify>,
 }
 
+/// The loop of group `gi`. Under way at once, each polled by the loop itself: the scale calls
+/// being answered (any number), one piece of handed work (a request sent, a window closed),
+/// one refresh round and one item of the agenda (a poll, stops, a read of the cluster), so a
+/// caller's work never waits behind a slow poll, stop or round. The agenda is asked only while
+/// no work is under way: a request's own watch follows its new job until its caller is
+/// answered, and a poll beside it would settle the job before the watch hears CloudStack's
+/// refusal. Otherwise it sleeps until the agenda's next time, work arrives, or it is woken.
 async fn run(provider: Weak<super::Inner>, gi: usize, ways: Ways) {
     let Ways {
         work: mut inbox,

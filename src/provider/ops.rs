@@ -424,7 +424,7 @@ impl Provider {
 
 impl Scoped<'_> {
     /// NodeGroupIncreaseSize of one of the caller's groups: checked here, carried out and
-    /// answered by the group's loop ([`Provider::increase_here`]).
+    /// answered by the group's loop (`Provider::increase_here`).
     pub async fn increase_size(&self, id: &str, delta: i32, deadline: Instant) -> Result<()> {
         self.may_change()?;
         if delta <= 0 {
@@ -439,7 +439,7 @@ impl Scoped<'_> {
     }
 
     /// NodeGroupDeleteNodes of one of the caller's groups: checked here, carried out and
-    /// answered by the group's loop ([`Provider::delete_here`]).
+    /// answered by the group's loop (`Provider::delete_here`).
     pub async fn delete_nodes(
         &self,
         id: &str,
@@ -458,7 +458,7 @@ impl Scoped<'_> {
     }
 
     /// NodeGroupDecreaseTargetSize of one of the caller's groups: checked here, carried out
-    /// and answered by the group's loop ([`Provider::decrease_here`]).
+    /// and answered by the group's loop (`Provider::decrease_here`).
     pub async fn decrease_target_size(&self, id: &str, delta: i32) -> Result<()> {
         self.may_change()?;
         if delta >= 0 {
