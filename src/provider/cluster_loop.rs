@@ -170,7 +170,8 @@ impl Provider {
                     }
                     let fetched = self.fetch_after_job(gi, None).await;
                     self.settle(gi, &job, &end, fetched, false).await;
-                    return Report::JobEnded(job);
+                    // The machine no longer waits for it: the agenda drops it at its next look.
+                    return Report::Nothing;
                 }
             },
         };
@@ -189,7 +190,7 @@ impl Provider {
     }
 
     /// Carries out what the agenda says is due; what it came to, for the agenda.
-    async fn do_due(self, gi: usize, due: Due, seen: Option<std::time::Instant>) -> Report {
+    async fn do_due(self, gi: usize, due: Due) -> Report {
         match due {
             Due::StopVms => {
                 let vms = self.inner.groups[gi].lock().scale.take_stops(now());
@@ -201,7 +202,7 @@ impl Provider {
                 }
                 Report::StopsSent(sent)
             }
-            Due::PollJob(job) => self.poll_job(gi, job, seen).await,
+            Due::PollJob { job, seen_running } => self.poll_job(gi, job, seen_running).await,
             Due::PollStop { vm, job } => {
                 let ended = self.poll_stop(&job).await;
                 if let Some(ended) = &ended {
@@ -216,7 +217,7 @@ impl Provider {
                 if let Err(e) = self.fetch_and_act(gi).await {
                     tracing::debug!(group = %self.group_label(gi), error = %e, "following the cluster's state: fetch failed");
                 }
-                Report::StateRead
+                Report::Nothing
             }
         }
     }
@@ -255,12 +256,12 @@ enum Report {
         job: String,
         poll: JobPoll,
     },
-    JobEnded(String),
     StopPolled {
         job: String,
         ended: bool,
     },
-    StateRead,
+    /// Nothing for the agenda: it reads what the machine waits for at its next look.
+    Nothing,
 }
 
 /// A piece of the loop's work under way: polled by the loop itself, no task of its own. Its
@@ -279,6 +280,11 @@ async fn landing<T>(flight: &mut Flight<T>, gi: usize, what: &str) -> Option<T> 
         None => std::future::pending().await,
     };
     *flight = None;
+    unless_panicked(ended, gi, what)
+}
+
+/// What a piece of the loop's work came to; `None` when it panicked, said here.
+fn unless_panicked<T>(ended: std::thread::Result<T>, gi: usize, what: &str) -> Option<T> {
     match ended {
         Ok(t) => Some(t),
         Err(_) => {
@@ -352,11 +358,7 @@ async fn run(provider: Weak<super::Inner>, gi: usize, ways: Ways) {
         } else if work.is_none() && due.is_none() {
             match agenda.next(&p.inner.groups[gi].read().scale, now()) {
                 Next::Do(d) => {
-                    let seen = match &d {
-                        Due::PollJob(job) => agenda.seen_running(job),
-                        _ => None,
-                    };
-                    due = flight(p.clone().do_due(gi, d, seen));
+                    due = flight(p.clone().do_due(gi, d));
                 }
                 Next::Sleep(at) => wake_at = at,
             }
@@ -385,10 +387,8 @@ async fn run(provider: Weak<super::Inner>, gi: usize, ways: Ways) {
                 }
             }
             Some(answered) = answering.next(), if !answering.is_empty() => {
-                let answered: std::thread::Result<()> = answered;
-                if answered.is_err() {
-                    tracing::error!(group_index = gi, "a bug: answering a scale call in the group's loop panicked; the caller hears the loop ended without an answer");
-                }
+                // Its caller hears the loop ended without an answer.
+                let _: Option<()> = unless_panicked(answered, gi, "answer to a scale call");
             }
             asked = calls.recv() => {
                 let (Some((call, reply)), Some(inner)) = (asked, provider.upgrade()) else {
@@ -425,10 +425,7 @@ fn heard(p: &Provider, gi: usize, agenda: &mut Agenda, report: Report) {
                     "scale job still running after the follow limit; it stays this cluster's operation and is polled every {wait:?}");
             }
         }
-        Report::JobEnded(job) => {
-            agenda.job_ended(&job);
-        }
         Report::StopPolled { job, ended } => agenda.stop_polled(&job, ended, now()),
-        Report::StateRead => {}
+        Report::Nothing => {}
     }
 }

@@ -52,9 +52,7 @@ impl Provider {
                         "accepted removals of down VMs cannot be carried out by this CloudStack: the autoscaler counts these nodes as gone; start the VMs (they are then removed) or remove them in CloudStack: {reason}");
                 }
                 Effect::KeyMayNotStop { reason } => {
-                    for g in &self.inner.groups {
-                        let _ = g.lock().scale.handle(Event::MayStopVms(false), now());
-                    }
+                    self.may_stop_vms(false);
                     tracing::warn!(group = %self.group_label(gi), "this CloudStack key may not call stopVirtualMachine: VMs whose drain would fail are no longer stopped by the provider, and their removal is refused until an operator stops them: {reason}");
                 }
                 Effect::JobEnded {
@@ -79,6 +77,14 @@ impl Provider {
         }
         // VMs to stop are the loop's to take.
         self.wake_loop(gi);
+    }
+
+    /// Tells every group's machine whether the key may call `stopVirtualMachine`: one key
+    /// serves them all. The event asks for nothing.
+    pub(crate) fn may_stop_vms(&self, yes: bool) {
+        for g in &self.inner.groups {
+            let _ = g.lock().scale.handle(Event::MayStopVms(yes), now());
+        }
     }
 
     /// A job's end told: the log, the job metrics, and the provider-wide verdict when its

@@ -417,8 +417,8 @@ impl Provider {
             tx.send_replace(Some(outcome.map_err(Arc::new)));
             effects
         };
+        // Carrying them out wakes the group's loop (`run_effects`).
         self.run_effects(gi, effects).await;
-        self.wake_loop(gi);
     }
 }
 
@@ -480,33 +480,32 @@ impl Provider {
         delta: u32,
         deadline: Instant,
     ) -> Result<()> {
-        let p = self;
         let g = &self.inner.groups[gi];
-        let (_, max) = p.bounds(gi);
-        let alert = p.alert_scaling();
+        let (_, max) = self.bounds(gi);
+        let alert = self.alert_scaling();
         let admitted = g.lock().scale.admit_increase(delta, max, &alert);
-        match admitted.map_err(|e| p.scale_error(gi, e))? {
+        match admitted.map_err(|e| self.scale_error(gi, e))? {
             Admission::Queued => {
-                tracing::info!(group = %p.group_label(gi), delta,
+                tracing::info!(group = %self.group_label(gi), delta,
                     "scale-up queued behind the scale operation in flight; it is sent when that ends");
-                p.record_promise(gi, deadline).await;
+                self.record_promise(gi, deadline).await;
                 return Ok(());
             }
             Admission::NeedsFreshSnapshot => {}
         }
-        p.fresh_snapshot(gi, deadline).await?;
-        let (_, max) = p.bounds(gi);
-        let alert = p.alert_scaling();
+        self.fresh_snapshot(gi, deadline).await?;
+        let (_, max) = self.bounds(gi);
+        let alert = self.alert_scaling();
         let started = g.lock().scale.start_increase(delta, max, &alert, now());
-        match started.map_err(|e| p.scale_error(gi, e))? {
+        match started.map_err(|e| self.scale_error(gi, e))? {
             Started::Submit(request) => {
-                tracing::info!(group = %p.group_label(gi), ?request, "scale-up: sending scaleKubernetesCluster");
-                p.send(gi, request, deadline).await?;
-                p.record_promise(gi, deadline).await;
+                tracing::info!(group = %self.group_label(gi), ?request, "scale-up: sending scaleKubernetesCluster");
+                self.send(gi, request, deadline).await?;
+                self.record_promise(gi, deadline).await;
                 Ok(())
             }
             Started::Queued => {
-                p.record_promise(gi, deadline).await;
+                self.record_promise(gi, deadline).await;
                 Ok(())
             }
         }
@@ -526,10 +525,9 @@ impl Provider {
         nodes: Vec<NodeRef>,
         deadline: Instant,
     ) -> Result<()> {
-        let p = self;
         let g = &self.inner.groups[gi];
-        let (min, _) = p.bounds(gi);
-        let alert = p.alert_scaling();
+        let (min, _) = self.bounds(gi);
+        let alert = self.alert_scaling();
         // Decided under the lock, with the window's channel made or joined in the same
         // critical section; the error is named after it is released (naming the group reads
         // the state again).
@@ -552,21 +550,21 @@ impl Provider {
                 other => (other, None),
             }
         };
-        let acceptance = accepted.map_err(|e| p.scale_error(gi, e))?;
-        tracing::info!(group = %p.group_label(gi), nodes = nodes.len(), accepted = ?acceptance.accepted, "scale-down: nodes accepted for removal");
-        p.wake_loop(gi);
+        let acceptance = accepted.map_err(|e| self.scale_error(gi, e))?;
+        tracing::info!(group = %self.group_label(gi), nodes = nodes.len(), accepted = ?acceptance.accepted, "scale-down: nodes accepted for removal");
+        self.wake_loop(gi);
         // Fake "unregistered" nodes of VMs whose node is registered were refused; the others
         // of the call go ahead, and the caller hears about the refused ones.
         let guarded = acceptance
             .refused
             .into_iter()
             .next()
-            .map(|e| p.scale_error(gi, e));
+            .map(|e| self.scale_error(gi, e));
         let window = match outcome {
             None => Ok(()),
             Some((mut rx, tx)) => {
                 if let Some(tx) = tx {
-                    p.sending(gi, Work::CloseWindow { tx, deadline });
+                    self.sending(gi, Work::CloseWindow { tx, deadline });
                 }
                 let outcome = |done: &WindowOutcome| match done {
                     Some(Err(e)) => Err(Error::Batch(e.clone())),
@@ -596,9 +594,9 @@ impl Provider {
                         match promised {
                             Err(done) => outcome(&done),
                             Ok(true) => {
-                                tracing::info!(group = %p.group_label(gi), vms = %acceptance.vm_ids.join(","),
+                                tracing::info!(group = %self.group_label(gi), vms = %acceptance.vm_ids.join(","),
                                     "scale-down: the request's deadline came before CloudStack's answer; the removals are owed and carried through");
-                                p.wake_loop(gi);
+                                self.wake_loop(gi);
                                 Ok(())
                             }
                             Ok(false) => match rx.wait_for(Option::is_some).await {
@@ -614,7 +612,7 @@ impl Provider {
         };
         window?;
         // OK is a promise: recorded before it is made.
-        p.record_promise(gi, deadline).await;
+        self.record_promise(gi, deadline).await;
         match guarded {
             Some(e) => Err(e),
             None => Ok(()),
@@ -627,11 +625,10 @@ impl Provider {
     /// FAILED_PRECONDITION saying so and changes nothing: after an OK the target has dropped
     /// by the delta (docs/decrease-target-size.md).
     pub(crate) fn decrease_here(&self, gi: usize, delta: u32) -> Result<()> {
-        let p = self;
         let g = &self.inner.groups[gi];
         let decreased = g.lock().scale.decrease_target(delta);
-        let d = decreased.map_err(|e| p.scale_error(gi, e))?;
-        tracing::info!(group = %p.group_label(gi), cancelled = d.cancelled, "target size decreased (requests cancelled)");
+        let d = decreased.map_err(|e| self.scale_error(gi, e))?;
+        tracing::info!(group = %self.group_label(gi), cancelled = d.cancelled, "target size decreased (requests cancelled)");
         Ok(())
     }
 }

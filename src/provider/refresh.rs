@@ -28,7 +28,6 @@ use super::{Error, Provider, Result, Scoped, before, now};
 use cks_cloudstack::CsError;
 use cks_cloudstack::types::ServiceOffering;
 use cks_domain::keeper::{GroupClock, Policy, RefreshStep, RoundState, jitter};
-use cks_domain::machine::Event;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard};
@@ -334,9 +333,7 @@ impl Provider {
             Err(_) => None,
         };
         if let Some(allowed) = allowed {
-            for g in &self.inner.groups {
-                let _ = g.lock().scale.handle(Event::MayStopVms(allowed), now());
-            }
+            self.may_stop_vms(allowed);
             optional.stop_known.store(true, Ordering::Release);
             if !allowed {
                 tracing::warn!(

@@ -291,9 +291,7 @@ impl Provider {
             }
         }
         if file.can_stop_vms == Some(false) {
-            for g in &self.inner.groups {
-                let _ = g.lock().scale.handle(Event::MayStopVms(false), now());
-            }
+            self.may_stop_vms(false);
         }
         Ok(taken)
     }

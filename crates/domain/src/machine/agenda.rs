@@ -17,8 +17,14 @@ pub enum Due {
     /// Take the VMs the machine wants stopped ([`ScaleMachine::take_stops`]), send each its
     /// `stopVirtualMachine` and report the jobs ([`Agenda::stop_sent`]).
     StopVms,
-    /// Poll the followed scale job and report it ([`Agenda::job_polled`]).
-    PollJob(String),
+    /// Poll the followed scale job and report it ([`Agenda::job_polled`]) while it runs. At its
+    /// end, tell the machine how long it ran at least (`seen_running`: when a poll last saw
+    /// it running, [`super::Event::JobRan`]); the agenda drops it once the machine no longer
+    /// waits for it.
+    PollJob {
+        job: String,
+        seen_running: Option<Instant>,
+    },
     /// Poll a VM's stop job and report it ([`Agenda::stop_polled`]).
     PollStop { vm: String, job: String },
     /// Read the cluster: the machine waits on its state, which no job id can tell.
@@ -119,7 +125,10 @@ impl Agenda {
             None
         };
         if let Some(f) = self.follow.as_ref().filter(|f| f.next <= now) {
-            return Next::Do(Due::PollJob(f.job.clone()));
+            return Next::Do(Due::PollJob {
+                job: f.job.clone(),
+                seen_running: f.seen_running,
+            });
         }
         if let Some(s) = self.stops.iter().find(|s| s.next <= now) {
             return Next::Do(Due::PollStop {
@@ -172,21 +181,6 @@ impl Agenda {
             return Some(wait);
         }
         None
-    }
-
-    /// When a poll last saw `job` running (what [`Agenda::job_ended`] will return).
-    pub fn seen_running(&self, job: &str) -> Option<Instant> {
-        self.follow
-            .as_ref()
-            .filter(|f| f.job == job)
-            .and_then(|f| f.seen_running)
-    }
-
-    /// A poll saw `job` end: it is no longer followed. Returns when a poll last saw it
-    /// running, for the machine to learn the job's length from ([`ScaleMachine::job_pending`]).
-    pub fn job_ended(&mut self, job: &str) -> Option<Instant> {
-        let f = self.follow.take_if(|f| f.job == job)?;
-        f.seen_running
     }
 
     /// `stopVirtualMachine` of `vm` was accepted as `job`: polled every poll interval until it
@@ -264,7 +258,13 @@ mod tests {
         assert_eq!(a.next(&m, t), Next::Sleep(Some(t + POLL)));
         // Looking again before it is due changes nothing: the time is kept, not moved.
         assert_eq!(a.next(&m, t + s(1)), Next::Sleep(Some(t + POLL)));
-        assert_eq!(a.next(&m, t + POLL), Next::Do(Due::PollJob("j1".into())));
+        let poll_j1 = |seen_running| {
+            Next::Do(Due::PollJob {
+                job: "j1".into(),
+                seen_running,
+            })
+        };
+        assert_eq!(a.next(&m, t + POLL), poll_j1(None));
         assert_eq!(a.job_polled(&m, "j1", JobPoll::NoAnswer, t + POLL), None);
         assert_eq!(a.next(&m, t + POLL), Next::Sleep(Some(t + POLL + s(4))));
         assert_eq!(a.job_polled(&m, "j1", JobPoll::NoAnswer, t + s(6)), None);
@@ -272,12 +272,12 @@ mod tests {
         // An answer resets the backoff.
         assert_eq!(a.job_polled(&m, "j1", JobPoll::Running, t + s(14)), None);
         assert_eq!(a.next(&m, t + s(14)), Next::Sleep(Some(t + s(16))));
-        // Asked to poll now: due at once.
+        // Asked to poll now: due at once, with when it was last seen running (for the
+        // machine at its end); once the machine no longer waits for it, it is not followed.
         a.poll_now(t + s(15));
-        assert_eq!(a.next(&m, t + s(15)), Next::Do(Due::PollJob("j1".into())));
-        // The end hands back when it was last seen running; nothing is followed after it.
-        assert_eq!(a.job_ended("j1"), Some(t + s(14)));
-        assert_eq!(a.job_ended("j1"), None);
+        assert_eq!(a.next(&m, t + s(15)), poll_j1(Some(t + s(14))));
+        m.phase = Phase::Idle;
+        assert_eq!(a.next(&m, t + s(15)), Next::Sleep(None));
     }
 
     #[test]
@@ -307,7 +307,10 @@ mod tests {
         assert_eq!(a.job_polled(&m, "j1", JobPoll::Running, t + POLL), None);
         assert_eq!(
             a.next(&m, t + 2 * POLL),
-            Next::Do(Due::PollJob("j2".into()))
+            Next::Do(Due::PollJob {
+                job: "j2".into(),
+                seen_running: None
+            })
         );
         m.phase = Phase::Idle;
         assert_eq!(a.next(&m, t + 2 * POLL), Next::Sleep(None));
