@@ -145,6 +145,7 @@ impl Provider {
                 calls: calls_rx,
                 wake: g.wake.clone(),
                 poke: g.poke.clone(),
+                recorded: g.recorded.subscribe(),
             };
             tokio::spawn(run(provider, gi, ways));
             Inbox { work, calls }
@@ -303,6 +304,8 @@ struct Ways {
     calls: mpsc::UnboundedReceiver<Asked>,
     wake: Arc<Notify>,
     poke: Arc<Notify>,
+    /// The number of the group's last ledger the store wrote.
+    recorded: watch::Receiver<u64>,
 }
 
 /// The loop of group `gi`. Under way at once, each polled by the loop itself: the scale calls
@@ -318,6 +321,7 @@ async fn run(provider: Weak<super::Inner>, gi: usize, ways: Ways) {
         mut calls,
         wake,
         poke,
+        mut recorded,
     } = ways;
     let mut agenda = match provider.upgrade() {
         Some(inner) => Agenda::new(
@@ -402,6 +406,16 @@ async fn run(provider: Weak<super::Inner>, gi: usize, ways: Ways) {
                     return;
                 };
                 work = flight(Provider { inner }.carry_out(gi, w));
+            }
+            Ok(()) = recorded.changed() => {
+                let rev = *recorded.borrow_and_update();
+                let Some(inner) = provider.upgrade() else {
+                    return;
+                };
+                // The OKs that waited for this record go (the event asks for nothing else).
+                let p = Provider { inner };
+                let step = p.inner.groups[gi].lock().scale.handle(Event::Recorded { rev }, now());
+                p.reply(gi, &step.replies);
             }
             () = poke.notified() => agenda.poll_now(now()),
             () = wake.notified() => {}

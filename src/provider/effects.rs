@@ -6,15 +6,40 @@
 
 use super::{Provider, now};
 use cks_cloudstack::Class;
-use cks_domain::machine::{Answer, Effect, Event, JobEnd, JobKind, SearchNews, StopAnswer};
+use cks_domain::machine::{
+    Answer, Effect, Event, JobEnd, JobKind, Reply, SearchNews, Step, StopAnswer,
+};
 
 impl Provider {
     /// Tells group `gi`'s machine what happened and carries out what it asks for; returns
     /// what a caller waiting on the event hears.
     pub(crate) async fn tell(&self, gi: usize, event: Event<'_>) -> Option<Answer> {
         let step = self.inner.groups[gi].lock().scale.handle(event, now());
+        self.carry(gi, step).await
+    }
+
+    /// Carries out a step of group `gi`'s machine: its effects, and the replies it releases;
+    /// returns what a caller waiting on its event hears.
+    pub(crate) async fn carry(&self, gi: usize, step: Step) -> Option<Answer> {
+        self.reply(gi, &step.replies);
         self.run_effects(gi, step.effects).await;
         step.answer
+    }
+
+    /// Sends the replies the machine released to their callers (one that hung up is gone).
+    pub(crate) fn reply(&self, gi: usize, replies: &[Reply]) {
+        if replies.is_empty() {
+            return;
+        }
+        let mut waiting = self.inner.groups[gi]
+            .replies
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        for r in replies {
+            if let Some(tx) = waiting.remove(&r.call) {
+                let _ = tx.send(r.recorded);
+            }
+        }
     }
 
     /// Carries out what the machine asked for. `FindJob` is awaited (so a Refresh answers
@@ -68,6 +93,10 @@ impl Provider {
                             "removal withdrawn: the node no longer carries the autoscaler's ToBeDeletedByClusterAutoscaler mark (the autoscaler restarted, or gave the node up)");
                     }
                     crate::metrics::record_removals_withdrawn(vms.len());
+                }
+                Effect::AnsweredUnrecorded => {
+                    tracing::error!(group = %self.group_label(gi),
+                        "answered OK before the promise was recorded (the store cannot be written now): a restart before it is kept would forget it");
                 }
                 Effect::SizeNotReached { job, asked, listed } => {
                     tracing::error!(group = %self.group_label(gi), %job, asked, listed,

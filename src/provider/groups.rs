@@ -16,7 +16,7 @@ use super::{Caller, Error, Provider, Result, error};
 use crate::config::{ClusterRef, NodeGroupSpec};
 use cks_cloudstack::types::ServiceOffering;
 use cks_domain::instances::InstanceView;
-use cks_domain::machine::ScaleMachine;
+use cks_domain::machine::{CallId, ScaleMachine};
 use cks_domain::registry::Registrations;
 use cks_domain::rules::AlertScaling;
 use std::collections::BTreeMap;
@@ -168,6 +168,13 @@ pub(crate) struct Group {
     store: Arc<Store>,
     /// The inbox of the group's loop (`cluster_loop`), started on first use.
     pub(super) inbox: OnceLock<super::cluster_loop::Inbox>,
+    /// The callers told OK, by the number the machine knows them by, until the machine
+    /// releases their reply ([`cks_domain::machine::Step::replies`]; `true`: recorded).
+    pub(super) replies:
+        Mutex<std::collections::HashMap<CallId, tokio::sync::oneshot::Sender<bool>>>,
+    /// The number of the last ledger of this group the store wrote
+    /// ([`ScaleMachine::ledger_rev`]), for the group's loop to tell the machine.
+    pub(super) recorded: tokio::sync::watch::Sender<u64>,
 }
 
 /// A group's state locked to change it ([`Group::lock`]). Its drop publishes what the holder
@@ -229,6 +236,8 @@ impl Group {
             published: RwLock::new(first),
             store,
             inbox: OnceLock::new(),
+            replies: Mutex::default(),
+            recorded: tokio::sync::watch::Sender::new(0),
         }
     }
 

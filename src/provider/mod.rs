@@ -95,6 +95,8 @@ pub(crate) struct Inner {
     pub whereabouts: caller::Whereabouts,
     pub shutdown: watch::Sender<bool>,
     pub ready: watch::Sender<bool>,
+    /// The number of the next caller told OK (`ops`, `ScaleMachine::reply_ok`).
+    pub calls: std::sync::atomic::AtomicU64,
     /// The optional commands the key may call, each learned once from CloudStack's 432.
     pub optional: OptionalCommands,
     /// The Nodes of the one group's cluster (`Settings::node_marks`, `snapshot`).
@@ -209,6 +211,8 @@ impl Provider {
                             // Known from the start, so that queued increases a restart takes
                             // over are never sent past it.
                             m.set_max_size(spec.max);
+                            // With a store, an OK waits for the record of its promise.
+                            m.set_durable(store.durable());
                             m.set_external_scale_up_allowed(
                                 settings.external_node_scale_up == ExternalNodeScaleUp::Allow,
                             );
@@ -248,6 +252,7 @@ impl Provider {
                 whereabouts: caller::Whereabouts::default(),
                 shutdown,
                 ready,
+                calls: std::sync::atomic::AtomicU64::new(0),
                 optional: OptionalCommands::default(),
                 nodes,
                 keeper_wake: Arc::new(tokio::sync::Notify::new()),

@@ -15,11 +15,12 @@ use super::{Error, Provider, Result, Scoped, before, now};
 use cks_cloudstack::Class;
 use cks_domain::cluster::IndexedSnapshot;
 use cks_domain::machine::{
-    Accepted, Admission, Answer, Effect, Event, JobEnd, JobKind, NodeRef, ScaleError, Sent,
+    Accepted, Admission, Answer, CallId, Effect, Event, JobEnd, JobKind, NodeRef, ScaleError, Sent,
     Started, Watched, WatchedAnswer,
 };
 use cks_domain::rules::ScaleRequest;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use tokio::sync::{oneshot, watch};
 use tokio::time::{Instant, timeout_at};
 
@@ -233,15 +234,25 @@ impl Provider {
         })
     }
 
-    /// Waits, until just before the caller's deadline, for the record of what it is about to
-    /// be promised. The store was written just before its request went out
-    /// ([`Provider::store_writable`]); if the write after it does not land in time, the caller
-    /// still hears the answer it is owed (the work is under way), and the log says the
-    /// promise is not recorded yet: new promises are refused until a write succeeds.
-    async fn record_promise(&self, gi: usize, deadline: Instant) {
-        if !self.record_until(before(deadline)).await {
-            tracing::error!(group = %self.group_label(gi),
-                "answered OK before the promise was recorded (the store cannot be written now): a restart before it is kept would forget it");
+    /// Tells the machine the caller hears OK, and waits for the machine to release the reply:
+    /// once the ledger holding the promise is written (at once without a store), or, when
+    /// that does not come until just before the caller's deadline, then (the machine says
+    /// loudly that the promise is not recorded yet: the work is under way, and new promises
+    /// are refused until a write succeeds).
+    async fn reply_ok(&self, gi: usize, deadline: Instant) {
+        let g = &self.inner.groups[gi];
+        let call = CallId(self.inner.calls.fetch_add(1, Ordering::Relaxed));
+        let (tx, mut rx) = oneshot::channel();
+        g.replies
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(call, tx);
+        let step = g.lock().scale.reply_ok(call);
+        self.carry(gi, step).await;
+        if timeout_at(before(deadline), &mut rx).await.is_err() {
+            self.tell(gi, Event::CallerDeadline { call }).await;
+            // Released now, by the deadline or by the record that came just before it.
+            let _ = rx.await;
         }
     }
 
@@ -488,7 +499,7 @@ impl Provider {
             Admission::Queued => {
                 tracing::info!(group = %self.group_label(gi), delta,
                     "scale-up queued behind the scale operation in flight; it is sent when that ends");
-                self.record_promise(gi, deadline).await;
+                self.reply_ok(gi, deadline).await;
                 return Ok(());
             }
             Admission::NeedsFreshSnapshot => {}
@@ -501,11 +512,11 @@ impl Provider {
             Started::Submit(request) => {
                 tracing::info!(group = %self.group_label(gi), ?request, "scale-up: sending scaleKubernetesCluster");
                 self.send(gi, request, deadline).await?;
-                self.record_promise(gi, deadline).await;
+                self.reply_ok(gi, deadline).await;
                 Ok(())
             }
             Started::Queued => {
-                self.record_promise(gi, deadline).await;
+                self.reply_ok(gi, deadline).await;
                 Ok(())
             }
         }
@@ -612,7 +623,7 @@ impl Provider {
         };
         window?;
         // OK is a promise: recorded before it is made.
-        self.record_promise(gi, deadline).await;
+        self.reply_ok(gi, deadline).await;
         match guarded {
             Some(e) => Err(e),
             None => Ok(()),

@@ -175,6 +175,11 @@ impl Store {
             .unwrap_or_default()
     }
 
+    /// Whether promises are recorded (a store is configured).
+    pub(crate) fn durable(&self) -> bool {
+        self.backend.is_some()
+    }
+
     /// A group's state is about to change: the writer looks again.
     pub(crate) fn touch(&self) {
         if self.backend.is_some() {
@@ -329,13 +334,16 @@ impl Provider {
         }
     }
 
-    /// The state file's content now.
-    fn state_text(&self) -> String {
+    /// The state file's content now, and the number of each group's ledger in it (read from
+    /// the same view as the ledger: a write of this text records every promise so numbered).
+    fn state_text(&self) -> (String, Vec<u64>) {
         let t = now();
         let mut can_stop_vms = None;
         let mut groups = BTreeMap::new();
+        let mut revs = Vec::with_capacity(self.inner.groups.len());
         for g in &self.inner.groups {
             let st = g.read();
+            revs.push(st.scale.ledger_rev());
             if !st.scale.can_stop_vms() {
                 can_stop_vms = Some(false);
             }
@@ -366,7 +374,24 @@ impl Provider {
                 .unwrap_or_else(|e| e.into_inner())
                 .clone(),
         };
-        serde_json::to_string_pretty(&file).unwrap_or_default()
+        (
+            serde_json::to_string_pretty(&file).unwrap_or_default(),
+            revs,
+        )
+    }
+
+    /// Each group's ledger numbered `revs` is written: its loop tells the machine, which
+    /// releases the OKs that waited for it.
+    fn report_recorded(&self, revs: &[u64]) {
+        for (g, &rev) in self.inner.groups.iter().zip(revs) {
+            g.recorded.send_if_modified(|r| {
+                let newer = rev > *r;
+                if newer {
+                    *r = rev;
+                }
+                newer
+            });
+        }
     }
 
     /// The writer: writes the record whenever a group's state changed and its recorded
@@ -407,7 +432,7 @@ impl Provider {
             return true;
         }
         let asked = store.requested.load(Ordering::Acquire);
-        let text = self.state_text();
+        let (text, revs) = self.state_text();
         let unchanged = store
             .last
             .lock()
@@ -433,6 +458,7 @@ impl Provider {
             *store.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(text);
             *store.failing.lock().unwrap_or_else(|p| p.into_inner()) = None;
         }
+        self.report_recorded(&revs);
         store.written.send_if_modified(|w| {
             let newer = asked > *w;
             if newer {
@@ -443,9 +469,6 @@ impl Provider {
         true
     }
 
-    /// Waits until every change made so far is recorded (at once without a store): a
-    /// promise is recorded before it is answered. A write that fails is tried again, and this
-    /// waits on.
     /// Refuses a new promise while the store cannot be written (its last write failed): an
     /// OK must be recorded before it is given, and a request accepted now could only be
     /// answered at the caller's deadline, with an error, while the work went on.
@@ -465,23 +488,6 @@ impl Provider {
             store: backend.describe(),
             error,
         })
-    }
-
-    pub(crate) async fn record(&self) {
-        let store = &self.inner.store;
-        if store.backend.is_none() {
-            return;
-        }
-        let asked = store.requested.load(Ordering::Acquire);
-        store.wake.notify_one();
-        let mut written = store.written.subscribe();
-        let _ = written.wait_for(|w| *w >= asked).await;
-    }
-
-    /// [`Provider::record`] for a caller with a deadline: `false` when the record is not
-    /// written by `until` (the caller answers anyway, and says so).
-    pub(crate) async fn record_until(&self, until: tokio::time::Instant) -> bool {
-        tokio::time::timeout_at(until, self.record()).await.is_ok()
     }
 
     /// Writes the record now, unchanged or not, by `until`: the check, just before a
@@ -617,7 +623,7 @@ mod tests {
         assert_eq!(ledger.removals[0].attempts, 2);
         assert!(!st.scale.can_stop_vms());
         drop(st);
-        backend::write_atomic(&file, &p.state_text()).unwrap();
+        backend::write_atomic(&file, &p.state_text().0).unwrap();
         let again = provider_with(&file);
         assert_eq!(again.load_state().await.unwrap(), 1);
         std::fs::remove_dir_all(&dir).unwrap();

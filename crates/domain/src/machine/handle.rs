@@ -61,6 +61,11 @@ pub enum Event<'a> {
     MarksGone(&'a [String]),
     /// Whether the key may call `stopVirtualMachine`, as learned (or recorded).
     MayStopVms(bool),
+    /// The store wrote the ledger numbered `rev` ([`ScaleMachine::ledger_rev`], read with
+    /// it): the OKs that waited for it go.
+    Recorded { rev: u64 },
+    /// The deadline of `call`, told OK and waiting for its record, came first.
+    CallerDeadline { call: super::CallId },
 }
 
 /// CloudStack's answer to a `scaleKubernetesCluster`, classified once
@@ -104,13 +109,16 @@ pub struct Step {
     pub effects: Vec<Effect>,
     /// What the caller waiting on the event hears, when one does.
     pub answer: Option<Answer>,
+    /// The callers told OK whose reply goes now (`replies`): never before the record of
+    /// their promise, unless their deadline came first.
+    pub replies: Vec<super::Reply>,
 }
 
 impl From<Vec<Effect>> for Step {
     fn from(effects: Vec<Effect>) -> Self {
         Step {
             effects,
-            answer: None,
+            ..Step::default()
         }
     }
 }
@@ -136,12 +144,12 @@ impl ScaleMachine {
                 Step::default()
             }
             Event::Sent(Sent::Lost) => Step {
-                effects: Vec::new(),
                 answer: Some(if self.submission_lost() {
                     Answer::Owed
                 } else {
                     Answer::Lost
                 }),
+                ..Step::default()
             },
             Event::JobRan { job, at } => {
                 self.job_pending(job, at);
@@ -167,7 +175,11 @@ impl ScaleMachine {
                     alert_refusal: settled.alert_refusal,
                 }];
                 effects.extend(settled.effects);
-                Step { effects, answer }
+                Step {
+                    effects,
+                    answer,
+                    ..Step::default()
+                }
             }
             Event::JobSearched { search, alert } => {
                 let (mut effects, news) = self.job_searched(search, alert, now);
@@ -205,6 +217,8 @@ impl ScaleMachine {
                 self.set_can_stop_vms(yes);
                 Step::default()
             }
+            Event::Recorded { rev } => self.recorded(rev),
+            Event::CallerDeadline { call } => self.caller_deadline(call),
         }
     }
 }

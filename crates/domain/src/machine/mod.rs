@@ -36,6 +36,7 @@
 //! - `nodes`: what a node or instance id names in the group; node↔VM pairings learned.
 //! - `sharded`: the map those pairings are kept in, so that a change of the machine, which a
 //!   published view shares, does not copy all of them.
+//! - `replies`: when a caller told OK hears it: once the ledger holding its promise is written.
 //! - `retry`: how an owed removal is retried (failed jobs, refusals, requests not sent, stops).
 //! - `search`: what the job list said about the job a group waits for.
 //! - `error`: why the machine refuses a request.
@@ -54,6 +55,7 @@ mod nodes;
 mod offerings;
 mod pace;
 mod queue;
+mod replies;
 mod retry;
 mod search;
 mod sharded;
@@ -75,6 +77,8 @@ pub use pace::Watched;
 #[cfg(test)]
 use queue::WINDOW_QUIET;
 pub(crate) use queue::{Queue, QueuedRemoval};
+use replies::Replies;
+pub use replies::{CallId, Reply};
 pub use retry::StopAnswer;
 pub use search::SearchNews;
 use sharded::ShardedMap;
@@ -329,6 +333,10 @@ pub enum Effect {
     },
     /// What a job search changed (news for the operator and the job metrics).
     Searched(SearchNews),
+    /// A caller heard OK before the ledger holding its promise was written (its deadline
+    /// came first; `replies`): a restart before the promise is kept would forget it. Say so
+    /// loudly.
+    AnsweredUnrecorded,
     /// Accepted removals withdrawn: their nodes lost the autoscaler's deletion mark (it
     /// restarted, or gave them up), so their VMs count in the target again. Tell the operator.
     RemovalsWithdrawn { vms: Vec<String> },
@@ -391,6 +399,8 @@ pub struct ScaleMachine {
     pub(crate) external_scale_up: ExternalScaleUp,
     /// How long this cluster's jobs take, for when to poll them (`pace`).
     pub(crate) pace: pace::JobPace,
+    /// The OKs waiting for the record of their promise (`replies`).
+    replies: Replies,
 }
 
 impl ScaleMachine {
@@ -416,6 +426,7 @@ impl ScaleMachine {
             size_broken: None,
             external_scale_up: ExternalScaleUp::Refuse,
             pace: pace::JobPace::default(),
+            replies: Replies::default(),
         }
     }
 

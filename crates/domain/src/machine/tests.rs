@@ -207,6 +207,7 @@ fn apply(m: &mut ScaleMachine, ev: Ev, t0: Instant) -> String {
                 Effect::JobEnded { job, .. } => format!("ended:{job}"),
                 Effect::Searched(news) => format!("searched:{news:?}"),
                 Effect::RemovalsWithdrawn { vms } => format!("withdrawn:{}", vms.join("+")),
+                Effect::AnsweredUnrecorded => "unrecorded".into(),
             })
             .collect::<Vec<_>>()
             .join(",")
@@ -1826,6 +1827,191 @@ mod properties {
                     );
                 }
                 promised = now_owed;
+            }
+        }
+    }
+
+    /// What happens to a group with a store that writes its ledger when it gets round to it:
+    /// the steps of a group's life, and the store reading the ledger (a write begins) and
+    /// reporting it written, late and in any order with the rest.
+    #[derive(Debug, Clone)]
+    enum Recording {
+        Life(Life),
+        /// The store reads the ledger and its number: a write begins.
+        Write,
+        /// The oldest write begun is done: the store reports its number.
+        Written,
+        /// The oldest write begun failed: nothing is reported.
+        WriteFailed,
+        /// A caller waiting for its record reaches its deadline (the `n`th waiting).
+        CallerDeadline(usize),
+    }
+
+    fn recording() -> impl Strategy<Value = Recording> {
+        prop_oneof![
+            6 => life().prop_map(Recording::Life),
+            2 => Just(Recording::Write),
+            2 => Just(Recording::Written),
+            1 => Just(Recording::WriteFailed),
+            1 => (0usize..4).prop_map(Recording::CallerDeadline),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        /// OK means recorded: a DeleteNodes caller hears OK from the machine
+        /// (`Step::replies`) only once a write holding its removal is done, or, when its
+        /// deadline comes first, with the machine saying so (`AnsweredUnrecorded`). A restart
+        /// takes over the last ledger written, as a new process does: every removal whose
+        /// caller heard a recorded OK is owed by it, unless it was kept or released before.
+        #[test]
+        fn no_ok_is_heard_before_its_record(
+            steps in proptest::collection::vec(recording(), 1..80)
+        ) {
+            use std::collections::{BTreeSet, HashMap, VecDeque};
+            let t0 = Instant::now();
+            let mut now = t0;
+            let fresh = || {
+                let mut m = ScaleMachine::new(Some("cid".into()), timings());
+                m.set_max_size(MAX);
+                m.set_durable(true);
+                m
+            };
+            let mut m = fresh();
+            m.snapshot_installed(running3(t0), &ALERT, t0);
+            let mut next = 0u64;
+            // Callers told OK, waiting for the machine's reply: the VM each asked to remove.
+            let mut waiting: HashMap<CallId, String> = HashMap::new();
+            // Callers of the open window, not answered yet.
+            let mut in_window: Vec<String> = Vec::new();
+            // Writes begun: what each holds (owed removals) and the ledger's number.
+            let mut writes: VecDeque<(BTreeSet<String>, u64)> = VecDeque::new();
+            let mut written: BTreeSet<String> = BTreeSet::new();
+            // VMs whose caller heard a recorded OK.
+            let mut heard: BTreeSet<String> = BTreeSet::new();
+            for step in steps {
+                let mut replies = Vec::new();
+                let mut told_ok = Vec::new();
+                let mut released = false;
+                match step.clone() {
+                    Recording::Write => writes.push_back((owed(&m, now), m.ledger_rev())),
+                    Recording::Written => {
+                        if let Some((held, rev)) = writes.pop_front() {
+                            written = held;
+                            replies = m.handle(Event::Recorded { rev }, now).replies;
+                        }
+                    }
+                    Recording::WriteFailed => {
+                        writes.pop_front();
+                    }
+                    Recording::CallerDeadline(n) => {
+                        let mut calls: Vec<CallId> = waiting.keys().copied().collect();
+                        calls.sort();
+                        if let Some(&call) = calls.get(n) {
+                            let step = m.handle(Event::CallerDeadline { call }, now);
+                            prop_assert_eq!(&step.effects, &vec![Effect::AnsweredUnrecorded]);
+                            replies = step.replies;
+                        }
+                    }
+                    Recording::Life(Life::Step(Step::Remove(n))) => {
+                        let node = NodeRef { provider_id: format!("external-cloudstack://w{n}"), ..NodeRef::default() };
+                        match m.accept_removal(&[node], 1, &ALERT, &no_reports(), now) {
+                            Ok(Accepted::OpensWindow | Accepted::JoinsWindow) => in_window.push(format!("w{n}")),
+                            // Answered at once, as DeleteNodes does.
+                            Ok(Accepted::Behind | Accepted::Done) => told_ok.push(format!("w{n}")),
+                            Err(_) => {}
+                        }
+                    }
+                    Recording::Life(Life::Step(Step::CloseWindow)) => {
+                        if m.close_window(&ALERT, now).is_err() {
+                            in_window.clear();
+                        }
+                    }
+                    Recording::Life(Life::Deadline) => {
+                        if m.promise_removals(&in_window) {
+                            told_ok.append(&mut in_window);
+                        }
+                    }
+                    Recording::Life(Life::WindowAnswered(ok)) => {
+                        let _ = m.handle(Event::WindowAnswered { ok }, now);
+                        let _ = m.handle(Event::WindowClosed, now);
+                        if ok {
+                            told_ok.append(&mut in_window);
+                        } else {
+                            in_window.clear();
+                        }
+                    }
+                    Recording::Life(Life::NotSent) => {
+                        let _ = m.handle(Event::Sent(Sent::NotSent("not sent")), now);
+                    }
+                    Recording::Life(Life::Restart) => {
+                        // The new process takes over what was written last; its callers
+                        // from before are gone with their connections.
+                        let ledger = Ledger {
+                            removals: m.ledger(now).removals.into_iter().filter(|r| written.contains(&r.vm_id)).collect(),
+                            ..Ledger::default()
+                        };
+                        let snap = m.snapshot().cloned();
+                        let mut next_m = fresh();
+                        let _ = next_m.handle(Event::Restored(ledger), now);
+                        if let Some(snap) = snap {
+                            let _ = next_m.handle(Event::Listed { snap, alert: &ALERT }, now);
+                        }
+                        m = next_m;
+                        waiting.clear();
+                        in_window.clear();
+                        writes.clear();
+                    }
+                    Recording::Life(Life::Stops(_)) => {}
+                    Recording::Life(Life::Step(Step::Snapshot { scaling, workers, down, gone, secs })) => {
+                        now += Duration::from_secs(secs);
+                        let snap = workers_snapshot(scaling, workers, down, gone, now);
+                        let _ = m.handle(Event::Listed { snap, alert: &ALERT }, now);
+                    }
+                    Recording::Life(Life::Step(Step::Cleanup)) => {
+                        m.cleanup();
+                        released = true;
+                        in_window.clear();
+                    }
+                    Recording::Life(Life::Step(
+                        s @ (Step::Answered | Step::Refused | Step::Lost | Step::Found | Step::NoJobFound | Step::JobEnds { .. }),
+                    )) => {
+                        let _ = cloudstack_answers(&mut m, &s, now, t0);
+                    }
+                    Recording::Life(Life::Step(Step::Increase(_) | Step::Decrease(_))) => {}
+                }
+                for vm in told_ok {
+                    let call = CallId(next);
+                    next += 1;
+                    waiting.insert(call, vm);
+                    replies.extend(m.reply_ok(call).replies);
+                }
+                let owed_now = owed(&m, now);
+                for r in replies {
+                    let vm = waiting.remove(&r.call);
+                    prop_assert!(vm.is_some(), "a reply to a caller not waiting, or twice: {:?}", r);
+                    let vm = vm.unwrap_or_default();
+                    // (A removal kept or released meanwhile needs no record.)
+                    if r.recorded && owed_now.contains(&vm) {
+                        prop_assert!(
+                            written.contains(&vm),
+                            "{vm}'s caller heard OK before a write held its removal, after {step:?}"
+                        );
+                        heard.insert(vm);
+                    }
+                }
+                if released {
+                    heard.clear();
+                }
+                // Kept promises need nothing; the others heard OK are owed, restarts included.
+                let listed = |v: &str| m.snapshot().and_then(|s| s.snap.vm(v)).is_some_and(|vm| !vm.state.is_gone());
+                heard.retain(|v| owed_now.contains(v) || listed(v));
+                if let Recording::Life(Life::Restart) = step {
+                    for v in &heard {
+                        prop_assert!(owed_now.contains(v), "{v}'s caller heard a recorded OK and the restart forgot it");
+                    }
+                }
             }
         }
     }
