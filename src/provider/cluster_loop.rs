@@ -31,10 +31,6 @@ use std::sync::{Arc, Weak};
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio::time::Instant;
 
-/// The outcome of a removal window, shared by its callers.
-pub(crate) type WindowOutcome = Option<std::result::Result<(), Arc<Error>>>;
-pub(crate) type WindowSender = watch::Sender<WindowOutcome>;
-
 /// The work a group's loop is handed.
 pub(crate) enum Work {
     /// A `scaleKubernetesCluster` the machine started (the phase is `Submitting`), and who
@@ -45,9 +41,9 @@ pub(crate) enum Work {
         deadline: Option<Instant>,
         reply: Option<oneshot::Sender<Result<()>>>,
     },
-    /// The removal window a DeleteNodes opened: closed when the machine says, its request sent
-    /// and its callers answered through `tx`.
-    CloseWindow { tx: WindowSender, deadline: Instant },
+    /// The removal window a DeleteNodes opened: closed when the machine says, its request sent,
+    /// and what its callers hear told to the machine.
+    CloseWindow { deadline: Instant },
     /// What a machine asked for that nothing carried out yet: on taking over its recorded
     /// ledger, the job to follow.
     Effects(Vec<cks_domain::machine::Effect>),
@@ -226,7 +222,7 @@ impl Provider {
     /// One piece of handed work.
     async fn carry_out(self, gi: usize, work: Work) {
         match work {
-            Work::CloseWindow { tx, deadline } => self.close_window(gi, tx, deadline).await,
+            Work::CloseWindow { deadline } => self.close_window(gi, deadline).await,
             Work::Effects(effects) => self.run_effects(gi, effects).await,
             Work::Send {
                 request,

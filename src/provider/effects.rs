@@ -37,7 +37,7 @@ impl Provider {
             .unwrap_or_else(|p| p.into_inner());
         for r in replies {
             if let Some(tx) = waiting.remove(&r.call) {
-                let _ = tx.send(r.recorded);
+                let _ = tx.send(r.heard);
             }
         }
     }
@@ -93,6 +93,10 @@ impl Provider {
                             "removal withdrawn: the node no longer carries the autoscaler's ToBeDeletedByClusterAutoscaler mark (the autoscaler restarted, or gave the node up)");
                     }
                     crate::metrics::record_removals_withdrawn(vms.len());
+                }
+                Effect::PromisedAtDeadline { vms } => {
+                    tracing::info!(group = %self.group_label(gi), vms = %vms.join(","),
+                        "scale-down: the request's deadline came before CloudStack's answer; the removals are owed and carried through");
                 }
                 Effect::AnsweredUnrecorded => {
                     tracing::error!(group = %self.group_label(gi),

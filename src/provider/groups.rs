@@ -9,14 +9,13 @@
 //! writer that changed the state. A read waits for no writer, and a read that follows a write
 //! sees it.
 
-use super::cluster_loop::WindowOutcome;
 use super::refresh::RefreshSlot;
 use super::store::Store;
 use super::{Caller, Error, Provider, Result, error};
 use crate::config::{ClusterRef, NodeGroupSpec};
 use cks_cloudstack::types::ServiceOffering;
 use cks_domain::instances::InstanceView;
-use cks_domain::machine::{CallId, ScaleMachine};
+use cks_domain::machine::{CallId, Heard, ScaleMachine};
 use cks_domain::registry::Registrations;
 use cks_domain::rules::AlertScaling;
 use std::collections::BTreeMap;
@@ -42,8 +41,9 @@ pub(crate) struct GroupState {
     /// Labels of a real node of this group, copied into the template node (shared with the
     /// published view: set once, never copied on a publication).
     pub sample_labels: Option<Arc<BTreeMap<String, String>>>,
-    /// The outcome of the open removal window, for DeleteNodes calls joining it.
-    pub removal_window: Option<tokio::sync::watch::Receiver<WindowOutcome>>,
+    /// Why the last removal window failed, for its callers the machine tells so
+    /// ([`cks_domain::machine::Heard::WindowFailed`]).
+    pub window_failure: Option<Arc<Error>>,
     /// What the machine asked for on taking over a recorded ledger (the recorded job to
     /// follow), carried out once the provider runs ([`Provider::resume_followers`]).
     pub restored: Vec<cks_domain::machine::Effect>,
@@ -171,7 +171,7 @@ pub(crate) struct Group {
     /// The callers told OK, by the number the machine knows them by, until the machine
     /// releases their reply ([`cks_domain::machine::Step::replies`]; `true`: recorded).
     pub(super) replies:
-        Mutex<std::collections::HashMap<CallId, tokio::sync::oneshot::Sender<bool>>>,
+        Mutex<std::collections::HashMap<CallId, tokio::sync::oneshot::Sender<Heard>>>,
     /// The number of the last ledger of this group the store wrote
     /// ([`ScaleMachine::ledger_rev`]), for the group's loop to tell the machine.
     pub(super) recorded: tokio::sync::watch::Sender<u64>,

@@ -222,7 +222,7 @@ impl Provider {
                         key_refused: false,
                         worker_offering: None,
                         sample_labels: None,
-                        removal_window: None,
+                        window_failure: None,
                         restored: Vec::new(),
                     },
                     store.clone(),

@@ -10,18 +10,18 @@
 //! later scale-up would queue behind it. A refused request changes nothing: the machine
 //! validates before it changes state.
 
-use super::cluster_loop::{Call, WindowOutcome, WindowSender, Work};
+use super::cluster_loop::{Call, Work};
 use super::{Error, Provider, Result, Scoped, before, now};
 use cks_cloudstack::Class;
 use cks_domain::cluster::IndexedSnapshot;
 use cks_domain::machine::{
-    Accepted, Admission, Answer, CallId, Effect, Event, JobEnd, JobKind, NodeRef, ScaleError, Sent,
-    Started, Watched, WatchedAnswer,
+    Accepted, Admission, Answer, CallId, Effect, Event, Heard, JobEnd, JobKind, NodeRef,
+    ScaleError, Sent, Started, Watched, WatchedAnswer,
 };
 use cks_domain::rules::ScaleRequest;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::oneshot;
 use tokio::time::{Instant, timeout_at};
 
 use cks_domain::timing::watch_step;
@@ -234,26 +234,51 @@ impl Provider {
         })
     }
 
-    /// Tells the machine the caller hears OK, and waits for the machine to release the reply:
-    /// once the ledger holding the promise is written (at once without a store), or, when
-    /// that does not come until just before the caller's deadline, then (the machine says
-    /// loudly that the promise is not recorded yet: the work is under way, and new promises
-    /// are refused until a write succeeds).
-    async fn reply_ok(&self, gi: usize, deadline: Instant) {
-        let g = &self.inner.groups[gi];
+    /// A caller's reply handle, opened before the machine hears of the caller: whatever the
+    /// machine releases for it ([`cks_domain::machine::Step::replies`]) reaches it.
+    fn open_call(&self, gi: usize) -> (CallId, oneshot::Receiver<Heard>) {
         let call = CallId(self.inner.calls.fetch_add(1, Ordering::Relaxed));
-        let (tx, mut rx) = oneshot::channel();
-        g.replies
+        let (tx, rx) = oneshot::channel();
+        self.inner.groups[gi]
+            .replies
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(call, tx);
-        let step = g.lock().scale.reply_ok(call);
-        self.carry(gi, step).await;
-        if timeout_at(before(deadline), &mut rx).await.is_err() {
-            self.tell(gi, Event::CallerDeadline { call }).await;
-            // Released now, by the deadline or by the record that came just before it.
-            let _ = rx.await;
+        (call, rx)
+    }
+
+    /// What the machine says `call` hears. Its deadline is told twice: early enough that a
+    /// promise made then can still be recorded (`timing::promise_by`: a window caller is
+    /// promised its removals), and at the last moment (an OK waiting for its record goes, said
+    /// loudly). A window caller whose removals a failure dropped hears that failure when the
+    /// window's loop tells it.
+    async fn hear(
+        &self,
+        gi: usize,
+        call: CallId,
+        mut rx: oneshot::Receiver<Heard>,
+        deadline: Instant,
+    ) -> Result<Heard> {
+        let ended = |_| Error::Internal("the group's loop ended without an answer".into());
+        let promise_at = cks_domain::timing::promise_by(deadline.into_std(), now());
+        if let Ok(heard) = timeout_at(Instant::from_std(promise_at), &mut rx).await {
+            return heard.map_err(ended);
         }
+        self.tell(gi, Event::PromiseDue { call }).await;
+        if let Ok(heard) = timeout_at(before(deadline), &mut rx).await {
+            return heard.map_err(ended);
+        }
+        self.tell(gi, Event::CallerDeadline { call }).await;
+        rx.await.map_err(ended)
+    }
+
+    /// The caller hears OK once the machine releases it: once the ledger holding its promise
+    /// is written (at once without a store), or at its deadline.
+    async fn answer_ok(&self, gi: usize, deadline: Instant) -> Result<()> {
+        let (call, rx) = self.open_call(gi);
+        let step = self.inner.groups[gi].lock().scale.reply_ok(call);
+        self.carry(gi, step).await;
+        self.hear(gi, call, rx, deadline).await.map(|_| ())
     }
 
     /// Watches a just-accepted job until it is past CloudStack's validation, which runs
@@ -349,10 +374,10 @@ impl Provider {
     }
 
     /// Ends a removal window: after `removal_window` (or before the first caller's deadline),
-    /// on a fresh snapshot, the queued removals go out as one request; every caller of the
-    /// window hears the outcome. Runs in the group's loop: a caller giving up never strands
-    /// the queue.
-    pub(crate) async fn close_window(&self, gi: usize, tx: WindowSender, deadline: Instant) {
+    /// on a fresh snapshot, the queued removals go out as one request; the machine says what
+    /// each caller of the window hears. Runs in the group's loop: a caller giving up never
+    /// strands the queue.
+    pub(crate) async fn close_window(&self, gi: usize, deadline: Instant) {
         let g = &self.inner.groups[gi];
         // When it closes is the machine's: it moves with each arrival.
         let cap = self.inner.settings.removal_window;
@@ -368,21 +393,12 @@ impl Provider {
         }
         let outcome = match self.fresh_snapshot(gi, deadline).await {
             Err(e) => {
-                let step = {
-                    let mut st = g.lock();
-                    st.removal_window = None;
-                    st.scale.handle(Event::WindowAborted, now())
-                };
-                self.run_effects(gi, step.effects).await;
+                self.tell(gi, Event::WindowAborted).await;
                 Err(e)
             }
             Ok(_) => {
                 let alert = self.alert_scaling();
-                let closed = {
-                    let mut st = g.lock();
-                    st.removal_window = None;
-                    st.scale.close_window(&alert, now())
-                };
+                let closed = g.lock().scale.close_window(&alert, now());
                 match closed.map_err(|e| self.scale_error(gi, e)) {
                     Err(e) => Err(e),
                     Ok(effects) => {
@@ -413,23 +429,25 @@ impl Provider {
                 }
             }
         };
+        // From here the callers' answers stand: an OK makes the removals owed, an error drops
+        // those not promised already (the autoscaler untaints those nodes). The failure is
+        // kept where its callers read it before the machine releases their replies.
         if let Err(e) = &outcome {
             tracing::warn!(group = %self.group_label(gi), error = %e, "the removals of this window were not sent");
         }
-        // From here the callers' answers stand: an OK makes the removals owed, an error drops
-        // those not promised already (the autoscaler untaints those nodes). Answered in the
-        // same critical section, so a caller whose deadline comes now either reads this
-        // outcome or is promised before it (`promise_removals`).
-        let effects = {
+        let step = {
             let mut st = g.lock();
             let ok = outcome.is_ok();
-            let mut effects = st.scale.handle(Event::WindowAnswered { ok }, now()).effects;
-            effects.extend(st.scale.handle(Event::WindowClosed, now()).effects);
-            tx.send_replace(Some(outcome.map_err(Arc::new)));
-            effects
+            if let Err(e) = outcome {
+                st.window_failure = Some(Arc::new(e));
+            }
+            let mut step = st.scale.handle(Event::WindowAnswered { ok }, now());
+            step.effects
+                .extend(st.scale.handle(Event::WindowClosed, now()).effects);
+            step
         };
-        // Carrying them out wakes the group's loop (`run_effects`).
-        self.run_effects(gi, effects).await;
+        // Carrying it out wakes the group's loop (`run_effects`).
+        self.carry(gi, step).await;
     }
 }
 
@@ -499,7 +517,7 @@ impl Provider {
             Admission::Queued => {
                 tracing::info!(group = %self.group_label(gi), delta,
                     "scale-up queued behind the scale operation in flight; it is sent when that ends");
-                self.reply_ok(gi, deadline).await;
+                self.answer_ok(gi, deadline).await?;
                 return Ok(());
             }
             Admission::NeedsFreshSnapshot => {}
@@ -512,11 +530,11 @@ impl Provider {
             Started::Submit(request) => {
                 tracing::info!(group = %self.group_label(gi), ?request, "scale-up: sending scaleKubernetesCluster");
                 self.send(gi, request, deadline).await?;
-                self.reply_ok(gi, deadline).await;
+                self.answer_ok(gi, deadline).await?;
                 Ok(())
             }
             Started::Queued => {
-                self.reply_ok(gi, deadline).await;
+                self.answer_ok(gi, deadline).await?;
                 Ok(())
             }
         }
@@ -539,30 +557,33 @@ impl Provider {
         let g = &self.inner.groups[gi];
         let (min, _) = self.bounds(gi);
         let alert = self.alert_scaling();
-        // Decided under the lock, with the window's channel made or joined in the same
-        // critical section; the error is named after it is released (naming the group reads
-        // the state again).
-        let (accepted, outcome) = {
+        let (call, heard) = self.open_call(gi);
+        // Decided, and what the caller hears with it, in one critical section.
+        let accepted = {
             let mut st = g.lock();
             let registered = g.registered.lock().unwrap_or_else(|p| p.into_inner());
-            match st
-                .scale
+            st.scale
                 .accept_removals(&nodes, min, &alert, &registered, now())
-            {
-                Ok(a) if a.accepted == Accepted::OpensWindow => {
-                    let (tx, rx) = watch::channel(None);
-                    st.removal_window = Some(rx.clone());
-                    (Ok(a), Some((rx, Some(tx))))
-                }
-                Ok(a) if a.accepted == Accepted::JoinsWindow => {
-                    let rx = st.removal_window.clone();
-                    (Ok(a), rx.map(|rx| (rx, None)))
-                }
-                other => (other, None),
+                .map(|a| {
+                    let step = st.scale.reply_to_removal(call, &a);
+                    (a, step)
+                })
+        };
+        let (acceptance, step) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                g.replies
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&call);
+                return Err(self.scale_error(gi, e));
             }
         };
-        let acceptance = accepted.map_err(|e| self.scale_error(gi, e))?;
         tracing::info!(group = %self.group_label(gi), nodes = nodes.len(), accepted = ?acceptance.accepted, "scale-down: nodes accepted for removal");
+        if acceptance.accepted == Accepted::OpensWindow {
+            self.sending(gi, Work::CloseWindow { deadline });
+        }
+        self.carry(gi, step).await;
         self.wake_loop(gi);
         // Fake "unregistered" nodes of VMs whose node is registered were refused; the others
         // of the call go ahead, and the caller hears about the refused ones.
@@ -571,62 +592,12 @@ impl Provider {
             .into_iter()
             .next()
             .map(|e| self.scale_error(gi, e));
-        let window = match outcome {
-            None => Ok(()),
-            Some((mut rx, tx)) => {
-                if let Some(tx) = tx {
-                    self.sending(gi, Work::CloseWindow { tx, deadline });
-                }
-                let outcome = |done: &WindowOutcome| match done {
-                    Some(Err(e)) => Err(Error::Batch(e.clone())),
-                    _ => Ok(()),
-                };
-                let waited = timeout_at(before(deadline), rx.wait_for(Option::is_some))
-                    .await
-                    .map(|r| r.map(|done| done.clone()));
-                match waited {
-                    Ok(Ok(done)) => outcome(&done),
-                    Ok(Err(_)) => Err(Error::Internal(
-                        "the removal window's task ended without an answer".into(),
-                    )),
-                    // The deadline came first. OK is a promise: the removals are owed from
-                    // now on, whatever becomes of the window's request. Unless the window
-                    // already failed and dropped them: then its error, which its task is
-                    // about to send.
-                    Err(_) => {
-                        let promised = {
-                            let mut st = g.lock();
-                            let done = rx.borrow().clone();
-                            match done {
-                                Some(_) => Err(done),
-                                None => Ok(st.scale.promise_removals(&acceptance.vm_ids)),
-                            }
-                        };
-                        match promised {
-                            Err(done) => outcome(&done),
-                            Ok(true) => {
-                                tracing::info!(group = %self.group_label(gi), vms = %acceptance.vm_ids.join(","),
-                                    "scale-down: the request's deadline came before CloudStack's answer; the removals are owed and carried through");
-                                self.wake_loop(gi);
-                                Ok(())
-                            }
-                            Ok(false) => match rx.wait_for(Option::is_some).await {
-                                Ok(done) => outcome(&done),
-                                Err(_) => Err(Error::Internal(
-                                    "the removal window's task ended without an answer".into(),
-                                )),
-                            },
-                        }
-                    }
-                }
-            }
-        };
-        window?;
-        // OK is a promise: recorded before it is made.
-        self.reply_ok(gi, deadline).await;
-        match guarded {
-            Some(e) => Err(e),
-            None => Ok(()),
+        match self.hear(gi, call, heard, deadline).await? {
+            Heard::Ok { .. } => guarded.map_or(Ok(()), Err),
+            Heard::WindowFailed => Err(match g.lock().window_failure.clone() {
+                Some(e) => Error::Batch(e),
+                None => Error::Internal("the removal window failed without saying why".into()),
+            }),
         }
     }
 

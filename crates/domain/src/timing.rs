@@ -24,6 +24,21 @@ pub fn store_check_by(deadline: Instant, now: Instant) -> Instant {
     now + answer_by(deadline, now).saturating_duration_since(now) / 2
 }
 
+/// How long before a caller must be answered the store is left to record what it is
+/// promised at its deadline: a write of the ConfigMap takes tens of milliseconds, and a second
+/// leaves room for a conflict read again and a second write.
+pub const RECORD_ALLOWANCE: Duration = Duration::from_secs(1);
+
+/// When a DeleteNodes caller still waiting for its window's request is promised its removals
+/// instead (an OK it will hear whatever becomes of the request): [`RECORD_ALLOWANCE`] before
+/// it must be answered, or half the time left when that is shorter, so the promise can be
+/// recorded before the OK.
+pub fn promise_by(deadline: Instant, now: Instant) -> Instant {
+    let by = answer_by(deadline, now);
+    let left = by.saturating_duration_since(now);
+    by - RECORD_ALLOWANCE.min(left / 2)
+}
+
 /// Until when a scale RPC watches the job it just started for CloudStack's refusal, which
 /// arrives as the job's failure within moments (`--scale-watch`), and never past when its
 /// caller must be answered.

@@ -64,6 +64,9 @@ pub enum Event<'a> {
     /// The store wrote the ledger numbered `rev` ([`ScaleMachine::ledger_rev`], read with
     /// it): the OKs that waited for it go.
     Recorded { rev: u64 },
+    /// The deadline of `call` nears: time to promise a window caller's removals, leaving the
+    /// store time to record them before it must be answered (`timing::promise_by`).
+    PromiseDue { call: super::CallId },
     /// The deadline of `call`, told OK and waiting for its record, came first.
     CallerDeadline { call: super::CallId },
 }
@@ -191,7 +194,9 @@ impl ScaleMachine {
             Event::StopAnswered { vm, answer } => self.stop_answered(vm, answer, now).into(),
             Event::WindowAnswered { ok } => {
                 self.window_answered(ok);
-                Step::default()
+                let mut step = Step::default();
+                self.window_replies(ok, &mut step);
+                step
             }
             Event::WindowClosed => {
                 self.window_closed();
@@ -218,6 +223,7 @@ impl ScaleMachine {
                 Step::default()
             }
             Event::Recorded { rev } => self.recorded(rev),
+            Event::PromiseDue { call } => self.promise_due(call),
             Event::CallerDeadline { call } => self.caller_deadline(call),
         }
     }

@@ -78,7 +78,7 @@ pub use pace::Watched;
 use queue::WINDOW_QUIET;
 pub(crate) use queue::{Queue, QueuedRemoval};
 use replies::Replies;
-pub use replies::{CallId, Reply};
+pub use replies::{CallId, Heard, Reply};
 pub use retry::StopAnswer;
 pub use search::SearchNews;
 use sharded::ShardedMap;
@@ -337,6 +337,10 @@ pub enum Effect {
     /// came first; `replies`): a restart before the promise is kept would forget it. Say so
     /// loudly.
     AnsweredUnrecorded,
+    /// A DeleteNodes caller's deadline neared before its window's request was answered: its
+    /// removals are owed from now on, whatever becomes of the request (`replies`). Tell the
+    /// operator.
+    PromisedAtDeadline { vms: Vec<String> },
     /// Accepted removals withdrawn: their nodes lost the autoscaler's deletion mark (it
     /// restarted, or gave them up), so their VMs count in the target again. Tell the operator.
     RemovalsWithdrawn { vms: Vec<String> },

@@ -186,7 +186,7 @@ impl ScaleMachine {
     /// request in flight), and the caller hears OK. `false` when a failure already dropped one
     /// of them: the caller must hear the window's error instead. A removal that completed
     /// meanwhile needs nothing.
-    pub fn promise_removals(&mut self, vm_ids: &[String]) -> bool {
+    pub(crate) fn promise_removals(&mut self, vm_ids: &[String]) -> bool {
         if vm_ids.iter().any(|v| self.queue.dropped.contains(v)) {
             return false;
         }

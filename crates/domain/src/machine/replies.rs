@@ -5,13 +5,19 @@
 //! number it wrote ([`super::Event::Recorded`]), and the machine releases the replies that
 //! waited for it ([`super::Step::replies`]). The shell holds only the reply handles.
 //!
+//! A DeleteNodes caller whose removals wait for a window's request hears that request's
+//! outcome: OK once it is sent (its removals are owed from then on), the window's failure
+//! otherwise ([`Heard::WindowFailed`]). When its deadline nears first
+//! ([`super::Event::PromiseDue`], early enough for the store to write), its removals are
+//! promised and it hears OK once they are recorded.
+//!
 //! A caller whose deadline comes before its record still hears OK
 //! ([`super::Event::CallerDeadline`]): what it asked is under way (a request sent, removals
 //! owed), and an error would have the autoscaler count nodes back that CloudStack is removing;
 //! the machine says so loudly ([`super::Effect::AnsweredUnrecorded`]). The store was written
 //! just before the request went out, so this is a store that failed in between.
 
-use super::{Effect, ScaleMachine, Step};
+use super::{Acceptance, Accepted, Effect, ScaleMachine, Step};
 
 /// A scale RPC's caller waiting for its OK, as the shell numbers it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -21,9 +27,18 @@ pub struct CallId(pub u64);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Reply {
     pub call: CallId,
-    /// The ledger holding its promise is written (always, without a store: there is nothing
-    /// to wait for).
-    pub recorded: bool,
+    pub heard: Heard,
+}
+
+/// What a caller hears.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Heard {
+    /// OK. `recorded`: the ledger holding its promise is written (always, without a store:
+    /// there is nothing to wait for).
+    Ok { recorded: bool },
+    /// The removal window it waited for failed (its request refused, or not sent): the error
+    /// the shell holds for the window. Its removals are dropped.
+    WindowFailed,
 }
 
 /// The ledger's numbering and the callers waiting for it.
@@ -39,6 +54,9 @@ pub(crate) struct Replies {
     recorded: u64,
     /// Callers told OK and waiting for their record, with the number it needs.
     waiting: Vec<(CallId, u64)>,
+    /// DeleteNodes callers waiting for the open window's request, with the VMs they asked to
+    /// remove.
+    window: Vec<(CallId, Vec<String>)>,
 }
 
 impl ScaleMachine {
@@ -57,12 +75,79 @@ impl ScaleMachine {
     /// `call` hears OK: what it asked is decided and in the machine's state (queued, owed,
     /// sent). The reply goes once the ledger holding it is written; at once without a store.
     pub fn reply_ok(&mut self, call: CallId) -> Step {
+        let mut step = Step::default();
+        self.promised(&[call], &mut step);
+        step
+    }
+
+    /// The DeleteNodes `call` was accepted as `acceptance` says: OK when its removals need
+    /// nothing more (queued behind the operation in flight, or nothing for CloudStack); the
+    /// answer to the window's request when they wait for one.
+    pub fn reply_to_removal(&mut self, call: CallId, acceptance: &Acceptance) -> Step {
+        match acceptance.accepted {
+            Accepted::OpensWindow | Accepted::JoinsWindow => {
+                self.replies.window.push((call, acceptance.vm_ids.clone()));
+                Step::default()
+            }
+            Accepted::Behind | Accepted::Done => self.reply_ok(call),
+        }
+    }
+
+    /// `calls` are promised: their OKs wait for the next ledger's record.
+    fn promised(&mut self, calls: &[CallId], step: &mut Step) {
+        if calls.is_empty() {
+            return;
+        }
         if !self.replies.durable {
-            return Step::replying(call, true);
+            for &call in calls {
+                step.replies.push(Reply {
+                    call,
+                    heard: Heard::Ok { recorded: true },
+                });
+            }
+            return;
         }
         self.replies.rev += 1;
-        self.replies.waiting.push((call, self.replies.rev));
-        Step::default()
+        let rev = self.replies.rev;
+        self.replies
+            .waiting
+            .extend(calls.iter().map(|&call| (call, rev)));
+    }
+
+    /// The window's request was answered (`ok`: sent, its removals owed) or failed: its
+    /// callers hear OK once that is recorded, or the failure now. A caller one of whose
+    /// removals a failure dropped meanwhile (a refusal told before this) hears the failure
+    /// whatever `ok` says: its removal is no longer owed.
+    pub(crate) fn window_replies(&mut self, ok: bool, step: &mut Step) {
+        let mut promised = Vec::new();
+        for (call, vms) in std::mem::take(&mut self.replies.window) {
+            if ok && !vms.iter().any(|v| self.queue.dropped.contains(v)) {
+                promised.push(call);
+            } else {
+                step.replies.push(Reply {
+                    call,
+                    heard: Heard::WindowFailed,
+                });
+            }
+        }
+        self.promised(&promised, step);
+    }
+
+    /// `call`'s deadline nears, leaving the store time to write: a window caller not answered
+    /// yet is promised its removals (they are owed whatever becomes of the window's request)
+    /// and hears OK once that is recorded. Unless the window already failed and dropped one
+    /// of them: it hears the failure with the window's other callers.
+    pub(crate) fn promise_due(&mut self, call: CallId) -> Step {
+        let mut step = Step::default();
+        let Some(at) = self.replies.window.iter().position(|(c, _)| *c == call) else {
+            return step;
+        };
+        if self.promise_removals(&self.replies.window[at].1.clone()) {
+            let (_, vms) = self.replies.window.remove(at);
+            step.effects.push(Effect::PromisedAtDeadline { vms });
+            self.promised(&[call], &mut step);
+        }
+        step
     }
 
     /// The store wrote the ledger numbered `rev`: the replies waiting for it go.
@@ -75,7 +160,7 @@ impl ScaleMachine {
             if go {
                 step.replies.push(Reply {
                     call,
-                    recorded: true,
+                    heard: Heard::Ok { recorded: true },
                 });
             }
             !go
@@ -91,24 +176,20 @@ impl ScaleMachine {
         if self.replies.waiting.len() == before {
             return Step::default();
         }
-        let mut step = Step::replying(call, false);
-        step.effects.push(Effect::AnsweredUnrecorded);
-        step
+        Step {
+            replies: vec![Reply {
+                call,
+                heard: Heard::Ok { recorded: false },
+            }],
+            effects: vec![Effect::AnsweredUnrecorded],
+            ..Step::default()
+        }
     }
 
     /// Whether `call` waits for its record.
     #[cfg(test)]
     pub(crate) fn waits_for_record(&self, call: CallId) -> bool {
         self.replies.waiting.iter().any(|&(c, _)| c == call)
-    }
-}
-
-impl Step {
-    fn replying(call: CallId, recorded: bool) -> Step {
-        Step {
-            replies: vec![Reply { call, recorded }],
-            ..Step::default()
-        }
     }
 }
 
@@ -132,7 +213,7 @@ mod tests {
             step.replies,
             vec![Reply {
                 call: CallId(1),
-                recorded: true
+                heard: Heard::Ok { recorded: true }
             }]
         );
     }
@@ -151,8 +232,9 @@ mod tests {
         assert!(m.reply_ok(CallId(2)).replies.is_empty());
         let rev = m.ledger_rev();
         let step = m.handle(Event::Recorded { rev }, now);
-        let calls: Vec<_> = step.replies.iter().map(|r| (r.call, r.recorded)).collect();
-        assert_eq!(calls, vec![(CallId(1), true), (CallId(2), true)]);
+        let calls: Vec<_> = step.replies.iter().map(|r| (r.call, r.heard)).collect();
+        let ok = Heard::Ok { recorded: true };
+        assert_eq!(calls, vec![(CallId(1), ok), (CallId(2), ok)]);
         // A late report of an older write changes nothing.
         assert!(m.reply_ok(CallId(3)).replies.is_empty());
         let step = m.handle(Event::Recorded { rev: rev - 1 }, now);
@@ -169,7 +251,7 @@ mod tests {
             step.replies,
             vec![Reply {
                 call: CallId(7),
-                recorded: false
+                heard: Heard::Ok { recorded: false }
             }]
         );
         assert_eq!(step.effects, vec![Effect::AnsweredUnrecorded]);
@@ -178,5 +260,62 @@ mod tests {
         assert_eq!(again, Step::default());
         let rev = m.ledger_rev();
         assert!(m.handle(Event::Recorded { rev }, now).replies.is_empty());
+    }
+
+    #[test]
+    fn a_window_caller_hears_its_request_or_is_promised_at_its_deadline() {
+        use super::super::NodeRef;
+        use super::super::tests::{ALERT, no_reports, running3};
+        let now = Instant::now();
+        let mut m = machine(true);
+        let _ = m.handle(
+            Event::Listed {
+                snap: running3(now),
+                alert: &ALERT,
+            },
+            now,
+        );
+        let node = |w: &str| NodeRef {
+            provider_id: format!("external-cloudstack://{w}"),
+            ..NodeRef::default()
+        };
+        let accept = |m: &mut ScaleMachine, call: u64, w: &str| {
+            let a = m
+                .accept_removals(&[node(w)], 1, &ALERT, &no_reports(), now)
+                .expect("accepted");
+            m.reply_to_removal(CallId(call), &a)
+        };
+        // Both wait for the window's request: nothing is heard yet.
+        assert!(accept(&mut m, 1, "w1").replies.is_empty());
+        assert!(accept(&mut m, 2, "w2").replies.is_empty());
+        // The second's deadline nears first: its removal is owed, said, and its OK waits for
+        // the record.
+        let due = m.handle(Event::PromiseDue { call: CallId(2) }, now);
+        assert_eq!(
+            due.effects,
+            vec![Effect::PromisedAtDeadline {
+                vms: vec!["w2".into()]
+            }]
+        );
+        assert!(due.replies.is_empty());
+        assert!(m.waits_for_record(CallId(2)));
+        // The request fails: the first hears the failure; the second, promised, does not.
+        let failed = m.handle(Event::WindowAnswered { ok: false }, now);
+        assert_eq!(
+            failed.replies,
+            vec![Reply {
+                call: CallId(1),
+                heard: Heard::WindowFailed
+            }]
+        );
+        let rev = m.ledger_rev();
+        let recorded = m.handle(Event::Recorded { rev }, now);
+        assert_eq!(
+            recorded.replies,
+            vec![Reply {
+                call: CallId(2),
+                heard: Heard::Ok { recorded: true }
+            }]
+        );
     }
 }

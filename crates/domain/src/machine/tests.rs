@@ -75,7 +75,7 @@ pub(super) fn running3(now: Instant) -> Arc<IndexedSnapshot> {
     )
 }
 
-const ALERT: AlertScaling = AlertScaling::Supported;
+pub(super) const ALERT: AlertScaling = AlertScaling::Supported;
 
 /// What a successful scale-up leaves behind: CloudStack lists the size it asked for (the
 /// machine checks it: `job_finished` reports a size not reached as failed creations).
@@ -99,7 +99,7 @@ const MAX: u32 = 10;
 const PROVISION: Duration = Duration::from_secs(25 * 60);
 
 /// No node reported registered.
-fn no_reports() -> Registrations {
+pub(super) fn no_reports() -> Registrations {
     Registrations::new(PROVISION)
 }
 
@@ -208,6 +208,7 @@ fn apply(m: &mut ScaleMachine, ev: Ev, t0: Instant) -> String {
                 Effect::Searched(news) => format!("searched:{news:?}"),
                 Effect::RemovalsWithdrawn { vms } => format!("withdrawn:{}", vms.join("+")),
                 Effect::AnsweredUnrecorded => "unrecorded".into(),
+                Effect::PromisedAtDeadline { vms } => format!("promised:{}", vms.join("+")),
             })
             .collect::<Vec<_>>()
             .join(",")
@@ -1881,18 +1882,18 @@ mod properties {
             let mut m = fresh();
             m.snapshot_installed(running3(t0), &ALERT, t0);
             let mut next = 0u64;
-            // Callers told OK, waiting for the machine's reply: the VM each asked to remove.
+            // Callers waiting for the machine's reply: the VM each asked to remove.
             let mut waiting: HashMap<CallId, String> = HashMap::new();
-            // Callers of the open window, not answered yet.
-            let mut in_window: Vec<String> = Vec::new();
             // Writes begun: what each holds (owed removals) and the ledger's number.
             let mut writes: VecDeque<(BTreeSet<String>, u64)> = VecDeque::new();
             let mut written: BTreeSet<String> = BTreeSet::new();
             // VMs whose caller heard a recorded OK.
             let mut heard: BTreeSet<String> = BTreeSet::new();
+            // Callers waiting when a Cleanup released their removals, or when their VM was seen
+            // gone.
+            let mut cleaned: BTreeSet<CallId> = BTreeSet::new();
             for step in steps {
                 let mut replies = Vec::new();
-                let mut told_ok = Vec::new();
                 let mut released = false;
                 match step.clone() {
                     Recording::Write => writes.push_back((owed(&m, now), m.ledger_rev())),
@@ -1909,38 +1910,40 @@ mod properties {
                         let mut calls: Vec<CallId> = waiting.keys().copied().collect();
                         calls.sort();
                         if let Some(&call) = calls.get(n) {
-                            let step = m.handle(Event::CallerDeadline { call }, now);
-                            prop_assert_eq!(&step.effects, &vec![Effect::AnsweredUnrecorded]);
-                            replies = step.replies;
+                            // As the shell does: the promise first, the last moment after.
+                            replies = m.handle(Event::PromiseDue { call }, now).replies;
+                            let last = m.handle(Event::CallerDeadline { call }, now);
+                            if !last.replies.is_empty() {
+                                prop_assert_eq!(&last.effects, &vec![Effect::AnsweredUnrecorded]);
+                            }
+                            replies.extend(last.replies);
                         }
                     }
                     Recording::Life(Life::Step(Step::Remove(n))) => {
                         let node = NodeRef { provider_id: format!("external-cloudstack://w{n}"), ..NodeRef::default() };
-                        match m.accept_removal(&[node], 1, &ALERT, &no_reports(), now) {
-                            Ok(Accepted::OpensWindow | Accepted::JoinsWindow) => in_window.push(format!("w{n}")),
-                            // Answered at once, as DeleteNodes does.
-                            Ok(Accepted::Behind | Accepted::Done) => told_ok.push(format!("w{n}")),
-                            Err(_) => {}
+                        if let Ok(a) = m.accept_removals(&[node], 1, &ALERT, &no_reports(), now) {
+                            let call = CallId(next);
+                            next += 1;
+                            waiting.insert(call, format!("w{n}"));
+                            replies = m.reply_to_removal(call, &a).replies;
                         }
                     }
                     Recording::Life(Life::Step(Step::CloseWindow)) => {
                         if m.close_window(&ALERT, now).is_err() {
-                            in_window.clear();
+                            replies = m.handle(Event::WindowAnswered { ok: false }, now).replies;
+                            let _ = m.handle(Event::WindowClosed, now);
                         }
                     }
                     Recording::Life(Life::Deadline) => {
-                        if m.promise_removals(&in_window) {
-                            told_ok.append(&mut in_window);
+                        let mut calls: Vec<CallId> = waiting.keys().copied().collect();
+                        calls.sort();
+                        for call in calls {
+                            replies.extend(m.handle(Event::PromiseDue { call }, now).replies);
                         }
                     }
                     Recording::Life(Life::WindowAnswered(ok)) => {
-                        let _ = m.handle(Event::WindowAnswered { ok }, now);
+                        replies = m.handle(Event::WindowAnswered { ok }, now).replies;
                         let _ = m.handle(Event::WindowClosed, now);
-                        if ok {
-                            told_ok.append(&mut in_window);
-                        } else {
-                            in_window.clear();
-                        }
                     }
                     Recording::Life(Life::NotSent) => {
                         let _ = m.handle(Event::Sent(Sent::NotSent("not sent")), now);
@@ -1960,7 +1963,6 @@ mod properties {
                         }
                         m = next_m;
                         waiting.clear();
-                        in_window.clear();
                         writes.clear();
                     }
                     Recording::Life(Life::Stops(_)) => {}
@@ -1972,28 +1974,47 @@ mod properties {
                     Recording::Life(Life::Step(Step::Cleanup)) => {
                         m.cleanup();
                         released = true;
-                        in_window.clear();
+                        // The removals its callers wait for are released with the rest.
+                        cleaned.extend(waiting.keys().copied());
                     }
                     Recording::Life(Life::Step(
                         s @ (Step::Answered | Step::Refused | Step::Lost | Step::Found | Step::NoJobFound | Step::JobEnds { .. }),
                     )) => {
+                        // A removal job that succeeded kept the promises of its VMs, whatever
+                        // the last listing shows.
+                        if let (Step::JobEnds { failed: false, .. }, Some(OpKind::Remove { vm_ids, .. })) =
+                            (&s, m.phase().op().map(|o| &o.kind))
+                        {
+                            cleaned.extend(waiting.iter().filter(|(_, v)| vm_ids.contains(v)).map(|(c, _)| *c));
+                            heard.retain(|v| !vm_ids.contains(v));
+                        }
                         let _ = cloudstack_answers(&mut m, &s, now, t0);
                     }
                     Recording::Life(Life::Step(Step::Increase(_) | Step::Decrease(_))) => {}
                 }
-                for vm in told_ok {
-                    let call = CallId(next);
-                    next += 1;
-                    waiting.insert(call, vm);
-                    replies.extend(m.reply_ok(call).replies);
-                }
                 let owed_now = owed(&m, now);
+                let listed = |v: &str| m.snapshot().and_then(|s| s.snap.vm(v)).is_some_and(|vm| !vm.state.is_gone());
+                let removing = |v: &str| matches!(m.phase().op().map(|o| &o.kind), Some(OpKind::Remove { vm_ids, .. }) if vm_ids.iter().any(|x| x == v));
+                // A VM seen gone is a promise kept (the generated listings may show it again).
+                for (call, v) in &waiting {
+                    if !listed(v) {
+                        cleaned.insert(*call);
+                    }
+                }
                 for r in replies {
                     let vm = waiting.remove(&r.call);
                     prop_assert!(vm.is_some(), "a reply to a caller not waiting, or twice: {:?}", r);
                     let vm = vm.unwrap_or_default();
+                    // An OK is a promise: the removal is owed, or already being carried out.
+                    if matches!(r.heard, Heard::Ok { .. }) {
+                        prop_assert!(
+                            cleaned.contains(&r.call) || owed_now.contains(&vm) || !listed(&vm) || removing(&vm)
+                                || m.recently_removed.contains_key(&vm),
+                            "{vm}'s caller heard OK for a removal not owed, after {step:?}: {m:?}"
+                        );
+                    }
                     // (A removal kept or released meanwhile needs no record.)
-                    if r.recorded && owed_now.contains(&vm) {
+                    if matches!(r.heard, Heard::Ok { recorded: true }) && owed_now.contains(&vm) && !cleaned.contains(&r.call) {
                         prop_assert!(
                             written.contains(&vm),
                             "{vm}'s caller heard OK before a write held its removal, after {step:?}"
@@ -2005,8 +2026,7 @@ mod properties {
                     heard.clear();
                 }
                 // Kept promises need nothing; the others heard OK are owed, restarts included.
-                let listed = |v: &str| m.snapshot().and_then(|s| s.snap.vm(v)).is_some_and(|vm| !vm.state.is_gone());
-                heard.retain(|v| owed_now.contains(v) || listed(v));
+                heard.retain(|v| owed_now.contains(v) || (listed(v) && !m.recently_removed.contains_key(v)));
                 if let Recording::Life(Life::Restart) = step {
                     for v in &heard {
                         prop_assert!(owed_now.contains(v), "{v}'s caller heard a recorded OK and the restart forgot it");
