@@ -310,7 +310,7 @@ impl App {
             // The last record, before the lease is released: the next leader reads it.
             provider.finish_state().await;
         }
-        provider.cleanup();
+        provider.cleanup().await;
         if let Some(task) = lease_task {
             let _ = lease_stop.send(true);
             let _ = task.await;

@@ -275,7 +275,9 @@ impl CloudProvider for CloudProviderService {
                     &node.name,
                     &node.labels,
                     &node.annotations,
+                    deadline,
                 )
+                .await
                 .map(group_pb)
                 .unwrap_or_default();
             Ok(pb::NodeGroupForNodeResponse {
@@ -320,7 +322,7 @@ impl CloudProvider for CloudProviderService {
     ) -> Result<Response<pb::CleanupResponse>, Status> {
         let caller = self.caller(&request);
         observed("Cleanup", async {
-            self.provider.seen_by(&caller).cleanup()?;
+            self.provider.seen_by(&caller).cleanup().await?;
             Ok(pb::CleanupResponse {})
         })
         .await

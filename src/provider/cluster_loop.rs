@@ -9,15 +9,17 @@
 //! The agenda is asked again at every turn, and it decides every time and count here
 //! (backoff, follow limit, the overdue warning); the loop only reports how each look went.
 //!
-//! Callers and other tasks hand it calls ([`Provider::call`]) and work
-//! ([`Provider::sending`]), ask it for a round (`start_round`), wake it
-//! ([`Provider::wake_loop`]) or have it poll its job at once ([`Provider::poll_now`]); none
-//! runs that work in its own future, so an autoscaler that hangs up mid-call never leaves a
-//! request half way, and no task is spawned per call, per job or per round. The loop polls
-//! what it has under way itself, each piece beside the others ([`run`]): one piece of handed
-//! work at a time (the machine starts a request only from `Idle` and none while a removal
-//! window is open, so work does not wait behind work), so a window's request never waits for
-//! a slow poll, stop or round to end.
+//! Callers and other tasks hand it calls ([`Provider::call`]), work ([`Provider::sending`])
+//! and the other changes of its machine ([`Provider::change`]: a node report's lesson,
+//! Cleanup, the key's `stopVirtualMachine` permission), ask it for a round (`start_round`),
+//! wake it ([`Provider::wake_loop`]) or have it poll its job at once ([`Provider::poll_now`]);
+//! none runs that work in its own future, so an autoscaler that hangs up mid-call never leaves
+//! a request half way, no task is spawned per call, per job or per round, and the machine is
+//! changed from the loop only (but for a restart's ledger, taken over before any loop runs:
+//! `Provider::load_state`). The loop polls what it has under way itself, each piece beside
+//! the others ([`run`]): one piece of handed work at a time (the machine starts a request only
+//! from `Idle` and none while a removal window is open, so work does not wait behind work), so
+//! a window's request never waits for a slow poll, stop or round to end.
 
 use super::{Error, Provider, Result, now};
 use cks_domain::machine::{Agenda, Due, Event, JobEnd, JobPoll, Next};
@@ -68,10 +70,39 @@ pub(crate) enum Call {
 /// A call and where its answer goes.
 type Asked = (Call, oneshot::Sender<Result<()>>);
 
+/// A change of the group's machine that is not a scale call. Each is one short critical
+/// section with nothing to ask CloudStack: the loop makes it as soon as it is handed over,
+/// beside whatever it has under way, so whoever hands it over waits for nothing else.
+pub(crate) enum Change {
+    /// What a real node the group's own autoscaler reported teaches (NodeGroupForNode).
+    Learn(Lesson),
+    /// The group's job let go and its removals not sent dropped (Cleanup).
+    Cleanup,
+    /// Whether the key may call `stopVirtualMachine`: one key serves every group.
+    MayStopVms(bool),
+}
+
+/// What a real node of one of the group's worker VMs, reported by the group's own autoscaler,
+/// teaches the group (NodeGroupForNode): taught in the group's loop (`Provider::learn_here`).
+pub(crate) struct Lesson {
+    pub vm_id: String,
+    pub node_name: String,
+    /// The node's providerID, when the machine pairs the VM with another (or none).
+    pub provider_id: Option<String>,
+    /// The node's labels, for the template node, when the group has none yet.
+    pub labels: Option<Arc<std::collections::BTreeMap<String, String>>>,
+    /// The VM is one a failed scale-up left, and up.
+    pub joined: bool,
+}
+
+/// A change and who waits for it to be made.
+type Changing = (Change, oneshot::Sender<()>);
+
 /// The ways into a group's loop.
 pub(crate) struct Inbox {
     work: mpsc::UnboundedSender<Work>,
     calls: mpsc::UnboundedSender<Asked>,
+    changes: mpsc::UnboundedSender<Changing>,
 }
 
 impl Provider {
@@ -108,6 +139,25 @@ impl Provider {
         }
     }
 
+    /// Hands a change of its machine to the group's loop (started on first use) now; the
+    /// future resolves once the loop made it: `false` when the loop ended without making it
+    /// (a bug panicked it). Handed over before it is awaited, so changes of several groups
+    /// are made at once.
+    pub(crate) fn change(&self, gi: usize, change: Change) -> impl Future<Output = bool> + use<> {
+        let (done, made) = oneshot::channel();
+        let handed = self.group_loop(gi).changes.send((change, done)).is_ok();
+        async move { handed && made.await.is_ok() }
+    }
+
+    /// Makes a change in the group's loop.
+    fn make(&self, gi: usize, change: Change) {
+        match change {
+            Change::Learn(lesson) => self.learn_here(gi, lesson),
+            Change::Cleanup => self.cleanup_here(gi),
+            Change::MayStopVms(yes) => self.may_stop_here(gi, yes),
+        }
+    }
+
     /// Hands work to the group's loop (started on first use).
     pub(crate) fn sending(&self, gi: usize, work: Work) {
         if self.group_loop(gi).work.send(work).is_err() {
@@ -134,17 +184,23 @@ impl Provider {
         self.inner.groups[gi].inbox.get_or_init(|| {
             let (work, work_rx) = mpsc::unbounded_channel::<Work>();
             let (calls, calls_rx) = mpsc::unbounded_channel::<Asked>();
+            let (changes, changes_rx) = mpsc::unbounded_channel::<Changing>();
             let provider = Arc::downgrade(&self.inner);
             let g = &self.inner.groups[gi];
             let ways = Ways {
                 work: work_rx,
                 calls: calls_rx,
+                changes: changes_rx,
                 wake: g.wake.clone(),
                 poke: g.poke.clone(),
                 recorded: g.recorded.subscribe(),
             };
             tokio::spawn(run(provider, gi, ways));
-            Inbox { work, calls }
+            Inbox {
+                work,
+                calls,
+                changes,
+            }
         })
     }
 
@@ -298,6 +354,7 @@ fn unless_panicked<T>(ended: std::thread::Result<T>, gi: usize, what: &str) -> O
 struct Ways {
     work: mpsc::UnboundedReceiver<Work>,
     calls: mpsc::UnboundedReceiver<Asked>,
+    changes: mpsc::UnboundedReceiver<Changing>,
     wake: Arc<Notify>,
     poke: Arc<Notify>,
     /// The number of the group's last ledger the store wrote.
@@ -307,14 +364,16 @@ struct Ways {
 /// The loop of group `gi`. Under way at once, each polled by the loop itself: the scale calls
 /// being answered (any number), one piece of handed work (a request sent, a window closed),
 /// one refresh round and one item of the agenda (a poll, stops, a read of the cluster), so a
-/// caller's work never waits behind a slow poll, stop or round. The agenda is asked only while
-/// no work is under way: a request's own watch follows its new job until its caller is
-/// answered, and a poll beside it would settle the job before the watch hears CloudStack's
-/// refusal. Otherwise it sleeps until the agenda's next time, work arrives, or it is woken.
+/// caller's work never waits behind a slow poll, stop or round; a handed change is made
+/// between two looks at them. The agenda is asked only while no work is under way: a
+/// request's own watch follows its new job until its caller is answered, and a poll beside it
+/// would settle the job before the watch hears CloudStack's refusal. Otherwise it sleeps until
+/// the agenda's next time, work arrives, or it is woken.
 async fn run(provider: Weak<super::Inner>, gi: usize, ways: Ways) {
     let Ways {
         work: mut inbox,
         mut calls,
+        mut changes,
         wake,
         poke,
         mut recorded,
@@ -389,6 +448,17 @@ async fn run(provider: Weak<super::Inner>, gi: usize, ways: Ways) {
             Some(answered) = answering.next(), if !answering.is_empty() => {
                 // Its caller hears the loop ended without an answer.
                 let _: Option<()> = unless_panicked(answered, gi, "answer to a scale call");
+            }
+            changing = changes.recv() => {
+                let (Some((change, done)), Some(inner)) = (changing, provider.upgrade()) else {
+                    return;
+                };
+                let p = Provider { inner };
+                let made = std::panic::catch_unwind(AssertUnwindSafe(|| p.make(gi, change)));
+                // Its waiter hears it was not made.
+                if unless_panicked(made, gi, "change of the machine").is_some() {
+                    let _ = done.send(());
+                }
             }
             asked = calls.recv() => {
                 let (Some((call, reply)), Some(inner)) = (asked, provider.upgrade()) else {

@@ -4,6 +4,7 @@
 //! machine only says what is to be done; this is the one place that turns its effects into
 //! CloudStack calls and work for the loop, so none is forgotten.
 
+use super::cluster_loop::Change;
 use super::{Provider, now};
 use cks_cloudstack::Class;
 use cks_domain::machine::{
@@ -77,7 +78,7 @@ impl Provider {
                         "accepted removals of down VMs cannot be carried out by this CloudStack: the autoscaler counts these nodes as gone; start the VMs (they are then removed) or remove them in CloudStack: {reason}");
                 }
                 Effect::KeyMayNotStop { reason } => {
-                    self.may_stop_vms(false);
+                    self.tell_may_stop_vms(false).await;
                     tracing::warn!(group = %self.group_label(gi), "this CloudStack key may not call stopVirtualMachine: VMs whose drain would fail are no longer stopped by the provider, and their removal is refused until an operator stops them: {reason}");
                 }
                 Effect::JobEnded {
@@ -112,8 +113,30 @@ impl Provider {
         self.wake_loop(gi);
     }
 
-    /// Tells every group's machine whether the key may call `stopVirtualMachine`: one key
-    /// serves them all. The event asks for nothing.
+    /// Tells every group's machine whether the key may call `stopVirtualMachine` (one key
+    /// serves them all), each in its group's loop; returns once every loop has told it, so
+    /// what follows (the round's fetch that may promise a stop) finds it known.
+    pub(crate) async fn tell_may_stop_vms(&self, yes: bool) {
+        let telling: Vec<_> = (0..self.inner.groups.len())
+            .map(|gi| self.change(gi, Change::MayStopVms(yes)))
+            .collect();
+        for told in telling {
+            told.await;
+        }
+    }
+
+    /// [`Provider::tell_may_stop_vms`] in group `gi`'s loop. The event asks for nothing.
+    pub(crate) fn may_stop_here(&self, gi: usize, yes: bool) {
+        let _ = self.inner.groups[gi]
+            .lock()
+            .scale
+            .handle(Event::MayStopVms(yes), now());
+    }
+
+    /// Tells every group's machine directly whether the key may call `stopVirtualMachine`:
+    /// only for what a restart's ledger recorded (`load_state`), taken over before any group's
+    /// loop runs (a standby serves nothing and starts no round). Once loops run, each is told
+    /// in its own ([`Provider::tell_may_stop_vms`]).
     pub(crate) fn may_stop_vms(&self, yes: bool) {
         for g in &self.inner.groups {
             let _ = g.lock().scale.handle(Event::MayStopVms(yes), now());

@@ -16,9 +16,11 @@
 //! group, for the operator's tools (metrics, demo, tests).
 //!
 //! Locking: each group has a `std::sync::Mutex` over its state, never held across an `.await`,
-//! taken by writers only (`Group::lock`); every transition of the machine is one critical
-//! section, and a submission starts only from the `Idle` phase, so at most one CloudStack
-//! scale job per cluster is started at a time without any lock held while CloudStack answers.
+//! taken by writers only (`Group::lock`), all in the group's loop (`cluster_loop`) but for a
+//! restart's ledger, taken over before any loop runs (`store`); every transition of the
+//! machine is one critical section, and a submission starts only from the `Idle` phase, so at
+//! most one CloudStack scale job per cluster is started at a time without any lock held while
+//! CloudStack answers.
 //! Reads never take it: each writer that changed the state publishes an immutable view of it
 //! before it releases the lock, and reads answer from the view last published
 //! (`Group::read`), so a read waits for no writer and sees every write that returned.
@@ -93,7 +95,6 @@ pub(crate) struct Inner {
     pub seen: crate::suggest::SeenCache,
     /// Where each bound caller runs, as its node reports show (`caller`).
     pub whereabouts: caller::Whereabouts,
-    pub shutdown: watch::Sender<bool>,
     pub ready: watch::Sender<bool>,
     /// The number of the next caller told OK (`ops`, `ScaleMachine::reply_ok`).
     pub calls: std::sync::atomic::AtomicU64,
@@ -229,7 +230,6 @@ impl Provider {
                 )
             })
             .collect();
-        let (shutdown, _) = watch::channel(false);
         let (ready, _) = watch::channel(false);
         let round_permits = tokio::sync::Semaphore::new(settings.refresh_concurrency.max(1));
         let nodes = settings.node_marks.as_ref().and_then(|c| {
@@ -250,7 +250,6 @@ impl Provider {
                 unmatched: caller::Unmatched::default(),
                 seen: crate::suggest::SeenCache::default(),
                 whereabouts: caller::Whereabouts::default(),
-                shutdown,
                 ready,
                 calls: std::sync::atomic::AtomicU64::new(0),
                 optional: OptionalCommands::default(),

@@ -333,7 +333,7 @@ impl Provider {
             Err(_) => None,
         };
         if let Some(allowed) = allowed {
-            self.may_stop_vms(allowed);
+            self.tell_may_stop_vms(allowed).await;
             optional.stop_known.store(true, Ordering::Release);
             if !allowed {
                 tracing::warn!(

@@ -3,19 +3,35 @@
 //! running in CloudStack either way; a later Refresh, or a restarted provider, adopts them.
 //! Kept together because both must leave each machine able to adopt its job again.
 
+use super::cluster_loop::Change;
 use super::{Provider, Result, Scoped};
 use cks_domain::machine::Phase;
 use std::time::Duration;
 
 impl Provider {
-    /// Stops following every group's job (each group's loop lets it go). Jobs keep running in
-    /// CloudStack; a later Refresh adopts them again.
-    pub fn cleanup(&self) {
-        self.inner.shutdown.send_replace(true);
-        for g in &self.inner.groups {
-            g.lock().scale.cleanup();
+    /// Stops following every group's job; returns once each group's loop let its job go, so
+    /// whatever comes after (the last state write, a Refresh) finds it let go. Jobs keep
+    /// running in CloudStack; a later Refresh adopts them again.
+    pub async fn cleanup(&self) {
+        self.let_go((0..self.inner.groups.len()).collect()).await;
+    }
+
+    /// Has each of these groups' loops let its job go, and waits until all have: each loop
+    /// does it beside whatever it has under way, a poll CloudStack is slow to answer included.
+    async fn let_go(&self, groups: Vec<usize>) {
+        let letting_go: Vec<_> = groups
+            .into_iter()
+            .map(|gi| self.change(gi, Change::Cleanup))
+            .collect();
+        for done in letting_go {
+            done.await;
         }
-        self.inner.shutdown.send_replace(false);
+    }
+
+    /// Cleanup of group `gi`, in its loop: its job let go (the agenda no longer finds it to
+    /// follow) and its removals not sent dropped.
+    pub(crate) fn cleanup_here(&self, gi: usize) {
+        self.inner.groups[gi].lock().scale.cleanup();
     }
 
     /// Waits until no scale operation is in flight, or `grace` passes: on shutdown, running
@@ -45,16 +61,12 @@ impl Provider {
 
 impl Scoped<'_> {
     /// Stops following the caller's groups' jobs (they keep running in CloudStack; a later
-    /// Refresh adopts them again). Other groups are left alone; the admin address's caller
-    /// changes nothing ([`super::Error::ReadOnly`]).
-    pub fn cleanup(&self) -> Result<()> {
+    /// Refresh adopts them again); returns once each group's loop let its job go. Other groups
+    /// are left alone; the admin address's caller changes nothing
+    /// ([`super::Error::ReadOnly`]).
+    pub async fn cleanup(&self) -> Result<()> {
         self.may_change()?;
-        for gi in self.visible() {
-            let g = &self.p.inner.groups[gi];
-            g.lock().scale.cleanup();
-            // The group's loop wakes and finds no job of the group's to follow.
-            g.wake.notify_one();
-        }
+        self.p.let_go(self.visible()).await;
         Ok(())
     }
 }

@@ -193,8 +193,10 @@ const NO_WAIT: Duration = Duration::from_secs(10);
 
 /// No read takes a group's state lock: while a writer holds it (another thread), every read
 /// RPC answers, and so does each of the operator's reads the metrics make. A write waits for
-/// the lock, and the read after it sees what it wrote.
-#[tokio::test(start_paused = true)]
+/// the lock, and the read after it sees what it wrote. On worker threads, as the provider
+/// runs: the write NodeGroupForNode waits for is the group's loop's, and the loop's task
+/// waits for the lock on a worker thread of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_read_answers_while_a_writer_holds_the_groups_state() {
     let (_sim, p, id) = stack(Duration::from_secs(1)).await;
     let (_, g) = p.group(&id).expect("group");
@@ -218,13 +220,20 @@ async fn every_read_answers_while_a_writer_holds_the_groups_state() {
 
         let (answered, answers) = std::sync::mpsc::channel();
         s.spawn(move || {
-            // On the test's clock, as the provider's own threads are.
+            // In the runtime, as the provider's own threads are: its clock, its tasks.
             let _time = runtime.enter();
             let all = p.all_groups();
             let deadline = Instant::now() + Duration::from_secs(5);
             let reads = (
                 all.node_groups().len(),
-                all.node_group_for_node(default_id, &worker.name, none, none)
+                runtime
+                    .block_on(all.node_group_for_node(
+                        default_id,
+                        &worker.name,
+                        none,
+                        none,
+                        deadline,
+                    ))
                     .map(|v| v.id),
                 all.target_size(id).ok(),
                 all.nodes(id).map(|n| n.len()).ok(),
@@ -248,9 +257,14 @@ async fn every_read_answers_while_a_writer_holds_the_groups_state() {
         let (learned, learning) = std::sync::mpsc::channel();
         s.spawn(move || {
             let _time = runtime.enter();
-            let group = p
-                .all_groups()
-                .node_group_for_node(own_id, &worker.name, none, none);
+            let deadline = Instant::now() + NO_WAIT;
+            let group = runtime.block_on(p.all_groups().node_group_for_node(
+                own_id,
+                &worker.name,
+                none,
+                none,
+                deadline,
+            ));
             let _ = learned.send(group.map(|v| v.id));
         });
         let waited = learning.try_recv().is_err();
@@ -277,6 +291,69 @@ async fn every_read_answers_while_a_writer_holds_the_groups_state() {
         nodes.iter().any(|i| i.id == *own_id),
         "the learned providerID is the instance's id: {nodes:?}"
     );
+}
+
+/// What NodeGroupForNode teaches a group and Cleanup are made by the group's loop, beside what
+/// it has under way: while the loop waits for a job poll CloudStack takes 30 s to answer, a
+/// node carrying its own providerID is answered at once, and the instance is reported under
+/// that id by the next NodeGroupNodes; Cleanup returns at once, with the job let go.
+#[tokio::test(start_paused = true)]
+async fn a_lesson_and_cleanup_do_not_wait_for_the_loops_slow_poll() {
+    let (sim, p, id) = stack(Duration::from_secs(600)).await;
+    p.all_groups()
+        .increase_size(&id, 1, Instant::now() + Duration::from_secs(5))
+        .await
+        .expect("accepted");
+    assert!(matches!(phase(&p, &id), Phase::Running { .. }));
+    let polls = || {
+        sim.requests()
+            .iter()
+            .filter(|r| r.command == "queryAsyncJobResult")
+            .count()
+    };
+    let before = polls();
+    sim.configure(|s| {
+        s.command_latency = Some(("queryAsyncJobResult".into(), Duration::from_secs(30)));
+    });
+    advance_until(
+        Duration::from_secs(120),
+        || polls() > before,
+        || "the loop never polled the job".into(),
+    )
+    .await;
+
+    let worker = p
+        .snapshot(&id)
+        .expect("snapshot")
+        .workers()
+        .next()
+        .expect("a worker")
+        .clone();
+    let own_id = format!("cloudstack://{}", worker.id);
+    let none = std::collections::HashMap::new();
+    let soon = Duration::from_secs(1);
+    let group = tokio::time::timeout(
+        soon,
+        p.all_groups().node_group_for_node(
+            &own_id,
+            &worker.name,
+            &none,
+            &none,
+            Instant::now() + Duration::from_secs(5),
+        ),
+    )
+    .await;
+    assert_eq!(group.map(|g| g.map(|v| v.id)), Ok(Some(id.clone())));
+    let nodes = p.all_groups().nodes(&id).expect("nodes");
+    assert!(
+        nodes.iter().any(|i| i.id == own_id),
+        "reported under the node's own providerID: {nodes:?}"
+    );
+
+    let cleaned = tokio::time::timeout(soon, p.all_groups().cleanup()).await;
+    assert!(matches!(cleaned, Ok(Ok(()))), "{cleaned:?}");
+    assert_eq!(phase(&p, &id), Phase::Idle, "the job let go");
+    assert_eq!(polls(), before + 1, "the slow poll was still unanswered");
 }
 
 /// Recording where a caller runs (`caller::Whereabouts`) waits only for the same caller's
@@ -311,7 +388,7 @@ async fn one_callers_sightings_never_hold_up_anothers_node_group_for_node() {
     let caller = |name: &str| Caller::with_identities(vec![format!("autoscaler.{name}")]);
     let (alpha, beta) = (caller("alpha"), caller("beta"));
     let none = std::collections::HashMap::new();
-    let group_of_its_node = |c: &Caller, name: &str| {
+    let group_of_its_node = async |c: &Caller, name: &str| {
         let snapshot = p.snapshot(&cluster(name)).expect("snapshot");
         let vm = snapshot.workers().next().expect("a worker");
         p.seen_by(c)
@@ -320,12 +397,20 @@ async fn one_callers_sightings_never_hold_up_anothers_node_group_for_node() {
                 &vm.name,
                 &none,
                 &none,
+                Instant::now() + Duration::from_secs(5),
             )
+            .await
             .map(|v| v.id)
     };
     // Each reported a node once, so each has its sightings.
-    assert_eq!(group_of_its_node(&alpha, "alpha"), Some(cluster("alpha")));
-    assert_eq!(group_of_its_node(&beta, "beta"), Some(cluster("beta")));
+    assert_eq!(
+        group_of_its_node(&alpha, "alpha").await,
+        Some(cluster("alpha"))
+    );
+    assert_eq!(
+        group_of_its_node(&beta, "beta").await,
+        Some(cluster("beta"))
+    );
     let runtime = tokio::runtime::Handle::current();
     let (answered, answer) = std::sync::mpsc::channel();
     let (runtime, beta, group_of_its_node) = (&runtime, &beta, &group_of_its_node);
@@ -336,7 +421,7 @@ async fn one_callers_sightings_never_hold_up_anothers_node_group_for_node() {
             .holding(alpha.identities(), || {
                 s.spawn(move || {
                     let _time = runtime.enter();
-                    let _ = answered.send(group_of_its_node(beta, "beta"));
+                    let _ = answered.send(runtime.block_on(group_of_its_node(beta, "beta")));
                 });
                 answer.recv_timeout(NO_WAIT)
             })

@@ -4,7 +4,8 @@
 //! this module caches them in the view they were derived from (see `Views`). Each answer is
 //! limited to the caller's groups ([`Scoped`]).
 
-use super::{Error, Group, GroupView, Provider, Result, Scoped, now};
+use super::cluster_loop::{Change, Lesson};
+use super::{Error, Group, GroupView, Provider, Result, Scoped, before, now};
 use crate::config::{ClusterRef, NodeGroupSpec};
 use cks_domain::instances::{InstanceView, min_max};
 use cks_domain::machine::Hit;
@@ -85,6 +86,39 @@ impl GroupView {
 }
 
 impl Provider {
+    /// Teaches group `gi` what a node report showed; in the group's loop.
+    pub(crate) fn learn_here(&self, gi: usize, lesson: Lesson) {
+        let Lesson {
+            vm_id,
+            node_name,
+            provider_id,
+            labels,
+            joined,
+        } = lesson;
+        let mut st = self.inner.groups[gi].lock();
+        if joined && st.scale.node_registered(&vm_id) {
+            tracing::info!(
+                vm = %vm_id,
+                node = node_name,
+                "the node of a VM a failed scale-up left registered: it is a node of the group, no longer a failed creation"
+            );
+        }
+        if let Some(provider_id) = provider_id
+            && st.scale.learn(&vm_id, &provider_id, &node_name)
+        {
+            tracing::warn!(
+                vm = %vm_id,
+                node = node_name,
+                provider_id,
+                "node carries a providerID other than CloudStack's CCM default; reporting the instance under the node's own id"
+            );
+        }
+        // Another report may have brought labels since this one was read.
+        if labels.is_some() && st.sample_labels.is_none() {
+            st.sample_labels = labels;
+        }
+    }
+
     fn view(&self, gi: usize) -> Option<NodeGroupView> {
         let g = &self.inner.groups[gi];
         self.view_of(g, &g.read())
@@ -151,12 +185,18 @@ impl Scoped<'_> {
     /// group's own autoscaler is told) and are recorded as registered, whoever reports them
     /// (see `cks_domain::registry`). Real nodes of any configured cluster's VMs, control VMs
     /// included, also tell where the caller runs (`caller`, `cks_domain::binding`).
-    pub fn node_group_for_node(
+    ///
+    /// Answered from the published view, without waiting, unless the report teaches the group
+    /// something (a providerID, the first labels, a failed creation's node): then the group's
+    /// loop is taught (`Provider::learn_here`) and the answer waits for it, until `deadline`
+    /// at the latest, so that the reads after it (NodeGroupNodes) see what it taught.
+    pub async fn node_group_for_node(
         &self,
         provider_id: &str,
         name: &str,
         labels: &HashMap<String, String>,
         annotations: &HashMap<String, String>,
+        deadline: tokio::time::Instant,
     ) -> Option<NodeGroupView> {
         let fake = annotations.contains_key(FAKE_NODE_REASON_ANNOTATION);
         for (gi, g) in self.p.inner.groups.iter().enumerate() {
@@ -199,29 +239,22 @@ impl Scoped<'_> {
                 if learn || sample || joined {
                     // Rare (a node with a non-default providerID, the first labelled node, the
                     // node of a failed creation): the only case where a read changes state,
-                    // and the only one that takes the state's lock.
-                    let mut st = g.lock();
-                    if joined && st.scale.node_registered(&vm_id) {
-                        tracing::info!(
-                            vm = %vm_id,
-                            node = name,
-                            "the node of a VM a failed scale-up left registered: it is a node of the group, no longer a failed creation"
-                        );
-                    }
-                    if learn && st.scale.learn(&vm_id, provider_id, name) {
-                        tracing::warn!(
-                            vm = %vm_id,
-                            node = name,
-                            provider_id,
-                            "node carries a providerID other than CloudStack's CCM default; reporting the instance under the node's own id"
-                        );
-                    }
-                    if sample && st.sample_labels.is_none() {
-                        st.sample_labels = Some(Arc::new(
-                            labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-                        ));
-                    }
-                    drop(st);
+                    // and the only one that waits, for the group's loop, which makes every
+                    // change of the machine.
+                    let lesson = Lesson {
+                        vm_id,
+                        node_name: name.to_string(),
+                        provider_id: learn.then(|| provider_id.to_string()),
+                        labels: sample.then(|| {
+                            Arc::new(labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+                        }),
+                        joined,
+                    };
+                    let taught = self.p.change(gi, Change::Learn(lesson));
+                    // The loop makes it beside whatever it has under way. Should the deadline
+                    // come first, the answer is the same group: a lesson changes how the
+                    // group's instances are named and counted, never which group a node is.
+                    let _ = tokio::time::timeout_at(before(deadline), taught).await;
                     // The answer is the view this change published.
                     v = g.read();
                 }

@@ -363,7 +363,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     demo.mock.exit().await;
     let _ = stop_tx.send(());
     let _ = server.await;
-    provider.cleanup();
+    provider.cleanup().await;
     demo.sim.shutdown().await;
     Ok(())
 }

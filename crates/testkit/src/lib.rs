@@ -199,7 +199,7 @@ impl ProviderServer {
         if let Some(writer) = self.writer.take() {
             writer.abort();
         }
-        self.provider.cleanup();
+        self.provider.cleanup().await;
     }
 
     /// Stops serving and waits (bounded) for the server to end; background work of the
@@ -215,7 +215,7 @@ impl ProviderServer {
         if let Some(task) = self.task.take() {
             let _ = tokio::time::timeout(WAIT, task).await;
         }
-        self.provider.cleanup();
+        self.provider.cleanup().await;
     }
 }
 

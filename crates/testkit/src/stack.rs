@@ -151,7 +151,7 @@ impl Stack {
         if let Some(mut server) = self.server.take() {
             server.stop().await;
         }
-        self.provider.cleanup();
+        self.provider.cleanup().await;
     }
 
     /// The provider dies ([`Stack::stop_provider`]) and a fresh one starts with the same
