@@ -133,16 +133,6 @@ impl Provider {
             .handle(Event::MayStopVms(yes), now());
     }
 
-    /// Tells every group's machine directly whether the key may call `stopVirtualMachine`:
-    /// only for what a restart's ledger recorded (`load_state`), taken over before any group's
-    /// loop runs (a standby serves nothing and starts no round). Once loops run, each is told
-    /// in its own ([`Provider::tell_may_stop_vms`]).
-    pub(crate) fn may_stop_vms(&self, yes: bool) {
-        for g in &self.inner.groups {
-            let _ = g.lock().scale.handle(Event::MayStopVms(yes), now());
-        }
-    }
-
     /// A job's end told: the log, the job metrics, and the provider-wide verdict when its
     /// failure shows this CloudStack does not scale a cluster in Alert.
     fn job_ended(&self, gi: usize, job: &str, kind: JobKind, end: &JobEnd, alert_refusal: bool) {

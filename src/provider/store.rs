@@ -295,8 +295,13 @@ impl Provider {
                     "the state file records removals of a cluster no --nodes entry serves any more: they are not carried out");
             }
         }
+        // Recorded for the key, which serves every group: told to each machine here, with the
+        // ledger, before any group's loop runs (once loops run, each is told in its own,
+        // `Provider::tell_may_stop_vms`).
         if file.can_stop_vms == Some(false) {
-            self.may_stop_vms(false);
+            for g in &self.inner.groups {
+                let _ = g.lock().scale.handle(Event::MayStopVms(false), now());
+            }
         }
         Ok(taken)
     }
