@@ -3,6 +3,7 @@
 //! stranded (and one line when it recovers), not one per refresh; and the VMs of a failed
 //! scale-up whose nodes an autoscaler reported, which are nodes, not failed creations.
 
+use super::Cluster;
 use super::{Provider, now};
 use cks_domain::machine::{ScaleMachine, StrandNews};
 use cks_domain::stranded::Stranded;
@@ -17,18 +18,29 @@ impl Provider {
         g.read().scale.stranded()
     }
 
-    /// After a new snapshot of group `gi`: says once that CloudStack stranded its cluster
+    /// The group's name for a log line, from its machine (its lock is held).
+    fn group_label_of(&self, scale: &ScaleMachine) -> String {
+        scale
+            .snapshot()
+            .map(|s| s.snap.name.clone())
+            .or_else(|| scale.cluster_id.clone())
+            .unwrap_or_default()
+    }
+}
+
+impl Cluster {
+    /// After a new snapshot of the group: says once that CloudStack stranded its cluster
     /// (ERROR, naming the rule, the VMs and the fix), or that it no longer is. The lock is
     /// taken for a change only when there is news.
-    pub(crate) fn note_blocked(&self, gi: usize) {
-        let g = &self.inner.groups[gi];
+    pub(crate) fn note_blocked(&self) {
+        let g = &self.group();
         if !g.read().scale.stranding_changed() {
             return;
         }
         let Some(news) = g.lock().scale.note_stranded() else {
             return;
         };
-        let label = self.group_label(gi);
+        let label = self.label();
         match news {
             StrandNews::Stranded(s) => {
                 tracing::error!(
@@ -47,12 +59,11 @@ impl Provider {
             }
         }
     }
-
     /// The VMs the machine reports as failed creations whose nodes an autoscaler of the group
     /// reported registered (`registry`) are nodes: the machine is told
     /// (`ScaleMachine::node_registered`). Called with the group's state locked; takes the
     /// registrations after it, the documented order.
-    pub(crate) fn forget_registered_failures(&self, gi: usize, scale: &mut ScaleMachine) {
+    pub(crate) fn forget_registered_failures(&self, scale: &mut ScaleMachine) {
         let failed: Vec<String> = scale
             .failed()
             .iter()
@@ -63,7 +74,8 @@ impl Provider {
         }
         let at = now();
         let registered: Vec<String> = {
-            let reg = self.inner.groups[gi]
+            let reg = self
+                .group()
                 .registered
                 .lock()
                 .unwrap_or_else(|p| p.into_inner());
@@ -74,18 +86,9 @@ impl Provider {
         };
         for vm in registered {
             if scale.node_registered(&vm) {
-                tracing::info!(group = %self.group_label_of(scale), vm = %vm,
+                tracing::info!(group = %self.p.group_label_of(scale), vm = %vm,
                     "a VM the failed scale-up left has a registered node: it is a node of the group, not a failed creation");
             }
         }
-    }
-
-    /// The group's name for a log line, from its machine (its lock is held).
-    fn group_label_of(&self, scale: &ScaleMachine) -> String {
-        scale
-            .snapshot()
-            .map(|s| s.snap.name.clone())
-            .or_else(|| scale.cluster_id.clone())
-            .unwrap_or_default()
     }
 }

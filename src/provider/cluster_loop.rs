@@ -9,10 +9,10 @@
 //! The agenda is asked again at every turn, and it decides every time and count here
 //! (backoff, follow limit, the overdue warning); the loop only reports how each look went.
 //!
-//! Callers and other tasks hand it calls ([`Provider::call`]), work ([`Provider::sending`])
-//! and the other changes of its machine ([`Provider::change`]: a node report's lesson,
+//! Callers and other tasks hand it calls ([`Cluster::call`]), work ([`Cluster::sending`])
+//! and the other changes of its machine ([`Cluster::change`]: a node report's lesson,
 //! Cleanup, the key's `stopVirtualMachine` permission), ask it for a round (`start_round`),
-//! wake it ([`Provider::wake_loop`]) or have it poll its job at once ([`Provider::poll_now`]);
+//! wake it ([`Cluster::wake_loop`]) or have it poll its job at once ([`Cluster::poll_now`]);
 //! none runs that work in its own future, so an autoscaler that hangs up mid-call never leaves
 //! a request half way, no task is spawned per call, per job or per round, and the machine is
 //! changed from the loop only (but for a restart's ledger, taken over before any loop runs:
@@ -21,6 +21,7 @@
 //! from `Idle` and none while a removal window is open, so work does not wait behind work), so
 //! a window's request never waits for a slow poll, stop or round to end.
 
+use super::Cluster;
 use super::{Error, Provider, Result, now};
 use cks_domain::machine::{Agenda, Due, Event, JobEnd, JobPoll, Next};
 use cks_domain::rules::ScaleRequest;
@@ -83,7 +84,7 @@ pub(crate) enum Change {
 }
 
 /// What a real node of one of the group's worker VMs, reported by the group's own autoscaler,
-/// teaches the group (NodeGroupForNode): taught in the group's loop (`Provider::learn_here`).
+/// teaches the group (NodeGroupForNode): taught in the group's loop (`Cluster::learn_here`).
 pub(crate) struct Lesson {
     pub vm_id: String,
     pub node_name: String,
@@ -106,10 +107,23 @@ pub(crate) struct Inbox {
 }
 
 impl Provider {
+    /// Polls a stop job once: `None` while it runs (or its poll got no answer), else how it
+    /// ended (`Some(None)` succeeded, `Some(Some(text))` failed or was cancelled).
+    async fn poll_stop(&self, job: &str) -> Option<Option<String>> {
+        let outcome = self.inner.cs.query_job(job).await.ok()?;
+        match super::follow::job_end(outcome.outcome())? {
+            JobEnd::Succeeded => Some(None),
+            JobEnd::Failed { text, .. } => Some(Some(text)),
+            JobEnd::Cancelled => Some(Some("the job was cancelled".into())),
+        }
+    }
+}
+
+impl Cluster {
     /// Hands a scale RPC to the group's loop and waits for its answer.
-    pub(crate) async fn call(&self, gi: usize, call: Call) -> Result<()> {
+    pub(crate) async fn call(&self, call: Call) -> Result<()> {
         let (reply, answer) = oneshot::channel();
-        if self.group_loop(gi).calls.send((call, reply)).is_err() {
+        if self.group_loop().calls.send((call, reply)).is_err() {
             return Err(Error::Internal("the group's loop ended".into()));
         }
         answer.await.unwrap_or_else(|_| {
@@ -118,17 +132,16 @@ impl Provider {
             ))
         })
     }
-
     /// Carries out a call in the group's loop and answers it. A caller that hangs up is not
     /// answered, and what it asked goes no further than it had when it hung up, as when the
     /// call ran in the caller's own future: a request already handed over is carried through
     /// (`Work::Send`), and removals already queued stay with their window.
-    async fn answer(self, gi: usize, call: Call, mut reply: oneshot::Sender<Result<()>>) {
+    async fn answer(self, call: Call, mut reply: oneshot::Sender<Result<()>>) {
         let carried = async {
             match call {
-                Call::Increase { delta, deadline } => self.increase_here(gi, delta, deadline).await,
-                Call::Delete { nodes, deadline } => self.delete_here(gi, nodes, deadline).await,
-                Call::Decrease { delta } => self.decrease_here(gi, delta),
+                Call::Increase { delta, deadline } => self.increase_here(delta, deadline).await,
+                Call::Delete { nodes, deadline } => self.delete_here(nodes, deadline).await,
+                Call::Decrease { delta } => self.decrease_here(delta),
             }
         };
         tokio::select! {
@@ -138,55 +151,49 @@ impl Provider {
             () = reply.closed() => {}
         }
     }
-
     /// Hands a change of its machine to the group's loop (started on first use) now; the
     /// future resolves once the loop made it: `false` when the loop ended without making it
     /// (a bug panicked it). Handed over before it is awaited, so changes of several groups
     /// are made at once.
-    pub(crate) fn change(&self, gi: usize, change: Change) -> impl Future<Output = bool> + use<> {
+    pub(crate) fn change(&self, change: Change) -> impl Future<Output = bool> + use<> {
         let (done, made) = oneshot::channel();
-        let handed = self.group_loop(gi).changes.send((change, done)).is_ok();
+        let handed = self.group_loop().changes.send((change, done)).is_ok();
         async move { handed && made.await.is_ok() }
     }
-
     /// Makes a change in the group's loop.
-    fn make(&self, gi: usize, change: Change) {
+    fn make(&self, change: Change) {
         match change {
-            Change::Learn(lesson) => self.learn_here(gi, lesson),
-            Change::Cleanup => self.cleanup_here(gi),
-            Change::MayStopVms(yes) => self.may_stop_here(gi, yes),
+            Change::Learn(lesson) => self.learn_here(lesson),
+            Change::Cleanup => self.cleanup_here(),
+            Change::MayStopVms(yes) => self.may_stop_here(yes),
         }
     }
-
     /// Hands work to the group's loop (started on first use).
-    pub(crate) fn sending(&self, gi: usize, work: Work) {
-        if self.group_loop(gi).work.send(work).is_err() {
-            tracing::error!(group = %self.group_label(gi), "the group's loop ended: the work handed to it is not done");
+    pub(crate) fn sending(&self, work: Work) {
+        if self.group_loop().work.send(work).is_err() {
+            tracing::error!(group = %self.label(), "the group's loop ended: the work handed to it is not done");
         }
     }
-
     /// Wakes the group's loop (started on first use) to look at what the machine waits for:
     /// a new job to follow, a state to watch, a VM to stop.
-    pub(crate) fn wake_loop(&self, gi: usize) {
-        self.group_loop(gi);
-        self.inner.groups[gi].wake.notify_one();
+    pub(crate) fn wake_loop(&self) {
+        self.group_loop();
+        self.group().wake.notify_one();
     }
-
     /// Has the group's loop poll the followed job now, not when it was due: a snapshot
     /// suggests it is over, or CloudStack answers again after polls that failed.
-    pub(crate) fn poll_now(&self, gi: usize) {
-        self.group_loop(gi);
-        self.inner.groups[gi].poke.notify_one();
+    pub(crate) fn poll_now(&self) {
+        self.group_loop();
+        self.group().poke.notify_one();
     }
-
     /// The group's loop's inbox. The loop holds the provider weakly: it ends with it.
-    fn group_loop(&self, gi: usize) -> &Inbox {
-        self.inner.groups[gi].inbox.get_or_init(|| {
+    fn group_loop(&self) -> &Inbox {
+        self.group().inbox.get_or_init(|| {
             let (work, work_rx) = mpsc::unbounded_channel::<Work>();
             let (calls, calls_rx) = mpsc::unbounded_channel::<Asked>();
             let (changes, changes_rx) = mpsc::unbounded_channel::<Changing>();
-            let provider = Arc::downgrade(&self.inner);
-            let g = &self.inner.groups[gi];
+            let provider = Arc::downgrade(&self.p.inner);
+            let g = &self.group();
             let ways = Ways {
                 work: work_rx,
                 calls: calls_rx,
@@ -195,7 +202,7 @@ impl Provider {
                 poke: g.poke.clone(),
                 recorded: g.recorded.subscribe(),
             };
-            tokio::spawn(run(provider, gi, ways));
+            tokio::spawn(run(provider, self.gi, ways));
             Inbox {
                 work,
                 calls,
@@ -203,11 +210,10 @@ impl Provider {
             }
         })
     }
-
     /// Polls the followed job once; at its end, reads the cluster and settles it with the
     /// machine (`seen`: when a poll last saw it running, told to the machine at its end).
-    async fn poll_job(&self, gi: usize, job: String, seen: Option<std::time::Instant>) -> Report {
-        let poll = match self.inner.cs.query_job(&job).await {
+    async fn poll_job(&self, job: String, seen: Option<std::time::Instant>) -> Report {
+        let poll = match self.p.inner.cs.query_job(&job).await {
             Err(e) => {
                 tracing::warn!(job, error = %e, "polling the scale job failed; retrying");
                 JobPoll::NoAnswer
@@ -219,10 +225,10 @@ impl Provider {
                     // told once at its end, not at every poll (each change of the machine
                     // publishes a new view).
                     if let Some(at) = seen {
-                        self.tell(gi, Event::JobRan { job: &job, at }).await;
+                        self.tell(Event::JobRan { job: &job, at }).await;
                     }
-                    let fetched = self.fetch_after_job(gi, None).await;
-                    self.settle(gi, &job, &end, fetched, false).await;
+                    let fetched = self.fetch_after_job(None).await;
+                    self.settle(&job, &end, fetched, false).await;
                     // The machine no longer waits for it: the agenda drops it at its next look.
                     return Report::Nothing;
                 }
@@ -230,36 +236,24 @@ impl Provider {
         };
         Report::JobPolled { job, poll }
     }
-
-    /// Polls a stop job once: `None` while it runs (or its poll got no answer), else how it
-    /// ended (`Some(None)` succeeded, `Some(Some(text))` failed or was cancelled).
-    async fn poll_stop(&self, job: &str) -> Option<Option<String>> {
-        let outcome = self.inner.cs.query_job(job).await.ok()?;
-        match super::follow::job_end(outcome.outcome())? {
-            JobEnd::Succeeded => Some(None),
-            JobEnd::Failed { text, .. } => Some(Some(text)),
-            JobEnd::Cancelled => Some(Some("the job was cancelled".into())),
-        }
-    }
-
     /// Carries out what the agenda says is due; what it came to, for the agenda.
-    async fn do_due(self, gi: usize, due: Due) -> Report {
+    async fn do_due(self, due: Due) -> Report {
         match due {
             Due::StopVms => {
-                let vms = self.inner.groups[gi].lock().scale.take_stops(now());
+                let vms = self.group().lock().scale.take_stops(now());
                 let mut sent = Vec::new();
                 for vm in vms {
-                    if let Some(job) = self.send_stop(gi, &vm).await {
+                    if let Some(job) = self.send_stop(&vm).await {
                         sent.push((vm, job));
                     }
                 }
                 Report::StopsSent(sent)
             }
-            Due::PollJob { job, seen_running } => self.poll_job(gi, job, seen_running).await,
+            Due::PollJob { job, seen_running } => self.poll_job(job, seen_running).await,
             Due::PollStop { vm, job } => {
-                let ended = self.poll_stop(&job).await;
+                let ended = self.p.poll_stop(&job).await;
                 if let Some(ended) = &ended {
-                    self.stop_ended(gi, &vm, &job, ended.as_deref()).await;
+                    self.stop_ended(&vm, &job, ended.as_deref()).await;
                 }
                 Report::StopPolled {
                     job,
@@ -267,32 +261,31 @@ impl Provider {
                 }
             }
             Due::ReadState => {
-                if let Err(e) = self.fetch_and_act(gi).await {
-                    tracing::debug!(group = %self.group_label(gi), error = %e, "following the cluster's state: fetch failed");
+                if let Err(e) = self.fetch_and_act().await {
+                    tracing::debug!(group = %self.label(), error = %e, "following the cluster's state: fetch failed");
                 }
                 Report::Nothing
             }
         }
     }
-
     /// One piece of handed work.
-    async fn carry_out(self, gi: usize, work: Work) {
+    async fn carry_out(self, work: Work) {
         match work {
-            Work::CloseWindow { deadline } => self.close_window(gi, deadline).await,
-            Work::Effects(effects) => self.run_effects(gi, effects).await,
+            Work::CloseWindow { deadline } => self.close_window(deadline).await,
+            Work::Effects(effects) => self.run_effects(effects).await,
             Work::Send {
                 request,
                 deadline,
                 reply,
             } => {
-                let result = self.submit(gi, request, deadline).await;
+                let result = self.submit(request, deadline).await;
                 match reply {
                     Some(reply) => {
                         let _ = reply.send(result);
                     }
                     None => {
                         if let Err(e) = result {
-                            tracing::warn!(group = %self.group_label(gi), error = %e, "queued scale request not accepted");
+                            tracing::warn!(group = %self.label(), error = %e, "queued scale request not accepted");
                         }
                     }
                 }
@@ -399,14 +392,14 @@ async fn run(provider: Weak<super::Inner>, gi: usize, ways: Ways) {
         };
         let p = Provider { inner };
         if round.is_none()
-            && let Some(r) = p.take_round(gi)
+            && let Some(r) = p.cluster(gi).take_round()
         {
             round = flight(r);
         }
         if work.is_none()
             && let Ok(w) = inbox.try_recv()
         {
-            work = flight(p.clone().carry_out(gi, w));
+            work = flight(p.cluster(gi).carry_out(w));
         }
         let mut wake_at = None;
         if pause.is_some_and(|until| until <= now()) {
@@ -417,7 +410,7 @@ async fn run(provider: Weak<super::Inner>, gi: usize, ways: Ways) {
         } else if work.is_none() && due.is_none() {
             match agenda.next(&p.inner.groups[gi].read().scale, now()) {
                 Next::Do(d) => {
-                    due = flight(p.clone().do_due(gi, d));
+                    due = flight(p.cluster(gi).do_due(d));
                 }
                 Next::Sleep(at) => wake_at = at,
             }
@@ -454,7 +447,7 @@ async fn run(provider: Weak<super::Inner>, gi: usize, ways: Ways) {
                     return;
                 };
                 let p = Provider { inner };
-                let made = std::panic::catch_unwind(AssertUnwindSafe(|| p.make(gi, change)));
+                let made = std::panic::catch_unwind(AssertUnwindSafe(|| p.cluster(gi).make(change)));
                 // Its waiter hears it was not made.
                 if unless_panicked(made, gi, "change of the machine").is_some() {
                     let _ = done.send(());
@@ -464,14 +457,14 @@ async fn run(provider: Weak<super::Inner>, gi: usize, ways: Ways) {
                 let (Some((call, reply)), Some(inner)) = (asked, provider.upgrade()) else {
                     return;
                 };
-                let answer = Provider { inner }.answer(gi, call, reply);
+                let answer = Provider { inner }.cluster(gi).answer(call, reply);
                 answering.push(AssertUnwindSafe(answer).catch_unwind());
             }
             w = inbox.recv(), if work.is_none() => {
                 let (Some(w), Some(inner)) = (w, provider.upgrade()) else {
                     return;
                 };
-                work = flight(Provider { inner }.carry_out(gi, w));
+                work = flight(Provider { inner }.cluster(gi).carry_out(w));
             }
             Ok(()) = recorded.changed() => {
                 let rev = *recorded.borrow_and_update();
@@ -481,7 +474,7 @@ async fn run(provider: Weak<super::Inner>, gi: usize, ways: Ways) {
                 // The OKs that waited for this record go (the event asks for nothing else).
                 let p = Provider { inner };
                 let step = p.inner.groups[gi].lock().scale.handle(Event::Recorded { rev }, now());
-                p.reply(gi, &step.replies);
+                p.cluster(gi).reply(&step.replies);
             }
             () = poke.notified() => agenda.poll_now(now()),
             () = wake.notified() => {}

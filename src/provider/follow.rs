@@ -4,6 +4,7 @@
 //! start (after a restart or a lost answer); which of them is a cluster's is the domain's
 //! decision (`cks_domain::jobs`).
 
+use super::Cluster;
 use super::{Provider, now};
 use cks_cloudstack::types::{JobOutcome, cloudstack_date};
 use cks_domain::jobs::{self, JobQuery, JobScan, JobSearch, ListedJob};
@@ -28,20 +29,32 @@ pub(crate) fn job_end(outcome: JobOutcome) -> Option<JobEnd> {
 }
 
 impl Provider {
+    /// The group's id (its cluster's id) as metric labels name it.
+    pub(crate) fn group_id(&self, gi: usize) -> String {
+        self.inner.groups[gi]
+            .read()
+            .scale
+            .cluster_id
+            .clone()
+            .unwrap_or_default()
+    }
+}
+
+impl Cluster {
     /// Fetches the cluster after a job ended, so its outcome is judged on what CloudStack
     /// shows now: tried again as `timing::post_job_read_wait` says, or until `deadline`.
     /// Returns whether it worked.
-    pub(crate) async fn fetch_after_job(&self, gi: usize, deadline: Option<Instant>) -> bool {
-        let label = self.group_label(gi);
+    pub(crate) async fn fetch_after_job(&self, deadline: Option<Instant>) -> bool {
+        let label = self.label();
         let tries = async {
             let mut failures = 0u32;
             loop {
-                match self.fetch_and_act(gi).await {
+                match self.fetch_and_act().await {
                     Ok(_) => return true,
                     Err(e) => {
                         tracing::warn!(group = %label, error = %e, "fetching the cluster after the job failed");
                         failures += 1;
-                        let poll = self.inner.settings.job_poll_interval;
+                        let poll = self.p.inner.settings.job_poll_interval;
                         match cks_domain::timing::post_job_read_wait(failures, poll) {
                             Some(wait) if deadline.is_none() => tokio::time::sleep(wait).await,
                             _ => return false,
@@ -57,21 +70,19 @@ impl Provider {
             None => tries.await,
         }
     }
-
     /// Reports a job's end to the machine and carries out what follows: the news, the
     /// queued request. Returns what the RPC that watched it hears (`watched`), when the job
     /// was still the group's.
     pub(crate) async fn settle(
         &self,
-        gi: usize,
         job_id: &str,
         end: &JobEnd,
         fetched: bool,
         watched: bool,
     ) -> Option<Answer> {
-        let alert = self.alert_scaling();
+        let alert = self.p.alert_scaling();
         let step = {
-            let mut st = self.inner.groups[gi].lock();
+            let mut st = self.group().lock();
             let event = Event::JobEnded {
                 job: job_id,
                 end,
@@ -81,36 +92,37 @@ impl Provider {
             };
             let step = st.scale.handle(event, now());
             // A VM of a failed scale-up whose node was reported already is a node.
-            self.forget_registered_failures(gi, &mut st.scale);
+            self.forget_registered_failures(&mut st.scale);
             step
         };
-        self.run_effects(gi, step.effects).await;
+        self.run_effects(step.effects).await;
         step.answer
     }
-
     /// Looks for the scale job the group's phase waits for (a cluster Scaling with no job
     /// known, or a submission whose answer was lost) and reports what it found to the
     /// machine; returns the effects that follow (the queue's next request).
-    pub(crate) async fn find_and_follow(&self, gi: usize) -> Vec<Effect> {
-        let Some(cluster_id) = self.inner.groups[gi].read().scale.cluster_id.clone() else {
+    pub(crate) async fn find_and_follow(&self) -> Vec<Effect> {
+        let Some(cluster_id) = self.group().read().scale.cluster_id.clone() else {
             return Vec::new();
         };
-        let wants_list = self.inner.groups[gi].read().scale.search_needs_job_list();
+        let wants_list = self.group().read().scale.search_needs_job_list();
         let search = if wants_list
             && self
+                .p
                 .inner
                 .optional
                 .jobs
                 .load(std::sync::atomic::Ordering::Relaxed)
         {
-            match self.find_running_scale_job(gi, &cluster_id).await {
+            match self.find_running_scale_job(&cluster_id).await {
                 Ok(found) => found,
                 Err(e) if e.is_not_permitted() => {
-                    self.inner
+                    self.p
+                        .inner
                         .optional
                         .jobs
                         .store(false, std::sync::atomic::Ordering::Relaxed);
-                    tracing::warn!(error = %e, cloudstack = self.inner.cs.api_url(), "this CloudStack key may not call listAsyncJobs (optional): {}", super::WITHOUT_LIST_ASYNC_JOBS);
+                    tracing::warn!(error = %e, cloudstack = self.p.inner.cs.api_url(), "this CloudStack key may not call listAsyncJobs (optional): {}", super::WITHOUT_LIST_ASYNC_JOBS);
                     JobSearch::Nothing
                 }
                 Err(e) => {
@@ -121,18 +133,13 @@ impl Provider {
         } else {
             JobSearch::Nothing
         };
-        let alert = self.alert_scaling();
+        let alert = self.p.alert_scaling();
         let event = Event::JobSearched {
             search: &search,
             alert: &alert,
         };
-        self.inner.groups[gi]
-            .lock()
-            .scale
-            .handle(event, now())
-            .effects
+        self.group().lock().scale.handle(event, now()).effects
     }
-
     /// The running `scaleKubernetesCluster` job the group waits for, read from
     /// `listAsyncJobs` one page at a time and only as far back as such a job can have
     /// started ([`jobs::search_start`]): CloudStack keeps finished jobs for a day and lists
@@ -142,26 +149,27 @@ impl Provider {
     /// times).
     async fn find_running_scale_job(
         &self,
-        gi: usize,
         cluster_id: &str,
     ) -> Result<JobSearch, cks_cloudstack::CsError> {
         let wall = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or(0);
-        let startdate =
-            cloudstack_date(jobs::search_start(wall, self.inner.settings.job_max_follow));
-        let lost_since = match self.inner.groups[gi].read().scale.phase() {
+        let startdate = cloudstack_date(jobs::search_start(
+            wall,
+            self.p.inner.settings.job_max_follow,
+        ));
+        let lost_since = match self.group().read().scale.phase() {
             Phase::AnswerLost { since, .. } => Some(jobs::created_since(
                 wall,
                 now().saturating_duration_since(*since),
             )),
             _ => None,
         };
-        let followed: HashSet<String> = (0..self.inner.groups.len())
-            .filter(|&other| other != gi)
+        let followed: HashSet<String> = (0..self.p.inner.groups.len())
+            .filter(|&other| other != self.gi)
             .filter_map(|other| {
-                self.inner.groups[other]
+                self.p.inner.groups[other]
                     .read()
                     .scale
                     .phase()
@@ -177,7 +185,12 @@ impl Provider {
         let mut scan = JobScan::default();
         let mut complete = false;
         for page in 1..=jobs::SEARCH_MAX_PAGES {
-            let (listed, more) = self.inner.cs.list_async_jobs_page(&startdate, page).await?;
+            let (listed, more) = self
+                .p
+                .inner
+                .cs
+                .list_async_jobs_page(&startdate, page)
+                .await?;
             let found = scan.read_page(
                 &query,
                 listed.iter().map(|job| ListedJob {
@@ -210,15 +223,5 @@ impl Provider {
             );
         }
         Ok(search)
-    }
-
-    /// The group's id (its cluster's id) as metric labels name it.
-    pub(crate) fn group_id(&self, gi: usize) -> String {
-        self.inner.groups[gi]
-            .read()
-            .scale
-            .cluster_id
-            .clone()
-            .unwrap_or_default()
     }
 }

@@ -29,7 +29,7 @@ impl Provider {
                 let policy = p.refresh_policy();
                 let at = now();
                 let clocks: Vec<_> = (0..p.inner.groups.len())
-                    .map(|gi| p.group_clock(gi))
+                    .map(|gi| p.cluster(gi).group_clock())
                     .collect();
                 if !loaded {
                     if clocks.iter().all(|c| c.fetched.is_some()) {
@@ -44,7 +44,7 @@ impl Provider {
                 }
                 let plan = policy.plan(&clocks, at);
                 for gi in plan.start {
-                    p.start_round(gi);
+                    p.cluster(gi).start_round();
                 }
                 // Looked at again when a round ends, when the next group is due, and at least
                 // every refresh interval (an autoscaler that starts asking shortens a group's
@@ -77,7 +77,7 @@ impl Provider {
         let at = now();
         let stuck: Vec<String> = (0..self.inner.groups.len())
             .filter_map(|gi| {
-                let clock = self.group_clock(gi);
+                let clock = self.cluster(gi).group_clock();
                 let since = policy.stalled(&clock, at)?;
                 let what = if clock.round.is_some() {
                     "its refresh round has been asking CloudStack"

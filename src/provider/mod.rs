@@ -325,14 +325,6 @@ impl Provider {
         });
     }
 
-    /// The age of a group's snapshot on tokio's clock.
-    fn snapshot_age_of(&self, gi: usize) -> Option<Duration> {
-        let st = self.inner.groups[gi].read();
-        st.scale
-            .snapshot()
-            .map(|s| now().saturating_duration_since(s.fetched_at))
-    }
-
     /// The worker offering last read for a group.
     pub fn worker_offering(&self, group_id: &str) -> Option<ServiceOffering> {
         let (_, g) = self.group(group_id).ok()?;
@@ -348,7 +340,7 @@ impl Provider {
     /// How old a group's snapshot is.
     pub fn snapshot_age(&self, group_id: &str) -> Option<Duration> {
         let (gi, _) = self.group(group_id).ok()?;
-        self.snapshot_age_of(gi)
+        self.cluster(gi).snapshot_age_of()
     }
 
     /// Labels of a real worker node of the group seen through NodeGroupForNode.
@@ -358,5 +350,45 @@ impl Provider {
     ) -> Option<std::collections::BTreeMap<String, String>> {
         let (_, g) = self.group(group_id).ok()?;
         g.read().sample_labels.as_deref().cloned()
+    }
+}
+
+impl Cluster {
+    /// The age of a group's snapshot on tokio's clock.
+    fn snapshot_age_of(&self) -> Option<Duration> {
+        let st = self.group().read();
+        st.scale
+            .snapshot()
+            .map(|s| now().saturating_duration_since(s.fetched_at))
+    }
+}
+
+/// One configured cluster's share of the provider: what its loop carries out. The provider
+/// and the group's index, so nothing of a cluster's work takes a group index apart from it.
+#[derive(Clone)]
+pub(crate) struct Cluster {
+    pub(crate) p: Provider,
+    pub(crate) gi: usize,
+}
+
+impl Provider {
+    /// Cluster `gi`'s share of the provider.
+    pub(crate) fn cluster(&self, gi: usize) -> Cluster {
+        Cluster {
+            p: self.clone(),
+            gi,
+        }
+    }
+}
+
+impl Cluster {
+    /// The group this is.
+    pub(crate) fn group(&self) -> &groups::Group {
+        &self.p.inner.groups[self.gi]
+    }
+
+    /// How logs and errors name the group.
+    pub(crate) fn label(&self) -> String {
+        self.p.group_label(self.gi)
     }
 }

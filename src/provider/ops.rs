@@ -10,8 +10,9 @@
 //! later scale-up would queue behind it. A refused request changes nothing: the machine
 //! validates before it changes state.
 
+use super::Cluster;
 use super::cluster_loop::{Call, Work};
-use super::{Error, Provider, Result, Scoped, before, now};
+use super::{Error, Result, Scoped, before, now};
 use cks_cloudstack::Class;
 use cks_domain::cluster::IndexedSnapshot;
 use cks_domain::machine::{
@@ -26,30 +27,28 @@ use tokio::time::{Instant, timeout_at};
 
 use cks_domain::timing::watch_step;
 
-impl Provider {
-    fn scale_error(&self, gi: usize, source: ScaleError) -> Error {
+impl Cluster {
+    fn scale_error(&self, source: ScaleError) -> Error {
         if let ScaleError::Refused(r) = &source {
-            tracing::info!(group = %self.group_label(gi), rule = r.rule(), "scale request refused: {r}");
-            crate::metrics::record_refusal(&self.group_id(gi), r.rule());
+            tracing::info!(group = %self.label(), rule = r.rule(), "scale request refused: {r}");
+            crate::metrics::record_refusal(&self.p.group_id(self.gi), r.rule());
         }
         Error::Scale {
-            group: self.group_label(gi),
+            group: self.label(),
             source,
         }
     }
-
     /// The group's min and max.
-    pub(crate) fn bounds(&self, gi: usize) -> (u32, u32) {
-        let g = &self.inner.groups[gi];
+    pub(crate) fn bounds(&self) -> (u32, u32) {
+        let g = &self.group();
         g.read().bounds(&g.spec)
     }
-
     /// A snapshot fresh from CloudStack, or the cached one when CloudStack cannot answer in
     /// time and the cached one is within the staleness bound.
-    async fn fresh_snapshot(&self, gi: usize, deadline: Instant) -> Result<Arc<IndexedSnapshot>> {
+    async fn fresh_snapshot(&self, deadline: Instant) -> Result<Arc<IndexedSnapshot>> {
         use cks_domain::freshness::{Fetch, SnapshotChoice, choose_snapshot};
-        let fetched = timeout_at(before(deadline), self.fetch_and_act(gi)).await;
-        let cached = self.inner.groups[gi].read().scale.snapshot().cloned();
+        let fetched = timeout_at(before(deadline), self.fetch_and_act()).await;
+        let cached = self.group().read().scale.snapshot().cloned();
         let age = cached
             .as_ref()
             .map(|c| now().saturating_duration_since(c.fetched_at));
@@ -60,7 +59,7 @@ impl Provider {
             Err(_) => Fetch::TimedOut,
         };
         match (
-            choose_snapshot(fetch, age, self.inner.settings.staleness_bound),
+            choose_snapshot(fetch, age, self.p.inner.settings.staleness_bound),
             fetched,
             cached,
         ) {
@@ -73,60 +72,50 @@ impl Provider {
             }
             (_, Ok(Err(e)), _) => Err(e),
             _ => Err(Error::Deadline {
-                group: self.group_label(gi),
+                group: self.label(),
                 command: "listKubernetesClusters",
             }),
         }
     }
-
     /// A request the machine queued and now sends (no caller waits for it): its refusal is
     /// recorded by the machine as failed instances.
-    pub(crate) fn send_queued(&self, gi: usize, request: ScaleRequest) {
-        tracing::info!(group = %self.group_label(gi), ?request, "sending the queued scale request");
-        self.sending(
-            gi,
-            Work::Send {
-                request,
-                deadline: None,
-                reply: None,
-            },
-        );
+    pub(crate) fn send_queued(&self, request: ScaleRequest) {
+        tracing::info!(group = %self.label(), ?request, "sending the queued scale request");
+        self.sending(Work::Send {
+            request,
+            deadline: None,
+            reply: None,
+        });
     }
-
     /// Sends the request the machine started for a caller that waits for its answer (until
     /// `deadline`), from the group's loop: the caller hanging up does not stop it half way.
-    async fn send(&self, gi: usize, request: ScaleRequest, deadline: Instant) -> Result<()> {
+    async fn send(&self, request: ScaleRequest, deadline: Instant) -> Result<()> {
         let (reply, answer) = oneshot::channel();
-        self.sending(
-            gi,
-            Work::Send {
-                request,
-                deadline: Some(deadline),
-                reply: Some(reply),
-            },
-        );
+        self.sending(Work::Send {
+            request,
+            deadline: Some(deadline),
+            reply: Some(reply),
+        });
         answer.await.unwrap_or_else(|_| {
             Err(Error::Internal(
                 "the group's loop ended without an answer".into(),
             ))
         })
     }
-
     /// Sends the request the machine started (the phase is `Submitting`), reports the answer
     /// back to the machine, watches the job for an immediate refusal while the deadline allows,
     /// then leaves it to the group's loop to follow.
     pub(crate) async fn submit(
         &self,
-        gi: usize,
         request: ScaleRequest,
         deadline: Option<Instant>,
     ) -> Result<()> {
-        let g = &self.inner.groups[gi];
-        let label = self.group_label(gi);
+        let g = &self.group();
+        let label = self.label();
         let cluster_id = g.read().scale.cluster_id.clone();
         let Some(cluster_id) = cluster_id else {
             let why = Sent::NotSent("the cluster id is not resolved yet");
-            self.tell(gi, Event::Sent(why)).await;
+            self.tell(Event::Sent(why)).await;
             return Err(Error::Internal(format!(
                 "node group {label}: cluster id not resolved yet"
             )));
@@ -136,24 +125,24 @@ impl Provider {
         // before anything is sent or promised.
         if let Some(d) = deadline {
             let until = cks_domain::timing::store_check_by(d.into_std(), now());
-            if let Err(e) = self.store_writable(Instant::from_std(until)).await {
+            if let Err(e) = self.p.store_writable(Instant::from_std(until)).await {
                 tracing::warn!(group = %label, error = %e, "scaleKubernetesCluster not sent: the promise it makes cannot be recorded");
                 let why = e.to_string();
-                self.tell(gi, Event::Sent(Sent::NotSent(&why))).await;
+                self.tell(Event::Sent(Sent::NotSent(&why))).await;
                 return Err(e);
             }
         }
         // The fence: a replica that does not lead (any more) sends nothing; the leader's
         // ledger holds what it owes.
-        if !self.acting() {
+        if !self.p.acting() {
             tracing::warn!(group = %label, "scaleKubernetesCluster not sent: this replica does not hold the leader lease");
             let why = Sent::NotSent("this replica does not lead");
-            self.tell(gi, Event::Sent(why)).await;
+            self.tell(Event::Sent(why)).await;
             return Err(Error::NotLeader {
-                leader: self.leader(),
+                leader: self.p.leader(),
             });
         }
-        let cs = &self.inner.cs;
+        let cs = &self.p.inner.cs;
         let call = async {
             match &request {
                 ScaleRequest::Resize { new_size } => {
@@ -171,37 +160,37 @@ impl Provider {
         let job_id = match answer {
             Err(_) => {
                 tracing::warn!(group = %label, "scaleKubernetesCluster not answered in time; the next refresh tells whether CloudStack accepted it");
-                return self.answer_lost(gi, "CloudStack did not answer scaleKubernetesCluster within the request's deadline".into()).await;
+                return self.answer_lost("CloudStack did not answer scaleKubernetesCluster within the request's deadline".into()).await;
             }
             Ok(Err(e)) if e.class() == Class::Unknown => {
                 // The request may have reached CloudStack (a dropped connection, a garbled
                 // answer, a proxy's page sent after CloudStack took the request): nothing more
                 // is sent until a snapshot shows whether it became a job.
                 tracing::warn!(group = %label, error = %e, "scaleKubernetesCluster answer lost; the next refresh tells whether CloudStack accepted it");
-                return self.answer_lost(gi, e.to_string()).await;
+                return self.answer_lost(e.to_string()).await;
             }
             Ok(Err(e)) if e.class() == Class::Throttled => {
                 // Refused before it ran: nothing changed, nothing failed. Queued work waits
                 // its turn again; callers waiting hear UNAVAILABLE.
                 tracing::warn!(group = %label, error = %e, "scaleKubernetesCluster throttled by CloudStack; nothing changed, it is sent again later");
-                self.tell(gi, Event::Sent(Sent::Throttled)).await;
+                self.tell(Event::Sent(Sent::Throttled)).await;
                 return Err(Error::CloudStack(e));
             }
             Ok(Err(e)) => {
                 tracing::warn!(group = %label, error = %e, "scaleKubernetesCluster refused");
-                let alert = self.alert_scaling();
+                let alert = self.p.alert_scaling();
                 let text = e.to_string();
                 let refused = Sent::Refused {
                     text: &text,
                     alert: &alert,
                 };
-                self.tell(gi, Event::Sent(refused)).await;
+                self.tell(Event::Sent(refused)).await;
                 return Err(Error::CloudStack(e));
             }
             Ok(Ok(job)) => job,
         };
         let accepted = Sent::Accepted(job_id.clone());
-        self.tell(gi, Event::Sent(accepted)).await;
+        self.tell(Event::Sent(accepted)).await;
         tracing::info!(group = %label, job = %job_id, "scale job accepted by CloudStack");
         let kind = match &request {
             ScaleRequest::Resize { .. } => JobKind::ScaleUp,
@@ -209,44 +198,41 @@ impl Provider {
         };
         crate::metrics::record_job_started(&cluster_id, kind);
         if let Some(d) = deadline
-            && let Some(end) = self.watch(gi, &job_id, d).await
+            && let Some(end) = self.watch(&job_id, d).await
         {
-            return self.failed_in_watch(gi, &job_id, end, d).await;
+            return self.failed_in_watch(&job_id, end, d).await;
         }
         // Followed by the group's loop, which runs this.
         Ok(())
     }
-
     /// The submission's answer was lost: settled later by reading CloudStack (the group's
     /// loop watches the cluster's state meanwhile). Its callers hear what the machine says: OK
     /// when it promised what they asked (a window's removals), else the loss.
-    async fn answer_lost(&self, gi: usize, detail: String) -> Result<()> {
-        let answer = self.tell(gi, Event::Sent(Sent::Lost)).await;
+    async fn answer_lost(&self, detail: String) -> Result<()> {
+        let answer = self.tell(Event::Sent(Sent::Lost)).await;
         // The group's loop, which runs this, follows the cluster's state until it is settled.
         if answer == Some(Answer::Owed) {
-            tracing::info!(group = %self.group_label(gi), detail = %detail,
+            tracing::info!(group = %self.label(), detail = %detail,
                 "scale-down: CloudStack's answer was lost; the removals are owed and carried through");
             return Ok(());
         }
         Err(Error::AnswerLost {
-            group: self.group_label(gi),
+            group: self.label(),
             detail,
         })
     }
-
     /// A caller's reply handle, opened before the machine hears of the caller: whatever the
     /// machine releases for it ([`cks_domain::machine::Step::replies`]) reaches it.
-    fn open_call(&self, gi: usize) -> (CallId, oneshot::Receiver<Heard>) {
-        let call = CallId(self.inner.calls.fetch_add(1, Ordering::Relaxed));
+    fn open_call(&self) -> (CallId, oneshot::Receiver<Heard>) {
+        let call = CallId(self.p.inner.calls.fetch_add(1, Ordering::Relaxed));
         let (tx, rx) = oneshot::channel();
-        self.inner.groups[gi]
+        self.group()
             .replies
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(call, tx);
         (call, rx)
     }
-
     /// What the machine says `call` hears. Its deadline is told twice: early enough that a
     /// promise made then can still be recorded (`timing::promise_by`: a window caller is
     /// promised its removals), and at the last moment (an OK waiting for its record goes, said
@@ -254,7 +240,6 @@ impl Provider {
     /// window's loop tells it.
     async fn hear(
         &self,
-        gi: usize,
         call: CallId,
         mut rx: oneshot::Receiver<Heard>,
         deadline: Instant,
@@ -264,33 +249,31 @@ impl Provider {
         if let Ok(heard) = timeout_at(Instant::from_std(promise_at), &mut rx).await {
             return heard.map_err(ended);
         }
-        self.tell(gi, Event::PromiseDue { call }).await;
+        self.tell(Event::PromiseDue { call }).await;
         if let Ok(heard) = timeout_at(before(deadline), &mut rx).await {
             return heard.map_err(ended);
         }
-        self.tell(gi, Event::CallerDeadline { call }).await;
+        self.tell(Event::CallerDeadline { call }).await;
         rx.await.map_err(ended)
     }
-
     /// The caller hears OK once the machine releases it: once the ledger holding its promise
     /// is written (at once without a store), or at its deadline.
-    async fn answer_ok(&self, gi: usize, deadline: Instant) -> Result<()> {
-        let (call, rx) = self.open_call(gi);
-        let step = self.inner.groups[gi].lock().scale.reply_ok(call);
-        self.carry(gi, step).await;
-        self.hear(gi, call, rx, deadline).await.map(|_| ())
+    async fn answer_ok(&self, deadline: Instant) -> Result<()> {
+        let (call, rx) = self.open_call();
+        let step = self.group().lock().scale.reply_ok(call);
+        self.carry(step).await;
+        self.hear(call, rx, deadline).await.map(|_| ())
     }
-
     /// Watches a just-accepted job until it is past CloudStack's validation, which runs
     /// inside the job: the job failed (a refusal), ended, or the cluster shows Scaling (the
     /// job moves it there once validated). Bounded by `scale_watch` and the deadline. Returns
     /// the failure, or `None` when the job runs past validation, succeeded, or the watch
     /// ran out.
-    async fn watch(&self, gi: usize, job_id: &str, deadline: Instant) -> Option<JobEnd> {
-        let watch = self.inner.settings.scale_watch;
+    async fn watch(&self, job_id: &str, deadline: Instant) -> Option<JobEnd> {
+        let watch = self.p.inner.settings.scale_watch;
         let until = cks_domain::timing::watch_until(watch, deadline.into_std(), now());
         let until = Instant::from_std(until);
-        let g = &self.inner.groups[gi];
+        let g = &self.group();
         let mut looks = 0u32;
         loop {
             let step = watch_step(looks);
@@ -299,7 +282,7 @@ impl Provider {
                 return None;
             }
             tokio::time::sleep(step).await;
-            let Ok(Ok(job)) = timeout_at(until, self.inner.cs.query_job(job_id)).await else {
+            let Ok(Ok(job)) = timeout_at(until, self.p.inner.cs.query_job(job_id)).await else {
                 return None;
             };
             let end = super::follow::job_end(job.outcome());
@@ -308,7 +291,7 @@ impl Provider {
                 Watched::PastValidation => return None,
                 Watched::Ended(end) => return Some(end),
             }
-            if timeout_at(until, self.fetch_and_act(gi)).await.is_err() {
+            if timeout_at(until, self.fetch_and_act()).await.is_err() {
                 return None;
             }
             if g.read().scale.watched(None) == Watched::PastValidation {
@@ -316,22 +299,14 @@ impl Provider {
             }
         }
     }
-
     /// A job that failed while its scale RPC still watched it: settled as a followed job's end
     /// is, then answered as the machine says (`Settled::watched_answer`).
-    async fn failed_in_watch(
-        &self,
-        gi: usize,
-        job_id: &str,
-        end: JobEnd,
-        deadline: Instant,
-    ) -> Result<()> {
-        let label = self.group_label(gi);
+    async fn failed_in_watch(&self, job_id: &str, end: JobEnd, deadline: Instant) -> Result<()> {
+        let label = self.label();
         // Unsure whether it created anything (CloudStack did not answer in time): the machine
         // treats it as a failed scale-up, which at worst reports placeholders to delete.
-        let fetched = self.fetch_after_job(gi, Some(deadline)).await;
-        let Some(Answer::Watched(answer)) = self.settle(gi, job_id, &end, fetched, true).await
-        else {
+        let fetched = self.fetch_after_job(Some(deadline)).await;
+        let Some(Answer::Watched(answer)) = self.settle(job_id, &end, fetched, true).await else {
             return Ok(());
         };
         let (code, text) = end.failure().unwrap_or((0, ""));
@@ -372,15 +347,14 @@ impl Provider {
             }),
         }
     }
-
     /// Ends a removal window: after `removal_window` (or before the first caller's deadline),
     /// on a fresh snapshot, the queued removals go out as one request; the machine says what
     /// each caller of the window hears. Runs in the group's loop: a caller giving up never
     /// strands the queue.
-    pub(crate) async fn close_window(&self, gi: usize, deadline: Instant) {
-        let g = &self.inner.groups[gi];
+    pub(crate) async fn close_window(&self, deadline: Instant) {
+        let g = &self.group();
         // When it closes is the machine's: it moves with each arrival.
-        let cap = self.inner.settings.removal_window;
+        let cap = self.p.inner.settings.removal_window;
         loop {
             let Some(at) = g.read().scale.window_closes_at(cap) else {
                 break;
@@ -391,15 +365,15 @@ impl Provider {
             }
             tokio::time::sleep_until(at).await;
         }
-        let outcome = match self.fresh_snapshot(gi, deadline).await {
+        let outcome = match self.fresh_snapshot(deadline).await {
             Err(e) => {
-                self.tell(gi, Event::WindowAborted).await;
+                self.tell(Event::WindowAborted).await;
                 Err(e)
             }
             Ok(_) => {
-                let alert = self.alert_scaling();
+                let alert = self.p.alert_scaling();
                 let closed = g.lock().scale.close_window(&alert, now());
-                match closed.map_err(|e| self.scale_error(gi, e)) {
+                match closed.map_err(|e| self.scale_error(e)) {
                     Err(e) => Err(e),
                     Ok(effects) => {
                         let mut result = Ok(());
@@ -408,14 +382,14 @@ impl Provider {
                             match effect {
                                 // The window's own request: its callers hear the answer.
                                 Effect::Submit(request @ ScaleRequest::RemoveNodes { .. }) => {
-                                    tracing::info!(group = %self.group_label(gi), ?request, "scale-down: sending scaleKubernetesCluster nodeids");
+                                    tracing::info!(group = %self.label(), ?request, "scale-down: sending scaleKubernetesCluster nodeids");
                                     // Sent from here: this runs in the group's loop.
-                                    result = self.submit(gi, request, Some(deadline)).await;
+                                    result = self.submit(request, Some(deadline)).await;
                                     if result.is_ok() {
                                         // Owed from now on, before anything else is awaited:
                                         // the loop seeing the job fail must carry them on.
                                         let ok = Event::WindowAnswered { ok: true };
-                                        self.tell(gi, ok).await;
+                                        self.tell(ok).await;
                                     }
                                 }
                                 // Increases that waited for the window (nothing was left to
@@ -423,7 +397,7 @@ impl Provider {
                                 other => others.push(other),
                             }
                         }
-                        self.run_effects(gi, others).await;
+                        self.run_effects(others).await;
                         result
                     }
                 }
@@ -433,7 +407,7 @@ impl Provider {
         // those not promised already (the autoscaler untaints those nodes). The failure is
         // kept where its callers read it before the machine releases their replies.
         if let Err(e) = &outcome {
-            tracing::warn!(group = %self.group_label(gi), error = %e, "the removals of this window were not sent");
+            tracing::warn!(group = %self.label(), error = %e, "the removals of this window were not sent");
         }
         let step = {
             let mut st = g.lock();
@@ -447,13 +421,13 @@ impl Provider {
             step
         };
         // Carrying it out wakes the group's loop (`run_effects`).
-        self.carry(gi, step).await;
+        self.carry(step).await;
     }
 }
 
 impl Scoped<'_> {
     /// NodeGroupIncreaseSize of one of the caller's groups: checked here, carried out and
-    /// answered by the group's loop (`Provider::increase_here`).
+    /// answered by the group's loop (`Cluster::increase_here`).
     pub async fn increase_size(&self, id: &str, delta: i32, deadline: Instant) -> Result<()> {
         self.may_change()?;
         if delta <= 0 {
@@ -464,11 +438,14 @@ impl Scoped<'_> {
         let (gi, _) = self.group(id)?;
         self.p.check_store()?;
         let delta = delta.unsigned_abs();
-        self.p.call(gi, Call::Increase { delta, deadline }).await
+        self.p
+            .cluster(gi)
+            .call(Call::Increase { delta, deadline })
+            .await
     }
 
     /// NodeGroupDeleteNodes of one of the caller's groups: checked here, carried out and
-    /// answered by the group's loop (`Provider::delete_here`).
+    /// answered by the group's loop (`Cluster::delete_here`).
     pub async fn delete_nodes(
         &self,
         id: &str,
@@ -483,11 +460,14 @@ impl Scoped<'_> {
         }
         let (gi, _) = self.group(id)?;
         self.p.check_store()?;
-        self.p.call(gi, Call::Delete { nodes, deadline }).await
+        self.p
+            .cluster(gi)
+            .call(Call::Delete { nodes, deadline })
+            .await
     }
 
     /// NodeGroupDecreaseTargetSize of one of the caller's groups: checked here, carried out
-    /// and answered by the group's loop (`Provider::decrease_here`).
+    /// and answered by the group's loop (`Cluster::decrease_here`).
     pub async fn decrease_target_size(&self, id: &str, delta: i32) -> Result<()> {
         self.may_change()?;
         if delta >= 0 {
@@ -497,50 +477,44 @@ impl Scoped<'_> {
         }
         let (gi, _) = self.group(id)?;
         let delta = delta.unsigned_abs();
-        self.p.call(gi, Call::Decrease { delta }).await
+        self.p.cluster(gi).call(Call::Decrease { delta }).await
     }
 }
 
-impl Provider {
-    /// NodeGroupIncreaseSize of group `gi`, in its loop (`Call::Increase`).
-    pub(crate) async fn increase_here(
-        &self,
-        gi: usize,
-        delta: u32,
-        deadline: Instant,
-    ) -> Result<()> {
-        let g = &self.inner.groups[gi];
-        let (_, max) = self.bounds(gi);
-        let alert = self.alert_scaling();
+impl Cluster {
+    /// NodeGroupIncreaseSize of the group, in its loop (`Call::Increase`).
+    pub(crate) async fn increase_here(&self, delta: u32, deadline: Instant) -> Result<()> {
+        let g = &self.group();
+        let (_, max) = self.bounds();
+        let alert = self.p.alert_scaling();
         let admitted = g.lock().scale.admit_increase(delta, max, &alert);
-        match admitted.map_err(|e| self.scale_error(gi, e))? {
+        match admitted.map_err(|e| self.scale_error(e))? {
             Admission::Queued => {
-                tracing::info!(group = %self.group_label(gi), delta,
+                tracing::info!(group = %self.label(), delta,
                     "scale-up queued behind the scale operation in flight; it is sent when that ends");
-                self.answer_ok(gi, deadline).await?;
+                self.answer_ok(deadline).await?;
                 return Ok(());
             }
             Admission::NeedsFreshSnapshot => {}
         }
-        self.fresh_snapshot(gi, deadline).await?;
-        let (_, max) = self.bounds(gi);
-        let alert = self.alert_scaling();
+        self.fresh_snapshot(deadline).await?;
+        let (_, max) = self.bounds();
+        let alert = self.p.alert_scaling();
         let started = g.lock().scale.start_increase(delta, max, &alert, now());
-        match started.map_err(|e| self.scale_error(gi, e))? {
+        match started.map_err(|e| self.scale_error(e))? {
             Started::Submit(request) => {
-                tracing::info!(group = %self.group_label(gi), ?request, "scale-up: sending scaleKubernetesCluster");
-                self.send(gi, request, deadline).await?;
-                self.answer_ok(gi, deadline).await?;
+                tracing::info!(group = %self.label(), ?request, "scale-up: sending scaleKubernetesCluster");
+                self.send(request, deadline).await?;
+                self.answer_ok(deadline).await?;
                 Ok(())
             }
             Started::Queued => {
-                self.answer_ok(gi, deadline).await?;
+                self.answer_ok(deadline).await?;
                 Ok(())
             }
         }
     }
-
-    /// NodeGroupDeleteNodes of group `gi`, in its loop (`Call::Delete`). The real autoscaler
+    /// NodeGroupDeleteNodes of the group, in its loop (`Call::Delete`). The real autoscaler
     /// sends one call per node, several at once (`core/scaledown/actuation/actuator.go`
     /// `deleteNodesAsync`): each call is validated and queued by the machine, and answered OK
     /// once queued. Calls at rest are collected for `removal_window` and sent as one `nodeids`
@@ -548,16 +522,11 @@ impl Provider {
     /// CloudStack's refusal reaches every caller. Calls arriving while a job runs are answered
     /// at once and go out together when it ends. A fake "unregistered" node of a VM whose node
     /// any client reported within the max-node-provision-time is refused.
-    pub(crate) async fn delete_here(
-        &self,
-        gi: usize,
-        nodes: Vec<NodeRef>,
-        deadline: Instant,
-    ) -> Result<()> {
-        let g = &self.inner.groups[gi];
-        let (min, _) = self.bounds(gi);
-        let alert = self.alert_scaling();
-        let (call, heard) = self.open_call(gi);
+    pub(crate) async fn delete_here(&self, nodes: Vec<NodeRef>, deadline: Instant) -> Result<()> {
+        let g = &self.group();
+        let (min, _) = self.bounds();
+        let alert = self.p.alert_scaling();
+        let (call, heard) = self.open_call();
         // Decided, and what the caller hears with it, in one critical section.
         let accepted = {
             let mut st = g.lock();
@@ -576,23 +545,23 @@ impl Provider {
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .remove(&call);
-                return Err(self.scale_error(gi, e));
+                return Err(self.scale_error(e));
             }
         };
-        tracing::info!(group = %self.group_label(gi), nodes = nodes.len(), accepted = ?acceptance.accepted, "scale-down: nodes accepted for removal");
+        tracing::info!(group = %self.label(), nodes = nodes.len(), accepted = ?acceptance.accepted, "scale-down: nodes accepted for removal");
         if acceptance.accepted == Accepted::OpensWindow {
-            self.sending(gi, Work::CloseWindow { deadline });
+            self.sending(Work::CloseWindow { deadline });
         }
-        self.carry(gi, step).await;
-        self.wake_loop(gi);
+        self.carry(step).await;
+        self.wake_loop();
         // Fake "unregistered" nodes of VMs whose node is registered were refused; the others
         // of the call go ahead, and the caller hears about the refused ones.
         let guarded = acceptance
             .refused
             .into_iter()
             .next()
-            .map(|e| self.scale_error(gi, e));
-        match self.hear(gi, call, heard, deadline).await? {
+            .map(|e| self.scale_error(e));
+        match self.hear(call, heard, deadline).await? {
             Heard::Ok { .. } => guarded.map_or(Ok(()), Err),
             Heard::WindowFailed => Err(match g.lock().window_failure.clone() {
                 Some(e) => Error::Batch(e),
@@ -600,17 +569,16 @@ impl Provider {
             }),
         }
     }
-
-    /// NodeGroupDecreaseTargetSize of group `gi`, in its loop (`Call::Decrease`): cancels as
+    /// NodeGroupDecreaseTargetSize of the group, in its loop (`Call::Decrease`): cancels as
     /// many requested nodes that do not exist and will not be created (queued requests,
     /// failed scale-up placeholders) as asked, or, when there are fewer, answers
     /// FAILED_PRECONDITION saying so and changes nothing: after an OK the target has dropped
     /// by the delta (docs/decrease-target-size.md).
-    pub(crate) fn decrease_here(&self, gi: usize, delta: u32) -> Result<()> {
-        let g = &self.inner.groups[gi];
+    pub(crate) fn decrease_here(&self, delta: u32) -> Result<()> {
+        let g = &self.group();
         let decreased = g.lock().scale.decrease_target(delta);
-        let d = decreased.map_err(|e| self.scale_error(gi, e))?;
-        tracing::info!(group = %self.group_label(gi), cancelled = d.cancelled, "target size decreased (requests cancelled)");
+        let d = decreased.map_err(|e| self.scale_error(e))?;
+        tracing::info!(group = %self.label(), cancelled = d.cancelled, "target size decreased (requests cancelled)");
         Ok(())
     }
 }

@@ -24,6 +24,7 @@
 //! (`""`) never are for CloudStack's sake: they say whether this replica can serve its role
 //! (ARCHITECTURE.md, "Readiness, liveness and the keeper").
 
+use super::Cluster;
 use super::{Error, Provider, Result, Scoped, before, now};
 use cks_cloudstack::CsError;
 use cks_cloudstack::types::ServiceOffering;
@@ -40,7 +41,7 @@ use tokio::sync::watch;
 pub(crate) struct RefreshSlot {
     round: Option<Round>,
     /// The end signal of the round asked for, until the group's loop starts it
-    /// ([`Provider::take_round`]).
+    /// ([`Cluster::take_round`]).
     start: Option<watch::Sender<bool>>,
     /// When a Refresh last asked for this group (on tokio's clock).
     demanded: Option<Instant>,
@@ -152,7 +153,7 @@ impl Provider {
         let policy = self.refresh_policy();
         let rounds: Vec<watch::Receiver<bool>> = groups
             .iter()
-            .filter_map(|&gi| self.refresh_step(gi, &policy, asked))
+            .filter_map(|&gi| self.cluster(gi).refresh_step(&policy, asked))
             .collect();
         // Every round runs already; waiting for them one after the other takes as long as
         // the slowest.
@@ -183,130 +184,6 @@ impl Provider {
             self.inner.cs.max_rps(),
             self.inner.cs.request_timeout(),
         )
-    }
-
-    /// What the keeper knows of group `gi`: its snapshot's time and its refresh slot.
-    pub(crate) fn group_clock(&self, gi: usize) -> GroupClock {
-        let fetched = self.fetched_at(gi);
-        let s = lock(&self.inner.groups[gi].refresh);
-        slot_clock(&s, fetched)
-    }
-
-    /// When group `gi`'s snapshot was taken (none yet: `None`).
-    fn fetched_at(&self, gi: usize) -> Option<Instant> {
-        self.inner.groups[gi]
-            .read()
-            .scale
-            .snapshot()
-            .map(|s| s.fetched_at)
-    }
-
-    /// A Refresh's step for group `gi`, the demand noted: the end signal of the round it waits
-    /// for, or `None` when it answers from the snapshot (a round it started, if any, goes on
-    /// in the background).
-    fn refresh_step(
-        &self,
-        gi: usize,
-        policy: &Policy,
-        asked: Instant,
-    ) -> Option<watch::Receiver<bool>> {
-        let fetched = self.fetched_at(gi);
-        let mut s = lock(&self.inner.groups[gi].refresh);
-        s.demanded = Some(asked);
-        let step = policy.on_refresh(&slot_clock(&s, fetched), asked);
-        drop(s);
-        match step {
-            RefreshStep::Answer => None,
-            RefreshStep::Join => Some(self.start_round(gi)),
-            RefreshStep::Start { wait } => {
-                let done = self.start_round(gi);
-                wait.then_some(done)
-            }
-        }
-    }
-
-    /// Starts a round of group `gi` unless one is in flight; the end signal of the round.
-    pub(crate) fn start_round(&self, gi: usize) -> watch::Receiver<bool> {
-        let slot = &self.inner.groups[gi].refresh;
-        let mut s = lock(slot);
-        if let Some(r) = &s.round {
-            return r.done.clone();
-        }
-        let (tx, rx) = watch::channel(false);
-        s.round = Some(Round {
-            done: rx.clone(),
-            asking_since: None,
-        });
-        s.start = Some(tx);
-        drop(s);
-        // The group's loop runs it: no task per round.
-        self.wake_loop(gi);
-        rx
-    }
-
-    /// The round asked for group `gi` and not started yet, for its loop to run. Its end is
-    /// signalled when it ends, and also when it is dropped half way (the loop ended with the
-    /// provider), so no Refresh waits for a round that will never end.
-    pub(crate) fn take_round(
-        &self,
-        gi: usize,
-    ) -> Option<impl Future<Output = ()> + Send + 'static> {
-        let tx = lock(&self.inner.groups[gi].refresh).start.take()?;
-        let p = self.clone();
-        Some(async move {
-            let inner = &p.inner;
-            let _end = RoundEnd {
-                slot: &inner.groups[gi].refresh,
-                done: tx,
-                keeper: &inner.keeper_wake,
-            };
-            p.run_round(gi).await;
-        })
-    }
-
-    /// One round of group `gi`, under a permit: the cluster, what the machine asks for on
-    /// seeing it, the worker offering, the CloudStack version check when due.
-    async fn run_round(&self, gi: usize) {
-        // The semaphore is never closed: an error cannot happen, and would only mean going on
-        // without a permit.
-        let _permit = self.inner.round_permits.acquire().await.ok();
-        if let Some(r) = lock(&self.inner.groups[gi].refresh).round.as_mut() {
-            r.asking_since = Some(now());
-        }
-        self.learn_stop_permission().await;
-        // Read before the fetch: a snapshot it installs ends the run of failures at once
-        // (`snapshot_arrived`), and what follows needs to know there was one.
-        let failed_before = lock(&self.inner.groups[gi].refresh).failures;
-        let fetched = self.fetch_and_act(gi).await;
-        let failures = {
-            let mut s = lock(&self.inner.groups[gi].refresh);
-            s.last_end = Some(now());
-            if fetched.is_err() {
-                s.failures = s.failures.saturating_add(1);
-                s.jitter = jitter(self.inner.jitter_seed, gi, s.failures);
-            }
-            s.failures
-        };
-        let name = self.group_label(gi);
-        match fetched {
-            Err(e) => {
-                tracing::warn!(group = %name, error = %e, failures,
-                    "refresh from CloudStack failed; the provider tries again on its own");
-                let mut st = self.inner.groups[gi].lock();
-                st.last_error = Some(e.to_string());
-                st.key_refused = e.is_key_refused();
-            }
-            Ok(_) if failed_before > 0 => {
-                tracing::info!(group = %name, failed_rounds = failed_before,
-                    "CloudStack answers again: the snapshot is fresh, followed jobs are polled now");
-                // A loop backing off after failed polls looks at its job now, not at the
-                // end of its backoff.
-                self.poll_now(gi);
-            }
-            Ok(_) => {}
-        }
-        self.refresh_offering(gi).await;
-        self.check_cloudstack_version().await;
     }
 
     /// Asks CloudStack once whether the key may call `stopVirtualMachine`, without stopping
@@ -351,8 +228,10 @@ impl Provider {
     /// the staleness bound, else `Stale` naming the groups and why.
     fn judge_snapshots(&self, groups: &[usize], timed_out: bool) -> Result<()> {
         let stale = self.inner.settings.staleness_bound;
-        let ages: Vec<Option<Duration>> =
-            groups.iter().map(|&gi| self.snapshot_age_of(gi)).collect();
+        let ages: Vec<Option<Duration>> = groups
+            .iter()
+            .map(|&gi| self.cluster(gi).snapshot_age_of())
+            .collect();
         let mut failures = Vec::new();
         let mut key_refused = false;
         for i in cks_domain::freshness::stale_for_refresh(&ages, stale) {
@@ -367,9 +246,9 @@ impl Provider {
                 Some(a) => format!("the last snapshot is {:.1}s old", a.as_secs_f64()),
             };
             if timed_out {
-                why.push_str(&self.round_in_flight(gi));
+                why.push_str(&self.cluster(gi).round_in_flight());
             } else {
-                why.push_str(&self.retry_note(gi));
+                why.push_str(&self.cluster(gi).retry_note());
             }
             if let Some(e) = last_error {
                 why.push_str(&format!("; last error: {e}"));
@@ -392,64 +271,10 @@ impl Provider {
         }
     }
 
-    /// When a failing group is asked again, for a Refresh answered without a round.
-    fn retry_note(&self, gi: usize) -> String {
-        let clock = self.group_clock(gi);
-        if clock.failures == 0 || clock.round.is_some() {
-            return String::new();
-        }
-        match self.refresh_policy().due(&clock, now()) {
-            Some(at) => format!(
-                "; {} refresh rounds failed in a row, the next in {:.1}s (the provider retries on its own, with backoff)",
-                clock.failures,
-                at.saturating_duration_since(now()).as_secs_f64()
-            ),
-            None => String::new(),
-        }
-    }
-
-    /// What group `gi`'s round is doing, for a Refresh that stopped waiting for it.
-    fn round_in_flight(&self, gi: usize) -> String {
-        let s = lock(&self.inner.groups[gi].refresh);
-        match s.round.as_ref().map(|r| r.asking_since) {
-            Some(Some(since)) => format!(
-                "; CloudStack has not answered the refresh within the request's deadline (asked {:.1}s ago; the refresh goes on in the background)",
-                now().saturating_duration_since(since).as_secs_f64()
-            ),
-            Some(None) => format!(
-                "; the refresh waited past the request's deadline for a turn to ask CloudStack (at most {} clusters are asked at once; it goes on in the background)",
-                self.inner.settings.refresh_concurrency
-            ),
-            None => String::new(),
-        }
-    }
-
-    /// Group `gi`'s snapshot is older than the staleness bound and the provider cannot make a
-    /// newer one: the last attempt failed, or an autoscaler asked since the snapshot was taken
-    /// and no newer one came.
-    pub(crate) fn stale_group(&self, gi: usize) -> bool {
-        let g = &self.inner.groups[gi];
-        let (fetched, failing) = {
-            let st = g.read();
-            (
-                st.scale.snapshot().map(|s| s.fetched_at),
-                st.last_error.is_some(),
-            )
-        };
-        let age = fetched.map(|f| now().saturating_duration_since(f));
-        let asked_since = fetched.is_some_and(|f| lock(&g.refresh).demanded.is_some_and(|d| d > f));
-        cks_domain::freshness::stale_for_health(
-            age,
-            self.inner.settings.staleness_bound,
-            failing,
-            asked_since,
-        )
-    }
-
     /// Whether the group with this node-group id is stale ([`Provider::healthy`]).
     pub fn snapshot_stale(&self, group_id: &str) -> bool {
         self.group(group_id)
-            .is_ok_and(|(gi, _)| self.stale_group(gi))
+            .is_ok_and(|(gi, _)| self.cluster(gi).stale_group())
     }
 
     /// Refresh rounds of the group with this node-group id that failed in a row.
@@ -477,16 +302,175 @@ impl Provider {
     /// while it cannot be refreshed): the gRPC health of the CloudProvider service, and what
     /// `cks_provider_node_group_snapshot_stale` says per group.
     pub fn healthy(&self) -> bool {
-        (0..self.inner.groups.len())
-            .all(|gi| self.snapshot_age_of(gi).is_some() && !self.stale_group(gi))
+        (0..self.inner.groups.len()).all(|gi| {
+            self.cluster(gi).snapshot_age_of().is_some() && !self.cluster(gi).stale_group()
+        })
     }
+}
 
-    /// Sets group `gi`'s worker offering when it is not known or changed: from the cache
+impl Cluster {
+    /// What the keeper knows of the group: its snapshot's time and its refresh slot.
+    pub(crate) fn group_clock(&self) -> GroupClock {
+        let fetched = self.fetched_at();
+        let s = lock(&self.group().refresh);
+        slot_clock(&s, fetched)
+    }
+    /// When the group's snapshot was taken (none yet: `None`).
+    fn fetched_at(&self) -> Option<Instant> {
+        self.group().read().scale.snapshot().map(|s| s.fetched_at)
+    }
+    /// A Refresh's step for the group, the demand noted: the end signal of the round it waits
+    /// for, or `None` when it answers from the snapshot (a round it started, if any, goes on
+    /// in the background).
+    fn refresh_step(&self, policy: &Policy, asked: Instant) -> Option<watch::Receiver<bool>> {
+        let fetched = self.fetched_at();
+        let mut s = lock(&self.group().refresh);
+        s.demanded = Some(asked);
+        let step = policy.on_refresh(&slot_clock(&s, fetched), asked);
+        drop(s);
+        match step {
+            RefreshStep::Answer => None,
+            RefreshStep::Join => Some(self.start_round()),
+            RefreshStep::Start { wait } => {
+                let done = self.start_round();
+                wait.then_some(done)
+            }
+        }
+    }
+    /// Starts a round of the group unless one is in flight; the end signal of the round.
+    pub(crate) fn start_round(&self) -> watch::Receiver<bool> {
+        let slot = &self.group().refresh;
+        let mut s = lock(slot);
+        if let Some(r) = &s.round {
+            return r.done.clone();
+        }
+        let (tx, rx) = watch::channel(false);
+        s.round = Some(Round {
+            done: rx.clone(),
+            asking_since: None,
+        });
+        s.start = Some(tx);
+        drop(s);
+        // The group's loop runs it: no task per round.
+        self.wake_loop();
+        rx
+    }
+    /// The round asked for the group and not started yet, for its loop to run. Its end is
+    /// signalled when it ends, and also when it is dropped half way (the loop ended with the
+    /// provider), so no Refresh waits for a round that will never end.
+    pub(crate) fn take_round(&self) -> Option<impl Future<Output = ()> + Send + 'static> {
+        let tx = lock(&self.group().refresh).start.take()?;
+        let c = self.clone();
+        Some(async move {
+            let _end = RoundEnd {
+                slot: &c.group().refresh,
+                done: tx,
+                keeper: &c.p.inner.keeper_wake,
+            };
+            c.run_round().await;
+        })
+    }
+    /// One round of the group, under a permit: the cluster, what the machine asks for on
+    /// seeing it, the worker offering, the CloudStack version check when due.
+    async fn run_round(&self) {
+        // The semaphore is never closed: an error cannot happen, and would only mean going on
+        // without a permit.
+        let _permit = self.p.inner.round_permits.acquire().await.ok();
+        if let Some(r) = lock(&self.group().refresh).round.as_mut() {
+            r.asking_since = Some(now());
+        }
+        self.p.learn_stop_permission().await;
+        // Read before the fetch: a snapshot it installs ends the run of failures at once
+        // (`snapshot_arrived`), and what follows needs to know there was one.
+        let failed_before = lock(&self.group().refresh).failures;
+        let fetched = self.fetch_and_act().await;
+        let failures = {
+            let mut s = lock(&self.group().refresh);
+            s.last_end = Some(now());
+            if fetched.is_err() {
+                s.failures = s.failures.saturating_add(1);
+                s.jitter = jitter(self.p.inner.jitter_seed, self.gi, s.failures);
+            }
+            s.failures
+        };
+        let name = self.label();
+        match fetched {
+            Err(e) => {
+                tracing::warn!(group = %name, error = %e, failures,
+                    "refresh from CloudStack failed; the provider tries again on its own");
+                let mut st = self.group().lock();
+                st.last_error = Some(e.to_string());
+                st.key_refused = e.is_key_refused();
+            }
+            Ok(_) if failed_before > 0 => {
+                tracing::info!(group = %name, failed_rounds = failed_before,
+                    "CloudStack answers again: the snapshot is fresh, followed jobs are polled now");
+                // A loop backing off after failed polls looks at its job now, not at the
+                // end of its backoff.
+                self.poll_now();
+            }
+            Ok(_) => {}
+        }
+        self.refresh_offering().await;
+        self.p.check_cloudstack_version().await;
+    }
+    /// When a failing group is asked again, for a Refresh answered without a round.
+    fn retry_note(&self) -> String {
+        let clock = self.group_clock();
+        if clock.failures == 0 || clock.round.is_some() {
+            return String::new();
+        }
+        match self.p.refresh_policy().due(&clock, now()) {
+            Some(at) => format!(
+                "; {} refresh rounds failed in a row, the next in {:.1}s (the provider retries on its own, with backoff)",
+                clock.failures,
+                at.saturating_duration_since(now()).as_secs_f64()
+            ),
+            None => String::new(),
+        }
+    }
+    /// What the group's round is doing, for a Refresh that stopped waiting for it.
+    fn round_in_flight(&self) -> String {
+        let s = lock(&self.group().refresh);
+        match s.round.as_ref().map(|r| r.asking_since) {
+            Some(Some(since)) => format!(
+                "; CloudStack has not answered the refresh within the request's deadline (asked {:.1}s ago; the refresh goes on in the background)",
+                now().saturating_duration_since(since).as_secs_f64()
+            ),
+            Some(None) => format!(
+                "; the refresh waited past the request's deadline for a turn to ask CloudStack (at most {} clusters are asked at once; it goes on in the background)",
+                self.p.inner.settings.refresh_concurrency
+            ),
+            None => String::new(),
+        }
+    }
+    /// The group's snapshot is older than the staleness bound and the provider cannot make a
+    /// newer one: the last attempt failed, or an autoscaler asked since the snapshot was taken
+    /// and no newer one came.
+    pub(crate) fn stale_group(&self) -> bool {
+        let g = &self.group();
+        let (fetched, failing) = {
+            let st = g.read();
+            (
+                st.scale.snapshot().map(|s| s.fetched_at),
+                st.last_error.is_some(),
+            )
+        };
+        let age = fetched.map(|f| now().saturating_duration_since(f));
+        let asked_since = fetched.is_some_and(|f| lock(&g.refresh).demanded.is_some_and(|d| d > f));
+        cks_domain::freshness::stale_for_health(
+            age,
+            self.p.inner.settings.staleness_bound,
+            failing,
+            asked_since,
+        )
+    }
+    /// Sets the group's worker offering when it is not known or changed: from the cache
     /// shared by every group, else read once (`listServiceOfferings`, or a worker VM's sizes
     /// where the key may not list offerings) and cached.
-    async fn refresh_offering(&self, gi: usize) {
+    async fn refresh_offering(&self) {
         let wanted = {
-            let st = self.inner.groups[gi].read();
+            let st = self.group().read();
             let Some(s) = st.scale.snapshot() else {
                 return;
             };
@@ -500,9 +484,9 @@ impl Provider {
         };
         // One read per offering at a time: the rounds of many clusters of one offering wait
         // for the first one's read and take it from the cache.
-        let mut cache = self.inner.offerings.lock().await;
+        let mut cache = self.p.inner.offerings.lock().await;
         if let Some(o) = cache.known.get(&wanted) {
-            self.inner.groups[gi].lock().worker_offering = Some(o.clone());
+            self.group().lock().worker_offering = Some(o.clone());
             return;
         }
         if cache
@@ -512,11 +496,11 @@ impl Provider {
         {
             return;
         }
-        match self.read_offering(gi, &wanted).await {
+        match self.read_offering(&wanted).await {
             Ok(Some(o)) => {
                 cache.failed.remove(&wanted);
                 cache.known.insert(wanted, o.clone());
-                self.inner.groups[gi].lock().worker_offering = Some(o);
+                self.group().lock().worker_offering = Some(o);
             }
             Ok(None) => {
                 tracing::warn!(offering = %wanted, "worker service offering not listed");
@@ -528,38 +512,35 @@ impl Provider {
             }
         }
     }
-
     /// Offering `wanted` as `listServiceOfferings` lists it, or, once the key is known not to
-    /// allow that command, as a worker VM of group `gi` shows it.
+    /// allow that command, as a worker VM of the group shows it.
     async fn read_offering(
         &self,
-        gi: usize,
         wanted: &str,
     ) -> std::result::Result<Option<ServiceOffering>, CsError> {
-        if self.inner.optional.offerings.load(Ordering::Relaxed) {
-            match self.inner.cs.get_service_offering(wanted).await {
+        if self.p.inner.optional.offerings.load(Ordering::Relaxed) {
+            match self.p.inner.cs.get_service_offering(wanted).await {
                 Err(e) if e.is_not_permitted() => {
-                    self.inner
+                    self.p
+                        .inner
                         .optional
                         .offerings
                         .store(false, Ordering::Relaxed);
-                    tracing::warn!(error = %e, cloudstack = self.inner.cs.api_url(), "this CloudStack key may not call listServiceOfferings (optional): {}", super::WITHOUT_LIST_SERVICE_OFFERINGS);
+                    tracing::warn!(error = %e, cloudstack = self.p.inner.cs.api_url(), "this CloudStack key may not call listServiceOfferings (optional): {}", super::WITHOUT_LIST_SERVICE_OFFERINGS);
                 }
                 other => return other,
             }
         }
-        self.offering_from_vm(gi, wanted).await
+        self.offering_from_vm(wanted).await
     }
-
     /// The worker offering `wanted` as a worker VM of the group shows it (`listVirtualMachines`,
     /// which the key CKS gives a project cluster may call): CPUs and memory.
     async fn offering_from_vm(
         &self,
-        gi: usize,
         wanted: &str,
     ) -> std::result::Result<Option<ServiceOffering>, CsError> {
         let workers: Vec<String> = {
-            let st = self.inner.groups[gi].read();
+            let st = self.group().read();
             let Some(s) = st.scale.snapshot() else {
                 return Ok(None);
             };
@@ -568,7 +549,7 @@ impl Provider {
         if workers.is_empty() {
             return Ok(None);
         }
-        let vms = self.inner.cs.list_virtual_machines(&workers).await?;
+        let vms = self.p.inner.cs.list_virtual_machines(&workers).await?;
         Ok(vms
             .iter()
             .filter_map(|vm| vm.offering())

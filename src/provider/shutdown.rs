@@ -3,6 +3,7 @@
 //! running in CloudStack either way; a later Refresh, or a restarted provider, adopts them.
 //! Kept together because both must leave each machine able to adopt its job again.
 
+use super::Cluster;
 use super::cluster_loop::Change;
 use super::{Provider, Result, Scoped};
 use cks_domain::machine::Phase;
@@ -21,17 +22,11 @@ impl Provider {
     async fn let_go(&self, groups: Vec<usize>) {
         let letting_go: Vec<_> = groups
             .into_iter()
-            .map(|gi| self.change(gi, Change::Cleanup))
+            .map(|gi| self.cluster(gi).change(Change::Cleanup))
             .collect();
         for done in letting_go {
             done.await;
         }
-    }
-
-    /// Cleanup of group `gi`, in its loop: its job let go (the agenda no longer finds it to
-    /// follow) and its removals not sent dropped.
-    pub(crate) fn cleanup_here(&self, gi: usize) {
-        self.inner.groups[gi].lock().scale.cleanup();
     }
 
     /// Waits until no scale operation is in flight, or `grace` passes: on shutdown, running
@@ -56,6 +51,14 @@ impl Provider {
             }
             tokio::time::sleep(cks_domain::timing::IDLE_CHECK).await;
         }
+    }
+}
+
+impl Cluster {
+    /// Cleanup of the group, in its loop: its job let go (the agenda no longer finds it to
+    /// follow) and its removals not sent dropped.
+    pub(crate) fn cleanup_here(&self) {
+        self.group().lock().scale.cleanup();
     }
 }
 

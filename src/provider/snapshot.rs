@@ -4,6 +4,7 @@
 //! the domain's input. Kept in one place so every snapshot the machine sees went through the
 //! same checks (a name resolving to one cluster no other group serves, a cluster gone).
 
+use super::Cluster;
 use super::{Error, Provider, Result, now};
 use crate::config::ClusterRef;
 use cks_cloudstack::types::KubernetesCluster;
@@ -63,82 +64,6 @@ pub(crate) fn cluster_input(c: KubernetesCluster) -> ClusterInput {
 }
 
 impl Provider {
-    /// Fetches one group's cluster (one `listKubernetesClusters` call) and installs it in the
-    /// machine. Returns the snapshot and what the machine asks for on seeing it (a job to
-    /// find, queued work to send, removals to retry): the caller runs those, where it is seen.
-    pub(crate) async fn fetch_group(&self, gi: usize) -> Result<Fetched> {
-        let g = &self.inner.groups[gi];
-        let id = g.read().scale.cluster_id.clone();
-        // CloudStack's answer is at least as recent as the moment it was asked for.
-        let asked = now();
-        let cluster = match (id, &g.spec.cluster) {
-            (Some(id), _) => match self.inner.cs.get_cluster(&id).await {
-                Ok(Some(c)) => c,
-                Err(e) if e.is_bad_project() => {
-                    return Err(Error::ClusterNotFound {
-                        cluster: id,
-                        hint: super::bad_project_hint(self.inner.cs.project_id(), &e.to_string()),
-                    });
-                }
-                // Not visible to the key, or (431: CloudStack's lookup of the id parameter
-                // found no such entity) deleted: not something a retry fixes.
-                Ok(None) => return Err(self.id_not_listed(id).await),
-                Err(e) if e.names_no_entity() => return Err(self.id_not_listed(id).await),
-                Err(e) => return Err(e.into()),
-            },
-            (None, ClusterRef::Name(name)) => {
-                let mut found = match self.inner.cs.find_clusters_by_name(name).await {
-                    Ok(found) => found,
-                    Err(e) if e.is_bad_project() => {
-                        return Err(Error::ClusterNotFound {
-                            cluster: format!("named {name:?}"),
-                            hint: super::bad_project_hint(
-                                self.inner.cs.project_id(),
-                                &e.to_string(),
-                            ),
-                        });
-                    }
-                    Err(e) => return Err(e.into()),
-                };
-                found.retain(|c| c.name == *name);
-                match found.len() {
-                    1 => {
-                        let cluster = found.remove(0);
-                        if let Some(other) = self.serving_elsewhere(gi, &cluster.id) {
-                            return Err(Error::DuplicateCluster {
-                                name: name.clone(),
-                                id: cluster.id,
-                                other,
-                            });
-                        }
-                        cluster
-                    }
-                    0 => {
-                        return Err(Error::ClusterNotFound {
-                            cluster: format!("named {name:?}"),
-                            hint: self.not_listed(&g.spec.cluster).await,
-                        });
-                    }
-                    count => {
-                        return Err(Error::AmbiguousName {
-                            name: name.clone(),
-                            count,
-                        });
-                    }
-                }
-            }
-            (None, ClusterRef::Id(id)) => {
-                return Err(Error::Internal(format!("cluster id {id} not resolved")));
-            }
-        };
-        // Before the snapshot sends owed removals again: those the autoscaler withdrew go;
-        // and before it sends a queued scale-up: suspected cordons the Nodes disprove go.
-        self.withdraw_unmarked(gi).await;
-        self.lift_disproved_cordons(gi).await;
-        let (snapshot, effects) = self.install_snapshot(gi, cluster, asked);
-        Ok(Fetched { snapshot, effects })
-    }
-
     /// A cluster configured by id that the key does not list (not visible to it, or deleted):
     /// not something a retry fixes.
     async fn id_not_listed(&self, id: String) -> Error {
@@ -156,85 +81,155 @@ impl Provider {
             &super::not_listed_hint(self.inner.cs.project_id()),
         )
     }
+}
 
+impl Cluster {
+    /// Fetches one group's cluster (one `listKubernetesClusters` call) and installs it in the
+    /// machine. Returns the snapshot and what the machine asks for on seeing it (a job to
+    /// find, queued work to send, removals to retry): the caller runs those, where it is seen.
+    pub(crate) async fn fetch_group(&self) -> Result<Fetched> {
+        let g = &self.group();
+        let id = g.read().scale.cluster_id.clone();
+        // CloudStack's answer is at least as recent as the moment it was asked for.
+        let asked = now();
+        let cluster = match (id, &g.spec.cluster) {
+            (Some(id), _) => match self.p.inner.cs.get_cluster(&id).await {
+                Ok(Some(c)) => c,
+                Err(e) if e.is_bad_project() => {
+                    return Err(Error::ClusterNotFound {
+                        cluster: id,
+                        hint: super::bad_project_hint(self.p.inner.cs.project_id(), &e.to_string()),
+                    });
+                }
+                // Not visible to the key, or (431: CloudStack's lookup of the id parameter
+                // found no such entity) deleted: not something a retry fixes.
+                Ok(None) => return Err(self.p.id_not_listed(id).await),
+                Err(e) if e.names_no_entity() => return Err(self.p.id_not_listed(id).await),
+                Err(e) => return Err(e.into()),
+            },
+            (None, ClusterRef::Name(name)) => {
+                let mut found = match self.p.inner.cs.find_clusters_by_name(name).await {
+                    Ok(found) => found,
+                    Err(e) if e.is_bad_project() => {
+                        return Err(Error::ClusterNotFound {
+                            cluster: format!("named {name:?}"),
+                            hint: super::bad_project_hint(
+                                self.p.inner.cs.project_id(),
+                                &e.to_string(),
+                            ),
+                        });
+                    }
+                    Err(e) => return Err(e.into()),
+                };
+                found.retain(|c| c.name == *name);
+                match found.len() {
+                    1 => {
+                        let cluster = found.remove(0);
+                        if let Some(other) = self.serving_elsewhere(&cluster.id) {
+                            return Err(Error::DuplicateCluster {
+                                name: name.clone(),
+                                id: cluster.id,
+                                other,
+                            });
+                        }
+                        cluster
+                    }
+                    0 => {
+                        return Err(Error::ClusterNotFound {
+                            cluster: format!("named {name:?}"),
+                            hint: self.p.not_listed(&g.spec.cluster).await,
+                        });
+                    }
+                    count => {
+                        return Err(Error::AmbiguousName {
+                            name: name.clone(),
+                            count,
+                        });
+                    }
+                }
+            }
+            (None, ClusterRef::Id(id)) => {
+                return Err(Error::Internal(format!("cluster id {id} not resolved")));
+            }
+        };
+        // Before the snapshot sends owed removals again: those the autoscaler withdrew go;
+        // and before it sends a queued scale-up: suspected cordons the Nodes disprove go.
+        self.withdraw_unmarked().await;
+        self.lift_disproved_cordons().await;
+        let (snapshot, effects) = self.install_snapshot(cluster, asked);
+        Ok(Fetched { snapshot, effects })
+    }
     /// Where the cluster's Nodes can be read (`--confirm-node-marks`): owed removals whose
     /// Node exists without the autoscaler's `ToBeDeletedByClusterAutoscaler` mark are
     /// withdrawn (a restarted autoscaler removed the marks, and the node may run new pods).
     /// A Node that cannot be read keeps its removal: the promise stands.
-    async fn withdraw_unmarked(&self, gi: usize) {
-        let Some(nodes) = &self.inner.nodes else {
+    async fn withdraw_unmarked(&self) {
+        let Some(nodes) = &self.p.inner.nodes else {
             return;
         };
-        let g = &self.inner.groups[gi];
+        let g = &self.group();
         let to_confirm = g.read().scale.removals_to_confirm();
         // An absent Node (a kubelet that never joined: the autoscaler removes such VMs
         // through fake nodes, which carry no mark) keeps its removal.
         let (unmarked, unread) =
             vms_whose_node(nodes, to_confirm, |n| n.is_some_and(|n| !n.marked)).await;
         for (node, e) in unread {
-            tracing::warn!(group = %self.group_label(gi), node = %node, error = %e,
+            tracing::warn!(group = %self.label(), node = %node, error = %e,
                 "could not read the node the removal is owed for: the removal stands");
         }
         if unmarked.is_empty() {
             return;
         }
-        self.tell(gi, Event::MarksGone(&unmarked)).await;
+        self.tell(Event::MarksGone(&unmarked)).await;
     }
-
     /// Where the cluster's Nodes can be read: nodes suspected of a cordon a failed drain left
     /// (`ScaleMachine::cordon_suspects`) that CloudStack counts Ready now are suspected no
     /// more (an operator uncordoned them, or the drain had not cordoned them), so a scale-up
     /// is not held for them. A Node that cannot be read, or is absent, keeps the suspicion.
-    async fn lift_disproved_cordons(&self, gi: usize) {
-        let Some(nodes) = &self.inner.nodes else {
+    async fn lift_disproved_cordons(&self) {
+        let Some(nodes) = &self.p.inner.nodes else {
             return;
         };
-        let g = &self.inner.groups[gi];
+        let g = &self.group();
         let asked = now();
         let to_check = g.read().scale.cordons_to_check();
         let (ready, unread) =
             vms_whose_node(nodes, to_check, |n| n.is_some_and(|n| n.counted_ready)).await;
         for (node, e) in unread {
-            tracing::debug!(group = %self.group_label(gi), node = %node, error = %e,
+            tracing::debug!(group = %self.label(), node = %node, error = %e,
                 "could not read a node suspected of a cordon: still suspected");
         }
         if ready.is_empty() {
             return;
         }
-        tracing::info!(group = %self.group_label(gi), vms = ?ready,
+        tracing::info!(group = %self.label(), vms = ?ready,
             "nodes a failed drain may have cordoned are Ready and schedulable: scale-ups are no longer held for them");
-        self.tell(
-            gi,
-            Event::NodesReady {
-                vm_ids: &ready,
-                asked,
-            },
-        )
+        self.tell(Event::NodesReady {
+            vm_ids: &ready,
+            asked,
+        })
         .await;
     }
-
-    /// [`Provider::fetch_group`], then what the machine asked for on seeing the snapshot.
-    pub(crate) async fn fetch_and_act(&self, gi: usize) -> Result<Arc<IndexedSnapshot>> {
-        let fetched = self.fetch_group(gi).await?;
-        self.run_effects(gi, fetched.effects).await;
+    /// [`Cluster::fetch_group`], then what the machine asked for on seeing the snapshot.
+    pub(crate) async fn fetch_and_act(&self) -> Result<Arc<IndexedSnapshot>> {
+        let fetched = self.fetch_group().await?;
+        self.run_effects(fetched.effects).await;
         Ok(fetched.snapshot)
     }
-
     /// Installs a freshly fetched cluster as the group's snapshot; returns it and the effects
     /// the machine asks for.
     fn install_snapshot(
         &self,
-        gi: usize,
         cluster: KubernetesCluster,
         asked: Instant,
     ) -> (Arc<IndexedSnapshot>, Vec<Effect>) {
-        let g = &self.inner.groups[gi];
+        let g = &self.group();
         let snap = ClusterSnapshot::classify(cluster_input(cluster));
         if let Some(w) = &snap.classification_warning {
             tracing::error!(cluster = %snap.name, "{w}");
         }
         let indexed = Arc::new(IndexedSnapshot::new(snap, now()).asked_at(asked));
-        let alert = self.alert_scaling();
+        let alert = self.p.alert_scaling();
         let effects = {
             let mut st = g.lock();
             st.last_error = None;
@@ -261,17 +256,16 @@ impl Provider {
                 .effects
         };
         super::refresh::snapshot_arrived(&g.refresh);
-        self.note_blocked(gi);
-        self.update_ready();
+        self.note_blocked();
+        self.p.update_ready();
         (indexed, effects)
     }
-
     /// The label of another group serving cluster `id` (resolved to it, or configured by it).
-    fn serving_elsewhere(&self, gi: usize, id: &str) -> Option<String> {
-        (0..self.inner.groups.len())
-            .filter(|&o| o != gi)
+    fn serving_elsewhere(&self, id: &str) -> Option<String> {
+        (0..self.p.inner.groups.len())
+            .filter(|&o| o != self.gi)
             .find_map(|o| {
-                let g = &self.inner.groups[o];
+                let g = &self.p.inner.groups[o];
                 let resolved = g.read().scale.cluster_id.clone();
                 let configured = match &g.spec.cluster {
                     ClusterRef::Id(c) => Some(c.clone()),
@@ -281,7 +275,7 @@ impl Provider {
                     .into_iter()
                     .flatten()
                     .any(|c| c.eq_ignore_ascii_case(id))
-                    .then(|| self.group_label(o))
+                    .then(|| self.p.group_label(o))
             })
     }
 }

@@ -335,7 +335,8 @@ impl Provider {
             if restored.is_empty() {
                 continue;
             }
-            self.sending(gi, super::cluster_loop::Work::Effects(restored));
+            self.cluster(gi)
+                .sending(super::cluster_loop::Work::Effects(restored));
         }
     }
 

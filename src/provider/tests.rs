@@ -118,7 +118,11 @@ async fn a_deleted_cluster_is_not_found_not_a_transient_failure() {
             cluster: ClusterRef::Id("00000000-0000-0000-0000-000000000000".into()),
         }]),
     );
-    let err = gone.fetch_and_act(0).await.expect_err("not listed");
+    let err = gone
+        .cluster(0)
+        .fetch_and_act()
+        .await
+        .expect_err("not listed");
     assert!(matches!(err, Error::ClusterNotFound { .. }), "{err:?}");
     assert!(err.to_string().contains("not listed"), "{err}");
     let err = gone.refresh().await.expect_err("no snapshot");
@@ -174,14 +178,15 @@ async fn a_cluster_named_by_id_and_by_name_is_served_once() {
             },
         ]),
     );
-    let err = twice.fetch_and_act(1).await.expect_err("refused");
+    let err = twice.cluster(1).fetch_and_act().await.expect_err("refused");
     assert!(
         matches!(&err, Error::DuplicateCluster { id: dup, .. } if *dup == id),
         "{err}"
     );
     assert!(err.to_string().contains("serves already"), "{err}");
     twice
-        .fetch_and_act(0)
+        .cluster(0)
+        .fetch_and_act()
         .await
         .expect("the group by id is served");
     assert_eq!(twice.all_groups().node_groups().len(), 1);

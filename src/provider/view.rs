@@ -4,6 +4,7 @@
 //! this module caches them in the view they were derived from (see `Views`). Each answer is
 //! limited to the caller's groups ([`Scoped`]).
 
+use super::Cluster;
 use super::cluster_loop::{Change, Lesson};
 use super::{Error, Group, GroupView, Provider, Result, Scoped, before, now};
 use crate::config::{ClusterRef, NodeGroupSpec};
@@ -86,44 +87,6 @@ impl GroupView {
 }
 
 impl Provider {
-    /// Teaches group `gi` what a node report showed; in the group's loop.
-    pub(crate) fn learn_here(&self, gi: usize, lesson: Lesson) {
-        let Lesson {
-            vm_id,
-            node_name,
-            provider_id,
-            labels,
-            joined,
-        } = lesson;
-        let mut st = self.inner.groups[gi].lock();
-        if joined && st.scale.node_registered(&vm_id) {
-            tracing::info!(
-                vm = %vm_id,
-                node = node_name,
-                "the node of a VM a failed scale-up left registered: it is a node of the group, no longer a failed creation"
-            );
-        }
-        if let Some(provider_id) = provider_id
-            && st.scale.learn(&vm_id, &provider_id, &node_name)
-        {
-            tracing::warn!(
-                vm = %vm_id,
-                node = node_name,
-                provider_id,
-                "node carries a providerID other than CloudStack's CCM default; reporting the instance under the node's own id"
-            );
-        }
-        // Another report may have brought labels since this one was read.
-        if labels.is_some() && st.sample_labels.is_none() {
-            st.sample_labels = labels;
-        }
-    }
-
-    fn view(&self, gi: usize) -> Option<NodeGroupView> {
-        let g = &self.inner.groups[gi];
-        self.view_of(g, &g.read())
-    }
-
     /// Group `g` as NodeGroups shows it, from its view `v`.
     fn view_of(&self, g: &Group, v: &GroupView) -> Option<NodeGroupView> {
         let alert = self.alert_scaling();
@@ -151,6 +114,45 @@ impl Provider {
     }
 }
 
+impl Cluster {
+    /// Teaches the group what a node report showed; in the group's loop.
+    pub(crate) fn learn_here(&self, lesson: Lesson) {
+        let Lesson {
+            vm_id,
+            node_name,
+            provider_id,
+            labels,
+            joined,
+        } = lesson;
+        let mut st = self.group().lock();
+        if joined && st.scale.node_registered(&vm_id) {
+            tracing::info!(
+                vm = %vm_id,
+                node = node_name,
+                "the node of a VM a failed scale-up left registered: it is a node of the group, no longer a failed creation"
+            );
+        }
+        if let Some(provider_id) = provider_id
+            && st.scale.learn(&vm_id, &provider_id, &node_name)
+        {
+            tracing::warn!(
+                vm = %vm_id,
+                node = node_name,
+                provider_id,
+                "node carries a providerID other than CloudStack's CCM default; reporting the instance under the node's own id"
+            );
+        }
+        // Another report may have brought labels since this one was read.
+        if labels.is_some() && st.sample_labels.is_none() {
+            st.sample_labels = labels;
+        }
+    }
+    fn view(&self) -> Option<NodeGroupView> {
+        let g = &self.group();
+        self.p.view_of(g, &g.read())
+    }
+}
+
 impl Scoped<'_> {
     /// Waits, until `deadline` at the latest, for every group of the caller to have a first
     /// snapshot or a first failed fetch. Right after the provider starts, NodeGroupForNode
@@ -174,7 +176,7 @@ impl Scoped<'_> {
     pub fn node_groups(&self) -> Vec<NodeGroupView> {
         self.visible()
             .into_iter()
-            .filter_map(|gi| self.p.view(gi))
+            .filter_map(|gi| self.p.cluster(gi).view())
             .collect()
     }
 
@@ -188,7 +190,7 @@ impl Scoped<'_> {
     ///
     /// Answered from the published view, without waiting, unless the report teaches the group
     /// something (a providerID, the first labels, a failed creation's node): then the group's
-    /// loop is taught (`Provider::learn_here`) and the answer waits for it, until `deadline`
+    /// loop is taught (`Cluster::learn_here`) and the answer waits for it, until `deadline`
     /// at the latest, so that the reads after it (NodeGroupNodes) see what it taught.
     pub async fn node_group_for_node(
         &self,
@@ -250,7 +252,7 @@ impl Scoped<'_> {
                         }),
                         joined,
                     };
-                    let taught = self.p.change(gi, Change::Learn(lesson));
+                    let taught = self.p.cluster(gi).change(Change::Learn(lesson));
                     // The loop makes it beside whatever it has under way. Should the deadline
                     // come first, the answer is the same group: a lesson changes how the
                     // group's instances are named and counted, never which group a node is.
