@@ -29,17 +29,9 @@ impl Provider {
 }
 
 impl Cluster {
-    /// After a new snapshot of the group: says once that CloudStack stranded its cluster
-    /// (ERROR, naming the rule, the VMs and the fix), or that it no longer is. The lock is
-    /// taken for a change only when there is news.
-    pub(crate) fn note_blocked(&self) {
-        let g = &self.group();
-        if !g.read().scale.stranding_changed() {
-            return;
-        }
-        let Some(news) = g.lock().scale.note_stranded() else {
-            return;
-        };
+    /// What the machine said of CloudStack stranding the cluster, for the operator: an ERROR
+    /// naming the rule, the VMs and the fix, or that it no longer is.
+    pub(crate) fn stranding(&self, news: StrandNews) {
         let label = self.label();
         match news {
             StrandNews::Stranded(s) => {
@@ -59,6 +51,7 @@ impl Cluster {
             }
         }
     }
+
     /// The VMs the machine reports as failed creations whose nodes an autoscaler of the group
     /// reported registered (`registry`) are nodes: the machine is told
     /// (`ScaleMachine::node_registered`). Called with the group's state locked; takes the

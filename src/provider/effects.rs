@@ -112,6 +112,13 @@ impl Cluster {
                     tracing::info!(group = %self.label(), vms = %vms.join(","),
                         "scale-down: the request's deadline came before CloudStack's answer; the removals are owed and carried through");
                 }
+                Effect::Stranding(news) => self.stranding(news),
+                Effect::ExternallyManaged => {
+                    let name = self.label();
+                    tracing::warn!(group = %name,
+                        "cluster {name} is externally managed (clustertype ExternalManaged): CloudStack does not scale it; \
+                         this provider lists its workers but refuses every scale request for it");
+                }
                 Effect::AnsweredUnrecorded => {
                     tracing::error!(group = %self.label(),
                         "answered OK before the promise was recorded (the store cannot be written now): a restart before it is kept would forget it");

@@ -234,17 +234,6 @@ impl Cluster {
             let mut st = g.lock();
             st.last_error = None;
             st.key_refused = false;
-            let newly_external = indexed.snap.externally_managed
-                && st
-                    .scale
-                    .snapshot()
-                    .is_none_or(|s| !s.snap.externally_managed);
-            if newly_external {
-                tracing::warn!(group = %indexed.snap.name,
-                    "cluster {} is externally managed (clustertype ExternalManaged): CloudStack does not scale it; \
-                     this provider lists its workers but refuses every scale request for it",
-                    indexed.snap.name);
-            }
             st.scale
                 .handle(
                     Event::Listed {
@@ -256,7 +245,6 @@ impl Cluster {
                 .effects
         };
         super::refresh::snapshot_arrived(&g.refresh);
-        self.note_blocked();
         self.p.update_ready();
         (indexed, effects)
     }

@@ -130,7 +130,19 @@ impl ScaleMachine {
     /// Takes in what happened; returns what to do about it.
     pub fn handle(&mut self, event: Event<'_>, now: Instant) -> Step {
         match event {
-            Event::Listed { snap, alert } => self.snapshot_installed(snap, alert, now).into(),
+            Event::Listed { snap, alert } => {
+                let newly_external = snap.snap.externally_managed
+                    && self.snap.as_ref().is_none_or(|s| !s.snap.externally_managed);
+                let mut effects = self.snapshot_installed(snap, alert, now);
+                // The operator's news, said once per change, not on every listing.
+                if newly_external {
+                    effects.insert(0, Effect::ExternallyManaged);
+                }
+                if let Some(news) = self.note_stranded() {
+                    effects.insert(0, Effect::Stranding(news));
+                }
+                effects.into()
+            }
             Event::Sent(Sent::Accepted(job)) => {
                 self.submission_answered(job, now);
                 Step::default()

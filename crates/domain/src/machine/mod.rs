@@ -333,6 +333,14 @@ pub enum Effect {
     },
     /// What a job search changed (news for the operator and the job metrics).
     Searched(SearchNews),
+    /// The listing shows the cluster stranded by CloudStack (or by another rule than before),
+    /// or no longer stranded: said once per change. Tell the operator (an ERROR when stranded:
+    /// every scale request is refused until an operator repairs it).
+    Stranding(StrandNews),
+    /// The listing shows the cluster externally managed (clustertype ExternalManaged), which it
+    /// did not before: CloudStack does not scale it, so every scale request is refused. Tell
+    /// the operator.
+    ExternallyManaged,
     /// A caller heard OK before the ledger holding its promise was written (its deadline
     /// came first; `replies`): a restart before the promise is kept would forget it. Say so
     /// loudly.

@@ -32,16 +32,10 @@ impl ScaleMachine {
         stranded(&s.snap, &known)
     }
 
-    /// Whether [`ScaleMachine::note_stranded`] has news: a read, so the shell takes the lock
-    /// for a change only when there is one.
-    pub fn stranding_changed(&self) -> bool {
-        self.stranded().map(|s| s.rule) != self.stranded_noted
-    }
-
     /// Notes the stranding of the latest snapshot: news when the cluster became stranded (or
-    /// by another rule) or recovered since the last note, `None` while nothing changed. What
-    /// the shell logs once per change, not on every refresh.
-    pub fn note_stranded(&mut self) -> Option<StrandNews> {
+    /// by another rule) or recovered since the last note, `None` while nothing changed
+    /// ([`super::Effect::Stranding`], once per change, not on every listing).
+    pub(crate) fn note_stranded(&mut self) -> Option<StrandNews> {
         let now = self.stranded();
         let rule = now.as_ref().map(|s| s.rule);
         if rule == self.stranded_noted {
@@ -339,38 +333,47 @@ mod tests {
     }
 
     #[test]
-    fn the_stranding_is_noted_once_per_change() {
+    fn the_stranding_is_said_once_per_change() {
+        use super::super::{Effect, Event};
         let t0 = Instant::now();
         let mut m = ScaleMachine::new(Some("cid".into()), Timings::default());
-        m.snapshot_installed(snap("Running", &[("w1", VmState::Running)], 1), &ALERT, t0);
-        assert!(!m.stranding_changed());
-        assert_eq!(m.note_stranded(), None);
+        let listed = |m: &mut ScaleMachine, state: &str, vms: &[(&str, VmState)]| {
+            m.handle(
+                Event::Listed {
+                    snap: snap(state, vms, 1),
+                    alert: &ALERT,
+                },
+                t0,
+            )
+            .effects
+            .into_iter()
+            .filter_map(|e| match e {
+                Effect::Stranding(news) => Some(news),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+        };
+        assert_eq!(listed(&mut m, "Running", &[("w1", VmState::Running)]), []);
         let left = [("w1", VmState::Running), ("w2", VmState::Error)];
-        m.snapshot_installed(snap("Alert", &left, 1), &ALERT, t0);
-        assert!(m.stranding_changed());
-        let Some(StrandNews::Stranded(s)) = m.note_stranded() else {
+        let [StrandNews::Stranded(s)] = &listed(&mut m, "Alert", &left)[..] else {
             panic!("news");
         };
         assert_eq!(s.rule, StrandRule::VmCount);
         assert_eq!(s.vm_names(), ["k-node-w2"]);
-        // The next refreshes of the same stranding are no news.
-        m.snapshot_installed(snap("Alert", &left, 1), &ALERT, t0);
-        assert!(!m.stranding_changed());
-        assert_eq!(m.note_stranded(), None);
+        // The next listings of the same stranding are no news.
+        assert_eq!(listed(&mut m, "Alert", &left), []);
         // Another rule is.
-        m.snapshot_installed(snap("Alert", &[("w1", VmState::Running)], 1), &ALERT, t0);
         assert!(matches!(
-            m.note_stranded(),
-            Some(StrandNews::Stranded(Stranded {
+            &listed(&mut m, "Alert", &[("w1", VmState::Running)])[..],
+            [StrandNews::Stranded(Stranded {
                 rule: StrandRule::NoDownWorker,
                 ..
-            }))
+            })]
         ));
-        m.snapshot_installed(snap("Running", &[("w1", VmState::Running)], 1), &ALERT, t0);
         assert_eq!(
-            m.note_stranded(),
-            Some(StrandNews::Recovered(StrandRule::NoDownWorker))
+            listed(&mut m, "Running", &[("w1", VmState::Running)]),
+            [StrandNews::Recovered(StrandRule::NoDownWorker)]
         );
-        assert_eq!(m.note_stranded(), None);
+        assert_eq!(listed(&mut m, "Running", &[("w1", VmState::Running)]), []);
     }
 }

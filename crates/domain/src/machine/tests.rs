@@ -208,6 +208,8 @@ fn apply(m: &mut ScaleMachine, ev: Ev, t0: Instant) -> String {
                 Effect::Searched(news) => format!("searched:{news:?}"),
                 Effect::RemovalsWithdrawn { vms } => format!("withdrawn:{}", vms.join("+")),
                 Effect::AnsweredUnrecorded => "unrecorded".into(),
+                Effect::Stranding(news) => format!("stranding:{news:?}"),
+                Effect::ExternallyManaged => "externally-managed".into(),
                 Effect::PromisedAtDeadline { vms } => format!("promised:{}", vms.join("+")),
             })
             .collect::<Vec<_>>()
