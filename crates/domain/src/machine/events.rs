@@ -95,7 +95,7 @@ pub enum WatchedAnswer {
 
 impl Settled {
     /// What the caller who watched the job hears, its end being `end` (a failure).
-    pub fn watched_answer(&self, end: &JobEnd) -> WatchedAnswer {
+    pub(crate) fn watched_answer(&self, end: &JobEnd) -> WatchedAnswer {
         let (code, text) = end.failure().unwrap_or((0, ""));
         if self.owed {
             return WatchedAnswer::CarriedThrough;

@@ -26,7 +26,7 @@ pub const MAX_REMOVAL_ATTEMPTS: u32 = 6;
 /// How long a removal waits after its `attempts`-th failure: 30 s, doubling, at most 10 min.
 /// A failed drain moves the cluster to Alert; CloudStack's status scanner (every 30 s) moves it
 /// back once every node is Ready, so the first retry comes after that.
-pub fn retry_delay(attempts: u32) -> Duration {
+pub(crate) fn retry_delay(attempts: u32) -> Duration {
     let exp = attempts.saturating_sub(1).min(5);
     (Duration::from_secs(30) * 2u32.pow(exp)).min(Duration::from_secs(600))
 }
