@@ -132,6 +132,7 @@ impl Cluster {
             ))
         })
     }
+
     /// Carries out a call in the group's loop and answers it. A caller that hangs up is not
     /// answered, and what it asked goes no further than it had when it hung up, as when the
     /// call ran in the caller's own future: a request already handed over is carried through
@@ -151,6 +152,7 @@ impl Cluster {
             () = reply.closed() => {}
         }
     }
+
     /// Hands a change of its machine to the group's loop (started on first use) now; the
     /// future resolves once the loop made it: `false` when the loop ended without making it
     /// (a bug panicked it). Handed over before it is awaited, so changes of several groups
@@ -160,6 +162,7 @@ impl Cluster {
         let handed = self.group_loop().changes.send((change, done)).is_ok();
         async move { handed && made.await.is_ok() }
     }
+
     /// Makes a change in the group's loop.
     fn make(&self, change: Change) {
         match change {
@@ -168,24 +171,28 @@ impl Cluster {
             Change::MayStopVms(yes) => self.may_stop_here(yes),
         }
     }
+
     /// Hands work to the group's loop (started on first use).
     pub(crate) fn sending(&self, work: Work) {
         if self.group_loop().work.send(work).is_err() {
             tracing::error!(group = %self.label(), "the group's loop ended: the work handed to it is not done");
         }
     }
+
     /// Wakes the group's loop (started on first use) to look at what the machine waits for:
     /// a new job to follow, a state to watch, a VM to stop.
     pub(crate) fn wake_loop(&self) {
         self.group_loop();
         self.group().wake.notify_one();
     }
+
     /// Has the group's loop poll the followed job now, not when it was due: a snapshot
     /// suggests it is over, or CloudStack answers again after polls that failed.
     pub(crate) fn poll_now(&self) {
         self.group_loop();
         self.group().poke.notify_one();
     }
+
     /// The group's loop's inbox. The loop holds the provider weakly: it ends with it.
     fn group_loop(&self) -> &Inbox {
         self.group().inbox.get_or_init(|| {
@@ -210,6 +217,7 @@ impl Cluster {
             }
         })
     }
+
     /// Polls the followed job once; at its end, reads the cluster and settles it with the
     /// machine (`seen`: when a poll last saw it running, told to the machine at its end).
     async fn poll_job(&self, job: String, seen: Option<std::time::Instant>) -> Report {
@@ -236,6 +244,7 @@ impl Cluster {
         };
         Report::JobPolled { job, poll }
     }
+
     /// Carries out what the agenda says is due; what it came to, for the agenda.
     async fn do_due(self, due: Due) -> Report {
         match due {
@@ -268,6 +277,7 @@ impl Cluster {
             }
         }
     }
+
     /// One piece of handed work.
     async fn carry_out(self, work: Work) {
         match work {

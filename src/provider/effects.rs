@@ -33,6 +33,7 @@ impl Cluster {
         let step = self.group().lock().scale.handle(event, now());
         self.carry(step).await
     }
+
     /// Carries out a step of the group's machine: its effects, and the replies it releases;
     /// returns what a caller waiting on its event hears.
     pub(crate) async fn carry(&self, step: Step) -> Option<Answer> {
@@ -40,6 +41,7 @@ impl Cluster {
         self.run_effects(step.effects).await;
         step.answer
     }
+
     /// Sends the replies the machine released to their callers (one that hung up is gone).
     pub(crate) fn reply(&self, replies: &[Reply]) {
         if replies.is_empty() {
@@ -56,6 +58,7 @@ impl Cluster {
             }
         }
     }
+
     /// Carries out what the machine asked for. `FindJob` is awaited (so a Refresh answers
     /// with the adopted job counted); requests are sent by the group's loop.
     pub(crate) async fn run_effects(&self, effects: Vec<Effect>) {
@@ -132,6 +135,7 @@ impl Cluster {
         // VMs to stop are the loop's to take.
         self.wake_loop();
     }
+
     /// [`Provider::tell_may_stop_vms`] in the group's loop. The event asks for nothing.
     pub(crate) fn may_stop_here(&self, yes: bool) {
         let _ = self
@@ -140,6 +144,7 @@ impl Cluster {
             .scale
             .handle(Event::MayStopVms(yes), now());
     }
+
     /// A job's end told: the log, the job metrics, and the provider-wide verdict when its
     /// failure shows this CloudStack does not scale a cluster in Alert.
     fn job_ended(&self, job: &str, kind: JobKind, end: &JobEnd, alert_refusal: bool) {
@@ -165,6 +170,7 @@ impl Cluster {
             }
         }
     }
+
     /// What a job search changed, told.
     fn searched(&self, news: SearchNews) {
         let cluster_id = self.p.group_id(self.gi);
@@ -187,6 +193,7 @@ impl Cluster {
             SearchNews::Nothing => {}
         }
     }
+
     /// Sends `stopVirtualMachine` for a VM the machine handed out (`take_stops`) and tells the
     /// machine its answer; returns the stop job to follow (the group's loop polls it and calls
     /// [`Cluster::stop_ended`]).
@@ -223,6 +230,7 @@ impl Cluster {
         self.tell(Event::StopAnswered { vm, answer: stop }).await;
         answer.ok()
     }
+
     /// A stop job ended (`failed`: CloudStack's text). Succeeded, the cluster is read again:
     /// it shows the VM down and its removal goes out without a drain, with no need to wait
     /// for the autoscaler's next Refresh. Failed, the stop is tried again later.

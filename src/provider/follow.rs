@@ -70,6 +70,7 @@ impl Cluster {
             None => tries.await,
         }
     }
+
     /// Reports a job's end to the machine and carries out what follows: the news, the
     /// queued request. Returns what the RPC that watched it hears (`watched`), when the job
     /// was still the group's.
@@ -98,6 +99,7 @@ impl Cluster {
         self.run_effects(step.effects).await;
         step.answer
     }
+
     /// Looks for the scale job the group's phase waits for (a cluster Scaling with no job
     /// known, or a submission whose answer was lost) and reports what it found to the
     /// machine; returns the effects that follow (the queue's next request).
@@ -140,6 +142,7 @@ impl Cluster {
         };
         self.group().lock().scale.handle(event, now()).effects
     }
+
     /// The running `scaleKubernetesCluster` job the group waits for, read from
     /// `listAsyncJobs` one page at a time and only as far back as such a job can have
     /// started ([`jobs::search_start`]): CloudStack keeps finished jobs for a day and lists

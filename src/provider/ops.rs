@@ -38,11 +38,13 @@ impl Cluster {
             source,
         }
     }
+
     /// The group's min and max.
     pub(crate) fn bounds(&self) -> (u32, u32) {
         let g = &self.group();
         g.read().bounds(&g.spec)
     }
+
     /// A snapshot fresh from CloudStack, or the cached one when CloudStack cannot answer in
     /// time and the cached one is within the staleness bound.
     async fn fresh_snapshot(&self, deadline: Instant) -> Result<Arc<IndexedSnapshot>> {
@@ -77,6 +79,7 @@ impl Cluster {
             }),
         }
     }
+
     /// A request the machine queued and now sends (no caller waits for it): its refusal is
     /// recorded by the machine as failed instances.
     pub(crate) fn send_queued(&self, request: ScaleRequest) {
@@ -87,6 +90,7 @@ impl Cluster {
             reply: None,
         });
     }
+
     /// Sends the request the machine started for a caller that waits for its answer (until
     /// `deadline`), from the group's loop: the caller hanging up does not stop it half way.
     async fn send(&self, request: ScaleRequest, deadline: Instant) -> Result<()> {
@@ -102,6 +106,7 @@ impl Cluster {
             ))
         })
     }
+
     /// Sends the request the machine started (the phase is `Submitting`), reports the answer
     /// back to the machine, watches the job for an immediate refusal while the deadline allows,
     /// then leaves it to the group's loop to follow.
@@ -205,6 +210,7 @@ impl Cluster {
         // Followed by the group's loop, which runs this.
         Ok(())
     }
+
     /// The submission's answer was lost: settled later by reading CloudStack (the group's
     /// loop watches the cluster's state meanwhile). Its callers hear what the machine says: OK
     /// when it promised what they asked (a window's removals), else the loss.
@@ -221,6 +227,7 @@ impl Cluster {
             detail,
         })
     }
+
     /// A caller's reply handle, opened before the machine hears of the caller: whatever the
     /// machine releases for it ([`cks_domain::machine::Step::replies`]) reaches it.
     fn open_call(&self) -> (CallId, oneshot::Receiver<Heard>) {
@@ -233,8 +240,9 @@ impl Cluster {
             .insert(call, tx);
         (call, rx)
     }
+
     /// What the machine says `call` hears. Its deadline is told twice: early enough that a
-    /// promise made then can still be recorded (`timing::promise_by`: a window caller is
+    /// promise made then can still be recorded (`ScaleMachine::promise_at`: a window caller is
     /// promised its removals), and at the last moment (an OK waiting for its record goes, said
     /// loudly). A window caller whose removals a failure dropped hears that failure when the
     /// window's loop tells it.
@@ -245,7 +253,11 @@ impl Cluster {
         deadline: Instant,
     ) -> Result<Heard> {
         let ended = |_| Error::Internal("the group's loop ended without an answer".into());
-        let promise_at = cks_domain::timing::promise_by(deadline.into_std(), now());
+        let promise_at = self
+            .group()
+            .read()
+            .scale
+            .promise_at(deadline.into_std(), now());
         if let Ok(heard) = timeout_at(Instant::from_std(promise_at), &mut rx).await {
             return heard.map_err(ended);
         }
@@ -256,6 +268,7 @@ impl Cluster {
         self.tell(Event::CallerDeadline { call }).await;
         rx.await.map_err(ended)
     }
+
     /// The caller hears OK once the machine releases it: once the ledger holding its promise
     /// is written (at once without a store), or at its deadline.
     async fn answer_ok(&self, deadline: Instant) -> Result<()> {
@@ -264,6 +277,7 @@ impl Cluster {
         self.carry(step).await;
         self.hear(call, rx, deadline).await.map(|_| ())
     }
+
     /// Watches a just-accepted job until it is past CloudStack's validation, which runs
     /// inside the job: the job failed (a refusal), ended, or the cluster shows Scaling (the
     /// job moves it there once validated). Bounded by `scale_watch` and the deadline. Returns
@@ -299,6 +313,7 @@ impl Cluster {
             }
         }
     }
+
     /// A job that failed while its scale RPC still watched it: settled as a followed job's end
     /// is, then answered as the machine says (`Settled::watched_answer`).
     async fn failed_in_watch(&self, job_id: &str, end: JobEnd, deadline: Instant) -> Result<()> {
@@ -347,6 +362,7 @@ impl Cluster {
             }),
         }
     }
+
     /// Ends a removal window: after `removal_window` (or before the first caller's deadline),
     /// on a fresh snapshot, the queued removals go out as one request; the machine says what
     /// each caller of the window hears. Runs in the group's loop: a caller giving up never
@@ -514,6 +530,7 @@ impl Cluster {
             }
         }
     }
+
     /// NodeGroupDeleteNodes of the group, in its loop (`Call::Delete`). The real autoscaler
     /// sends one call per node, several at once (`core/scaledown/actuation/actuator.go`
     /// `deleteNodesAsync`): each call is validated and queued by the machine, and answered OK
@@ -569,6 +586,7 @@ impl Cluster {
             }),
         }
     }
+
     /// NodeGroupDecreaseTargetSize of the group, in its loop (`Call::Decrease`): cancels as
     /// many requested nodes that do not exist and will not be created (queued requests,
     /// failed scale-up placeholders) as asked, or, when there are fewer, answers

@@ -315,10 +315,12 @@ impl Cluster {
         let s = lock(&self.group().refresh);
         slot_clock(&s, fetched)
     }
+
     /// When the group's snapshot was taken (none yet: `None`).
     fn fetched_at(&self) -> Option<Instant> {
         self.group().read().scale.snapshot().map(|s| s.fetched_at)
     }
+
     /// A Refresh's step for the group, the demand noted: the end signal of the round it waits
     /// for, or `None` when it answers from the snapshot (a round it started, if any, goes on
     /// in the background).
@@ -337,6 +339,7 @@ impl Cluster {
             }
         }
     }
+
     /// Starts a round of the group unless one is in flight; the end signal of the round.
     pub(crate) fn start_round(&self) -> watch::Receiver<bool> {
         let slot = &self.group().refresh;
@@ -355,6 +358,7 @@ impl Cluster {
         self.wake_loop();
         rx
     }
+
     /// The round asked for the group and not started yet, for its loop to run. Its end is
     /// signalled when it ends, and also when it is dropped half way (the loop ended with the
     /// provider), so no Refresh waits for a round that will never end.
@@ -370,6 +374,7 @@ impl Cluster {
             c.run_round().await;
         })
     }
+
     /// One round of the group, under a permit: the cluster, what the machine asks for on
     /// seeing it, the worker offering, the CloudStack version check when due.
     async fn run_round(&self) {
@@ -414,6 +419,7 @@ impl Cluster {
         self.refresh_offering().await;
         self.p.check_cloudstack_version().await;
     }
+
     /// When a failing group is asked again, for a Refresh answered without a round.
     fn retry_note(&self) -> String {
         let clock = self.group_clock();
@@ -429,6 +435,7 @@ impl Cluster {
             None => String::new(),
         }
     }
+
     /// What the group's round is doing, for a Refresh that stopped waiting for it.
     fn round_in_flight(&self) -> String {
         let s = lock(&self.group().refresh);
@@ -444,6 +451,7 @@ impl Cluster {
             None => String::new(),
         }
     }
+
     /// The group's snapshot is older than the staleness bound and the provider cannot make a
     /// newer one: the last attempt failed, or an autoscaler asked since the snapshot was taken
     /// and no newer one came.
@@ -465,6 +473,7 @@ impl Cluster {
             asked_since,
         )
     }
+
     /// Sets the group's worker offering when it is not known or changed: from the cache
     /// shared by every group, else read once (`listServiceOfferings`, or a worker VM's sizes
     /// where the key may not list offerings) and cached.
@@ -512,6 +521,7 @@ impl Cluster {
             }
         }
     }
+
     /// Offering `wanted` as `listServiceOfferings` lists it, or, once the key is known not to
     /// allow that command, as a worker VM of the group shows it.
     async fn read_offering(
@@ -533,6 +543,7 @@ impl Cluster {
         }
         self.offering_from_vm(wanted).await
     }
+
     /// The worker offering `wanted` as a worker VM of the group shows it (`listVirtualMachines`,
     /// which the key CKS gives a project cluster may call): CPUs and memory.
     async fn offering_from_vm(

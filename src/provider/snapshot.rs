@@ -159,6 +159,7 @@ impl Cluster {
         let (snapshot, effects) = self.install_snapshot(cluster, asked);
         Ok(Fetched { snapshot, effects })
     }
+
     /// Where the cluster's Nodes can be read (`--confirm-node-marks`): owed removals whose
     /// Node exists without the autoscaler's `ToBeDeletedByClusterAutoscaler` mark are
     /// withdrawn (a restarted autoscaler removed the marks, and the node may run new pods).
@@ -182,6 +183,7 @@ impl Cluster {
         }
         self.tell(Event::MarksGone(&unmarked)).await;
     }
+
     /// Where the cluster's Nodes can be read: nodes suspected of a cordon a failed drain left
     /// (`ScaleMachine::cordon_suspects`) that CloudStack counts Ready now are suspected no
     /// more (an operator uncordoned them, or the drain had not cordoned them), so a scale-up
@@ -210,12 +212,14 @@ impl Cluster {
         })
         .await;
     }
+
     /// [`Cluster::fetch_group`], then what the machine asked for on seeing the snapshot.
     pub(crate) async fn fetch_and_act(&self) -> Result<Arc<IndexedSnapshot>> {
         let fetched = self.fetch_group().await?;
         self.run_effects(fetched.effects).await;
         Ok(fetched.snapshot)
     }
+
     /// Installs a freshly fetched cluster as the group's snapshot; returns it and the effects
     /// the machine asks for.
     fn install_snapshot(
@@ -248,6 +252,7 @@ impl Cluster {
         self.p.update_ready();
         (indexed, effects)
     }
+
     /// The label of another group serving cluster `id` (resolved to it, or configured by it).
     fn serving_elsewhere(&self, id: &str) -> Option<String> {
         (0..self.p.inner.groups.len())

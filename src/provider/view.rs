@@ -147,6 +147,7 @@ impl Cluster {
             st.sample_labels = labels;
         }
     }
+
     fn view(&self) -> Option<NodeGroupView> {
         let g = &self.group();
         self.p.view_of(g, &g.read())

@@ -132,7 +132,10 @@ impl ScaleMachine {
         match event {
             Event::Listed { snap, alert } => {
                 let newly_external = snap.snap.externally_managed
-                    && self.snap.as_ref().is_none_or(|s| !s.snap.externally_managed);
+                    && self
+                        .snap
+                        .as_ref()
+                        .is_none_or(|s| !s.snap.externally_managed);
                 let mut effects = self.snapshot_installed(snap, alert, now);
                 // The operator's news, said once per change, not on every listing.
                 if newly_external {

@@ -18,6 +18,7 @@
 //! just before the request went out, so this is a store that failed in between.
 
 use super::{Acceptance, Accepted, Effect, ScaleMachine, Step};
+use std::time::Instant;
 
 /// A scale RPC's caller waiting for its OK, as the shell numbers it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -64,6 +65,18 @@ impl ScaleMachine {
     /// wait for [`super::Event::Recorded`].
     pub fn set_durable(&mut self, yes: bool) {
         self.replies.durable = yes;
+    }
+
+    /// When a caller with `deadline` is told `Event::PromiseDue`: a window caller whose
+    /// request is not answered by then is promised its removals early enough for the store to
+    /// record the promise before it must be answered (`timing::promise_by`); without a store
+    /// there is nothing to record, and it waits until it must be answered.
+    pub fn promise_at(&self, deadline: Instant, now: Instant) -> Instant {
+        if self.replies.durable {
+            crate::timing::promise_by(deadline, now)
+        } else {
+            crate::timing::answer_by(deadline, now)
+        }
     }
 
     /// The number of the ledger as it is now ([`ScaleMachine::ledger`]): the store reads it
@@ -197,7 +210,6 @@ impl ScaleMachine {
 mod tests {
     use super::super::{Event, Timings};
     use super::*;
-    use std::time::Instant;
 
     fn machine(durable: bool) -> ScaleMachine {
         let mut m = ScaleMachine::new(Some("cid".into()), Timings::default());
