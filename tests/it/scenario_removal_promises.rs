@@ -381,6 +381,71 @@ async fn a_removal_whose_answer_is_lost_past_the_deadline_is_answered_ok_and_car
     }
 }
 
+/// OK means recorded, at the deadline too: CloudStack takes longer to answer the window's
+/// request than the caller can wait, so the caller is promised its removal before its
+/// deadline, early enough that the state file holds the removal when the OK arrives, and no
+/// ERROR says an OK went out unrecorded. The removal is then carried out.
+#[tokio::test(start_paused = true)]
+async fn a_removal_promised_at_its_deadline_is_recorded_before_its_ok() {
+    logs::capture();
+    let dir = cks_testkit::certs::TempDir::new("state-deadline");
+    let state = dir.path("state.json");
+    let file = state.clone();
+    let mut env = Stack::refreshed(pool(4), "pool", move |s| {
+        s.groups[0].min = 1;
+        s.state_file = Some(file);
+    })
+    .await;
+    let victim = env.workers().remove(0);
+    // Answered within the client's timeout (3 s), after the caller had to hear (its 3 s
+    // deadline, less the margin and the store's second).
+    let slow = Duration::from_millis(2_500);
+    env.sim.configure(|s| {
+        s.command_latency = Some(("scaleKubernetesCluster".into(), slow));
+    });
+    let unrecorded = logs::lines_mentioning("before the promise was recorded").len();
+    let req = with_deadline(
+        pb::NodeGroupDeleteNodesRequest {
+            nodes: vec![worker_node(&victim)],
+            id: env.cluster_id.clone(),
+        },
+        Duration::from_secs(3),
+    );
+    let asked = tokio::time::Instant::now();
+    env.client
+        .node_group_delete_nodes(req)
+        .await
+        .expect("promised at its deadline");
+    assert!(
+        asked.elapsed() < slow,
+        "answered after CloudStack: {:?}",
+        asked.elapsed()
+    );
+    let recorded = std::fs::read_to_string(&state).expect("the state file");
+    assert!(
+        recorded.contains(&victim.0),
+        "the OK came before its record: {recorded}"
+    );
+    assert_eq!(
+        logs::lines_mentioning("before the promise was recorded").len(),
+        unrecorded,
+        "an OK said to be unrecorded"
+    );
+    assert!(
+        !logs::lines_mentioning("the request's deadline came before CloudStack's answer")
+            .is_empty(),
+        "the promise at the deadline is said"
+    );
+    env.sim.configure(|s| s.command_latency = None);
+    wait_until("the promised removal to be carried out", async || {
+        let _ = env.refresh().await;
+        assert_eq!(env.target().await, 3, "back in the target");
+        !env.workers().iter().any(|w| w.0 == victim.0) && env.sim.running_jobs(&env.cluster_id) == 0
+    })
+    .await;
+    env.shutdown().await;
+}
+
 /// The provider dies (no shutdown, no Cleanup) with a removal owed behind a running scale-up:
 /// the next provider, started with the same `--state-file`, takes the promise over, follows
 /// the running job instead of sending anything twice, and removes the VM once it ends. The
