@@ -130,7 +130,7 @@ impl Cluster {
         // before anything is sent or promised.
         if let Some(d) = deadline {
             let until = cks_domain::timing::store_check_by(d.into_std(), now());
-            if let Err(e) = self.p.store_writable(Instant::from_std(until)).await {
+            if let Err(e) = self.p.inner.store.writable(Instant::from_std(until)).await {
                 tracing::warn!(group = %label, error = %e, "scaleKubernetesCluster not sent: the promise it makes cannot be recorded");
                 let why = e.to_string();
                 self.tell(Event::Sent(Sent::NotSent(&why))).await;
@@ -452,7 +452,7 @@ impl Scoped<'_> {
             )));
         }
         let (gi, _) = self.group(id)?;
-        self.p.check_store()?;
+        self.p.inner.store.check()?;
         let delta = delta.unsigned_abs();
         self.p
             .cluster(gi)
@@ -475,7 +475,7 @@ impl Scoped<'_> {
             ));
         }
         let (gi, _) = self.group(id)?;
-        self.p.check_store()?;
+        self.p.inner.store.check()?;
         self.p
             .cluster(gi)
             .call(Call::Delete { nodes, deadline })

@@ -143,7 +143,7 @@ pub(crate) struct Store {
     /// [`StateFile::writer`].
     writer: Mutex<Option<String>>,
     /// The next pass writes even an unchanged record: a check, before a request is sent on a
-    /// caller's behalf, that its promise can be recorded ([`Provider::store_writable`]).
+    /// caller's behalf, that its promise can be recorded ([`Store::writable`]).
     force: std::sync::atomic::AtomicBool,
     /// Failed writes so far: who waits for a write hears of a failure at once.
     failures: watch::Sender<u64>,
@@ -203,11 +203,11 @@ pub enum StateError {
     Refused(String),
 }
 
-impl Provider {
+impl Store {
     /// Reads and parses the recorded state; `None` when there is no store or nothing is
     /// recorded yet (said in the log when `say` is set: a start's read, not a standby's look).
-    async fn read_state(&self, say: bool) -> Result<Option<StateFile>, StateError> {
-        let Some(store) = &self.inner.store.backend else {
+    async fn read(&self, say: bool) -> Result<Option<StateFile>, StateError> {
+        let Some(store) = &self.backend else {
             if say {
                 tracing::info!(
                     "no --state-file or --state-configmap: removals and increases answered OK and not done yet end with this process"
@@ -245,11 +245,132 @@ impl Provider {
         Ok(Some(file))
     }
 
+    /// One write of what `content` gives (the text, and what the caller learns once it is
+    /// recorded), read once this write's turn has come, so it is the newest. `force`: written
+    /// even when unchanged (a check that the store can be written now). Unchanged content is
+    /// recorded already.
+    pub(crate) async fn write<R>(
+        &self,
+        force: bool,
+        content: impl FnOnce() -> (String, R),
+    ) -> Pass<R> {
+        let store = self;
+        let Some(backend) = &store.backend else {
+            return Pass::Closed;
+        };
+        let _one_at_a_time = store.writing.lock().await;
+        if store.closed.load(Ordering::Acquire) {
+            return Pass::Closed;
+        }
+        let asked = store.requested.load(Ordering::Acquire);
+        let (text, learned) = content();
+        let unchanged = store
+            .last
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_deref()
+            == Some(text.as_str());
+        // After a failure, the next pass writes whatever it holds: only a write that
+        // succeeds lifts the refusal of new promises.
+        let failing = store
+            .failing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some();
+        if force || failing || !unchanged {
+            if let Err(e) = backend.write(&text).await {
+                *store.failing.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+                store.failures.send_modify(|f| *f += 1);
+                crate::metrics::record_state_write_failure();
+                tracing::error!(store = %backend.describe(), error = %e,
+                    "recording the promises failed: what is promised from now on is answered OK only once a write succeeds; trying again");
+                return Pass::Failed;
+            }
+            *store.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(text);
+            *store.failing.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        }
+        store.written.send_if_modified(|w| {
+            let newer = asked > *w;
+            if newer {
+                *w = asked;
+            }
+            newer
+        });
+        Pass::Recorded(learned)
+    }
+
+    /// Refuses a new promise while the store cannot be written (its last write failed): an
+    /// OK must be recorded before it is given, and a request accepted now could only be
+    /// answered at the caller's deadline, with an error, while the work went on.
+    pub(crate) fn check(&self) -> Result<(), super::Error> {
+        let store = self;
+        let (Some(backend), Some(error)) = (
+            &store.backend,
+            store
+                .failing
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
+        ) else {
+            return Ok(());
+        };
+        Err(super::Error::StoreUnavailable {
+            store: backend.describe(),
+            error,
+        })
+    }
+
+    /// Writes the record now, unchanged or not, by `until`: the check, just before a
+    /// request is sent to CloudStack on a caller's behalf, that its promise can be recorded.
+    /// An error names the store: the request is then not sent, and the caller hears it
+    /// before anything is promised. The standing writer writes it (a write cut off half way
+    /// could leave the ConfigMap's version unknown to the next one), so nothing is spawned.
+    pub(crate) async fn writable(&self, until: tokio::time::Instant) -> Result<(), super::Error> {
+        let store = self;
+        if store.backend.is_none() {
+            return Ok(());
+        }
+        let mut failures = store.failures.subscribe();
+        failures.borrow_and_update();
+        let mut written = store.written.subscribe();
+        store.force.store(true, Ordering::Release);
+        let asked = store.requested.fetch_add(1, Ordering::AcqRel) + 1;
+        store.wake.notify_one();
+        let outcome = tokio::time::timeout_at(until, async {
+            tokio::select! {
+                _ = written.wait_for(|w| *w >= asked) => {}
+                _ = failures.changed() => {}
+            }
+        })
+        .await;
+        match outcome {
+            // Written, or failed: the failure is named (the writer tries again, with its
+            // backoff, until a write succeeds).
+            Ok(()) => self.check(),
+            Err(_) => Err(super::Error::StoreUnavailable {
+                store: store.describe(),
+                error: "not written in time".into(),
+            }),
+        }
+    }
+}
+
+/// What a write of the store came to.
+pub(crate) enum Pass<R> {
+    /// Written (or unchanged): what the content's caller learns once it is recorded.
+    Recorded(R),
+    /// Nothing to write: no store, or closed after the last write.
+    Closed,
+    /// The write failed (logged and counted).
+    Failed,
+}
+
+impl Provider {
     /// A standby's look at the ledger (leader election): read and parsed as a take-over would,
     /// applied to nothing. Returns how many promises it holds (owed removals and queued
     /// increases, of every cluster recorded); an error is one a take-over would end on.
     pub async fn check_state(&self) -> Result<usize, StateError> {
-        Ok(self.read_state(false).await?.map_or(0, |file| {
+        Ok(self.inner.store.read(false).await?.map_or(0, |file| {
             file.groups
                 .values()
                 .map(|g| g.removals.len() + g.queued_increase as usize)
@@ -260,7 +381,7 @@ impl Provider {
     /// Reads the recorded state, if there is a store, and gives each group's machine its
     /// ledger. Returns how many promises were taken over. Call before the first refresh.
     pub async fn load_state(&self) -> Result<usize, StateError> {
-        let Some(file) = self.read_state(true).await? else {
+        let Some(file) = self.inner.store.read(true).await? else {
             return Ok(0);
         };
         let mut taken = 0;
@@ -426,110 +547,16 @@ impl Provider {
         self.write_state_as(force).await
     }
 
-    /// [`Provider::write_state`]; `force`: written even when unchanged (a check that the
-    /// store can be written now).
+    /// [`Provider::write_state`]; `force`: written even when unchanged. Once written, each
+    /// group's loop hears the number of the ledger written.
     async fn write_state_as(&self, force: bool) -> bool {
-        let store = &self.inner.store;
-        let Some(backend) = &store.backend else {
-            return true;
-        };
-        let _one_at_a_time = store.writing.lock().await;
-        if store.closed.load(Ordering::Acquire) {
-            return true;
-        }
-        let asked = store.requested.load(Ordering::Acquire);
-        let (text, revs) = self.state_text();
-        let unchanged = store
-            .last
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_deref()
-            == Some(text.as_str());
-        // After a failure, the next pass writes whatever it holds: only a write that
-        // succeeds lifts the refusal of new promises.
-        let failing = store
-            .failing
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_some();
-        if force || failing || !unchanged {
-            if let Err(e) = backend.write(&text).await {
-                *store.failing.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
-                store.failures.send_modify(|f| *f += 1);
-                crate::metrics::record_state_write_failure();
-                tracing::error!(store = %backend.describe(), error = %e,
-                    "recording the promises failed: what is promised from now on is answered OK only once a write succeeds; trying again");
-                return false;
+        match self.inner.store.write(force, || self.state_text()).await {
+            Pass::Recorded(revs) => {
+                self.report_recorded(&revs);
+                true
             }
-            *store.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(text);
-            *store.failing.lock().unwrap_or_else(|p| p.into_inner()) = None;
-        }
-        self.report_recorded(&revs);
-        store.written.send_if_modified(|w| {
-            let newer = asked > *w;
-            if newer {
-                *w = asked;
-            }
-            newer
-        });
-        true
-    }
-
-    /// Refuses a new promise while the store cannot be written (its last write failed): an
-    /// OK must be recorded before it is given, and a request accepted now could only be
-    /// answered at the caller's deadline, with an error, while the work went on.
-    pub(crate) fn check_store(&self) -> Result<(), super::Error> {
-        let store = &self.inner.store;
-        let (Some(backend), Some(error)) = (
-            &store.backend,
-            store
-                .failing
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone(),
-        ) else {
-            return Ok(());
-        };
-        Err(super::Error::StoreUnavailable {
-            store: backend.describe(),
-            error,
-        })
-    }
-
-    /// Writes the record now, unchanged or not, by `until`: the check, just before a
-    /// request is sent to CloudStack on a caller's behalf, that its promise can be recorded.
-    /// An error names the store: the request is then not sent, and the caller hears it
-    /// before anything is promised. The standing writer writes it (a write cut off half way
-    /// could leave the ConfigMap's version unknown to the next one), so nothing is spawned.
-    pub(crate) async fn store_writable(
-        &self,
-        until: tokio::time::Instant,
-    ) -> Result<(), super::Error> {
-        let store = &self.inner.store;
-        if store.backend.is_none() {
-            return Ok(());
-        }
-        let mut failures = store.failures.subscribe();
-        failures.borrow_and_update();
-        let mut written = store.written.subscribe();
-        store.force.store(true, Ordering::Release);
-        let asked = store.requested.fetch_add(1, Ordering::AcqRel) + 1;
-        store.wake.notify_one();
-        let outcome = tokio::time::timeout_at(until, async {
-            tokio::select! {
-                _ = written.wait_for(|w| *w >= asked) => {}
-                _ = failures.changed() => {}
-            }
-        })
-        .await;
-        match outcome {
-            // Written, or failed: the failure is named (the writer tries again, with its
-            // backoff, until a write succeeds).
-            Ok(()) => self.check_store(),
-            Err(_) => Err(super::Error::StoreUnavailable {
-                store: store.describe(),
-                error: "not written in time".into(),
-            }),
+            Pass::Closed => true,
+            Pass::Failed => false,
         }
     }
 
