@@ -508,8 +508,7 @@ impl Cluster {
             Admission::Queued => {
                 tracing::info!(group = %self.label(), delta,
                     "scale-up queued behind the scale operation in flight; it is sent when that ends");
-                self.answer_ok(deadline).await?;
-                return Ok(());
+                return self.answer_ok(deadline).await;
             }
             Admission::NeedsFreshSnapshot => {}
         }
@@ -521,13 +520,9 @@ impl Cluster {
             Started::Submit(request) => {
                 tracing::info!(group = %self.label(), ?request, "scale-up: sending scaleKubernetesCluster");
                 self.send(request, deadline).await?;
-                self.answer_ok(deadline).await?;
-                Ok(())
+                self.answer_ok(deadline).await
             }
-            Started::Queued => {
-                self.answer_ok(deadline).await?;
-                Ok(())
-            }
+            Started::Queued => self.answer_ok(deadline).await,
         }
     }
 
