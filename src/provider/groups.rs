@@ -34,13 +34,8 @@ pub(crate) struct GroupState {
     /// one it changes (6 µs at 10,000 learned, where the whole maps cost 1.4 ms:
     /// docs/benchmarks.md, "Learning the nodes' providerIDs").
     pub scale: CowArc<ScaleMachine>,
-    pub last_error: Option<String>,
-    /// `last_error` is CloudStack refusing the key.
-    pub key_refused: bool,
-    pub worker_offering: Option<ServiceOffering>,
-    /// Labels of a real node of this group, copied into the template node (shared with the
-    /// published view: set once, never copied on a publication).
-    pub sample_labels: Option<Arc<BTreeMap<String, String>>>,
+    /// What the shell knows of the group besides the machine, published with it.
+    pub known: Known,
     /// Why the last removal window failed, for its callers the machine tells so
     /// ([`cks_domain::machine::Heard::WindowFailed`]).
     pub window_failure: Option<Arc<Error>>,
@@ -80,12 +75,22 @@ impl<T: Clone> DerefMut for CowArc<T> {
 #[derive(Debug)]
 pub(crate) struct GroupView {
     pub scale: Arc<ScaleMachine>,
-    pub last_error: Option<String>,
-    pub key_refused: bool,
-    pub worker_offering: Option<ServiceOffering>,
-    pub sample_labels: Option<Arc<BTreeMap<String, String>>>,
+    pub known: Known,
     /// Answers derived from the fields above; see [`Views`].
     pub(super) views: Views,
+}
+
+/// What the shell knows of a group besides its machine: the last fetch's error and the
+/// template node's sources. Kept in the state and copied into each view it publishes.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Known {
+    pub last_error: Option<String>,
+    /// `last_error` is CloudStack refusing the key.
+    pub key_refused: bool,
+    pub worker_offering: Option<ServiceOffering>,
+    /// Labels of a real node of this group, copied into the template node (shared with the
+    /// published view: set once, never copied on a publication).
+    pub sample_labels: Option<Arc<BTreeMap<String, String>>>,
 }
 
 /// Read answers derived from a published view (instances, placeholders, the target, the debug
@@ -111,7 +116,7 @@ impl GroupState {
     fn view(&self, before: &GroupView) -> GroupView {
         let views = if Arc::ptr_eq(&self.scale.0, &before.scale) {
             Views {
-                debug: if self.last_error == before.last_error {
+                debug: if self.known.last_error == before.known.last_error {
                     before.views.debug.clone()
                 } else {
                     OnceLock::new()
@@ -133,10 +138,7 @@ impl GroupState {
     fn first_view(&self) -> GroupView {
         GroupView {
             scale: self.scale.0.clone(),
-            last_error: self.last_error.clone(),
-            key_refused: self.key_refused,
-            worker_offering: self.worker_offering.clone(),
-            sample_labels: self.sample_labels.clone(),
+            known: self.known.clone(),
             views: Views::default(),
         }
     }

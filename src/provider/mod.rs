@@ -59,7 +59,7 @@ pub use settings::{AlertScalingMode, ExternalNodeScaleUp, Settings};
 pub use store::StateError;
 pub use view::NodeGroupView;
 
-pub(crate) use groups::{CowArc, Group, GroupState, GroupView};
+pub(crate) use groups::{CowArc, Group, GroupState, GroupView, Known};
 
 use crate::config::ClusterRef;
 use cks_cloudstack::Client;
@@ -219,10 +219,7 @@ impl Provider {
                             );
                             m
                         }),
-                        last_error: None,
-                        key_refused: false,
-                        worker_offering: None,
-                        sample_labels: None,
+                        known: Known::default(),
                         window_failure: None,
                         restored: Vec::new(),
                     },
@@ -328,7 +325,7 @@ impl Provider {
     /// The worker offering last read for a group.
     pub fn worker_offering(&self, group_id: &str) -> Option<ServiceOffering> {
         let (_, g) = self.group(group_id).ok()?;
-        g.read().worker_offering.clone()
+        g.read().known.worker_offering.clone()
     }
 
     /// The latest snapshot of a group.
@@ -349,7 +346,7 @@ impl Provider {
         group_id: &str,
     ) -> Option<std::collections::BTreeMap<String, String>> {
         let (_, g) = self.group(group_id).ok()?;
-        g.read().sample_labels.as_deref().cloned()
+        g.read().known.sample_labels.as_deref().cloned()
     }
 }
 

@@ -238,7 +238,7 @@ impl Provider {
             let gi = groups[i];
             let (last_error, refused) = {
                 let st = self.inner.groups[gi].read();
-                (st.last_error.clone(), st.key_refused)
+                (st.known.last_error.clone(), st.known.key_refused)
             };
             key_refused |= refused;
             let mut why = match ages[i] {
@@ -404,8 +404,8 @@ impl Cluster {
                 tracing::warn!(group = %name, error = %e, failures,
                     "refresh from CloudStack failed; the provider tries again on its own");
                 let mut st = self.group().lock();
-                st.last_error = Some(e.to_string());
-                st.key_refused = e.is_key_refused();
+                st.known.last_error = Some(e.to_string());
+                st.known.key_refused = e.is_key_refused();
             }
             Ok(_) if failed_before > 0 => {
                 tracing::info!(group = %name, failed_rounds = failed_before,
@@ -461,7 +461,7 @@ impl Cluster {
             let st = g.read();
             (
                 st.scale.snapshot().map(|s| s.fetched_at),
-                st.last_error.is_some(),
+                st.known.last_error.is_some(),
             )
         };
         let age = fetched.map(|f| now().saturating_duration_since(f));
@@ -486,7 +486,7 @@ impl Cluster {
             let Some(o) = s.snap.effective_worker_offering() else {
                 return;
             };
-            if st.worker_offering.as_ref().is_some_and(|w| w.id == o.id) {
+            if st.known.worker_offering.as_ref().is_some_and(|w| w.id == o.id) {
                 return;
             }
             o.id.clone()
@@ -495,7 +495,7 @@ impl Cluster {
         // for the first one's read and take it from the cache.
         let mut cache = self.p.inner.offerings.lock().await;
         if let Some(o) = cache.known.get(&wanted) {
-            self.group().lock().worker_offering = Some(o.clone());
+            self.group().lock().known.worker_offering = Some(o.clone());
             return;
         }
         if cache
@@ -509,7 +509,7 @@ impl Cluster {
             Ok(Some(o)) => {
                 cache.failed.remove(&wanted);
                 cache.known.insert(wanted, o.clone());
-                self.group().lock().worker_offering = Some(o);
+                self.group().lock().known.worker_offering = Some(o);
             }
             Ok(None) => {
                 tracing::warn!(offering = %wanted, "worker service offering not listed");

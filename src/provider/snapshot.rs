@@ -236,8 +236,8 @@ impl Cluster {
         let alert = self.p.alert_scaling();
         let effects = {
             let mut st = g.lock();
-            st.last_error = None;
-            st.key_refused = false;
+            st.known.last_error = None;
+            st.known.key_refused = false;
             st.scale
                 .handle(
                     Event::Listed {

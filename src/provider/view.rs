@@ -74,7 +74,7 @@ impl GroupView {
                 label,
                 alert,
                 self.pending().len(),
-                self.last_error.as_deref(),
+                self.known.last_error.as_deref(),
             )
         };
         let (built_with, line) = self.views.debug.get_or_init(|| (alert.clone(), build()));
@@ -143,8 +143,8 @@ impl Cluster {
             );
         }
         // Another report may have brought labels since this one was read.
-        if labels.is_some() && st.sample_labels.is_none() {
-            st.sample_labels = labels;
+        if labels.is_some() && st.known.sample_labels.is_none() {
+            st.known.sample_labels = labels;
         }
     }
 
@@ -163,7 +163,7 @@ impl Scoped<'_> {
     pub async fn first_snapshots(&self, deadline: tokio::time::Instant) {
         let tried = self.visible().into_iter().all(|gi| {
             let v = self.p.inner.groups[gi].read();
-            v.scale.snapshot().is_some() || v.last_error.is_some()
+            v.scale.snapshot().is_some() || v.known.last_error.is_some()
         });
         if !tried {
             // Nothing fetched yet (no Refresh came first): fetch the caller's groups now, as a
@@ -228,7 +228,7 @@ impl Scoped<'_> {
                 // only reads.
                 let teach = mine && !fake && !name.is_empty() && !self.read_only();
                 let learn = teach && v.scale.would_learn(&vm_id, provider_id, name);
-                let sample = teach && !labels.is_empty() && v.sample_labels.is_none();
+                let sample = teach && !labels.is_empty() && v.known.sample_labels.is_none();
                 // A VM a failed scale-up left whose node registered is a node, not a failed
                 // creation (`ScaleMachine::node_registered`).
                 let joined = teach && v.scale.is_failed_vm(&vm_id) && !vm.state.is_down();
@@ -279,8 +279,8 @@ impl Scoped<'_> {
         let v = g.read();
         v.target().ok_or_else(|| Error::NoSnapshot {
             group: v.label(&g.spec),
-            last_error: v.last_error.clone(),
-            key_refused: v.key_refused,
+            last_error: v.known.last_error.clone(),
+            key_refused: v.known.key_refused,
         })
     }
 
