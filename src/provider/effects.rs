@@ -122,6 +122,18 @@ impl Cluster {
                         "cluster {name} is externally managed (clustertype ExternalManaged): CloudStack does not scale it; \
                          this provider lists its workers but refuses every scale request for it");
                 }
+                Effect::NodeOfFailedVm { vm, node } => {
+                    tracing::info!(group = %self.label(), vm = %vm, node = %node,
+                        "the node of a VM a failed scale-up left registered: it is a node of the group, no longer a failed creation");
+                }
+                Effect::OwnProviderId {
+                    vm,
+                    node,
+                    provider_id,
+                } => {
+                    tracing::warn!(group = %self.label(), vm = %vm, node = %node, provider_id = %provider_id,
+                        "node carries a providerID other than CloudStack's CCM default; reporting the instance under the node's own id");
+                }
                 Effect::AnsweredUnrecorded => {
                     tracing::error!(group = %self.label(),
                         "answered OK before the promise was recorded (the store cannot be written now): a restart before it is kept would forget it");

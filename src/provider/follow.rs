@@ -83,21 +83,21 @@ impl Cluster {
     ) -> Option<Answer> {
         let alert = self.p.alert_scaling();
         let step = {
-            let mut st = self.group().lock();
+            let g = self.group();
+            let mut st = g.lock();
+            // Taken after the state, the documented order.
+            let registered = g.registered.lock().unwrap_or_else(|p| p.into_inner());
             let event = Event::JobEnded {
                 job: job_id,
                 end,
                 fetched,
                 watched,
                 alert: &alert,
+                registered: &registered,
             };
-            let step = st.scale.handle(event, now());
-            // A VM of a failed scale-up whose node was reported already is a node.
-            self.forget_registered_failures(&mut st.scale);
-            step
+            st.scale.handle(event, now())
         };
-        self.run_effects(step.effects).await;
-        step.answer
+        self.carry(step).await
     }
 
     /// Looks for the scale job the group's phase waits for (a cluster Scaling with no job

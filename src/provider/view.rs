@@ -5,11 +5,11 @@
 //! limited to the caller's groups ([`Scoped`]).
 
 use super::Cluster;
-use super::cluster_loop::{Change, Lesson};
+use super::cluster_loop::{Change, Lesson, Work};
 use super::{Error, Group, GroupView, Provider, Result, Scoped, before, now};
 use crate::config::{ClusterRef, NodeGroupSpec};
 use cks_domain::instances::{InstanceView, min_max};
-use cks_domain::machine::Hit;
+use cks_domain::machine::{Event, Hit};
 use cks_domain::nodeid::FAKE_NODE_REASON_ANNOTATION;
 use cks_domain::rules::AlertScaling;
 use std::collections::HashMap;
@@ -125,26 +125,24 @@ impl Cluster {
             joined,
         } = lesson;
         let mut st = self.group().lock();
-        if joined && st.scale.node_registered(&vm_id) {
-            tracing::info!(
-                vm = %vm_id,
-                node = node_name,
-                "the node of a VM a failed scale-up left registered: it is a node of the group, no longer a failed creation"
-            );
-        }
-        if let Some(provider_id) = provider_id
-            && st.scale.learn(&vm_id, &provider_id, &node_name)
-        {
-            tracing::warn!(
-                vm = %vm_id,
-                node = node_name,
-                provider_id,
-                "node carries a providerID other than CloudStack's CCM default; reporting the instance under the node's own id"
-            );
-        }
+        let step = st.scale.handle(
+            Event::NodeReported {
+                vm_id: &vm_id,
+                node: &node_name,
+                provider_id: provider_id.as_deref(),
+                joined,
+            },
+            now(),
+        );
         // Another report may have brought labels since this one was read.
         if labels.is_some() && st.known.sample_labels.is_none() {
             st.known.sample_labels = labels;
+        }
+        drop(st);
+        // Its news (a node's own providerID, a failed creation's node registered) is said as
+        // the loop's work, as every effect is.
+        if !step.effects.is_empty() {
+            self.sending(Work::Effects(step.effects));
         }
     }
 

@@ -15,7 +15,7 @@
 #[path = "../../../benches/support/report.rs"]
 mod report;
 
-use cks_domain::machine::{ScaleMachine, Timings};
+use cks_domain::machine::{Event, ScaleMachine, Timings};
 use report::{BenchArgs, Table, fmt_dur, report};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -54,7 +54,14 @@ impl Learner for ScaleMachine {
         ScaleMachine::would_learn(self, &n.vm_id, &n.provider_id, &n.name)
     }
     fn learn(&mut self, n: &Node) {
-        ScaleMachine::learn(self, &n.vm_id, &n.provider_id, &n.name);
+        // As the group's loop hands it over: the node report, through the machine's one way in.
+        let reported = Event::NodeReported {
+            vm_id: &n.vm_id,
+            node: &n.name,
+            provider_id: Some(&n.provider_id),
+            joined: false,
+        };
+        let _ = self.handle(reported, Instant::now());
     }
     fn other_change(&mut self, max: u32) {
         self.set_max_size(max);

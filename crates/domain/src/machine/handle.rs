@@ -9,6 +9,7 @@
 use super::{Effect, JobEnd, Ledger, ScaleMachine, StopAnswer, WatchedAnswer};
 use crate::cluster::IndexedSnapshot;
 use crate::jobs::JobSearch;
+use crate::registry::Registrations;
 use crate::rules::AlertScaling;
 use std::sync::Arc;
 use std::time::Instant;
@@ -34,6 +35,9 @@ pub enum Event<'a> {
         fetched: bool,
         watched: bool,
         alert: &'a AlertScaling,
+        /// The nodes an autoscaler reported registered: a VM the job left as a failed
+        /// creation whose node is among them is a node of the group.
+        registered: &'a Registrations,
     },
     /// What a search for the cluster's running scale job found.
     JobSearched {
@@ -61,6 +65,15 @@ pub enum Event<'a> {
     MarksGone(&'a [String]),
     /// Whether the key may call `stopVirtualMachine`, as learned (or recorded).
     MayStopVms(bool),
+    /// The group's own autoscaler reported a real node of worker VM `vm_id` named `node`
+    /// (NodeGroupForNode). `provider_id`: the node's, when the machine pairs the VM with
+    /// another; `joined`: the VM is one a failed scale-up left, and up.
+    NodeReported {
+        vm_id: &'a str,
+        node: &'a str,
+        provider_id: Option<&'a str>,
+        joined: bool,
+    },
     /// The store wrote the ledger numbered `rev` ([`ScaleMachine::ledger_rev`], read with
     /// it): the OKs that waited for it go.
     Recorded { rev: u64 },
@@ -179,11 +192,13 @@ impl ScaleMachine {
                 fetched,
                 watched,
                 alert,
+                registered,
             } => {
                 let Some(settled) = self.job_finished(job, end, fetched, watched, alert, now)
                 else {
                     return Step::default();
                 };
+                let joined = self.failed_vms_registered(registered, now);
                 let answer = (watched && *end != JobEnd::Succeeded)
                     .then(|| Answer::Watched(settled.watched_answer(end)));
                 let mut effects = vec![Effect::JobEnded {
@@ -193,6 +208,7 @@ impl ScaleMachine {
                     alert_refusal: settled.alert_refusal,
                 }];
                 effects.extend(settled.effects);
+                effects.extend(joined);
                 Step {
                     effects,
                     answer,
@@ -238,6 +254,30 @@ impl ScaleMachine {
                 Step::default()
             }
             Event::Recorded { rev } => self.recorded(rev),
+            Event::NodeReported {
+                vm_id,
+                node,
+                provider_id,
+                joined,
+            } => {
+                let mut effects = Vec::new();
+                if joined && self.node_registered(vm_id) {
+                    effects.push(Effect::NodeOfFailedVm {
+                        vm: vm_id.to_string(),
+                        node: node.to_string(),
+                    });
+                }
+                if let Some(provider_id) = provider_id
+                    && self.learn(vm_id, provider_id, node)
+                {
+                    effects.push(Effect::OwnProviderId {
+                        vm: vm_id.to_string(),
+                        node: node.to_string(),
+                        provider_id: provider_id.to_string(),
+                    });
+                }
+                effects.into()
+            }
             Event::PromiseDue { call } => self.promise_due(call),
             Event::CallerDeadline { call } => self.caller_deadline(call),
         }

@@ -341,6 +341,16 @@ pub enum Effect {
     /// did not before: CloudStack does not scale it, so every scale request is refused. Tell
     /// the operator.
     ExternallyManaged,
+    /// The node of a VM a failed scale-up left registered: it is a node of the group, no
+    /// longer a failed creation. Tell the operator.
+    NodeOfFailedVm { vm: String, node: String },
+    /// A node carries a providerID other than CloudStack's CCM default: its instance is
+    /// reported under the node's own id from now on. Tell the operator.
+    OwnProviderId {
+        vm: String,
+        node: String,
+        provider_id: String,
+    },
     /// A caller heard OK before the ledger holding its promise was written (its deadline
     /// came first; `replies`): a restart before the promise is kept would forget it. Say so
     /// loudly.

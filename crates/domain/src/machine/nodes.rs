@@ -80,7 +80,7 @@ impl ScaleMachine {
 
     /// Records the node the autoscaler showed for a VM when it differs from the default.
     /// Returns true when a non-default providerID was newly learned.
-    pub fn learn(&mut self, vm_id: &str, provider_id: &str, node_name: &str) -> bool {
+    pub(crate) fn learn(&mut self, vm_id: &str, provider_id: &str, node_name: &str) -> bool {
         if provider_id == default_provider_id(vm_id) {
             if let Some(old) = self.learned.remove(vm_id) {
                 self.learned_by_provider_id.remove(&old.provider_id);

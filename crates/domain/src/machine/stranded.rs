@@ -63,7 +63,7 @@ impl ScaleMachine {
     /// creation (the autoscaler would delete it as one, pods and all) nor written off. A down
     /// VM stays what it was: its node is NotReady and cannot become Ready by itself. Returns
     /// whether anything changed.
-    pub fn node_registered(&mut self, vm_id: &str) -> bool {
+    pub(crate) fn node_registered(&mut self, vm_id: &str) -> bool {
         if !self.is_failed_vm(vm_id) {
             return false;
         }
@@ -78,6 +78,27 @@ impl ScaleMachine {
         self.failed.retain(|f| f.vm_id.as_deref() != Some(vm_id));
         self.written_off.remove(vm_id);
         true
+    }
+
+    /// The failed creations whose node an autoscaler reported registered within the
+    /// registrations' window: nodes of the group now ([`ScaleMachine::node_registered`]); the
+    /// news of each.
+    pub(crate) fn failed_vms_registered(
+        &mut self,
+        registered: &crate::registry::Registrations,
+        now: std::time::Instant,
+    ) -> Vec<super::Effect> {
+        let joined: Vec<(String, String)> = self
+            .failed
+            .iter()
+            .filter_map(|f| f.vm_id.as_deref())
+            .filter_map(|vm| registered.recent(vm, now).map(|r| (vm.to_string(), r.node.clone())))
+            .collect();
+        joined
+            .into_iter()
+            .filter(|(vm, _)| self.node_registered(vm))
+            .map(|(vm, node)| super::Effect::NodeOfFailedVm { vm, node })
+            .collect()
     }
 
     /// The written-off VMs CloudStack still lists, in listing order.

@@ -210,6 +210,8 @@ fn apply(m: &mut ScaleMachine, ev: Ev, t0: Instant) -> String {
                 Effect::AnsweredUnrecorded => "unrecorded".into(),
                 Effect::Stranding(news) => format!("stranding:{news:?}"),
                 Effect::ExternallyManaged => "externally-managed".into(),
+                Effect::NodeOfFailedVm { vm, .. } => format!("node-of-failed:{vm}"),
+                Effect::OwnProviderId { vm, .. } => format!("own-provider-id:{vm}"),
                 Effect::PromisedAtDeadline { vms } => format!("promised:{}", vms.join("+")),
             })
             .collect::<Vec<_>>()
@@ -1689,6 +1691,7 @@ mod properties {
                             fetched: true,
                             watched: *watched,
                             alert: &ALERT,
+                            registered: &no_reports(),
                         },
                     ),
                     None => Vec::new(),
