@@ -285,9 +285,12 @@ impl Cluster {
     /// ran out.
     async fn watch(&self, job_id: &str, deadline: Instant) -> Option<JobEnd> {
         let watch = self.p.inner.settings.scale_watch;
-        let until = cks_domain::timing::watch_until(watch, deadline.into_std(), now());
-        let until = Instant::from_std(until);
         let g = &self.group();
+        let until = g
+            .read()
+            .scale
+            .watch_until(watch, deadline.into_std(), now());
+        let until = Instant::from_std(until);
         let mut looks = 0u32;
         loop {
             let step = watch_step(looks);

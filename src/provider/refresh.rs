@@ -486,7 +486,12 @@ impl Cluster {
             let Some(o) = s.snap.effective_worker_offering() else {
                 return;
             };
-            if st.known.worker_offering.as_ref().is_some_and(|w| w.id == o.id) {
+            if st
+                .known
+                .worker_offering
+                .as_ref()
+                .is_some_and(|w| w.id == o.id)
+            {
                 return;
             }
             o.id.clone()

@@ -446,6 +446,39 @@ async fn a_removal_promised_at_its_deadline_is_recorded_before_its_ok() {
     env.shutdown().await;
 }
 
+/// OK means recorded for an IncreaseSize too, when its watch of the new job runs as long as
+/// the caller can wait (CloudStack validates the job late, after its pick-up delay): the OK
+/// comes with the job in the state file, and no ERROR says an OK went out unrecorded. (How
+/// much of the deadline the watch leaves the record is the machine's, `ScaleMachine::
+/// watch_until`, tested with it.)
+#[tokio::test(start_paused = true)]
+async fn an_increase_watched_to_its_deadline_is_recorded_before_its_ok() {
+    logs::capture();
+    let dir = cks_testkit::certs::TempDir::new("state-watch");
+    let state = dir.path("state.json");
+    let file = state.clone();
+    let mut cfg = pool(3);
+    cfg.settings.pickup_delay = Duration::from_secs(8);
+    let mut env = Stack::refreshed(cfg, "pool", move |s| {
+        s.state_file = Some(file);
+        s.scale_watch = Duration::from_secs(30);
+    })
+    .await;
+    let unrecorded = logs::lines_mentioning("before the promise was recorded").len();
+    env.increase(1).await.expect("scale-up accepted");
+    let recorded = std::fs::read_to_string(&state).expect("the state file");
+    assert!(
+        recorded.contains("\"job\""),
+        "the job is recorded: {recorded}"
+    );
+    assert_eq!(
+        logs::lines_mentioning("before the promise was recorded").len(),
+        unrecorded,
+        "an OK said to be unrecorded"
+    );
+    env.shutdown().await;
+}
+
 /// The provider dies (no shutdown, no Cleanup) with a removal owed behind a running scale-up:
 /// the next provider, started with the same `--state-file`, takes the promise over, follows
 /// the running job instead of sending anything twice, and removes the VM once it ends. The

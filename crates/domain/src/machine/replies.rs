@@ -18,7 +18,7 @@
 //! just before the request went out, so this is a store that failed in between.
 
 use super::{Acceptance, Accepted, Effect, ScaleMachine, Step};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// A scale RPC's caller waiting for its OK, as the shell numbers it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -77,6 +77,13 @@ impl ScaleMachine {
         } else {
             crate::timing::answer_by(deadline, now)
         }
+    }
+
+    /// Until when a scale RPC with `deadline` watches the job it just started for
+    /// CloudStack's refusal (`timing::watch_until`): never past [`ScaleMachine::promise_at`],
+    /// so the OK it ends with can still be recorded before its caller must hear it.
+    pub fn watch_until(&self, scale_watch: Duration, deadline: Instant, now: Instant) -> Instant {
+        crate::timing::watch_until(scale_watch, deadline, now).min(self.promise_at(deadline, now))
     }
 
     /// The number of the ledger as it is now ([`ScaleMachine::ledger`]): the store reads it
@@ -329,5 +336,25 @@ mod tests {
                 heard: Heard::Ok { recorded: true }
             }]
         );
+    }
+
+    #[test]
+    fn a_watch_leaves_the_record_its_time_only_with_a_store() {
+        use std::time::Duration;
+        let now = Instant::now();
+        let deadline = now + Duration::from_secs(5);
+        let must_answer = crate::timing::answer_by(deadline, now);
+        let watch = Duration::from_secs(30);
+        // Without a store, the watch may run until the caller must be answered.
+        assert_eq!(
+            machine(false).watch_until(watch, deadline, now),
+            must_answer
+        );
+        // With one, it ends a second before, for the write that records the OK.
+        let with_store = machine(true).watch_until(watch, deadline, now);
+        assert_eq!(must_answer - with_store, crate::timing::RECORD_ALLOWANCE);
+        // A short watch is not lengthened.
+        let short = Duration::from_millis(300);
+        assert_eq!(machine(true).watch_until(short, deadline, now), now + short);
     }
 }

@@ -92,7 +92,11 @@ impl ScaleMachine {
             .failed
             .iter()
             .filter_map(|f| f.vm_id.as_deref())
-            .filter_map(|vm| registered.recent(vm, now).map(|r| (vm.to_string(), r.node.clone())))
+            .filter_map(|vm| {
+                registered
+                    .recent(vm, now)
+                    .map(|r| (vm.to_string(), r.node.clone()))
+            })
             .collect();
         joined
             .into_iter()
