@@ -117,6 +117,7 @@ pub fn install() -> PrometheusHandle {
             metrics::counter!("cks_provider_removals_abandoned_total").increment(0);
             metrics::counter!("cks_provider_removals_withdrawn_total").increment(0);
             metrics::counter!("cks_provider_state_write_failures_total").increment(0);
+            metrics::counter!("cks_provider_unrecorded_oks_total").increment(0);
             // The command every refresh sends, refused for its key from the first call on: from
             // 0, so that an alert on increase() of `outcome="unauthorized"` sees that first call.
             metrics::counter!("cks_provider_cloudstack_requests_total", "command" => "listKubernetesClusters", "outcome" => "unauthorized")
@@ -208,6 +209,12 @@ fn describe() {
         "Failed writes of the store (--state-configmap or --state-file), conflicts with \
          another writer of the ConfigMap included: each is tried again, and the OK of the \
          promises it holds waits for a write that succeeds."
+    );
+    describe_counter!(
+        "cks_provider_unrecorded_oks_total",
+        "OKs to IncreaseSize or DeleteNodes answered at the caller's deadline before the \
+         store had recorded the promise (the store failed between the check before the \
+         request and the write after it): a restart before the promise is kept forgets it."
     );
     describe_gauge!(
         "cks_provider_node_group_target_size",
@@ -364,6 +371,11 @@ pub fn record_leader(leading: bool) {
 /// Records a failed write of the store (`--state-configmap` or `--state-file`).
 pub fn record_state_write_failure() {
     metrics::counter!("cks_provider_state_write_failures_total").increment(1);
+}
+
+/// Records an OK answered before the store recorded its promise.
+pub fn record_unrecorded_ok() {
+    metrics::counter!("cks_provider_unrecorded_oks_total").increment(1);
 }
 
 /// What the autoscaler is told about an instance (`InstanceStatus.InstanceState`).

@@ -135,6 +135,7 @@ impl Cluster {
                         "node carries a providerID other than CloudStack's CCM default; reporting the instance under the node's own id");
                 }
                 Effect::AnsweredUnrecorded => {
+                    crate::metrics::record_unrecorded_ok();
                     tracing::error!(group = %self.label(),
                         "answered OK before the promise was recorded (the store cannot be written now): a restart before it is kept would forget it");
                 }

@@ -479,6 +479,48 @@ async fn an_increase_watched_to_its_deadline_is_recorded_before_its_ok() {
     env.shutdown().await;
 }
 
+/// The store fails between the check and the write (a removal queued behind a running job
+/// is checked only against the store's last write): the caller still hears OK at its
+/// deadline, since what it asked is queued and carried out, and the operator is told loudly
+/// that the promise is not recorded: an ERROR and `cks_provider_unrecorded_oks_total`.
+#[tokio::test(start_paused = true)]
+async fn an_ok_the_store_could_not_record_in_time_is_said_and_counted() {
+    logs::capture();
+    let unrecorded_oks = || {
+        let page = cks_autoscaler_provider::metrics::install().render();
+        page.lines()
+            .find_map(|l| l.strip_prefix("cks_provider_unrecorded_oks_total "))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let dir = cks_testkit::certs::TempDir::new("state-gone");
+    let folder = dir.path("state");
+    std::fs::create_dir_all(&folder).expect("state folder");
+    let file = folder.join("state.json");
+    let mut cfg = pool(4);
+    cfg.settings.job_duration = Duration::from_secs(60);
+    let mut env = Stack::refreshed(cfg, "pool", move |s| {
+        s.groups[0].min = 1;
+        s.state_file = Some(file);
+    })
+    .await;
+    env.increase(1).await.expect("a job in flight, recorded");
+    let counted = unrecorded_oks();
+    let said = logs::lines_mentioning("before the promise was recorded").len();
+    std::fs::remove_dir_all(&folder).expect("the store goes away");
+    let victim = env.workers().remove(0);
+    env.delete(vec![worker_node(&victim)])
+        .await
+        .expect("queued behind the job: OK at the deadline");
+    assert!(
+        logs::lines_mentioning("before the promise was recorded").len() > said,
+        "the unrecorded OK is said"
+    );
+    assert!(unrecorded_oks() > counted, "and counted");
+    assert_eq!(env.target().await, 4, "the removal is owed all the same");
+    env.shutdown().await;
+}
+
 /// The provider dies (no shutdown, no Cleanup) with a removal owed behind a running scale-up:
 /// the next provider, started with the same `--state-file`, takes the promise over, follows
 /// the running job instead of sending anything twice, and removes the VM once it ends. The
