@@ -107,6 +107,22 @@ pub(crate) struct Inbox {
 }
 
 impl Provider {
+    /// Hands each of these groups' loops a change (`change` makes each) and returns once
+    /// every loop has made it: each makes it beside whatever it has under way.
+    pub(crate) async fn change_each(
+        &self,
+        groups: impl IntoIterator<Item = usize>,
+        change: impl Fn() -> Change,
+    ) {
+        let making: Vec<_> = groups
+            .into_iter()
+            .map(|gi| self.cluster(gi).change(change()))
+            .collect();
+        for made in making {
+            made.await;
+        }
+    }
+
     /// Polls a stop job once: `None` while it runs (or its poll got no answer), else how it
     /// ended (`Some(None)` succeeded, `Some(Some(text))` failed or was cancelled).
     async fn poll_stop(&self, job: &str) -> Option<Option<String>> {
@@ -200,7 +216,7 @@ impl Cluster {
             let (calls, calls_rx) = mpsc::unbounded_channel::<Asked>();
             let (changes, changes_rx) = mpsc::unbounded_channel::<Changing>();
             let provider = Arc::downgrade(&self.p.inner);
-            let g = &self.group();
+            let g = self.group();
             let ways = Ways {
                 work: work_rx,
                 calls: calls_rx,
@@ -397,19 +413,18 @@ async fn run(provider: Weak<super::Inner>, gi: usize, ways: Ways) {
     // After a look that panicked, the agenda is not asked again before this.
     let mut pause: Option<std::time::Instant> = None;
     loop {
-        let Some(inner) = provider.upgrade() else {
+        let Some(c) = alive(&provider, gi) else {
             return;
         };
-        let p = Provider { inner };
         if round.is_none()
-            && let Some(r) = p.cluster(gi).take_round()
+            && let Some(r) = c.take_round()
         {
             round = flight(r);
         }
         if work.is_none()
             && let Ok(w) = inbox.try_recv()
         {
-            work = flight(p.cluster(gi).carry_out(w));
+            work = flight(c.clone().carry_out(w));
         }
         let mut wake_at = None;
         if pause.is_some_and(|until| until <= now()) {
@@ -418,15 +433,15 @@ async fn run(provider: Weak<super::Inner>, gi: usize, ways: Ways) {
         if let Some(until) = pause {
             wake_at = Some(until);
         } else if work.is_none() && due.is_none() {
-            match agenda.next(&p.inner.groups[gi].read().scale, now()) {
+            match agenda.next(&c.group().read().scale, now()) {
                 Next::Do(d) => {
-                    due = flight(p.cluster(gi).do_due(d));
+                    due = flight(c.clone().do_due(d));
                 }
                 Next::Sleep(at) => wake_at = at,
             }
         }
         // Not kept alive while asleep: the loop ends with the provider.
-        drop(p);
+        drop(c);
         let idle = work.is_none() && due.is_none();
         let sleep = async {
             match wake_at {
@@ -439,13 +454,13 @@ async fn run(provider: Weak<super::Inner>, gi: usize, ways: Ways) {
             _ = landing(&mut work, gi, "work"), if work.is_some() => {}
             _ = landing(&mut round, gi, "refresh round"), if round.is_some() => {}
             report = landing(&mut due, gi, "look at what the machine waits for"), if due.is_some() => {
-                let Some(inner) = provider.upgrade() else {
+                let Some(c) = alive(&provider, gi) else {
                     return;
                 };
                 match report {
-                    Some(report) => heard(&Provider { inner }, gi, &mut agenda, report),
+                    Some(report) => heard(&c, &mut agenda, report),
                     // Not asked again at once: the same look would panic again.
-                    None => pause = Some(now() + inner.settings.job_poll_interval),
+                    None => pause = Some(now() + c.p.inner.settings.job_poll_interval),
                 }
             }
             Some(answered) = answering.next(), if !answering.is_empty() => {
@@ -453,38 +468,35 @@ async fn run(provider: Weak<super::Inner>, gi: usize, ways: Ways) {
                 let _: Option<()> = unless_panicked(answered, gi, "answer to a scale call");
             }
             changing = changes.recv() => {
-                let (Some((change, done)), Some(inner)) = (changing, provider.upgrade()) else {
+                let (Some((change, done)), Some(c)) = (changing, alive(&provider, gi)) else {
                     return;
                 };
-                let p = Provider { inner };
-                let made = std::panic::catch_unwind(AssertUnwindSafe(|| p.cluster(gi).make(change)));
+                let made = std::panic::catch_unwind(AssertUnwindSafe(|| c.make(change)));
                 // Its waiter hears it was not made.
                 if unless_panicked(made, gi, "change of the machine").is_some() {
                     let _ = done.send(());
                 }
             }
             asked = calls.recv() => {
-                let (Some((call, reply)), Some(inner)) = (asked, provider.upgrade()) else {
+                let (Some((call, reply)), Some(c)) = (asked, alive(&provider, gi)) else {
                     return;
                 };
-                let answer = Provider { inner }.cluster(gi).answer(call, reply);
+                let answer = c.answer(call, reply);
                 answering.push(AssertUnwindSafe(answer).catch_unwind());
             }
             w = inbox.recv(), if work.is_none() => {
-                let (Some(w), Some(inner)) = (w, provider.upgrade()) else {
+                let (Some(w), Some(c)) = (w, alive(&provider, gi)) else {
                     return;
                 };
-                work = flight(Provider { inner }.cluster(gi).carry_out(w));
+                work = flight(c.carry_out(w));
             }
             Ok(()) = recorded.changed() => {
                 let rev = *recorded.borrow_and_update();
-                let Some(inner) = provider.upgrade() else {
+                let Some(c) = alive(&provider, gi) else {
                     return;
                 };
-                // The OKs that waited for this record go (the event asks for nothing else).
-                let p = Provider { inner };
-                let step = p.inner.groups[gi].lock().scale.handle(Event::Recorded { rev }, now());
-                p.cluster(gi).reply(&step.replies);
+                // The OKs that waited for this record go.
+                c.tell(Event::Recorded { rev }).await;
             }
             () = poke.notified() => agenda.poll_now(now()),
             () = wake.notified() => {}
@@ -493,8 +505,18 @@ async fn run(provider: Weak<super::Inner>, gi: usize, ways: Ways) {
     }
 }
 
+/// Group `gi`'s share of the provider while the provider lives.
+fn alive(provider: &Weak<super::Inner>, gi: usize) -> Option<Cluster> {
+    Some(
+        Provider {
+            inner: provider.upgrade()?,
+        }
+        .cluster(gi),
+    )
+}
+
 /// What a due item came to, told to the agenda.
-fn heard(p: &Provider, gi: usize, agenda: &mut Agenda, report: Report) {
+fn heard(c: &Cluster, agenda: &mut Agenda, report: Report) {
     match report {
         Report::StopsSent(sent) => {
             for (vm, job) in sent {
@@ -502,9 +524,9 @@ fn heard(p: &Provider, gi: usize, agenda: &mut Agenda, report: Report) {
             }
         }
         Report::JobPolled { job, poll } => {
-            let view = p.inner.groups[gi].read();
+            let view = c.group().read();
             if let Some(wait) = agenda.job_polled(&view.scale, &job, poll, now()) {
-                tracing::error!(job, limit = ?p.inner.settings.job_max_follow,
+                tracing::error!(job, limit = ?c.p.inner.settings.job_max_follow,
                     "scale job still running after the follow limit; it stays this cluster's operation and is polled every {wait:?}");
             }
         }

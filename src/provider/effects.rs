@@ -17,12 +17,8 @@ impl Provider {
     /// serves them all), each in its group's loop; returns once every loop has told it, so
     /// what follows (the round's fetch that may promise a stop) finds it known.
     pub(crate) async fn tell_may_stop_vms(&self, yes: bool) {
-        let telling: Vec<_> = (0..self.inner.groups.len())
-            .map(|gi| self.cluster(gi).change(Change::MayStopVms(yes)))
-            .collect();
-        for told in telling {
-            told.await;
-        }
+        self.change_each(0..self.inner.groups.len(), || Change::MayStopVms(yes))
+            .await;
     }
 }
 
@@ -162,7 +158,7 @@ impl Cluster {
     /// failure shows this CloudStack does not scale a cluster in Alert.
     fn job_ended(&self, job: &str, kind: JobKind, end: &JobEnd, alert_refusal: bool) {
         let label = self.label();
-        let group_id = self.p.group_id(self.gi);
+        let group_id = self.id();
         match end.failure() {
             None => {
                 tracing::info!(group = %label, job, "scale job succeeded");
@@ -186,7 +182,7 @@ impl Cluster {
 
     /// What a job search changed, told.
     fn searched(&self, news: SearchNews) {
-        let cluster_id = self.p.group_id(self.gi);
+        let cluster_id = self.id();
         match news {
             SearchNews::LostBecameJob { job, kind } => {
                 tracing::info!(group = %cluster_id, job = %job, "the scale request whose answer was lost became a job; following it");

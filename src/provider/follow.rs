@@ -5,7 +5,7 @@
 //! decision (`cks_domain::jobs`).
 
 use super::Cluster;
-use super::{Provider, now};
+use super::now;
 use cks_cloudstack::types::{JobOutcome, cloudstack_date};
 use cks_domain::jobs::{self, JobQuery, JobScan, JobSearch, ListedJob};
 use cks_domain::machine::{Answer, Effect, Event, JobEnd, Phase};
@@ -28,19 +28,17 @@ pub(crate) fn job_end(outcome: JobOutcome) -> Option<JobEnd> {
     }
 }
 
-impl Provider {
+impl Cluster {
     /// The group's id (its cluster's id) as metric labels name it.
-    pub(crate) fn group_id(&self, gi: usize) -> String {
-        self.inner.groups[gi]
+    pub(crate) fn id(&self) -> String {
+        self.group()
             .read()
             .scale
             .cluster_id
             .clone()
             .unwrap_or_default()
     }
-}
 
-impl Cluster {
     /// Fetches the cluster after a job ended, so its outcome is judged on what CloudStack
     /// shows now: tried again as `timing::post_job_read_wait` says, or until `deadline`.
     /// Returns whether it worked.

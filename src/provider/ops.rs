@@ -31,7 +31,7 @@ impl Cluster {
     fn scale_error(&self, source: ScaleError) -> Error {
         if let ScaleError::Refused(r) = &source {
             tracing::info!(group = %self.label(), rule = r.rule(), "scale request refused: {r}");
-            crate::metrics::record_refusal(&self.p.group_id(self.gi), r.rule());
+            crate::metrics::record_refusal(&self.id(), r.rule());
         }
         Error::Scale {
             group: self.label(),
@@ -41,7 +41,7 @@ impl Cluster {
 
     /// The group's min and max.
     pub(crate) fn bounds(&self) -> (u32, u32) {
-        let g = &self.group();
+        let g = self.group();
         g.read().bounds(&g.spec)
     }
 
@@ -115,7 +115,7 @@ impl Cluster {
         request: ScaleRequest,
         deadline: Option<Instant>,
     ) -> Result<()> {
-        let g = &self.group();
+        let g = self.group();
         let label = self.label();
         let cluster_id = g.read().scale.cluster_id.clone();
         let Some(cluster_id) = cluster_id else {
@@ -285,7 +285,7 @@ impl Cluster {
     /// ran out.
     async fn watch(&self, job_id: &str, deadline: Instant) -> Option<JobEnd> {
         let watch = self.p.inner.settings.scale_watch;
-        let g = &self.group();
+        let g = self.group();
         let until = g
             .read()
             .scale
@@ -371,7 +371,7 @@ impl Cluster {
     /// each caller of the window hears. Runs in the group's loop: a caller giving up never
     /// strands the queue.
     pub(crate) async fn close_window(&self, deadline: Instant) {
-        let g = &self.group();
+        let g = self.group();
         // When it closes is the machine's: it moves with each arrival.
         let cap = self.p.inner.settings.removal_window;
         loop {
@@ -503,7 +503,7 @@ impl Scoped<'_> {
 impl Cluster {
     /// NodeGroupIncreaseSize of the group, in its loop (`Call::Increase`).
     pub(crate) async fn increase_here(&self, delta: u32, deadline: Instant) -> Result<()> {
-        let g = &self.group();
+        let g = self.group();
         let (_, max) = self.bounds();
         let alert = self.p.alert_scaling();
         let admitted = g.lock().scale.admit_increase(delta, max, &alert);
@@ -538,7 +538,7 @@ impl Cluster {
     /// at once and go out together when it ends. A fake "unregistered" node of a VM whose node
     /// any client reported within the max-node-provision-time is refused.
     pub(crate) async fn delete_here(&self, nodes: Vec<NodeRef>, deadline: Instant) -> Result<()> {
-        let g = &self.group();
+        let g = self.group();
         let (min, _) = self.bounds();
         let alert = self.p.alert_scaling();
         let (call, heard) = self.open_call();
@@ -591,7 +591,7 @@ impl Cluster {
     /// FAILED_PRECONDITION saying so and changes nothing: after an OK the target has dropped
     /// by the delta (docs/decrease-target-size.md).
     pub(crate) fn decrease_here(&self, delta: u32) -> Result<()> {
-        let g = &self.group();
+        let g = self.group();
         let decreased = g.lock().scale.decrease_target(delta);
         let d = decreased.map_err(|e| self.scale_error(e))?;
         tracing::info!(group = %self.label(), cancelled = d.cancelled, "target size decreased (requests cancelled)");

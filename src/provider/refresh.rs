@@ -456,7 +456,7 @@ impl Cluster {
     /// newer one: the last attempt failed, or an autoscaler asked since the snapshot was taken
     /// and no newer one came.
     pub(crate) fn stale_group(&self) -> bool {
-        let g = &self.group();
+        let g = self.group();
         let (fetched, failing) = {
             let st = g.read();
             (

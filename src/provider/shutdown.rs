@@ -20,13 +20,7 @@ impl Provider {
     /// Has each of these groups' loops let its job go, and waits until all have: each loop
     /// does it beside whatever it has under way, a poll CloudStack is slow to answer included.
     async fn let_go(&self, groups: Vec<usize>) {
-        let letting_go: Vec<_> = groups
-            .into_iter()
-            .map(|gi| self.cluster(gi).change(Change::Cleanup))
-            .collect();
-        for done in letting_go {
-            done.await;
-        }
+        self.change_each(groups, || Change::Cleanup).await;
     }
 
     /// Waits until no scale operation is in flight, or `grace` passes: on shutdown, running

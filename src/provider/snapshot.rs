@@ -88,7 +88,7 @@ impl Cluster {
     /// machine. Returns the snapshot and what the machine asks for on seeing it (a job to
     /// find, queued work to send, removals to retry): the caller runs those, where it is seen.
     pub(crate) async fn fetch_group(&self) -> Result<Fetched> {
-        let g = &self.group();
+        let g = self.group();
         let id = g.read().scale.cluster_id.clone();
         // CloudStack's answer is at least as recent as the moment it was asked for.
         let asked = now();
@@ -168,7 +168,7 @@ impl Cluster {
         let Some(nodes) = &self.p.inner.nodes else {
             return;
         };
-        let g = &self.group();
+        let g = self.group();
         let to_confirm = g.read().scale.removals_to_confirm();
         // An absent Node (a kubelet that never joined: the autoscaler removes such VMs
         // through fake nodes, which carry no mark) keeps its removal.
@@ -192,7 +192,7 @@ impl Cluster {
         let Some(nodes) = &self.p.inner.nodes else {
             return;
         };
-        let g = &self.group();
+        let g = self.group();
         let asked = now();
         let to_check = g.read().scale.cordons_to_check();
         let (ready, unread) =
@@ -227,7 +227,7 @@ impl Cluster {
         cluster: KubernetesCluster,
         asked: Instant,
     ) -> (Arc<IndexedSnapshot>, Vec<Effect>) {
-        let g = &self.group();
+        let g = self.group();
         let snap = ClusterSnapshot::classify(cluster_input(cluster));
         if let Some(w) = &snap.classification_warning {
             tracing::error!(cluster = %snap.name, "{w}");

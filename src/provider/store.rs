@@ -215,7 +215,7 @@ impl Store {
             }
             return Ok(None);
         };
-        let shown = store.describe();
+        let shown = self.describe();
         let text = match store.read().await {
             Ok(Some(t)) => t,
             Ok(None) => {
@@ -254,17 +254,16 @@ impl Store {
         force: bool,
         content: impl FnOnce() -> (String, R),
     ) -> Pass<R> {
-        let store = self;
-        let Some(backend) = &store.backend else {
+        let Some(backend) = &self.backend else {
             return Pass::Closed;
         };
-        let _one_at_a_time = store.writing.lock().await;
-        if store.closed.load(Ordering::Acquire) {
+        let _one_at_a_time = self.writing.lock().await;
+        if self.closed.load(Ordering::Acquire) {
             return Pass::Closed;
         }
-        let asked = store.requested.load(Ordering::Acquire);
+        let asked = self.requested.load(Ordering::Acquire);
         let (text, learned) = content();
-        let unchanged = store
+        let unchanged = self
             .last
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -272,30 +271,24 @@ impl Store {
             == Some(text.as_str());
         // After a failure, the next pass writes whatever it holds: only a write that
         // succeeds lifts the refusal of new promises.
-        let failing = store
+        let failing = self
             .failing
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .is_some();
         if force || failing || !unchanged {
             if let Err(e) = backend.write(&text).await {
-                *store.failing.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
-                store.failures.send_modify(|f| *f += 1);
+                *self.failing.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+                self.failures.send_modify(|f| *f += 1);
                 crate::metrics::record_state_write_failure();
                 tracing::error!(store = %backend.describe(), error = %e,
                     "recording the promises failed: what is promised from now on is answered OK only once a write succeeds; trying again");
                 return Pass::Failed;
             }
-            *store.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(text);
-            *store.failing.lock().unwrap_or_else(|p| p.into_inner()) = None;
+            *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(text);
+            *self.failing.lock().unwrap_or_else(|p| p.into_inner()) = None;
         }
-        store.written.send_if_modified(|w| {
-            let newer = asked > *w;
-            if newer {
-                *w = asked;
-            }
-            newer
-        });
+        raise(&self.written, asked);
         Pass::Recorded(learned)
     }
 
@@ -303,11 +296,9 @@ impl Store {
     /// OK must be recorded before it is given, and a request accepted now could only be
     /// answered at the caller's deadline, with an error, while the work went on.
     pub(crate) fn check(&self) -> Result<(), super::Error> {
-        let store = self;
         let (Some(backend), Some(error)) = (
-            &store.backend,
-            store
-                .failing
+            &self.backend,
+            self.failing
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .clone(),
@@ -326,16 +317,15 @@ impl Store {
     /// before anything is promised. The standing writer writes it (a write cut off half way
     /// could leave the ConfigMap's version unknown to the next one), so nothing is spawned.
     pub(crate) async fn writable(&self, until: tokio::time::Instant) -> Result<(), super::Error> {
-        let store = self;
-        if store.backend.is_none() {
+        if self.backend.is_none() {
             return Ok(());
         }
-        let mut failures = store.failures.subscribe();
+        let mut failures = self.failures.subscribe();
         failures.borrow_and_update();
-        let mut written = store.written.subscribe();
-        store.force.store(true, Ordering::Release);
-        let asked = store.requested.fetch_add(1, Ordering::AcqRel) + 1;
-        store.wake.notify_one();
+        let mut written = self.written.subscribe();
+        self.force.store(true, Ordering::Release);
+        let asked = self.requested.fetch_add(1, Ordering::AcqRel) + 1;
+        self.wake.notify_one();
         let outcome = tokio::time::timeout_at(until, async {
             tokio::select! {
                 _ = written.wait_for(|w| *w >= asked) => {}
@@ -348,11 +338,23 @@ impl Store {
             // backoff, until a write succeeds).
             Ok(()) => self.check(),
             Err(_) => Err(super::Error::StoreUnavailable {
-                store: store.describe(),
+                store: self.describe(),
                 error: "not written in time".into(),
             }),
         }
     }
+}
+
+/// Raises a count its watchers wait on to `to`, unless it is there already: a write that
+/// finishes after a later one never lowers it.
+fn raise(count: &watch::Sender<u64>, to: u64) {
+    count.send_if_modified(|c| {
+        let newer = to > *c;
+        if newer {
+            *c = to;
+        }
+        newer
+    });
 }
 
 /// What a write of the store came to.
@@ -511,13 +513,7 @@ impl Provider {
     /// releases the OKs that waited for it.
     fn report_recorded(&self, revs: &[u64]) {
         for (g, &rev) in self.inner.groups.iter().zip(revs) {
-            g.recorded.send_if_modified(|r| {
-                let newer = rev > *r;
-                if newer {
-                    *r = rev;
-                }
-                newer
-            });
+            raise(&g.recorded, rev);
         }
     }
 

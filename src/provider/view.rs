@@ -147,7 +147,7 @@ impl Cluster {
     }
 
     fn view(&self) -> Option<NodeGroupView> {
-        let g = &self.group();
+        let g = self.group();
         self.p.view_of(g, &g.read())
     }
 }

@@ -141,7 +141,8 @@ impl ScaleMachine {
     pub(crate) fn window_replies(&mut self, ok: bool, step: &mut Step) {
         let mut promised = Vec::new();
         for (call, vms) in std::mem::take(&mut self.replies.window) {
-            if ok && !vms.iter().any(|v| self.queue.dropped.contains(v)) {
+            // The same judgment as at a caller's deadline: owed unless a failure dropped one.
+            if ok && self.promise_removals(&vms) {
                 promised.push(call);
             } else {
                 step.replies.push(Reply {
