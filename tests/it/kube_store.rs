@@ -107,11 +107,7 @@ fn store_lines(ns: &str, needle: &str) -> Vec<String> {
 
 /// `cks_provider_state_write_failures_total` now.
 fn write_failures() -> f64 {
-    let page = cks_autoscaler_provider::metrics::install().render();
-    page.lines()
-        .find_map(|l| l.strip_prefix("cks_provider_state_write_failures_total "))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0.0)
+    cks_testkit::metric("cks_provider_state_write_failures_total")
 }
 
 /// A pool of 4 workers whose scale-ups run for an hour: a removal asked meanwhile stays owed

@@ -486,13 +486,7 @@ async fn an_increase_watched_to_its_deadline_is_recorded_before_its_ok() {
 #[tokio::test(start_paused = true)]
 async fn an_ok_the_store_could_not_record_in_time_is_said_and_counted() {
     logs::capture();
-    let unrecorded_oks = || {
-        let page = cks_autoscaler_provider::metrics::install().render();
-        page.lines()
-            .find_map(|l| l.strip_prefix("cks_provider_unrecorded_oks_total "))
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
+    let unrecorded_oks = || metric("cks_provider_unrecorded_oks_total");
     let dir = cks_testkit::certs::TempDir::new("state-gone");
     let folder = dir.path("state");
     std::fs::create_dir_all(&folder).expect("state folder");

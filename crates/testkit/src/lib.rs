@@ -333,6 +333,17 @@ pub fn temp_file(tag: &str, name: &str, text: &str) -> std::path::PathBuf {
     path
 }
 
+/// The value of an unlabelled counter or gauge in this process's metrics now (0 while it has
+/// none).
+pub fn metric(name: &str) -> f64 {
+    let page = cks_autoscaler_provider::metrics::install().render();
+    let prefix = format!("{name} ");
+    page.lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
 /// `/metrics` as the provider's metrics endpoint serves it from `source` (one request to a
 /// server on a new loopback port, stopped after).
 pub async fn scrape_metrics(
