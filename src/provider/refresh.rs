@@ -119,41 +119,17 @@ pub(crate) fn snapshot_arrived(slot: &Mutex<RefreshSlot>) {
 }
 
 impl Scoped<'_> {
-    /// Refresh of the caller's groups, as [`Provider::refresh_within`] does it for all.
+    /// Refresh of the caller's groups (every group for the provider's own, [`Provider::refresh_within`]):
+    /// for each group, what `cks_domain::keeper` says (answer from the snapshot, join the
+    /// round in flight, start one), waits for the rounds it must until the deadline, and
+    /// answers from the snapshots.
     pub async fn refresh_within(&self, deadline: Option<tokio::time::Instant>) -> Result<()> {
-        self.p.refresh_groups(self.visible(), deadline).await
-    }
-}
-
-impl Provider {
-    /// Refresh with no deadline (the first refresh, `demo`): waits for the rounds to end.
-    pub async fn refresh(&self) -> Result<()> {
-        self.refresh_within(None).await
-    }
-
-    /// Refresh as the RPC runs it: every group whose snapshot is older than the refresh
-    /// interval is fetched, in one call per cluster (independent of the number of nodes), and
-    /// the answer comes before `deadline` (less a margin for the answer to travel back)
-    /// whatever CloudStack does. Fails only when a group has no snapshot newer than the
-    /// staleness bound.
-    pub async fn refresh_within(&self, deadline: Option<tokio::time::Instant>) -> Result<()> {
-        self.refresh_groups((0..self.inner.groups.len()).collect(), deadline)
-            .await
-    }
-
-    /// [`Provider::refresh_within`] for these groups only (a caller's): for each group, what
-    /// `cks_domain::keeper` says (answer from the snapshot, join the round in flight, start
-    /// one), waits for the rounds it must until the deadline, and answers from the snapshots.
-    pub(crate) async fn refresh_groups(
-        &self,
-        groups: Vec<usize>,
-        deadline: Option<tokio::time::Instant>,
-    ) -> Result<()> {
+        let groups = self.visible();
         let asked = now();
-        let policy = self.refresh_policy();
+        let policy = self.p.refresh_policy();
         let rounds: Vec<watch::Receiver<bool>> = groups
             .iter()
-            .filter_map(|&gi| self.cluster(gi).refresh_step(&policy, asked))
+            .filter_map(|&gi| self.p.cluster(gi).refresh_step(&policy, asked))
             .collect();
         // Every round runs already; waiting for them one after the other takes as long as
         // the slowest.
@@ -171,7 +147,23 @@ impl Provider {
             }
             Some(d) => tokio::time::timeout_at(before(d), all_ended).await.is_err(),
         };
-        self.judge_snapshots(&groups, timed_out)
+        self.p.judge_snapshots(&groups, timed_out)
+    }
+}
+
+impl Provider {
+    /// Refresh with no deadline (the first refresh, `demo`): waits for the rounds to end.
+    pub async fn refresh(&self) -> Result<()> {
+        self.refresh_within(None).await
+    }
+
+    /// Refresh as the RPC runs it: every group whose snapshot is older than the refresh
+    /// interval is fetched, in one call per cluster (independent of the number of nodes), and
+    /// the answer comes before `deadline` (less a margin for the answer to travel back)
+    /// whatever CloudStack does. Fails only when a group has no snapshot newer than the
+    /// staleness bound.
+    pub async fn refresh_within(&self, deadline: Option<tokio::time::Instant>) -> Result<()> {
+        self.all_groups().refresh_within(deadline).await
     }
 
     /// How the provider paces its refresh rounds (`cks_domain::keeper`).
@@ -363,21 +355,19 @@ impl Cluster {
     /// signalled when it ends, and also when it is dropped half way (the loop ended with the
     /// provider), so no Refresh waits for a round that will never end.
     pub(crate) fn take_round(&self) -> Option<impl Future<Output = ()> + Send + 'static> {
-        let tx = lock(&self.group().refresh).start.take()?;
-        let c = self.clone();
-        Some(async move {
-            let _end = RoundEnd {
-                slot: &c.group().refresh,
-                done: tx,
-                keeper: &c.p.inner.keeper_wake,
-            };
-            c.run_round().await;
-        })
+        let done = lock(&self.group().refresh).start.take()?;
+        Some(self.clone().run_round(done))
     }
 
     /// One round of the group, under a permit: the cluster, what the machine asks for on
-    /// seeing it, the worker offering, the CloudStack version check when due.
-    async fn run_round(&self) {
+    /// seeing it, the worker offering, the CloudStack version check when due. `done` is
+    /// signalled when it ends, however it ends.
+    async fn run_round(self, done: watch::Sender<bool>) {
+        let _end = RoundEnd {
+            slot: &self.group().refresh,
+            done,
+            keeper: &self.p.inner.keeper_wake,
+        };
         // The semaphore is never closed: an error cannot happen, and would only mean going on
         // without a permit.
         let _permit = self.p.inner.round_permits.acquire().await.ok();

@@ -167,7 +167,7 @@ impl Scoped<'_> {
             // Nothing fetched yet (no Refresh came first): fetch the caller's groups now, as a
             // Refresh would, within the deadline; a round already running is waited for, not
             // repeated. Each fetch ends in a snapshot or a recorded error.
-            let _ = self.p.refresh_groups(self.visible(), Some(deadline)).await;
+            let _ = self.refresh_within(Some(deadline)).await;
         }
     }
 

@@ -304,6 +304,12 @@ impl Client {
     /// is deserialised once, straight into typed structs, with no intermediate
     /// `serde_json::Value` or copy. Error envelopes, HTTP failures and unreadable bodies come
     /// back as [`CsError`].
+    ///
+    /// The request is sent in its turn under the rate limit and, while CloudStack throttles it
+    /// and the request timeout (from the first send) allows, sent again after a wait: a
+    /// throttled request ran nothing (see `pace`). Each throttled try is counted in the
+    /// request metrics (outcome `throttled`), with CloudStack's time on it (request sent →
+    /// whole answer read).
     pub(crate) async fn call_with<T>(
         &self,
         command: &str,
@@ -311,7 +317,39 @@ impl Client {
         read: impl FnOnce(&Answer<'_>) -> Result<T, CsError>,
     ) -> Result<T, CsError> {
         let started = Instant::now();
-        let (fetched, waited) = self.send_paced(command, params).await;
+        let mut backoff: Option<Backoff> = None;
+        let mut last = None;
+        let (fetched, waited) = loop {
+            if let Some(rate) = &self.inner.rate {
+                rate.turn().await;
+            }
+            let b = backoff.get_or_insert_with(|| Backoff::new(self.inner.request_timeout));
+            let timeout = match (b.remaining(), last.take()) {
+                (Some(left), _) => left,
+                // The wait for a turn used up the time: the throttled answer stands.
+                (None, Some(last)) => break last,
+                (None, None) => self.inner.request_timeout,
+            };
+            let sent = Instant::now();
+            let fetched = self.fetch(command, params, timeout).await;
+            let waited = sent.elapsed();
+            // CloudStack answers its throttling with HTTP 429 (`ApiServlet`); the envelope
+            // says whether it is CloudStack's and how long its window lasts.
+            let hint = match &fetched {
+                Ok((429, body)) => match self.interpret(command, 429, body) {
+                    Err(CsError::Throttled { detail, .. }) => Some(throttle_retry_after(&detail)),
+                    _ => None,
+                },
+                _ => None,
+            };
+            let Some(delay) = hint.and_then(|hint| b.delay(hint)) else {
+                break (fetched, waited);
+            };
+            record_request_metrics(command, waited, "throttled");
+            tracing::debug!(target: LOG_TARGET, command, ?delay, "CloudStack throttled the call; sending it again");
+            tokio::time::sleep(delay).await;
+            last = Some((fetched, waited));
+        };
         let result = match fetched {
             Ok((status, body)) => self
                 .interpret(command, status, &body)
@@ -340,51 +378,6 @@ impl Client {
             }
         }
         result
-    }
-
-    /// Sends the request in its turn under the rate limit and, while CloudStack throttles it
-    /// and the request timeout (from the first send) allows, waits and sends it again: a
-    /// throttled request ran nothing (see `pace`). Each throttled try is counted in the
-    /// request metrics (outcome `throttled`). Returns the last answer and CloudStack's time
-    /// on it (request sent → whole answer read).
-    async fn send_paced(
-        &self,
-        command: &str,
-        params: &[(&str, String)],
-    ) -> (Result<(u16, Vec<u8>), CsError>, Duration) {
-        let mut backoff: Option<Backoff> = None;
-        let mut last = None;
-        loop {
-            if let Some(rate) = &self.inner.rate {
-                rate.turn().await;
-            }
-            let b = backoff.get_or_insert_with(|| Backoff::new(self.inner.request_timeout));
-            let timeout = match (b.remaining(), last.take()) {
-                (Some(left), _) => left,
-                // The wait for a turn used up the time: the throttled answer stands.
-                (None, Some(last)) => return last,
-                (None, None) => self.inner.request_timeout,
-            };
-            let started = Instant::now();
-            let fetched = self.fetch(command, params, timeout).await;
-            let waited = started.elapsed();
-            // CloudStack answers its throttling with HTTP 429 (`ApiServlet`); the envelope
-            // says whether it is CloudStack's and how long its window lasts.
-            let hint = match &fetched {
-                Ok((429, body)) => match self.interpret(command, 429, body) {
-                    Err(CsError::Throttled { detail, .. }) => Some(throttle_retry_after(&detail)),
-                    _ => None,
-                },
-                _ => None,
-            };
-            let Some(delay) = hint.and_then(|hint| b.delay(hint)) else {
-                return (fetched, waited);
-            };
-            record_request_metrics(command, waited, "throttled");
-            tracing::debug!(target: LOG_TARGET, command, ?delay, "CloudStack throttled the call; sending it again");
-            tokio::time::sleep(delay).await;
-            last = Some((fetched, waited));
-        }
     }
 
     /// Sends the signed request; returns the HTTP status and the whole body.

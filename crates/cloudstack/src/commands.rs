@@ -6,6 +6,7 @@
 use crate::CsError;
 use crate::client::Client;
 use crate::envelope::malformed;
+use crate::jobs::job_id;
 use crate::paging::{ListSpec, parse_list};
 use crate::types::{KubernetesCluster, ServiceOffering, VirtualMachine};
 
@@ -105,7 +106,8 @@ impl Client {
     /// `scaleKubernetesCluster id=… size=…` and nothing else. Returns the job id.
     pub async fn scale_cluster_size(&self, cluster_id: &str, size: u32) -> Result<String, CsError> {
         let params = vec![("id", cluster_id.to_string()), ("size", size.to_string())];
-        self.submit_async(SCALE_CLUSTER, params).await
+        self.call_with(SCALE_CLUSTER, &params, |a| job_id(SCALE_CLUSTER, a))
+            .await
     }
 
     /// `scaleKubernetesCluster id=… nodeids=a,b` and nothing else. Returns the job id.
@@ -127,7 +129,8 @@ impl Client {
             ("id", cluster_id.to_string()),
             ("nodeids", vm_ids.join(",")),
         ];
-        self.submit_async(SCALE_CLUSTER, params).await
+        self.call_with(SCALE_CLUSTER, &params, |a| job_id(SCALE_CLUSTER, a))
+            .await
     }
 
     /// `listVirtualMachines ids=… listall=true` (with `projectid` when configured): the VMs
@@ -167,7 +170,8 @@ impl Client {
         if forced {
             params.push(("forced", "true".to_string()));
         }
-        self.submit_async(STOP_VM, params).await
+        self.call_with(STOP_VM, &params, |a| job_id(STOP_VM, a))
+            .await
     }
 
     /// `listCapabilities`: the `cloudstackversion` CloudStack reports (an upgrade changes it).

@@ -1,11 +1,11 @@
-//! Async jobs: submitting an async command for its job id, querying a job, and the
+//! Async jobs: an async command's job id, querying a job, and the
 //! `listAsyncJobs` search by start date through which a job lost to a restart or a dropped answer
 //! is found again. Apart from the typed commands because `startdate` is a DATE read in the
 //! management server's own time zone, a CloudStack quirk the search alone must absorb.
 
 use crate::CsError;
 use crate::client::Client;
-use crate::envelope::malformed;
+use crate::envelope::{Answer, malformed};
 use crate::paging::ListSpec;
 use crate::types::{self, AsyncJob};
 use std::time::Duration;
@@ -24,26 +24,20 @@ pub(crate) const LIST_ASYNC_JOBS: ListSpec = ListSpec {
 
 const QUERY_JOB: &str = "queryAsyncJobResult";
 
-impl Client {
-    /// Submits an async command and returns its `jobid`.
-    pub(crate) async fn submit_async(
-        &self,
-        command: &str,
-        params: Vec<(&str, String)>,
-    ) -> Result<String, CsError> {
-        self.call_with(command, &params, |inner| {
-            match inner
-                .fields
-                .get("jobid")
-                .and_then(|raw| serde_json::from_str::<String>(raw.get()).ok())
-            {
-                Some(id) if !id.is_empty() => Ok(id),
-                _ => Err(malformed(command, "no \"jobid\" in the response".into())),
-            }
-        })
-        .await
+/// The `jobid` an async command's answer names: what [`Client::call_with`] reads from
+/// `scaleKubernetesCluster` and `stopVirtualMachine`.
+pub(crate) fn job_id(command: &str, inner: &Answer<'_>) -> Result<String, CsError> {
+    match inner
+        .fields
+        .get("jobid")
+        .and_then(|raw| serde_json::from_str::<String>(raw.get()).ok())
+    {
+        Some(id) if !id.is_empty() => Ok(id),
+        _ => Err(malformed(command, "no \"jobid\" in the response".into())),
     }
+}
 
+impl Client {
     /// `queryAsyncJobResult jobid=…`.
     pub async fn query_job(&self, job_id: &str) -> Result<AsyncJob, CsError> {
         self.call_with(QUERY_JOB, &[("jobid", job_id.to_string())], |inner| {

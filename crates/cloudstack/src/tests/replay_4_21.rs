@@ -6,7 +6,7 @@
 //! where the client reads them otherwise, the client is wrong.
 
 use super::*;
-use crate::jobs::LIST_ASYNC_JOBS;
+use crate::jobs::{LIST_ASYNC_JOBS, job_id};
 use crate::paging::ListSpec;
 use crate::types::{KubernetesCluster, ListedJob, ServiceOffering, VirtualMachine};
 use cks_testkit::recorded::{self, Exchange};
@@ -196,7 +196,8 @@ async fn replay(ex: &Exchange, client: &Client) -> Result<Read, CsError> {
             })
         }
         command @ ("scaleKubernetesCluster" | "stopVirtualMachine" | "createKubernetesCluster") => {
-            Ok(Read::JobId(client.submit_async(command, params).await?))
+            let id = client.call_with(command, &params, |a| job_id(command, a));
+            Ok(Read::JobId(id.await?))
         }
         // getApiLimit and the unknown command: no typed call; the envelope and error mapping
         // alone.
