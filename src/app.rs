@@ -540,20 +540,20 @@ pub struct ProviderMetrics(pub Provider);
 
 impl MetricsSource for ProviderMetrics {
     fn ready(&self) -> bool {
-        self.0.ready_for_traffic()
+        self.0.health().ready_for_traffic()
     }
 
     fn stalled(&self) -> Option<String> {
-        self.0.stalled()
+        self.0.health().stalled()
     }
 
     fn alert_verdict(&self) -> Option<(&'static str, Option<Duration>)> {
-        let v = self.0.alert_verdict();
+        let v = self.0.health().alert_verdict();
         Some((v.verdict.as_str(), v.age))
     }
 
     fn client_mismatches(&self) -> Vec<ClientMismatch> {
-        self.0.client_cluster_mismatches()
+        self.0.health().client_cluster_mismatches()
     }
 
     fn group_gauges(&self) -> Vec<GroupGauges> {
@@ -571,11 +571,11 @@ impl MetricsSource for ProviderMetrics {
                     .iter()
                     .map(gauge_worker)
                     .collect(),
-                cluster_state: p.snapshot(&g.id).map(|s| s.state.as_str().to_string()),
-                blocked: p.cluster_blocked(&g.id).map(|s| s.rule.as_str()),
-                since_refresh: p.snapshot_age(&g.id),
-                stale: p.snapshot_stale(&g.id),
-                refresh_failures: p.refresh_failures(&g.id),
+                cluster_state: all.snapshot(&g.id).map(|s| s.state.as_str().to_string()),
+                blocked: all.cluster_blocked(&g.id).map(|s| s.rule.as_str()),
+                since_refresh: all.snapshot_age(&g.id),
+                stale: all.snapshot_stale(&g.id),
+                refresh_failures: all.refresh_failures(&g.id),
                 id: g.id,
             })
             .collect()

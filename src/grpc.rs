@@ -96,11 +96,11 @@ pub fn leader_gate(
     provider: Provider,
 ) -> impl FnMut(Request<()>) -> Result<Request<()>, Status> + Clone {
     move |req| {
-        if provider.serving() {
+        if provider.health().serving() {
             Ok(req)
         } else {
             Err(status(&Error::NotLeader {
-                leader: provider.leader(),
+                leader: provider.health().leader(),
             }))
         }
     }

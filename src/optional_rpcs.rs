@@ -3,7 +3,7 @@
 //! (per-cluster overrides from [`crate::options`]).
 
 use crate::options::{OptionOverrides, merged_options, sent_by_release_1_28};
-use crate::provider::{Error, Provider, Result, Scoped};
+use crate::provider::{Error, Result, Scoped};
 use crate::template::{
     TemplateInput, TemplateSettings, build_template_node, encode_node, gpu_from_offering,
 };
@@ -36,24 +36,24 @@ impl Default for ProviderExtras {
 }
 
 impl ProviderExtras {
-    fn overrides_for(&self, provider: &Provider, group_id: &str) -> Option<&OptionOverrides> {
+    fn overrides_for(&self, scope: &Scoped<'_>, group_id: &str) -> Option<&OptionOverrides> {
         if let Some(o) = self.overrides.get(group_id) {
             return Some(o);
         }
-        let name = provider.snapshot(group_id)?.name;
+        let name = scope.snapshot(group_id)?.name;
         self.overrides.get(&name)
     }
 
     /// The template input of a group, from its snapshot and worker offering.
     pub fn template_input(
         &self,
-        provider: &Provider,
+        scope: &Scoped<'_>,
         group_id: &str,
     ) -> std::result::Result<TemplateInput, String> {
-        let snap = provider
+        let snap = scope
             .snapshot(group_id)
             .ok_or_else(|| "no CloudStack snapshot yet".to_string())?;
-        let offering = provider.worker_offering(group_id).ok_or_else(|| {
+        let offering = scope.worker_offering(group_id).ok_or_else(|| {
             format!(
                 "the worker service offering of cluster {:?} has not been read yet (listServiceOfferings)",
                 snap.name
@@ -69,7 +69,7 @@ impl ProviderExtras {
             root_disk_gib: offering.rootdisksize.filter(|g| *g > 0),
             zone_name: snap.zone_name.clone(),
             arch: "amd64".to_string(),
-            copied_labels: provider.sample_labels(group_id).unwrap_or_default(),
+            copied_labels: scope.sample_labels(group_id).unwrap_or_default(),
             gpu: gpu_from_offering(
                 &details,
                 offering.gpucount,
@@ -100,10 +100,9 @@ impl ProviderExtras {
     /// [`Error::NoTemplate`], with the reason in the message and the log.
     pub fn template_node_info(&self, scope: &Scoped<'_>, group_id: &str) -> Result<Vec<u8>> {
         scope.has_group(group_id)?;
-        let provider = scope.p;
         let built = match &self.template {
             None => Err("this provider is configured without template nodes".to_string()),
-            Some(settings) => self.template_input(provider, group_id).and_then(|input| {
+            Some(settings) => self.template_input(scope, group_id).and_then(|input| {
                 let node = build_template_node(&input, settings).map_err(|e| e.to_string())?;
                 let node_bytes = encode_node(&node);
                 if node_bytes.is_empty() {
@@ -135,9 +134,8 @@ impl ProviderExtras {
         request: &pb::NodeGroupAutoscalingOptionsRequest,
     ) -> Result<Option<pb::NodeGroupAutoscalingOptions>> {
         scope.has_group(&request.id)?;
-        let provider = scope.p;
         let overrides = self
-            .overrides_for(provider, &request.id)
+            .overrides_for(scope, &request.id)
             .filter(|o| !o.is_empty());
         if sent_by_release_1_28(request) {
             if overrides.is_some() && !WARNED_1_28_OVERRIDES.swap(true, Ordering::Relaxed) {

@@ -106,7 +106,8 @@ pub async fn serve(
 async fn track_health(provider: Provider, reporter: tonic_health::server::HealthReporter) {
     let mut last = None;
     loop {
-        let now = (provider.ready_for_traffic(), provider.healthy());
+        let health = provider.health();
+        let now = (health.ready_for_traffic(), health.healthy());
         if last != Some(now) {
             let (ready, fresh) = now;
             let status = |up: bool| {

@@ -3,11 +3,11 @@
 //! stranded (and one line when it recovers), not one per refresh (`Effect::Stranding`).
 
 use super::Cluster;
-use super::Provider;
+use super::Scoped;
 use cks_domain::machine::StrandNews;
 use cks_domain::stranded::Stranded;
 
-impl Provider {
+impl Scoped<'_> {
     /// Whether CloudStack has stranded the group's cluster, by its latest snapshot: the rule
     /// (Alert rule 5, VMs and nodes that differ; Alert rule 7, no worker down), the VMs
     /// involved and the operator's fix. `None` for a cluster that is not, and for an unknown

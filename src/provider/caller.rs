@@ -268,12 +268,12 @@ impl Scoped<'_> {
             tracing::warn!(
                 client = %self.binding_names(),
                 bound_cluster = %self.bound_clusters(),
-                seen_cluster = %self.p.group_label(other),
+                seen_cluster = %self.p.inner.groups[other].label(),
                 "client {} reports nodes of its own cluster {} and of cluster {}: one client certificate may be in use by the autoscalers of both; which calls come from where cannot be told, so none is refused, and the autoscaler of {} may scale {}. Give each autoscaler its own cluster's certificate",
                 self.binding_names(),
                 self.bound_clusters(),
-                self.p.group_label(other),
-                self.p.group_label(other),
+                self.p.inner.groups[other].label(),
+                self.p.inner.groups[other].label(),
                 self.bound_clusters()
             );
         }
@@ -302,7 +302,7 @@ impl Scoped<'_> {
     fn bound_clusters(&self) -> String {
         self.visible()
             .into_iter()
-            .map(|gi| self.p.group_label(gi))
+            .map(|gi| self.p.inner.groups[gi].label())
             .collect::<Vec<_>>()
             .join(", ")
     }
@@ -311,7 +311,7 @@ impl Scoped<'_> {
         Error::ClientInAnotherCluster {
             client: self.binding_names(),
             bound: self.bound_clusters(),
-            seen: self.p.group_label(seen),
+            seen: self.p.inner.groups[seen].label(),
         }
     }
 
@@ -324,20 +324,20 @@ impl Scoped<'_> {
                 tracing::error!(
                     client = %self.binding_names(),
                     bound_cluster = %self.bound_clusters(),
-                    seen_cluster = %self.p.group_label(seen),
+                    seen_cluster = %self.p.inner.groups[seen].label(),
                     "{e}. Refused until it reports a node of its own cluster, or none of {}'s for {} minutes",
-                    self.p.group_label(seen),
+                    self.p.inner.groups[seen].label(),
                     SIGHTING_WINDOW.as_secs() / 60
                 );
             }
             (Some(seen), None) => tracing::info!(
                 client = %self.binding_names(),
                 bound_cluster = %self.bound_clusters(),
-                seen_cluster = %self.p.group_label(seen),
+                seen_cluster = %self.p.inner.groups[seen].label(),
                 "client {} is no longer taken for an autoscaler running in cluster {} (it reported a node of its own cluster, or none of {}'s for {} minutes): its scale requests are accepted again",
                 self.binding_names(),
-                self.p.group_label(seen),
-                self.p.group_label(seen),
+                self.p.inner.groups[seen].label(),
+                self.p.inner.groups[seen].label(),
                 SIGHTING_WINDOW.as_secs() / 60
             ),
             (None, None) => {}
@@ -345,14 +345,14 @@ impl Scoped<'_> {
     }
 }
 
-impl Provider {
+impl super::Health<'_> {
     /// Every client ever judged to run in another cluster than its own, and whether it is now
     /// (`cks_provider_client_cluster_mismatch`). Judgments are settled at this moment, so one
     /// whose reports aged out ends here even when its caller no longer calls.
     pub fn client_cluster_mismatches(&self) -> Vec<ClientMismatch> {
         let at = now();
         let settled = {
-            let by = read(&self.inner.whereabouts.by_caller);
+            let by = read(&self.p.inner.whereabouts.by_caller);
             by.iter()
                 .map(|(names, s)| {
                     let mut s = lock(s);
@@ -365,9 +365,9 @@ impl Provider {
         for (names, change, judged) in settled {
             let caller = Caller::with_identities(names);
             let scoped = Scoped {
-                p: self,
+                p: self.p,
                 caller: Some(&caller),
-                denied: caller.is_denied(&self.inner.settings.denied_clients),
+                denied: caller.is_denied(&self.p.inner.settings.denied_clients),
             };
             if let Some(change) = change {
                 scoped.say(change);
@@ -376,11 +376,11 @@ impl Provider {
                 now_judged.push((
                     scoped.binding_names(),
                     scoped.bound_clusters(),
-                    self.group_label(seen),
+                    self.p.cluster(seen).label(),
                 ));
             }
         }
-        let mut series = lock(&self.inner.whereabouts.series);
+        let mut series = lock(&self.p.inner.whereabouts.series);
         for active in series.values_mut() {
             *active = false;
         }

@@ -122,20 +122,20 @@ impl Provider {
             made.await;
         }
     }
+}
 
+impl Cluster {
     /// Polls a stop job once: `None` while it runs (or its poll got no answer), else how it
     /// ended (`Some(None)` succeeded, `Some(Some(text))` failed or was cancelled).
     async fn poll_stop(&self, job: &str) -> Option<Option<String>> {
-        let outcome = self.inner.cs.query_job(job).await.ok()?;
+        let outcome = self.p.inner.cs.query_job(job).await.ok()?;
         match super::follow::job_end(outcome.outcome())? {
             JobEnd::Succeeded => Some(None),
             JobEnd::Failed { text, .. } => Some(Some(text)),
             JobEnd::Cancelled => Some(Some("the job was cancelled".into())),
         }
     }
-}
 
-impl Cluster {
     /// Hands a scale RPC to the group's loop and waits for its answer.
     pub(crate) async fn call(&self, call: Call) -> Result<()> {
         let (reply, answer) = oneshot::channel();
@@ -276,7 +276,7 @@ impl Cluster {
             }
             Due::PollJob { job, seen_running } => self.poll_job(job, seen_running).await,
             Due::PollStop { vm, job } => {
-                let ended = self.p.poll_stop(&job).await;
+                let ended = self.poll_stop(&job).await;
                 if let Some(ended) = &ended {
                     self.stop_ended(&vm, &job, ended.as_deref()).await;
                 }

@@ -174,7 +174,7 @@ impl Cluster {
                     cks_domain::status::cluster_max_size_note(text));
                 crate::metrics::record_job(&group_id, kind, "failed");
                 if alert_refusal {
-                    self.p.set_alert_unsupported(text);
+                    self.p.inner.alert.learn_unsupported(text);
                 }
             }
         }
@@ -208,7 +208,7 @@ impl Cluster {
     /// [`Cluster::stop_ended`]).
     pub(crate) async fn send_stop(&self, vm: &str) -> Option<String> {
         let label = self.label();
-        if !self.p.acting() {
+        if !self.p.health().acting() {
             tracing::warn!(group = %label, vm = %vm, "stopVirtualMachine not sent: this replica does not hold the leader lease");
             let answer = StopAnswer::Failed("this replica does not lead");
             self.tell(Event::StopAnswered { vm, answer }).await;

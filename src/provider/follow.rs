@@ -79,7 +79,7 @@ impl Cluster {
         fetched: bool,
         watched: bool,
     ) -> Option<Answer> {
-        let alert = self.p.alert_scaling();
+        let alert = self.p.inner.alert.scaling();
         let step = {
             let g = self.group();
             let mut st = g.lock();
@@ -133,7 +133,7 @@ impl Cluster {
         } else {
             JobSearch::Nothing
         };
-        let alert = self.p.alert_scaling();
+        let alert = self.p.inner.alert.scaling();
         let event = Event::JobSearched {
             search: &search,
             alert: &alert,

@@ -338,7 +338,7 @@ impl<'a> Scoped<'a> {
         let configured = self
             .visible()
             .into_iter()
-            .map(|gi| p.configured_name(gi))
+            .map(|gi| p.inner.groups[gi].configured_name())
             .collect::<Vec<_>>();
         Err(Error::UnknownGroup {
             id: error::echo(id),
@@ -356,24 +356,18 @@ impl<'a> Scoped<'a> {
     }
 }
 
-impl Provider {
-    /// The group with this node-group id (= resolved cluster id).
-    pub(crate) fn group(&self, id: &str) -> Result<(usize, &Group)> {
-        self.all_groups().group(id)
-    }
-
+impl Group {
     /// A group's id for messages, or what `--nodes` named it by before it is resolved.
-    fn configured_name(&self, gi: usize) -> String {
-        let g = &self.inner.groups[gi];
-        match (&g.spec.cluster, g.read().scale.cluster_id.clone()) {
+    fn configured_name(&self) -> String {
+        match (&self.spec.cluster, self.read().scale.cluster_id.clone()) {
             (_, Some(id)) => id,
             (ClusterRef::Name(n), None) => format!("{n} (name, not resolved yet)"),
             (ClusterRef::Id(id), None) => id.clone(),
         }
     }
 
-    pub(crate) fn group_label(&self, gi: usize) -> String {
-        let g = &self.inner.groups[gi];
-        g.read().label(&g.spec)
+    /// How logs and errors name the group.
+    pub(crate) fn label(&self) -> String {
+        self.read().label(&self.spec)
     }
 }

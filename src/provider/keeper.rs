@@ -26,7 +26,7 @@ impl Provider {
             loop {
                 let Some(inner) = weak.upgrade() else { return };
                 let p = Provider { inner };
-                let policy = p.refresh_policy();
+                let policy = super::refresh::refresh_policy(&p.inner);
                 let at = now();
                 let clocks: Vec<_> = (0..p.inner.groups.len())
                     .map(|gi| p.cluster(gi).group_clock())
@@ -62,36 +62,5 @@ impl Provider {
                 }
             }
         })
-    }
-
-    /// Why the provider is stuck in itself, when it is: with the keeper running, a group whose
-    /// round has asked CloudStack for longer than its requests can take, or whose due round
-    /// never started (`cks_domain::keeper::Policy::stalled`). CloudStack being down is not
-    /// this: every request ends within its timeout and the rounds go on failing.
-    /// `/healthz` fails on it, so the kubelet restarts the process.
-    pub fn stalled(&self) -> Option<String> {
-        if !self.inner.keeping.load(Ordering::Acquire) {
-            return None;
-        }
-        let policy = self.refresh_policy();
-        let at = now();
-        let stuck: Vec<String> = (0..self.inner.groups.len())
-            .filter_map(|gi| {
-                let clock = self.cluster(gi).group_clock();
-                let since = policy.stalled(&clock, at)?;
-                let what = if clock.round.is_some() {
-                    "its refresh round has been asking CloudStack"
-                } else {
-                    "its refresh round has been due and not started"
-                };
-                Some(format!(
-                    "{}: {what} for {:.0}s (limit {:.0}s)",
-                    self.group_label(gi),
-                    since.as_secs_f64(),
-                    policy.stall_after.as_secs_f64()
-                ))
-            })
-            .collect();
-        (!stuck.is_empty()).then(|| stuck.join("; "))
     }
 }

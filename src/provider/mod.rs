@@ -37,6 +37,7 @@ mod effects;
 mod error;
 mod follow;
 mod groups;
+mod health;
 mod keeper;
 mod ops;
 mod refresh;
@@ -55,6 +56,7 @@ pub use cks_domain::machine::NodeRef;
 pub use cks_domain::verdict::AlertVerdictView;
 pub use error::{Error, Reason, Result, bad_project_hint, not_listed_hint};
 pub use groups::Scoped;
+pub use health::Health;
 pub use settings::{AlertScalingMode, ExternalNodeScaleUp, Settings};
 pub use store::StateError;
 pub use view::NodeGroupView;
@@ -63,13 +65,11 @@ pub(crate) use groups::{CowArc, Group, GroupState, GroupView, Known};
 
 use crate::config::ClusterRef;
 use cks_cloudstack::Client;
-use cks_cloudstack::types::ServiceOffering;
-use cks_domain::cluster::ClusterSnapshot;
 use cks_domain::machine::{Event, ScaleMachine, Timings};
 use cks_domain::registry::Registrations;
 use cks_domain::rules::AlertScaling;
+use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
@@ -77,16 +77,13 @@ pub(crate) struct Inner {
     pub cs: Client,
     pub settings: Settings,
     pub groups: Vec<Group>,
-    /// Read by every NodeGroups and NodeGroupForNode answer, changed only when CloudStack
-    /// teaches something (`alert`): readers share it.
-    pub alert: RwLock<cks_domain::verdict::AlertVerdict>,
+    /// The Alert-scaling verdict (`alert`).
+    pub alert: alert::Alert,
     /// One permit per refresh round asking CloudStack (`refresh`); FIFO, so clusters are
     /// served in the order they asked.
     pub round_permits: tokio::sync::Semaphore,
     /// Worker offerings read, shared by every group (`refresh`).
     pub offerings: tokio::sync::Mutex<refresh::OfferingCache>,
-    /// A `listCapabilities` check is in flight: concurrent rounds do not ask again.
-    pub version_check: AtomicBool,
     /// The durable record of the groups' promises (`store`).
     pub store: Arc<store::Store>,
     /// Callers already logged as matching no group.
@@ -105,10 +102,23 @@ pub(crate) struct Inner {
     /// Wakes the keeper (`keeper`) when a round ends, to plan the group's next one.
     pub keeper_wake: Arc<tokio::sync::Notify>,
     /// The keeper runs: groups are refreshed without an RPC asking, and a round that never
-    /// comes is the provider stuck in itself (`Provider::stalled`).
+    /// comes is the provider stuck in itself (`Health::stalled`).
     pub keeping: AtomicBool,
     /// This process's seed for the jitter of failed rounds' backoff.
     pub jitter_seed: u64,
+}
+
+/// Readiness for gRPC health: true once every group has a first snapshot.
+pub(crate) fn update_ready(inner: &Inner) {
+    let all = inner
+        .groups
+        .iter()
+        .all(|g| g.read().scale.snapshot().is_some());
+    inner.ready.send_if_modified(|r| {
+        let changed = *r != all;
+        *r = all;
+        changed
+    });
 }
 
 /// When a caller with `deadline` must be answered (`timing::answer_by`), on tokio's clock.
@@ -227,6 +237,7 @@ impl Provider {
                 )
             })
             .collect();
+        let alert = alert::Alert::new(alert, settings.alert_recheck);
         let (ready, _) = watch::channel(false);
         let round_permits = tokio::sync::Semaphore::new(settings.refresh_concurrency.max(1));
         let nodes = settings.node_marks.as_ref().and_then(|c| {
@@ -239,10 +250,9 @@ impl Provider {
                 cs,
                 settings,
                 groups,
-                alert: RwLock::new(cks_domain::verdict::AlertVerdict::new(alert)),
+                alert,
                 round_permits,
                 offerings: tokio::sync::Mutex::new(refresh::OfferingCache::default()),
-                version_check: AtomicBool::new(false),
                 store,
                 unmatched: caller::Unmatched::default(),
                 seen: crate::suggest::SeenCache::default(),
@@ -264,38 +274,8 @@ impl Provider {
     }
 
     /// The settings this provider runs with.
-    /// Whether this process may act (send CloudStack requests that change anything): always,
-    /// unless it runs with leader election and does not lead now.
-    pub fn acting(&self) -> bool {
-        self.inner
-            .settings
-            .leadership
-            .as_ref()
-            .is_none_or(|l| l.leading())
-    }
-
-    /// Whether RPCs are answered: always, unless it runs with leader election and does not
-    /// lead now or has not taken over the ledger yet.
-    pub fn serving(&self) -> bool {
-        self.inner
-            .settings
-            .leadership
-            .as_ref()
-            .is_none_or(|l| l.serving())
-    }
-
-    /// The replica holding the leader lease as last read, with leader election.
-    pub fn leader(&self) -> Option<String> {
-        self.inner.settings.leadership.as_ref()?.holder()
-    }
-
     pub fn settings(&self) -> &Settings {
         &self.inner.settings
-    }
-
-    /// Becomes true once every group has a first snapshot (gRPC health SERVING).
-    pub fn ready(&self) -> watch::Receiver<bool> {
-        self.inner.ready.subscribe()
     }
 
     /// Every group, as the provider itself sees them: the explicit all-groups view of the
@@ -307,46 +287,6 @@ impl Provider {
             caller: None,
             denied: false,
         }
-    }
-
-    fn update_ready(&self) {
-        let all = self
-            .inner
-            .groups
-            .iter()
-            .all(|g| g.read().scale.snapshot().is_some());
-        self.inner.ready.send_if_modified(|r| {
-            let changed = *r != all;
-            *r = all;
-            changed
-        });
-    }
-
-    /// The worker offering last read for a group.
-    pub fn worker_offering(&self, group_id: &str) -> Option<ServiceOffering> {
-        let (_, g) = self.group(group_id).ok()?;
-        g.read().known.worker_offering.clone()
-    }
-
-    /// The latest snapshot of a group.
-    pub fn snapshot(&self, group_id: &str) -> Option<ClusterSnapshot> {
-        let (_, g) = self.group(group_id).ok()?;
-        g.read().scale.snapshot().map(|s| s.snap.clone())
-    }
-
-    /// How old a group's snapshot is.
-    pub fn snapshot_age(&self, group_id: &str) -> Option<Duration> {
-        let (gi, _) = self.group(group_id).ok()?;
-        self.cluster(gi).snapshot_age_of()
-    }
-
-    /// Labels of a real worker node of the group seen through NodeGroupForNode.
-    pub fn sample_labels(
-        &self,
-        group_id: &str,
-    ) -> Option<std::collections::BTreeMap<String, String>> {
-        let (_, g) = self.group(group_id).ok()?;
-        g.read().known.sample_labels.as_deref().cloned()
     }
 }
 
@@ -386,6 +326,6 @@ impl Cluster {
 
     /// How logs and errors name the group.
     pub(crate) fn label(&self) -> String {
-        self.p.group_label(self.gi)
+        self.group().label()
     }
 }

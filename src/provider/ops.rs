@@ -139,12 +139,12 @@ impl Cluster {
         }
         // The fence: a replica that does not lead (any more) sends nothing; the leader's
         // ledger holds what it owes.
-        if !self.p.acting() {
+        if !self.p.health().acting() {
             tracing::warn!(group = %label, "scaleKubernetesCluster not sent: this replica does not hold the leader lease");
             let why = Sent::NotSent("this replica does not lead");
             self.tell(Event::Sent(why)).await;
             return Err(Error::NotLeader {
-                leader: self.p.leader(),
+                leader: self.p.health().leader(),
             });
         }
         let cs = &self.p.inner.cs;
@@ -183,7 +183,7 @@ impl Cluster {
             }
             Ok(Err(e)) => {
                 tracing::warn!(group = %label, error = %e, "scaleKubernetesCluster refused");
-                let alert = self.p.alert_scaling();
+                let alert = self.p.inner.alert.scaling();
                 let text = e.to_string();
                 let refused = Sent::Refused {
                     text: &text,
@@ -390,7 +390,7 @@ impl Cluster {
                 Err(e)
             }
             Ok(_) => {
-                let alert = self.p.alert_scaling();
+                let alert = self.p.inner.alert.scaling();
                 let closed = g.lock().scale.close_window(&alert, now());
                 match closed.map_err(|e| self.scale_error(e)) {
                     Err(e) => Err(e),
@@ -505,7 +505,7 @@ impl Cluster {
     pub(crate) async fn increase_here(&self, delta: u32, deadline: Instant) -> Result<()> {
         let g = self.group();
         let (_, max) = self.bounds();
-        let alert = self.p.alert_scaling();
+        let alert = self.p.inner.alert.scaling();
         let admitted = g.lock().scale.admit_increase(delta, max, &alert);
         match admitted.map_err(|e| self.scale_error(e))? {
             Admission::Queued => {
@@ -517,7 +517,7 @@ impl Cluster {
         }
         self.fresh_snapshot(deadline).await?;
         let (_, max) = self.bounds();
-        let alert = self.p.alert_scaling();
+        let alert = self.p.inner.alert.scaling();
         let started = g.lock().scale.start_increase(delta, max, &alert, now());
         match started.map_err(|e| self.scale_error(e))? {
             Started::Submit(request) => {
@@ -540,7 +540,7 @@ impl Cluster {
     pub(crate) async fn delete_here(&self, nodes: Vec<NodeRef>, deadline: Instant) -> Result<()> {
         let g = self.group();
         let (min, _) = self.bounds();
-        let alert = self.p.alert_scaling();
+        let alert = self.p.inner.alert.scaling();
         let (call, heard) = self.open_call();
         // Decided, and what the caller hears with it, in one critical section.
         let accepted = {

@@ -25,7 +25,7 @@
 //! (ARCHITECTURE.md, "Readiness, liveness and the keeper").
 
 use super::Cluster;
-use super::{Error, Provider, Result, Scoped, before, now};
+use super::{Error, Inner, Provider, Result, Scoped, before, now};
 use cks_cloudstack::CsError;
 use cks_cloudstack::types::ServiceOffering;
 use cks_domain::keeper::{GroupClock, Policy, RefreshStep, RoundState, jitter};
@@ -119,14 +119,14 @@ pub(crate) fn snapshot_arrived(slot: &Mutex<RefreshSlot>) {
 }
 
 impl Scoped<'_> {
-    /// Refresh of the caller's groups (every group for the provider's own, [`Provider::refresh_within`]):
+    /// Refresh of the caller's groups (every group for the provider's own, [`Provider::refresh`]):
     /// for each group, what `cks_domain::keeper` says (answer from the snapshot, join the
     /// round in flight, start one), waits for the rounds it must until the deadline, and
     /// answers from the snapshots.
     pub async fn refresh_within(&self, deadline: Option<tokio::time::Instant>) -> Result<()> {
         let groups = self.visible();
         let asked = now();
-        let policy = self.p.refresh_policy();
+        let policy = refresh_policy(&self.p.inner);
         let rounds: Vec<watch::Receiver<bool>> = groups
             .iter()
             .filter_map(|&gi| self.p.cluster(gi).refresh_step(&policy, asked))
@@ -147,35 +147,75 @@ impl Scoped<'_> {
             }
             Some(d) => tokio::time::timeout_at(before(d), all_ended).await.is_err(),
         };
-        self.p.judge_snapshots(&groups, timed_out)
+        self.judge_snapshots(&groups, timed_out)
+    }
+
+    /// The Refresh answer from the snapshots as they are once the caller's rounds ended, or
+    /// when they did not end in time (`timed_out`): OK when every group has a snapshot within
+    /// the staleness bound, else `Stale` naming the groups and why.
+    fn judge_snapshots(&self, groups: &[usize], timed_out: bool) -> Result<()> {
+        let stale = self.p.inner.settings.staleness_bound;
+        let ages: Vec<Option<Duration>> = groups
+            .iter()
+            .map(|&gi| self.p.cluster(gi).snapshot_age_of())
+            .collect();
+        let mut failures = Vec::new();
+        let mut key_refused = false;
+        for i in cks_domain::freshness::stale_for_refresh(&ages, stale) {
+            let gi = groups[i];
+            let (last_error, refused) = {
+                let st = self.p.inner.groups[gi].read();
+                (st.known.last_error.clone(), st.known.key_refused)
+            };
+            key_refused |= refused;
+            let mut why = match ages[i] {
+                None => "no snapshot yet".to_string(),
+                Some(a) => format!("the last snapshot is {:.1}s old", a.as_secs_f64()),
+            };
+            if timed_out {
+                why.push_str(&self.p.cluster(gi).round_in_flight());
+            } else {
+                why.push_str(&self.p.cluster(gi).retry_note());
+            }
+            if let Some(e) = last_error {
+                why.push_str(&format!("; last error: {e}"));
+            }
+            failures.push(format!("{}: {why}", self.p.inner.groups[gi].label()));
+        }
+        if failures.is_empty() {
+            if timed_out {
+                tracing::debug!(
+                    "Refresh answered from snapshots within the staleness bound: CloudStack is slower than the request's deadline"
+                );
+            }
+            Ok(())
+        } else {
+            Err(Error::Stale {
+                bound: stale,
+                failures,
+                key_refused,
+            })
+        }
     }
 }
 
+/// How the provider paces its refresh rounds (`cks_domain::keeper`).
+pub(crate) fn refresh_policy(inner: &Inner) -> Policy {
+    let s = &inner.settings;
+    Policy::new(
+        s.refresh_min_interval,
+        s.staleness_bound,
+        inner.groups.len(),
+        inner.cs.max_rps(),
+        inner.cs.request_timeout(),
+    )
+}
+
 impl Provider {
-    /// Refresh with no deadline (the first refresh, `demo`): waits for the rounds to end.
+    /// Refresh of every group with no deadline (the first refresh, `demo`): waits for the
+    /// rounds to end.
     pub async fn refresh(&self) -> Result<()> {
-        self.refresh_within(None).await
-    }
-
-    /// Refresh as the RPC runs it: every group whose snapshot is older than the refresh
-    /// interval is fetched, in one call per cluster (independent of the number of nodes), and
-    /// the answer comes before `deadline` (less a margin for the answer to travel back)
-    /// whatever CloudStack does. Fails only when a group has no snapshot newer than the
-    /// staleness bound.
-    pub async fn refresh_within(&self, deadline: Option<tokio::time::Instant>) -> Result<()> {
-        self.all_groups().refresh_within(deadline).await
-    }
-
-    /// How the provider paces its refresh rounds (`cks_domain::keeper`).
-    pub(crate) fn refresh_policy(&self) -> Policy {
-        let s = &self.inner.settings;
-        Policy::new(
-            s.refresh_min_interval,
-            s.staleness_bound,
-            self.inner.groups.len(),
-            self.inner.cs.max_rps(),
-            self.inner.cs.request_timeout(),
-        )
+        self.all_groups().refresh_within(None).await
     }
 
     /// Asks CloudStack once whether the key may call `stopVirtualMachine`, without stopping
@@ -214,89 +254,19 @@ impl Provider {
         }
         optional.stop_asking.store(false, Ordering::Release);
     }
+}
 
-    /// The Refresh answer from the snapshots as they are once the caller's rounds ended, or
-    /// when they did not end in time (`timed_out`): OK when every group has a snapshot within
-    /// the staleness bound, else `Stale` naming the groups and why.
-    fn judge_snapshots(&self, groups: &[usize], timed_out: bool) -> Result<()> {
-        let stale = self.inner.settings.staleness_bound;
-        let ages: Vec<Option<Duration>> = groups
-            .iter()
-            .map(|&gi| self.cluster(gi).snapshot_age_of())
-            .collect();
-        let mut failures = Vec::new();
-        let mut key_refused = false;
-        for i in cks_domain::freshness::stale_for_refresh(&ages, stale) {
-            let gi = groups[i];
-            let (last_error, refused) = {
-                let st = self.inner.groups[gi].read();
-                (st.known.last_error.clone(), st.known.key_refused)
-            };
-            key_refused |= refused;
-            let mut why = match ages[i] {
-                None => "no snapshot yet".to_string(),
-                Some(a) => format!("the last snapshot is {:.1}s old", a.as_secs_f64()),
-            };
-            if timed_out {
-                why.push_str(&self.cluster(gi).round_in_flight());
-            } else {
-                why.push_str(&self.cluster(gi).retry_note());
-            }
-            if let Some(e) = last_error {
-                why.push_str(&format!("; last error: {e}"));
-            }
-            failures.push(format!("{}: {why}", self.group_label(gi)));
-        }
-        if failures.is_empty() {
-            if timed_out {
-                tracing::debug!(
-                    "Refresh answered from snapshots within the staleness bound: CloudStack is slower than the request's deadline"
-                );
-            }
-            Ok(())
-        } else {
-            Err(Error::Stale {
-                bound: stale,
-                failures,
-                key_refused,
-            })
-        }
-    }
-
-    /// Whether the group with this node-group id is stale ([`Provider::healthy`]).
+impl Scoped<'_> {
+    /// Whether the group with this node-group id is stale ([`Health::healthy`](super::Health::healthy)).
     pub fn snapshot_stale(&self, group_id: &str) -> bool {
         self.group(group_id)
-            .is_ok_and(|(gi, _)| self.cluster(gi).stale_group())
+            .is_ok_and(|(gi, _)| self.p.cluster(gi).stale_group())
     }
 
     /// Refresh rounds of the group with this node-group id that failed in a row.
     pub fn refresh_failures(&self, group_id: &str) -> u32 {
         self.group(group_id)
-            .map_or(0, |(gi, _)| lock(&self.inner.groups[gi].refresh).failures)
-    }
-
-    /// Readiness (`/readyz`, gRPC health of the whole server): whether this replica can take
-    /// the autoscaler's calls in its role. A single replica always can, and so can a leader
-    /// once it took over the recorded promises: CloudStack being unreachable, or a snapshot
-    /// past the staleness bound, makes no replica unready, since kube-proxy sends a Service's
-    /// traffic only to ready endpoints and the autoscaler would then hear a refused connection
-    /// instead of UNAVAILABLE naming CloudStack. A standby is ready while it can read the
-    /// recorded promises (it could take over): a rolling update halts before it replaces the
-    /// leader with pods that could not; the Service reaches only the leader, by its pod label.
-    pub fn ready_for_traffic(&self) -> bool {
-        match &self.inner.settings.leadership {
-            Some(l) if !l.serving() => l.ready_standby(),
-            _ => true,
-        }
-    }
-
-    /// Whether every group has a snapshot and none is stale (older than the staleness bound
-    /// while it cannot be refreshed): the gRPC health of the CloudProvider service, and what
-    /// `cks_provider_node_group_snapshot_stale` says per group.
-    pub fn healthy(&self) -> bool {
-        (0..self.inner.groups.len()).all(|gi| {
-            self.cluster(gi).snapshot_age_of().is_some() && !self.cluster(gi).stale_group()
-        })
+            .map_or(0, |(gi, _)| lock(&self.p.inner.groups[gi].refresh).failures)
     }
 }
 
@@ -407,7 +377,11 @@ impl Cluster {
             Ok(_) => {}
         }
         self.refresh_offering().await;
-        self.p.check_cloudstack_version().await;
+        self.p
+            .inner
+            .alert
+            .check_version(&self.p.inner.cs, &self.p.inner.optional.capabilities)
+            .await;
     }
 
     /// When a failing group is asked again, for a Refresh answered without a round.
@@ -416,7 +390,7 @@ impl Cluster {
         if clock.failures == 0 || clock.round.is_some() {
             return String::new();
         }
-        match self.p.refresh_policy().due(&clock, now()) {
+        match refresh_policy(&self.p.inner).due(&clock, now()) {
             Some(at) => format!(
                 "; {} refresh rounds failed in a row, the next in {:.1}s (the provider retries on its own, with backoff)",
                 clock.failures,

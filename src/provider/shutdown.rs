@@ -14,13 +14,7 @@ impl Provider {
     /// whatever comes after (the last state write, a Refresh) finds it let go. Jobs keep
     /// running in CloudStack; a later Refresh adopts them again.
     pub async fn cleanup(&self) {
-        self.let_go((0..self.inner.groups.len()).collect()).await;
-    }
-
-    /// Has each of these groups' loops let its job go, and waits until all have: each loop
-    /// does it beside whatever it has under way, a poll CloudStack is slow to answer included.
-    async fn let_go(&self, groups: Vec<usize>) {
-        self.change_each(groups, || Change::Cleanup).await;
+        self.all_groups().let_go().await;
     }
 
     /// Waits until no scale operation is in flight, or `grace` passes: on shutdown, running
@@ -63,7 +57,14 @@ impl Scoped<'_> {
     /// ([`super::Error::ReadOnly`]).
     pub async fn cleanup(&self) -> Result<()> {
         self.may_change()?;
-        self.p.let_go(self.visible()).await;
+        self.let_go().await;
         Ok(())
+    }
+
+    /// Has each of the caller's groups' loops let its job go, and waits until all have: each
+    /// loop does it beside whatever it has under way, a poll CloudStack is slow to answer
+    /// included.
+    async fn let_go(&self) {
+        self.p.change_each(self.visible(), || Change::Cleanup).await;
     }
 }

@@ -5,7 +5,7 @@
 //! same checks (a name resolving to one cluster no other group serves, a cluster gone).
 
 use super::Cluster;
-use super::{Error, Provider, Result, now};
+use super::{Error, Result, now};
 use crate::config::ClusterRef;
 use cks_cloudstack::types::KubernetesCluster;
 use cks_domain::cluster::{
@@ -63,7 +63,7 @@ pub(crate) fn cluster_input(c: KubernetesCluster) -> ClusterInput {
     }
 }
 
-impl Provider {
+impl Cluster {
     /// A cluster configured by id that the key does not list (not visible to it, or deleted):
     /// not something a retry fixes.
     async fn id_not_listed(&self, id: String) -> Error {
@@ -74,11 +74,11 @@ impl Provider {
     /// What the key lists instead of a cluster it does not list, the closest first
     /// (`crate::suggest`; the listing is reused for a while, not asked on every retry).
     async fn not_listed(&self, wanted: &ClusterRef) -> String {
-        let seen = self.inner.seen.get(&self.inner.cs, now()).await;
+        let seen = self.p.inner.seen.get(&self.p.inner.cs, now()).await;
         crate::suggest::not_listed(
             wanted,
             seen.as_deref().map(Vec::as_slice),
-            &super::not_listed_hint(self.inner.cs.project_id()),
+            &super::not_listed_hint(self.p.inner.cs.project_id()),
         )
     }
 }
@@ -103,8 +103,8 @@ impl Cluster {
                 }
                 // Not visible to the key, or (431: CloudStack's lookup of the id parameter
                 // found no such entity) deleted: not something a retry fixes.
-                Ok(None) => return Err(self.p.id_not_listed(id).await),
-                Err(e) if e.names_no_entity() => return Err(self.p.id_not_listed(id).await),
+                Ok(None) => return Err(self.id_not_listed(id).await),
+                Err(e) if e.names_no_entity() => return Err(self.id_not_listed(id).await),
                 Err(e) => return Err(e.into()),
             },
             (None, ClusterRef::Name(name)) => {
@@ -137,7 +137,7 @@ impl Cluster {
                     0 => {
                         return Err(Error::ClusterNotFound {
                             cluster: format!("named {name:?}"),
-                            hint: self.p.not_listed(&g.spec.cluster).await,
+                            hint: self.not_listed(&g.spec.cluster).await,
                         });
                     }
                     count => {
@@ -233,7 +233,7 @@ impl Cluster {
             tracing::error!(cluster = %snap.name, "{w}");
         }
         let indexed = Arc::new(IndexedSnapshot::new(snap, now()).asked_at(asked));
-        let alert = self.p.alert_scaling();
+        let alert = self.p.inner.alert.scaling();
         let effects = {
             let mut st = g.lock();
             st.known.last_error = None;
@@ -249,7 +249,7 @@ impl Cluster {
                 .effects
         };
         super::refresh::snapshot_arrived(&g.refresh);
-        self.p.update_ready();
+        super::update_ready(&self.p.inner);
         (indexed, effects)
     }
 
@@ -268,7 +268,7 @@ impl Cluster {
                     .into_iter()
                     .flatten()
                     .any(|c| c.eq_ignore_ascii_case(id))
-                    .then(|| self.p.group_label(o))
+                    .then(|| self.p.inner.groups[o].label())
             })
     }
 }

@@ -19,6 +19,7 @@
 
 mod backend;
 
+use super::Inner;
 use super::{Provider, now};
 use backend::{Backend, ReadError};
 use cks_domain::machine::{Event, Ledger, OwedRemoval};
@@ -399,7 +400,7 @@ impl Provider {
                 drained: record.drained,
             };
             taken += ledger.removals.len() + ledger.queued_increase as usize;
-            let label = self.group_label(gi);
+            let label = self.inner.groups[gi].label();
             if !ledger.is_empty() {
                 tracing::info!(group = %label, removals = ledger.removals.len(), queued_increase = ledger.queued_increase, job = ?ledger.job,
                     "taking over the promises an earlier process recorded");
@@ -441,7 +442,7 @@ impl Provider {
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = Some(writer);
         let taken = self.load_state().await?;
-        if self.inner.store.backend.is_some() && !self.write_state_as(true).await {
+        if self.inner.store.backend.is_some() && !write_state_as(&self.inner, true).await {
             return Err(StateError::Read {
                 path: self.inner.store.describe(),
                 detail: "the first write as the new leader failed (see the log above)".into(),
@@ -463,60 +464,6 @@ impl Provider {
         }
     }
 
-    /// The state file's content now, and the number of each group's ledger in it (read from
-    /// the same view as the ledger: a write of this text records every promise so numbered).
-    fn state_text(&self) -> (String, Vec<u64>) {
-        let t = now();
-        let mut can_stop_vms = None;
-        let mut groups = BTreeMap::new();
-        let mut revs = Vec::with_capacity(self.inner.groups.len());
-        for g in &self.inner.groups {
-            let st = g.read();
-            revs.push(st.scale.ledger_rev());
-            if !st.scale.can_stop_vms() {
-                can_stop_vms = Some(false);
-            }
-            let ledger = st.scale.ledger(t);
-            if ledger.is_empty() {
-                continue;
-            }
-            groups.insert(
-                g.spec.cluster.to_string(),
-                GroupRecord {
-                    cluster_id: st.scale.cluster_id.clone(),
-                    job: ledger.job,
-                    queued_increase: ledger.queued_increase,
-                    removals: ledger.removals.into_iter().map(Into::into).collect(),
-                    drained: ledger.drained,
-                },
-            );
-        }
-        let file = StateFile {
-            version: VERSION,
-            can_stop_vms,
-            groups,
-            writer: self
-                .inner
-                .store
-                .writer
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone(),
-        };
-        (
-            serde_json::to_string_pretty(&file).unwrap_or_default(),
-            revs,
-        )
-    }
-
-    /// Each group's ledger numbered `revs` is written: its loop tells the machine, which
-    /// releases the OKs that waited for it.
-    fn report_recorded(&self, revs: &[u64]) {
-        for (g, &rev) in self.inner.groups.iter().zip(revs) {
-            raise(&g.recorded, rev);
-        }
-    }
-
     /// The writer: writes the record whenever a group's state changed and its recorded
     /// content with it, and tries a failed write again until it succeeds. Runs for the life
     /// of the process; nothing to do without a store.
@@ -527,33 +474,12 @@ impl Provider {
             loop {
                 p.inner.store.wake.notified().await;
                 let mut failures = 0;
-                while !p.write_state().await {
+                while !write_state(&p.inner).await {
                     failures += 1;
                     tokio::time::sleep(store_retry(failures)).await;
                 }
             }
         }))
-    }
-
-    /// One pass of the writer: what every group owes now, written if it changed (or a check
-    /// asked for a write), `false` when the write failed (logged and counted): the changes it
-    /// held are not recorded.
-    async fn write_state(&self) -> bool {
-        let force = self.inner.store.force.swap(false, Ordering::AcqRel);
-        self.write_state_as(force).await
-    }
-
-    /// [`Provider::write_state`]; `force`: written even when unchanged. Once written, each
-    /// group's loop hears the number of the ledger written.
-    async fn write_state_as(&self, force: bool) -> bool {
-        match self.inner.store.write(force, || self.state_text()).await {
-            Pass::Recorded(revs) => {
-                self.report_recorded(&revs);
-                true
-            }
-            Pass::Closed => true,
-            Pass::Failed => false,
-        }
     }
 
     /// At shutdown: the last write (tried again for at most [`FINAL_WRITE_BOUND`]), and what
@@ -569,11 +495,11 @@ impl Provider {
             Some(backend) => {
                 let give_up = tokio::time::Instant::now() + FINAL_WRITE_BOUND;
                 let mut failures = 1;
-                let mut written = self.write_state().await;
+                let mut written = write_state(&self.inner).await;
                 while !written && tokio::time::Instant::now() + store_retry(failures) < give_up {
                     tokio::time::sleep(store_retry(failures)).await;
                     failures += 1;
-                    written = self.write_state().await;
+                    written = write_state(&self.inner).await;
                 }
                 self.inner.store.closed.store(true, Ordering::Release);
                 if !written {
@@ -592,6 +518,80 @@ impl Provider {
             }
             None => {}
         }
+    }
+}
+
+/// The state file's content now, and the number of each group's ledger in it (read from
+/// the same view as the ledger: a write of this text records every promise so numbered).
+fn state_text(inner: &Inner) -> (String, Vec<u64>) {
+    let t = now();
+    let mut can_stop_vms = None;
+    let mut groups = BTreeMap::new();
+    let mut revs = Vec::with_capacity(inner.groups.len());
+    for g in &inner.groups {
+        let st = g.read();
+        revs.push(st.scale.ledger_rev());
+        if !st.scale.can_stop_vms() {
+            can_stop_vms = Some(false);
+        }
+        let ledger = st.scale.ledger(t);
+        if ledger.is_empty() {
+            continue;
+        }
+        groups.insert(
+            g.spec.cluster.to_string(),
+            GroupRecord {
+                cluster_id: st.scale.cluster_id.clone(),
+                job: ledger.job,
+                queued_increase: ledger.queued_increase,
+                removals: ledger.removals.into_iter().map(Into::into).collect(),
+                drained: ledger.drained,
+            },
+        );
+    }
+    let file = StateFile {
+        version: VERSION,
+        can_stop_vms,
+        groups,
+        writer: inner
+            .store
+            .writer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone(),
+    };
+    (
+        serde_json::to_string_pretty(&file).unwrap_or_default(),
+        revs,
+    )
+}
+
+/// Each group's ledger numbered `revs` is written: its loop tells the machine, which
+/// releases the OKs that waited for it.
+fn report_recorded(inner: &Inner, revs: &[u64]) {
+    for (g, &rev) in inner.groups.iter().zip(revs) {
+        raise(&g.recorded, rev);
+    }
+}
+
+/// One pass of the writer: what every group owes now, written if it changed (or a check
+/// asked for a write), `false` when the write failed (logged and counted): the changes it
+/// held are not recorded.
+async fn write_state(inner: &Inner) -> bool {
+    let force = inner.store.force.swap(false, Ordering::AcqRel);
+    write_state_as(inner, force).await
+}
+
+/// [`write_state`]; `force`: written even when unchanged. Once written, each
+/// group's loop hears the number of the ledger written.
+async fn write_state_as(inner: &Inner, force: bool) -> bool {
+    match inner.store.write(force, || state_text(inner)).await {
+        Pass::Recorded(revs) => {
+            report_recorded(inner, &revs);
+            true
+        }
+        Pass::Closed => true,
+        Pass::Failed => false,
     }
 }
 
@@ -652,7 +652,7 @@ mod tests {
         assert_eq!(ledger.removals[0].attempts, 2);
         assert!(!st.scale.can_stop_vms());
         drop(st);
-        backend::write_atomic(&file, &p.state_text().0).unwrap();
+        backend::write_atomic(&file, &state_text(&p.inner).0).unwrap();
         let again = provider_with(&file);
         assert_eq!(again.load_state().await.unwrap(), 1);
         std::fs::remove_dir_all(&dir).unwrap();

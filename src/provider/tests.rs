@@ -34,7 +34,7 @@ async fn stack(job_duration: Duration) -> (SimHandle, Provider, String) {
 }
 
 fn phase(p: &Provider, id: &str) -> Phase {
-    let (_, g) = p.group(id).expect("group");
+    let (_, g) = p.all_groups().group(id).expect("group");
     g.read().scale.phase().clone()
 }
 
@@ -204,8 +204,8 @@ const NO_WAIT: Duration = Duration::from_secs(10);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_read_answers_while_a_writer_holds_the_groups_state() {
     let (_sim, p, id) = stack(Duration::from_secs(1)).await;
-    let (_, g) = p.group(&id).expect("group");
-    let snapshot = p.snapshot(&id).expect("snapshot");
+    let (_, g) = p.all_groups().group(&id).expect("group");
+    let snapshot = p.all_groups().snapshot(&id).expect("snapshot");
     let worker = snapshot.workers().next().expect("a worker").clone();
     let default_id = cks_domain::nodeid::default_provider_id(&worker.id);
     let own_id = format!("cloudstack://{}", worker.id);
@@ -246,12 +246,12 @@ async fn every_read_answers_while_a_writer_holds_the_groups_state() {
                 runtime.block_on(all.refresh_within(Some(deadline))).is_ok(),
                 (
                     runtime.block_on(all.first_snapshots(deadline)),
-                    p.healthy(),
-                    p.snapshot_age(id).is_some(),
-                    p.snapshot_stale(id),
-                    p.cluster_blocked(id).is_none(),
-                    p.worker_offering(id).is_some(),
-                    p.sample_labels(id).is_none(),
+                    p.health().healthy(),
+                    p.all_groups().snapshot_age(id).is_some(),
+                    p.all_groups().snapshot_stale(id),
+                    p.all_groups().cluster_blocked(id).is_none(),
+                    p.all_groups().worker_offering(id).is_some(),
+                    p.all_groups().sample_labels(id).is_none(),
                 ),
             );
             let _ = answered.send(reads);
@@ -328,6 +328,7 @@ async fn a_lesson_and_cleanup_do_not_wait_for_the_loops_slow_poll() {
     .await;
 
     let worker = p
+        .all_groups()
         .snapshot(&id)
         .expect("snapshot")
         .workers()
@@ -394,7 +395,7 @@ async fn one_callers_sightings_never_hold_up_anothers_node_group_for_node() {
     let (alpha, beta) = (caller("alpha"), caller("beta"));
     let none = std::collections::HashMap::new();
     let group_of_its_node = async |c: &Caller, name: &str| {
-        let snapshot = p.snapshot(&cluster(name)).expect("snapshot");
+        let snapshot = p.all_groups().snapshot(&cluster(name)).expect("snapshot");
         let vm = snapshot.workers().next().expect("a worker");
         p.seen_by(c)
             .node_group_for_node(

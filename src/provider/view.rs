@@ -5,15 +5,19 @@
 //! limited to the caller's groups ([`Scoped`]).
 
 use super::Cluster;
+use super::alert::Alert;
 use super::cluster_loop::{Change, Lesson, Work};
-use super::{Error, Group, GroupView, Provider, Result, Scoped, before, now};
+use super::{Error, Group, GroupView, Result, Scoped, before, now};
 use crate::config::{ClusterRef, NodeGroupSpec};
+use cks_cloudstack::types::ServiceOffering;
+use cks_domain::cluster::ClusterSnapshot;
 use cks_domain::instances::{InstanceView, min_max};
 use cks_domain::machine::{Event, Hit};
 use cks_domain::nodeid::FAKE_NODE_REASON_ANNOTATION;
 use cks_domain::rules::AlertScaling;
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// A node group as the autoscaler sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,32 +90,30 @@ impl GroupView {
     }
 }
 
-impl Provider {
-    /// Group `g` as NodeGroups shows it, from its view `v`.
-    fn view_of(&self, g: &Group, v: &GroupView) -> Option<NodeGroupView> {
-        let alert = self.alert_scaling();
-        let id = v.scale.cluster_id.clone()?;
-        let (min, max) = v.bounds(&g.spec);
-        let mut debug = v.debug(&v.label(&g.spec), &alert);
-        // The learned verdict's age changes with every call: added outside the cached line.
-        let verdict = self.alert_verdict();
-        if let (Some(reason), Some(age), Some(recheck)) =
-            (&verdict.reason, verdict.age, verdict.recheck_in)
-        {
-            debug.push_str(&format!(
-                "; Alert scaling: unsupported by this CloudStack since {}s ago (asked again in {}s): {}",
-                age.as_secs(),
-                recheck.as_secs(),
-                reason.replace('\n', " ")
-            ));
-        }
-        Some(NodeGroupView {
-            id,
-            min,
-            max,
-            debug,
-        })
+/// Group `g` as NodeGroups shows it, from its view `v`.
+fn view_of(shared: &Alert, g: &Group, v: &GroupView) -> Option<NodeGroupView> {
+    let alert = shared.scaling();
+    let id = v.scale.cluster_id.clone()?;
+    let (min, max) = v.bounds(&g.spec);
+    let mut debug = v.debug(&v.label(&g.spec), &alert);
+    // The learned verdict's age changes with every call: added outside the cached line.
+    let verdict = shared.view();
+    if let (Some(reason), Some(age), Some(recheck)) =
+        (&verdict.reason, verdict.age, verdict.recheck_in)
+    {
+        debug.push_str(&format!(
+            "; Alert scaling: unsupported by this CloudStack since {}s ago (asked again in {}s): {}",
+            age.as_secs(),
+            recheck.as_secs(),
+            reason.replace('\n', " ")
+        ));
     }
+    Some(NodeGroupView {
+        id,
+        min,
+        max,
+        debug,
+    })
 }
 
 impl Cluster {
@@ -148,7 +150,7 @@ impl Cluster {
 
     fn view(&self) -> Option<NodeGroupView> {
         let g = self.group();
-        self.p.view_of(g, &g.read())
+        view_of(&self.p.inner.alert, g, &g.read())
     }
 }
 
@@ -265,7 +267,7 @@ impl Scoped<'_> {
                 // cluster.
                 continue;
             }
-            return self.p.view_of(g, &v);
+            return view_of(&self.p.inner.alert, g, &v);
         }
         None
     }
@@ -286,5 +288,36 @@ impl Scoped<'_> {
     pub fn nodes(&self, id: &str) -> Result<Arc<Vec<InstanceView>>> {
         let (_, g) = self.group(id)?;
         Ok(g.read().instances())
+    }
+}
+
+/// The per-group reads of an operator's tools (metrics, the template node, tests): a caller's
+/// view finds only its own groups.
+impl Scoped<'_> {
+    /// The worker offering last read for a group.
+    pub fn worker_offering(&self, group_id: &str) -> Option<ServiceOffering> {
+        let (_, g) = self.group(group_id).ok()?;
+        g.read().known.worker_offering.clone()
+    }
+
+    /// The latest snapshot of a group.
+    pub fn snapshot(&self, group_id: &str) -> Option<ClusterSnapshot> {
+        let (_, g) = self.group(group_id).ok()?;
+        g.read().scale.snapshot().map(|s| s.snap.clone())
+    }
+
+    /// How old a group's snapshot is.
+    pub fn snapshot_age(&self, group_id: &str) -> Option<Duration> {
+        let (gi, _) = self.group(group_id).ok()?;
+        self.p.cluster(gi).snapshot_age_of()
+    }
+
+    /// Labels of a real worker node of the group seen through NodeGroupForNode.
+    pub fn sample_labels(
+        &self,
+        group_id: &str,
+    ) -> Option<std::collections::BTreeMap<String, String>> {
+        let (_, g) = self.group(group_id).ok()?;
+        g.read().known.sample_labels.as_deref().cloned()
     }
 }

@@ -16,7 +16,10 @@ async fn a_learned_alert_verdict_is_shown_and_asked_again_after_the_recheck_time
         s.alert_recheck = Duration::from_secs(60);
     })
     .await;
-    assert_eq!(env.provider.alert_verdict().verdict.as_str(), "unknown");
+    assert_eq!(
+        env.provider.health().alert_verdict().verdict.as_str(),
+        "unknown"
+    );
     let (wid, _, _) = env.workers()[0].clone();
     env.sim.stop_vm(&wid);
     env.sim.scan_now();
@@ -26,7 +29,7 @@ async fn a_learned_alert_verdict_is_shown_and_asked_again_after_the_recheck_time
     // CloudStack refuses although every rule allows the scale-up: the verdict is learned.
     let e = env.increase(1).await.unwrap_err();
     assert_eq!(e.code(), Code::FailedPrecondition, "{}", e.message());
-    let v = env.provider.alert_verdict();
+    let v = env.provider.health().alert_verdict();
     assert_eq!(v.verdict.as_str(), "unsupported");
     assert!(
         v.reason
@@ -47,20 +50,26 @@ async fn a_learned_alert_verdict_is_shown_and_asked_again_after_the_recheck_time
     let e = env.increase(1).await.unwrap_err();
     assert_eq!(e.code(), Code::FailedPrecondition, "{}", e.message());
     assert_eq!(env.scale_requests().len(), 1);
-    let v = env.provider.alert_verdict();
+    let v = env.provider.health().alert_verdict();
     assert_eq!(v.age, Some(Duration::from_secs(30)));
     assert_eq!(v.recheck_in, Some(Duration::from_secs(30)));
 
     // CloudStack is upgraded meanwhile; past the recheck time the provider asks it again.
     env.sim.configure(|s| s.alert_scaling = true);
     elapse(Duration::from_secs(31)).await;
-    assert_eq!(env.provider.alert_verdict().verdict.as_str(), "unknown");
+    assert_eq!(
+        env.provider.health().alert_verdict().verdict.as_str(),
+        "unknown"
+    );
     env.refresh().await.unwrap();
     env.increase(1)
         .await
         .expect("scaled in Alert after the upgrade");
     assert_eq!(env.scale_requests().len(), 2);
-    assert_eq!(env.provider.alert_verdict().verdict.as_str(), "unknown");
+    assert_eq!(
+        env.provider.health().alert_verdict().verdict.as_str(),
+        "unknown"
+    );
     env.shutdown().await;
 }
 
@@ -78,17 +87,26 @@ async fn an_upgrade_of_cloudstack_drops_the_learned_verdict_at_once() {
     env.wait_state("Alert").await;
     env.refresh().await.unwrap();
     env.increase(1).await.unwrap_err();
-    assert_eq!(env.provider.alert_verdict().verdict.as_str(), "unsupported");
+    assert_eq!(
+        env.provider.health().alert_verdict().verdict.as_str(),
+        "unsupported"
+    );
     // The same version a minute later: the verdict stands.
     elapse(Duration::from_secs(61)).await;
     env.refresh().await.unwrap();
-    assert_eq!(env.provider.alert_verdict().verdict.as_str(), "unsupported");
+    assert_eq!(
+        env.provider.health().alert_verdict().verdict.as_str(),
+        "unsupported"
+    );
     // Upgraded to a CloudStack with the Alert-scaling change: the next check drops it.
     env.sim.set_cloudstack_version("4.23.0.0");
     env.sim.configure(|s| s.alert_scaling = true);
     elapse(Duration::from_secs(61)).await;
     env.refresh().await.unwrap();
-    assert_eq!(env.provider.alert_verdict().verdict.as_str(), "unknown");
+    assert_eq!(
+        env.provider.health().alert_verdict().verdict.as_str(),
+        "unknown"
+    );
     env.increase(1)
         .await
         .expect("scaled in Alert after the upgrade");

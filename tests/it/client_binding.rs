@@ -536,6 +536,7 @@ async fn refresh_and_cleanup_touch_only_the_callers_groups() {
     let provider = fleet.server.provider.clone();
     wait_until("alpha's job followed to its end", async || {
         provider
+            .all_groups()
             .snapshot(&alpha)
             .is_some_and(|s| s.state.as_str() == "Running" && s.workers().count() == 5)
     })
@@ -883,6 +884,7 @@ async fn scales(fleet: &Fleet, c: &mut CloudProviderClient<Channel>, id: &str, w
     let after = usize::try_from(before + 1).expect("a size");
     wait_until("the scale-up done", async || {
         provider
+            .all_groups()
             .snapshot(id)
             .is_some_and(|s| s.state.as_str() == "Running" && s.workers().count() == after)
     })
@@ -1008,7 +1010,10 @@ async fn an_autoscaler_holding_another_clusters_certificate_is_refused_its_write
         seen_cluster: "north".into(),
         active: true,
     };
-    assert_eq!(provider.client_cluster_mismatches(), vec![judged.clone()]);
+    assert_eq!(
+        provider.health().client_cluster_mismatches(),
+        vec![judged.clone()]
+    );
     let page = cks_testkit::scrape_metrics(std::sync::Arc::new(
         cks_autoscaler_provider::app::ProviderMetrics(provider.clone()),
     ))
@@ -1033,7 +1038,7 @@ async fn an_autoscaler_holding_another_clusters_certificate_is_refused_its_write
     drop(crossed);
     elapse(cks_autoscaler_provider::provider::SIGHTING_WINDOW).await;
     assert_eq!(
-        provider.client_cluster_mismatches(),
+        provider.health().client_cluster_mismatches(),
         vec![cks_autoscaler_provider::metrics::ClientMismatch {
             active: false,
             ..judged
@@ -1165,7 +1170,10 @@ async fn what_a_right_autoscaler_reports_never_refuses_its_writes() {
     ask_about(&mut w, real_nodes(&fleet, "wide")).await;
     scales(&fleet, &mut w, &west, "bound to both").await;
     scales(&fleet, &mut w, &wide, "bound to both").await;
-    assert_eq!(fleet.server.provider.client_cluster_mismatches(), vec![]);
+    assert_eq!(
+        fleet.server.provider.health().client_cluster_mismatches(),
+        vec![]
+    );
     assert!(
         cks_testkit::logs::lines_mentioning("client autoscaler.east is bound to cluster")
             .is_empty()
@@ -1201,7 +1209,10 @@ async fn what_a_right_autoscaler_reports_never_refuses_its_writes() {
         .await
         .expect("one cluster served");
     assert_eq!(solo.scale_requests().len(), 1);
-    assert_eq!(solo.server.provider.client_cluster_mismatches(), vec![]);
+    assert_eq!(
+        solo.server.provider.health().client_cluster_mismatches(),
+        vec![]
+    );
     solo.shutdown().await;
 }
 

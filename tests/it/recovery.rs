@@ -31,7 +31,7 @@ async fn keeper_fleet(
     let _keeper = provider.spawn_keeper();
     let p = provider.clone();
     wait_until_for("every first snapshot", 600 * S, async || {
-        (0..clusters).all(|i| p.snapshot_age(&group_id(&p, i)).is_some())
+        (0..clusters).all(|i| p.all_groups().snapshot_age(&group_id(&p, i)).is_some())
     })
     .await;
     (sim, provider, ids)
@@ -63,7 +63,7 @@ async fn after_a_cloudstack_outage_the_provider_recovers_without_any_rpc() {
         .refresh_within(Some(Instant::now() + DEADLINE))
         .await
         .expect("CloudStack answers");
-    assert!(p.healthy() && p.ready_for_traffic());
+    assert!(p.health().healthy() && p.health().ready_for_traffic());
 
     // CloudStack goes away (a proxy's 503 page for every call) for three staleness bounds.
     sim.configure(|c| c.error_rate = 1.0);
@@ -71,21 +71,21 @@ async fn after_a_cloudstack_outage_the_provider_recovers_without_any_rpc() {
     let outage = 3 * bound;
     tokio::time::sleep(outage).await;
     assert!(
-        !p.healthy(),
+        !p.health().healthy(),
         "every snapshot is past the bound, and the rounds fail"
     );
     assert!(
-        p.ready_for_traffic(),
+        p.health().ready_for_traffic(),
         "CloudStack down must not take the provider out of its Service's endpoints"
     );
     assert_eq!(
-        p.stalled(),
+        p.health().stalled(),
         None,
         "CloudStack down is not the provider stuck"
     );
     for i in 0..ids.len() {
         assert!(
-            p.refresh_failures(&group_id(&p, i)) >= 3,
+            p.all_groups().refresh_failures(&group_id(&p, i)) >= 3,
             "group {i} retried"
         );
     }
@@ -130,14 +130,17 @@ async fn after_a_cloudstack_outage_the_provider_recovers_without_any_rpc() {
     sim.configure(|c| c.error_rate = 0.0);
     let back = Instant::now();
     let p2 = p.clone();
-    wait_until_for("fresh snapshots with no RPC", 60 * S, async || p2.healthy()).await;
+    wait_until_for("fresh snapshots with no RPC", 60 * S, async || {
+        p2.health().healthy()
+    })
+    .await;
     assert!(
         back.elapsed() <= 5 * S + S,
         "recovered {:?} after CloudStack's return",
         back.elapsed()
     );
     for i in 0..ids.len() {
-        assert_eq!(p.refresh_failures(&group_id(&p, i)), 0);
+        assert_eq!(p.all_groups().refresh_failures(&group_id(&p, i)), 0);
     }
 }
 
@@ -188,7 +191,10 @@ async fn a_throttled_refresh_answers_at_once_from_snapshots_kept_at_the_pace() {
     );
     // Kept at the pace, not past it, and no more reads than the rate allows.
     for i in 0..clusters {
-        let age = p.snapshot_age(&group_id(&p, i)).expect("snapshot");
+        let age = p
+            .all_groups()
+            .snapshot_age(&group_id(&p, i))
+            .expect("snapshot");
         assert!(age <= 25 * S, "cluster {i}'s snapshot is {age:?} old");
     }
     let reads: usize = fetches(&sim).values().sum();

@@ -136,7 +136,10 @@ async fn check(callers: usize, clusters: usize, latency: Duration) {
             "{what}: cluster {id} fetched {n} times in {loops} loops, expected at least {fewest}"
         );
     }
-    assert!(f.provider.healthy(), "{what}: not healthy at the end");
+    assert!(
+        f.provider.health().healthy(),
+        "{what}: not healthy at the end"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -164,7 +167,7 @@ async fn four_callers_and_a_300ms_cloudstack_keep_every_snapshot_fresh() {
     let f = fleet(4, Duration::from_millis(300), |_| {}).await;
     run_loops(&f, 4, 30).await;
     for id in &f.ids {
-        let age = f.provider.snapshot_age(id).expect("snapshot");
+        let age = f.provider.all_groups().snapshot_age(id).expect("snapshot");
         assert!(age < LOOP, "cluster {id}'s snapshot is {age:?} old");
     }
     assert_eq!(f.fetches().values().sum::<usize>(), 4 * 30);
@@ -214,8 +217,8 @@ async fn a_group_is_reported_stale_while_a_requested_refresh_does_not_come_and_r
     let caller = Caller::with_identities(vec!["autoscaler.c0".into()]);
     // Nobody asks: old snapshots are not a fault of the provider's.
     tokio::time::advance(Duration::from_secs(120)).await;
-    assert!(f.provider.healthy(), "no autoscaler asked");
-    assert!(!f.provider.snapshot_stale(&f.ids[0]));
+    assert!(f.provider.health().healthy(), "no autoscaler asked");
+    assert!(!f.provider.all_groups().snapshot_stale(&f.ids[0]));
 
     // CloudStack stops answering in time (its answer takes over 3 minutes): the autoscaler's
     // Refresh cannot be served and the snapshot is past the bound.
@@ -229,21 +232,27 @@ async fn a_group_is_reported_stale_while_a_requested_refresh_does_not_come_and_r
         .expect_err("stale");
     assert!(t0.elapsed() < DEADLINE);
     assert!(e.to_string().contains("has not answered"), "{e}");
-    assert!(!f.provider.healthy(), "a requested refresh did not come");
-    assert!(f.provider.snapshot_stale(&f.ids[0]));
     assert!(
-        !f.provider.snapshot_stale(&f.ids[1]),
+        !f.provider.health().healthy(),
+        "a requested refresh did not come"
+    );
+    assert!(f.provider.all_groups().snapshot_stale(&f.ids[0]));
+    assert!(
+        !f.provider.all_groups().snapshot_stale(&f.ids[1]),
         "the other cluster was not asked for"
     );
 
     // CloudStack's answer arrives: healthy again, without another Refresh.
     wait_until_healthy(&f.provider).await;
-    assert!(!f.provider.snapshot_stale(&f.ids[0]));
+    assert!(!f.provider.all_groups().snapshot_stale(&f.ids[0]));
 }
 
 async fn wait_until_healthy(p: &Provider) {
     let p = p.clone();
-    wait_until_for_long("the provider to be healthy again", async || p.healthy()).await;
+    wait_until_for_long("the provider to be healthy again", async || {
+        p.health().healthy()
+    })
+    .await;
 }
 
 /// [`cks_testkit::wait_until`] over the minutes CloudStack takes in these tests.
@@ -269,6 +278,9 @@ async fn one_offering_is_read_once_for_every_cluster_of_it() {
     let later = f.sim.requests().into_iter().map(|r| r.command).collect();
     assert_eq!(offering_reads(later), 0, "later rounds");
     for id in &f.ids {
-        assert!(f.provider.worker_offering(id).is_some(), "{id}");
+        assert!(
+            f.provider.all_groups().worker_offering(id).is_some(),
+            "{id}"
+        );
     }
 }

@@ -153,7 +153,7 @@ async fn without_project_id_a_project_cluster_is_not_found_and_the_error_names_p
 
     // What an operator sees: the provider is not Ready, and the log says why.
     assert!(
-        !*env.provider.ready().borrow(),
+        !*env.provider.health().ready().borrow(),
         "not Ready without a snapshot"
     );
     let said: Vec<String> = logs::lines_mentioning("refresh from CloudStack failed")
@@ -204,7 +204,7 @@ async fn a_project_id_naming_no_project_is_what_the_autoscaler_and_the_log_are_t
         )),
         "{text}"
     );
-    assert!(!*env.provider.ready().borrow(), "not Ready");
+    assert!(!*env.provider.health().ready().borrow(), "not Ready");
     let said = logs::lines_mentioning("refresh from CloudStack failed");
     assert!(
         said.iter()
@@ -228,7 +228,7 @@ async fn with_project_id_the_provider_lists_in_the_project_and_scales_as_usual()
     .await;
     env.refresh().await.expect("first Refresh, in the project");
     assert!(
-        *env.provider.ready().borrow(),
+        *env.provider.health().ready().borrow(),
         "Ready once the cluster is listed"
     );
 

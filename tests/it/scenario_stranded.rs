@@ -204,6 +204,7 @@ async fn a_scale_up_cloudstack_fails_part_way_is_named_and_never_stops_the_autos
     // The operator is told: the gauge, one ERROR line naming the VMs and the fix.
     let blocked = stack
         .provider
+        .all_groups()
         .cluster_blocked(&stack.cluster_id)
         .expect("stranded");
     assert_eq!(blocked.rule.as_str(), "alert_rule_5_vm_count_mismatch");

@@ -311,6 +311,7 @@ pub fn error_of(i: &pb::Instance) -> Option<&pb::InstanceErrorInfo> {
 /// autoscaler is told Running either way).
 pub fn provider_sees_down(provider: &Provider, cluster: &str, vm: &str) -> bool {
     provider
+        .all_groups()
         .snapshot(cluster)
         .and_then(|snap| snap.vm(vm).map(|v| v.state.is_down()))
         .unwrap_or(false)
