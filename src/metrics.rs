@@ -118,6 +118,7 @@ pub fn install() -> PrometheusHandle {
             metrics::counter!("cks_provider_removals_withdrawn_total").increment(0);
             metrics::counter!("cks_provider_state_write_failures_total").increment(0);
             metrics::counter!("cks_provider_unrecorded_oks_total").increment(0);
+            metrics::counter!("cks_provider_unrecorded_promises_withdrawn_total").increment(0);
             // The command every refresh sends, refused for its key from the first call on: from
             // 0, so that an alert on increase() of `outcome="unauthorized"` sees that first call.
             metrics::counter!("cks_provider_cloudstack_requests_total", "command" => "listKubernetesClusters", "outcome" => "unauthorized")
@@ -215,6 +216,13 @@ fn describe() {
         "OKs to IncreaseSize or DeleteNodes answered at the caller's deadline before the \
          store had recorded the promise (the store failed between the check before the \
          request and the write after it): a restart before the promise is kept forgets it."
+    );
+    describe_counter!(
+        "cks_provider_unrecorded_promises_withdrawn_total",
+        "IncreaseSize or DeleteNodes calls whose promise the store had not recorded by the \
+         caller's deadline while what they asked was only queued (nothing sent, no stop \
+         begun, no other caller's promise holding it): taken back, and the caller heard \
+         UNAVAILABLE."
     );
     describe_gauge!(
         "cks_provider_node_group_target_size",
@@ -376,6 +384,12 @@ pub fn record_state_write_failure() {
 /// Records an OK answered before the store recorded its promise.
 pub fn record_unrecorded_ok() {
     metrics::counter!("cks_provider_unrecorded_oks_total").increment(1);
+}
+
+/// Records a promise taken back because the store had not recorded it by its caller's
+/// deadline.
+pub fn record_withdrawn_unrecorded() {
+    metrics::counter!("cks_provider_unrecorded_promises_withdrawn_total").increment(1);
 }
 
 /// What the autoscaler is told about an instance (`InstanceStatus.InstanceState`).

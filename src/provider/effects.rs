@@ -130,6 +130,11 @@ impl Cluster {
                     tracing::warn!(group = %self.label(), vm = %vm, node = %node, provider_id = %provider_id,
                         "node carries a providerID other than CloudStack's CCM default; reporting the instance under the node's own id");
                 }
+                Effect::PromiseWithdrawn { vms, placeholders } => {
+                    crate::metrics::record_withdrawn_unrecorded();
+                    tracing::warn!(group = %self.label(), vms = %vms.join(","), nodes = placeholders,
+                        "the store could not record a promise before its caller had to be answered: what it asked was only queued, so it is taken back and the caller hears that nothing was accepted");
+                }
                 Effect::AnsweredUnrecorded => {
                     crate::metrics::record_unrecorded_ok();
                     tracing::error!(group = %self.label(),

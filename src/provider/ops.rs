@@ -16,7 +16,7 @@ use super::{Error, Result, Scoped, before, now};
 use cks_cloudstack::Class;
 use cks_domain::cluster::IndexedSnapshot;
 use cks_domain::machine::{
-    Accepted, Admission, Answer, CallId, Effect, Event, Heard, JobEnd, JobKind, NodeRef,
+    Accepted, Admission, Answer, CallId, Effect, Event, Heard, Hold, JobEnd, JobKind, NodeRef,
     ScaleError, Sent, Started, Watched, WatchedAnswer,
 };
 use cks_domain::rules::ScaleRequest;
@@ -270,12 +270,16 @@ impl Cluster {
     }
 
     /// The caller hears OK once the machine releases it: once the ledger holding its promise
-    /// is written (at once without a store), or at its deadline.
-    async fn answer_ok(&self, deadline: Instant) -> Result<()> {
+    /// is written (at once without a store), or at its deadline: then OK when what it asked is
+    /// under way, else the store's error, what it asked taken back (`hold`).
+    async fn answer_ok(&self, deadline: Instant, hold: Hold) -> Result<()> {
         let (call, rx) = self.open_call();
-        let step = self.group().lock().scale.reply_ok(call);
+        let step = self.group().lock().scale.reply_ok(call, hold);
         self.carry(step).await;
-        self.hear(call, rx, deadline).await.map(|_| ())
+        match self.hear(call, rx, deadline).await? {
+            Heard::Withdrawn => Err(self.p.inner.store.unrecorded()),
+            Heard::Ok { .. } | Heard::WindowFailed => Ok(()),
+        }
     }
 
     /// Watches a just-accepted job until it is past CloudStack's validation, which runs
@@ -508,10 +512,10 @@ impl Cluster {
         let alert = self.p.inner.alert.scaling();
         let admitted = g.lock().scale.admit_increase(delta, max, &alert);
         match admitted.map_err(|e| self.scale_error(e))? {
-            Admission::Queued => {
+            Admission::Queued(hold) => {
                 tracing::info!(group = %self.label(), delta,
                     "scale-up queued behind the scale operation in flight; it is sent when that ends");
-                return self.answer_ok(deadline).await;
+                return self.answer_ok(deadline, hold).await;
             }
             Admission::NeedsFreshSnapshot => {}
         }
@@ -523,9 +527,10 @@ impl Cluster {
             Started::Submit(request) => {
                 tracing::info!(group = %self.label(), ?request, "scale-up: sending scaleKubernetesCluster");
                 self.send(request, deadline).await?;
-                self.answer_ok(deadline).await
+                // Sent: nothing of it can be taken back.
+                self.answer_ok(deadline, Hold::default()).await
             }
-            Started::Queued => self.answer_ok(deadline).await,
+            Started::Queued(hold) => self.answer_ok(deadline, hold).await,
         }
     }
 
@@ -578,6 +583,7 @@ impl Cluster {
             .map(|e| self.scale_error(e));
         match self.hear(call, heard, deadline).await? {
             Heard::Ok { .. } => guarded.map_or(Ok(()), Err),
+            Heard::Withdrawn => Err(self.p.inner.store.unrecorded()),
             Heard::WindowFailed => Err(match g.lock().window_failure.clone() {
                 Some(e) => Error::Batch(e),
                 None => Error::Internal("the removal window failed without saying why".into()),

@@ -312,6 +312,18 @@ impl Store {
         })
     }
 
+    /// The error a caller hears when its promise was not recorded before it had to be
+    /// answered, and what it asked was taken back: the store's last failure, if it has one.
+    pub(crate) fn unrecorded(&self) -> super::Error {
+        match self.check() {
+            Err(e) => e,
+            Ok(()) => super::Error::StoreUnavailable {
+                store: self.describe(),
+                error: "not written before the caller had to be answered".into(),
+            },
+        }
+    }
+
     /// Writes the record now, unchanged or not, by `until`: the check, just before a
     /// request is sent to CloudStack on a caller's behalf, that its promise can be recorded.
     /// An error names the store: the request is then not sent, and the caller hears it

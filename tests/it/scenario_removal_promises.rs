@@ -479,39 +479,119 @@ async fn an_increase_watched_to_its_deadline_is_recorded_before_its_ok() {
     env.shutdown().await;
 }
 
-/// The store fails between the check and the write (a removal queued behind a running job
-/// is checked only against the store's last write): the caller still hears OK at its
-/// deadline, since what it asked is queued and carried out, and the operator is told loudly
-/// that the promise is not recorded: an ERROR and `cks_provider_unrecorded_oks_total`.
+/// The store fails between the check and the write, with a removal only queued behind a
+/// running job (checked only against the store's last write): by the caller's deadline its
+/// promise is not recorded and nothing was sent for it, so it is taken back and the caller
+/// hears UNAVAILABLE (the autoscaler untaints the node and asks again later). The node counts
+/// in the target again, and the job's end sends nothing for it.
 #[tokio::test(start_paused = true)]
-async fn an_ok_the_store_could_not_record_in_time_is_said_and_counted() {
+async fn a_queued_removal_the_store_could_not_record_in_time_is_taken_back() {
     logs::capture();
-    let unrecorded_oks = || metric("cks_provider_unrecorded_oks_total");
+    let withdrawn = || metric("cks_provider_unrecorded_promises_withdrawn_total");
     let dir = cks_testkit::certs::TempDir::new("state-gone");
     let folder = dir.path("state");
     std::fs::create_dir_all(&folder).expect("state folder");
     let file = folder.join("state.json");
     let mut cfg = pool(4);
     cfg.settings.job_duration = Duration::from_secs(60);
+    cfg.settings.scale_timeout = Duration::from_secs(3600);
     let mut env = Stack::refreshed(cfg, "pool", move |s| {
         s.groups[0].min = 1;
         s.state_file = Some(file);
     })
     .await;
     env.increase(1).await.expect("a job in flight, recorded");
-    let counted = unrecorded_oks();
-    let said = logs::lines_mentioning("before the promise was recorded").len();
+    let taken = withdrawn();
+    let said = logs::lines_mentioning("it is taken back").len();
     std::fs::remove_dir_all(&folder).expect("the store goes away");
     let victim = env.workers().remove(0);
-    env.delete(vec![worker_node(&victim)])
+    let err = env
+        .delete(vec![worker_node(&victim)])
         .await
-        .expect("queued behind the job: OK at the deadline");
+        .expect_err("not recorded and only queued: taken back");
+    assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+    assert!(
+        err.message().contains("cannot record promises"),
+        "{}",
+        err.message()
+    );
+    assert!(withdrawn() > taken, "counted");
+    assert!(
+        logs::lines_mentioning("it is taken back").len() > said,
+        "and said"
+    );
+    assert_eq!(env.target().await, 5, "the node counts again");
+    // The scale-up's minute: once it ends, nothing goes out for the node taken back.
+    for _ in 0..60 {
+        let _ = env.refresh().await;
+        if env.sim.running_jobs(&env.cluster_id) == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    assert_eq!(
+        env.sim.running_jobs(&env.cluster_id),
+        0,
+        "the scale-up ended"
+    );
+    env.wait_provider_settled().await;
+    assert!(
+        removals(&env).is_empty(),
+        "nothing sent for the node taken back"
+    );
+    assert!(env.workers().iter().any(|w| w.0 == victim.0));
+    assert_eq!(env.target().await, 5);
+    env.shutdown().await;
+}
+
+/// The store fails while the window's request is with CloudStack (after the check that let
+/// it go, before the write that records the promise it makes): the removal is under way, so
+/// the caller still hears OK at its deadline (an error would have the autoscaler count back a
+/// node CloudStack is removing), and the operator is told loudly that the promise is not
+/// recorded: an ERROR and `cks_provider_unrecorded_oks_total`.
+#[tokio::test(start_paused = true)]
+async fn an_ok_for_a_request_already_sent_the_store_could_not_record_is_said_and_counted() {
+    logs::capture();
+    let unrecorded_oks = || metric("cks_provider_unrecorded_oks_total");
+    let dir = cks_testkit::certs::TempDir::new("state-gone-sent");
+    let folder = dir.path("state");
+    std::fs::create_dir_all(&folder).expect("state folder");
+    let file = folder.join("state.json");
+    let mut cfg = pool(4);
+    cfg.settings.job_duration = Duration::from_secs(60);
+    // CloudStack holds the request long enough for the store to go away meanwhile.
+    cfg.settings.command_latency = Some(("scaleKubernetesCluster".into(), Duration::from_secs(2)));
+    let env = Stack::refreshed(cfg, "pool", move |s| {
+        s.groups[0].min = 1;
+        s.state_file = Some(file);
+    })
+    .await;
+    let counted = unrecorded_oks();
+    let said = logs::lines_mentioning("before the promise was recorded").len();
+    let victim = env.workers().remove(0);
+    let mut client = env.client.clone();
+    let req = with_deadline(
+        pb::NodeGroupDeleteNodesRequest {
+            nodes: vec![worker_node(&victim)],
+            id: env.cluster_id.clone(),
+        },
+        Duration::from_secs(5),
+    );
+    let store_goes = async {
+        wait_until("the request to reach CloudStack", async || {
+            !env.scale_requests().is_empty()
+        })
+        .await;
+        std::fs::remove_dir_all(&folder).expect("the store goes away");
+    };
+    let (answer, ()) = tokio::join!(client.node_group_delete_nodes(req), store_goes);
+    answer.expect("under way: OK at the deadline");
     assert!(
         logs::lines_mentioning("before the promise was recorded").len() > said,
         "the unrecorded OK is said"
     );
     assert!(unrecorded_oks() > counted, "and counted");
-    assert_eq!(env.target().await, 4, "the removal is owed all the same");
+    assert_eq!(removals(&env), std::slice::from_ref(&victim.0));
     env.shutdown().await;
 }
 

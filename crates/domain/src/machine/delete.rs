@@ -6,7 +6,7 @@
 use super::error::ScaleError;
 use super::nodes::Hit;
 use super::queue::QueuedRemoval;
-use super::{Phase, ScaleMachine};
+use super::{Hold, Phase, ScaleMachine};
 use crate::cluster::{ClusterState, NodeRole};
 use crate::nodeid::{FAKE_NODE_REASON_ANNOTATION, vm_id_from_provider_id};
 use crate::registry::Registrations;
@@ -41,6 +41,9 @@ pub struct Acceptance {
     /// The VMs this call queued for removal: the removals its caller is promised
     /// ([`ScaleMachine::promise_removals`] when its deadline comes before the window's answer).
     pub vm_ids: Vec<String>,
+    /// What of its promise is only queued and its caller's alone, for
+    /// [`ScaleMachine::reply_to_removal`].
+    pub hold: Hold,
 }
 
 /// Instances a removal drops without CloudStack (they have no VM, or their VM goes with it).
@@ -176,6 +179,19 @@ impl ScaleMachine {
             }
         }
         self.apply_drops(&plan.drops);
+        // VMs it names that another caller's promise holds are neither caller's alone.
+        let mut named = plan.joined.clone();
+        named.extend(plan.vms.iter().cloned());
+        let shared = self.pin_holds(&named);
+        let hold = if !shared
+            && plan.joined.is_empty()
+            && plan.drops.failed.is_empty()
+            && plan.drops.queued.is_empty()
+        {
+            Hold::removals(plan.vms.clone())
+        } else {
+            Hold::pinned()
+        };
         if plan.vms.is_empty() {
             // Answered OK now: a removal it names that is queued or in flight for another
             // caller, whose answer may still be an error, is owed from now on.
@@ -184,6 +200,7 @@ impl ScaleMachine {
                 accepted: Accepted::Done,
                 refused,
                 vm_ids: plan.joined,
+                hold: Hold::default(),
             });
         }
         let mut vm_ids = plan.vms.clone();
@@ -212,6 +229,7 @@ impl ScaleMachine {
             accepted,
             refused,
             vm_ids,
+            hold,
         })
     }
 

@@ -3,7 +3,7 @@
 //! placeholder ids of the nodes it asks for.
 
 use super::error::ScaleError;
-use super::{OpKind, Origin, Phase, ScaleMachine};
+use super::{Hold, OpKind, Origin, Phase, ScaleMachine};
 use crate::cluster::ClusterState;
 use crate::rules::{AlertScaling, Refusal, ScaleRequest, check_scale};
 use std::time::Instant;
@@ -13,15 +13,17 @@ use std::time::Instant;
 pub enum Started {
     /// Send this request (the phase is `Submitting`).
     Submit(ScaleRequest),
-    /// Merged into the request sent when the operation in flight ends.
-    Queued,
+    /// Merged into the request sent when the operation in flight ends (what its caller's
+    /// promise holds, for [`ScaleMachine::reply_ok`]).
+    Queued(Hold),
 }
 
 /// The first step of IncreaseSize, on the cached state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Admission {
-    /// Merged into the request sent when the operation in flight ends.
-    Queued,
+    /// Merged into the request sent when the operation in flight ends (what its caller's
+    /// promise holds, for [`ScaleMachine::reply_ok`]).
+    Queued(Hold),
     /// Nothing in flight: decide on a snapshot fresh from CloudStack
     /// ([`ScaleMachine::start_increase`]).
     NeedsFreshSnapshot,
@@ -53,8 +55,7 @@ impl ScaleMachine {
         self.refuse_external_scale_up()?;
         match &self.phase {
             Phase::Idle if !self.queue.remove.is_empty() => {
-                self.enqueue(delta);
-                Ok(Admission::Queued)
+                Ok(Admission::Queued(self.enqueue(delta)))
             }
             Phase::Idle => Ok(Admission::NeedsFreshSnapshot),
             // Queued, never sent while the lost answer is unsettled: once a snapshot settles
@@ -62,10 +63,7 @@ impl ScaleMachine {
             Phase::Submitting { .. }
             | Phase::AnswerLost { .. }
             | Phase::Running { .. }
-            | Phase::Adopted { .. } => {
-                self.enqueue(delta);
-                Ok(Admission::Queued)
-            }
+            | Phase::Adopted { .. } => Ok(Admission::Queued(self.enqueue(delta))),
         }
     }
 
@@ -86,10 +84,7 @@ impl ScaleMachine {
         self.refuse_external_scale_up()?;
         match &self.phase {
             Phase::Idle if self.queue.remove.is_empty() => {}
-            _ => {
-                self.enqueue(delta);
-                return Ok(Started::Queued);
-            }
+            _ => return Ok(Started::Queued(self.enqueue(delta))),
         }
         let snap = self.snap.clone().ok_or(ScaleError::NoSnapshot)?;
         let suspects = self.cordon_suspects();
@@ -144,11 +139,11 @@ impl ScaleMachine {
         }
     }
 
-    fn enqueue(&mut self, delta: u32) {
-        for _ in 0..delta {
-            let p = self.placeholder();
-            self.queue.increase.push(p);
-        }
+    /// Queues `delta` nodes; what their caller's promise holds.
+    fn enqueue(&mut self, delta: u32) -> Hold {
+        let placeholders: Vec<String> = (0..delta).map(|_| self.placeholder()).collect();
+        self.queue.increase.extend(placeholders.iter().cloned());
+        Hold::increase(placeholders)
     }
 }
 

@@ -78,7 +78,7 @@ pub use pace::Watched;
 use queue::WINDOW_QUIET;
 pub(crate) use queue::{Queue, QueuedRemoval};
 use replies::Replies;
-pub use replies::{CallId, Heard, Reply};
+pub use replies::{CallId, Heard, Hold, Reply};
 pub use retry::StopAnswer;
 pub use search::SearchNews;
 use sharded::ShardedMap;
@@ -355,6 +355,14 @@ pub enum Effect {
     /// came first; `replies`): a restart before the promise is kept would forget it. Say so
     /// loudly.
     AnsweredUnrecorded,
+    /// A caller's deadline came before the ledger holding its promise was written, and
+    /// nothing of what it asked had started: taken back (these removals, this many queued
+    /// nodes of an increase), and the caller hears that nothing was accepted (`replies`).
+    /// Tell the operator.
+    PromiseWithdrawn {
+        vms: Vec<String>,
+        placeholders: usize,
+    },
     /// A DeleteNodes caller's deadline neared before its window's request was answered: its
     /// removals are owed from now on, whatever becomes of the request (`replies`). Tell the
     /// operator.

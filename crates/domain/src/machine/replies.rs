@@ -11,11 +11,19 @@
 //! ([`super::Event::PromiseDue`], early enough for the store to write), its removals are
 //! promised and it hears OK once they are recorded.
 //!
-//! A caller whose deadline comes before its record still hears OK
-//! ([`super::Event::CallerDeadline`]): what it asked is under way (a request sent, removals
-//! owed), and an error would have the autoscaler count nodes back that CloudStack is removing;
-//! the machine says so loudly ([`super::Effect::AnsweredUnrecorded`]). The store was written
-//! just before the request went out, so this is a store that failed in between.
+//! A caller whose deadline comes before its record ([`super::Event::CallerDeadline`]) is
+//! answered by what became of what it asked:
+//! - still only queued here (an increase or removals waiting behind the operation in flight, or
+//!   a window caller's removals promised at its deadline), its alone and nothing of it started:
+//!   it is taken back ([`Hold`]) and the caller hears that nothing was accepted
+//!   ([`Heard::Withdrawn`], [`super::Effect::PromiseWithdrawn`]). The autoscaler then untaints
+//!   the node, or asks for the nodes again, on a later loop: no promise is left that a restart
+//!   would forget;
+//! - under way (a request sent, a stop begun, another caller's promise holding the same VM):
+//!   it still hears OK, since an error would have the autoscaler count nodes back that
+//!   CloudStack is removing, and the machine says so loudly
+//!   ([`super::Effect::AnsweredUnrecorded`]). The store was written just before the request
+//!   went out, so this is a store that failed in between.
 
 use super::{Acceptance, Accepted, Effect, ScaleMachine, Step};
 use std::time::{Duration, Instant};
@@ -40,6 +48,48 @@ pub enum Heard {
     /// The removal window it waited for failed (its request refused, or not sent): the error
     /// the shell holds for the window. Its removals are dropped.
     WindowFailed,
+    /// Its deadline came before the ledger holding its promise was written, and what it
+    /// asked was still only queued: taken back, nothing accepted (the store's error).
+    Withdrawn,
+}
+
+/// What a caller's OK would promise that nothing has started yet: taken back when the promise
+/// cannot be recorded before the caller must hear ([`ScaleMachine::caller_deadline`]). Built
+/// by the commands that queue (`Admission::Queued(_)`, `Started::Queued(_)`, [`Acceptance`]); the
+/// default holds nothing, for what is under way once the caller hears.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Hold {
+    /// Removals this caller queued (no other caller's).
+    vms: Vec<String>,
+    /// Placeholders of the nodes this caller's increase queued.
+    placeholders: Vec<String>,
+    /// Part of the promise cannot be taken back (queued increases or failed creations the
+    /// call dropped, a VM another caller asked for too): the caller hears OK whatever comes.
+    pinned: bool,
+}
+
+impl Hold {
+    pub(crate) fn removals(vms: Vec<String>) -> Self {
+        Hold {
+            vms,
+            ..Hold::default()
+        }
+    }
+
+    pub(crate) fn increase(placeholders: Vec<String>) -> Self {
+        Hold {
+            placeholders,
+            ..Hold::default()
+        }
+    }
+
+    /// A promise of which some part cannot be taken back.
+    pub(crate) fn pinned() -> Self {
+        Hold {
+            pinned: true,
+            ..Hold::default()
+        }
+    }
 }
 
 /// The ledger's numbering and the callers waiting for it.
@@ -53,11 +103,12 @@ pub(crate) struct Replies {
     rev: u64,
     /// The highest number the store reported written.
     recorded: u64,
-    /// Callers told OK and waiting for their record, with the number it needs.
-    waiting: Vec<(CallId, u64)>,
+    /// Callers told OK and waiting for their record, with the number it needs and what their
+    /// promise holds that nothing has started yet.
+    waiting: Vec<(CallId, u64, Hold)>,
     /// DeleteNodes callers waiting for the open window's request, with the VMs they asked to
-    /// remove.
-    window: Vec<(CallId, Vec<String>)>,
+    /// remove and what of it is theirs alone.
+    window: Vec<(CallId, Vec<String>, Hold)>,
 }
 
 impl ScaleMachine {
@@ -94,9 +145,11 @@ impl ScaleMachine {
 
     /// `call` hears OK: what it asked is decided and in the machine's state (queued, owed,
     /// sent). The reply goes once the ledger holding it is written; at once without a store.
-    pub fn reply_ok(&mut self, call: CallId) -> Step {
+    /// `hold`: what of it is only queued (the command's), taken back should its deadline come
+    /// first; `Hold::default()` for what is under way.
+    pub fn reply_ok(&mut self, call: CallId, hold: Hold) -> Step {
         let mut step = Step::default();
-        self.promised(&[call], &mut step);
+        self.promised(vec![(call, hold)], &mut step);
         step
     }
 
@@ -106,20 +159,24 @@ impl ScaleMachine {
     pub fn reply_to_removal(&mut self, call: CallId, acceptance: &Acceptance) -> Step {
         match acceptance.accepted {
             Accepted::OpensWindow | Accepted::JoinsWindow => {
-                self.replies.window.push((call, acceptance.vm_ids.clone()));
+                self.replies.window.push((
+                    call,
+                    acceptance.vm_ids.clone(),
+                    acceptance.hold.clone(),
+                ));
                 Step::default()
             }
-            Accepted::Behind | Accepted::Done => self.reply_ok(call),
+            Accepted::Behind | Accepted::Done => self.reply_ok(call, acceptance.hold.clone()),
         }
     }
 
     /// `calls` are promised: their OKs wait for the next ledger's record.
-    fn promised(&mut self, calls: &[CallId], step: &mut Step) {
+    fn promised(&mut self, calls: Vec<(CallId, Hold)>, step: &mut Step) {
         if calls.is_empty() {
             return;
         }
         if !self.replies.durable {
-            for &call in calls {
+            for (call, _) in calls {
                 step.replies.push(Reply {
                     call,
                     heard: Heard::Ok { recorded: true },
@@ -131,7 +188,60 @@ impl ScaleMachine {
         let rev = self.replies.rev;
         self.replies
             .waiting
-            .extend(calls.iter().map(|&call| (call, rev)));
+            .extend(calls.into_iter().map(|(call, hold)| (call, rev, hold)));
+    }
+
+    /// A new caller's promise holds these VMs: a waiting caller whose hold names one can no
+    /// longer have it taken back (it named them while they were queued, or queued them again
+    /// after they were let go). Returns whether any did, so that the new caller's own hold is
+    /// pinned too.
+    pub(crate) fn pin_holds(&mut self, vms: &[String]) -> bool {
+        let mut pinned = false;
+        let holds = self.replies.waiting.iter_mut().map(|(_, _, h)| h);
+        for hold in holds.chain(self.replies.window.iter_mut().map(|(_, _, h)| h)) {
+            if hold.vms.iter().any(|v| vms.contains(v)) {
+                hold.pinned = true;
+                pinned = true;
+            }
+        }
+        pinned
+    }
+
+    /// Takes back what `hold` promised if nothing of it has started and it is its caller's
+    /// alone: the removals still queued, never sent and no stop begun, or the increase's
+    /// placeholders still queued. Returns whether it did, and what.
+    fn take_back(&mut self, hold: &Hold) -> Option<(Vec<String>, usize)> {
+        if hold.pinned || (hold.vms.is_empty() && hold.placeholders.is_empty()) {
+            return None;
+        }
+        let untouched = |v: &String| {
+            self.queue.remove.iter().any(|r| {
+                r.vm_id == *v
+                    && r.attempts == 0
+                    && !r.abandoned
+                    && matches!(
+                        r.stop,
+                        crate::removal::StopStage::NotNeeded | crate::removal::StopStage::Wanted
+                    )
+            })
+        };
+        if !hold.vms.iter().all(untouched) {
+            return None;
+        }
+        // Sent increases leave the queue all at once: any placeholder still queued means none
+        // of this caller's was sent (another caller's DeleteNodes may have dropped some).
+        let placeholders: Vec<String> = hold
+            .placeholders
+            .iter()
+            .filter(|p| self.queue.increase.contains(p))
+            .cloned()
+            .collect();
+        if hold.vms.is_empty() && placeholders.is_empty() {
+            return None;
+        }
+        self.queue.remove.retain(|r| !hold.vms.contains(&r.vm_id));
+        self.queue.increase.retain(|p| !placeholders.contains(p));
+        Some((hold.vms.clone(), placeholders.len()))
     }
 
     /// The window's request was answered (`ok`: sent, its removals owed) or failed: its
@@ -140,10 +250,12 @@ impl ScaleMachine {
     /// whatever `ok` says: its removal is no longer owed.
     pub(crate) fn window_replies(&mut self, ok: bool, step: &mut Step) {
         let mut promised = Vec::new();
-        for (call, vms) in std::mem::take(&mut self.replies.window) {
+        for (call, vms, hold) in std::mem::take(&mut self.replies.window) {
             // The same judgment as at a caller's deadline: owed unless a failure dropped one.
+            // Sent, they are no longer queued and cannot be taken back; left queued behind an
+            // operation that started meanwhile, they still can.
             if ok && self.promise_removals(&vms) {
-                promised.push(call);
+                promised.push((call, hold));
             } else {
                 step.replies.push(Reply {
                     call,
@@ -151,7 +263,7 @@ impl ScaleMachine {
                 });
             }
         }
-        self.promised(&promised, step);
+        self.promised(promised, step);
     }
 
     /// `call`'s deadline nears, leaving the store time to write: a window caller not answered
@@ -160,13 +272,15 @@ impl ScaleMachine {
     /// of them: it hears the failure with the window's other callers.
     pub(crate) fn promise_due(&mut self, call: CallId) -> Step {
         let mut step = Step::default();
-        let Some(at) = self.replies.window.iter().position(|(c, _)| *c == call) else {
+        let Some(at) = self.replies.window.iter().position(|(c, ..)| *c == call) else {
             return step;
         };
         if self.promise_removals(&self.replies.window[at].1.clone()) {
-            let (_, vms) = self.replies.window.remove(at);
+            let (_, vms, hold) = self.replies.window.remove(at);
             step.effects.push(Effect::PromisedAtDeadline { vms });
-            self.promised(&[call], &mut step);
+            // Still queued, unless the window's request takes them before the caller must
+            // hear: then they are under way.
+            self.promised(vec![(call, hold)], &mut step);
         }
         step
     }
@@ -176,7 +290,7 @@ impl ScaleMachine {
         self.replies.recorded = self.replies.recorded.max(rev);
         let upto = self.replies.recorded;
         let mut step = Step::default();
-        self.replies.waiting.retain(|&(call, needs)| {
+        self.replies.waiting.retain(|&(call, needs, _)| {
             let go = needs <= upto;
             if go {
                 step.replies.push(Reply {
@@ -189,20 +303,24 @@ impl ScaleMachine {
         step
     }
 
-    /// `call`'s deadline came before its record: it hears OK anyway (what it asked is under
-    /// way), said loudly. Nothing when it was answered already.
+    /// `call`'s deadline came before its record: what it asked is taken back when nothing of
+    /// it has started (it hears [`Heard::Withdrawn`]), else it hears OK anyway, said loudly.
+    /// Nothing when it was answered already.
     pub(crate) fn caller_deadline(&mut self, call: CallId) -> Step {
-        let before = self.replies.waiting.len();
-        self.replies.waiting.retain(|&(c, _)| c != call);
-        if self.replies.waiting.len() == before {
+        let Some(at) = self.replies.waiting.iter().position(|(c, ..)| *c == call) else {
             return Step::default();
-        }
+        };
+        let (_, _, hold) = self.replies.waiting.remove(at);
+        let (heard, effect) = match self.take_back(&hold) {
+            Some((vms, placeholders)) => (
+                Heard::Withdrawn,
+                Effect::PromiseWithdrawn { vms, placeholders },
+            ),
+            None => (Heard::Ok { recorded: false }, Effect::AnsweredUnrecorded),
+        };
         Step {
-            replies: vec![Reply {
-                call,
-                heard: Heard::Ok { recorded: false },
-            }],
-            effects: vec![Effect::AnsweredUnrecorded],
+            replies: vec![Reply { call, heard }],
+            effects: vec![effect],
             ..Step::default()
         }
     }
@@ -210,7 +328,7 @@ impl ScaleMachine {
     /// Whether `call` waits for its record.
     #[cfg(test)]
     pub(crate) fn waits_for_record(&self, call: CallId) -> bool {
-        self.replies.waiting.iter().any(|&(c, _)| c == call)
+        self.replies.waiting.iter().any(|(c, ..)| *c == call)
     }
 }
 
@@ -228,7 +346,7 @@ mod tests {
     #[test]
     fn without_a_store_an_ok_goes_at_once() {
         let mut m = machine(false);
-        let step = m.reply_ok(CallId(1));
+        let step = m.reply_ok(CallId(1), Hold::default());
         assert_eq!(
             step.replies,
             vec![Reply {
@@ -244,19 +362,19 @@ mod tests {
         let mut m = machine(true);
         // A write that read the ledger before the promise does not release it.
         let read_before = m.ledger_rev();
-        assert!(m.reply_ok(CallId(1)).replies.is_empty());
+        assert!(m.reply_ok(CallId(1), Hold::default()).replies.is_empty());
         let step = m.handle(Event::Recorded { rev: read_before }, now);
         assert!(step.replies.is_empty(), "released by an older record");
         assert!(m.waits_for_record(CallId(1)));
         // Two promises, one write after both: both go, in one step.
-        assert!(m.reply_ok(CallId(2)).replies.is_empty());
+        assert!(m.reply_ok(CallId(2), Hold::default()).replies.is_empty());
         let rev = m.ledger_rev();
         let step = m.handle(Event::Recorded { rev }, now);
         let calls: Vec<_> = step.replies.iter().map(|r| (r.call, r.heard)).collect();
         let ok = Heard::Ok { recorded: true };
         assert_eq!(calls, vec![(CallId(1), ok), (CallId(2), ok)]);
         // A late report of an older write changes nothing.
-        assert!(m.reply_ok(CallId(3)).replies.is_empty());
+        assert!(m.reply_ok(CallId(3), Hold::default()).replies.is_empty());
         let step = m.handle(Event::Recorded { rev: rev - 1 }, now);
         assert!(step.replies.is_empty());
     }
@@ -265,7 +383,7 @@ mod tests {
     fn a_deadline_before_the_record_answers_ok_loudly_and_once() {
         let now = Instant::now();
         let mut m = machine(true);
-        let _ = m.reply_ok(CallId(7));
+        let _ = m.reply_ok(CallId(7), Hold::default());
         let step = m.handle(Event::CallerDeadline { call: CallId(7) }, now);
         assert_eq!(
             step.replies,
@@ -337,6 +455,112 @@ mod tests {
                 heard: Heard::Ok { recorded: true }
             }]
         );
+    }
+
+    #[test]
+    fn a_queued_increase_not_recorded_by_its_deadline_is_taken_back() {
+        use super::super::Admission;
+        use super::super::tests::{ALERT, machine_in};
+        let now = Instant::now();
+        let mut m = machine_in("running", now);
+        m.set_durable(true);
+        let target = m.target();
+        let Ok(Admission::Queued(hold)) = m.admit_increase(2, 10, &ALERT) else {
+            panic!("queued behind the job in flight");
+        };
+        assert_eq!(m.target(), target.map(|t| t + 2));
+        assert!(m.reply_ok(CallId(1), hold).replies.is_empty());
+        // The store never writes it: at the deadline nothing of it was sent.
+        let step = m.handle(Event::CallerDeadline { call: CallId(1) }, now);
+        assert_eq!(
+            step.replies,
+            vec![Reply {
+                call: CallId(1),
+                heard: Heard::Withdrawn
+            }]
+        );
+        assert_eq!(
+            step.effects,
+            vec![Effect::PromiseWithdrawn {
+                vms: vec![],
+                placeholders: 2
+            }]
+        );
+        assert_eq!(
+            m.target(),
+            target,
+            "the nodes asked for are not upcoming any more"
+        );
+        assert!(m.queue().increase.is_empty());
+    }
+
+    #[test]
+    fn a_queued_removal_another_caller_asked_for_too_is_answered_ok_at_the_deadline() {
+        use super::super::NodeRef;
+        use super::super::tests::{ALERT, machine_in, no_reports};
+        let now = Instant::now();
+        let mut m = machine_in("running", now);
+        m.set_durable(true);
+        let node = NodeRef {
+            provider_id: "external-cloudstack://w1".into(),
+            ..NodeRef::default()
+        };
+        let ask = |m: &mut ScaleMachine, call: u64, accepted: Accepted| {
+            let a = m
+                .accept_removals(std::slice::from_ref(&node), 1, &ALERT, &no_reports(), now)
+                .expect("accepted behind the job");
+            assert_eq!(a.accepted, accepted);
+            assert!(m.reply_to_removal(CallId(call), &a).replies.is_empty());
+        };
+        ask(&mut m, 1, Accepted::Behind);
+        // Alone, it could be taken back; a second caller's promise now holds the same VM
+        // (queued already: nothing more for CloudStack).
+        ask(&mut m, 2, Accepted::Done);
+        for call in [1, 2] {
+            let step = m.handle(Event::CallerDeadline { call: CallId(call) }, now);
+            assert_eq!(
+                step.replies,
+                vec![Reply {
+                    call: CallId(call),
+                    heard: Heard::Ok { recorded: false }
+                }]
+            );
+            assert_eq!(step.effects, vec![Effect::AnsweredUnrecorded]);
+        }
+        assert!(
+            m.queue().remove.iter().any(|r| r.vm_id == "w1"),
+            "still owed"
+        );
+    }
+
+    #[test]
+    fn a_queued_removal_not_recorded_by_its_deadline_is_taken_back_unless_sent() {
+        use super::super::NodeRef;
+        use super::super::tests::{ALERT, machine_in, no_reports};
+        let now = Instant::now();
+        let node = |w: &str| NodeRef {
+            provider_id: format!("external-cloudstack://{w}"),
+            ..NodeRef::default()
+        };
+        let mut m = machine_in("running", now);
+        m.set_durable(true);
+        let target = m.target();
+        let a = m
+            .accept_removals(&[node("w1")], 1, &ALERT, &no_reports(), now)
+            .expect("accepted behind the job");
+        assert!(m.reply_to_removal(CallId(1), &a).replies.is_empty());
+        let step = m.handle(Event::CallerDeadline { call: CallId(1) }, now);
+        assert_eq!(step.replies[0].heard, Heard::Withdrawn);
+        assert_eq!(
+            step.effects,
+            vec![Effect::PromiseWithdrawn {
+                vms: vec!["w1".into()],
+                placeholders: 0
+            }]
+        );
+        assert_eq!(m.target(), target, "the node counts again");
+        assert!(m.queue().remove.is_empty());
+        assert!(m.ledger(now).removals.is_empty(), "nothing owed");
     }
 
     #[test]

@@ -111,7 +111,7 @@ fn timings() -> Timings {
 }
 
 /// A machine with a Running 3-worker snapshot, driven by events into `phase`.
-fn machine_in(phase: &str, t0: Instant) -> ScaleMachine {
+pub(super) fn machine_in(phase: &str, t0: Instant) -> ScaleMachine {
     let mut m = ScaleMachine::new(Some("cid".into()), timings());
     assert!(m.snapshot_installed(running3(t0), &ALERT, t0).is_empty());
     match phase {
@@ -208,6 +208,9 @@ fn apply(m: &mut ScaleMachine, ev: Ev, t0: Instant) -> String {
                 Effect::Searched(news) => format!("searched:{news:?}"),
                 Effect::RemovalsWithdrawn { vms } => format!("withdrawn:{}", vms.join("+")),
                 Effect::AnsweredUnrecorded => "unrecorded".into(),
+                Effect::PromiseWithdrawn { vms, placeholders } => {
+                    format!("taken-back:{}+{placeholders}", vms.join("+"))
+                }
                 Effect::Stranding(news) => format!("stranding:{news:?}"),
                 Effect::ExternallyManaged => "externally-managed".into(),
                 Effect::NodeOfFailedVm { vm, .. } => format!("node-of-failed:{vm}"),
@@ -220,7 +223,7 @@ fn apply(m: &mut ScaleMachine, ev: Ev, t0: Instant) -> String {
     let job = m.phase().job().unwrap_or("job-1").to_string();
     match ev {
         Ev::Increase => match m.admit_increase(1, MAX, &ALERT) {
-            Ok(Admission::Queued) => "queued".into(),
+            Ok(Admission::Queued(_)) => "queued".into(),
             Ok(Admission::NeedsFreshSnapshot) => match m.start_increase(1, MAX, &ALERT, t0) {
                 Ok(Started::Submit(ScaleRequest::Resize { new_size })) => {
                     format!("submit:{new_size}")
@@ -427,7 +430,10 @@ fn every_phase_against_every_event() {
 fn increases_queued_behind_a_forgotten_lost_submission_are_sent() {
     let t0 = Instant::now();
     let mut m = machine_in("submitting", t0);
-    assert_eq!(m.admit_increase(1, MAX, &ALERT), Ok(Admission::Queued));
+    assert!(matches!(
+        m.admit_increase(1, MAX, &ALERT),
+        Ok(Admission::Queued(_))
+    ));
     m.submission_lost();
     assert_eq!(m.target(), Some(6));
     // Still too early: nothing happens.
@@ -559,7 +565,10 @@ fn a_failed_stop_is_due_again_after_its_backoff() {
 /// Two nodes queued behind a running job, sent as one request when it ends.
 fn queued_increase_sent(t0: Instant) -> ScaleMachine {
     let mut m = machine_in("running", t0);
-    assert_eq!(m.admit_increase(2, MAX, &ALERT), Ok(Admission::Queued));
+    assert!(matches!(
+        m.admit_increase(2, MAX, &ALERT),
+        Ok(Admission::Queued(_))
+    ));
     // Not read again after the job: its size is not checked, the next request is computed
     // on the size listed before.
     let settled = m
@@ -596,7 +605,10 @@ fn a_queued_request_cloudstack_refuses_becomes_failed_instances() {
 fn a_queued_request_the_rules_refuse_becomes_failed_instances_without_a_request() {
     let t0 = Instant::now();
     let mut m = machine_in("running", t0);
-    assert_eq!(m.admit_increase(1, MAX, &ALERT), Ok(Admission::Queued));
+    assert!(matches!(
+        m.admit_increase(1, MAX, &ALERT),
+        Ok(Admission::Queued(_))
+    ));
     // The job ended with the cluster Stopped: no size change is allowed.
     m.snapshot_installed(
         snapshot("Stopped", &[("w1", VmState::Stopped)], t0),
@@ -1039,7 +1051,10 @@ fn removals_go_before_increases_and_neither_is_lost() {
     let mut m = machine_in("running", t0);
     m.accept_removal(&[node("w1")], 1, &ALERT, &no_reports(), t0)
         .expect("queued");
-    assert_eq!(m.admit_increase(2, MAX, &ALERT), Ok(Admission::Queued));
+    assert!(matches!(
+        m.admit_increase(2, MAX, &ALERT),
+        Ok(Admission::Queued(_))
+    ));
     assert_eq!(m.target(), Some(5 - 1 + 2));
     m.snapshot_installed(running(5, t0), &ALERT, t0);
     listed_as_asked(&mut m);
@@ -1071,7 +1086,10 @@ fn removals_go_before_increases_and_neither_is_lost() {
         m.accept_removal(&[node("w1")], 1, &ALERT, &no_reports(), t0),
         Ok(Accepted::OpensWindow)
     );
-    assert_eq!(m.admit_increase(1, MAX, &ALERT), Ok(Admission::Queued));
+    assert!(matches!(
+        m.admit_increase(1, MAX, &ALERT),
+        Ok(Admission::Queued(_))
+    ));
     assert_eq!(m.close_window(&ALERT, t0), Ok(vec![remove_of(&["w1"])]));
 }
 
@@ -1382,7 +1400,10 @@ fn cleanup_drops_removals_not_sent() {
 fn decrease_cancels_all_it_is_asked_or_refuses_and_changes_nothing() {
     let t0 = Instant::now();
     let mut m = machine_in("running", t0);
-    assert_eq!(m.admit_increase(2, MAX, &ALERT), Ok(Admission::Queued));
+    assert!(matches!(
+        m.admit_increase(2, MAX, &ALERT),
+        Ok(Admission::Queued(_))
+    ));
     assert_eq!(m.target(), Some(7));
     assert!(
         matches!(
@@ -1440,7 +1461,10 @@ fn increase_is_bounded_by_the_maximum_counting_queued_work() {
             max: 10
         })
     );
-    assert_eq!(m.admit_increase(5, MAX, &ALERT), Ok(Admission::Queued));
+    assert!(matches!(
+        m.admit_increase(5, MAX, &ALERT),
+        Ok(Admission::Queued(_))
+    ));
     assert!(matches!(
         m.admit_increase(1, MAX, &ALERT),
         Err(ScaleError::OutOfRange { .. })
@@ -1469,7 +1493,10 @@ fn failed_instances_expire_or_go_with_their_vm() {
 fn increases_queued_behind_a_job_cleanup_forgot_go_out_with_the_next_snapshot() {
     let t0 = Instant::now();
     let mut m = machine_in("running", t0);
-    assert_eq!(m.admit_increase(1, MAX, &ALERT), Ok(Admission::Queued));
+    assert!(matches!(
+        m.admit_increase(1, MAX, &ALERT),
+        Ok(Admission::Queued(_))
+    ));
     m.cleanup();
     assert_eq!(m.phase(), &Phase::Idle);
     // The job ended while nobody followed it: the next snapshot shows the cluster at rest.
@@ -1897,6 +1924,8 @@ mod properties {
             // Callers waiting when a Cleanup released their removals, or when their VM was seen
             // gone.
             let mut cleaned: BTreeSet<CallId> = BTreeSet::new();
+            // Every caller that ever asked for each VM.
+            let mut callers_of: HashMap<String, BTreeSet<CallId>> = HashMap::new();
             for step in steps {
                 let mut replies = Vec::new();
                 let mut released = false;
@@ -1918,8 +1947,30 @@ mod properties {
                             // As the shell does: the promise first, the last moment after.
                             replies = m.handle(Event::PromiseDue { call }, now).replies;
                             let last = m.handle(Event::CallerDeadline { call }, now);
-                            if !last.replies.is_empty() {
-                                prop_assert_eq!(&last.effects, &vec![Effect::AnsweredUnrecorded]);
+                            for r in &last.replies {
+                                let vm = waiting.get(&r.call).cloned().unwrap_or_default();
+                                match r.heard {
+                                    Heard::Ok { recorded: false } => {
+                                        prop_assert_eq!(&last.effects, &vec![Effect::AnsweredUnrecorded]);
+                                        // OK unrecorded only for what cannot be taken back: sent,
+                                        // begun, or another caller's too.
+                                        let untouched = m.queue().remove.iter().any(|q| {
+                                            q.vm_id == vm && q.attempts == 0 && !q.abandoned
+                                                && matches!(q.stop, StopStage::NotNeeded | StopStage::Wanted)
+                                        });
+                                        prop_assert!(
+                                            !untouched || callers_of.get(&vm).is_some_and(|c| c.len() > 1),
+                                            "{vm}'s caller heard an unrecorded OK for a removal only queued, and its alone"
+                                        );
+                                    }
+                                    Heard::Withdrawn => {
+                                        prop_assert_eq!(
+                                            &last.effects,
+                                            &vec![Effect::PromiseWithdrawn { vms: vec![vm.clone()], placeholders: 0 }]
+                                        );
+                                    }
+                                    other => prop_assert!(false, "at its deadline {vm}'s caller heard {other:?}"),
+                                }
                             }
                             replies.extend(last.replies);
                         }
@@ -1930,6 +1981,7 @@ mod properties {
                             let call = CallId(next);
                             next += 1;
                             waiting.insert(call, format!("w{n}"));
+                            callers_of.entry(format!("w{n}")).or_default().insert(call);
                             replies = m.reply_to_removal(call, &a).replies;
                         }
                     }
@@ -2010,6 +2062,14 @@ mod properties {
                     let vm = waiting.remove(&r.call);
                     prop_assert!(vm.is_some(), "a reply to a caller not waiting, or twice: {:?}", r);
                     let vm = vm.unwrap_or_default();
+                    // Taken back: nothing of it is owed or under way, and no one heard a
+                    // recorded OK for it.
+                    if r.heard == Heard::Withdrawn {
+                        prop_assert!(
+                            !owed_now.contains(&vm) && !removing(&vm) && !heard.contains(&vm),
+                            "{vm}'s removal was taken back while owed, under way or promised to another, after {step:?}: {m:?}"
+                        );
+                    }
                     // An OK is a promise: the removal is owed, or already being carried out.
                     if matches!(r.heard, Heard::Ok { .. }) {
                         prop_assert!(
@@ -2071,7 +2131,7 @@ mod properties {
                                 Err(_) => prop_assert_eq!(m.phase(), before.phase()),
                             }
                         }
-                        Ok(Admission::Queued) => prop_assert!(!was_idle || !before.queue().remove.is_empty()),
+                        Ok(Admission::Queued(_)) => prop_assert!(!was_idle || !before.queue().remove.is_empty()),
                         Err(_) => {
                             prop_assert_eq!(m.target(), before.target(), "a refusal changes nothing");
                         }
@@ -2361,7 +2421,10 @@ fn the_ledger_carries_every_promise_into_a_new_machine() {
         .expect("behind");
     m.queue.remove[0].not_before = Some(t0 + Duration::from_secs(90));
     m.queue.remove[0].attempts = 2;
-    assert_eq!(m.admit_increase(2, MAX, &ALERT), Ok(Admission::Queued));
+    assert!(matches!(
+        m.admit_increase(2, MAX, &ALERT),
+        Ok(Admission::Queued(_))
+    ));
     let target = m.target();
 
     let ledger = m.ledger(t0 + Duration::from_secs(30));
@@ -2451,7 +2514,10 @@ fn queued_increases_wait_rather_than_pass_the_maximum_over_blocked_removals() {
     m.submission_refused("busy", &ALERT, t0);
     assert_eq!(m.target(), Some(2));
     // The autoscaler asks for 2 more: 2 + 2 is within the maximum.
-    assert_eq!(m.admit_increase(2, max, &ALERT), Ok(Admission::Queued));
+    assert!(matches!(
+        m.admit_increase(2, max, &ALERT),
+        Ok(Admission::Queued(_))
+    ));
     // w1 backs off: CloudStack's size 3 + 2 would be 5 workers.
     let t1 = t0 + Duration::from_secs(1);
     let fx = m.snapshot_installed(running3(t1), &ALERT, t1);
@@ -2595,7 +2661,10 @@ fn queued_increases_that_no_longer_fit_under_the_maximum_are_failed_not_sent() {
     let mut m = machine_in("running", t0);
     // 3 → 5 running; one more fits the maximum of 6 by the target.
     let max = 6;
-    assert_eq!(m.admit_increase(1, max, &ALERT), Ok(Admission::Queued));
+    assert!(matches!(
+        m.admit_increase(1, max, &ALERT),
+        Ok(Admission::Queued(_))
+    ));
     assert_eq!(m.target(), Some(6));
     // Meanwhile another client's job took CloudStack's size to 6.
     let six: Vec<(String, VmState)> = (1..=6)
@@ -2732,7 +2801,10 @@ fn a_queued_scale_up_held_by_a_cordon_nobody_will_lift_is_reported_failed() {
     let mut m = machine_in("idle", t0);
     sent_and_owed(&mut m, "w1", t0);
     m.submission_answered("job-1".into(), t0);
-    assert_eq!(m.admit_increase(1, MAX, &ALERT), Ok(Admission::Queued));
+    assert!(matches!(
+        m.admit_increase(1, MAX, &ALERT),
+        Ok(Admission::Queued(_))
+    ));
     m.snapshot_installed(alert(t0), &ALERT, t0);
     m.job_finished("job-1", &drain_failed("w1"), true, false, &ALERT, t0);
     assert_eq!(m.cordon_suspects(), ["k-node-w1"]);
@@ -2898,7 +2970,10 @@ fn an_increase_in_alert_without_alert_scaling_is_refused_before_any_promise() {
     // The verdict unknown, or the cluster Running: admitted as before.
     let mut m = machine_in("running", t0);
     m.snapshot_installed(w1_stopped("Alert", t0), &ALERT, t0);
-    assert_eq!(m.admit_increase(1, MAX, &ALERT), Ok(Admission::Queued));
+    assert!(matches!(
+        m.admit_increase(1, MAX, &ALERT),
+        Ok(Admission::Queued(_))
+    ));
 }
 
 /// Issue 39, difference 2: without Alert scaling a down worker's removal fails on its drain
