@@ -479,6 +479,24 @@ async fn an_increase_watched_to_its_deadline_is_recorded_before_its_ok() {
     env.shutdown().await;
 }
 
+/// A provider whose `--state-file` lies in a folder a test can take away (the store then
+/// fails to write), over `cfg` with minute-long jobs; the folder's owner, the folder, the stack.
+async fn with_a_store_that_can_go(
+    mut cfg: cks_sim::SimConfig,
+) -> (cks_testkit::certs::TempDir, std::path::PathBuf, Stack) {
+    let dir = cks_testkit::certs::TempDir::new("state-gone");
+    let folder = dir.path("state");
+    std::fs::create_dir_all(&folder).expect("state folder");
+    let file = folder.join("state.json");
+    cfg.settings.job_duration = Duration::from_secs(60);
+    let env = Stack::refreshed(cfg, "pool", move |s| {
+        s.groups[0].min = 1;
+        s.state_file = Some(file);
+    })
+    .await;
+    (dir, folder, env)
+}
+
 /// The store fails between the check and the write, with a removal only queued behind a
 /// running job (checked only against the store's last write): by the caller's deadline its
 /// promise is not recorded and nothing was sent for it, so it is taken back and the caller
@@ -488,18 +506,9 @@ async fn an_increase_watched_to_its_deadline_is_recorded_before_its_ok() {
 async fn a_queued_removal_the_store_could_not_record_in_time_is_taken_back() {
     logs::capture();
     let withdrawn = || metric("cks_provider_unrecorded_promises_withdrawn_total");
-    let dir = cks_testkit::certs::TempDir::new("state-gone");
-    let folder = dir.path("state");
-    std::fs::create_dir_all(&folder).expect("state folder");
-    let file = folder.join("state.json");
     let mut cfg = pool(4);
-    cfg.settings.job_duration = Duration::from_secs(60);
     cfg.settings.scale_timeout = Duration::from_secs(3600);
-    let mut env = Stack::refreshed(cfg, "pool", move |s| {
-        s.groups[0].min = 1;
-        s.state_file = Some(file);
-    })
-    .await;
+    let (_dir, folder, mut env) = with_a_store_that_can_go(cfg).await;
     env.increase(1).await.expect("a job in flight, recorded");
     let taken = withdrawn();
     let said = logs::lines_mentioning("it is taken back").len();
@@ -544,6 +553,32 @@ async fn a_queued_removal_the_store_could_not_record_in_time_is_taken_back() {
     env.shutdown().await;
 }
 
+/// The same for an increase queued behind a running job: taken back, UNAVAILABLE, and the
+/// nodes it asked for are not upcoming.
+#[tokio::test(start_paused = true)]
+async fn a_queued_increase_the_store_could_not_record_in_time_is_taken_back() {
+    let (_dir, folder, mut env) = with_a_store_that_can_go(pool(4)).await;
+    env.increase(1).await.expect("a job in flight, recorded");
+    assert_eq!(env.target().await, 5);
+    std::fs::remove_dir_all(&folder).expect("the store goes away");
+    let err = env
+        .increase(2)
+        .await
+        .expect_err("not recorded and only queued: taken back");
+    assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+    assert!(
+        err.message().contains("cannot record promises"),
+        "{}",
+        err.message()
+    );
+    assert_eq!(
+        env.target().await,
+        5,
+        "no node upcoming for the call taken back"
+    );
+    env.shutdown().await;
+}
+
 /// The store fails while the window's request is with CloudStack (after the check that let
 /// it go, before the write that records the promise it makes): the removal is under way, so
 /// the caller still hears OK at its deadline (an error would have the autoscaler count back a
@@ -553,19 +588,10 @@ async fn a_queued_removal_the_store_could_not_record_in_time_is_taken_back() {
 async fn an_ok_for_a_request_already_sent_the_store_could_not_record_is_said_and_counted() {
     logs::capture();
     let unrecorded_oks = || metric("cks_provider_unrecorded_oks_total");
-    let dir = cks_testkit::certs::TempDir::new("state-gone-sent");
-    let folder = dir.path("state");
-    std::fs::create_dir_all(&folder).expect("state folder");
-    let file = folder.join("state.json");
     let mut cfg = pool(4);
-    cfg.settings.job_duration = Duration::from_secs(60);
     // CloudStack holds the request long enough for the store to go away meanwhile.
     cfg.settings.command_latency = Some(("scaleKubernetesCluster".into(), Duration::from_secs(2)));
-    let env = Stack::refreshed(cfg, "pool", move |s| {
-        s.groups[0].min = 1;
-        s.state_file = Some(file);
-    })
-    .await;
+    let (_dir, folder, env) = with_a_store_that_can_go(cfg).await;
     let counted = unrecorded_oks();
     let said = logs::lines_mentioning("before the promise was recorded").len();
     let victim = env.workers().remove(0);
