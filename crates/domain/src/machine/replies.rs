@@ -55,7 +55,7 @@ pub enum Heard {
 
 /// What a caller's OK would promise that nothing has started yet: taken back when the promise
 /// cannot be recorded before the caller must hear ([`ScaleMachine::caller_deadline`]). Built
-/// by the commands that queue (`Admission::Queued(_)`, `Started::Queued(_)`, [`Acceptance`]); the
+/// by the commands that queue (`Admission::Queued`, `Started::Queued`, [`Acceptance`]); the
 /// default holds nothing, for what is under way once the caller hears.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Hold {
