@@ -6,7 +6,9 @@
 //! ([`CloudProviderService::admin`]) every call is the read-only admin caller's instead.
 
 use crate::optional_rpcs::ProviderExtras;
-use crate::provider::{Caller, Error, InstanceView, NodeGroupView, NodeRef, Provider, Reason};
+use crate::provider::{
+    Call, Caller, Error, InstanceView, NodeGroupView, NodeRef, Provider, Reason,
+};
 use cks_domain::status::{InstanceError, InstanceState};
 use cks_proto as pb;
 use cks_proto::cloud_provider_server::CloudProvider;
@@ -371,7 +373,13 @@ impl CloudProvider for CloudProviderService {
         observed("NodeGroupIncreaseSize", async {
             self.provider
                 .seen_by(&caller)
-                .increase_size(&r.id, r.delta, deadline)
+                .scale(
+                    &r.id,
+                    Call::Increase {
+                        delta: r.delta,
+                        deadline,
+                    },
+                )
                 .await?;
             Ok(pb::NodeGroupIncreaseSizeResponse {})
         })
@@ -397,7 +405,7 @@ impl CloudProvider for CloudProviderService {
         observed("NodeGroupDeleteNodes", async {
             self.provider
                 .seen_by(&caller)
-                .delete_nodes(&r.id, nodes, deadline)
+                .scale(&r.id, Call::Delete { nodes, deadline })
                 .await?;
             Ok(pb::NodeGroupDeleteNodesResponse {})
         })
@@ -413,7 +421,7 @@ impl CloudProvider for CloudProviderService {
         observed("NodeGroupDecreaseTargetSize", async {
             self.provider
                 .seen_by(&caller)
-                .decrease_target_size(&r.id, r.delta)
+                .scale(&r.id, Call::Decrease { delta: r.delta })
                 .await?;
             Ok(pb::NodeGroupDecreaseTargetSizeResponse {})
         })

@@ -9,7 +9,7 @@
 //! The agenda is asked again at every turn, and it decides every time and count here
 //! (backoff, follow limit, the overdue warning); the loop only reports how each look went.
 //!
-//! Callers and other tasks hand it calls ([`Cluster::call`]), work ([`Cluster::sending`])
+//! Callers and other tasks hand it calls ([`Scoped::scale`]), work ([`Cluster::sending`])
 //! and the other changes of its machine ([`Cluster::change`]: a node report's lesson,
 //! Cleanup, the key's `stopVirtualMachine` permission), ask it for a round (`start_round`),
 //! wake it ([`Cluster::wake_loop`]) or have it poll its job at once ([`Cluster::poll_now`]);
@@ -22,7 +22,7 @@
 //! a window's request never waits for a slow poll, stop or round to end.
 
 use super::Cluster;
-use super::{Error, Provider, Result, now};
+use super::{Error, Provider, Result, Scoped, now};
 use cks_domain::machine::{Agenda, Due, Event, JobEnd, JobPoll, Next};
 use cks_domain::rules::ScaleRequest;
 use futures_util::FutureExt;
@@ -52,20 +52,19 @@ pub(crate) enum Work {
     Effects(Vec<cks_domain::machine::Effect>),
 }
 
-/// A scale RPC, checked (the caller may change the group, the arguments hold), for the
-/// group's loop to carry out and answer: the machine's commands are given from the loop only.
-pub(crate) enum Call {
-    Increase {
-        delta: u32,
-        deadline: Instant,
-    },
+/// A scale RPC of the autoscaler's, as [`Scoped::scale`] takes it: checked there (the caller
+/// may change the group, the arguments hold), then carried out and answered by the group's
+/// loop: the machine's commands are given from the loop only.
+pub enum Call {
+    /// NodeGroupIncreaseSize: `delta` nodes more (positive).
+    Increase { delta: i32, deadline: Instant },
+    /// NodeGroupDeleteNodes.
     Delete {
         nodes: Vec<cks_domain::machine::NodeRef>,
         deadline: Instant,
     },
-    Decrease {
-        delta: u32,
-    },
+    /// NodeGroupDecreaseTargetSize: `delta` requested nodes fewer (negative).
+    Decrease { delta: i32 },
 }
 
 /// A call and where its answer goes.
@@ -124,6 +123,57 @@ impl Provider {
     }
 }
 
+impl Scoped<'_> {
+    /// A scale RPC of one of the caller's groups (NodeGroupIncreaseSize, NodeGroupDeleteNodes,
+    /// NodeGroupDecreaseTargetSize), checked in the caller's future: another client's group is
+    /// not found and nothing is sent for it, the arguments must hold, and no promise is made
+    /// while the store cannot be written. Then handed to the group's loop, which carries it
+    /// out and answers it (`Cluster::increase_here`, `delete_here`, `decrease_here`); the
+    /// caller waits for that answer.
+    pub async fn scale(&self, id: &str, call: Call) -> Result<()> {
+        self.may_change()?;
+        match &call {
+            Call::Increase { delta, .. } if *delta <= 0 => {
+                return Err(Error::InvalidArgument(format!(
+                    "delta must be positive, got {delta}"
+                )));
+            }
+            Call::Delete { nodes, .. } if nodes.is_empty() => {
+                return Err(Error::InvalidArgument(
+                    "no nodes to delete were given".into(),
+                ));
+            }
+            Call::Decrease { delta } if *delta >= 0 => {
+                return Err(Error::InvalidArgument(format!(
+                    "delta must be negative, got {delta}"
+                )));
+            }
+            _ => {}
+        }
+        let (gi, _) = self.group(id)?;
+        // An OK to a scale-up or a removal is a promise; DecreaseTargetSize promises nothing.
+        if !matches!(call, Call::Decrease { .. }) {
+            self.p.inner.store.check()?;
+        }
+        let (reply, answer) = oneshot::channel();
+        if self
+            .p
+            .cluster(gi)
+            .group_loop()
+            .calls
+            .send((call, reply))
+            .is_err()
+        {
+            return Err(Error::Internal("the group's loop ended".into()));
+        }
+        answer.await.unwrap_or_else(|_| {
+            Err(Error::Internal(
+                "the group's loop ended without an answer".into(),
+            ))
+        })
+    }
+}
+
 impl Cluster {
     /// Polls a stop job once: `None` while it runs (or its poll got no answer), else how it
     /// ended (`Some(None)` succeeded, `Some(Some(text))` failed or was cancelled).
@@ -136,19 +186,6 @@ impl Cluster {
         }
     }
 
-    /// Hands a scale RPC to the group's loop and waits for its answer.
-    pub(crate) async fn call(&self, call: Call) -> Result<()> {
-        let (reply, answer) = oneshot::channel();
-        if self.group_loop().calls.send((call, reply)).is_err() {
-            return Err(Error::Internal("the group's loop ended".into()));
-        }
-        answer.await.unwrap_or_else(|_| {
-            Err(Error::Internal(
-                "the group's loop ended without an answer".into(),
-            ))
-        })
-    }
-
     /// Carries out a call in the group's loop and answers it. A caller that hangs up is not
     /// answered, and what it asked goes no further than it had when it hung up, as when the
     /// call ran in the caller's own future: a request already handed over is carried through
@@ -156,9 +193,12 @@ impl Cluster {
     async fn answer(self, call: Call, mut reply: oneshot::Sender<Result<()>>) {
         let carried = async {
             match call {
-                Call::Increase { delta, deadline } => self.increase_here(delta, deadline).await,
+                // Their signs were checked by `Scoped::scale`.
+                Call::Increase { delta, deadline } => {
+                    self.increase_here(delta.unsigned_abs(), deadline).await
+                }
                 Call::Delete { nodes, deadline } => self.delete_here(nodes, deadline).await,
-                Call::Decrease { delta } => self.decrease_here(delta),
+                Call::Decrease { delta } => self.decrease_here(delta.unsigned_abs()),
             }
         };
         tokio::select! {

@@ -54,6 +54,7 @@ pub use caller::{Caller, SIGHTING_WINDOW};
 pub use cks_domain::instances::InstanceView;
 pub use cks_domain::machine::NodeRef;
 pub use cks_domain::verdict::AlertVerdictView;
+pub use cluster_loop::Call;
 pub use error::{Error, Reason, Result, bad_project_hint, not_listed_hint};
 pub use groups::Scoped;
 pub use health::Health;

@@ -1,6 +1,6 @@
 //! The scale RPCs: IncreaseSize, DeleteNodes, DecreaseTargetSize. Each is checked in the
-//! caller's future ([`Scoped`]: limited to the caller's groups, another client's group is not
-//! found and nothing is sent for it) and carried out in the group's loop (`cluster_loop`,
+//! caller's future (`Scoped::scale`: limited to the caller's groups, another client's group is
+//! not found and nothing is sent for it) and carried out in the group's loop (`cluster_loop`,
 //! `Call`), which answers it: the machine's commands are given from the loop only. Each asks
 //! the machine, fetches a fresh snapshot when the machine needs one, sends at most one
 //! `scaleKubernetesCluster` (size only, or nodeids only) when the machine says so, and returns
@@ -11,8 +11,8 @@
 //! validates before it changes state.
 
 use super::Cluster;
-use super::cluster_loop::{Call, Work};
-use super::{Error, Result, Scoped, before, now};
+use super::cluster_loop::Work;
+use super::{Error, Result, before, now};
 use cks_cloudstack::Class;
 use cks_domain::cluster::IndexedSnapshot;
 use cks_domain::machine::{
@@ -445,62 +445,6 @@ impl Cluster {
         };
         // Carrying it out wakes the group's loop (`run_effects`).
         self.carry(step).await;
-    }
-}
-
-impl Scoped<'_> {
-    /// NodeGroupIncreaseSize of one of the caller's groups: checked here, carried out and
-    /// answered by the group's loop (`Cluster::increase_here`).
-    pub async fn increase_size(&self, id: &str, delta: i32, deadline: Instant) -> Result<()> {
-        self.may_change()?;
-        if delta <= 0 {
-            return Err(Error::InvalidArgument(format!(
-                "delta must be positive, got {delta}"
-            )));
-        }
-        let (gi, _) = self.group(id)?;
-        self.p.inner.store.check()?;
-        let delta = delta.unsigned_abs();
-        self.p
-            .cluster(gi)
-            .call(Call::Increase { delta, deadline })
-            .await
-    }
-
-    /// NodeGroupDeleteNodes of one of the caller's groups: checked here, carried out and
-    /// answered by the group's loop (`Cluster::delete_here`).
-    pub async fn delete_nodes(
-        &self,
-        id: &str,
-        nodes: Vec<NodeRef>,
-        deadline: Instant,
-    ) -> Result<()> {
-        self.may_change()?;
-        if nodes.is_empty() {
-            return Err(Error::InvalidArgument(
-                "no nodes to delete were given".into(),
-            ));
-        }
-        let (gi, _) = self.group(id)?;
-        self.p.inner.store.check()?;
-        self.p
-            .cluster(gi)
-            .call(Call::Delete { nodes, deadline })
-            .await
-    }
-
-    /// NodeGroupDecreaseTargetSize of one of the caller's groups: checked here, carried out
-    /// and answered by the group's loop (`Cluster::decrease_here`).
-    pub async fn decrease_target_size(&self, id: &str, delta: i32) -> Result<()> {
-        self.may_change()?;
-        if delta >= 0 {
-            return Err(Error::InvalidArgument(format!(
-                "delta must be negative, got {delta}"
-            )));
-        }
-        let (gi, _) = self.group(id)?;
-        let delta = delta.unsigned_abs();
-        self.p.cluster(gi).call(Call::Decrease { delta }).await
     }
 }
 

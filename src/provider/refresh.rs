@@ -127,9 +127,21 @@ impl Scoped<'_> {
         let groups = self.visible();
         let asked = now();
         let policy = refresh_policy(&self.p.inner);
+        // The end signals of the rounds to wait for; a round started without waiting goes on
+        // in the background, and a group answered from its snapshot starts none.
         let rounds: Vec<watch::Receiver<bool>> = groups
             .iter()
-            .filter_map(|&gi| self.p.cluster(gi).refresh_step(&policy, asked))
+            .filter_map(|&gi| {
+                let c = self.p.cluster(gi);
+                match c.refresh_step(&policy, asked) {
+                    RefreshStep::Answer => None,
+                    RefreshStep::Join => Some(c.start_round()),
+                    RefreshStep::Start { wait } => {
+                        let done = c.start_round();
+                        wait.then_some(done)
+                    }
+                }
+            })
             .collect();
         // Every round runs already; waiting for them one after the other takes as long as
         // the slowest.
@@ -283,23 +295,13 @@ impl Cluster {
         self.group().read().scale.snapshot().map(|s| s.fetched_at)
     }
 
-    /// A Refresh's step for the group, the demand noted: the end signal of the round it waits
-    /// for, or `None` when it answers from the snapshot (a round it started, if any, goes on
-    /// in the background).
-    fn refresh_step(&self, policy: &Policy, asked: Instant) -> Option<watch::Receiver<bool>> {
+    /// What a Refresh asked at `asked` does for the group (`cks_domain::keeper`), the demand
+    /// noted.
+    fn refresh_step(&self, policy: &Policy, asked: Instant) -> RefreshStep {
         let fetched = self.fetched_at();
         let mut s = lock(&self.group().refresh);
         s.demanded = Some(asked);
-        let step = policy.on_refresh(&slot_clock(&s, fetched), asked);
-        drop(s);
-        match step {
-            RefreshStep::Answer => None,
-            RefreshStep::Join => Some(self.start_round()),
-            RefreshStep::Start { wait } => {
-                let done = self.start_round();
-                wait.then_some(done)
-            }
-        }
+        policy.on_refresh(&slot_clock(&s, fetched), asked)
     }
 
     /// Starts a round of the group unless one is in flight; the end signal of the round.

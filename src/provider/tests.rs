@@ -2,7 +2,7 @@
 //! poll intervals and snapshot ages follow the clock the test controls, so a CloudStack job of
 //! many minutes is followed to its end in milliseconds of real time.
 
-use super::Caller;
+use super::{Call, Caller};
 use super::{Error, Provider, Settings};
 use crate::config::BoundNodeGroup;
 use crate::config::{ClusterRef, NodeGroupSpec};
@@ -62,14 +62,20 @@ async fn a_ten_minute_scale_job_is_followed_to_its_end_on_the_tests_clock() {
     assert_eq!(p.all_groups().target_size(&id).expect("target"), 3);
     let deadline = Instant::now() + Duration::from_secs(5);
     p.all_groups()
-        .increase_size(&id, 2, deadline)
+        .scale(&id, Call::Increase { delta: 2, deadline })
         .await
         .expect("accepted");
     assert_eq!(p.all_groups().target_size(&id).expect("target"), 5);
     assert!(matches!(phase(&p, &id), Phase::Running { .. }));
     // A second request while the job runs is queued, not sent.
     p.all_groups()
-        .increase_size(&id, 1, Instant::now() + Duration::from_secs(5))
+        .scale(
+            &id,
+            Call::Increase {
+                delta: 1,
+                deadline: Instant::now() + Duration::from_secs(5),
+            },
+        )
         .await
         .expect("queued");
     assert_eq!(p.all_groups().target_size(&id).expect("target"), 6);
@@ -134,7 +140,13 @@ async fn a_refused_increase_changes_nothing() {
     let (sim, p, id) = stack(Duration::from_secs(1)).await;
     let err = p
         .all_groups()
-        .increase_size(&id, 8, Instant::now() + Duration::from_secs(5))
+        .scale(
+            &id,
+            Call::Increase {
+                delta: 8,
+                deadline: Instant::now() + Duration::from_secs(5),
+            },
+        )
         .await
         .expect_err("past the maximum");
     assert!(
@@ -306,7 +318,13 @@ async fn every_read_answers_while_a_writer_holds_the_groups_state() {
 async fn a_lesson_and_cleanup_do_not_wait_for_the_loops_slow_poll() {
     let (sim, p, id) = stack(Duration::from_secs(600)).await;
     p.all_groups()
-        .increase_size(&id, 1, Instant::now() + Duration::from_secs(5))
+        .scale(
+            &id,
+            Call::Increase {
+                delta: 1,
+                deadline: Instant::now() + Duration::from_secs(5),
+            },
+        )
         .await
         .expect("accepted");
     assert!(matches!(phase(&p, &id), Phase::Running { .. }));
