@@ -497,6 +497,18 @@ async fn with_a_store_that_can_go(
     (dir, folder, env)
 }
 
+/// The answer to a call taken back because the store could not record it: UNAVAILABLE,
+/// saying so.
+fn taken_back(answer: Result<(), tonic::Status>) {
+    let err = answer.expect_err("not recorded and only queued: taken back");
+    assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+    assert!(
+        err.message().contains("cannot record promises"),
+        "{}",
+        err.message()
+    );
+}
+
 /// The store fails between the check and the write, with a removal only queued behind a
 /// running job (checked only against the store's last write): by the caller's deadline its
 /// promise is not recorded and nothing was sent for it, so it is taken back and the caller
@@ -514,16 +526,7 @@ async fn a_queued_removal_the_store_could_not_record_in_time_is_taken_back() {
     let said = logs::lines_mentioning("it is taken back").len();
     std::fs::remove_dir_all(&folder).expect("the store goes away");
     let victim = env.workers().remove(0);
-    let err = env
-        .delete(vec![worker_node(&victim)])
-        .await
-        .expect_err("not recorded and only queued: taken back");
-    assert_eq!(err.code(), Code::Unavailable, "{err:?}");
-    assert!(
-        err.message().contains("cannot record promises"),
-        "{}",
-        err.message()
-    );
+    taken_back(env.delete(vec![worker_node(&victim)]).await);
     assert!(withdrawn() > taken, "counted");
     assert!(
         logs::lines_mentioning("it is taken back").len() > said,
@@ -561,16 +564,7 @@ async fn a_queued_increase_the_store_could_not_record_in_time_is_taken_back() {
     env.increase(1).await.expect("a job in flight, recorded");
     assert_eq!(env.target().await, 5);
     std::fs::remove_dir_all(&folder).expect("the store goes away");
-    let err = env
-        .increase(2)
-        .await
-        .expect_err("not recorded and only queued: taken back");
-    assert_eq!(err.code(), Code::Unavailable, "{err:?}");
-    assert!(
-        err.message().contains("cannot record promises"),
-        "{}",
-        err.message()
-    );
+    taken_back(env.increase(2).await);
     assert_eq!(
         env.target().await,
         5,
