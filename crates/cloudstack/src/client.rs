@@ -12,9 +12,7 @@ use crate::envelope::{
 use crate::error::Transport;
 use crate::keys::{FixedKeys, KeyPair, KeySource};
 use crate::pace::{Backoff, RateLimit};
-use crate::paging::{ListSpec, parse_list};
 use crate::{CsError, LOG_TARGET, sign, types};
-use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -380,21 +378,6 @@ impl Client {
             }
         }
         result
-    }
-
-    /// One request of a list command (its first page), with `projectid` when configured: what
-    /// the single-item lookups ask (`get_cluster`, one offering by id). Every page of a list:
-    /// `list_all_pages`.
-    pub(crate) async fn list_one_page<T: DeserializeOwned>(
-        &self,
-        spec: &ListSpec,
-        params: Vec<(&str, String)>,
-    ) -> Result<Vec<T>, CsError> {
-        let params = self.list_params(params);
-        let (items, _) = self
-            .call_with(spec.command, &params, |inner| parse_list(spec, inner))
-            .await?;
-        Ok(items)
     }
 
     /// Sends the signed request; returns the HTTP status and the whole body.

@@ -51,10 +51,14 @@ const STOP_VM: &str = "stopVirtualMachine";
 const LIST_CAPABILITIES: &str = "listCapabilities";
 
 impl Client {
-    /// `listKubernetesClusters id=…`; `Ok(None)` when CloudStack lists none.
+    /// `listKubernetesClusters id=…`; `Ok(None)` when CloudStack lists none. One request, the
+    /// one every refresh sends: its answer is read straight into the clusters it lists.
     pub async fn get_cluster(&self, id: &str) -> Result<Option<KubernetesCluster>, CsError> {
-        let clusters: Vec<KubernetesCluster> = self
-            .list_one_page(&LIST_CLUSTERS, vec![("id", id.to_string()), listall()])
+        let params = self.list_params(vec![("id", id.to_string()), listall()]);
+        let (clusters, _): (Vec<KubernetesCluster>, _) = self
+            .call_with(LIST_CLUSTERS.command, &params, |a| {
+                parse_list(&LIST_CLUSTERS, a)
+            })
             .await?;
         Ok(clusters.into_iter().find(|c| c.id == id))
     }

@@ -33,6 +33,18 @@ impl Client {
         params
     }
 
+    pub(crate) async fn list_one_page<T: DeserializeOwned>(
+        &self,
+        spec: &ListSpec,
+        params: Vec<(&str, String)>,
+    ) -> Result<Vec<T>, CsError> {
+        let params = self.list_params(params);
+        let (items, _) = self
+            .call_with(spec.command, &params, |inner| parse_list(spec, inner))
+            .await?;
+        Ok(items)
+    }
+
     /// Every page of a list command. Should CloudStack refuse the page size past the first
     /// page (its limit lowered by a restart), the listing starts again at the smaller size,
     /// since the pages already read were cut at the larger one.
