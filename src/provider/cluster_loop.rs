@@ -166,12 +166,14 @@ impl Scoped<'_> {
         {
             return Err(Error::Internal("the group's loop ended".into()));
         }
-        answer.await.unwrap_or_else(|_| {
-            Err(Error::Internal(
-                "the group's loop ended without an answer".into(),
-            ))
-        })
+        answer.await.unwrap_or_else(|e| Err(loop_ended(e)))
     }
+}
+
+/// What a caller hears when the group's loop dropped its reply handle: the loop ended (the
+/// provider with it) or a bug panicked the piece that held it.
+pub(crate) fn loop_ended(_: oneshot::error::RecvError) -> Error {
+    Error::Internal("the group's loop ended without an answer".into())
 }
 
 impl Cluster {

@@ -11,13 +11,13 @@
 //! validates before it changes state.
 
 use super::Cluster;
-use super::cluster_loop::Work;
+use super::cluster_loop::{Work, loop_ended};
 use super::{Error, Result, before, now};
 use cks_cloudstack::Class;
 use cks_domain::cluster::IndexedSnapshot;
 use cks_domain::machine::{
     Accepted, Admission, Answer, CallId, Effect, Event, Heard, Hold, JobEnd, JobKind, NodeRef,
-    ScaleError, Sent, Started, Watched, WatchedAnswer,
+    ScaleError, Sent, Started, Step, Watched, WatchedAnswer,
 };
 use cks_domain::rules::ScaleRequest;
 use std::sync::Arc;
@@ -100,11 +100,7 @@ impl Cluster {
             deadline: Some(deadline),
             reply: Some(reply),
         });
-        answer.await.unwrap_or_else(|_| {
-            Err(Error::Internal(
-                "the group's loop ended without an answer".into(),
-            ))
-        })
+        answer.await.unwrap_or_else(|e| Err(loop_ended(e)))
     }
 
     /// Sends the request the machine started (the phase is `Submitting`), reports the answer
@@ -252,21 +248,20 @@ impl Cluster {
         mut rx: oneshot::Receiver<Heard>,
         deadline: Instant,
     ) -> Result<Heard> {
-        let ended = |_| Error::Internal("the group's loop ended without an answer".into());
         let promise_at = self
             .group()
             .read()
             .scale
             .promise_at(deadline.into_std(), now());
         if let Ok(heard) = timeout_at(Instant::from_std(promise_at), &mut rx).await {
-            return heard.map_err(ended);
+            return heard.map_err(loop_ended);
         }
         self.tell(Event::PromiseDue { call }).await;
         if let Ok(heard) = timeout_at(before(deadline), &mut rx).await {
-            return heard.map_err(ended);
+            return heard.map_err(loop_ended);
         }
         self.tell(Event::CallerDeadline { call }).await;
-        rx.await.map_err(ended)
+        rx.await.map_err(loop_ended)
     }
 
     /// The caller hears OK once the machine releases it: once the ledger holding its promise
@@ -388,6 +383,8 @@ impl Cluster {
             }
             tokio::time::sleep_until(at).await;
         }
+        // The window's own request accepted, its answer told to the machine at once.
+        let mut told = false;
         let outcome = match self.fresh_snapshot(deadline).await {
             Err(e) => {
                 self.tell(Event::WindowAborted).await;
@@ -413,6 +410,7 @@ impl Cluster {
                                         // the loop seeing the job fail must carry them on.
                                         let ok = Event::WindowAnswered { ok: true };
                                         self.tell(ok).await;
+                                        told = true;
                                     }
                                 }
                                 // Increases that waited for the window (nothing was left to
@@ -438,7 +436,11 @@ impl Cluster {
             if let Err(e) = outcome {
                 st.window_failure = Some(Arc::new(e));
             }
-            let mut step = st.scale.handle(Event::WindowAnswered { ok }, now());
+            let mut step = if told {
+                Step::default()
+            } else {
+                st.scale.handle(Event::WindowAnswered { ok }, now())
+            };
             step.effects
                 .extend(st.scale.handle(Event::WindowClosed, now()).effects);
             step

@@ -454,7 +454,7 @@ impl Provider {
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = Some(writer);
         let taken = self.load_state().await?;
-        if self.inner.store.backend.is_some() && !write_state_as(&self.inner, true).await {
+        if self.inner.store.durable() && !write_state_as(&self.inner, true).await {
             return Err(StateError::Read {
                 path: self.inner.store.describe(),
                 detail: "the first write as the new leader failed (see the log above)".into(),
