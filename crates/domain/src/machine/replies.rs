@@ -337,6 +337,14 @@ mod tests {
     use super::super::{Event, Timings};
     use super::*;
 
+    /// The one reply `call` hears.
+    fn one(call: u64, heard: Heard) -> Vec<Reply> {
+        vec![Reply {
+            call: CallId(call),
+            heard,
+        }]
+    }
+
     fn machine(durable: bool) -> ScaleMachine {
         let mut m = ScaleMachine::new(Some("cid".into()), Timings::default());
         m.set_durable(durable);
@@ -347,13 +355,7 @@ mod tests {
     fn without_a_store_an_ok_goes_at_once() {
         let mut m = machine(false);
         let step = m.reply_ok(CallId(1), Hold::default());
-        assert_eq!(
-            step.replies,
-            vec![Reply {
-                call: CallId(1),
-                heard: Heard::Ok { recorded: true }
-            }]
-        );
+        assert_eq!(step.replies, one(1, Heard::Ok { recorded: true }));
     }
 
     #[test]
@@ -385,13 +387,7 @@ mod tests {
         let mut m = machine(true);
         let _ = m.reply_ok(CallId(7), Hold::default());
         let step = m.handle(Event::CallerDeadline { call: CallId(7) }, now);
-        assert_eq!(
-            step.replies,
-            vec![Reply {
-                call: CallId(7),
-                heard: Heard::Ok { recorded: false }
-            }]
-        );
+        assert_eq!(step.replies, one(7, Heard::Ok { recorded: false }));
         assert_eq!(step.effects, vec![Effect::AnsweredUnrecorded]);
         // Answered: neither its deadline again nor a record answers it twice.
         let again = m.handle(Event::CallerDeadline { call: CallId(7) }, now);
@@ -439,22 +435,10 @@ mod tests {
         assert!(m.waits_for_record(CallId(2)));
         // The request fails: the first hears the failure; the second, promised, does not.
         let failed = m.handle(Event::WindowAnswered { ok: false }, now);
-        assert_eq!(
-            failed.replies,
-            vec![Reply {
-                call: CallId(1),
-                heard: Heard::WindowFailed
-            }]
-        );
+        assert_eq!(failed.replies, one(1, Heard::WindowFailed));
         let rev = m.ledger_rev();
         let recorded = m.handle(Event::Recorded { rev }, now);
-        assert_eq!(
-            recorded.replies,
-            vec![Reply {
-                call: CallId(2),
-                heard: Heard::Ok { recorded: true }
-            }]
-        );
+        assert_eq!(recorded.replies, one(2, Heard::Ok { recorded: true }));
     }
 
     #[test]
@@ -472,13 +456,7 @@ mod tests {
         assert!(m.reply_ok(CallId(1), hold).replies.is_empty());
         // The store never writes it: at the deadline nothing of it was sent.
         let step = m.handle(Event::CallerDeadline { call: CallId(1) }, now);
-        assert_eq!(
-            step.replies,
-            vec![Reply {
-                call: CallId(1),
-                heard: Heard::Withdrawn
-            }]
-        );
+        assert_eq!(step.replies, one(1, Heard::Withdrawn));
         assert_eq!(
             step.effects,
             vec![Effect::PromiseWithdrawn {
@@ -518,13 +496,7 @@ mod tests {
         ask(&mut m, 2, Accepted::Done);
         for call in [1, 2] {
             let step = m.handle(Event::CallerDeadline { call: CallId(call) }, now);
-            assert_eq!(
-                step.replies,
-                vec![Reply {
-                    call: CallId(call),
-                    heard: Heard::Ok { recorded: false }
-                }]
-            );
+            assert_eq!(step.replies, one(call, Heard::Ok { recorded: false }));
             assert_eq!(step.effects, vec![Effect::AnsweredUnrecorded]);
         }
         assert!(
