@@ -388,14 +388,7 @@ async fn a_removal_whose_answer_is_lost_past_the_deadline_is_answered_ok_and_car
 #[tokio::test(start_paused = true)]
 async fn a_removal_promised_at_its_deadline_is_recorded_before_its_ok() {
     logs::capture();
-    let dir = cks_testkit::certs::TempDir::new("state-deadline");
-    let state = dir.path("state.json");
-    let file = state.clone();
-    let mut env = Stack::refreshed(pool(4), "pool", move |s| {
-        s.groups[0].min = 1;
-        s.state_file = Some(file);
-    })
-    .await;
+    let (_dir, state, mut env) = with_a_state_file(pool(4), |s| s.groups[0].min = 1).await;
     let victim = env.workers().remove(0);
     // Answered within the client's timeout (3 s), after the caller had to hear (its 3 s
     // deadline, less the margin and the store's second).
@@ -454,16 +447,10 @@ async fn a_removal_promised_at_its_deadline_is_recorded_before_its_ok() {
 #[tokio::test(start_paused = true)]
 async fn an_increase_watched_to_its_deadline_is_recorded_before_its_ok() {
     logs::capture();
-    let dir = cks_testkit::certs::TempDir::new("state-watch");
-    let state = dir.path("state.json");
-    let file = state.clone();
     let mut cfg = pool(3);
     cfg.settings.pickup_delay = Duration::from_secs(8);
-    let mut env = Stack::refreshed(cfg, "pool", move |s| {
-        s.state_file = Some(file);
-        s.scale_watch = Duration::from_secs(30);
-    })
-    .await;
+    let (_dir, state, mut env) =
+        with_a_state_file(cfg, |s| s.scale_watch = Duration::from_secs(30)).await;
     let unrecorded = logs::lines_mentioning("before the promise was recorded").len();
     env.increase(1).await.expect("scale-up accepted");
     let recorded = std::fs::read_to_string(&state).expect("the state file");
@@ -479,21 +466,34 @@ async fn an_increase_watched_to_its_deadline_is_recorded_before_its_ok() {
     env.shutdown().await;
 }
 
-/// A provider whose `--state-file` lies in a folder a test can take away (the store then
-/// fails to write), over `cfg` with minute-long jobs; the folder's owner, the folder, the stack.
-async fn with_a_store_that_can_go(
-    mut cfg: cks_sim::SimConfig,
+/// A provider over `cfg` recording its promises in a `--state-file` of its own, in a folder
+/// a test may take away (the store then fails to write), its settings tweaked by `tweak`; the
+/// folder's owner, the file, the stack.
+async fn with_a_state_file(
+    cfg: cks_sim::SimConfig,
+    tweak: impl FnOnce(&mut cks_autoscaler_provider::provider::Settings),
 ) -> (cks_testkit::certs::TempDir, std::path::PathBuf, Stack) {
-    let dir = cks_testkit::certs::TempDir::new("state-gone");
+    let dir = cks_testkit::certs::TempDir::new("state");
     let folder = dir.path("state");
     std::fs::create_dir_all(&folder).expect("state folder");
     let file = folder.join("state.json");
-    cfg.settings.job_duration = Duration::from_secs(60);
+    let recorded = file.clone();
     let env = Stack::refreshed(cfg, "pool", move |s| {
-        s.groups[0].min = 1;
-        s.state_file = Some(file);
+        s.state_file = Some(recorded);
+        tweak(s);
     })
     .await;
+    (dir, file, env)
+}
+
+/// [`with_a_state_file`] with minute-long jobs and a minimum of one node: the folder's owner,
+/// the folder (to take away), the stack.
+async fn with_a_store_that_can_go(
+    mut cfg: cks_sim::SimConfig,
+) -> (cks_testkit::certs::TempDir, std::path::PathBuf, Stack) {
+    cfg.settings.job_duration = Duration::from_secs(60);
+    let (dir, file, env) = with_a_state_file(cfg, |s| s.groups[0].min = 1).await;
+    let folder = file.parent().expect("the file's folder").to_path_buf();
     (dir, folder, env)
 }
 
