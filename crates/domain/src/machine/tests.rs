@@ -1895,7 +1895,9 @@ mod properties {
 
         /// OK means recorded: a DeleteNodes caller hears OK from the machine
         /// (`Step::replies`) only once a write holding its removal is done, or, when its
-        /// deadline comes first, with the machine saying so (`AnsweredUnrecorded`). A restart
+        /// deadline comes first, for a removal under way and with the machine saying so
+        /// (`AnsweredUnrecorded`); one only queued and its alone is taken back instead
+        /// (`Heard::Withdrawn`), neither owed nor promised to another. A restart
         /// takes over the last ledger written, as a new process does: every removal whose
         /// caller heard a recorded OK is owed by it, unless it was kept or released before.
         #[test]
